@@ -1,0 +1,94 @@
+from rest_framework import serializers
+
+from bots.models import Bot, ChatSession, Message
+from bots.realtime import message_payload
+
+
+class BotOutputSerializer(serializers.ModelSerializer):
+    editable = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Bot
+        fields = [
+            "id",
+            "owner",
+            "name",
+            "system_prompt",
+            "model",
+            "api_base",
+            "api_key_env",
+            "temperature",
+            "max_output_tokens",
+            "context_window",
+            "is_shared",
+            "compaction_enabled",
+            "compaction_threshold",
+            "compaction_kept_percent",
+            "compaction_model",
+            "compaction_fallback_extractive",
+            "memory_index_size",
+            "recall_enabled",
+            "created_at",
+            "editable",
+        ]
+
+    def get_editable(self, bot: Bot) -> bool:
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        return bool(user and (bot.owner_id == user.pk or user.is_staff))
+
+
+class BotInputSerializer(serializers.ModelSerializer):
+    """Shape and types only; the service runs the model's full validation."""
+
+    class Meta:
+        model = Bot
+        fields = [f for f in BotOutputSerializer.Meta.fields if f not in ("id", "owner", "created_at", "editable")]
+        extra_kwargs = {"name": {"required": True}}
+
+
+class SessionOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ChatSession
+        fields = ["id", "bot", "title", "created_at"]
+
+
+class SessionInputSerializer(serializers.Serializer):
+    bot = serializers.IntegerField(min_value=1)
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class MessageOutputSerializer(serializers.ModelSerializer):
+    """Documents the shape; ``to_representation`` defers to the one payload function."""
+
+    compacted = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Message
+        fields = [
+            "id",
+            "seq",
+            "role",
+            "kind",
+            "content",
+            "status",
+            "token_count",
+            "pinned",
+            "compacted",
+            "created_at",
+        ]
+
+    def to_representation(self, instance: Message) -> dict:
+        return message_payload(instance)
+
+
+class MessageInputSerializer(serializers.Serializer):
+    # Content is checked by the service (blank / > 1 MB) so REST and websocket agree exactly.
+    content = serializers.JSONField()
+    client_id = serializers.CharField(max_length=100, required=False, allow_null=True, allow_blank=True)
+    wait = serializers.BooleanField(required=False, default=False)
+
+
+class SendOutputSerializer(serializers.Serializer):
+    user_message = MessageOutputSerializer()
+    assistant_message = MessageOutputSerializer(allow_null=True)

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from bots.api import views
+
+urlpatterns = [
+    path("bots/", views.BotListApi.as_view(), name="bot-list"),
+    path("bots/<int:bot_id>/", views.BotDetailApi.as_view(), name="bot-detail"),
+    path("sessions/", views.SessionListApi.as_view(), name="session-list"),
+    path("sessions/<int:session_id>/", views.SessionDetailApi.as_view(), name="session-detail"),
+    path(
+        "sessions/<int:session_id>/messages/",
+        views.SessionMessagesApi.as_view(),
+        name="session-messages",
+    ),
+    path("messages/<int:message_id>/pin/", views.MessagePinApi.as_view(), name="message-pin"),
+    path(
+        "messages/<int:message_id>/unpin/", views.MessageUnpinApi.as_view(), name="message-unpin"
+    ),
+]

@@ -1,0 +1,163 @@
+"""REST adapters: parse, call one service or selector, serialise. No logic lives here."""
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bots import selectors, services
+from bots.api.serializers import (
+    BotInputSerializer,
+    BotOutputSerializer,
+    MessageInputSerializer,
+    MessageOutputSerializer,
+    SendOutputSerializer,
+    SessionInputSerializer,
+    SessionOutputSerializer,
+)
+from bots.models import Message
+from chat_platform import errors
+from chat_platform.api import error_response
+
+
+def _valid(serializer_class, data, **kwargs):
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class BotListApi(APIView):
+    @extend_schema(responses=BotOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        bots = selectors.bot_list_for_user(user=request.user)
+        return Response(BotOutputSerializer(bots, many=True, context={"request": request}).data)
+
+    @extend_schema(request=BotInputSerializer, responses={201: BotOutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = _valid(BotInputSerializer, request.data)
+        bot = services.bot_create(owner=request.user, **data)
+        return Response(
+            BotOutputSerializer(bot, context={"request": request}).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class BotDetailApi(APIView):
+    @extend_schema(responses=BotOutputSerializer)
+    def get(self, request: Request, bot_id: int) -> Response:
+        bot = selectors.bot_get_for_user(user=request.user, bot_id=bot_id)
+        return Response(BotOutputSerializer(bot, context={"request": request}).data)
+
+    @extend_schema(request=BotInputSerializer, responses=BotOutputSerializer)
+    def patch(self, request: Request, bot_id: int) -> Response:
+        selectors.bot_get_for_edit(user=request.user, bot_id=bot_id)  # 404/403 before 400
+        data = _valid(BotInputSerializer, request.data, partial=True)
+        bot = services.bot_update(user=request.user, bot_id=bot_id, **data)
+        return Response(BotOutputSerializer(bot, context={"request": request}).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, bot_id: int) -> Response:
+        services.bot_delete(user=request.user, bot_id=bot_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SessionListApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("bot", int, required=False)],
+        responses=SessionOutputSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        sessions = selectors.session_list_for_user(
+            user=request.user, bot_id=request.query_params.get("bot")
+        )
+        return Response(SessionOutputSerializer(sessions, many=True).data)
+
+    @extend_schema(request=SessionInputSerializer, responses={201: SessionOutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = _valid(SessionInputSerializer, request.data)
+        session = services.session_create(
+            user=request.user, bot_id=data["bot"], title=data.get("title", "")
+        )
+        return Response(SessionOutputSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class SessionDetailApi(APIView):
+    @extend_schema(responses=SessionOutputSerializer)
+    def get(self, request: Request, session_id: int) -> Response:
+        session = selectors.session_get_for_user(user=request.user, session_id=session_id)
+        return Response(SessionOutputSerializer(session).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, session_id: int) -> Response:
+        services.session_delete(user=request.user, session_id=session_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SessionMessagesApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("after_seq", int, required=False)],
+        responses=MessageOutputSerializer(many=True),
+    )
+    def get(self, request: Request, session_id: int) -> Response:
+        session = selectors.session_get_for_user(user=request.user, session_id=session_id)
+        raw = request.query_params.get("after_seq")
+        after_seq = None
+        if raw not in (None, ""):
+            try:
+                after_seq = int(raw)
+            except ValueError:
+                raise errors.ValidationFailed(
+                    details={"after_seq": ["A whole number is required."]}
+                ) from None
+        messages = selectors.message_list(session=session, after_seq=after_seq)
+        return Response(MessageOutputSerializer(messages, many=True).data)
+
+    @extend_schema(
+        request=MessageInputSerializer,
+        responses={201: SendOutputSerializer, 202: SendOutputSerializer},
+    )
+    def post(self, request: Request, session_id: int) -> Response:
+        # Access first: another user's session is not_found even when the body is bad.
+        selectors.session_get_for_user(user=request.user, session_id=session_id)
+        data = _valid(MessageInputSerializer, request.data)
+        result = services.session_message_send(
+            user=request.user,
+            session_id=session_id,
+            content=data["content"],
+            client_id=data.get("client_id"),
+        )
+        reply = result.assistant_message
+        if data["wait"] and reply is not None and not reply.is_finished:
+            reply = services.message_wait_finished(
+                message_id=reply.pk, timeout=settings.CHAT_WAIT_TIMEOUT_SECONDS
+            )
+        body = {
+            "user_message": MessageOutputSerializer(result.user_message).data,
+            "assistant_message": MessageOutputSerializer(reply).data if reply else None,
+        }
+        if reply is not None and reply.status == Message.Status.FAILED and data["wait"]:
+            exc_class = {
+                "context_too_large": errors.ContextTooLarge,
+                "model_unavailable": errors.ModelUnavailable,
+            }.get(reply.error_code, errors.ModelUnavailable)
+            return error_response(exc_class.code, reply.error_message, body, exc_class.http_status)
+        finished = reply is None or reply.is_finished
+        code = status.HTTP_201_CREATED if data["wait"] and finished else status.HTTP_202_ACCEPTED
+        return Response(body, status=code)
+
+
+class MessagePinApi(APIView):
+    pinned = True
+
+    @extend_schema(request=None, responses=MessageOutputSerializer)
+    def post(self, request: Request, message_id: int) -> Response:
+        message = services.message_pin_set(
+            user=request.user, message_id=message_id, pinned=self.pinned
+        )
+        return Response(MessageOutputSerializer(message).data)
+
+
+class MessageUnpinApi(MessagePinApi):
+    pinned = False

@@ -1,0 +1,105 @@
+"""Websocket adapter (CONTRACT §12): authenticate, authorise through a selector, validate frames,
+call the same services as the REST API, relay the session group's frames."""
+
+import asyncio
+import json
+from typing import Any
+
+import structlog
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import close_old_connections
+
+from bots import realtime, selectors, services
+from chat_platform.errors import NotFound, PlatformError, ValidationFailed
+
+log = structlog.get_logger(__name__)
+
+CLOSE_NOT_AUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+
+
+def _send_in_thread(**kwargs: Any) -> Any:
+    # Runs off the consumer's thread: in embedded mode the turn runs eagerly inside this call,
+    # and the socket must keep relaying its deltas (and accept generation.stop) meanwhile.
+    close_old_connections()
+    try:
+        return services.session_message_send(**kwargs)
+    finally:
+        close_old_connections()
+
+
+class SessionConsumer(AsyncWebsocketConsumer):
+    session_id: int
+    group: str
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+            return
+        try:
+            session = await database_sync_to_async(selectors.session_get_for_user)(
+                user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
+            )
+        except NotFound:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.session_id = session.pk
+        self.group = realtime.session_group(session.pk)
+        self.pending: set[asyncio.Task] = set()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            frame = json.loads(text_data if text_data is not None else bytes_data or b"")
+        except (TypeError, ValueError):
+            await self._send_error(ValidationFailed("The frame is not valid JSON."))
+            return
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            await self._send_error(ValidationFailed("A frame is a JSON object with a 'type'."))
+            return
+        kind = frame["type"]
+        if kind == "message.send":
+            task = asyncio.create_task(self._message_send(frame))
+            self.pending.add(task)
+            task.add_done_callback(self.pending.discard)
+        elif kind == "generation.stop":
+            await self._call(services.generation_stop, session_id=self.session_id)
+        else:
+            await self._send_error(
+                ValidationFailed(f"Unknown frame type {kind!r}.", details={"type": kind})
+            )
+
+    async def _message_send(self, frame: dict) -> None:
+        try:
+            await sync_to_async(_send_in_thread, thread_sensitive=False)(
+                user=self.scope["user"],
+                session_id=self.session_id,
+                content=frame.get("content"),
+                client_id=frame.get("client_id"),
+            )
+        except PlatformError as exc:
+            await self._send_error(exc)
+        except Exception:
+            log.exception("ws_send_failed", session_id=self.session_id)
+            await self._send_error(PlatformError("The message could not be sent."))
+
+    async def _call(self, func: Any, **kwargs: Any) -> Any:
+        try:
+            return await database_sync_to_async(func)(user=self.scope["user"], **kwargs)
+        except PlatformError as exc:
+            await self._send_error(exc)
+            return None
+
+    async def _send_error(self, exc: PlatformError) -> None:
+        await self.send(text_data=json.dumps({"type": "error", "error": exc.as_dict()}))
+
+    async def chat_frame(self, event: dict) -> None:
+        await self.send(text_data=json.dumps(event["frame"]))

@@ -1,0 +1,175 @@
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+DEFAULT_MODEL = "builtin/recall"
+
+env_var_name_validator = RegexValidator(
+    r"^[A-Za-z_][A-Za-z0-9_]{0,127}$",
+    "Must be the name of an environment variable (letters, digits, underscore), not a key.",
+)
+
+
+class Bot(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bots")
+    name = models.CharField(max_length=120)
+    system_prompt = models.TextField(blank=True, default="")
+    model = models.CharField(max_length=200, default=DEFAULT_MODEL)
+    api_base = models.URLField(max_length=500, blank=True, default="")
+    api_key_env = models.CharField(
+        max_length=128, blank=True, default="", validators=[env_var_name_validator]
+    )
+    temperature = models.FloatField(
+        default=0.7, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
+    )
+    max_output_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
+    context_window = models.PositiveIntegerField(
+        default=0, help_text="0 = the model's max input tokens, else CONTEXT_ABSOLUTE_CAP_TOKENS."
+    )
+    is_shared = models.BooleanField(default=False)
+
+    compaction_enabled = models.BooleanField(default=True)
+    compaction_threshold = models.PositiveIntegerField(
+        default=0, help_text="Soft trigger in tokens; 0 = 50 % of the budget."
+    )
+    compaction_kept_percent = models.PositiveSmallIntegerField(
+        default=40, validators=[MinValueValidator(1), MaxValueValidator(99)]
+    )
+    compaction_model = models.CharField(max_length=200, blank=True, default="")
+    compaction_fallback_extractive = models.BooleanField(default=True)
+
+    memory_index_size = models.PositiveSmallIntegerField(
+        default=50, validators=[MaxValueValidator(200)]
+    )
+    recall_enabled = models.BooleanField(default=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(temperature__gte=0) & Q(temperature__lte=2), name="bot_temperature_0_2"
+            ),
+            models.CheckConstraint(condition=Q(max_output_tokens__gte=1), name="bot_max_output_ge_1"),
+            models.CheckConstraint(
+                condition=Q(compaction_kept_percent__gte=1) & Q(compaction_kept_percent__lte=99),
+                name="bot_kept_percent_1_99",
+            ),
+            models.CheckConstraint(
+                condition=Q(memory_index_size__lte=200), name="bot_memory_index_size_le_200"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ChatSession(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="sessions")
+    title = models.CharField(max_length=200, blank=True, default="")
+    # Highest seq handed out; bumped with a conditional UPDATE so seqs are gap-free under concurrency.
+    last_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        indexes = [models.Index(fields=["user", "bot", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.pk}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    class Kind(models.TextChoices):
+        CHAT = "chat"
+        COMMAND = "command"
+        NOTICE = "notice"
+        TOOL = "tool"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        STREAMING = "streaming"
+        COMPLETE = "complete"
+        FAILED = "failed"
+        INTERRUPTED = "interrupted"
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CHAT)
+    content = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    token_count = models.PositiveIntegerField(default=0)
+    pinned = models.BooleanField(default=False)
+    client_id = models.CharField(max_length=100, null=True, blank=True)
+    # Tool protocol: an assistant message that called tools carries tool_calls (OpenAI shape);
+    # a tool result carries the id of the call it answers.
+    tool_calls = models.JSONField(default=list, blank=True)
+    tool_call_id = models.CharField(max_length=100, blank=True, default="")
+    tool_name = models.CharField(max_length=100, blank=True, default="")
+    # The reply a user message asked for, so a repeated client_id returns both halves.
+    reply_to = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reply"
+    )
+    model = models.CharField(max_length=200, blank=True, default="")
+    finish_reason = models.CharField(max_length=32, blank=True, default="")
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    stop_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq_unique"),
+            models.UniqueConstraint(
+                fields=["session", "client_id"],
+                condition=Q(client_id__isnull=False),
+                name="message_session_client_id_unique",
+            ),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="message_seq_ge_1"),
+            models.CheckConstraint(
+                condition=Q(role__in=["system", "user", "assistant", "tool"]),
+                name="message_role_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=["chat", "command", "notice", "tool"]),
+                name="message_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "streaming", "complete", "failed", "interrupted"]),
+                name="message_status_valid",
+            ),
+        ]
+        indexes = [
+            # Admission walks the newest messages of a session by seq, reading only counts.
+            models.Index(fields=["session", "-seq"], name="message_session_seq_desc"),
+            models.Index(
+                fields=["status", "updated_at"],
+                condition=Q(status__in=["pending", "streaming"]),
+                name="message_unfinished",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.role}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status not in (self.Status.PENDING, self.Status.STREAMING)

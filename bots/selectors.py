@@ -1,0 +1,87 @@
+"""Reads, and the access chokepoints: user-visible objects are fetched only through here.
+
+Every ``*_get_for_user`` raises the same ``NotFound`` whether the object does not exist or
+belongs to someone else, so the API never reveals what exists.
+"""
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Q, QuerySet
+
+from bots.models import Bot, ChatSession, Message
+from chat_platform.errors import NotFound, PermissionDenied
+
+
+def _as_id(value: object) -> int:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        raise NotFound() from None
+    if number < 1:
+        raise NotFound()
+    return number
+
+
+def bot_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Bot]:
+    return Bot.objects.filter(Q(owner=user) | Q(is_shared=True)).select_related("owner")
+
+
+def bot_get_for_user(*, user: AbstractBaseUser, bot_id: object) -> Bot:
+    bot = bot_list_for_user(user=user).filter(pk=_as_id(bot_id)).first()
+    if bot is None:
+        raise NotFound("Bot not found.")
+    return bot
+
+
+def bot_can_edit(*, user: AbstractBaseUser, bot: Bot) -> bool:
+    return bot.owner_id == user.pk or bool(getattr(user, "is_staff", False))
+
+
+def bot_get_for_edit(*, user: AbstractBaseUser, bot_id: object) -> Bot:
+    bot = bot_get_for_user(user=user, bot_id=bot_id)
+    if not bot_can_edit(user=user, bot=bot):
+        raise PermissionDenied("Only the bot's owner or staff can change it.")
+    return bot
+
+
+def session_list_for_user(
+    *, user: AbstractBaseUser, bot_id: object | None = None
+) -> QuerySet[ChatSession]:
+    sessions = ChatSession.objects.filter(user=user).select_related("bot")
+    if bot_id not in (None, ""):
+        try:
+            sessions = sessions.filter(bot_id=_as_id(bot_id))
+        except NotFound:
+            return sessions.none()
+    return sessions
+
+
+def session_get_for_user(*, user: AbstractBaseUser, session_id: object) -> ChatSession:
+    session = (
+        ChatSession.objects.select_related("bot").filter(pk=_as_id(session_id), user=user).first()
+    )
+    if session is None:
+        raise NotFound("Session not found.")
+    return session
+
+
+def message_list(*, session: ChatSession, after_seq: int | None = None) -> QuerySet[Message]:
+    messages = Message.objects.filter(session=session)
+    if after_seq is not None:
+        messages = messages.filter(seq__gt=after_seq)
+    return messages.order_by("seq")
+
+
+def message_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Message:
+    message = (
+        Message.objects.select_related("session")
+        .filter(pk=_as_id(message_id), session__user=user)
+        .first()
+    )
+    if message is None:
+        raise NotFound("Message not found.")
+    return message
+
+
+def message_pair_for_user_message(*, user_message: Message) -> tuple[Message, Message | None]:
+    reply = Message.objects.filter(reply_to=user_message).first()
+    return user_message, reply

@@ -1,0 +1,273 @@
+"""Writes for bots, sessions and messages. Validate (check_*), then do (do_*), then notify.
+
+The chat turn itself lives in ``bots.turn``; this module writes the user's message and the pending
+reply and schedules the turn once the transaction commits.
+"""
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from bots import realtime
+from bots.models import Bot, ChatSession, Message
+from bots.selectors import (
+    bot_get_for_edit,
+    bot_get_for_user,
+    message_get_for_user,
+    session_get_for_user,
+)
+from chat_platform.errors import PayloadTooLarge, ValidationFailed
+from chat_platform.llm.tokens import count_message_tokens
+
+log = structlog.get_logger(__name__)
+
+BOT_FIELDS = (
+    "name",
+    "system_prompt",
+    "model",
+    "api_base",
+    "api_key_env",
+    "temperature",
+    "max_output_tokens",
+    "context_window",
+    "is_shared",
+    "compaction_enabled",
+    "compaction_threshold",
+    "compaction_kept_percent",
+    "compaction_model",
+    "compaction_fallback_extractive",
+    "memory_index_size",
+    "recall_enabled",
+)
+
+
+def _full_clean(instance: Any, **kwargs: Any) -> None:
+    try:
+        instance.full_clean(**kwargs)
+    except DjangoValidationError as exc:
+        raise ValidationFailed(details=exc.message_dict) from None
+
+
+# --- bots -------------------------------------------------------------------------------------
+
+
+def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
+    unknown = set(fields) - set(BOT_FIELDS)
+    if unknown:
+        raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
+    bot = Bot(owner=owner, **fields)
+    _full_clean(bot, exclude=["owner"])
+    bot.save()
+    log.info("bot_created", bot_id=bot.pk, owner_id=owner.pk, model=bot.model)
+    return bot
+
+
+def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
+    unknown = set(fields) - set(BOT_FIELDS)
+    if unknown:
+        raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
+    bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    for name, value in fields.items():
+        setattr(bot, name, value)
+    _full_clean(bot, exclude=["owner"])
+    bot.save(update_fields=[*fields, "updated_at"])
+    return bot
+
+
+def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
+    bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    bot.delete()
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def session_create(*, user: AbstractBaseUser, bot_id: object, title: str = "") -> ChatSession:
+    bot = bot_get_for_user(user=user, bot_id=bot_id)
+    session = ChatSession(user=user, bot=bot, title=title or "")
+    _full_clean(session, exclude=["user", "bot"])
+    session.save()
+    return session
+
+
+def session_delete(*, user: AbstractBaseUser, session_id: object) -> None:
+    """Delete a session with everything that hangs off it (messages, summaries, records…)."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    session.delete()
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SendResult:
+    user_message: Message
+    assistant_message: Message | None
+    created: bool
+
+
+def check_message_content(*, content: object, client_id: object = None) -> tuple[str, str | None]:
+    if not isinstance(content, str):
+        raise ValidationFailed(details={"content": ["This field is required and must be text."]})
+    if len(content.encode("utf-8")) > settings.MESSAGE_MAX_BYTES:
+        raise PayloadTooLarge(details={"max_bytes": settings.MESSAGE_MAX_BYTES})
+    if not content.strip():
+        raise ValidationFailed(details={"content": ["This field may not be blank."]})
+    if client_id is not None and client_id != "":
+        if not isinstance(client_id, str) or len(client_id) > 100:
+            raise ValidationFailed(details={"client_id": ["Must be a string of ≤ 100 chars."]})
+        return content, client_id
+    return content, None
+
+
+def _allocate_seqs(*, session_id: int, count: int) -> int:
+    """Reserve ``count`` consecutive seqs; the UPDATE's row lock serialises concurrent senders."""
+    ChatSession.objects.filter(pk=session_id).update(
+        last_seq=F("last_seq") + count, updated_at=timezone.now()
+    )
+    last = ChatSession.objects.filter(pk=session_id).values_list("last_seq", flat=True).get()
+    return last - count + 1
+
+
+def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None:
+    user_message = Message.objects.filter(session=session, client_id=client_id).first()
+    if user_message is None:
+        return None
+    reply = Message.objects.filter(reply_to=user_message).first()
+    return SendResult(user_message=user_message, assistant_message=reply, created=False)
+
+
+def do_message_pair_create(
+    *, session: ChatSession, content: str, client_id: str | None
+) -> SendResult:
+    """Write the user message and its pending reply in one transaction (seqs n, n+1)."""
+    model = session.bot.model
+    with transaction.atomic():
+        first_seq = _allocate_seqs(session_id=session.pk, count=2)
+        if client_id:
+            existing = _existing_send(session=session, client_id=client_id)
+            if existing is not None:
+                transaction.set_rollback(True)  # give the two seqs back: seqs stay gap-free
+                return existing
+        user_message = Message.objects.create(
+            session=session,
+            seq=first_seq,
+            role=Message.Role.USER,
+            kind=Message.Kind.CHAT,
+            content=content,
+            status=Message.Status.COMPLETE,
+            token_count=count_message_tokens(content, model=model),
+            client_id=client_id,
+        )
+        reply = Message.objects.create(
+            session=session,
+            seq=first_seq + 1,
+            role=Message.Role.ASSISTANT,
+            kind=Message.Kind.CHAT,
+            status=Message.Status.PENDING,
+            reply_to=user_message,
+            model=model,
+        )
+    return SendResult(user_message=user_message, assistant_message=reply, created=True)
+
+
+def session_message_send(
+    *, user: AbstractBaseUser, session_id: object, content: object, client_id: object = None
+) -> SendResult:
+    """Send a user message: write it and a pending reply, then run the turn after commit.
+
+    The same ``client_id`` twice returns the first result and writes nothing.
+    """
+    from bots.tasks import turn_run  # tasks are interfaces; imported late to keep layers one-way
+
+    session = session_get_for_user(user=user, session_id=session_id)
+    text, cid = check_message_content(content=content, client_id=client_id)
+    with transaction.atomic():
+        try:
+            result = do_message_pair_create(session=session, content=text, client_id=cid)
+        except IntegrityError:
+            # A concurrent request with the same client_id won the race.
+            existing = _existing_send(session=session, client_id=cid) if cid else None
+            if existing is None:
+                raise
+            return existing
+        if result.created:
+            reply = result.assistant_message
+            assert reply is not None
+            transaction.on_commit(partial(realtime.notify_message_created, result.user_message))
+            transaction.on_commit(partial(realtime.notify_message_created, reply))
+            transaction.on_commit(partial(turn_run.delay, reply.pk))
+    log.info(
+        "message_sent",
+        session_id=session.pk,
+        message_id=result.user_message.pk,
+        created=result.created,
+    )
+    return result
+
+
+def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:
+    message = message_get_for_user(user=user, message_id=message_id)
+    if message.pinned != pinned:
+        Message.objects.filter(pk=message.pk).update(pinned=pinned, updated_at=timezone.now())
+        message.refresh_from_db()
+    return message
+
+
+def generation_stop(*, user: AbstractBaseUser, session_id: object) -> int:
+    """Ask the session's running replies to stop; the turn keeps the partial text."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    return Message.objects.filter(
+        session=session,
+        role=Message.Role.ASSISTANT,
+        status__in=[Message.Status.PENDING, Message.Status.STREAMING],
+    ).update(stop_requested=True)
+
+
+def message_wait_finished(*, message_id: int, timeout: float, poll: float = 0.1) -> Message:
+    """Block until a reply leaves pending/streaming (or the timeout passes); return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        message = Message.objects.get(pk=message_id)
+        if message.is_finished or time.monotonic() >= deadline:
+            return message
+        time.sleep(poll)
+
+
+def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
+    """Mark replies stuck in pending/streaming (a worker died) as interrupted, keeping text."""
+    age = settings.CHAT_ORPHAN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
+    cutoff = timezone.now() - timedelta(seconds=age)
+    stuck = list(
+        Message.objects.filter(
+            status__in=[Message.Status.PENDING, Message.Status.STREAMING], updated_at__lt=cutoff
+        ).values_list("pk", flat=True)
+    )
+    swept = 0
+    for message_id in stuck:
+        swept += Message.objects.filter(
+            pk=message_id,
+            status__in=[Message.Status.PENDING, Message.Status.STREAMING],
+            updated_at__lt=cutoff,
+        ).update(
+            status=Message.Status.INTERRUPTED,
+            error_code="interrupted",
+            error_message="The reply was interrupted before it finished.",
+            updated_at=timezone.now(),
+        )
+        message = Message.objects.get(pk=message_id)
+        if message.status == Message.Status.INTERRUPTED:
+            realtime.notify_message_completed(message)
+    if swept:
+        log.info("orphans_swept", count=swept)
+    return swept

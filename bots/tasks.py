@@ -1,0 +1,15 @@
+"""Celery tasks: thin interfaces (ids in, one service call, safe to run twice)."""
+
+from celery import shared_task
+
+from bots import services, turn
+
+
+@shared_task(name="bots.tasks.turn_run", ignore_result=True)
+def turn_run(message_id: int) -> None:
+    turn.turn_run(message_id=message_id)
+
+
+@shared_task(name="bots.tasks.sweep_orphans", ignore_result=True)
+def sweep_orphans() -> int:
+    return services.messages_sweep_orphans()

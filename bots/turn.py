@@ -1,0 +1,175 @@
+"""The chat turn: context -> model -> stream -> persist. Runs inside the ``chat`` Celery task.
+
+Safe to run twice: the reply is claimed with a conditional ``pending -> streaming`` update, and the
+final text is written with a conditional ``streaming -> complete|failed`` update, so a redelivered
+task or a racing sweep never overwrites a finished reply.
+"""
+
+import time
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.utils import timezone
+
+from bots import realtime
+from bots.models import Bot, Message
+from chat_platform.errors import ModelUnavailable, PlatformError
+from chat_platform.llm import gateway
+from chat_platform.llm.tokens import count_message_tokens
+from compaction.pipeline import context_build
+
+log = structlog.get_logger(__name__)
+
+# How often a streaming turn looks at the database for a user's stop request.
+STOP_CHECK_SECONDS = 0.3
+
+
+def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
+    return gateway.ModelConfig(
+        model=model or bot.model,
+        api_base=bot.api_base,
+        api_key_env=bot.api_key_env,
+        temperature=bot.temperature,
+        max_output_tokens=bot.max_output_tokens,
+    )
+
+
+class DeltaBatcher:
+    """Collects deltas and sends them to the session group at most every flush interval."""
+
+    def __init__(self, reply: Message) -> None:
+        self.reply = reply
+        self.buffer: list[str] = []
+        self.last_flush = time.monotonic()
+        self.interval = settings.CHAT_STREAM_FLUSH_SECONDS
+
+    def add(self, delta: str) -> None:
+        self.buffer.append(delta)
+        if time.monotonic() - self.last_flush >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer:
+            realtime.notify_message_delta(self.reply, "".join(self.buffer))
+            self.buffer.clear()
+        self.last_flush = time.monotonic()
+
+
+def _stop_requested(message_id: int) -> bool:
+    return bool(
+        Message.objects.filter(pk=message_id).values_list("stop_requested", flat=True).first()
+    )
+
+
+def _finish(reply: Message, **fields: Any) -> Message | None:
+    """Conditional ``streaming -> final`` write; returns the fresh row, or None if we lost it."""
+    updated = Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING).update(
+        updated_at=timezone.now(), **fields
+    )
+    if not updated:
+        log.warning("turn_finish_lost", message_id=reply.pk)
+        return None
+    return Message.objects.get(pk=reply.pk)
+
+
+def _fail(reply: Message, error: PlatformError, *, partial_text: str = "") -> None:
+    message = _finish(
+        reply,
+        status=Message.Status.FAILED,
+        content=partial_text,
+        token_count=count_message_tokens(partial_text, model=reply.model) if partial_text else 0,
+        error_code=error.code,
+        error_message=error.message,
+        finish_reason="error",
+    )
+    log.warning("turn_failed", message_id=reply.pk, session_id=reply.session_id, code=error.code)
+    if message is not None:
+        realtime.notify_message_failed(message)
+
+
+def turn_run(*, message_id: int) -> None:
+    reply = Message.objects.select_related("session__bot").filter(pk=message_id).first()
+    if reply is None or reply.status != Message.Status.PENDING:
+        log.info("turn_skipped", message_id=message_id, status=reply and reply.status)
+        return
+    claimed = Message.objects.filter(pk=message_id, status=Message.Status.PENDING).update(
+        status=Message.Status.STREAMING, updated_at=timezone.now()
+    )
+    if not claimed:
+        return
+    reply.status = Message.Status.STREAMING
+    session = reply.session
+    bot = session.bot
+    started = time.monotonic()
+
+    if reply.stop_requested:
+        message = _finish(
+            reply, status=Message.Status.COMPLETE, finish_reason="stopped", content=""
+        )
+        if message is not None:
+            realtime.notify_message_completed(message)
+        return
+
+    try:
+        context = context_build(session=session, reply=reply)
+    except PlatformError as exc:
+        _fail(reply, exc)
+        return
+
+    parts: list[str] = []
+    batcher = DeltaBatcher(reply)
+    stopped = False
+    try:
+        stream = gateway.stream(bot_model_config(bot), context.messages)
+        last_stop_check = time.monotonic()
+        for delta in stream:
+            parts.append(delta)
+            batcher.add(delta)
+            if time.monotonic() - last_stop_check >= STOP_CHECK_SECONDS:
+                last_stop_check = time.monotonic()
+                if _stop_requested(reply.pk):
+                    stopped = True
+                    stream.close()
+                    break
+        batcher.flush()
+    except gateway.ModelUnavailable as exc:
+        batcher.flush()
+        _fail(reply, ModelUnavailable(f"The model did not answer: {exc}"), partial_text="".join(parts))
+        return
+    except Exception:
+        batcher.flush()
+        log.exception("turn_crashed", message_id=reply.pk)
+        _fail(
+            reply,
+            ModelUnavailable("The reply failed unexpectedly."),
+            partial_text="".join(parts),
+        )
+        return
+
+    text = "".join(parts)
+    completion = stream.completion
+    fields: dict[str, Any] = {
+        "status": Message.Status.COMPLETE,
+        "content": text,
+        "token_count": count_message_tokens(text, model=bot.model),
+        "finish_reason": "stopped" if stopped else (completion.finish_reason if completion else ""),
+        "model": bot.model,
+    }
+    if completion is not None:
+        fields["prompt_tokens"] = completion.prompt_tokens
+        fields["completion_tokens"] = completion.completion_tokens
+    message = _finish(reply, **fields)
+    log.info(
+        "turn_completed",
+        message_id=reply.pk,
+        session_id=session.pk,
+        bot_id=bot.pk,
+        model=bot.model,
+        finish_reason=fields["finish_reason"],
+        context_tokens=context.tokens,
+        reply_tokens=fields["token_count"],
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    if message is not None:
+        realtime.notify_message_completed(message)

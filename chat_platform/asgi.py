@@ -1,0 +1,24 @@
+"""ASGI entry point: HTTP through Django, websockets through Channels."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
+# Django must be set up before anything imports models (routing -> consumers -> services).
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from bots.routing import websocket_urlpatterns  # noqa: E402
+from chat_platform.realtime_auth import TokenOrSessionAuthMiddleware  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

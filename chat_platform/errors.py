@@ -1,0 +1,69 @@
+"""Domain errors with the stable codes of CONTRACT §11.
+
+Services raise these; the REST exception handler and the websocket consumer turn them into the
+same ``{"error": {"code", "message", "details"}}`` shape.
+"""
+
+from typing import Any
+
+
+class PlatformError(Exception):
+    code = "error"
+    http_status = 400
+    default_message = "Something went wrong."
+
+    def __init__(self, message: str | None = None, *, details: Any = None) -> None:
+        self.message = message or self.default_message
+        self.details = details if details is not None else {}
+        super().__init__(self.message)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class ValidationFailed(PlatformError):
+    code = "validation_error"
+    http_status = 400
+    default_message = "The request is not valid."
+
+
+class NotAuthenticated(PlatformError):
+    code = "not_authenticated"
+    http_status = 401
+    default_message = "Authentication credentials were not provided or are invalid."
+
+
+class PermissionDenied(PlatformError):
+    code = "permission_denied"
+    http_status = 403
+    default_message = "Only the owner or staff can change this."
+
+
+class NotFound(PlatformError):
+    code = "not_found"
+    http_status = 404
+    default_message = "Not found."
+
+
+class PayloadTooLarge(PlatformError):
+    code = "payload_too_large"
+    http_status = 413
+    default_message = "The message is larger than 1 MB."
+
+
+class ContextTooLarge(PlatformError):
+    code = "context_too_large"
+    http_status = 422
+    default_message = "The message does not fit in the bot's context budget."
+
+
+class ModelUnavailable(PlatformError):
+    code = "model_unavailable"
+    http_status = 502
+    default_message = "The model provider did not answer."
+
+
+class CompactionBusy(PlatformError):
+    code = "compaction_busy"
+    http_status = 409
+    default_message = "Another compaction of this session did not finish in time."

@@ -1,0 +1,188 @@
+"""Settings, read once from the environment (django-environ).
+
+Embedded mode (``REDIS_URL`` unset): SQLite by default, Celery tasks run in-process, in-memory
+channel layer, in-process single-flight lock. Real mode (``REDIS_URL`` set): Celery broker and
+channel layer on Redis, a separate worker. Nothing else switches the two.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is false")
+    SECRET_KEY = "insecure-development-key-only-used-with-debug"  # noqa: S105
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+REDIS_URL = env.str("REDIS_URL", default="")
+EMBEDDED = not REDIS_URL
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "bots",
+    "compaction",
+    "memory",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chat_platform.urls"
+ASGI_APPLICATION = "chat_platform.asgi.application"
+WSGI_APPLICATION = "chat_platform.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + immediate transactions: the chat turn writes from a second thread in embedded mode.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=0))
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat"
+LOGOUT_REDIRECT_URL = "login"
+
+# Content over 1 MB is refused with payload_too_large by the service; the request itself may be a
+# little larger than that (JSON escaping), so Django's own cap sits above it.
+MESSAGE_MAX_BYTES = 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "chat_platform.api.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": None,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "chat-platform API",
+    "DESCRIPTION": "Bots, sessions, messages, compaction and memory.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI assets are served from this server, never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or None
+CELERY_TASK_ALWAYS_EAGER = EMBEDDED
+CELERY_TASK_EAGER_PROPAGATES = False
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_ROUTES = {
+    "bots.tasks.*": {"queue": "chat"},
+    "compaction.tasks.*": {"queue": "compaction"},
+}
+CELERY_TASK_DEFAULT_QUEUE = "chat"
+CELERY_BEAT_SCHEDULE = {
+    "sweep-orphans": {"task": "bots.tasks.sweep_orphans", "schedule": 60.0},
+}
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- Channels ---------------------------------------------------------------------------------
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Models and context ---------------------------------------------------------------------
+CONTEXT_ABSOLUTE_CAP_TOKENS = env.int("CONTEXT_ABSOLUTE_CAP_TOKENS", default=200_000)
+if CONTEXT_ABSOLUTE_CAP_TOKENS < 1:
+    raise ImproperlyConfigured("CONTEXT_ABSOLUTE_CAP_TOKENS must be a positive integer")
+LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=120.0)
+LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
+LLM_RETRY_BACKOFF_SECONDS = env.float("LLM_RETRY_BACKOFF_SECONDS", default=1.0)
+# Deltas are sent to the channel layer in small batches, at most this often.
+CHAT_STREAM_FLUSH_SECONDS = env.float("CHAT_STREAM_FLUSH_SECONDS", default=0.05)
+# Turns stuck in pending/streaming for longer than this are marked interrupted by the sweep.
+CHAT_ORPHAN_AFTER_SECONDS = env.int("CHAT_ORPHAN_AFTER_SECONDS", default=600)
+# How long POST .../messages/ with wait=true waits for the reply.
+CHAT_WAIT_TIMEOUT_SECONDS = env.float("CHAT_WAIT_TIMEOUT_SECONDS", default=120.0)
+
+# --- Logging ----------------------------------------------------------------------------------
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_JSON = env.bool("LOG_JSON", default=not EMBEDDED)
+from chat_platform.logging import configure_logging  # noqa: E402
+
+LOGGING_CONFIG = None
+configure_logging(level=LOG_LEVEL, json=LOG_JSON)

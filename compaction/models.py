@@ -1,0 +1,1 @@
+# Summary and CompactionEvent arrive with the compaction engine (CONTRACT §8).

@@ -1,0 +1,1 @@
+# MemoryRecord and RecallEvent arrive with memory and recall (CONTRACT §10).

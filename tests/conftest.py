@@ -1,0 +1,83 @@
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from chat_platform.celery_app import app as celery_app
+from tests.factories import BotFactory, SessionFactory, UserFactory
+
+pytest_plugins = ["tests.fakeopenai"]
+
+
+@pytest.fixture
+def eager_tasks():
+    """Run Celery tasks in-process for this test (tests say so explicitly)."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def owner(db):
+    return UserFactory(username="owner")
+
+
+@pytest.fixture
+def other_user(db):
+    return UserFactory(username="other")
+
+
+@pytest.fixture
+def staff(db):
+    return UserFactory(username="staff", is_staff=True)
+
+
+def _client_for(user) -> APIClient:
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.token = token.key
+    return client
+
+
+@pytest.fixture
+def owner_client(owner):
+    return _client_for(owner)
+
+
+@pytest.fixture
+def other_client(other_user):
+    return _client_for(other_user)
+
+
+@pytest.fixture
+def staff_client(staff):
+    return _client_for(staff)
+
+
+@pytest.fixture
+def bot(owner):
+    return BotFactory(owner=owner)
+
+
+@pytest.fixture
+def chat_session(owner, bot):
+    return SessionFactory(user=owner, bot=bot)
+
+
+FAKE_KEY_ENV = "CHAT_PLATFORM_TEST_FAKE_KEY"
+FAKE_KEY = "sk-test-fake-key"
+
+
+@pytest.fixture
+def fake_bot(owner, fake_openai, monkeypatch):
+    """A bot that talks to the local fake OpenAI-compatible server through litellm."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    return BotFactory(
+        owner=owner, model="openai/fake-model", api_base=fake_openai.url, api_key_env=FAKE_KEY_ENV
+    )
+
+
+@pytest.fixture
+def fake_session(owner, fake_bot):
+    return SessionFactory(user=owner, bot=fake_bot)

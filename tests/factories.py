@@ -1,0 +1,48 @@
+import factory
+from django.contrib.auth import get_user_model
+
+from bots.models import Bot, ChatSession, Message
+from chat_platform.llm.tokens import count_message_tokens
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.PostGenerationMethodCall("set_password", "pw-123456")
+
+    @factory.post_generation
+    def _save(obj, create, extracted, **kwargs):  # noqa: N805
+        if create:
+            obj.save()
+
+
+class BotFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Bot
+
+    owner = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"Bot {n}")
+    system_prompt = "You are a test bot."
+    model = "builtin/recall"
+
+
+class SessionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ChatSession
+
+    user = factory.SubFactory(UserFactory)
+    bot = factory.SubFactory(BotFactory, owner=factory.SelfAttribute("..user"))
+    title = "test session"
+
+
+def message_add(session: ChatSession, *, role: str, content: str, **fields) -> Message:
+    """Append a finished message with the next seq (test data; production goes via services)."""
+    session.last_seq += 1
+    session.save(update_fields=["last_seq"])
+    fields.setdefault("token_count", count_message_tokens(content, model=session.bot.model))
+    return Message.objects.create(
+        session=session, seq=session.last_seq, role=role, content=content, **fields
+    )
