@@ -9,15 +9,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from bots.routing import websocket_urlpatterns  # noqa: E402
-from chat_platform.realtime_auth import TokenOrSessionAuthMiddleware  # noqa: E402
+from chat_platform.realtime_auth import (  # noqa: E402
+    TokenOrSessionAuthMiddleware,
+    origin_validated,
+)
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": origin_validated(
             TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))
         ),
     }

@@ -1,0 +1,246 @@
+"""``builtin/extractive``: a fact-preserving extractive summariser (deterministic, offline).
+
+Input (what the compaction engine sends; CONTRACT §8):
+
+* a ``system`` message with instructions (ignored, except a ``Focus: <text>`` line), and
+* a ``user`` message holding the transcript — optionally inside ``<transcript>…</transcript>``,
+  optionally preceded by instructions, optionally with a ``Focus: <text>`` line. Transcript lines
+  start with a speaker label (``user: …``, ``assistant: …``, ``[12] user: …``,
+  ``assistant (#13): …``, or a capitalised name such as ``Alice: …``); unlabelled lines continue
+  the previous speaker. A whole-line ``[…]`` header (e.g. ``[Summary of messages 1–40]``) starts
+  a section whose unlabelled lines stand alone (earlier summaries being fused). Text before the
+  first label or header is treated as instructions and not summarised.
+
+Output: the sentences that carry facts — numbers, dates, identifiers, names, decisions,
+preferences, requests, and the focus words — each turn's kept sentences on one line behind the
+turn's original speaker label, in original order. Within the output budget (``max_tokens``,
+default 4096) and strictly fewer tokens than the transcript, dropping the weakest (then oldest)
+sentences first. ``finish_reason`` is always ``stop``.
+"""
+
+import re
+from dataclasses import dataclass
+
+from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
+from chat_platform.llm.builtin.text import terms
+from chat_platform.llm.builtin.text import sentences as split_sentences
+from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+
+MODEL = "builtin/extractive"
+DEFAULT_MAX_TOKENS = 4096
+# Below this many tokens a summary says too little (the compaction gate wants >= 10), so the
+# newest fact-free sentences are added until it is reached.
+MIN_OUTPUT_TOKENS = 16
+
+_ROLE_LABEL = re.compile(
+    r"^\s*(?P<label>(?:\[[^\]\n]{1,40}\]\s*|#\d+\s+|\d+[.)]\s+)?"
+    r"(?:user|assistant|system|tool|human|ai|bot)"
+    r"(?:\s*[(\[][^)\]\n]{0,40}[)\]])*)\s*:(?:\s+|$)(?P<text>.*)$",
+    re.IGNORECASE,
+)
+_NAME_LABEL = re.compile(
+    r"^\s*(?P<label>[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2})\s*:\s+(?P<text>\S.*)$"
+)
+_SECTION = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
+_FOCUS = re.compile(r"^\s*focus\s*:\s*(?P<focus>.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_TRANSCRIPT = re.compile(r"<transcript>(?P<body>.*?)</transcript>", re.DOTALL | re.IGNORECASE)
+
+_MONTHS = (
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
+    "saturday sunday today tomorrow yesterday tonight weekend"
+)
+_DATE_WORD = re.compile(rf"\b(?:{'|'.join(_MONTHS.split())})\b", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+_IDENTIFIER = re.compile(
+    r"`[^`]+`|https?://\S+|\S+@\S+\.\w+|#\w+"
+    r"|\b(?=[\w.-]*[A-Za-z])(?=[\w.-]*\d)[\w.-]{2,}\b"  # letters and digits mixed: INV-2041, v2
+    r"|\b\w+_\w+\b"  # snake_case
+    r"|\b[a-z]+[A-Z]\w*\b"  # camelCase
+    r"|\b[A-Z]{2,}\b"  # acronyms, codes
+)
+_KEYWORDS = frozenset(
+    """
+    decide decided decides decision agreed agree agrees agreement prefer prefers preferred
+    preference always never must deadline due plan plans planned will want wants need needs
+    remember important require requires required requirement choose chose chosen confirm
+    confirmed approve approved favorite favourite like likes love loves hate hates dislike
+    dislikes allergic promise promised commit committed budget goal rule please should
+    won't don't cannot can't
+    """.split()
+)
+_WORD = re.compile(r"[\w'\u2019]+")
+_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z\u00c0-\u024f]+\b")
+
+
+@dataclass(frozen=True)
+class Turn:
+    label: str | None
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Sentence:
+    turn: int
+    position: int
+    text: str
+    score: int
+
+
+def _label_of(line: str) -> tuple[str, str] | None:
+    match = _ROLE_LABEL.match(line) or _NAME_LABEL.match(line)
+    if match is None:
+        return None
+    return match.group("label").strip(), match.group("text").strip()
+
+
+def parse_transcript(text: str) -> tuple[list[Turn], str]:
+    """(turns, the transcript proper) of ``text``; see the module docstring."""
+    lines = [line for line in text.splitlines() if not _FOCUS.match(line)]
+    starts = [i for i, line in enumerate(lines) if _label_of(line) or _SECTION.match(line)]
+    if starts:
+        lines = lines[starts[0] :]  # anything before the first label is instructions
+    body = "\n".join(lines)
+    turns: list[Turn] = []
+    current: Turn | None = None
+    in_section = False
+    for line in lines:
+        if not line.strip():
+            continue
+        if _SECTION.match(line):
+            current, in_section = None, True
+            continue
+        labelled = _label_of(line)
+        if labelled:
+            label, rest = labelled
+            current = Turn(label=label, lines=[rest] if rest else [])
+            turns.append(current)
+            continue
+        if current is not None and (current.label is not None or not in_section):
+            current.lines.append(line.strip())
+        else:
+            turns.append(Turn(label=None, lines=[line.strip()]))
+    return turns, body
+
+
+def _score(text: str, focus_terms: set[str]) -> int:
+    score = 0
+    if _DIGIT.search(text) or _DATE_WORD.search(text):
+        score += 2
+    if _IDENTIFIER.search(text):
+        score += 2
+    names = {m.group() for m in _CAPITALISED.finditer(text)} - {"I"}
+    score += min(2, len(names))
+    words = {w.lower().replace("\u2019", "'") for w in _WORD.findall(text)}
+    if words & _KEYWORDS:
+        score += 2
+    if focus_terms and focus_terms & set(terms(text)):
+        score += 3
+    return score
+
+
+def _render(turns: list[Turn], chosen: list[Sentence]) -> str:
+    by_turn: dict[int, list[Sentence]] = {}
+    for sentence in sorted(chosen, key=lambda s: s.position):
+        by_turn.setdefault(sentence.turn, []).append(sentence)
+    lines = []
+    for turn_index in sorted(by_turn):
+        body = " ".join(s.text for s in by_turn[turn_index])
+        label = turns[turn_index].label
+        lines.append(f"{label}: {body}" if label else body)
+    return "\n".join(lines)
+
+
+def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None) -> str:
+    """The extractive summary of ``transcript`` (see the module docstring)."""
+    turns, body = parse_transcript(transcript)
+    focus_terms = set(terms(focus))
+    sentences: list[Sentence] = []
+    for turn_index, turn in enumerate(turns):
+        for line in turn.lines:
+            for text in split_sentences(line):
+                sentences.append(
+                    Sentence(turn_index, len(sentences), text, _score(text, focus_terms))
+                )
+    limit = min(
+        max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
+        count_tokens(body, model=MODEL) - 1,
+    )
+    if limit <= 0 or not sentences:
+        return ""
+
+    def cost(sentence: Sentence, opened: set[int]) -> int:
+        tokens = count_tokens(" " + sentence.text, model=MODEL)
+        if sentence.turn not in opened:
+            label = turns[sentence.turn].label
+            tokens += 1 + (count_tokens(label + ":", model=MODEL) if label else 0)
+        return tokens
+
+    chosen: list[Sentence] = []
+    opened: set[int] = set()
+    used = 0
+
+    def take(candidates: list[Sentence], stop_at: int) -> None:
+        nonlocal used
+        for sentence in candidates:
+            if used >= stop_at:
+                return
+            needed = cost(sentence, opened)
+            if used + needed <= limit:
+                chosen.append(sentence)
+                opened.add(sentence.turn)
+                used += needed
+
+    # Strongest facts first; among equals the newer sentence wins (later statements supersede).
+    facts = sorted((s for s in sentences if s.score > 0), key=lambda s: (-s.score, -s.position))
+    take(facts, limit)
+    if used < MIN_OUTPUT_TOKENS:
+        rest = sorted((s for s in sentences if s.score == 0), key=lambda s: -s.position)
+        take(rest, MIN_OUTPUT_TOKENS)
+
+    if not chosen:  # not even one sentence fits: cut the best one down to the budget
+        best = min(sentences, key=lambda s: (-s.score, -s.position))
+        label = turns[best.turn].label
+        return truncate_to_tokens(f"{label}: {best.text}" if label else best.text, limit,
+                                  model=MODEL)
+
+    text = _render(turns, chosen)
+    # Per-piece costs are an estimate of the joined text's tokens; enforce the real bound by
+    # dropping the weakest kept sentence until it holds.
+    priority = {id(s): rank for rank, s in enumerate(chosen)}
+    while count_tokens(text, model=MODEL) > limit and len(chosen) > 1:
+        chosen.remove(max(chosen, key=lambda s: priority[id(s)]))
+        text = _render(turns, chosen)
+    if count_tokens(text, model=MODEL) > limit:
+        text = truncate_to_tokens(text, limit, model=MODEL)
+    return text
+
+
+def _source(messages: list[dict]) -> tuple[str, str]:
+    """(transcript, focus) from the messages."""
+    users = [m for m in messages if m.get("role") == "user"]
+    if users:
+        text = content_text(users[-1])
+    else:
+        text = "\n".join(content_text(m) for m in messages if m.get("role") != "system")
+    focus = " ".join(
+        match.group("focus")
+        for message in messages
+        if message.get("role") in ("system", "user")
+        for match in _FOCUS.finditer(content_text(message))
+    )
+    match = _TRANSCRIPT.search(text)
+    if match:
+        text = match.group("body")
+    return text, focus
+
+
+def respond(messages: list[dict], *, max_tokens: int | None = None) -> BuiltinResult:
+    transcript, focus = _source(messages)
+    text = summarise(transcript, focus=focus, max_tokens=max_tokens)
+    return BuiltinResult(
+        text=text,
+        finish_reason="stop",
+        prompt_tokens=prompt_tokens(messages, model=MODEL),
+        completion_tokens=count_tokens(text, model=MODEL),
+    )

@@ -1,0 +1,125 @@
+"""The built-in models as a litellm custom provider (``litellm.custom_provider_map``).
+
+``build_handler()`` is called once, from the gateway's lazy litellm import; litellm is imported
+inside it so that importing this module stays cheap. litellm calls the handler with keyword
+arguments only (see ``litellm.main._complete_custom_providers``), which is why the methods take
+``**kwargs`` instead of repeating litellm's long signatures.
+"""
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from chat_platform.llm.builtin import PROVIDER, BuiltinResult, UnknownBuiltinModel, generate
+from chat_platform.llm.builtin.text import stream_pieces
+
+
+def _run(kwargs: dict[str, Any]) -> BuiltinResult:
+    from litellm.llms.custom_llm import CustomLLMError
+
+    params = kwargs.get("optional_params") or {}
+    max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+    try:
+        return generate(
+            kwargs["model"],
+            kwargs["messages"],
+            tools=params.get("tools"),
+            tool_choice=params.get("tool_choice"),
+            max_tokens=int(max_tokens) if max_tokens else None,
+        )
+    except UnknownBuiltinModel as exc:
+        raise CustomLLMError(status_code=404, message=str(exc)) from exc
+
+
+def _usage(result: BuiltinResult) -> dict[str, int]:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
+
+
+def _fill(model_response: Any, result: BuiltinResult, model: str) -> Any:
+    from litellm.types.utils import (
+        ChatCompletionMessageToolCall,
+        Choices,
+        Function,
+        Message,
+        Usage,
+    )
+
+    tool_calls = [
+        ChatCompletionMessageToolCall(
+            id=call["id"],
+            type="function",
+            function=Function(
+                name=call["function"]["name"], arguments=call["function"]["arguments"]
+            ),
+        )
+        for call in result.tool_calls
+    ]
+    message = Message(
+        content=result.text if result.text or not tool_calls else None,
+        role="assistant",
+        tool_calls=tool_calls or None,
+    )
+    model_response.choices = [Choices(finish_reason=result.finish_reason, index=0, message=message)]
+    model_response.model = f"{PROVIDER}/{model}"
+    model_response.usage = Usage(**_usage(result))
+    return model_response
+
+
+def _chunks(result: BuiltinResult) -> Iterator[dict]:
+    """GenericStreamingChunk dicts: word-sized text pieces, then tool calls, then the finish."""
+    for piece in stream_pieces(result.text):
+        yield {
+            "text": piece,
+            "tool_use": None,
+            "is_finished": False,
+            "finish_reason": "",
+            "usage": None,
+            "index": 0,
+        }
+    for index, call in enumerate(result.tool_calls):
+        yield {
+            "text": "",
+            "tool_use": {
+                "id": call["id"],
+                "type": "function",
+                "function": dict(call["function"]),
+                "index": index,
+            },
+            "is_finished": False,
+            "finish_reason": "",
+            "usage": None,
+            "index": 0,
+        }
+    yield {
+        "text": "",
+        "tool_use": None,
+        "is_finished": True,
+        "finish_reason": result.finish_reason,
+        "usage": _usage(result),
+        "index": 0,
+    }
+
+
+def build_handler() -> Any:
+    from litellm import CustomLLM
+
+    class BuiltinLLM(CustomLLM):
+        """``builtin/recall`` and ``builtin/extractive``: offline, deterministic, instant."""
+
+        def completion(self, *args: Any, **kwargs: Any) -> Any:
+            return _fill(kwargs["model_response"], _run(kwargs), kwargs["model"])
+
+        def streaming(self, *args: Any, **kwargs: Any) -> Iterator[dict]:
+            return _chunks(_run(kwargs))
+
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            return self.completion(**kwargs)
+
+        async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict]:
+            for chunk in _chunks(_run(kwargs)):
+                yield chunk
+
+    return BuiltinLLM()

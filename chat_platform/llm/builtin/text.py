@@ -1,0 +1,110 @@
+"""Small, deterministic text helpers shared by the built-in models (no litellm, no Django)."""
+
+import re
+
+# Kana, CJK ideographs (incl. extension A and compatibility) and Hangul syllables. These scripts
+# do not separate words with spaces, so they are matched by overlapping character bigrams.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+# Letters/digits (no underscore, so snapshot_1_40 -> snapshot, 1, 40), with inner apostrophes.
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+
+STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't
+    doing don't down during each few for from further had hadn't has hasn't have haven't having
+    he he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've
+    if in into is isn't it it's its itself let's me more most mustn't my myself no nor not of off
+    on once only or other ought our ours ourselves out over own same shan't she she'd she'll
+    she's should shouldn't so some such than that that's the their theirs them themselves then
+    there there's these they they'd they'll they're they've this those through to too under until
+    up very was wasn't we we'd we'll we're we've were weren't what what's when when's where
+    where's which while who who's whom why why's with won't would wouldn't you you'd you'll you're
+    you've your yours yourself yourselves
+    also just tell told say said says know remember recall please thanks thank hi hello hey ok okay
+    yes yeah sure again earlier before mentioned mention talk talked conversation chat us anything
+    something thing things get got like want wanted one
+    """.split()
+)
+
+CJK_STOPWORDS = frozenset(
+    "什么 我们 你们 他们 她们 这个 那个 一个 是什 么是 我的 你的 的是 了吗 是不 不是 吗？ 请问 告诉 记得".split()
+)
+
+
+def _stem(word: str) -> str:
+    if word.endswith("'s") or word.endswith("\u2019s"):
+        word = word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Normalised content terms of ``text``, in order: lower-cased words minus stopwords (lightly
+    stemmed), numbers, and bigrams of CJK runs (a lone CJK character stands for itself)."""
+    out: list[str] = []
+    for match in _WORD.finditer(text.lower()):
+        token = match.group()
+        if not _CJK_RUN.search(token):
+            if token in STOPWORDS or (len(token) == 1 and not token.isdigit()):
+                continue
+            out.append(_stem(token))
+            continue
+        position = 0
+        for run in _CJK_RUN.finditer(token):
+            before = token[position : run.start()]
+            if before and before not in STOPWORDS and (len(before) > 1 or before.isdigit()):
+                out.append(_stem(before))
+            chars = run.group()
+            if len(chars) == 1:
+                out.append(chars)
+            else:
+                out.extend(
+                    chars[i : i + 2]
+                    for i in range(len(chars) - 1)
+                    if chars[i : i + 2] not in CJK_STOPWORDS
+                )
+            position = run.end()
+        after = token[position:]
+        if after and after not in STOPWORDS and (len(after) > 1 or after.isdigit()):
+            out.append(_stem(after))
+    return out
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|(?<=[\u3002\uff01\uff1f])")
+
+
+def sentences(line: str) -> list[str]:
+    """Split one line into sentences on . ! ? followed by space, and on CJK 。！？."""
+    parts: list[str] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(line):
+        piece = line[start : match.end()].strip()
+        if piece:
+            parts.append(piece)
+        start = match.end()
+    rest = line[start:].strip()
+    if rest:
+        parts.append(rest)
+    return parts
+
+
+_CHUNK = re.compile(r"\s*\S+\s*")
+
+
+def stream_pieces(text: str) -> list[str]:
+    """Word-sized pieces whose concatenation is exactly ``text`` (CJK runs go 4 characters at
+    a time, since they have no spaces to split on)."""
+    pieces: list[str] = []
+    for match in _CHUNK.finditer(text):
+        piece = match.group()
+        if len(piece) > 12 and _CJK_RUN.search(piece):
+            pieces.extend(piece[i : i + 4] for i in range(0, len(piece), 4))
+        else:
+            pieces.append(piece)
+    consumed = "".join(pieces)
+    if consumed != text:  # whitespace-only text, or trailing whitespace the pattern missed
+        pieces.append(text[len(consumed) :])
+    return [p for p in pieces if p]

@@ -1,0 +1,617 @@
+"""The one road to every model: ``complete`` / ``stream`` over ``litellm.completion``.
+
+Everything that talks to a model — chat turns, recall re-invocations, compaction — comes through
+here, built-in models included (they are a litellm custom provider, see ``builtin.provider``), so
+timeouts, bounded retries, usage, ``finish_reason`` and streaming behave the same for all of them.
+
+Rules kept here:
+
+* litellm is imported lazily, once (it costs seconds), and is configured then: no debug banners,
+  no telemetry, no tokenizer downloads, the ``builtin`` provider registered.
+* Keys are read from ``os.environ[config.api_key_env]`` at call time and passed straight to
+  litellm; they are never stored, logged or put into an error message.
+* litellm's and the SDK's own retries are off (``num_retries=0``); we retry transient failures
+  (connection errors, timeouts, HTTP 429 and 5xx) up to ``LLM_MAX_RETRIES`` extra times with
+  exponential backoff from ``LLM_RETRY_BACKOFF_SECONDS``. A stream is retried only while it has
+  not yielded any text. Everything else fails at once. Every failure reaches callers as
+  ``ModelUnavailable`` with a short human reason.
+* ``timeout`` bounds each attempt's wait for the provider (for a stream: the wait for each
+  chunk), so a hung server costs at most ``(1 + LLM_MAX_RETRIES) * timeout`` plus backoff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from chat_platform.llm.tokens import count_message_tokens, count_tokens
+
+log = structlog.get_logger(__name__)
+
+BUILTIN_PREFIX = "builtin/"
+
+# OpenAI-compatible local servers (llama.cpp, vLLM, LM Studio…) need no key, but the OpenAI SDK
+# refuses to send a request without one; this placeholder is sent only to an explicit api_base
+# when neither the bot nor the environment supplies a key.
+_NO_KEY_PLACEHOLDER = "no-key-required"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str
+    api_base: str = ""
+    api_key_env: str = ""
+    temperature: float = 0.7
+    max_output_tokens: int = 1024
+    timeout: float | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+    tool_calls: list[dict] = field(default_factory=list)
+
+
+class ModelUnavailable(Exception):
+    """The model could not answer (after bounded retries where that made sense).
+
+    ``str()`` is a short reason fit to show a user; it never contains a key.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        transient: bool = False,
+        attempts: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.transient = transient
+        self.attempts = attempts
+
+
+# --- litellm, lazily ------------------------------------------------------------------------
+
+_litellm_module: Any = None
+_litellm_lock = threading.Lock()
+
+
+def _litellm() -> Any:
+    """Import and configure litellm once per process (thread-safe)."""
+    global _litellm_module
+    if _litellm_module is not None:
+        return _litellm_module
+    with _litellm_lock:
+        if _litellm_module is None:
+            from chat_platform.offline import ensure_offline_environment
+
+            ensure_offline_environment()
+            import litellm
+
+            from chat_platform.llm.builtin.provider import build_handler
+
+            if hasattr(litellm, "telemetry"):
+                litellm.telemetry = False
+            litellm.suppress_debug_info = True
+            litellm.disable_hf_tokenizer_download = True
+            litellm.custom_provider_map = [
+                entry for entry in litellm.custom_provider_map if entry["provider"] != "builtin"
+            ] + [{"provider": "builtin", "custom_handler": build_handler()}]
+            # litellm registers custom providers lazily on the first call; do it now so that
+            # get_model_info and friends already know "builtin".
+            from litellm.utils import custom_llm_setup
+
+            custom_llm_setup()
+            _litellm_module = litellm
+    return _litellm_module
+
+
+def warm_up() -> None:
+    """Pay litellm's import cost now (e.g. when a worker starts) instead of on the first turn."""
+    _litellm()
+
+
+# --- settings, lazily -----------------------------------------------------------------------
+
+_DEFAULTS = {"LLM_TIMEOUT_SECONDS": 120.0, "LLM_MAX_RETRIES": 2, "LLM_RETRY_BACKOFF_SECONDS": 1.0}
+
+
+def _setting(name: str) -> Any:
+    from django.conf import settings
+
+    try:
+        return getattr(settings, name, _DEFAULTS[name])
+    except Exception:  # settings not configured (a bare script): the documented defaults
+        return _DEFAULTS[name]
+
+
+# --- building a call ------------------------------------------------------------------------
+
+
+def _call_kwargs(
+    config: ModelConfig,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None,
+    max_tokens: int | None,
+    stream: bool,
+) -> dict[str, Any]:
+    timeout = config.timeout if config.timeout is not None else _setting("LLM_TIMEOUT_SECONDS")
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        # litellm may rewrite messages in place for some providers; callers keep theirs intact.
+        "messages": [dict(m) for m in messages],
+        "temperature": config.temperature,
+        "max_tokens": max_tokens or config.max_output_tokens,
+        "timeout": float(timeout),
+        "num_retries": 0,
+        # e.g. o-series models reject ``temperature``: drop what a provider cannot take instead
+        # of failing every turn of a bot whose settings are otherwise fine.
+        "drop_params": True,
+    }
+    if config.api_base:
+        kwargs["api_base"] = config.api_base
+    api_key = _api_key(config)
+    if api_key:
+        kwargs["api_key"] = api_key
+    if tools:
+        kwargs["tools"] = tools
+    if stream:
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+    return kwargs
+
+
+def _api_key(config: ModelConfig) -> str | None:
+    if config.api_key_env:
+        value = os.environ.get(config.api_key_env)
+        if not value:
+            raise ModelUnavailable(
+                f"{config.model}: the environment variable {config.api_key_env} "
+                "(this bot's api_key_env) is not set"
+            )
+        return value
+    if (
+        config.api_base
+        and config.model.startswith("openai/")
+        and not os.environ.get("OPENAI_API_KEY")
+    ):
+        return _NO_KEY_PLACEHOLDER
+    return None
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+_LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+(?:Error|Exception)\s*[:-]\s*)*")
+
+
+def _detail(exc: BaseException, secret: str | None) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = _LITELLM_PREFIX.sub("", text).strip() or type(exc).__name__
+    if secret:
+        text = text.replace(secret, "***")
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """litellm reports a refused/reset connection to an OpenAI-style server as HTTP 500 with
+    "Connection error." and no provider status; look at what it wrapped."""
+    import httpx
+
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        if isinstance(seen, httpx.TransportError) or type(seen).__name__ == "APIConnectionError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return getattr(exc, "provider_status_code", 0) is None and "Connection error" in str(exc)
+
+
+def _classify(exc: BaseException) -> tuple[bool, int | None, str]:
+    """(transient, status_code, reason) for a failure of one attempt."""
+    litellm = _litellm()
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    if isinstance(exc, litellm.Timeout):
+        return True, None, "timed out"
+    message = str(exc)
+    if "Missing credentials" in message or "api_key client option must be set" in message:
+        return False, None, "no API key: set the bot's api_key_env or the provider's variable"
+    if isinstance(exc, litellm.RateLimitError) or status == 429:
+        return True, 429, "rate limited by the provider (HTTP 429)"
+    if isinstance(exc, litellm.AuthenticationError) or status == 401:
+        return False, status or 401, f"authentication failed (HTTP {status or 401})"
+    if isinstance(exc, litellm.PermissionDeniedError) or status == 403:
+        return False, status or 403, f"permission denied (HTTP {status or 403})"
+    if isinstance(exc, litellm.NotFoundError) or status == 404:
+        return False, status or 404, f"model or endpoint not found (HTTP {status or 404})"
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return False, status, "the request is longer than the model's context window"
+    if isinstance(exc, litellm.APIConnectionError) or _is_connection_failure(exc):
+        return True, None, "could not reach the provider"
+    if isinstance(exc, litellm.InternalServerError | litellm.ServiceUnavailableError) or (
+        isinstance(exc, litellm.BadGatewayError) or (status is not None and status >= 500)
+    ):
+        return True, status, f"provider error (HTTP {status or 500})"
+    if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500):
+        return False, status, f"request rejected (HTTP {status or 400})"
+    return False, status, "unexpected error"
+
+
+def _unavailable(
+    config: ModelConfig, exc: BaseException, *, attempts: int, kwargs: dict[str, Any]
+) -> ModelUnavailable:
+    transient, status, reason = _classify(exc)
+    message = f"{config.model}: {reason}"
+    if reason == "timed out":
+        message += f" after {kwargs['timeout']:g} s"
+    else:
+        detail = _detail(exc, kwargs.get("api_key"))
+        if detail and detail.lower() not in reason.lower():
+            message += f" ({detail})"
+    if attempts > 1:
+        message += f", after {attempts} attempts"
+    return ModelUnavailable(message, status_code=status, transient=transient, attempts=attempts)
+
+
+def _retry_policy() -> tuple[int, float]:
+    return max(0, int(_setting("LLM_MAX_RETRIES"))), max(
+        0.0, float(_setting("LLM_RETRY_BACKOFF_SECONDS"))
+    )
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+def _tool_call_dict(call: Any) -> dict:
+    function = _get(call, "function")
+    return {
+        "id": _get(call, "id") or "",
+        "type": "function",
+        "function": {
+            "name": _get(function, "name") or "",
+            "arguments": _get(function, "arguments") or "",
+        },
+    }
+
+
+def _get(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _estimated_prompt_tokens(config: ModelConfig, messages: list[dict]) -> int:
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                str(p.get("text") or "") for p in content if isinstance(p, dict)
+            )
+        total += count_message_tokens(str(content or ""), model=config.model)
+    return total
+
+
+def _usage_tokens(
+    usage: Any, config: ModelConfig, messages: list[dict], text: str, tool_calls: list[dict]
+) -> tuple[int, int]:
+    prompt = _get(usage, "prompt_tokens")
+    completion = _get(usage, "completion_tokens")
+    if not prompt:
+        prompt = _estimated_prompt_tokens(config, messages)
+    if completion is None or (completion == 0 and (text or tool_calls)):
+        arguments = "".join(c["function"]["arguments"] for c in tool_calls)
+        completion = count_tokens(text + arguments, model=config.model)
+    return int(prompt), int(completion)
+
+
+def _log_done(config: ModelConfig, completion: Completion, *, started: float, attempts: int,
+              streamed: bool) -> None:
+    log.info(
+        "llm_call",
+        model=config.model,
+        stream=streamed,
+        attempts=attempts,
+        finish_reason=completion.finish_reason,
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        tool_calls=len(completion.tool_calls),
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def _log_failed(config: ModelConfig, error: ModelUnavailable, *, started: float,
+                streamed: bool) -> None:
+    log.warning(
+        "llm_call_failed",
+        model=config.model,
+        stream=streamed,
+        attempts=error.attempts,
+        status_code=error.status_code,
+        reason=str(error),
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def _log_retry(config: ModelConfig, exc: BaseException, *, attempt: int, wait: float) -> None:
+    log.warning(
+        "llm_retry",
+        model=config.model,
+        attempt=attempt,
+        error=type(exc).__name__,
+        status_code=getattr(exc, "status_code", None),
+        wait_s=round(wait, 3),
+    )
+
+
+# --- public API -----------------------------------------------------------------------------
+
+
+def complete(
+    config: ModelConfig,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None = None,
+    max_tokens: int | None = None,
+) -> Completion:
+    """One non-streaming call, retried on transient failures; raises ``ModelUnavailable``."""
+    started = time.monotonic()
+    try:
+        kwargs = _call_kwargs(config, messages, tools=tools, max_tokens=max_tokens, stream=False)
+    except ModelUnavailable as error:
+        _log_failed(config, error, started=started, streamed=False)
+        raise
+    litellm = _litellm()
+    retries, backoff = _retry_policy()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = litellm.completion(**kwargs)
+            break
+        except Exception as exc:
+            transient = _classify(exc)[0]
+            if transient and attempt <= retries:
+                wait = backoff * 2 ** (attempt - 1)
+                _log_retry(config, exc, attempt=attempt, wait=wait)
+                time.sleep(wait)
+                continue
+            error = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
+            _log_failed(config, error, started=started, streamed=False)
+            raise error from exc
+
+    choice = response.choices[0]
+    message = choice.message
+    tool_calls = [_tool_call_dict(c) for c in (_get(message, "tool_calls") or [])]
+    text = _get(message, "content") or ""
+    prompt_tokens, completion_tokens = _usage_tokens(
+        _get(response, "usage"), config, messages, text, tool_calls
+    )
+    completion = Completion(
+        text=text,
+        finish_reason=choice.finish_reason or ("tool_calls" if tool_calls else "stop"),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        model=config.model,
+        tool_calls=tool_calls,
+    )
+    _log_done(config, completion, started=started, attempts=attempt, streamed=False)
+    return completion
+
+
+def stream(
+    config: ModelConfig, messages: list[dict], *, tools: list[dict] | None = None
+) -> ChatStream:
+    """A streaming call. Nothing is sent until the returned stream is iterated."""
+    return ChatStream(config, messages, tools=tools)
+
+
+class ChatStream:
+    """Iterate for text deltas; ``completion`` is set once the stream ends normally.
+
+    ``close()`` stops early (user pressed stop): the HTTP response is closed, iteration ends
+    quietly and ``completion`` stays ``None``. It may be called from another thread. Breaking out
+    of the loop without calling ``close()`` closes the response too (when the iterator is
+    collected). ``text`` is what has arrived so far.
+    """
+
+    def __init__(
+        self, config: ModelConfig, messages: list[dict], *, tools: list[dict] | None = None
+    ) -> None:
+        self.config = config
+        self.messages = messages
+        self.tools = tools
+        self.completion: Completion | None = None
+        self._parts: list[str] = []
+        self._response: Any = None
+        self._closed = threading.Event()
+        self._iterator: Iterator[str] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def __iter__(self) -> Iterator[str]:
+        if self._iterator is not None:
+            raise RuntimeError("a ChatStream can be iterated only once")
+        self._iterator = self._run()
+        return self._iterator
+
+    def close(self) -> None:
+        self._closed.set()
+        self._close_response()
+        if self._iterator is not None:
+            try:
+                self._iterator.close()  # type: ignore[attr-defined]
+            except ValueError:
+                pass  # running in another thread: the closed response ends it there
+
+    def _close_response(self) -> None:
+        with self._lock:
+            response, self._response = self._response, None
+        if response is not None:
+            try:
+                _shutdown_socket(response)
+                response.close()
+            except Exception:  # best effort: the stream is being abandoned anyway
+                log.debug("llm_stream_close_failed", model=self.config.model, exc_info=True)
+
+    def _run(self) -> Iterator[str]:
+        config = self.config
+        started = time.monotonic()
+        try:
+            kwargs = _call_kwargs(config, self.messages, tools=self.tools, max_tokens=None,
+                                  stream=True)
+        except ModelUnavailable as error:
+            _log_failed(config, error, started=started, streamed=True)
+            raise
+        retries, backoff = _retry_policy()
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                if self.closed:
+                    return
+                calls: dict[int, dict] = {}
+                finish_reason: str | None = None
+                usage: Any = None
+                try:
+                    response = _litellm().completion(**kwargs)
+                    with self._lock:
+                        self._response = response
+                    if self.closed:
+                        return
+                    for chunk in response:
+                        chunk_usage = _get(chunk, "usage")
+                        if chunk_usage is not None:
+                            usage = chunk_usage
+                        choices = _get(chunk, "choices") or []
+                        if not choices:
+                            continue
+                        choice = choices[0]
+                        finish_reason = _get(choice, "finish_reason") or finish_reason
+                        delta = _get(choice, "delta")
+                        for call in _get(delta, "tool_calls") or []:
+                            _merge_tool_call_delta(calls, call)
+                        content = _get(delta, "content")
+                        if content:
+                            self._parts.append(content)
+                            yield content
+                    break
+                except Exception as exc:
+                    if self.closed:
+                        return
+                    self._close_response()
+                    transient = _classify(exc)[0]
+                    if transient and not self._parts and attempt <= retries:
+                        wait = backoff * 2 ** (attempt - 1)
+                        _log_retry(config, exc, attempt=attempt, wait=wait)
+                        if self._closed.wait(wait):
+                            return
+                        continue
+                    error = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
+                    _log_failed(config, error, started=started, streamed=True)
+                    raise error from exc
+        finally:
+            self._close_response()
+
+        tool_calls = [calls[i] for i in sorted(calls)]
+        text = self.text
+        prompt_tokens, completion_tokens = _usage_tokens(
+            usage, config, self.messages, text, tool_calls
+        )
+        self.completion = Completion(
+            text=text,
+            finish_reason=finish_reason or ("tool_calls" if tool_calls else "stop"),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            model=config.model,
+            tool_calls=tool_calls,
+        )
+        _log_done(config, self.completion, started=started, attempts=attempt, streamed=True)
+
+
+def _shutdown_socket(response: Any) -> None:
+    """Wake a thread blocked reading this stream's socket.
+
+    Closing an httpx response from another thread does not interrupt a ``recv`` already waiting
+    on its socket (Linux), so a stop during a silent stretch would wait for the timeout.
+    ``shutdown`` does interrupt it. Only HTTP streams have a socket; others are skipped.
+    """
+    import socket
+
+    http_response = getattr(getattr(response, "completion_stream", None), "response", None)
+    extensions = getattr(http_response, "extensions", None)
+    network_stream = extensions.get("network_stream") if isinstance(extensions, dict) else None
+    get_extra_info = getattr(network_stream, "get_extra_info", None)
+    sock = get_extra_info("socket") if callable(get_extra_info) else None
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
+def _merge_tool_call_delta(calls: dict[int, dict], delta: Any) -> None:
+    index = _get(delta, "index")
+    index = index if isinstance(index, int) else len(calls)
+    call = calls.setdefault(
+        index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+    )
+    if _get(delta, "id"):
+        call["id"] = _get(delta, "id")
+    function = _get(delta, "function")
+    if _get(function, "name"):
+        call["function"]["name"] = _get(function, "name")
+    if _get(function, "arguments"):
+        call["function"]["arguments"] += _get(function, "arguments")
+
+
+# --- model facts ----------------------------------------------------------------------------
+
+_max_input_cache: dict[tuple[str, str], int] = {}
+
+
+def model_max_input_tokens(model: str, *, api_base: str = "") -> int | None:
+    """litellm's ``max_input_tokens`` for ``model``; ``None`` when unknown (and for builtin/*).
+
+    Known answers are cached per process. For providers that ask the server (Ollama), pass the
+    bot's ``api_base``.
+    """
+    if not model or model.startswith(BUILTIN_PREFIX):
+        return None
+    key = (model, api_base)
+    if key in _max_input_cache:
+        return _max_input_cache[key]
+    try:
+        info = _litellm().get_model_info(model, api_base=api_base or None)
+        value = info.get("max_input_tokens")
+    except Exception:  # unknown to litellm's map, or the server could not say
+        return None
+    if not isinstance(value, int) or value <= 0:
+        return None
+    _max_input_cache[key] = value
+    return value

@@ -1,0 +1,67 @@
+"""The one token counter (CONTRACT §6): storage, pressure, admission, compaction range and gates.
+
+tiktoken is used directly (not litellm's ``token_counter``) so counting never imports litellm.
+Only the two encodings litellm ships are ever loaded (``o200k_base`` and ``cl100k_base``), and
+``chat_platform.offline`` points ``TIKTOKEN_CACHE_DIR`` at them, so counting is offline.
+Models whose tokenizer we do not have (Anthropic, Llama, the built-in models, …) are counted with
+``cl100k_base``: an estimate, but a stable one, and stability is what the budget maths needs.
+"""
+
+import re
+from functools import lru_cache
+
+import tiktoken
+
+# Role, separators and priming that every chat message costs on top of its text.
+MESSAGE_OVERHEAD_TOKENS: int = 4
+
+DEFAULT_ENCODING = "cl100k_base"
+
+# Families whose tokenizer is o200k_base (gpt-oss uses o200k_harmony, a superset of o200k_base
+# with extra special tokens; plain text counts the same). Checked against the bare model name,
+# after any provider prefix ("openai/", "azure/", "openrouter/openai/") and "ft:" are dropped.
+_O200K_MODEL = re.compile(
+    r"^(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|o1|o3|o4)(?:$|[-.:@_])"
+)
+
+
+def _bare_model_name(model: str) -> str:
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    return name.removeprefix("ft:")
+
+
+def encoding_name_for_model(model: str) -> str:
+    """``o200k_base`` for the GPT-4o / 4.1 / 4.5 / 5 and o-series families, else ``cl100k_base``."""
+    if _O200K_MODEL.match(_bare_model_name(model)):
+        return "o200k_base"
+    return DEFAULT_ENCODING
+
+
+@lru_cache(maxsize=4)
+def _encoding(name: str) -> tiktoken.Encoding:
+    return tiktoken.get_encoding(name)
+
+
+def count_tokens(text: str, *, model: str = "") -> int:
+    """Tokens of ``text`` alone (no message overhead). Special-token text is counted as text."""
+    if not text:
+        return 0
+    return len(_encoding(encoding_name_for_model(model)).encode(text, disallowed_special=()))
+
+
+def count_message_tokens(content: str, *, model: str = "") -> int:
+    """Tokens one chat message costs: its text plus ``MESSAGE_OVERHEAD_TOKENS``."""
+    return count_tokens(content, model=model) + MESSAGE_OVERHEAD_TOKENS
+
+
+def truncate_to_tokens(text: str, max_tokens: int, *, model: str = "") -> str:
+    """The longest prefix of ``text`` that is at most ``max_tokens`` tokens (whole tokens)."""
+    if max_tokens <= 0:
+        return ""
+    encoding = _encoding(encoding_name_for_model(model))
+    ids = encoding.encode(text, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return text
+    prefix = encoding.decode(ids[:max_tokens])
+    # A cut inside a multi-byte character decodes to U+FFFD; drop the broken tail.
+    return prefix.rstrip("\ufffd")

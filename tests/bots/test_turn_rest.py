@@ -1,0 +1,197 @@
+"""A chat turn through REST: fake provider via litellm, built-in model, failures, idempotency."""
+
+import pytest
+
+from bots.models import Message
+from chat_platform.llm.tokens import count_message_tokens
+from tests.fakeopenai import Reply
+
+# Real commits: the turn is scheduled on commit and, with eager tasks, runs before the response.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _send(client, session, django_capture_on_commit_callbacks, **body):
+    return client.post(f"/api/v1/sessions/{session.pk}/messages/", body, format="json")
+
+
+@pytest.mark.django_db(transaction=False)
+def test_send_schedules_turn_on_commit_and_returns_202(
+    owner_client, fake_session, fake_openai, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = owner_client.post(
+            f"/api/v1/sessions/{fake_session.pk}/messages/", {"content": "hi"}, format="json"
+        )
+    assert response.status_code == 202
+    body = response.json()
+    assert (body["user_message"]["seq"], body["user_message"]["status"]) == (1, "complete")
+    assert body["user_message"]["token_count"] == count_message_tokens("hi", model="openai/fake-model")
+    assert (body["assistant_message"]["seq"], body["assistant_message"]["status"]) == (2, "pending")
+    # two message.created notifications, then the turn task: nothing runs before commit
+    assert len(callbacks) == 3
+    assert fake_openai.requests == []
+
+
+def test_full_turn_with_fake_provider(
+    owner_client, fake_session, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    fake_openai.script(Reply(text="Hello there, friend.", chunks=["Hel", "lo there", ", friend."]))
+    response = _send(
+        owner_client, fake_session, django_capture_on_commit_callbacks, content="hi", wait=True
+    )
+    assert response.status_code == 201
+    reply = response.json()["assistant_message"]
+    assert (reply["content"], reply["status"]) == ("Hello there, friend.", "complete")
+    assert reply["token_count"] == count_message_tokens(
+        "Hello there, friend.", model="openai/fake-model"
+    )
+    assert fake_openai.requests[0]["messages"] == [
+        {"role": "system", "content": "You are a test bot."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert fake_openai.requests[0]["stream"] is True
+    stored = Message.objects.get(pk=reply["id"])
+    assert (stored.finish_reason, stored.model) == ("stop", "openai/fake-model")
+
+    # the next turn carries the history
+    fake_openai.script(Reply(text="Again."))
+    _send(owner_client, fake_session, django_capture_on_commit_callbacks, content="more", wait=True)
+    assert fake_openai.requests[1]["messages"][1:] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello there, friend."},
+        {"role": "user", "content": "more"},
+    ]
+
+
+def test_full_turn_with_builtin_recall(
+    owner_client, chat_session, eager_tasks, django_capture_on_commit_callbacks
+):
+    _send(
+        owner_client,
+        chat_session,
+        django_capture_on_commit_callbacks,
+        content="My locker code is 4417 and the locker is in building C.",
+        wait=True,
+    )
+    response = _send(
+        owner_client,
+        chat_session,
+        django_capture_on_commit_callbacks,
+        content="What is my locker code?",
+        wait=True,
+    )
+    assert response.status_code == 201
+    reply = response.json()["assistant_message"]
+    assert reply["status"] == "complete"
+    assert "4417" in reply["content"]
+    stored = Message.objects.get(pk=reply["id"])
+    assert stored.finish_reason == "stop"
+    assert stored.prompt_tokens > 0 and stored.completion_tokens > 0
+
+
+def test_provider_500_fails_the_reply_and_keeps_the_user_message(
+    owner_client, fake_session, fake_openai, eager_tasks, django_capture_on_commit_callbacks, settings
+):
+    fake_openai.script(*[Reply(status=500)] * 10)
+    response = _send(
+        owner_client, fake_session, django_capture_on_commit_callbacks, content="hello?", wait=True
+    )
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "model_unavailable"
+    assert error["details"]["user_message"]["content"] == "hello?"
+    # one attempt plus the bounded retries, then give up
+    assert len(fake_openai.requests) == 1 + settings.LLM_MAX_RETRIES
+    user_message, reply = Message.objects.filter(session=fake_session).order_by("seq")
+    assert (user_message.content, user_message.status) == ("hello?", "complete")
+    assert (reply.status, reply.error_code) == ("failed", "model_unavailable")
+
+
+def test_provider_500_without_wait_is_202_then_failed(
+    owner_client, fake_session, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    fake_openai.script(*[Reply(status=500)] * 10)
+    response = _send(owner_client, fake_session, django_capture_on_commit_callbacks, content="x")
+    assert response.status_code == 202
+    reply = Message.objects.get(pk=response.json()["assistant_message"]["id"])
+    assert (reply.status, reply.error_code) == ("failed", "model_unavailable")
+
+
+def test_duplicate_client_id_yields_the_first_result(
+    owner_client, fake_session, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    fake_openai.script(Reply(text="Only once."))
+    first = _send(
+        owner_client,
+        fake_session,
+        django_capture_on_commit_callbacks,
+        content="hi",
+        client_id="c-1",
+        wait=True,
+    )
+    second = _send(
+        owner_client,
+        fake_session,
+        django_capture_on_commit_callbacks,
+        content="hi",
+        client_id="c-1",
+        wait=True,
+    )
+    assert first.status_code == second.status_code == 201
+    assert first.json() == second.json()
+    assert Message.objects.filter(session=fake_session).count() == 2
+    assert len(fake_openai.requests) == 1
+    # seqs stay gap-free after the refused duplicate
+    third = _send(owner_client, fake_session, django_capture_on_commit_callbacks, content="next")
+    assert third.json()["user_message"]["seq"] == 3
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code"),
+    [
+        ("", 400, "validation_error"),
+        ("   \n ", 400, "validation_error"),
+        (None, 400, "validation_error"),
+        (42, 400, "validation_error"),
+        ("x" * (1024 * 1024 + 1), 413, "payload_too_large"),
+        ("é" * (512 * 1024 + 1), 413, "payload_too_large"),
+    ],
+)
+def test_bad_content_is_refused_and_nothing_is_written(
+    owner_client, fake_session, fake_openai, django_capture_on_commit_callbacks, content, status, code
+):
+    response = _send(owner_client, fake_session, django_capture_on_commit_callbacks, content=content)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert Message.objects.count() == 0
+    assert fake_openai.requests == []
+
+
+def test_exactly_one_megabyte_is_accepted(
+    owner_client, chat_session, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        response = owner_client.post(
+            f"/api/v1/sessions/{chat_session.pk}/messages/",
+            {"content": "x" * (1024 * 1024)},
+            format="json",
+        )
+    assert response.status_code == 202
+
+
+def test_missing_content_field(owner_client, chat_session):
+    response = owner_client.post(f"/api/v1/sessions/{chat_session.pk}/messages/", {}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
+    assert "content" in response.json()["error"]["details"]
+
+
+def test_malformed_json_body(owner_client, chat_session):
+    response = owner_client.post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/",
+        data="{not json",
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
+    assert Message.objects.count() == 0

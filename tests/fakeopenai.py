@@ -1,0 +1,380 @@
+"""A local, scriptable OpenAI-compatible HTTP server for tests (and for other processes).
+
+Model calls in tests travel the real road — gateway -> litellm -> openai SDK -> HTTP — and end
+here instead of on the internet. Use ``api_base=fake_openai.url`` with ``model="openai/fake-model"``.
+
+    def test_reply(fake_openai):
+        fake_openai.script(Reply(text="Hi!", chunks=["H", "i!"]), Reply(status=500))
+        ...
+        assert fake_openai.requests[0]["messages"][-1]["content"] == "hello"
+
+Standalone (cross-process tests)::
+
+    python -m tests.fakeopenai --port 8765 --text "Hello from fake."
+
+prints ``FAKEOPENAI_URL=http://127.0.0.1:8765/v1`` on stdout once it is listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+MODEL_ID = "fake-model"
+
+
+@dataclass
+class Reply:
+    text: str = "Hello from fake."
+    # How to split ``text`` into stream deltas; default: ~4-character chunks.
+    chunks: list[str] | None = None
+    finish_reason: str = "stop"
+    # A non-200 status answers with an OpenAI-style error body carrying ``error_message``.
+    status: int = 200
+    error_message: str = "fake server error"
+    # Seconds to wait before answering anything (a hung server).
+    hang: float = 0.0
+    delay_between_chunks: float = 0.0
+    # After this many text deltas, wait ``stall`` seconds before sending the rest (a stream
+    # that stops mid-way).
+    stall_after: int | None = None
+    stall: float = 0.0
+    # OpenAI shape: [{"id", "type": "function", "function": {"name", "arguments"}}]
+    tool_calls: list[dict] | None = None
+    # Default: computed from lengths (prompt = characters of all message contents // 4).
+    usage: dict | None = None
+
+    def deltas(self) -> list[str]:
+        if self.chunks is not None:
+            return list(self.chunks)
+        return [self.text[i : i + 4] for i in range(0, len(self.text), 4)]
+
+
+@dataclass
+class Served:
+    """What happened to one request (``FakeOpenAI.served``, in arrival order)."""
+
+    path: str
+    body: dict
+    headers: dict[str, str]
+    reply: Reply
+    # True once the whole answer was written; False while serving or if the client went away.
+    completed: bool = False
+    # True when the client closed the connection before the answer was fully written.
+    aborted: bool = False
+
+
+def _usage(body: dict, reply: Reply) -> dict:
+    if reply.usage is not None:
+        return dict(reply.usage)
+    prompt_chars = 0
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            prompt_chars += len(content)
+        elif isinstance(content, list):
+            prompt_chars += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    completion_chars = len(reply.text) + len(json.dumps(reply.tool_calls or []))
+    prompt, completion = max(1, prompt_chars // 4), max(1, completion_chars // 4)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+class FakeOpenAI:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, default: Reply | None = None):
+        self.default = default or Reply()
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Reply] = collections.deque()
+        self.served: list[Served] = []
+        self.in_flight = 0
+        self.max_concurrent = 0
+        # Set when the server stops, so hung handlers give up instead of lingering.
+        self.stopping = threading.Event()
+        # Set whenever a client goes away mid-answer (see Served.aborted).
+        self.client_went_away = threading.Event()
+        self._httpd = ThreadingHTTPServer((host, port), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.fake = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+        self._ids = 0
+
+    # -- scripting ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, *replies: Reply | str) -> None:
+        """Queue replies, consumed one per chat request; when empty, ``default`` answers."""
+        with self._lock:
+            self._queue.extend(Reply(text=r) if isinstance(r, str) else r for r in replies)
+
+    @property
+    def requests(self) -> list[dict]:
+        """Every received chat-completions JSON body, in arrival order."""
+        with self._lock:
+            return [s.body for s in self.served]
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The headers of every received chat request (names lower-cased), in arrival order."""
+        with self._lock:
+            return [s.headers for s in self.served]
+
+    @property
+    def aborted(self) -> int:
+        with self._lock:
+            return sum(1 for s in self.served if s.aborted)
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until no request is being served (handlers finish just after clients do)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.in_flight == 0:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FakeOpenAI:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- used by the handler -----------------------------------------------------------------
+    def _begin(self, path: str, body: dict, headers: dict[str, str]) -> Served:
+        with self._lock:
+            reply = self._queue.popleft() if self._queue else copy.deepcopy(self.default)
+            served = Served(path=path, body=body, headers=headers, reply=reply)
+            self.served.append(served)
+            self.in_flight += 1
+            self.max_concurrent = max(self.max_concurrent, self.in_flight)
+            self._ids += 1
+            return served
+
+    def _end(self, served: Served, *, completed: bool) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            served.completed = completed
+            served.aborted = not completed
+        if not completed:
+            self.client_went_away.set()
+
+    def _next_id(self) -> str:
+        with self._lock:
+            return f"chatcmpl-fake-{self._ids}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "FakeOpenAI/1.0"
+
+    @property
+    def fake(self) -> FakeOpenAI:
+        return self.server.fake  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass  # keep test output clean
+
+    # -- routes ------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "fake"}
+                    ],
+                },
+            )
+        else:
+            self._json(404, _error_body(404, f"no route GET {self.path}"))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._json(404, _error_body(404, f"no route POST {self.path}"))
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._json(400, _error_body(400, "request body is not JSON"))
+            return
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        served = self.fake._begin(self.path, body, headers)
+        completed = False
+        try:
+            completed = self._answer(body, served.reply)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            completed = False
+        finally:
+            self.fake._end(served, completed=completed)
+
+    # -- answers -----------------------------------------------------------------------------
+    def _answer(self, body: dict, reply: Reply) -> bool:
+        if reply.hang and self._pause(reply.hang):
+            return False
+        if reply.status != 200:
+            self._json(reply.status, _error_body(reply.status, reply.error_message))
+            return True
+        if body.get("stream"):
+            return self._stream(body, reply)
+        message: dict = {"role": "assistant", "content": reply.text or None}
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+        self._json(
+            200,
+            {
+                "id": self.fake._next_id(),
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or MODEL_ID,
+                "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+                "usage": _usage(body, reply),
+            },
+        )
+        return True
+
+    def _stream(self, body: dict, reply: Reply) -> bool:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        base = {
+            "id": self.fake._next_id(),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model") or MODEL_ID,
+        }
+
+        def chunk(delta: dict, finish_reason: str | None = None) -> dict:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return {**base, "choices": [choice]}
+
+        events: list[dict] = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": piece}) for piece in reply.deltas()]
+        # Index of the event before which the stall happens (role chunk + stall_after deltas).
+        stall_at = 1 + reply.stall_after if reply.stall_after is not None else None
+        for index, call in enumerate(reply.tool_calls or []):
+            function = call.get("function") or {}
+            head = {
+                "index": index,
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": function.get("name"), "arguments": ""},
+            }
+            events.append(chunk({"tool_calls": [head]}))
+            arguments = function.get("arguments") or ""
+            for i in range(0, len(arguments), 8):
+                piece = {"index": index, "function": {"arguments": arguments[i : i + 8]}}
+                events.append(chunk({"tool_calls": [piece]}))
+        events.append(chunk({}, reply.finish_reason))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**base, "choices": [], "usage": _usage(body, reply)})
+
+        for position, event in enumerate(_with_done(events)):
+            if position and reply.delay_between_chunks and self._pause(reply.delay_between_chunks):
+                return False
+            if position == stall_at and self._pause(reply.stall):
+                return False
+            self.wfile.write(event)
+            self.wfile.flush()
+        return True
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; True (give up) if the server stops or the client goes away."""
+        end = time.monotonic() + seconds
+        while (remaining := end - time.monotonic()) > 0:
+            if self.fake.stopping.wait(min(0.05, remaining)) or self._client_gone():
+                return True
+        return False
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+
+def _with_done(events: list[dict]) -> Iterator[bytes]:
+    for event in events:
+        yield f"data: {json.dumps(event)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+def _error_body(status: int, message: str) -> dict:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """A started FakeOpenAI for one test (``.url`` is the api_base)."""
+    server = FakeOpenAI().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a fixed OpenAI-compatible reply.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--text", default=Reply().text)
+    parser.add_argument("--delay-between-chunks", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    default = Reply(text=args.text, delay_between_chunks=args.delay_between_chunks)
+    server = FakeOpenAI(host=args.host, port=args.port, default=default)
+    print(f"FAKEOPENAI_URL={server.url}", flush=True)
+    try:
+        server._httpd.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stopping.set()
+        server._httpd.server_close()
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["FakeOpenAI", "Reply", "Served", "fake_openai"]

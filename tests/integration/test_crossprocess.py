@@ -1,0 +1,104 @@
+"""Real mode across processes: uvicorn (ASGI) + a Celery worker on Redis + PostgreSQL.
+
+The turn is written by the web process, run by the worker, and its deltas travel back through
+the Redis channel layer to a real websocket connection.
+"""
+
+import asyncio
+import json
+import threading
+
+import httpx
+import pytest
+import websockets
+from django.conf import settings
+from rest_framework.authtoken.models import Token
+
+from bots.models import Message
+from tests.factories import BotFactory, SessionFactory, UserFactory
+from tests.fakeopenai import Reply
+from tests.integration.processes import celery_worker, process_env, web_server
+
+pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def real_stack(django_db_setup, tmp_path):
+    db = settings.DATABASES["default"]
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true")
+    with celery_worker(env, tmp_path / "worker.log"), web_server(env, tmp_path / "web.log") as base:
+        yield base
+
+
+async def _ws_turn(ws_url: str, token: str, content: str) -> list[dict]:
+    frames = []
+    async with websockets.connect(
+        ws_url, additional_headers={"Authorization": f"Token {token}"}, open_timeout=10
+    ) as ws:
+        await ws.send(json.dumps({"type": "message.send", "content": content}))
+        while True:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+            frames.append(frame)
+            if frame["type"] == "message.failed" or (
+                frame["type"] == "message.completed" and frame["message"]["role"] == "assistant"
+            ):
+                return frames
+
+
+def test_turn_over_real_websocket_with_worker(real_stack, fake_openai):
+    user = UserFactory()
+    token = Token.objects.create(user=user).key
+    bot = BotFactory(owner=user, model="openai/fake-model", api_base=fake_openai.url)
+    session = SessionFactory(user=user, bot=bot)
+    chunks = ["Streaming ", "across ", "processes ", "works."]
+    fake_openai.script(Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.1))
+
+    ws_url = real_stack.replace("http", "ws") + f"/ws/sessions/{session.pk}/"
+    frames = asyncio.run(_ws_turn(ws_url, token, "hello worker"))
+
+    created = [f["message"] for f in frames if f["type"] == "message.created"]
+    assert [m["role"] for m in created] == ["user", "assistant"]
+    deltas = [f["delta"] for f in frames if f["type"] == "message.delta"]
+    assert len(deltas) >= 2
+    final = frames[-1]
+    assert final["type"] == "message.completed"
+    assert "".join(deltas) == final["message"]["content"] == "Streaming across processes works."
+    reply = Message.objects.get(pk=final["message"]["id"])
+    assert (reply.status, reply.content) == ("complete", "Streaming across processes works.")
+    assert fake_openai.requests[0]["messages"][-1] == {"role": "user", "content": "hello worker"}
+
+
+def test_rest_wait_does_not_freeze_the_api(real_stack, fake_openai):
+    user = UserFactory()
+    token = Token.objects.create(user=user).key
+    bot = BotFactory(owner=user, model="openai/fake-model", api_base=fake_openai.url)
+    session = SessionFactory(user=user, bot=bot)
+    headers = {"Authorization": f"Token {token}"}
+    fake_openai.script(Reply(text="slow reply", chunks=["slow ", "reply"], hang=4.0))
+
+    result: dict = {}
+
+    def waiting_post() -> None:
+        response = httpx.post(
+            f"{real_stack}/api/v1/sessions/{session.pk}/messages/",
+            json={"content": "take your time", "wait": True},
+            headers=headers,
+            timeout=60,
+        )
+        result["response"] = response
+
+    thread = threading.Thread(target=waiting_post)
+    thread.start()
+    # while that request waits for its reply, the same server keeps answering others
+    for _ in range(50):
+        if Message.objects.filter(session=session, role="assistant").exists():
+            break
+        threading.Event().wait(0.1)
+    listing = httpx.get(f"{real_stack}/api/v1/sessions/", headers=headers, timeout=30)
+    assert listing.status_code == 200
+    assert "response" not in result  # answered while the waiting request was still waiting
+    thread.join(timeout=60)
+    response = result["response"]
+    assert response.status_code == 201
+    assert response.json()["assistant_message"]["content"] == "slow reply"

@@ -1,0 +1,519 @@
+"""The gateway against a real local HTTP server, through litellm and the OpenAI SDK."""
+
+import gc
+import threading
+import time
+
+import pytest
+
+from chat_platform.llm import gateway
+from chat_platform.llm.gateway import ModelConfig, ModelUnavailable
+from tests.fakeopenai import Reply
+
+KEY_ENV = "CHAT_PLATFORM_TEST_GATEWAY_KEY"
+KEY = "sk-test-gateway-key-123"
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say hello."},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_records",
+            "description": "Read memory records by name.",
+            "parameters": {
+                "type": "object",
+                "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+                "required": ["names"],
+            },
+        },
+    }
+]
+TOOL_CALL = {
+    "id": "call_abc",
+    "type": "function",
+    "function": {"name": "read_records", "arguments": '{"names": ["snapshot_1_40", "diet"]}'},
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _litellm_imported():
+    gateway.warm_up()  # keep litellm's one-off import cost out of the timed tests
+
+
+@pytest.fixture(autouse=True)
+def _retry_settings(settings, monkeypatch):
+    settings.LLM_MAX_RETRIES = 2
+    settings.LLM_RETRY_BACKOFF_SECONDS = 0.01
+    settings.LLM_TIMEOUT_SECONDS = 30.0
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+@pytest.fixture
+def make_config(fake_openai):
+    def make(**overrides):
+        return ModelConfig(
+            model="openai/fake-model", api_base=fake_openai.url, api_key_env=KEY_ENV, **overrides
+        )
+
+    return make
+
+
+@pytest.fixture
+def config(fake_openai):
+    return ModelConfig(
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=KEY_ENV,
+        temperature=0.2,
+        max_output_tokens=77,
+    )
+
+
+def test_complete_returns_text_usage_and_sends_the_request(fake_openai, config):
+    fake_openai.script(
+        Reply(
+            text="Hello there.",
+            usage={"prompt_tokens": 21, "completion_tokens": 3, "total_tokens": 24},
+        )
+    )
+    messages = [dict(m) for m in MESSAGES]
+
+    completion = gateway.complete(config, messages)
+
+    assert completion == gateway.Completion(
+        text="Hello there.",
+        finish_reason="stop",
+        prompt_tokens=21,
+        completion_tokens=3,
+        model="openai/fake-model",
+        tool_calls=[],
+    )
+    assert len(fake_openai.requests) == 1
+    body = fake_openai.requests[0]
+    assert body["model"] == "fake-model"
+    assert body["messages"] == MESSAGES
+    assert body["temperature"] == 0.2
+    assert body["max_tokens"] == 77
+    assert "stream" not in body
+    assert "tools" not in body
+    assert messages == MESSAGES  # the caller's list is not rewritten
+
+
+def test_complete_max_tokens_overrides_config(fake_openai, config):
+    gateway.complete(config, MESSAGES, max_tokens=5)
+
+    assert fake_openai.requests[0]["max_tokens"] == 5
+
+
+def test_stream_yields_deltas_in_order(fake_openai, config):
+    fake_openai.script(
+        Reply(
+            text="Hello there, friend.",
+            chunks=["Hel", "lo ", "there, ", "friend."],
+            usage={"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+        )
+    )
+
+    stream = gateway.stream(config, MESSAGES)
+    deltas = list(stream)
+
+    assert deltas == ["Hel", "lo ", "there, ", "friend."]
+    assert stream.completion == gateway.Completion(
+        text="Hello there, friend.",
+        finish_reason="stop",
+        prompt_tokens=9,
+        completion_tokens=4,
+        model="openai/fake-model",
+        tool_calls=[],
+    )
+    body = fake_openai.requests[0]
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 77
+
+
+def test_stream_sends_nothing_until_iterated(fake_openai, config):
+    stream = gateway.stream(config, MESSAGES)
+
+    assert fake_openai.requests == []
+    assert stream.completion is None
+    assert list(stream) == ["Hell", "o fr", "om f", "ake."]
+    assert len(fake_openai.requests) == 1
+
+
+def test_stream_can_be_iterated_only_once(fake_openai, config):
+    stream = gateway.stream(config, MESSAGES)
+    list(stream)
+
+    with pytest.raises(RuntimeError):
+        iter(stream)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_finish_reason_length_is_surfaced(fake_openai, config, streaming):
+    fake_openai.script(Reply(text="Cut sho", finish_reason="length"))
+
+    if streaming:
+        stream = gateway.stream(config, MESSAGES)
+        assert "".join(stream) == "Cut sho"
+        completion = stream.completion
+    else:
+        completion = gateway.complete(config, MESSAGES)
+
+    assert completion.text == "Cut sho"
+    assert completion.finish_reason == "length"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_tool_calls_are_returned_in_openai_shape(fake_openai, config, streaming):
+    fake_openai.script(Reply(text="", tool_calls=[TOOL_CALL], finish_reason="tool_calls"))
+
+    if streaming:
+        stream = gateway.stream(config, MESSAGES, tools=TOOLS)
+        assert list(stream) == []
+        completion = stream.completion
+    else:
+        completion = gateway.complete(config, MESSAGES, tools=TOOLS)
+
+    assert completion.tool_calls == [TOOL_CALL]
+    assert completion.finish_reason == "tool_calls"
+    assert completion.text == ""
+    assert fake_openai.requests[0]["tools"] == TOOLS
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_http_500_is_retried_then_model_unavailable(fake_openai, config, streaming):
+    fake_openai.default = Reply(status=500)
+
+    with pytest.raises(ModelUnavailable) as caught:
+        if streaming:
+            list(gateway.stream(config, MESSAGES))
+        else:
+            gateway.complete(config, MESSAGES)
+
+    assert len(fake_openai.requests) == 3  # 1 + LLM_MAX_RETRIES
+    assert str(caught.value) == (
+        "openai/fake-model: provider error (HTTP 500) (fake server error), after 3 attempts"
+    )
+    assert caught.value.status_code == 500
+    assert caught.value.transient is True
+    assert caught.value.attempts == 3
+
+
+def test_retry_count_follows_settings(fake_openai, config, settings):
+    settings.LLM_MAX_RETRIES = 0
+    fake_openai.default = Reply(status=503)
+
+    with pytest.raises(ModelUnavailable):
+        gateway.complete(config, MESSAGES)
+
+    assert len(fake_openai.requests) == 1
+
+
+def test_retry_backoff_is_exponential(fake_openai, config, settings):
+    settings.LLM_RETRY_BACKOFF_SECONDS = 0.2
+    fake_openai.default = Reply(status=502)
+
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable):
+        gateway.complete(config, MESSAGES)
+
+    assert len(fake_openai.requests) == 3
+    assert time.monotonic() - started >= 0.2 + 0.4
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_transient_failure_then_success(fake_openai, config, streaming):
+    fake_openai.script(Reply(status=500), Reply(status=429), Reply(text="Finally."))
+
+    if streaming:
+        stream = gateway.stream(config, MESSAGES)
+        text = "".join(stream)
+    else:
+        text = gateway.complete(config, MESSAGES).text
+
+    assert text == "Finally."
+    assert len(fake_openai.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (400, "request rejected (HTTP 400) (fake server error)"),
+        (401, "authentication failed (HTTP 401) (fake server error)"),
+        (403, "permission denied (HTTP 403) (fake server error)"),
+        (404, "model or endpoint not found (HTTP 404) (fake server error)"),
+    ],
+)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_client_errors_are_not_retried(fake_openai, config, status, reason, streaming):
+    fake_openai.default = Reply(status=status)
+
+    with pytest.raises(ModelUnavailable) as caught:
+        if streaming:
+            list(gateway.stream(config, MESSAGES))
+        else:
+            gateway.complete(config, MESSAGES)
+
+    assert len(fake_openai.requests) == 1
+    assert str(caught.value) == f"openai/fake-model: {reason}"
+    assert caught.value.transient is False
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_hung_server_ends_in_model_unavailable_within_timeout(
+    fake_openai, make_config, settings, streaming
+):
+    settings.LLM_MAX_RETRIES = 0
+    fake_openai.default = Reply(hang=30)
+    config = make_config(timeout=1.0)
+
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable) as caught:
+        if streaming:
+            list(gateway.stream(config, MESSAGES))
+        else:
+            gateway.complete(config, MESSAGES)
+    elapsed = time.monotonic() - started
+
+    assert 0.9 <= elapsed < 2.5
+    assert str(caught.value) == "openai/fake-model: timed out after 1 s"
+    assert caught.value.transient is True
+    assert len(fake_openai.requests) == 1
+
+
+def test_hung_server_is_retried_with_bounded_total_time(fake_openai, make_config):
+    fake_openai.default = Reply(hang=30)
+    config = make_config(timeout=0.5)
+
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable) as caught:
+        gateway.complete(config, MESSAGES)
+    elapsed = time.monotonic() - started
+
+    assert len(fake_openai.requests) == 3
+    assert 1.5 <= elapsed < 4.0
+    assert str(caught.value) == "openai/fake-model: timed out after 0.5 s, after 3 attempts"
+
+
+def test_timeout_defaults_to_setting(fake_openai, make_config, settings):
+    settings.LLM_TIMEOUT_SECONDS = 0.5
+    settings.LLM_MAX_RETRIES = 0
+    fake_openai.default = Reply(hang=30)
+
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable):
+        gateway.complete(make_config(timeout=None), MESSAGES)
+
+    assert time.monotonic() - started < 2.0
+
+
+def test_stall_before_any_text_is_retried(fake_openai, make_config):
+    fake_openai.script(Reply(text="ab", chunks=["ab"], stall_after=0, stall=10))
+
+    stream = gateway.stream(make_config(timeout=0.5), MESSAGES)
+
+    assert "".join(stream) == "Hello from fake."
+    assert len(fake_openai.requests) == 2
+
+
+def test_stall_after_text_keeps_partial_text_and_is_not_retried(fake_openai, make_config):
+    fake_openai.script(Reply(text="abcd", chunks=["ab", "cd"], stall_after=1, stall=10))
+    stream = gateway.stream(make_config(timeout=1.0), MESSAGES)
+    received = []
+
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable) as caught:
+        for delta in stream:
+            received.append(delta)
+
+    assert time.monotonic() - started < 2.5
+    assert received == ["ab"]
+    assert stream.text == "ab"
+    assert stream.completion is None
+    assert str(caught.value) == "openai/fake-model: timed out after 1 s"
+    assert len(fake_openai.requests) == 1
+
+
+def test_api_key_env_is_read_at_call_time(fake_openai, config, monkeypatch):
+    gateway.complete(config, MESSAGES)
+    monkeypatch.setenv(KEY_ENV, "sk-rotated-key")
+    gateway.complete(config, MESSAGES)
+    list(gateway.stream(config, MESSAGES))
+
+    assert [h["authorization"] for h in fake_openai.headers] == [
+        f"Bearer {KEY}",
+        "Bearer sk-rotated-key",
+        "Bearer sk-rotated-key",
+    ]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_missing_api_key_env_names_the_variable_and_sends_nothing(
+    fake_openai, config, monkeypatch, streaming
+):
+    monkeypatch.delenv(KEY_ENV)
+
+    with pytest.raises(ModelUnavailable) as caught:
+        if streaming:
+            list(gateway.stream(config, MESSAGES))
+        else:
+            gateway.complete(config, MESSAGES)
+
+    assert str(caught.value) == (
+        f"openai/fake-model: the environment variable {KEY_ENV} (this bot's api_key_env) "
+        "is not set"
+    )
+    assert fake_openai.requests == []
+
+
+def test_error_messages_never_contain_the_key(fake_openai, config):
+    fake_openai.default = Reply(status=401, error_message=f"Incorrect API key provided: {KEY}")
+
+    with pytest.raises(ModelUnavailable) as caught:
+        gateway.complete(config, MESSAGES)
+
+    assert KEY not in str(caught.value)
+    assert str(caught.value) == (
+        "openai/fake-model: authentication failed (HTTP 401) (Incorrect API key provided: ***)"
+    )
+
+
+def test_api_base_without_any_key_sends_a_placeholder(fake_openai, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url)
+
+    assert gateway.complete(config, MESSAGES).text == "Hello from fake."
+    assert fake_openai.headers[0]["authorization"] == "Bearer no-key-required"
+
+
+def test_api_base_without_api_key_env_uses_the_providers_variable(fake_openai, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-openai-variable")
+    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url)
+
+    gateway.complete(config, MESSAGES)
+
+    assert fake_openai.headers[0]["authorization"] == "Bearer sk-from-openai-variable"
+
+
+def test_connection_refused_is_retried_then_model_unavailable(fake_openai, config):
+    fake_openai.stop()  # nothing listens on the port any more
+
+    with pytest.raises(ModelUnavailable) as caught:
+        gateway.complete(config, MESSAGES)
+
+    assert caught.value.transient is True
+    assert caught.value.attempts == 3
+    assert str(caught.value) == (
+        "openai/fake-model: could not reach the provider (Connection error.), after 3 attempts"
+    )
+
+
+def test_unknown_provider_is_not_retried():
+    with pytest.raises(ModelUnavailable) as caught:
+        gateway.complete(ModelConfig(model="nosuchprovider/model-x"), MESSAGES)
+
+    assert caught.value.attempts == 1
+    assert caught.value.transient is False
+    assert str(caught.value).startswith("nosuchprovider/model-x: request rejected")
+
+
+def test_close_stops_the_stream_and_closes_the_http_response(fake_openai, config):
+    fake_openai.script(Reply(text="x" * 40, chunks=["a", "b", "c", "d"] * 10, delay_between_chunks=0.1))
+    stream = gateway.stream(config, MESSAGES)
+    received = []
+
+    for delta in stream:
+        received.append(delta)
+        if len(received) == 2:
+            stream.close()
+
+    assert received == ["a", "b"]
+    assert stream.completion is None
+    assert stream.text == "ab"
+    assert fake_openai.client_went_away.wait(5)
+    assert fake_openai.served[0].aborted is True
+    assert fake_openai.served[0].completed is False
+
+
+def test_close_from_another_thread_ends_a_blocked_iteration(fake_openai, config):
+    fake_openai.script(Reply(text="ab", chunks=["a", "b"], stall_after=1, stall=20))
+    stream = gateway.stream(config, MESSAGES)
+    received = []
+    done = threading.Event()
+
+    def consume():
+        for delta in stream:
+            received.append(delta)
+        done.set()
+
+    worker = threading.Thread(target=consume, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the consumer is now blocked reading the next chunk
+
+    started = time.monotonic()
+    stream.close()
+
+    assert done.wait(5)
+    assert time.monotonic() - started < 1.0  # not the 30 s read timeout
+    assert received == ["a"]
+    assert stream.completion is None
+    assert fake_openai.client_went_away.wait(5)
+
+
+def test_abandoned_stream_closes_its_response(fake_openai, config):
+    fake_openai.script(Reply(text="abcd", chunks=list("abcd") * 10, delay_between_chunks=0.1))
+    stream = gateway.stream(config, MESSAGES)
+
+    for _delta in stream:
+        break
+    del stream
+    gc.collect()
+
+    assert fake_openai.client_went_away.wait(5)
+
+
+def test_concurrent_streams_are_served_concurrently(fake_openai, config):
+    fake_openai.default = Reply(text="abc", chunks=["a", "b", "c"], delay_between_chunks=0.2)
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def run():
+        text = "".join(gateway.stream(config, MESSAGES))
+        with lock:
+            results.append(text)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    assert results == ["abc", "abc", "abc"]
+    assert fake_openai.max_concurrent == 3
+    assert fake_openai.wait_idle()
+    assert fake_openai.in_flight == 0
+
+
+def test_model_max_input_tokens():
+    assert gateway.model_max_input_tokens("gpt-4o-mini") == 128000
+    assert gateway.model_max_input_tokens("openai/gpt-4o") == 128000
+    assert gateway.model_max_input_tokens("builtin/recall") is None
+    assert gateway.model_max_input_tokens("builtin/extractive") is None
+    assert gateway.model_max_input_tokens("openai/fake-model") is None
+    assert gateway.model_max_input_tokens("no-such-model-xyz") is None
+    assert gateway.model_max_input_tokens("") is None
+
+
+def test_litellm_is_configured_offline_and_knows_builtin():
+    litellm = gateway._litellm()
+
+    assert litellm.suppress_debug_info is True
+    assert getattr(litellm, "telemetry", False) is False
+    assert [p["provider"] for p in litellm.custom_provider_map].count("builtin") == 1
+    assert "builtin" in litellm._custom_providers

@@ -1,0 +1,122 @@
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chat_platform.llm.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_message_tokens,
+    count_tokens,
+    encoding_name_for_model,
+    truncate_to_tokens,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini", "o200k_base"),
+        ("openai/gpt-4o-mini", "o200k_base"),
+        ("azure/gpt-4o", "o200k_base"),
+        ("openrouter/openai/gpt-4.1-nano", "o200k_base"),
+        ("chatgpt-4o-latest", "o200k_base"),
+        ("gpt-4.1", "o200k_base"),
+        ("gpt-5", "o200k_base"),
+        ("gpt-5-mini", "o200k_base"),
+        ("o1", "o200k_base"),
+        ("o1-mini", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("openai/o4-mini", "o200k_base"),
+        ("ft:gpt-4o-mini:acme::abc123", "o200k_base"),
+        ("GPT-4o", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("text-embedding-3-small", "cl100k_base"),
+        ("builtin/recall", "cl100k_base"),
+        ("builtin/extractive", "cl100k_base"),
+        ("ollama/llama3", "cl100k_base"),
+        ("anthropic/claude-3-5-sonnet-20240620", "cl100k_base"),
+        ("openai/fake-model", "cl100k_base"),
+        ("o1x", "cl100k_base"),
+        ("", "cl100k_base"),
+    ],
+)
+def test_encoding_name_for_model(model, encoding):
+    assert encoding_name_for_model(model) == encoding
+
+
+@pytest.mark.parametrize(
+    ("text", "cl100k", "o200k"),
+    [
+        ("", 0, 0),
+        ("Hello, world!", 4, 4),
+        ("你好，世界", 6, 3),
+        ("日本語のテキストです", 9, 7),
+        ("🎉🎉 party time 🚀", 11, 8),
+        ("naïve café – “quotes”", 8, 8),
+    ],
+)
+def test_count_tokens_exact(text, cl100k, o200k):
+    assert count_tokens(text) == cl100k
+    assert count_tokens(text, model="builtin/recall") == cl100k
+    assert count_tokens(text, model="openai/gpt-4o") == o200k
+
+
+def test_special_token_text_is_counted_not_rejected():
+    assert count_tokens("<|endoftext|>") == 7
+    assert count_tokens("before <|endoftext|> after <|fim_prefix|>", model="gpt-4o") > 7
+
+
+def test_count_message_tokens_adds_fixed_overhead():
+    assert MESSAGE_OVERHEAD_TOKENS == 4
+    assert count_message_tokens("Hello, world!") == 8
+    assert count_message_tokens("你好，世界", model="gpt-4o") == 7
+    assert count_message_tokens("") == 4
+
+
+def test_truncate_to_tokens():
+    assert truncate_to_tokens("Hello, world!", 2) == "Hello,"
+    assert truncate_to_tokens("Hello, world!", 4) == "Hello, world!"
+    assert truncate_to_tokens("Hello, world!", 0) == ""
+    assert truncate_to_tokens("你好，世界", 3) == "你好，"
+    # A cut inside a multi-token emoji leaves no replacement character behind.
+    assert truncate_to_tokens("🎉🎉 party", 1) == ""
+
+
+def test_counting_works_with_the_network_blocked():
+    """A fresh process, sockets disabled, no litellm import: the shipped encodings are used."""
+    script = textwrap.dedent(
+        """
+        import socket, sys
+
+        def refuse(*args, **kwargs):
+            raise OSError("network disabled in this test")
+
+        socket.socket.connect = refuse
+        socket.create_connection = refuse
+        import chat_platform  # sets TIKTOKEN_CACHE_DIR
+        from chat_platform.llm.tokens import count_tokens
+        print(count_tokens("Hello, world!"), count_tokens("你好，世界", model="gpt-4o"))
+        print("litellm" in sys.modules)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["4 3", "False"]
