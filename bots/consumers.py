@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from bots import realtime, selectors, services
+from bots import queries, realtime, services
 from chat_platform.errors import NotFound, PlatformError, ValidationFailed
 
 log = structlog.get_logger(__name__)
@@ -41,7 +41,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_AUTHENTICATED)
             return
         try:
-            session = await database_sync_to_async(selectors.session_get_for_user)(
+            session = await database_sync_to_async(queries.session_get_for_user)(
                 user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
             )
         except NotFound:

@@ -12,7 +12,9 @@ env_var_name_validator = RegexValidator(
 
 
 class Bot(models.Model):
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bots")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bots"
+    )
     name = models.CharField(max_length=120)
     system_prompt = models.TextField(blank=True, default="")
     model = models.CharField(max_length=200, default=DEFAULT_MODEL)
@@ -53,7 +55,9 @@ class Bot(models.Model):
             models.CheckConstraint(
                 condition=Q(temperature__gte=0) & Q(temperature__lte=2), name="bot_temperature_0_2"
             ),
-            models.CheckConstraint(condition=Q(max_output_tokens__gte=1), name="bot_max_output_ge_1"),
+            models.CheckConstraint(
+                condition=Q(max_output_tokens__gte=1), name="bot_max_output_ge_1"
+            ),
             models.CheckConstraint(
                 condition=Q(compaction_kept_percent__gte=1) & Q(compaction_kept_percent__lte=99),
                 name="bot_kept_percent_1_99",
@@ -73,7 +77,7 @@ class ChatSession(models.Model):
     )
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="sessions")
     title = models.CharField(max_length=200, blank=True, default="")
-    # Highest seq handed out; bumped with a conditional UPDATE so seqs are gap-free under concurrency.
+    # Highest seq handed out; bumped by one UPDATE whose row lock keeps seqs gap-free.
     last_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -114,7 +118,8 @@ class Message(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
     token_count = models.PositiveIntegerField(default=0)
     pinned = models.BooleanField(default=False)
-    client_id = models.CharField(max_length=100, null=True, blank=True)
+    # Idempotency key from the client: the same key twice in a session yields the first result.
+    client_id = models.CharField(max_length=100, blank=True, default="")
     # Tool protocol: an assistant message that called tools carries tool_calls (OpenAI shape);
     # a tool result carries the id of the call it answers.
     tool_calls = models.JSONField(default=list, blank=True)
@@ -140,7 +145,7 @@ class Message(models.Model):
             models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq_unique"),
             models.UniqueConstraint(
                 fields=["session", "client_id"],
-                condition=Q(client_id__isnull=False),
+                condition=~Q(client_id=""),
                 name="message_session_client_id_unique",
             ),
             models.CheckConstraint(condition=Q(seq__gte=1), name="message_seq_ge_1"),
@@ -153,7 +158,9 @@ class Message(models.Model):
                 name="message_kind_valid",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "streaming", "complete", "failed", "interrupted"]),
+                condition=Q(
+                    status__in=["pending", "streaming", "complete", "failed", "interrupted"]
+                ),
                 name="message_status_valid",
             ),
         ]

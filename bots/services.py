@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from bots import realtime
 from bots.models import Bot, ChatSession, Message
-from bots.selectors import (
+from bots.queries import (
     bot_get_for_edit,
     bot_get_for_user,
     message_get_for_user,
@@ -167,7 +167,7 @@ def do_message_pair_create(
             content=content,
             status=Message.Status.COMPLETE,
             token_count=count_message_tokens(content, model=model),
-            client_id=client_id,
+            client_id=client_id or "",
         )
         reply = Message.objects.create(
             session=session,

@@ -135,7 +135,9 @@ def turn_run(*, message_id: int) -> None:
         batcher.flush()
     except gateway.ModelUnavailable as exc:
         batcher.flush()
-        _fail(reply, ModelUnavailable(f"The model did not answer: {exc}"), partial_text="".join(parts))
+        _fail(
+            reply, ModelUnavailable(f"The model did not answer: {exc}"), partial_text="".join(parts)
+        )
         return
     except Exception:
         batcher.flush()

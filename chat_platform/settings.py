@@ -182,7 +182,7 @@ CHAT_WAIT_TIMEOUT_SECONDS = env.float("CHAT_WAIT_TIMEOUT_SECONDS", default=120.0
 # --- Logging ----------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_JSON = env.bool("LOG_JSON", default=not EMBEDDED)
-from chat_platform.logging import configure_logging  # noqa: E402
+from chat_platform.log_config import configure_logging  # noqa: E402
 
 LOGGING_CONFIG = None
 configure_logging(level=LOG_LEVEL, json=LOG_JSON)

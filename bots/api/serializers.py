@@ -43,7 +43,11 @@ class BotInputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Bot
-        fields = [f for f in BotOutputSerializer.Meta.fields if f not in ("id", "owner", "created_at", "editable")]
+        fields = [
+            f
+            for f in BotOutputSerializer.Meta.fields
+            if f not in ("id", "owner", "created_at", "editable")
+        ]
         extra_kwargs = {"name": {"required": True}}
 
 
@@ -85,7 +89,9 @@ class MessageOutputSerializer(serializers.ModelSerializer):
 class MessageInputSerializer(serializers.Serializer):
     # Content is checked by the service (blank / > 1 MB) so REST and websocket agree exactly.
     content = serializers.JSONField()
-    client_id = serializers.CharField(max_length=100, required=False, allow_null=True, allow_blank=True)
+    client_id = serializers.CharField(
+        max_length=100, required=False, allow_null=True, allow_blank=True
+    )
     wait = serializers.BooleanField(required=False, default=False)
 
 

@@ -13,7 +13,5 @@ urlpatterns = [
         name="session-messages",
     ),
     path("messages/<int:message_id>/pin/", views.MessagePinApi.as_view(), name="message-pin"),
-    path(
-        "messages/<int:message_id>/unpin/", views.MessageUnpinApi.as_view(), name="message-unpin"
-    ),
+    path("messages/<int:message_id>/unpin/", views.MessageUnpinApi.as_view(), name="message-unpin"),
 ]

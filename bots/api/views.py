@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from bots import selectors, services
+from bots import queries, services
 from bots.api.serializers import (
     BotInputSerializer,
     BotOutputSerializer,
@@ -31,7 +31,7 @@ def _valid(serializer_class, data, **kwargs):
 class BotListApi(APIView):
     @extend_schema(responses=BotOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
-        bots = selectors.bot_list_for_user(user=request.user)
+        bots = queries.bot_list_for_user(user=request.user)
         return Response(BotOutputSerializer(bots, many=True, context={"request": request}).data)
 
     @extend_schema(request=BotInputSerializer, responses={201: BotOutputSerializer})
@@ -47,12 +47,12 @@ class BotListApi(APIView):
 class BotDetailApi(APIView):
     @extend_schema(responses=BotOutputSerializer)
     def get(self, request: Request, bot_id: int) -> Response:
-        bot = selectors.bot_get_for_user(user=request.user, bot_id=bot_id)
+        bot = queries.bot_get_for_user(user=request.user, bot_id=bot_id)
         return Response(BotOutputSerializer(bot, context={"request": request}).data)
 
     @extend_schema(request=BotInputSerializer, responses=BotOutputSerializer)
     def patch(self, request: Request, bot_id: int) -> Response:
-        selectors.bot_get_for_edit(user=request.user, bot_id=bot_id)  # 404/403 before 400
+        queries.bot_get_for_edit(user=request.user, bot_id=bot_id)  # 404/403 before 400
         data = _valid(BotInputSerializer, request.data, partial=True)
         bot = services.bot_update(user=request.user, bot_id=bot_id, **data)
         return Response(BotOutputSerializer(bot, context={"request": request}).data)
@@ -69,7 +69,7 @@ class SessionListApi(APIView):
         responses=SessionOutputSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
-        sessions = selectors.session_list_for_user(
+        sessions = queries.session_list_for_user(
             user=request.user, bot_id=request.query_params.get("bot")
         )
         return Response(SessionOutputSerializer(sessions, many=True).data)
@@ -86,7 +86,7 @@ class SessionListApi(APIView):
 class SessionDetailApi(APIView):
     @extend_schema(responses=SessionOutputSerializer)
     def get(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get_for_user(user=request.user, session_id=session_id)
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
         return Response(SessionOutputSerializer(session).data)
 
     @extend_schema(responses={204: None})
@@ -101,7 +101,7 @@ class SessionMessagesApi(APIView):
         responses=MessageOutputSerializer(many=True),
     )
     def get(self, request: Request, session_id: int) -> Response:
-        session = selectors.session_get_for_user(user=request.user, session_id=session_id)
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
         raw = request.query_params.get("after_seq")
         after_seq = None
         if raw not in (None, ""):
@@ -111,7 +111,7 @@ class SessionMessagesApi(APIView):
                 raise errors.ValidationFailed(
                     details={"after_seq": ["A whole number is required."]}
                 ) from None
-        messages = selectors.message_list(session=session, after_seq=after_seq)
+        messages = queries.message_list(session=session, after_seq=after_seq)
         return Response(MessageOutputSerializer(messages, many=True).data)
 
     @extend_schema(
@@ -120,7 +120,7 @@ class SessionMessagesApi(APIView):
     )
     def post(self, request: Request, session_id: int) -> Response:
         # Access first: another user's session is not_found even when the body is bad.
-        selectors.session_get_for_user(user=request.user, session_id=session_id)
+        queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(MessageInputSerializer, request.data)
         result = services.session_message_send(
             user=request.user,

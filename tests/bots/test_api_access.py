@@ -4,7 +4,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from bots.models import Bot, ChatSession, Message
-from tests.factories import BotFactory, SessionFactory, message_add
+from tests.factories import BotFactory, message_add
 
 pytestmark = pytest.mark.django_db
 
@@ -194,7 +194,11 @@ def test_schema_and_docs_are_served(owner_client):
 
 
 def test_unknown_ids_are_not_found(owner_client):
-    for path in ["/api/v1/bots/999999/", "/api/v1/sessions/999999/", "/api/v1/sessions/999999/messages/"]:
+    for path in [
+        "/api/v1/bots/999999/",
+        "/api/v1/sessions/999999/",
+        "/api/v1/sessions/999999/messages/",
+    ]:
         response = owner_client.get(path)
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"

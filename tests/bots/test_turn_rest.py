@@ -25,7 +25,9 @@ def test_send_schedules_turn_on_commit_and_returns_202(
     assert response.status_code == 202
     body = response.json()
     assert (body["user_message"]["seq"], body["user_message"]["status"]) == (1, "complete")
-    assert body["user_message"]["token_count"] == count_message_tokens("hi", model="openai/fake-model")
+    assert body["user_message"]["token_count"] == count_message_tokens(
+        "hi", model="openai/fake-model"
+    )
     assert (body["assistant_message"]["seq"], body["assistant_message"]["status"]) == (2, "pending")
     # two message.created notifications, then the turn task: nothing runs before commit
     assert len(callbacks) == 3
@@ -90,7 +92,12 @@ def test_full_turn_with_builtin_recall(
 
 
 def test_provider_500_fails_the_reply_and_keeps_the_user_message(
-    owner_client, fake_session, fake_openai, eager_tasks, django_capture_on_commit_callbacks, settings
+    owner_client,
+    fake_session,
+    fake_openai,
+    eager_tasks,
+    django_capture_on_commit_callbacks,
+    settings,
 ):
     fake_openai.script(*[Reply(status=500)] * 10)
     response = _send(
@@ -158,9 +165,17 @@ def test_duplicate_client_id_yields_the_first_result(
     ],
 )
 def test_bad_content_is_refused_and_nothing_is_written(
-    owner_client, fake_session, fake_openai, django_capture_on_commit_callbacks, content, status, code
+    owner_client,
+    fake_session,
+    fake_openai,
+    django_capture_on_commit_callbacks,
+    content,
+    status,
+    code,
 ):
-    response = _send(owner_client, fake_session, django_capture_on_commit_callbacks, content=content)
+    response = _send(
+        owner_client, fake_session, django_capture_on_commit_callbacks, content=content
+    )
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
     assert Message.objects.count() == 0

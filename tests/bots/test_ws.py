@@ -21,7 +21,9 @@ def _token(user) -> str:
 
 async def _connect(session_id: int, token: str | None):
     headers = [(b"authorization", f"Token {token}".encode())] if token else []
-    communicator = WebsocketCommunicator(application, f"/ws/sessions/{session_id}/", headers=headers)
+    communicator = WebsocketCommunicator(
+        application, f"/ws/sessions/{session_id}/", headers=headers
+    )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     return communicator
@@ -56,12 +58,17 @@ async def test_full_turn_streams_deltas_in_order(fake_session, fake_openai, ws_t
     await communicator.disconnect()
 
     created = [f["message"] for f in frames if f["type"] == "message.created"]
-    assert [(m["role"], m["status"]) for m in created] == [("user", "complete"), ("assistant", "pending")]
+    assert [(m["role"], m["status"]) for m in created] == [
+        ("user", "complete"),
+        ("assistant", "pending"),
+    ]
     deltas = [f for f in frames if f["type"] == "message.delta"]
     assert len(deltas) >= 2  # streamed, not one blob
     assert {d["message_id"] for d in deltas} == {created[1]["id"]}
     completed = frames[-1]["message"]
-    assert "".join(d["delta"] for d in deltas) == completed["content"] == "Once upon a time, the end."
+    assert (
+        "".join(d["delta"] for d in deltas) == completed["content"] == "Once upon a time, the end."
+    )
     stored = await database_sync_to_async(Message.objects.get)(pk=completed["id"])
     assert (stored.content, stored.status) == ("Once upon a time, the end.", "complete")
 

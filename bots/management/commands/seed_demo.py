@@ -30,7 +30,9 @@ class Command(BaseCommand):
     @transaction.atomic
     def handle(self, *args, **options):
         if not settings.DEBUG and not options["force"]:
-            raise CommandError("seed_demo creates a demo/demo account: refused unless DEBUG or --force.")
+            raise CommandError(
+                "seed_demo creates a demo/demo account: refused unless DEBUG or --force."
+            )
         user_model = get_user_model()
         user, created = user_model.objects.get_or_create(username="demo")
         user.set_password("demo")

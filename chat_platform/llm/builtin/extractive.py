@@ -45,12 +45,13 @@ _SECTION = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
 _FOCUS = re.compile(r"^\s*focus\s*:\s*(?P<focus>.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _TRANSCRIPT = re.compile(r"<transcript>(?P<body>.*?)</transcript>", re.DOTALL | re.IGNORECASE)
 
-_MONTHS = (
+_CALENDAR = (
     "january february march april may june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
-    "saturday sunday today tomorrow yesterday tonight weekend"
+    "saturday sunday"
 )
-_DATE_WORD = re.compile(rf"\b(?:{'|'.join(_MONTHS.split())})\b", re.IGNORECASE)
+_DATE_WORD = re.compile(rf"\b(?:{'|'.join(_CALENDAR.split())})\b", re.IGNORECASE)
+_RELATIVE_DAY = re.compile(r"\b(?:today|tomorrow|yesterday|tonight|weekend)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 _IDENTIFIER = re.compile(
     r"`[^`]+`|https?://\S+|\S+@\S+\.\w+|#\w+"
@@ -65,11 +66,11 @@ _KEYWORDS = frozenset(
     preference always never must deadline due plan plans planned will want wants need needs
     remember important require requires required requirement choose chose chosen confirm
     confirmed approve approved favorite favourite like likes love loves hate hates dislike
-    dislikes allergic promise promised commit committed budget goal rule please should
-    won't don't cannot can't
+    dislikes allergic promise promised commit committed please should won't don't cannot can't
     """.split()
 )
 _WORD = re.compile(r"[\w'\u2019]+")
+_CJK_END = ("\u3002", "\uff01", "\uff1f")
 _CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z\u00c0-\u024f]+\b")
 
 
@@ -127,6 +128,8 @@ def _score(text: str, focus_terms: set[str]) -> int:
     score = 0
     if _DIGIT.search(text) or _DATE_WORD.search(text):
         score += 2
+    elif _RELATIVE_DAY.search(text):
+        score += 1
     if _IDENTIFIER.search(text):
         score += 2
     names = {m.group() for m in _CAPITALISED.finditer(text)} - {"I"}
@@ -136,7 +139,9 @@ def _score(text: str, focus_terms: set[str]) -> int:
         score += 2
     if focus_terms and focus_terms & set(terms(text)):
         score += 3
-    return score
+    if text.rstrip().endswith(("?", "\uff1f")):
+        score -= 1  # a question states little, unless it carries facts of its own
+    return max(0, score)
 
 
 def _render(turns: list[Turn], chosen: list[Sentence]) -> str:
@@ -145,7 +150,11 @@ def _render(turns: list[Turn], chosen: list[Sentence]) -> str:
         by_turn.setdefault(sentence.turn, []).append(sentence)
     lines = []
     for turn_index in sorted(by_turn):
-        body = " ".join(s.text for s in by_turn[turn_index])
+        body = ""
+        for sentence in by_turn[turn_index]:
+            # CJK sentences end in full-width punctuation and are written without spaces.
+            joiner = "" if not body or body.endswith(_CJK_END) else " "
+            body += joiner + sentence.text
         label = turns[turn_index].label
         lines.append(f"{label}: {body}" if label else body)
     return "\n".join(lines)

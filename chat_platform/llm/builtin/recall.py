@@ -27,7 +27,7 @@ What it does:
    ``tool_choice`` is not ``"none"``), else exactly ``{"read_files": {"files": [...]}}``.
    Because it never asks twice for the same record, a turn needs at most one recall round.
 2. Otherwise it quotes the best few matching lines (word overlap weighted by rarity, questions
-   count half, ties go to the newer line), in context order, each with its source.
+   count a third, ties go to the newer line), in context order, each with its source.
 3. With nothing matching it says so plainly.
 """
 
@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
-from chat_platform.llm.builtin.text import sentences, terms
+from chat_platform.llm.builtin.text import sentences, stem, terms
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 
 MODEL = "builtin/recall"
@@ -65,7 +65,7 @@ INDEX_LINE = re.compile(
 _HEADER = re.compile(r"^\s*(?:\[(?P<bracket>[^\[\]\n]{1,160})\]|#{1,6}\s+(?P<hash>.{1,160}?))\s*$")
 _COLON_HEADER = re.compile(r"^\s*(?P<colon>[^:\n]{1,80}):\s*$")
 # Words of index boilerplate that say nothing about a record's topic.
-_INDEX_NOISE = frozenset({"snapshot", "pre", "compaction", "message", "messages"})
+_INDEX_NOISE = frozenset(stem(w) for w in ("snapshot", "pre", "compaction", "messages"))
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ def _choose_quotes(units: list[Unit], question_terms: set[str]) -> list[Unit]:
             continue
         score = sum(math.log(1 + (total + 1) / document_frequency[t]) for t in matched)
         if unit.text.rstrip().endswith(("?", "\uff1f")):
-            score /= 2  # an earlier question rarely holds the answer
+            score /= 3  # an earlier question rarely holds the answer
         scored.append((round(score, 9), unit.position, unit))
     if not scored:
         return []

@@ -33,30 +33,48 @@ CJK_STOPWORDS = frozenset(
 )
 
 
-def _stem(word: str) -> str:
-    if word.endswith("'s") or word.endswith("\u2019s"):
+_DOUBLED = re.compile(r"([b-df-hjkmnp-rtv-y])\1$")  # planned -> plann -> plan (not "ll", "ss")
+STEM_CHARS = 6
+
+
+def stem(word: str) -> str:
+    """A crude, deterministic stemmer: strip a few English suffixes, then keep at most six
+    characters, so allergies/allergic, booking/booked and preference/prefer meet."""
+    if word.isdigit():
+        return word
+    word = word.removesuffix("'s").removesuffix("\u2019s")
+    if len(word) > 4 and word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif len(word) > 5 and word.endswith("ing"):
+        word = word[:-3]
+    elif len(word) > 4 and word.endswith("ed"):
         word = word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+    elif len(word) > 4 and word.endswith(("ches", "shes", "xes", "zes", "sses")):
+        word = word[:-2]
+    elif len(word) > 4 and word.endswith("ly"):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
-    return word
+    word = _DOUBLED.sub(r"\1", word)
+    return word[:STEM_CHARS]
 
 
 def terms(text: str) -> list[str]:
-    """Normalised content terms of ``text``, in order: lower-cased words minus stopwords (lightly
-    stemmed), numbers, and bigrams of CJK runs (a lone CJK character stands for itself)."""
+    """Normalised content terms of ``text``, in order: lower-cased words minus stopwords
+    (stemmed), numbers, and bigrams of CJK runs (a lone CJK character stands for itself)."""
     out: list[str] = []
     for match in _WORD.finditer(text.lower()):
         token = match.group()
         if not _CJK_RUN.search(token):
             if token in STOPWORDS or (len(token) == 1 and not token.isdigit()):
                 continue
-            out.append(_stem(token))
+            out.append(stem(token))
             continue
         position = 0
         for run in _CJK_RUN.finditer(token):
             before = token[position : run.start()]
             if before and before not in STOPWORDS and (len(before) > 1 or before.isdigit()):
-                out.append(_stem(before))
+                out.append(stem(before))
             chars = run.group()
             if len(chars) == 1:
                 out.append(chars)
@@ -69,7 +87,7 @@ def terms(text: str) -> list[str]:
             position = run.end()
         after = token[position:]
         if after and after not in STOPWORDS and (len(after) > 1 or after.isdigit()):
-            out.append(_stem(after))
+            out.append(stem(after))
     return out
 
 

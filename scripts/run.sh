@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install and start the platform in embedded mode: SQLite, in-process tasks, built-in models,
+# a demo/demo user. Open http://127.0.0.1:8000/ when it says it is running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e .
+
+export DEBUG="${DEBUG:-true}"
+unset REDIS_URL
+.venv/bin/python manage.py migrate --noinput
+.venv/bin/python manage.py seed_demo
+echo "chat-platform running at http://127.0.0.1:${PORT:-8000}/  (sign in as demo / demo)"
+exec .venv/bin/python -m uvicorn chat_platform.asgi:application \
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install everything the tests need and run them: lint, migrations check, compose validation,
+# then the whole pytest suite against real PostgreSQL and Redis. Fails loudly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+command -v make >/dev/null || need_apt+=(make)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then echo "please install: ${need_apt[*]}" >&2; exit 1; fi
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
+fi
+
+bash scripts/services.sh
+
+if [ ! -x .venv/bin/python ]; then
+  python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+
+echo "== ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "== migrations are up to date"
+DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
+echo "== docker-compose.yml is valid"
+docker-compose -f docker-compose.yml config -q
+echo "== pytest"
+set +e
+.venv/bin/pytest "$@"
+status=$?
+set -e
+if [ $status -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit $status
