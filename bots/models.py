@@ -79,6 +79,12 @@ class ChatSession(models.Model):
     title = models.CharField(max_length=200, blank=True, default="")
     # Highest seq handed out; bumped by one UPDATE whose row lock keeps seqs gap-free.
     last_seq = models.PositiveIntegerField(default=0)
+    # Running totals over the messages that count toward the context (see Message.in_context_q):
+    # pressure is read from here, so a turn's cost never grows with the length of the history.
+    context_tokens = models.PositiveBigIntegerField(default=0)
+    context_messages = models.PositiveIntegerField(default=0)
+    # The fields of the last context_admission decision, for the context report.
+    last_admission = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -176,6 +182,16 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.role}"
+
+    @staticmethod
+    def in_context_q() -> Q:
+        """Messages a model may see: finished chat/tool messages with content (never commands,
+        notices, failed or empty replies). Counted in ChatSession.context_tokens."""
+        return Q(
+            kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
+            status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
+            token_count__gt=0,
+        )
 
     @property
     def is_finished(self) -> bool:

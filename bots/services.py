@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Count, F, Sum
 from django.utils import timezone
 
 from bots import realtime
@@ -26,8 +26,9 @@ from bots.queries import (
     message_get_for_user,
     session_get_for_user,
 )
-from chat_platform.errors import PayloadTooLarge, ValidationFailed
+from chat_platform.errors import ContextTooLarge, PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
+from compaction.pipeline import context_measure, context_precheck
 
 log = structlog.get_logger(__name__)
 
@@ -139,6 +140,28 @@ def _allocate_seqs(*, session_id: int, count: int) -> int:
     return last - count + 1
 
 
+def session_context_add(*, session_id: int, tokens: int, messages: int = 1) -> None:
+    """Add a message that now counts toward the context to the session's running totals."""
+    if tokens <= 0:
+        return
+    ChatSession.objects.filter(pk=session_id).update(
+        context_tokens=F("context_tokens") + tokens,
+        context_messages=F("context_messages") + messages,
+    )
+
+
+def session_context_recount(*, session_id: int) -> tuple[int, int]:
+    """Recompute the running totals from the messages (repair tool; tests check they agree)."""
+    totals = Message.objects.filter(Message.in_context_q(), session_id=session_id).aggregate(
+        tokens=Sum("token_count"), messages=Count("id")
+    )
+    tokens, messages = totals["tokens"] or 0, totals["messages"]
+    ChatSession.objects.filter(pk=session_id).update(
+        context_tokens=tokens, context_messages=messages
+    )
+    return tokens, messages
+
+
 def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None:
     user_message = Message.objects.filter(session=session, client_id=client_id).first()
     if user_message is None:
@@ -178,7 +201,34 @@ def do_message_pair_create(
             reply_to=user_message,
             model=model,
         )
+        session_context_add(session_id=session.pk, tokens=user_message.token_count)
     return SendResult(user_message=user_message, assistant_message=reply, created=True)
+
+
+def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
+    """Fail the reply at once, without a model call, if the new message can never fit.
+
+    The user message stays stored. Returns the failed reply, or None when the turn may run.
+    """
+    reply = result.assistant_message
+    assert reply is not None
+    session.refresh_from_db(fields=["context_tokens", "context_messages"])
+    measure = context_measure(
+        session=session, new_message=result.user_message, before_seq=reply.seq
+    )
+    try:
+        context_precheck(measure, path="send")
+    except ContextTooLarge as exc:
+        Message.objects.filter(pk=reply.pk, status=Message.Status.PENDING).update(
+            status=Message.Status.FAILED,
+            error_code=exc.code,
+            error_message=exc.message,
+            finish_reason="error",
+            updated_at=timezone.now(),
+        )
+        reply.refresh_from_db()
+        return reply
+    return None
 
 
 def session_message_send(
@@ -206,7 +256,11 @@ def session_message_send(
             assert reply is not None
             transaction.on_commit(partial(realtime.notify_message_created, result.user_message))
             transaction.on_commit(partial(realtime.notify_message_created, reply))
-            transaction.on_commit(partial(turn_run.delay, reply.pk))
+            rejected = _check_fits(session=session, result=result)
+            if rejected is None:
+                transaction.on_commit(partial(turn_run.delay, reply.pk))
+            else:
+                transaction.on_commit(partial(realtime.notify_message_failed, rejected))
     log.info(
         "message_sent",
         session_id=session.pk,
@@ -255,18 +309,27 @@ def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
     )
     swept = 0
     for message_id in stuck:
-        swept += Message.objects.filter(
-            pk=message_id,
-            status__in=[Message.Status.PENDING, Message.Status.STREAMING],
-            updated_at__lt=cutoff,
-        ).update(
-            status=Message.Status.INTERRUPTED,
-            error_code="interrupted",
-            error_message="The reply was interrupted before it finished.",
-            updated_at=timezone.now(),
-        )
-        message = Message.objects.get(pk=message_id)
-        if message.status == Message.Status.INTERRUPTED:
+        with transaction.atomic():
+            message = Message.objects.get(pk=message_id)
+            tokens = (
+                count_message_tokens(message.content, model=message.model) if message.content else 0
+            )
+            claimed = Message.objects.filter(
+                pk=message_id,
+                status__in=[Message.Status.PENDING, Message.Status.STREAMING],
+                updated_at__lt=cutoff,
+            ).update(
+                status=Message.Status.INTERRUPTED,
+                token_count=tokens,
+                error_code="interrupted",
+                error_message="The reply was interrupted before it finished.",
+                updated_at=timezone.now(),
+            )
+            if claimed:
+                session_context_add(session_id=message.session_id, tokens=tokens)
+        swept += claimed
+        if claimed:
+            message.refresh_from_db()
             realtime.notify_message_completed(message)
     if swept:
         log.info("orphans_swept", count=swept)

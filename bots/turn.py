@@ -10,19 +10,22 @@ from typing import Any
 
 import structlog
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from bots import realtime
-from bots.models import Bot, Message
+from bots.models import Bot, ChatSession, Message
+from bots.services import session_context_add
 from chat_platform.errors import ModelUnavailable, PlatformError
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
-from compaction.pipeline import context_build
+from compaction.pipeline import context_build, context_report
 
 log = structlog.get_logger(__name__)
 
-# How often a streaming turn looks at the database for a user's stop request.
-STOP_CHECK_SECONDS = 0.3
+# How often a streaming turn saves its partial text (kept if the worker dies: the sweep marks the
+# reply interrupted) and looks for a user's stop request.
+CHECKPOINT_SECONDS = 0.5
 
 
 def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
@@ -56,7 +59,11 @@ class DeltaBatcher:
         self.last_flush = time.monotonic()
 
 
-def _stop_requested(message_id: int) -> bool:
+def _checkpoint(message_id: int, partial_text: str) -> bool:
+    """Save the partial text; return whether the user asked to stop."""
+    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
+        content=partial_text, updated_at=timezone.now()
+    )
     return bool(
         Message.objects.filter(pk=message_id).values_list("stop_requested", flat=True).first()
     )
@@ -86,10 +93,11 @@ def _fail(reply: Message, error: PlatformError, *, partial_text: str = "") -> No
     log.warning("turn_failed", message_id=reply.pk, session_id=reply.session_id, code=error.code)
     if message is not None:
         realtime.notify_message_failed(message)
+    _notify_context(reply.session_id)
 
 
 def turn_run(*, message_id: int) -> None:
-    reply = Message.objects.select_related("session__bot").filter(pk=message_id).first()
+    reply = Message.objects.select_related("session__bot", "reply_to").filter(pk=message_id).first()
     if reply is None or reply.status != Message.Status.PENDING:
         log.info("turn_skipped", message_id=message_id, status=reply and reply.status)
         return
@@ -122,13 +130,13 @@ def turn_run(*, message_id: int) -> None:
     stopped = False
     try:
         stream = gateway.stream(bot_model_config(bot), context.messages)
-        last_stop_check = time.monotonic()
+        last_checkpoint = time.monotonic()
         for delta in stream:
             parts.append(delta)
             batcher.add(delta)
-            if time.monotonic() - last_stop_check >= STOP_CHECK_SECONDS:
-                last_stop_check = time.monotonic()
-                if _stop_requested(reply.pk):
+            if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS:
+                last_checkpoint = time.monotonic()
+                if _checkpoint(reply.pk, "".join(parts)):
                     stopped = True
                     stream.close()
                     break
@@ -154,14 +162,18 @@ def turn_run(*, message_id: int) -> None:
     fields: dict[str, Any] = {
         "status": Message.Status.COMPLETE,
         "content": text,
-        "token_count": count_message_tokens(text, model=bot.model),
+        # An empty reply (stopped before the first token) takes no part in the context.
+        "token_count": count_message_tokens(text, model=bot.model) if text else 0,
         "finish_reason": "stopped" if stopped else (completion.finish_reason if completion else ""),
         "model": bot.model,
     }
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
-    message = _finish(reply, **fields)
+    with transaction.atomic():
+        message = _finish(reply, **fields)
+        if message is not None:
+            session_context_add(session_id=session.pk, tokens=message.token_count)
     log.info(
         "turn_completed",
         message_id=reply.pk,
@@ -169,9 +181,16 @@ def turn_run(*, message_id: int) -> None:
         bot_id=bot.pk,
         model=bot.model,
         finish_reason=fields["finish_reason"],
-        context_tokens=context.tokens,
+        context_tokens=context.admission.selected_tokens,
         reply_tokens=fields["token_count"],
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     if message is not None:
         realtime.notify_message_completed(message)
+    _notify_context(session.pk)
+
+
+def _notify_context(session_id: int) -> None:
+    """After every turn, the same numbers the context endpoint serves."""
+    session = ChatSession.objects.select_related("bot").get(pk=session_id)
+    realtime.notify_context_updated(session_id, context_report(session=session))

@@ -1,7 +1,8 @@
 """A local, scriptable OpenAI-compatible HTTP server for tests (and for other processes).
 
 Model calls in tests travel the real road — gateway -> litellm -> openai SDK -> HTTP — and end
-here instead of on the internet. Use ``api_base=fake_openai.url`` with ``model="openai/fake-model"``.
+here instead of on the internet. Use ``api_base=fake_openai.url`` with
+``model="openai/fake-model"``.
 
     def test_reply(fake_openai):
         fake_openai.script(Reply(text="Hi!", chunks=["H", "i!"]), Reply(status=500))
@@ -87,7 +88,11 @@ def _usage(body: dict, reply: Reply) -> dict:
             prompt_chars += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
     completion_chars = len(reply.text) + len(json.dumps(reply.tool_calls or []))
     prompt, completion = max(1, prompt_chars // 4), max(1, completion_chars // 4)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 class FakeOpenAI:
@@ -208,9 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
                 200,
                 {
                     "object": "list",
-                    "data": [
-                        {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "fake"}
-                    ],
+                    "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "fake"}],
                 },
             )
         else:

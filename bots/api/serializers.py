@@ -98,3 +98,32 @@ class MessageInputSerializer(serializers.Serializer):
 class SendOutputSerializer(serializers.Serializer):
     user_message = MessageOutputSerializer()
     assistant_message = MessageOutputSerializer(allow_null=True)
+
+
+class ContextPartsSerializer(serializers.Serializer):
+    system = serializers.IntegerField()
+    pinned = serializers.IntegerField()
+    summaries = serializers.IntegerField()
+    memory_index = serializers.IntegerField()
+    history = serializers.IntegerField()
+
+
+class ContextCompactionSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField()
+    in_flight = serializers.BooleanField()
+    cooldown_until = serializers.DateTimeField(allow_null=True)
+
+
+class ContextReportSerializer(serializers.Serializer):
+    """Schema of GET /sessions/{id}/context/ (the report itself is built by the pipeline)."""
+
+    window = serializers.IntegerField()
+    reserve = serializers.IntegerField()
+    budget = serializers.IntegerField()
+    soft = serializers.IntegerField()
+    hard = serializers.IntegerField()
+    target = serializers.IntegerField()
+    pressure = serializers.IntegerField()
+    parts = ContextPartsSerializer()
+    last_admission = serializers.DictField(allow_null=True)
+    compaction = ContextCompactionSerializer()

@@ -12,6 +12,11 @@ urlpatterns = [
         views.SessionMessagesApi.as_view(),
         name="session-messages",
     ),
+    path(
+        "sessions/<int:session_id>/context/",
+        views.SessionContextApi.as_view(),
+        name="session-context",
+    ),
     path("messages/<int:message_id>/pin/", views.MessagePinApi.as_view(), name="message-pin"),
     path("messages/<int:message_id>/unpin/", views.MessageUnpinApi.as_view(), name="message-unpin"),
 ]

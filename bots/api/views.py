@@ -11,6 +11,7 @@ from bots import queries, services
 from bots.api.serializers import (
     BotInputSerializer,
     BotOutputSerializer,
+    ContextReportSerializer,
     MessageInputSerializer,
     MessageOutputSerializer,
     SendOutputSerializer,
@@ -20,6 +21,7 @@ from bots.api.serializers import (
 from bots.models import Message
 from chat_platform import errors
 from chat_platform.api import error_response
+from compaction.pipeline import context_report
 
 
 def _valid(serializer_class, data, **kwargs):
@@ -137,7 +139,13 @@ class SessionMessagesApi(APIView):
             "user_message": MessageOutputSerializer(result.user_message).data,
             "assistant_message": MessageOutputSerializer(reply).data if reply else None,
         }
-        if reply is not None and reply.status == Message.Status.FAILED and data["wait"]:
+        # A reply that failed before any model call (context_too_large) is an error even without
+        # wait; with wait, any failure is.
+        if (
+            reply is not None
+            and reply.status == Message.Status.FAILED
+            and (data["wait"] or reply.error_code == errors.ContextTooLarge.code)
+        ):
             exc_class = {
                 "context_too_large": errors.ContextTooLarge,
                 "model_unavailable": errors.ModelUnavailable,
@@ -161,3 +169,10 @@ class MessagePinApi(APIView):
 
 class MessageUnpinApi(MessagePinApi):
     pinned = False
+
+
+class SessionContextApi(APIView):
+    @extend_schema(responses=ContextReportSerializer)
+    def get(self, request: Request, session_id: int) -> Response:
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
+        return Response(context_report(session=session))

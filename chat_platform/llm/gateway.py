@@ -21,6 +21,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -303,9 +304,7 @@ def _estimated_prompt_tokens(config: ModelConfig, messages: list[dict]) -> int:
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
-            content = " ".join(
-                str(p.get("text") or "") for p in content if isinstance(p, dict)
-            )
+            content = " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
         total += count_message_tokens(str(content or ""), model=config.model)
     return total
 
@@ -323,8 +322,9 @@ def _usage_tokens(
     return int(prompt), int(completion)
 
 
-def _log_done(config: ModelConfig, completion: Completion, *, started: float, attempts: int,
-              streamed: bool) -> None:
+def _log_done(
+    config: ModelConfig, completion: Completion, *, started: float, attempts: int, streamed: bool
+) -> None:
     log.info(
         "llm_call",
         model=config.model,
@@ -338,8 +338,9 @@ def _log_done(config: ModelConfig, completion: Completion, *, started: float, at
     )
 
 
-def _log_failed(config: ModelConfig, error: ModelUnavailable, *, started: float,
-                streamed: bool) -> None:
+def _log_failed(
+    config: ModelConfig, error: ModelUnavailable, *, started: float, streamed: bool
+) -> None:
     log.warning(
         "llm_call_failed",
         model=config.model,
@@ -394,9 +395,9 @@ def complete(
                 _log_retry(config, exc, attempt=attempt, wait=wait)
                 time.sleep(wait)
                 continue
-            error = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
-            _log_failed(config, error, started=started, streamed=False)
-            raise error from exc
+            failure = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
+            _log_failed(config, failure, started=started, streamed=False)
+            raise failure from exc
 
     choice = response.choices[0]
     message = choice.message
@@ -464,10 +465,9 @@ class ChatStream:
         self._closed.set()
         self._close_response()
         if self._iterator is not None:
-            try:
+            # ValueError: it is running in another thread; the closed response ends it there.
+            with contextlib.suppress(ValueError):
                 self._iterator.close()  # type: ignore[attr-defined]
-            except ValueError:
-                pass  # running in another thread: the closed response ends it there
 
     def _close_response(self) -> None:
         with self._lock:
@@ -483,8 +483,9 @@ class ChatStream:
         config = self.config
         started = time.monotonic()
         try:
-            kwargs = _call_kwargs(config, self.messages, tools=self.tools, max_tokens=None,
-                                  stream=True)
+            kwargs = _call_kwargs(
+                config, self.messages, tools=self.tools, max_tokens=None, stream=True
+            )
         except ModelUnavailable as error:
             _log_failed(config, error, started=started, streamed=True)
             raise
@@ -532,9 +533,9 @@ class ChatStream:
                         if self._closed.wait(wait):
                             return
                         continue
-                    error = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
-                    _log_failed(config, error, started=started, streamed=True)
-                    raise error from exc
+                    failure = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
+                    _log_failed(config, failure, started=started, streamed=True)
+                    raise failure from exc
         finally:
             self._close_response()
 
@@ -569,10 +570,8 @@ def _shutdown_socket(response: Any) -> None:
     get_extra_info = getattr(network_stream, "get_extra_info", None)
     sock = get_extra_info("socket") if callable(get_extra_info) else None
     if isinstance(sock, socket.socket):
-        try:
+        with contextlib.suppress(OSError):  # already closed
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed
 
 
 def _merge_tool_call_delta(calls: dict[int, dict], delta: Any) -> None:

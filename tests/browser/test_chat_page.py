@@ -191,9 +191,7 @@ def assistant(page):
 def test_reply_streams_into_the_page_and_survives_a_reload(base_url, page, fake_openai):
     headers = api_headers(base_url)
     bot = create_streamer(base_url, headers, fake_openai.url)
-    fake_openai.script(
-        Reply(text=STREAM_TEXT, chunks=STREAM_CHUNKS, delay_between_chunks=0.15)
-    )
+    fake_openai.script(Reply(text=STREAM_TEXT, chunks=STREAM_CHUNKS, delay_between_chunks=0.15))
 
     log_in(page, base_url)
     assert page.url.rstrip("/").split("#")[0] == base_url
@@ -206,9 +204,7 @@ def test_reply_streams_into_the_page_and_survives_a_reload(base_url, page, fake_
     user.locator(".msg-text").filter(has_text="Tell me about streaming.").wait_for()
     page.wait_for_selector('#transcript article.msg[data-role="user"][data-message-id]')
 
-    page.wait_for_selector(
-        '#transcript article.msg[data-role="assistant"][data-status="complete"]'
-    )
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
     reply = assistant(page)
     assert reply.count() == 1
     assert reply.locator(".msg-text").text_content() == STREAM_TEXT
@@ -225,9 +221,7 @@ def test_reply_streams_into_the_page_and_survives_a_reload(base_url, page, fake_
     page.screenshot(path=str(ARTIFACTS / "chat-page.png"), full_page=True)
 
     session_id = page.locator("#session-list li.is-current").get_attribute("data-session-id")
-    stored = httpx.get(
-        f"{base_url}/api/v1/sessions/{session_id}/messages/", headers=headers
-    ).json()
+    stored = httpx.get(f"{base_url}/api/v1/sessions/{session_id}/messages/", headers=headers).json()
     assert [(m["role"], m["content"], m["status"]) for m in stored] == [
         ("user", "Tell me about streaming.", "complete"),
         ("assistant", STREAM_TEXT, "complete"),
@@ -262,18 +256,14 @@ def test_stop_keeps_the_partial_reply(base_url, page, fake_openai):
     assert stop.is_visible()
     stop.click()
 
-    page.wait_for_selector(
-        '#transcript article.msg[data-role="assistant"][data-status="complete"]'
-    )
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
     stop.wait_for(state="hidden")
     text = reply.locator(".msg-text").text_content()
     assert text, "the stopped reply lost its partial text"
     assert LONG_TEXT.startswith(text) and text != LONG_TEXT, text
 
     session_id = page.locator("#session-list li.is-current").get_attribute("data-session-id")
-    stored = httpx.get(
-        f"{base_url}/api/v1/sessions/{session_id}/messages/", headers=headers
-    ).json()
+    stored = httpx.get(f"{base_url}/api/v1/sessions/{session_id}/messages/", headers=headers).json()
     assert [(m["role"], m["status"]) for m in stored] == [
         ("user", "complete"),
         ("assistant", "complete"),

@@ -121,9 +121,7 @@ def test_cjk_matches_by_character_bigrams():
 
     result = ask("我喜欢喝什么茶？", *context)
 
-    assert result.text == (
-        "From earlier in our conversation:\n> 我喜欢喝绿茶，不喜欢咖啡。 — user"
-    )
+    assert result.text == ("From earlier in our conversation:\n> 我喜欢喝绿茶，不喜欢咖啡。 — user")
 
 
 def test_words_match_case_insensitively_and_plurals_match():
@@ -137,7 +135,9 @@ def test_words_match_case_insensitively_and_plurals_match():
 
 
 def test_ties_go_to_the_newest_lines_and_output_keeps_context_order():
-    context = [{"role": "user", "content": f"Note {n}: the parcel code is PX{n}."} for n in range(6)]
+    context = [
+        {"role": "user", "content": f"Note {n}: the parcel code is PX{n}."} for n in range(6)
+    ]
 
     result = ask("parcel code", *context)
 
@@ -220,9 +220,7 @@ def test_asks_with_read_files_json_when_no_tool_is_offered():
 
 
 def test_tool_choice_none_means_read_files_json():
-    result = ask(
-        "Do I have food allergies?", INDEX, tools=[RECALL_TOOL], tool_choice="none"
-    )
+    result = ask("Do I have food allergies?", INDEX, tools=[RECALL_TOOL], tool_choice="none")
 
     assert result.text == '{"read_files": {"files": ["diet"]}}'
 

@@ -363,8 +363,7 @@ def test_missing_api_key_env_names_the_variable_and_sends_nothing(
             gateway.complete(config, MESSAGES)
 
     assert str(caught.value) == (
-        f"openai/fake-model: the environment variable {KEY_ENV} (this bot's api_key_env) "
-        "is not set"
+        f"openai/fake-model: the environment variable {KEY_ENV} (this bot's api_key_env) is not set"
     )
     assert fake_openai.requests == []
 
@@ -421,7 +420,9 @@ def test_unknown_provider_is_not_retried():
 
 
 def test_close_stops_the_stream_and_closes_the_http_response(fake_openai, config):
-    fake_openai.script(Reply(text="x" * 40, chunks=["a", "b", "c", "d"] * 10, delay_between_chunks=0.1))
+    fake_openai.script(
+        Reply(text="x" * 40, chunks=["a", "b", "c", "d"] * 10, delay_between_chunks=0.1)
+    )
     stream = gateway.stream(config, MESSAGES)
     received = []
 

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
-from chat_platform.llm.builtin.text import terms
 from chat_platform.llm.builtin.text import sentences as split_sentences
+from chat_platform.llm.builtin.text import terms
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 
 MODEL = "builtin/extractive"
@@ -67,7 +67,7 @@ _KEYWORDS = frozenset(
     remember important require requires required requirement choose chose chosen confirm
     confirmed approve approved favorite favourite like likes love loves hate hates dislike
     dislikes allergic promise promised commit committed please should won't don't cannot can't
-    """.split()
+    """.split()  # noqa: SIM905 - a word list reads better as prose
 )
 _WORD = re.compile(r"[\w'\u2019]+")
 _CJK_END = ("\u3002", "\uff01", "\uff1f")
@@ -203,15 +203,16 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
     # Strongest facts first; among equals the newer sentence wins (later statements supersede).
     facts = sorted((s for s in sentences if s.score > 0), key=lambda s: (-s.score, -s.position))
     take(facts, limit)
-    if used < MIN_OUTPUT_TOKENS:
+    if used < MIN_OUTPUT_TOKENS and len(chosen) == len(facts):  # short for want of facts
         rest = sorted((s for s in sentences if s.score == 0), key=lambda s: -s.position)
         take(rest, MIN_OUTPUT_TOKENS)
 
     if not chosen:  # not even one sentence fits: cut the best one down to the budget
         best = min(sentences, key=lambda s: (-s.score, -s.position))
         label = turns[best.turn].label
-        return truncate_to_tokens(f"{label}: {best.text}" if label else best.text, limit,
-                                  model=MODEL)
+        prefix = f"{label}:" if label else ""
+        cut = truncate_to_tokens(f"{prefix} {best.text}".strip(), limit, model=MODEL).strip()
+        return cut if len(cut) > len(prefix) else ""  # a bare label says nothing
 
     text = _render(turns, chosen)
     # Per-piece costs are an estimate of the joined text's tokens; enforce the real bound by

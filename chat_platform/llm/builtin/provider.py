@@ -64,7 +64,11 @@ def _fill(model_response: Any, result: BuiltinResult, model: str) -> Any:
     )
     model_response.choices = [Choices(finish_reason=result.finish_reason, index=0, message=message)]
     model_response.model = f"{PROVIDER}/{model}"
-    model_response.usage = Usage(**_usage(result))
+    model_response.usage = Usage(
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        total_tokens=result.prompt_tokens + result.completion_tokens,
+    )
     return model_response
 
 
@@ -112,13 +116,16 @@ def build_handler() -> Any:
         def completion(self, *args: Any, **kwargs: Any) -> Any:
             return _fill(kwargs["model_response"], _run(kwargs), kwargs["model"])
 
-        def streaming(self, *args: Any, **kwargs: Any) -> Iterator[dict]:
+        # litellm passes keyword arguments only; the wide signatures are not repeated here.
+        def streaming(self, *args: Any, **kwargs: Any) -> Iterator[dict]:  # type: ignore[override]
             return _chunks(_run(kwargs))
 
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             return self.completion(**kwargs)
 
-        async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict]:
+        async def astreaming(  # type: ignore[override]
+            self, *args: Any, **kwargs: Any
+        ) -> AsyncIterator[dict]:
             for chunk in _chunks(_run(kwargs)):
                 yield chunk
 

@@ -155,9 +155,7 @@ def _index_entries(messages: list[dict]) -> list[IndexEntry]:
     return entries
 
 
-def _records_to_request(
-    messages: list[dict], question: int, question_terms: set[str]
-) -> list[str]:
+def _records_to_request(messages: list[dict], question: int, question_terms: set[str]) -> list[str]:
     present: set[str] = set()
     for index, message in enumerate(messages):
         if index != question:
@@ -192,7 +190,9 @@ def _units(messages: list[dict], question: int) -> list[Unit]:
         if not line or INDEX_LINE.match(line) or NOT_FOUND.search(line):
             return
         pieces = sentences(line) if len(line) > LONG_LINE_CHARS else [line]
-        units.extend(Unit(position=len(units) + i, label=label, text=p) for i, p in enumerate(pieces))
+        units.extend(
+            Unit(position=len(units) + i, label=label, text=p) for i, p in enumerate(pieces)
+        )
 
     for index, message in enumerate(messages):
         if index == question:
@@ -274,9 +274,13 @@ def _answer(quotes: list[Unit], max_tokens: int | None) -> tuple[str, str]:
         lines = [ANSWER_HEADER]
         for quote in quotes:
             candidate = [*lines, f"> {quote.text} \u2014 {quote.label}"]
-            if max_tokens is not None and len(lines) > 1:
-                if count_tokens("\n".join(candidate), model=MODEL) > max_tokens:
-                    break
+            too_long = (
+                max_tokens is not None
+                and len(lines) > 1
+                and count_tokens("\n".join(candidate), model=MODEL) > max_tokens
+            )
+            if too_long:
+                break
             lines = candidate
         text = "\n".join(lines)
     if max_tokens is not None and count_tokens(text, model=MODEL) > max_tokens:
@@ -337,7 +341,9 @@ def respond(
                 completion_tokens=count_tokens(text, model=MODEL),
             )
 
-    quotes = _choose_quotes(_units(messages, question), question_terms) if question_terms else []
+    quotes: list[Unit] = []
+    if question is not None and question_terms:
+        quotes = _choose_quotes(_units(messages, question), question_terms)
     text, finish_reason = _answer(quotes, max_tokens)
     return BuiltinResult(
         text=text,

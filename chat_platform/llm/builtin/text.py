@@ -25,16 +25,37 @@ STOPWORDS = frozenset(
     also just tell told say said says know remember recall please thanks thank hi hello hey ok okay
     yes yeah sure again earlier before mentioned mention talk talked conversation chat us anything
     something thing things get got like want wanted one
-    """.split()
+    """.split()  # noqa: SIM905 - a word list reads better as prose
 )
 
 CJK_STOPWORDS = frozenset(
-    "什么 我们 你们 他们 她们 这个 那个 一个 是什 么是 我的 你的 的是 了吗 是不 不是 吗？ 请问 告诉 记得".split()
+    """
+    什么 我们 你们 他们 她们 这个 那个 一个 是什 么是
+    我的 你的 的是 了吗 是不 不是 吗？ 请问 告诉 记得
+    """.split()  # noqa: SIM905 - a word list reads better as prose
 )
 
 
 _DOUBLED = re.compile(r"([b-df-hjkmnp-rtv-y])\1$")  # planned -> plann -> plan (not "ll", "ss")
 STEM_CHARS = 6
+
+
+# (suffix, replacement, shortest word it applies to); the first that applies wins.
+_SUFFIX_RULES = (
+    ("ies", "y", 5),
+    ("ing", "", 6),
+    ("ed", "", 5),
+    ("ches", "ch", 5),
+    ("shes", "sh", 5),
+    ("sses", "ss", 5),
+    ("xes", "x", 5),
+    ("zes", "z", 5),
+    ("ly", "", 5),
+    ("ss", "ss", 0),
+    ("us", "us", 0),
+    ("is", "is", 0),
+    ("s", "", 4),
+)
 
 
 def stem(word: str) -> str:
@@ -43,18 +64,10 @@ def stem(word: str) -> str:
     if word.isdigit():
         return word
     word = word.removesuffix("'s").removesuffix("\u2019s")
-    if len(word) > 4 and word.endswith("ies"):
-        word = word[:-3] + "y"
-    elif len(word) > 5 and word.endswith("ing"):
-        word = word[:-3]
-    elif len(word) > 4 and word.endswith("ed"):
-        word = word[:-2]
-    elif len(word) > 4 and word.endswith(("ches", "shes", "xes", "zes", "sses")):
-        word = word[:-2]
-    elif len(word) > 4 and word.endswith("ly"):
-        word = word[:-2]
-    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
+    for suffix, replacement, shortest in _SUFFIX_RULES:
+        if word.endswith(suffix) and len(word) >= shortest:
+            word = word[: len(word) - len(suffix)] + replacement
+            break
     word = _DOUBLED.sub(r"\1", word)
     return word[:STEM_CHARS]
 

@@ -1,0 +1,208 @@
+"""builtin/extractive as plain logic (the litellm road is covered in test_builtin_provider.py)."""
+
+from chat_platform.llm.builtin import generate
+from chat_platform.llm.builtin.extractive import Turn, parse_transcript, summarise
+from chat_platform.llm.tokens import count_message_tokens, count_tokens
+
+SYSTEM = {
+    "role": "system",
+    "content": (
+        "You compact conversations. Keep facts, decisions and agreements; user preferences and "
+        "requests; names, dates, numbers and identifiers."
+    ),
+}
+TRANSCRIPT = """user: Hi! How are you today?
+assistant: I'm doing well, thanks for asking. How can I help?
+user: I need to plan the offsite. It will be in Porto on 14 March 2025.
+assistant: Sounds lovely. How many people are coming?
+user: Around 25 people. Maria Lopes is organising the catering.
+assistant: Great. Do you have a budget in mind?
+user: We agreed on a budget of 12,000 EUR. I prefer vegetarian options for lunch.
+assistant: Understood. I'll note that.
+user: Thanks, that's all for now.
+assistant: You're welcome! Have a nice day."""
+PROMPT = "Summarise the conversation below. Keep every fact.\n\n" + TRANSCRIPT
+
+
+def summarise_messages(user_content, max_tokens=None, system=SYSTEM):
+    return generate(
+        "extractive", [system, {"role": "user", "content": user_content}], max_tokens=max_tokens
+    )
+
+
+def test_keeps_fact_sentences_with_speaker_labels_in_order():
+    result = summarise_messages(PROMPT, max_tokens=500)
+
+    assert result.text == (
+        "user: I need to plan the offsite. It will be in Porto on 14 March 2025.\n"
+        "user: Around 25 people. Maria Lopes is organising the catering.\n"
+        "user: We agreed on a budget of 12,000 EUR. I prefer vegetarian options for lunch."
+    )
+    assert result.finish_reason == "stop"
+    assert result.tool_calls == []
+
+
+def test_reports_usage():
+    messages = [SYSTEM, {"role": "user", "content": PROMPT}]
+
+    result = generate("extractive", messages, max_tokens=500)
+
+    assert result.prompt_tokens == sum(count_message_tokens(m["content"]) for m in messages)
+    assert result.prompt_tokens == 181
+    assert result.completion_tokens == count_tokens(result.text) == 59
+
+
+def test_output_is_shorter_than_the_transcript_and_within_max_tokens():
+    transcript_tokens = count_tokens(TRANSCRIPT)
+    assert transcript_tokens == 138
+
+    for budget in (500, 60, 40, 25, 12):
+        text = summarise_messages(PROMPT, max_tokens=budget).text
+        assert 0 < count_tokens(text) <= budget
+        assert count_tokens(text) < transcript_tokens
+
+
+def test_a_tight_budget_keeps_the_strongest_and_newest_facts():
+    assert summarise_messages(PROMPT, max_tokens=40).text == (
+        "user: It will be in Porto on 14 March 2025.\n"
+        "user: We agreed on a budget of 12,000 EUR. I prefer vegetarian options for lunch."
+    )
+    assert summarise_messages(PROMPT, max_tokens=25).text == (
+        "user: We agreed on a budget of 12,000 EUR. I prefer vegetarian options for lunch."
+    )
+
+
+def test_keeps_numbers_names_dates_and_identifiers():
+    transcript = (
+        "user: hello there\n"
+        "assistant: hi, what can I do for you\n"
+        "user: my order number is INV-2041 and it shipped via dhl\n"
+        "assistant: thanks, checking now\n"
+        "user: also Priya from accounts asked about it\n"
+        "user: nice weather here\n"
+        "assistant: the refund of 49.90 was issued on Friday\n"
+        "assistant: ok then"
+    )
+
+    text = summarise_messages(transcript).text
+
+    assert text == (
+        "user: my order number is INV-2041 and it shipped via dhl\n"
+        "user: also Priya from accounts asked about it\n"
+        "assistant: the refund of 49.90 was issued on Friday"
+    )
+
+
+def test_is_never_longer_than_its_input_even_when_everything_is_a_fact():
+    transcript = "user: Flight BA117 on 3 May.\nassistant: Seat 14C, gate A7."
+
+    text = summarise_messages(transcript).text
+
+    assert count_tokens(text) < count_tokens(transcript)
+    assert text == "user: Flight BA117 on 3 May."
+
+
+def test_instructions_before_the_transcript_are_not_summarised():
+    content = "Keep all 5 facts. You must be brief!\n\nuser: Call me Sam.\nassistant: Sure thing."
+
+    text = summarise_messages(content).text
+
+    assert text == "user: Call me Sam."
+
+
+def test_transcript_tags_and_focus_line():
+    content = "Focus: catering\n<transcript>\n" + TRANSCRIPT + "\n</transcript>\nThanks!"
+
+    text = summarise_messages(content, max_tokens=30).text
+
+    assert text == (
+        "user: Maria Lopes is organising the catering.\nuser: We agreed on a budget of 12,000 EUR."
+    )
+
+
+def test_focus_in_the_system_prompt_counts_too():
+    system = {"role": "system", "content": "Summarise.\nFocus: catering"}
+
+    text = summarise_messages(TRANSCRIPT, max_tokens=12, system=system).text
+
+    assert text == "user: Maria Lopes is organising the catering."
+
+
+def test_fuses_earlier_summaries_keeping_unlabelled_summary_lines():
+    content = (
+        "[Summary of messages 1–40]\n"
+        "The team chose Porto for the offsite.\n"
+        "Budget talks were friendly.\n"
+        "[Summary of messages 41–80]\n"
+        "user: The venue is Casa da Música, deposit paid on 2 Feb.\n"
+        "assistant: Noted.\n"
+        "user: ok"
+    )
+
+    text = summarise_messages(content).text
+
+    assert text == (
+        "The team chose Porto for the offsite.\n"
+        "user: The venue is Casa da Música, deposit paid on 2 Feb."
+    )
+
+
+def test_small_talk_only_still_yields_a_short_summary():
+    content = (
+        "user: ok\n"
+        "assistant: sure thing, happy to help with anything else\n"
+        "user: nah that's it, bye for now"
+    )
+
+    text = summarise_messages(content).text
+
+    assert text == (
+        "assistant: sure thing, happy to help with anything else\nuser: nah that's it, bye for now"
+    )
+    assert count_tokens(text) < count_tokens(content)
+
+
+def test_cjk_sentences_are_joined_without_spaces():
+    content = "user: 你好！我们决定在2025年3月14日去波尔图。预算是12000欧元。\nassistant: 好的。"
+
+    text = summarise_messages(content).text
+
+    assert text == "user: 我们决定在2025年3月14日去波尔图。预算是12000欧元。"
+
+
+def test_a_budget_below_one_sentence_cuts_the_best_one():
+    text = summarise_messages(PROMPT, max_tokens=5).text
+
+    assert text == "user: We agreed on"
+    assert count_tokens(text) == 5
+
+
+def test_tiny_input_gives_empty_output():
+    assert summarise_messages("user: ok").text == ""
+    assert summarise_messages("").text == ""
+
+
+def test_is_deterministic():
+    assert summarise(TRANSCRIPT, max_tokens=40) == summarise(TRANSCRIPT, max_tokens=40)
+
+
+def test_parse_transcript_speaker_labels():
+    turns, body = parse_transcript(
+        "Please summarise:\n"
+        "[3] user: First line.\n"
+        "continued here\n"
+        "assistant (#4): Second.\n"
+        "Alice: Third.\n"
+        "TOOL: {}\n"
+        "user:\n"
+        "Fifth on the next line."
+    )
+
+    assert turns == [
+        Turn(label="[3] user", lines=["First line.", "continued here"]),
+        Turn(label="assistant (#4)", lines=["Second."]),
+        Turn(label="Alice", lines=["Third."]),
+        Turn(label="TOOL", lines=["{}"]),
+        Turn(label="user", lines=["Fifth on the next line."]),
+    ]
+    assert body.startswith("[3] user: First line.")

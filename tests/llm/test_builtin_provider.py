@@ -1,0 +1,185 @@
+"""The built-in models on the same road as every other model: gateway -> litellm -> provider."""
+
+import socket
+
+import pytest
+
+from chat_platform.llm import gateway
+from chat_platform.llm.builtin import generate
+from chat_platform.llm.gateway import Completion, ModelConfig, ModelUnavailable
+from tests.llm.test_builtin_extractive import PROMPT, SYSTEM
+from tests.llm.test_builtin_recall import BOT, HISTORY, INDEX, RECALL_TOOL, SUMMARY
+
+RECALL = ModelConfig(model="builtin/recall")
+EXTRACTIVE = ModelConfig(model="builtin/extractive", max_output_tokens=500)
+BUDGET_QUESTION = [BOT, SUMMARY, *HISTORY, {"role": "user", "content": "How much is my budget?"}]
+ALLERGY_QUESTION = [BOT, INDEX, {"role": "user", "content": "Do I have food allergies?"}]
+EXTRACT = [SYSTEM, {"role": "user", "content": PROMPT}]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _litellm_imported():
+    gateway.warm_up()
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_recall_complete(no_network):
+    completion = gateway.complete(RECALL, BUDGET_QUESTION)
+
+    assert completion == Completion(
+        text=(
+            "From earlier in our conversation:\n"
+            "> user: My budget is 4500 euros. — Summary of messages 1–40"
+        ),
+        finish_reason="stop",
+        prompt_tokens=138,
+        completion_tokens=25,
+        model="builtin/recall",
+        tool_calls=[],
+    )
+
+
+def test_recall_stream_deltas_are_words_that_join_to_the_complete_text(no_network):
+    stream = gateway.stream(RECALL, BUDGET_QUESTION)
+    deltas = list(stream)
+
+    assert deltas == [
+        "From ",
+        "earlier ",
+        "in ",
+        "our ",
+        "conversation:\n",
+        "> ",
+        "user: ",
+        "My ",
+        "budget ",
+        "is ",
+        "4500 ",
+        "euros. ",
+        "— ",
+        "Summary ",
+        "of ",
+        "messages ",
+        "1–40",
+    ]
+    assert stream.completion == gateway.complete(RECALL, BUDGET_QUESTION)
+    assert "".join(deltas) == stream.completion.text
+
+
+@pytest.mark.parametrize(
+    ("config", "messages"),
+    [
+        (RECALL, BUDGET_QUESTION),
+        (RECALL, [*BUDGET_QUESTION[:-1], {"role": "user", "content": "Lisbon gate hotel?"}]),
+        (RECALL, [{"role": "user", "content": "nothing matches this"}]),
+        (RECALL, ALLERGY_QUESTION),
+        (EXTRACTIVE, EXTRACT),
+        (ModelConfig(model="builtin/extractive", max_output_tokens=25), EXTRACT),
+    ],
+)
+def test_streaming_and_non_streaming_agree(config, messages):
+    stream = gateway.stream(config, messages)
+    text = "".join(stream)
+    completion = gateway.complete(config, messages)
+
+    assert text == completion.text
+    assert stream.completion == completion
+    assert completion.prompt_tokens > 0
+    assert completion.completion_tokens > 0
+    assert completion.finish_reason == "stop"
+
+
+def test_recall_tool_call_through_litellm(no_network):
+    expected_call = {
+        "id": "call_dace8dc5b5a44e1ee2010679",
+        "type": "function",
+        "function": {"name": "read_records", "arguments": '{"names": ["diet"]}'},
+    }
+
+    completion = gateway.complete(RECALL, ALLERGY_QUESTION, tools=[RECALL_TOOL])
+    stream = gateway.stream(RECALL, ALLERGY_QUESTION, tools=[RECALL_TOOL])
+    deltas = list(stream)
+
+    assert completion.tool_calls == [expected_call]
+    assert completion.finish_reason == "tool_calls"
+    assert completion.text == ""
+    assert deltas == []
+    assert stream.completion == completion
+
+
+def test_recall_read_files_json_through_litellm():
+    completion = gateway.complete(RECALL, ALLERGY_QUESTION)
+
+    assert completion.text == '{"read_files": {"files": ["diet"]}}'
+    assert completion.tool_calls == []
+
+
+def test_output_budget_reaches_the_builtin_model():
+    config = ModelConfig(model="builtin/recall", max_output_tokens=10)
+
+    completion = gateway.complete(config, BUDGET_QUESTION)
+    stream = gateway.stream(config, BUDGET_QUESTION)
+    text = "".join(stream)
+
+    assert completion.text == "From earlier in our conversation:\n> user: My"
+    assert completion.finish_reason == "length"
+    assert completion.completion_tokens == 10
+    assert text == completion.text
+    assert stream.completion.finish_reason == "length"
+
+
+def test_extractive_complete_max_tokens_argument_wins():
+    completion = gateway.complete(EXTRACTIVE, EXTRACT, max_tokens=25)
+
+    assert completion.text == (
+        "user: We agreed on a budget of 12,000 EUR. I prefer vegetarian options for lunch."
+    )
+    assert completion.finish_reason == "stop"
+    assert completion.completion_tokens == 21
+    assert completion.prompt_tokens == 181
+
+
+def test_unknown_builtin_model_is_model_unavailable_without_retry():
+    with pytest.raises(ModelUnavailable) as caught:
+        gateway.complete(ModelConfig(model="builtin/nope"), BUDGET_QUESTION)
+
+    assert caught.value.attempts == 1
+    assert caught.value.transient is False
+    assert str(caught.value) == (
+        "builtin/nope: model or endpoint not found (HTTP 404) (unknown built-in model "
+        "builtin/nope (known: builtin/recall, builtin/extractive))"
+    )
+
+
+async def test_async_completion_and_streaming_through_litellm():
+    litellm = gateway._litellm()
+    expected = generate("recall", BUDGET_QUESTION)
+
+    response = await litellm.acompletion(model="builtin/recall", messages=BUDGET_QUESTION)
+    stream = await litellm.acompletion(
+        model="builtin/recall",
+        messages=BUDGET_QUESTION,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    deltas = []
+    usage = None
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            deltas.append(chunk.choices[0].delta.content)
+        usage = getattr(chunk, "usage", None) or usage
+
+    assert response.choices[0].message.content == expected.text
+    assert response.choices[0].finish_reason == "stop"
+    assert response.usage.prompt_tokens == expected.prompt_tokens
+    assert response.usage.completion_tokens == expected.completion_tokens
+    assert "".join(deltas) == expected.text
+    assert usage.completion_tokens == expected.completion_tokens
