@@ -146,7 +146,7 @@ class Message(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["session", "seq"]
+        ordering = ["session_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq_unique"),
             models.UniqueConstraint(

@@ -159,7 +159,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            "CONFIG": {
+                # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s that
+                # channels-redis blocks in BZPOPMIN: the read then races the command and a
+                # consumer dies with "Timeout reading". Reads must outlast the blocking command.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "capacity": 1000,
+                "expiry": 60,
+            },
         }
     }
 else:

@@ -247,13 +247,15 @@ def context_build(*, session: ChatSession, reply: Message, path: str = "turn") -
     ids = [p.id for p in measure.pinned] + admission.admitted_history_ids
     if new_message is not None:
         ids.append(new_message.pk)
-    chosen = Message.objects.filter(pk__in=ids).only(
-        "role", "content", "tool_calls", "tool_call_id", "seq"
+    chosen = (
+        Message.objects.filter(pk__in=ids)
+        .order_by("seq")
+        .only("role", "content", "tool_calls", "tool_call_id", "seq")
     )
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})
-    messages.extend(_render(m) for m in sorted(chosen, key=lambda m: m.seq))
+    messages.extend(_render(m) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission)
 
 

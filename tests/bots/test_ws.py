@@ -210,6 +210,7 @@ async def test_duplicate_client_id_over_websocket(fake_session, fake_openai, ws_
     frame = {"type": "message.send", "content": "hi", "client_id": "dup-1"}
     await communicator.send_to(text_data=json.dumps(frame))
     await _frames_until(communicator, _is_final)
+    await _frames_until(communicator, lambda f: f["type"] == "context.updated")
     await communicator.send_to(text_data=json.dumps(frame))
     assert await communicator.receive_nothing(timeout=1)
     await communicator.disconnect()

@@ -112,6 +112,20 @@ def test_never_quotes_the_bots_own_instructions():
     assert ask("How should you answer, Ada?", BOT).text == NO_MATCH_TEXT
 
 
+def test_blocks_after_the_instructions_in_one_system_message_are_quoted():
+    merged = {
+        "role": "system",
+        "content": "Rules:\nAlways mention the budget.\n\n" + SUMMARY["content"],
+    }
+
+    result = ask("What about the budget?", merged)
+
+    assert result.text == (
+        "From earlier in our conversation:\n"
+        "> user: My budget is 4500 euros. — Summary of messages 1–40"
+    )
+
+
 def test_cjk_matches_by_character_bigrams():
     context = [
         {"role": "user", "content": "我喜欢喝绿茶，不喜欢咖啡。"},
@@ -358,6 +372,30 @@ def test_never_asks_twice_after_a_tool_call_this_turn():
 
     assert result.tool_calls == []
     assert result.text == NO_MATCH_TEXT
+
+
+def test_asks_only_once_per_question_even_if_more_records_match():
+    index = {
+        "role": "system",
+        "content": "Memory index:\n"
+        + "\n".join(f"- trip_{n} (info, messages {n}–{n}): trip notes {n}" for n in range(7)),
+    }
+    first = ask("trip notes", index)
+    messages = [
+        index,
+        {"role": "user", "content": "trip notes"},
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "[record trip_0]\ntrip notes: bring boots"},
+    ]
+
+    second = generate("recall", messages)
+
+    assert first.text == (
+        '{"read_files": {"files": ["trip_0", "trip_1", "trip_2", "trip_3", "trip_4"]}}'
+    )
+    assert second.text == (
+        "From earlier in our conversation:\n> trip notes: bring boots — record trip_0"
+    )
 
 
 def test_a_request_in_an_earlier_turn_does_not_block_asking_again():

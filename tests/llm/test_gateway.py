@@ -1,8 +1,11 @@
 """The gateway against a real local HTTP server, through litellm and the OpenAI SDK."""
 
 import gc
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -368,12 +371,14 @@ def test_missing_api_key_env_names_the_variable_and_sends_nothing(
     assert fake_openai.requests == []
 
 
-def test_error_messages_never_contain_the_key(fake_openai, config):
+def test_error_messages_and_logs_never_contain_the_key(fake_openai, config, caplog):
     fake_openai.default = Reply(status=401, error_message=f"Incorrect API key provided: {KEY}")
 
-    with pytest.raises(ModelUnavailable) as caught:
+    with caplog.at_level("DEBUG"), pytest.raises(ModelUnavailable) as caught:
         gateway.complete(config, MESSAGES)
 
+    assert "llm_call_failed" in caplog.text
+    assert KEY not in caplog.text
     assert KEY not in str(caught.value)
     assert str(caught.value) == (
         "openai/fake-model: authentication failed (HTTP 401) (Incorrect API key provided: ***)"
@@ -518,3 +523,23 @@ def test_litellm_is_configured_offline_and_knows_builtin():
     assert getattr(litellm, "telemetry", False) is False
     assert [p["provider"] for p in litellm.custom_provider_map].count("builtin") == 1
     assert "builtin" in litellm._custom_providers
+
+
+def test_importing_the_llm_package_does_not_import_litellm():
+    script = (
+        "import sys\n"
+        "import chat_platform.llm.gateway, chat_platform.llm.builtin.provider\n"
+        "import chat_platform.llm.builtin.recall, chat_platform.llm.builtin.extractive\n"
+        "print('litellm' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

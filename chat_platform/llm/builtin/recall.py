@@ -4,8 +4,9 @@ What it reads (the shapes the context pipeline renders; CONTRACT §7, §10):
 
 * **The question** is the last ``user`` message that is not recalled data (does not contain a
   ``[record <name>]`` frame).
-* **Bot instructions**: the first message, when it is a ``system`` message without a header line
-  (below), is the bot's system prompt and is never quoted.
+* **Bot instructions**: when the first message is a ``system`` message, its lines up to the first
+  ``[…]`` header or record frame are the bot's system prompt and are never quoted (so the
+  pipeline may render summaries into that same message, or into messages of their own).
 * **Labelled system blocks**: a ``system`` message whose first line is a header — ``[…]``,
   ``# …`` or a short line ending in ``:`` (e.g. ``[Summary of messages 1–40]``) — is quoted with
   that header as its source label. Any other system block is labelled ``context``.
@@ -21,11 +22,13 @@ What it reads (the shapes the context pipeline renders; CONTRACT §7, §10):
 
 What it does:
 
-1. If an index record matches the question's words (name or description), is not present and was
-   not already asked for after the question, it asks for up to 5 such records: a tool call
-   ``read_records({"names": [...]})`` when a ``read_records`` function is offered (and
-   ``tool_choice`` is not ``"none"``), else exactly ``{"read_files": {"files": [...]}}``.
-   Because it never asks twice for the same record, a turn needs at most one recall round.
+1. If an index record matches the question's words (name or description) and is not present
+   (no ``[record <name>]`` or ``[not found: <name>]`` in context), it asks for up to 5 such
+   records: a tool call ``read_records({"names": [...]})`` when a ``read_records`` function is
+   offered (and ``tool_choice`` is not ``"none"``), else exactly
+   ``{"read_files": {"files": [...]}}``.
+   It asks at most once per question (after a ``read_records`` call or a ``read_files`` reply
+   following the question, it answers), so a turn needs at most one recall round.
 2. Otherwise it quotes the best few matching lines (word overlap weighted by rarity, questions
    count a third, ties go to the newer line), in context order, each with its source.
 3. With nothing matching it says so plainly.
@@ -63,6 +66,7 @@ INDEX_LINE = re.compile(
     r"(?P<first>\d+)\s*[\u2013\u2014-]\s*(?P<last>\d+)\)\s*:\s*(?P<description>.*?)\s*$"
 )
 _HEADER = re.compile(r"^\s*(?:\[(?P<bracket>[^\[\]\n]{1,160})\]|#{1,6}\s+(?P<hash>.{1,160}?))\s*$")
+_BLOCK_START = re.compile(r"^\s*\[(?!not found:)[^\[\]\n]{1,160}\]")
 _COLON_HEADER = re.compile(r"^\s*(?P<colon>[^:\n]{1,80}):\s*$")
 # Words of index boilerplate that say nothing about a record's topic.
 _INDEX_NOISE = frozenset(stem(w) for w in ("snapshot", "pre", "compaction", "messages"))
@@ -162,7 +166,8 @@ def _records_to_request(messages: list[dict], question: int, question_terms: set
             text = content_text(message)
             present.update(RECORD_FRAME.findall(text))
             present.update(NOT_FOUND.findall(text))
-    present |= _requested_after(messages, question)
+    if _requested_after(messages, question):
+        return []  # one recall round per question: now answer from what arrived
     scored: list[tuple[int, int, str]] = []
     seen: set[str] = set()
     for entry in _index_entries(messages):
@@ -211,10 +216,15 @@ def _units(messages: list[dict], question: int) -> list[Unit]:
                 add(role, line)
             continue
         # system and tool messages (and any message carrying record frames)
+        if index == 0 and role == "system":
+            # The bot's own instructions come first and are not quoted. They end at the first
+            # [bracketed] header or record frame, in case everything shares one system message.
+            start = next((i for i, line in enumerate(lines) if _BLOCK_START.match(line)), None)
+            if start is None:
+                continue
+            lines = lines[start:]
         first = next((line for line in lines if line.strip()), "")
         header = _header(first)
-        if index == 0 and role == "system" and header is None and not RECORD_FRAME.search(text):
-            continue  # the bot's own instructions
         label = header or ("tool result" if role == "tool" else "context")
         in_record = False
         for line in lines:

@@ -1,0 +1,261 @@
+"""Budget-first admission in the one context pipeline (CONTRACT §5–7), through the database."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bots.models import Message
+from bots.services import session_context_recount
+from chat_platform.errors import ContextTooLarge
+from chat_platform.llm.tokens import count_message_tokens
+from compaction.pipeline import HISTORY_PAGE_SIZE, context_build, context_report
+from tests.factories import BotFactory, SessionFactory, message_add
+
+pytestmark = pytest.mark.django_db
+
+
+def _session_with(owner, *, budget: int, entries, system_prompt: str = ""):
+    """entries: (tokens, pinned) oldest first; the last one is the new user message."""
+    bot = BotFactory(
+        owner=owner,
+        system_prompt=system_prompt,
+        context_window=budget + 1000,
+        max_output_tokens=1000,
+    )
+    session = SessionFactory(user=owner, bot=bot)
+    rows = []
+    for i, (tokens, pinned) in enumerate(entries):
+        role = "user" if i % 2 == 0 or i == len(entries) - 1 else "assistant"
+        rows.append(
+            message_add(session, role=role, content=f"m{i}", token_count=tokens, pinned=pinned)
+        )
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=rows[-1]
+    )
+    session_context_recount(session_id=session.pk)
+    session.refresh_from_db()
+    return session, rows, reply
+
+
+def _admission_events(caplog):
+    return [
+        r.msg
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "context_admission"
+    ]
+
+
+def test_pinned_and_new_only_when_history_does_not_fit(owner, caplog):
+    # REFERENCE: [1000, pinned 50, 1000, 100(new)] at budget 300 -> pinned + new only
+    session, rows, reply = _session_with(
+        owner, budget=300, entries=[(1000, False), (50, True), (1000, False), (100, False)]
+    )
+    built = context_build(session=session, reply=reply)
+    assert built.messages == [
+        {"role": "assistant", "content": "m1"},
+        {"role": "user", "content": "m3"},
+    ]
+    admission = built.admission
+    assert (admission.decision, admission.selected_tokens, admission.estimated_tokens) == (
+        "trim",
+        150,
+        2150,
+    )
+    assert admission.dropped_messages == 2
+    event = _admission_events(caplog)[-1]
+    assert {k: v for k, v in event.items() if k not in ("level", "logger", "timestamp")} == {
+        "event": "context_admission",
+        "session_id": session.pk,
+        "bot_id": session.bot_id,
+        "budget_tokens": 300,
+        "estimated_tokens": 2150,
+        "selected_tokens": 150,
+        "dropped_messages": 2,
+        "decision": "trim",
+        "path": "turn",
+    }
+    session.refresh_from_db()
+    assert session.last_admission["selected_tokens"] == 150
+
+
+def test_contiguous_newest_run_stops_at_first_misfit(owner):
+    # REFERENCE: [10, 1000, 100(new)] at 200 -> the new one only (never skip over the misfit)
+    session, rows, reply = _session_with(
+        owner, budget=200, entries=[(10, False), (1000, False), (100, False)]
+    )
+    built = context_build(session=session, reply=reply)
+    assert built.messages == [{"role": "user", "content": "m2"}]
+    assert (built.admission.estimated_tokens, built.admission.dropped_messages) == (1110, 2)
+
+
+def test_everything_fits_is_admit(owner):
+    session, rows, reply = _session_with(
+        owner,
+        budget=1000,
+        entries=[(100, False), (100, False), (100, False)],
+        system_prompt="Be brief.",
+    )
+    built = context_build(session=session, reply=reply)
+    system = count_message_tokens("Be brief.", model=session.bot.model)
+    assert [m["content"] for m in built.messages] == ["Be brief.", "m0", "m1", "m2"]
+    assert (built.admission.decision, built.admission.selected_tokens) == ("admit", 300 + system)
+
+
+def test_fixed_part_over_budget_is_context_too_large(owner, caplog):
+    # REFERENCE: pinned 80 + new 80 with budget 100 -> context_too_large
+    session, rows, reply = _session_with(owner, budget=100, entries=[(80, True), (80, False)])
+    with pytest.raises(ContextTooLarge) as excinfo:
+        context_build(session=session, reply=reply)
+    assert excinfo.value.details == {"budget_tokens": 100, "required_tokens": 160}
+    rejected = [
+        r.msg
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "context_admission_rejected"
+    ]
+    assert len(rejected) == 1
+    assert (rejected[0]["decision"], rejected[0]["selected_tokens"]) == ("reject", 0)
+
+
+def test_never_starts_on_an_orphaned_tool_result(owner):
+    bot = BotFactory(
+        owner=owner, system_prompt="", context_window=1000 + 130, max_output_tokens=1000
+    )
+    session = SessionFactory(user=owner, bot=bot)
+    message_add(session, role="user", content="old", token_count=10)
+    message_add(
+        session,
+        role="assistant",
+        content="",
+        token_count=101,
+        tool_calls=[
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    )
+    message_add(
+        session, role="tool", kind="tool", content="result", token_count=20, tool_call_id="call_1"
+    )
+    new = message_add(session, role="user", content="now", token_count=10)
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_recount(session_id=session.pk)
+    session.refresh_from_db()
+    built = context_build(session=session, reply=reply)
+    # budget 130: new (10) + tool result (20) fit, the call (101) does not -> the result is dropped
+    assert built.messages == [{"role": "user", "content": "now"}]
+
+
+def test_20000_message_session_loads_text_only_for_admitted_rows(owner):
+    bot = BotFactory(
+        owner=owner, system_prompt="", context_window=2000 + 500, max_output_tokens=500
+    )
+    session = SessionFactory(user=owner, bot=bot)
+    Message.objects.bulk_create(
+        Message(
+            session=session,
+            seq=seq,
+            role="user" if seq % 2 else "assistant",
+            content=f"message number {seq}",
+            token_count=50,
+        )
+        for seq in range(1, 20_001)
+    )
+    new = Message.objects.create(
+        session=session, seq=20_001, role="user", content="latest", token_count=50
+    )
+    reply = Message.objects.create(
+        session=session, seq=20_002, role="assistant", status="pending", reply_to=new
+    )
+    session.last_seq = 20_002
+    session.save(update_fields=["last_seq"])
+    session_context_recount(session_id=session.pk)
+    session.refresh_from_db()
+    reply = Message.objects.select_related("session__bot", "reply_to").get(pk=reply.pk)
+
+    with CaptureQueriesContext(connection) as queries:
+        built = context_build(session=reply.session, reply=reply)
+
+    # B = 2000: the new message (50) + the newest 39 history messages (1950)
+    assert built.admission.admitted_history_ids == list(
+        Message.objects.filter(session=session, seq__gte=19_962, seq__lte=20_000)
+        .order_by("seq")
+        .values_list("pk", flat=True)
+    )
+    assert [m["content"] for m in built.messages][-2:] == ["message number 20000", "latest"]
+    assert built.admission.estimated_tokens == 20_001 * 50
+    sqls = [q["sql"] for q in queries.captured_queries]
+    # pinned ids, one page of history ids, the last_admission update, the chosen texts
+    assert len(sqls) == 4
+    text_queries = [s for s in sqls if '"content"' in s]
+    assert len(text_queries) == 1
+    chosen = sorted([*built.admission.admitted_history_ids, new.pk])
+    assert f"IN ({', '.join(map(str, chosen))})" in text_queries[0]
+    history_query = sqls[1]
+    assert f"LIMIT {HISTORY_PAGE_SIZE}" in history_query
+    assert '"content"' not in history_query
+
+
+def test_context_report_exact_numbers(owner, owner_client, other_client):
+    bot = BotFactory(
+        owner=owner,
+        system_prompt="You are a test bot.",
+        context_window=10_000,
+        max_output_tokens=1000,
+    )
+    session = SessionFactory(user=owner, bot=bot)
+    message_add(session, role="user", content="hello there")
+    message_add(session, role="assistant", content="general kenobi", pinned=True)
+    session_context_recount(session_id=session.pk)
+    system = count_message_tokens("You are a test bot.", model=bot.model)
+    hello = count_message_tokens("hello there", model=bot.model)
+    kenobi = count_message_tokens("general kenobi", model=bot.model)
+
+    response = owner_client.get(f"/api/v1/sessions/{session.pk}/context/")
+    assert response.status_code == 200
+    assert response.json() == {
+        "window": 10_000,
+        "reserve": 1000,
+        "budget": 9000,
+        "soft": 4500,
+        "hard": 6750,
+        "target": 3600,
+        "pressure": system + hello + kenobi,
+        "parts": {
+            "system": system,
+            "pinned": kenobi,
+            "summaries": 0,
+            "memory_index": 0,
+            "history": hello,
+        },
+        "last_admission": None,
+        "compaction": {"enabled": True, "in_flight": False, "cooldown_until": None},
+    }
+    assert other_client.get(f"/api/v1/sessions/{session.pk}/context/").status_code == 404
+
+
+def test_window_comes_from_litellm_then_the_cap(owner, settings):
+    known = SessionFactory(user=owner, bot=BotFactory(owner=owner, model="openai/gpt-4o"))
+    unknown = SessionFactory(user=owner, bot=BotFactory(owner=owner, model="openai/fake-model"))
+    report = context_report(session=known)
+    assert (report["window"], report["budget"]) == (128_000, 128_000 - 1024)
+    report = context_report(session=unknown)
+    assert (report["window"], report["budget"]) == (200_000, 200_000 - 1024)
+    settings.CONTEXT_ABSOLUTE_CAP_TOKENS = 50_000
+    report = context_report(session=unknown)
+    assert (report["window"], report["budget"]) == (50_000, 50_000 - 1024)
+
+
+def test_multibyte_text_counted_by_the_one_function(
+    owner_client, chat_session, django_capture_on_commit_callbacks
+):
+    text = "我们明天上午十点在会议室见面 🚀🎉 Café naïve"
+    with django_capture_on_commit_callbacks(execute=False):
+        response = owner_client.post(
+            f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": text}, format="json"
+        )
+    stored = response.json()["user_message"]["token_count"]
+    assert stored == count_message_tokens(text, model="builtin/recall")
+    # cl100k_base: 23 tokens + 4 per-message overhead (chars/2 would say 14, bytes/4 16)
+    assert stored == 27
+    report = owner_client.get(f"/api/v1/sessions/{chat_session.pk}/context/").json()
+    assert report["parts"]["history"] == stored
