@@ -173,6 +173,10 @@ class Message(models.Model):
         indexes = [
             # Admission walks the newest messages of a session by seq, reading only counts.
             models.Index(fields=["session", "-seq"], name="message_session_seq_desc"),
+            # Pinned messages are read on every turn: find them without walking the history.
+            models.Index(
+                fields=["session", "seq"], condition=Q(pinned=True), name="message_pinned"
+            ),
             models.Index(
                 fields=["status", "updated_at"],
                 condition=Q(status__in=["pending", "streaming"]),

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -107,8 +108,14 @@ def embedded_env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture
 def base_url(embedded_env, tmp_path) -> Iterator[str]:
-    with web_server(embedded_env, tmp_path / "web.log") as base:
-        yield base
+    log = tmp_path / "web.log"
+    try:
+        with web_server(embedded_env, log) as base:
+            yield base
+    finally:
+        # Shown by pytest only when the test fails.
+        if log.exists():
+            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
 
 
 @pytest.fixture
@@ -165,8 +172,8 @@ def log_in(page, base: str, password: str = "demo") -> None:
     page.wait_for_url("**/accounts/login/**")
     page.fill("input[name=username]", "demo")
     page.fill("input[name=password]", password)
-    page.click("form button[type=submit]")
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
 
 
 def open_new_chat(page, bot: dict) -> None:
@@ -194,7 +201,7 @@ def test_reply_streams_into_the_page_and_survives_a_reload(base_url, page, fake_
     fake_openai.script(Reply(text=STREAM_TEXT, chunks=STREAM_CHUNKS, delay_between_chunks=0.15))
 
     log_in(page, base_url)
-    assert page.url.rstrip("/").split("#")[0] == base_url
+    assert urlsplit(page.url).path == "/", page.url
     open_new_chat(page, bot)
     page.evaluate(OBSERVE_ASSISTANT)
 
@@ -216,6 +223,8 @@ def test_reply_streams_into_the_page_and_survives_a_reload(base_url, page, fake_
     partial = [n for n in lengths[:-1] if 0 < n < len(STREAM_TEXT)]
     assert len(set(partial)) >= 3, f"the reply did not stream visibly: lengths {lengths}"
     assert partial == sorted(set(partial)), f"partial text shrank while streaming: {lengths}"
+
+    assert fake_openai.headers[0].get("authorization") == "Bearer sk-fake"
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "chat-page.png"), full_page=True)
@@ -269,6 +278,8 @@ def test_stop_keeps_the_partial_reply(base_url, page, fake_openai):
         ("assistant", "complete"),
     ]
     assert stored[1]["content"] == text
+    # Stopping also ends the model call rather than letting it run on unseen.
+    assert fake_openai.client_went_away.wait(15), "the model stream was not closed on stop"
     assert page.js_errors == []
 
 
@@ -278,7 +289,7 @@ def test_wrong_password_stays_on_the_login_page(base_url, page):
     error = page.locator("#login-error")
     error.wait_for()
     assert error.inner_text().strip()
-    assert "/accounts/login/" in page.url
+    assert urlsplit(page.url).path == "/accounts/login/", page.url
     assert page.locator("#chat-app").count() == 0
 
     page.goto(base_url + "/")

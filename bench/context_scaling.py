@@ -1,0 +1,171 @@
+"""Does building one turn's context stay flat as the history grows? (issue: admission)
+
+Builds two sessions for one bot with a 128k window — 1,000 and 100,000 messages of realistic
+lengths, bulk-inserted with their token counts — and measures, side by side in one run, the time
+and the peak Python memory of ``context_build`` for the next turn of each. Prints both ratios
+(100k / 1k). Goal: time <= 1.3, peak memory <= 1.2.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/chat_bench .venv/bin/python bench/context_scaling.py
+"""
+
+import os
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench")
+os.environ.setdefault("SECRET_KEY", "bench-only")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ.pop("REDIS_URL", None)
+
+import psycopg  # noqa: E402
+
+
+def ensure_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+            conn.execute(f'create database "{name}"')
+
+
+ensure_database(os.environ["DATABASE_URL"])
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from bots.models import Bot, ChatSession, Message  # noqa: E402
+from bots.services import session_context_recount  # noqa: E402
+from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
+from compaction.pipeline import context_build  # noqa: E402
+
+SIZES = (1_000, 100_000)
+ROUNDS = 7
+WORDS = (
+    "the of and to in is that for it as with was on be by this are at from or have an they "
+    "which one you were all we can her has there been if more when will would who so no "
+    "deploy invoice Berlin Tuesday 2025-03-14 ticket #4471 budget approved Alice Bob latency "
+    "database migration rollback customer contract renewal priority cache region eu-west-1"
+).split()
+
+
+def make_text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def build_session(user, bot, size: int) -> Message:
+    session = ChatSession.objects.create(user=user, bot=bot, title=f"{size} messages")
+    rng = random.Random(size)
+    # A pool of realistic texts (users short, assistants longer), counted once by the one counter.
+    pool = {
+        "user": [make_text(rng, rng.randint(8, 90)) for _ in range(300)],
+        "assistant": [make_text(rng, rng.randint(40, 450)) for _ in range(300)],
+    }
+    counts = {
+        role: [count_message_tokens(t, model=bot.model) for t in texts]
+        for role, texts in pool.items()
+    }
+    batch = []
+    for seq in range(1, size + 1):
+        role = "user" if seq % 2 else "assistant"
+        i = rng.randrange(300)
+        batch.append(
+            Message(
+                session=session,
+                seq=seq,
+                role=role,
+                content=pool[role][i],
+                token_count=counts[role][i],
+            )
+        )
+        if len(batch) == 5_000:
+            Message.objects.bulk_create(batch)
+            batch.clear()
+    Message.objects.bulk_create(batch)
+    new = Message.objects.create(
+        session=session,
+        seq=size + 1,
+        role="user",
+        content="what did we decide?",
+        token_count=count_message_tokens("what did we decide?", model=bot.model),
+    )
+    reply = Message.objects.create(
+        session=session, seq=size + 2, role="assistant", status="pending", reply_to=new
+    )
+    session.last_seq = size + 2
+    session.save(update_fields=["last_seq"])
+    session_context_recount(session_id=session.pk)
+    return reply
+
+
+def measure(reply_id: int) -> tuple[float, int, int]:
+    """Time one build (untraced), then the peak memory of another (tracemalloc slows it)."""
+    reply = Message.objects.select_related("session__bot", "reply_to").get(pk=reply_id)
+    started = time.perf_counter()
+    built = context_build(session=reply.session, reply=reply)
+    elapsed = time.perf_counter() - started
+    del built
+    reply = Message.objects.select_related("session__bot", "reply_to").get(pk=reply_id)
+    tracemalloc.start()
+    built = context_build(session=reply.session, reply=reply)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return elapsed, peak, built.admission.selected_tokens
+
+
+def main() -> None:
+    call_command("migrate", verbosity=0)
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    bot, _ = Bot.objects.get_or_create(
+        owner=user,
+        name="bench-128k",
+        defaults={
+            "model": "openai/gpt-4o",
+            "context_window": 128_000,
+            "system_prompt": "Be helpful.",
+        },
+    )
+    replies = {}
+    for size in SIZES:
+        existing = Message.objects.filter(
+            session__bot=bot, session__title=f"{size} messages", status="pending"
+        ).first()
+        replies[size] = existing.pk if existing else build_session(user, bot, size).pk
+    # Fresh planner statistics, as autovacuum keeps them on a live table after a bulk load.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE bots_message")
+
+    results: dict[int, list[tuple[float, int, int]]] = {size: [] for size in SIZES}
+    for size in SIZES:  # warm caches (tokenizer, connection) for both
+        measure(replies[size])
+    for _ in range(ROUNDS):  # alternate, so machine noise hits both sides alike
+        for size in SIZES:
+            results[size].append(measure(replies[size]))
+
+    summary = {}
+    for size in SIZES:
+        times = [r[0] for r in results[size]]
+        peaks = [r[1] for r in results[size]]
+        summary[size] = (statistics.median(times), statistics.median(peaks), results[size][0][2])
+        print(
+            f"{size:>7} messages: median {summary[size][0] * 1000:7.1f} ms, "
+            f"peak {summary[size][1] / 1e6:6.2f} MB, sent {summary[size][2]:,} tokens"
+        )
+    small, large = summary[SIZES[0]], summary[SIZES[1]]
+    print(f"time ratio 100k/1k:        {large[0] / small[0]:.2f}  (goal <= 1.3)")
+    print(f"peak memory ratio 100k/1k: {large[1] / small[1]:.2f}  (goal <= 1.2)")
+
+
+if __name__ == "__main__":
+    main()
