@@ -5,7 +5,7 @@ lengths, bulk-inserted with their token counts — and measures, side by side in
 and the peak Python memory of ``context_build`` for the next turn of each. Prints both ratios
 (100k / 1k). Goal: time <= 1.3, peak memory <= 1.2.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/chat_bench .venv/bin/python bench/context_scaling.py
+    .venv/bin/python bench/context_scaling.py   # DATABASE_URL defaults to .../chat_bench
 """
 
 import os
@@ -52,12 +52,12 @@ from compaction.pipeline import context_build  # noqa: E402
 
 SIZES = (1_000, 100_000)
 ROUNDS = 7
-WORDS = (
+WORDS = str.split(
     "the of and to in is that for it as with was on be by this are at from or have an they "
     "which one you were all we can her has there been if more when will would who so no "
     "deploy invoice Berlin Tuesday 2025-03-14 ticket #4471 budget approved Alice Bob latency "
     "database migration rollback customer contract renewal priority cache region eu-west-1"
-).split()
+)
 
 
 def make_text(rng: random.Random, words: int) -> str:
