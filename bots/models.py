@@ -142,6 +142,15 @@ class Message(models.Model):
     error_code = models.CharField(max_length=64, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
     stop_requested = models.BooleanField(default=False)
+    # The active summary that replaced this message in the model's context (one at most).
+    # RESTRICT: a summary cannot vanish from under its messages, except with its session.
+    compacted_by = models.ForeignKey(
+        "compaction.Summary",
+        null=True,
+        blank=True,
+        on_delete=models.RESTRICT,
+        related_name="messages",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -189,12 +198,14 @@ class Message(models.Model):
 
     @staticmethod
     def in_context_q() -> Q:
-        """Messages a model may see: finished chat/tool messages with content (never commands,
-        notices, failed or empty replies). Counted in ChatSession.context_tokens."""
+        """Messages a model may see verbatim: uncompacted, finished chat/tool messages with
+        content (never commands, notices, failed or empty replies). Counted in
+        ChatSession.context_tokens."""
         return Q(
             kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
             status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
             token_count__gt=0,
+            compacted_by__isnull=True,
         )
 
     @property

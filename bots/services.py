@@ -4,6 +4,7 @@ The chat turn itself lives in ``bots.turn``; this module writes the user's messa
 reply and schedules the turn once the transaction commits.
 """
 
+import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +27,12 @@ from bots.queries import (
     message_get_for_user,
     session_get_for_user,
 )
-from chat_platform.errors import ContextTooLarge, PayloadTooLarge, ValidationFailed
+from chat_platform.errors import (
+    CompactionBusy,
+    ContextTooLarge,
+    PayloadTooLarge,
+    ValidationFailed,
+)
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.pipeline import context_measure, context_precheck
 
@@ -115,6 +121,16 @@ class SendResult:
     user_message: Message
     assistant_message: Message | None
     created: bool
+    # /compact: the notice answering the command and the compaction it ran.
+    notice: Message | None = None
+    compaction: Any = None
+
+    @property
+    def is_command(self) -> bool:
+        return self.user_message.kind == Message.Kind.COMMAND
+
+
+COMPACT_COMMAND = re.compile(r"^/compact(?:\s+(?P<focus>.*))?$", re.DOTALL)
 
 
 def check_message_content(*, content: object, client_id: object = None) -> tuple[str, str | None]:
@@ -167,6 +183,10 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
     if user_message is None:
         return None
     reply = Message.objects.filter(reply_to=user_message).first()
+    if user_message.kind == Message.Kind.COMMAND:
+        return SendResult(
+            user_message=user_message, assistant_message=None, created=False, notice=reply
+        )
     return SendResult(user_message=user_message, assistant_message=reply, created=False)
 
 
@@ -242,6 +262,11 @@ def session_message_send(
 
     session = session_get_for_user(user=user, session_id=session_id)
     text, cid = check_message_content(content=content, client_id=client_id)
+    command = COMPACT_COMMAND.match(text.strip())
+    if command:
+        return session_compact_command(
+            session=session, text=text, client_id=cid, focus=command["focus"] or ""
+        )
     with transaction.atomic():
         try:
             result = do_message_pair_create(session=session, content=text, client_id=cid)
@@ -268,6 +293,58 @@ def session_message_send(
         created=result.created,
     )
     return result
+
+
+def session_compact_command(
+    *, session: ChatSession, text: str, client_id: str | None, focus: str
+) -> SendResult:
+    """``/compact [focus]`` typed in chat: no bot turn. Compact now, answer with a notice.
+
+    The command and its notice stay in the transcript; neither is ever sent to a model (only
+    chat/tool kinds are).
+    """
+    from compaction.engine import RunResult, compaction_manual
+    from compaction.services import compaction_notice_text
+
+    with transaction.atomic():
+        first_seq = _allocate_seqs(session_id=session.pk, count=2)
+        if client_id:
+            existing = _existing_send(session=session, client_id=client_id)
+            if existing is not None:
+                transaction.set_rollback(True)
+                return existing
+        command = Message.objects.create(
+            session=session,
+            seq=first_seq,
+            role=Message.Role.USER,
+            kind=Message.Kind.COMMAND,
+            content=text,
+            status=Message.Status.COMPLETE,
+            token_count=count_message_tokens(text, model=session.bot.model),
+            client_id=client_id or "",
+        )
+        transaction.on_commit(partial(realtime.notify_message_created, command))
+    try:
+        result = compaction_manual(session=session, focus=focus.strip())
+    except CompactionBusy:
+        result = RunResult("failed", "busy")
+    except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless
+        log.exception("compact_command_crashed", session_id=session.pk)
+        result = RunResult("failed", "internal_error")
+    notice = Message.objects.create(
+        session=session,
+        seq=first_seq + 1,
+        role=Message.Role.SYSTEM,
+        kind=Message.Kind.NOTICE,
+        content=compaction_notice_text(result),
+        status=Message.Status.COMPLETE,
+        reply_to=command,
+    )
+    realtime.notify_message_created(notice)
+    log.info("compact_command", session_id=session.pk, outcome=result.outcome, reason=result.reason)
+    return SendResult(
+        user_message=command, assistant_message=None, created=True, notice=notice, compaction=result
+    )
 
 
 def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:

@@ -6,6 +6,7 @@ task or a racing sweep never overwrites a finished reply.
 """
 
 import time
+from functools import partial
 from typing import Any
 
 import structlog
@@ -191,6 +192,19 @@ def turn_run(*, message_id: int) -> None:
 
 
 def _notify_context(session_id: int) -> None:
-    """After every turn, the same numbers the context endpoint serves."""
+    """After every turn: the context report (same numbers as the endpoint), and a soft compaction
+    on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits."""
+    from compaction.tasks import compact_soft
+
     session = ChatSession.objects.select_related("bot").get(pk=session_id)
-    realtime.notify_context_updated(session_id, context_report(session=session))
+    report = context_report(session=session)
+    realtime.notify_context_updated(session_id, report)
+    compaction = report["compaction"]
+    if (
+        compaction["enabled"]
+        and report["soft"]
+        and report["pressure"] >= report["soft"]
+        and not compaction["cooldown_until"]
+        and not compaction["in_flight"]
+    ):
+        transaction.on_commit(partial(compact_soft.delay, session_id))

@@ -186,6 +186,19 @@ CHAT_ORPHAN_AFTER_SECONDS = env.int("CHAT_ORPHAN_AFTER_SECONDS", default=600)
 # How long POST .../messages/ with wait=true waits for the reply.
 CHAT_WAIT_TIMEOUT_SECONDS = env.float("CHAT_WAIT_TIMEOUT_SECONDS", default=120.0)
 
+# --- Compaction ---------------------------------------------------------------------------
+# The single-flight lease: extended by a heartbeat while a compaction runs, so it only expires
+# when its holder died.
+COMPACTION_LOCK_LEASE_SECONDS = env.float("COMPACTION_LOCK_LEASE_SECONDS", default=60.0)
+# How long a blocking (hard) or manual caller waits for a compaction already in flight.
+COMPACTION_WAIT_SECONDS = env.float("COMPACTION_WAIT_SECONDS", default=60.0)
+COMPACTION_COOLDOWN_SECONDS = env.int("COMPACTION_COOLDOWN_SECONDS", default=300)
+COMPACTION_BACKOFF_SECONDS = env.list(
+    "COMPACTION_BACKOFF_SECONDS", cast=int, default=[30, 60, 120, 240, 270]
+)
+# Soft compaction drains toward the target in at most this many passes.
+COMPACTION_SOFT_PASSES = env.int("COMPACTION_SOFT_PASSES", default=3)
+
 # --- Logging ----------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_JSON = env.bool("LOG_JSON", default=not EMBEDDED)

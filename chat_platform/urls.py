@@ -9,6 +9,7 @@ from bots import pages
 api_v1 = [
     path("auth/token/", ObtainAuthToken.as_view(), name="auth-token"),
     path("", include("bots.api.urls")),
+    path("", include("compaction.api.urls")),
 ]
 
 urlpatterns = [

@@ -1,1 +1,143 @@
-# Summary and CompactionEvent arrive with the compaction engine (CONTRACT §8).
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+TRIGGERS = ["soft", "hard", "manual", "fusion", "fallback"]
+
+
+class Summary(models.Model):
+    """An audited distillation of a contiguous stretch of a session's history.
+
+    Coverage is recorded on the messages (``Message.compacted_by``): a message row holds one
+    summary at most, so no message can be covered by two active summaries. Fusion re-points the
+    messages of its parents to the fused summary and marks the parents superseded, atomically.
+    """
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        SUPERSEDED = "superseded"
+
+    class Trigger(models.TextChoices):
+        SOFT = "soft"
+        HARD = "hard"
+        MANUAL = "manual"
+        FUSION = "fusion"
+        FALLBACK = "fallback"
+
+    session = models.ForeignKey(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="summaries"
+    )
+    level = models.PositiveSmallIntegerField(default=1)
+    text = models.TextField()
+    # Tokens of the summary as sent: its labelled system block, by the one counter.
+    token_count = models.PositiveIntegerField()
+    first_seq = models.PositiveIntegerField()
+    last_seq = models.PositiveIntegerField()
+    source_tokens = models.PositiveIntegerField()
+    model = models.CharField(max_length=200)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    parents = models.ManyToManyField("self", symmetrical=False, related_name="children", blank=True)
+    retention = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(1.0)])
+    missing_facts = models.JSONField(default=list, blank=True)
+    focus = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "summaries"
+        constraints = [
+            models.CheckConstraint(condition=Q(first_seq__lte=F("last_seq")), name="summary_range"),
+            models.CheckConstraint(condition=Q(level__gte=1), name="summary_level_ge_1"),
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "superseded"]), name="summary_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(trigger__in=TRIGGERS), name="summary_trigger_valid"),
+            models.CheckConstraint(
+                condition=Q(retention__gte=0) & Q(retention__lte=1), name="summary_retention_0_1"
+            ),
+        ]
+        indexes = [models.Index(fields=["session", "status", "first_seq"])]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.status})"
+
+    @property
+    def label(self) -> str:
+        return f"[Summary of messages {self.first_seq}–{self.last_seq}]"
+
+    @property
+    def block(self) -> str:
+        """How the summary reaches the model: a labelled system block naming what it covers."""
+        return f"{self.label}\n{self.text}"
+
+
+class CompactionEvent(models.Model):
+    """One compaction attempt, whatever its outcome. Deleting events never touches summaries."""
+
+    class Outcome(models.TextChoices):
+        COMPACTED = "compacted"
+        NOOP = "noop"
+        FAILED = "failed"
+        REJECTED = "rejected"
+        SKIPPED = "skipped"
+
+    session = models.ForeignKey(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="compaction_events"
+    )
+    trigger = models.CharField(max_length=16, choices=Summary.Trigger.choices)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    reason = models.CharField(max_length=64, blank=True, default="")
+    tokens_before = models.PositiveIntegerField(default=0)
+    tokens_after = models.PositiveIntegerField(default=0)
+    source_tokens = models.PositiveIntegerField(default=0)
+    summary_tokens = models.PositiveIntegerField(default=0)
+    model = models.CharField(max_length=200, blank=True, default="")
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    snapshot = models.ForeignKey(
+        "memory.MemoryRecord",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="compaction_events",
+    )
+    summary = models.ForeignKey(
+        Summary, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(trigger__in=TRIGGERS), name="event_trigger_valid"),
+            models.CheckConstraint(
+                condition=Q(outcome__in=["compacted", "noop", "failed", "rejected", "skipped"]),
+                name="event_outcome_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["session", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.trigger} {self.outcome} ({self.reason or '-'})"
+
+
+class CompactionState(models.Model):
+    """Per-session failure policy, in the database so every process sees it (CONTRACT §8)."""
+
+    session = models.OneToOneField(
+        "bots.ChatSession",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="compaction_state",
+    )
+    # Automatic compaction is skipped until then after a failure (5 minutes).
+    cooldown_until = models.DateTimeField(null=True, blank=True)
+    # Under hard pressure, the summariser is not retried until then (30, 60, 120, 240, 270 s).
+    backoff_until = models.DateTimeField(null=True, blank=True)
+    backoff_step = models.PositiveSmallIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"compaction state of session {self.session_id}"

@@ -30,6 +30,7 @@ from compaction.admission import (
     admission_decide,
 )
 from compaction.budget import Budget, budget_compute
+from compaction.models import Summary
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +126,12 @@ def context_measure(
         count=max(0, session.context_messages - excluded_count),
         tokens=max(0, session.context_tokens - excluded_tokens),
     )
+    summaries = [
+        Entry(id=pk, tokens=tokens)
+        for pk, tokens in Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
+        .order_by("first_seq")
+        .values_list("pk", "token_count")
+    ]
     return Measure(
         session=session,
         budget=bot_budget(bot),
@@ -132,7 +139,7 @@ def context_measure(
         system_tokens=_system_tokens(bot.system_prompt, bot.model),
         new_message=new_entry,
         pinned=pinned,
-        summaries=[],
+        summaries=summaries,
         index_line_tokens=[],
         history_totals=totals,
     )
@@ -243,6 +250,16 @@ def context_build(*, session: ChatSession, reply: Message, path: str = "turn") -
     """
     new_message = reply.reply_to
     measure = context_measure(session=session, new_message=new_message, before_seq=reply.seq)
+    if (
+        session.bot.compaction_enabled
+        and measure.budget.hard
+        and (measure.pressure >= measure.budget.hard)
+    ):
+        from compaction.engine import compaction_hard  # the engine builds on this module
+
+        compaction_hard(session=session, measure=measure)
+        session.refresh_from_db(fields=["context_tokens", "context_messages"])
+        measure = context_measure(session=session, new_message=new_message, before_seq=reply.seq)
     admission = context_admit(measure, path=path)
     ids = [p.id for p in measure.pinned] + admission.admitted_history_ids
     if new_message is not None:
@@ -255,15 +272,24 @@ def context_build(*, session: ChatSession, reply: Message, path: str = "turn") -
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})
+    # Summaries are labelled system blocks naming what they cover, never user messages.
+    summaries = Summary.objects.filter(pk__in=[s.id for s in measure.summaries]).order_by(
+        "first_seq"
+    )
+    messages.extend({"role": "system", "content": summary.block} for summary in summaries)
     messages.extend(_render(m) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission)
 
 
 def context_report(*, session: ChatSession) -> dict[str, Any]:
     """What the next call would carry: the numbers behind the context meter (CONTRACT §11)."""
+    from compaction.engine import compaction_blocked_until
+    from compaction.lock import in_flight
+
     session.refresh_from_db(fields=["context_tokens", "context_messages", "last_admission"])
     measure = context_measure(session=session)
     budget = measure.budget
+    cooldown_until = compaction_blocked_until(session.pk, hard=False)
     return {
         "window": budget.window,
         "reserve": budget.reserve,
@@ -276,7 +302,9 @@ def context_report(*, session: ChatSession) -> dict[str, Any]:
         "last_admission": session.last_admission,
         "compaction": {
             "enabled": session.bot.compaction_enabled,
-            "in_flight": False,
-            "cooldown_until": None,
+            "in_flight": in_flight(session.pk),
+            "cooldown_until": cooldown_until.isoformat().replace("+00:00", "Z")
+            if cooldown_until
+            else None,
         },
     }

@@ -26,7 +26,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -96,8 +96,16 @@ def _usage(body: dict, reply: Reply) -> dict:
 
 
 class FakeOpenAI:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, default: Reply | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        default: Reply | None = None,
+        responder: Callable[[dict], Reply] | None = None,
+    ):
         self.default = default or Reply()
+        # When the script is empty: answer from the request body (benchmarks), else ``default``.
+        self.responder = responder
         self._lock = threading.Lock()
         self._queue: collections.deque[Reply] = collections.deque()
         self.served: list[Served] = []
@@ -175,7 +183,12 @@ class FakeOpenAI:
     # -- used by the handler -----------------------------------------------------------------
     def _begin(self, path: str, body: dict, headers: dict[str, str]) -> Served:
         with self._lock:
-            reply = self._queue.popleft() if self._queue else copy.deepcopy(self.default)
+            if self._queue:
+                reply = self._queue.popleft()
+            elif self.responder is not None:
+                reply = self.responder(body)
+            else:
+                reply = copy.deepcopy(self.default)
             served = Served(path=path, body=body, headers=headers, reply=reply)
             self.served.append(served)
             self.in_flight += 1

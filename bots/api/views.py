@@ -21,6 +21,7 @@ from bots.api.serializers import (
 from bots.models import Message
 from chat_platform import errors
 from chat_platform.api import error_response
+from compaction.payloads import result_payload
 from compaction.pipeline import context_report
 
 
@@ -130,6 +131,16 @@ class SessionMessagesApi(APIView):
             content=data["content"],
             client_id=data.get("client_id"),
         )
+        if result.is_command:
+            return Response(
+                {
+                    "notice": MessageOutputSerializer(result.notice).data
+                    if result.notice
+                    else None,
+                    "compaction": result_payload(result.compaction) if result.compaction else None,
+                },
+                status=status.HTTP_200_OK,
+            )
         reply = result.assistant_message
         if data["wait"] and reply is not None and not reply.is_finished:
             reply = services.message_wait_finished(

@@ -1,0 +1,17 @@
+from django.urls import path
+
+from compaction.api import views
+
+urlpatterns = [
+    path(
+        "sessions/<int:session_id>/compact/",
+        views.SessionCompactApi.as_view(),
+        name="session-compact",
+    ),
+    path(
+        "sessions/<int:session_id>/summaries/",
+        views.SessionSummariesApi.as_view(),
+        name="session-summaries",
+    ),
+    path("compaction-events/", views.CompactionEventsApi.as_view(), name="compaction-events"),
+]

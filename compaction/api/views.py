@@ -1,0 +1,57 @@
+"""REST adapters of the compaction app."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from compaction import queries, services
+from compaction.payloads import event_payload, result_payload, summary_payload
+
+
+class CompactInputSerializer(serializers.Serializer):
+    focus = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+CompactionResultSerializer = inline_serializer(
+    "CompactionResult",
+    {
+        "outcome": serializers.CharField(),
+        "reason": serializers.CharField(),
+        "tokens_before": serializers.IntegerField(),
+        "tokens_after": serializers.IntegerField(),
+        "summary": serializers.DictField(allow_null=True),
+        "event": serializers.DictField(allow_null=True),
+    },
+)
+
+
+class SessionCompactApi(APIView):
+    @extend_schema(request=CompactInputSerializer, responses=CompactionResultSerializer)
+    def post(self, request: Request, session_id: int) -> Response:
+        serializer = CompactInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = services.session_compact(
+            user=request.user, session_id=session_id, focus=serializer.validated_data["focus"]
+        )
+        return Response(result_payload(result))
+
+
+class SessionSummariesApi(APIView):
+    @extend_schema(responses=serializers.ListSerializer(child=serializers.DictField()))
+    def get(self, request: Request, session_id: int) -> Response:
+        summaries = queries.summary_list_for_user(user=request.user, session_id=session_id)
+        return Response([summary_payload(s) for s in summaries])
+
+
+class CompactionEventsApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("session", int, required=False)],
+        responses=serializers.ListSerializer(child=serializers.DictField()),
+    )
+    def get(self, request: Request) -> Response:
+        events = queries.event_list_for_user(
+            user=request.user, session_id=request.query_params.get("session")
+        )
+        return Response([event_payload(e) for e in events[:500]])

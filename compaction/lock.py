@@ -1,0 +1,108 @@
+"""Single-flight: one compaction per session at a time, across every process.
+
+Real mode: a redis-py ``Lock`` per session (a lease with expiry and token-checked release), kept
+alive by a heartbeat while its holder works, so a killed worker's lease simply runs out.
+Embedded mode: an in-process lock per session. Nothing here is durable: losing Redis loses no
+data, only the lease.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+
+import structlog
+from django.conf import settings
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Flight:
+    acquired: bool
+    # True when the caller had to wait for another holder first: its result is fresh.
+    waited: bool
+
+
+def lock_key(session_id: int) -> str:
+    return f"chat-platform:compaction:session:{session_id}"
+
+
+@lru_cache(maxsize=1)
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+_local_guard = threading.Lock()
+_local_locks: dict[int, threading.Lock] = {}
+
+
+def _local_lock(session_id: int) -> threading.Lock:
+    with _local_guard:
+        return _local_locks.setdefault(session_id, threading.Lock())
+
+
+class _Heartbeat(threading.Thread):
+    """Extends the lease every third of its length until stopped."""
+
+    def __init__(self, lock, lease: float) -> None:
+        super().__init__(daemon=True, name="compaction-lease")
+        self.lock = lock
+        self.lease = lease
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.lease / 3):
+            try:
+                self.lock.reacquire()
+            except Exception:  # lost the lease (expired or Redis gone): stop extending
+                return
+
+
+@contextmanager
+def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
+    """Hold the session's compaction lease; ``wait`` seconds at most (0 = don't wait)."""
+    if not settings.REDIS_URL:
+        lock = _local_lock(session_id)
+        if lock.acquire(blocking=False):
+            waited = False
+        elif wait > 0 and lock.acquire(timeout=wait):
+            waited = True
+        else:
+            yield Flight(acquired=False, waited=wait > 0)
+            return
+        try:
+            yield Flight(acquired=True, waited=waited)
+        finally:
+            lock.release()
+        return
+
+    lease = settings.COMPACTION_LOCK_LEASE_SECONDS
+    lock = _redis().lock(lock_key(session_id), timeout=lease, thread_local=False)
+    waited = False
+    if not lock.acquire(blocking=False):
+        waited = True
+        deadline = time.monotonic() + wait
+        if wait <= 0 or not lock.acquire(blocking=True, blocking_timeout=wait):
+            yield Flight(acquired=False, waited=wait > 0 and time.monotonic() >= deadline)
+            return
+    heartbeat = _Heartbeat(lock, lease)
+    heartbeat.start()
+    try:
+        yield Flight(acquired=True, waited=waited)
+    finally:
+        heartbeat.stopped.set()
+        try:
+            lock.release()
+        except Exception:  # the lease expired meanwhile; someone else may hold it now
+            log.warning("compaction_lease_lost", session_id=session_id)
+
+
+def in_flight(session_id: int) -> bool:
+    if not settings.REDIS_URL:
+        return _local_lock(session_id).locked()
+    return bool(_redis().exists(lock_key(session_id)))

@@ -1,0 +1,64 @@
+"""The public shapes of summaries, events and compaction results (REST and websocket)."""
+
+from typing import TYPE_CHECKING, Any
+
+from compaction.models import CompactionEvent, Summary
+
+if TYPE_CHECKING:
+    from compaction.engine import RunResult
+
+
+def _iso(value) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def event_payload(event: CompactionEvent) -> dict[str, Any]:
+    return {
+        "id": event.pk,
+        "session": event.session_id,
+        "trigger": event.trigger,
+        "outcome": event.outcome,
+        "reason": event.reason,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+        "source_tokens": event.source_tokens,
+        "summary_tokens": event.summary_tokens,
+        "model": event.model,
+        "duration_ms": event.duration_ms,
+        "error": event.error,
+        "snapshot": event.snapshot.name if event.snapshot_id else None,
+        "summary": event.summary_id,
+        "created_at": _iso(event.created_at),
+    }
+
+
+def summary_payload(summary: Summary) -> dict[str, Any]:
+    return {
+        "id": summary.pk,
+        "session": summary.session_id,
+        "level": summary.level,
+        "text": summary.text,
+        "token_count": summary.token_count,
+        "first_seq": summary.first_seq,
+        "last_seq": summary.last_seq,
+        "source_tokens": summary.source_tokens,
+        "model": summary.model,
+        "trigger": summary.trigger,
+        "status": summary.status,
+        "parents": sorted(p.pk for p in summary.parents.all()),
+        "retention": summary.retention,
+        "missing_facts": summary.missing_facts,
+        "focus": summary.focus,
+        "created_at": _iso(summary.created_at),
+    }
+
+
+def result_payload(result: "RunResult") -> dict[str, Any]:
+    return {
+        "outcome": result.outcome,
+        "reason": result.reason,
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "summary": summary_payload(result.summary) if result.summary else None,
+        "event": event_payload(result.event) if result.event else None,
+    }

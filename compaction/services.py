@@ -1,0 +1,35 @@
+"""Compaction as the interfaces see it: access-checked manual compaction and its notice text."""
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from bots.queries import session_get_for_user
+from compaction.engine import RunResult, compaction_manual
+
+REASON_TEXT = {
+    "summariser_error": "the summariser did not answer",
+    "empty": "the summary came back empty",
+    "finish_reason": "the summary was cut off before it finished",
+    "too_short": "the summary was too short to be useful",
+    "not_shorter": "the summary was not shorter than the messages it would replace",
+    "tool_syntax": "the summary contained tool-call syntax",
+    "conflict": "the messages changed while they were being summarised",
+    "busy": "another compaction of this session did not finish in time",
+}
+
+
+def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = "") -> RunResult:
+    session = session_get_for_user(user=user, session_id=session_id)
+    return compaction_manual(session=session, focus=focus.strip())
+
+
+def compaction_notice_text(result: RunResult) -> str:
+    """The chat notice answering ``/compact`` (CONTRACT §9)."""
+    if result.outcome == "compacted" and result.summary is not None:
+        return (
+            f"Context compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens "
+            f"(messages {result.summary.first_seq}–{result.summary.last_seq})."
+        )
+    if result.outcome in ("noop", "skipped"):
+        return "Nothing to compact right now."
+    reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
+    return f"Compaction failed: {reason}. Nothing was changed."

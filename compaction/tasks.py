@@ -1,0 +1,10 @@
+"""Celery tasks of the compaction queue: thin, safe to run twice, tolerant of vanished rows."""
+
+from celery import shared_task
+
+from compaction import engine
+
+
+@shared_task(name="compaction.tasks.compact_soft", ignore_result=True)
+def compact_soft(session_id: int) -> None:
+    engine.compaction_soft(session_id=session_id)

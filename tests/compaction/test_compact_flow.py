@@ -1,0 +1,90 @@
+"""End-to-end compaction with the built-in models: /compact, then the summary in the context."""
+
+import pytest
+
+from bots.models import Message
+from bots.services import session_context_recount
+from compaction.models import CompactionEvent, Summary
+from memory.models import MemoryRecord
+from tests.factories import message_add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FACTS = [
+    "Alice booked the venue in Lisbon for 14 March.",
+    "The budget is 12,500 EUR and Bob approved it on Tuesday.",
+    "Ticket INV-2024-001 tracks the catering order.",
+    "We decided the keynote starts at 09:30.",
+]
+
+
+def _conversation(session, turns=12):
+    for i in range(turns):
+        message_add(session, role="user", content=f"{FACTS[i % 4]} Note {i} about planning.")
+        message_add(
+            session,
+            role="assistant",
+            content=f"Understood, noted item {i}: {FACTS[i % 4]} I will keep that in mind.",
+        )
+    session_context_recount(session_id=session.pk)
+
+
+def test_compact_command_with_builtin_extractive(owner_client, chat_session, eager_tasks):
+    _conversation(chat_session)
+    before = session_context_recount(session_id=chat_session.pk)[0]
+    response = owner_client.post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "/compact"}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    compaction = body["compaction"]
+    assert compaction["outcome"] == "compacted"
+    summary = Summary.objects.get(session=chat_session)
+    # everything but the latest exchange (messages 23 and 24)
+    assert (summary.first_seq, summary.last_seq, summary.trigger) == (1, 22, "manual")
+    assert summary.model == "builtin/extractive"
+    assert body["notice"]["content"] == (
+        f"Context compacted: {compaction['tokens_before']:,} -> {compaction['tokens_after']:,} "
+        "tokens (messages 1–22)."
+    )
+    assert (body["notice"]["role"], body["notice"]["kind"]) == ("system", "notice")
+    covered = Message.objects.filter(session=chat_session, compacted_by=summary)
+    assert covered.count() == 22
+    assert set(Message.objects.filter(session=chat_session, seq__in=[23, 24]).values_list(
+        "compacted_by", flat=True
+    )) == {None}
+    chat_session.refresh_from_db()
+    remaining = session_context_recount(session_id=chat_session.pk)
+    assert chat_session.context_tokens == remaining[0] < before
+    snapshot = MemoryRecord.objects.get(session=chat_session, name="snapshot_1_22")
+    assert snapshot.indexed is True
+    assert snapshot.description.startswith("Pre-compaction snapshot of messages 1–22")
+    event = CompactionEvent.objects.get(session=chat_session)
+    assert (event.outcome, event.snapshot_id, event.summary_id) == (
+        "compacted",
+        snapshot.pk,
+        summary.pk,
+    )
+    assert 0 < summary.retention <= 1
+
+    # the next turn: the summary is a labelled system block, commands/notices are never sent
+    reply = owner_client.post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/",
+        {"content": "Where is the venue?", "wait": True},
+        format="json",
+    )
+    assert reply.status_code == 201
+    assert "Lisbon" in reply.json()["assistant_message"]["content"]
+    summaries = owner_client.get(f"/api/v1/sessions/{chat_session.pk}/summaries/").json()
+    assert [s["id"] for s in summaries] == [summary.pk]
+    report = owner_client.get(f"/api/v1/sessions/{chat_session.pk}/context/").json()
+    assert report["parts"]["summaries"] == summary.token_count
+
+
+def test_compact_with_nothing_to_compact(owner_client, chat_session):
+    response = owner_client.post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "/compact"}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["notice"]["content"] == "Nothing to compact right now."
+    assert Summary.objects.count() == 0

@@ -1,0 +1,936 @@
+"""The compaction engine through the database, Redis and a fake summariser (CONTRACT §5–§8).
+
+Triggers at exact threshold boundaries, the range rules, every quality gate, the fault matrix
+(soft / hard / manual x HTTP 500, timeout and each bad output), cool-down and back-off on a
+stepped clock, the extractive fallback, frontier fusion, and how summaries reach the model.
+
+Budget used throughout (``small_bot``): W 2200, R 200 -> B 2000, S 1000, H 1500, T 800, Ts 800;
+the summariser is the chat model (window 2200 -> ``max_tokens`` 220); fusion past 400 tokens.
+"""
+
+from datetime import timedelta
+from functools import partial
+
+import pytest
+from django.utils import timezone
+
+from bots.models import Message
+from bots.services import session_context_recount
+from bots.turn import turn_run
+from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
+from compaction import engine
+from compaction.models import CompactionEvent, CompactionState, Summary
+from compaction.pipeline import context_build, context_measure
+from compaction.tasks import compact_soft
+from memory.models import MemoryRecord
+from tests.factories import SessionFactory, message_add
+from tests.fakeopenai import Reply
+
+pytestmark = pytest.mark.django_db
+
+MODEL = "openai/fake-model"
+BUDGET = 2000
+GOOD = (
+    "Alice and Bob agreed on the launch plan: budget 4,500 EUR, launch on 2024-05-01, "
+    "ticket #4471 tracks the work."
+)
+ROLES = ("user", "assistant")
+
+
+# --- helpers (also used by the API and concurrency suites) ------------------------------------
+
+
+def tok(text: str) -> int:
+    return count_message_tokens(text, model=MODEL)
+
+
+def text_of(tokens: int, tag: str) -> str:
+    """Prose with facts in it that costs exactly ``tokens`` as a message (text + overhead)."""
+    sentences = []
+    i = 0
+    while count_tokens(" ".join(sentences), model=MODEL) < tokens:
+        if i % 2:  # small talk: nothing an extractive summary would keep
+            sentences.append("we chatted about the weather for a while and moved on.")
+        else:
+            sentences.append(f"{tag} item {i} costs {i * 7 + 3} euros and ships on day {i + 1}.")
+        i += 1
+    text = truncate_to_tokens(" ".join(sentences), tokens - 4, model=MODEL).rstrip()
+    while tok(text) < tokens:
+        text += " and"
+    assert tok(text) == tokens, (tokens, tok(text))
+    return text
+
+
+def summary_text(tokens: int) -> str:
+    """A plausible summary of exactly ``tokens`` tokens as the quality gate counts them."""
+    text = text_of(tokens + 4, "Summary")
+    assert count_tokens(text, model=MODEL) == tokens
+    return text
+
+
+def add_history(session, sizes, *, real: bool = False, start_role: int = 0, tag: str = "m"):
+    """Append complete user/assistant messages, alternating; ``real`` = content of that size."""
+    rows = []
+    for i, size in enumerate(sizes):
+        role = ROLES[(i + start_role) % 2]
+        if real:
+            rows.append(message_add(session, role=role, content=text_of(size, f"{tag}{i}")))
+        else:
+            rows.append(
+                message_add(session, role=role, content=f"{tag} message {i}", token_count=size)
+            )
+    return rows
+
+
+def add_turn(session, content: str = "What should we do next?", *, tokens: int | None = None):
+    """The current turn in flight: a user message and its pending reply."""
+    fields = {} if tokens is None else {"token_count": tokens}
+    new = message_add(session, role="user", content=content, **fields)
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    return new, reply
+
+
+def recount(session):
+    totals = session_context_recount(session_id=session.pk)
+    session.refresh_from_db()
+    return totals
+
+
+def summariser_requests(fake) -> list[dict]:
+    return [r for r in fake.requests if not r.get("stream")]
+
+
+def chat_requests(fake) -> list[dict]:
+    return [r for r in fake.requests if r.get("stream")]
+
+
+def sent_tokens(request: dict) -> int:
+    return sum(count_message_tokens(m.get("content") or "", model=MODEL) for m in request["messages"])
+
+
+def transcript_of(request: dict) -> str:
+    content = request["messages"][1]["content"]
+    assert content.startswith("<transcript>\n")
+    return content[len("<transcript>\n") : content.index("\n</transcript>")]
+
+
+def message_rows(session) -> list[tuple]:
+    return list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("seq", "role", "kind", "content", "status", "token_count", "compacted_by_id")
+    )
+
+
+def compacted_seqs(session) -> list[int]:
+    return list(
+        Message.objects.filter(session=session, compacted_by__isnull=False)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+    )
+
+
+def counters(session) -> tuple[int, int]:
+    session.refresh_from_db()
+    return session.context_tokens, session.context_messages
+
+
+class Clock:
+    """The engine's clock, stepped by hand."""
+
+    def __init__(self) -> None:
+        self.now = timezone.now().replace(microsecond=0)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture(autouse=True)
+def fast_llm(settings):
+    # One attempt per summariser call unless a test says otherwise: request counts stay exact.
+    settings.LLM_MAX_RETRIES = 0
+    settings.LLM_RETRY_BACKOFF_SECONDS = 0.01
+
+
+@pytest.fixture
+def small_bot(fake_bot):
+    fake_bot.context_window = 2200
+    fake_bot.max_output_tokens = 200
+    fake_bot.system_prompt = ""
+    fake_bot.memory_index_size = 0  # no index block: pressure is history + summaries exactly
+    fake_bot.save()
+    return fake_bot
+
+
+@pytest.fixture
+def session(owner, small_bot):
+    return SessionFactory(user=owner, bot=small_bot)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    stepped = Clock()
+    monkeypatch.setattr(engine, "now", stepped)
+    return stepped
+
+
+# --- 1. thresholds drive the triggers ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("new_tokens", [299, 300], ids=["H-1", "H"])
+def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_tokens):
+    add_history(session, [300, 300, 300, 300])
+    new, reply = add_turn(session, "the new question", tokens=new_tokens)
+    recount(session)
+    measure = context_measure(session=session, new_message=new, before_seq=reply.seq)
+    budget = measure.budget
+    assert (budget.budget, budget.soft, budget.hard, budget.target, budget.target_blocking) == (
+        2000,
+        1000,
+        1500,
+        800,
+        800,
+    )
+    assert measure.pressure == 1200 + new_tokens
+    fake_openai.script(Reply(text=GOOD))
+
+    built = context_build(session=session, reply=reply)
+
+    if new_tokens == 299:  # H - 1: no blocking compaction, everything fits
+        assert fake_openai.requests == []
+        assert not Summary.objects.filter(session=session).exists()
+        assert not CompactionEvent.objects.filter(session=session).exists()
+        assert not MemoryRecord.objects.filter(session=session).exists()
+        assert compacted_seqs(session) == []
+        assert counters(session) == (1499, 5)
+        assert [m["content"] for m in built.messages] == [
+            "m message 0",
+            "m message 1",
+            "m message 2",
+            "m message 3",
+            "the new question",
+        ]
+        return
+
+    # H: compact toward Ts = 800 -> free 700 -> the oldest three (900), never the new message
+    [request] = summariser_requests(fake_openai)
+    assert request["max_tokens"] == 220
+    assert request["messages"] == [
+        {"role": "system", "content": engine.SUMMARY_INSTRUCTIONS},
+        {
+            "role": "user",
+            "content": "<transcript>\n[1] user: m message 0\n[2] assistant: m message 1\n"
+            "[3] user: m message 2\n</transcript>",
+        },
+    ]
+    summary = Summary.objects.get(session=session)
+    assert (summary.first_seq, summary.last_seq, summary.source_tokens, summary.level) == (
+        1,
+        3,
+        900,
+        1,
+    )
+    assert (summary.trigger, summary.status, summary.model, summary.text) == (
+        "hard",
+        "active",
+        MODEL,
+        GOOD,
+    )
+    assert summary.token_count == tok(f"[Summary of messages 1–3]\n{GOOD}")
+    assert compacted_seqs(session) == [1, 2, 3]
+    assert counters(session) == (1500 - 900, 2) == recount(session)
+    assert built.messages == [
+        {"role": "system", "content": f"[Summary of messages 1–3]\n{GOOD}"},
+        {"role": "assistant", "content": "m message 3"},
+        {"role": "user", "content": "the new question"},
+    ]
+    event = CompactionEvent.objects.get(session=session)
+    assert (event.trigger, event.outcome, event.reason) == ("hard", "compacted", "")
+    assert (event.tokens_before, event.tokens_after) == (1500, 600 + summary.token_count)
+    assert (event.source_tokens, event.summary_tokens, event.model) == (
+        900,
+        summary.token_count,
+        MODEL,
+    )
+    assert event.summary == summary
+    assert (event.snapshot.name, event.snapshot.kind, event.snapshot.indexed) == (
+        "snapshot_1_3",
+        "snapshot",
+        True,
+    )
+    assert event.snapshot.body == "[1] user: m message 0\n[2] assistant: m message 1\n" + (
+        "[3] user: m message 2"
+    )
+
+
+@pytest.mark.parametrize("offset", [-1, 0], ids=["S-1", "S"])
+def test_soft_threshold_boundary_after_a_completed_turn(
+    session, fake_openai, eager_tasks, django_capture_on_commit_callbacks, offset
+):
+    question, answer = "What is next?", "Noted, thanks."
+    turn_tokens = tok(question) + tok(answer)
+    add_history(session, [300, 1000 + offset - 300 - turn_tokens])
+    new, reply = add_turn(session, question)
+    recount(session)
+    fake_openai.script(Reply(text=answer), Reply(text=GOOD))
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", answer)
+    assert counters(session)[0] == 1000 + offset
+    assert len(chat_requests(fake_openai)) == 1
+    scheduled = [(cb.func, cb.args) for cb in callbacks if isinstance(cb, partial)]
+    if offset == -1:
+        assert scheduled == []
+        assert summariser_requests(fake_openai) == []
+        assert not CompactionEvent.objects.filter(session=session).exists()
+        return
+
+    assert scheduled == [(compact_soft.delay, (session.pk,))]
+    assert summariser_requests(fake_openai) == []  # nothing ran before commit: the turn never waits
+    with django_capture_on_commit_callbacks(execute=True):
+        for callback in callbacks:
+            callback()  # eager: the task runs here
+    # free 200 toward T = 800: the oldest message (300 >= 256); then 1000-300+summary < T: stop
+    assert len(summariser_requests(fake_openai)) == 1
+    summary = Summary.objects.get(session=session)
+    assert (summary.first_seq, summary.last_seq, summary.trigger, summary.source_tokens) == (
+        1,
+        1,
+        "soft",
+        300,
+    )
+    assert compacted_seqs(session) == [1]
+    assert counters(session) == (700, 3) == recount(session)
+    assert list(
+        CompactionEvent.objects.filter(session=session, outcome="compacted").values_list(
+            "trigger", flat=True
+        )
+    ) == ["soft"]
+    assert not CompactionEvent.objects.filter(
+        session=session, outcome__in=["failed", "rejected"]
+    ).exists()
+
+
+def test_soft_pass_limit_is_three_when_each_pass_frees_too_little(session, fake_openai):
+    # REFERENCE: an always-successful summariser gets exactly 3 soft passes when each pass
+    # frees too little. Each pass may take at most what fits the summariser's input (~1.7k).
+    add_history(session, [1600] * 6)
+    add_turn(session, "latest", tokens=10)
+    recount(session)
+    before = counters(session)
+    fake_openai.default = Reply(text=GOOD)
+
+    engine.compaction_soft(session_id=session.pk)
+
+    assert len(summariser_requests(fake_openai)) == 3
+    summaries = list(Summary.objects.filter(session=session).order_by("first_seq"))
+    assert [(s.first_seq, s.last_seq) for s in summaries] == [(1, 1), (2, 2), (3, 3)]
+    assert compacted_seqs(session) == [1, 2, 3]
+    assert counters(session) == (before[0] - 3 * 1600, before[1] - 3) == recount(session)
+
+
+# --- 2. range rules through the engine --------------------------------------------------------
+
+
+def test_manual_takes_everything_but_the_latest_exchange(session, fake_openai):
+    add_history(session, [100, 100, 100, 100, 100, 100])
+    recount(session)
+    fake_openai.script(Reply(text=GOOD))
+
+    result = engine.compaction_manual(session=session)
+
+    assert (result.outcome, result.reason) == ("compacted", "")
+    assert (result.summary.first_seq, result.summary.last_seq) == (1, 4)
+    assert compacted_seqs(session) == [1, 2, 3, 4]
+    assert counters(session) == (200, 2) == recount(session)
+    assert (result.tokens_before, result.tokens_after) == (600, 200 + result.summary.token_count)
+    assert transcript_of(summariser_requests(fake_openai)[0]).splitlines() == [
+        f"[{seq}] {ROLES[(seq - 1) % 2]}: m message {seq - 1}" for seq in range(1, 5)
+    ]
+
+
+def test_manual_with_only_the_latest_exchange_is_nothing_to_compact(session, fake_openai):
+    add_history(session, [500, 500])
+    recount(session)
+    result = engine.compaction_manual(session=session)
+    assert (result.outcome, result.reason, result.summary) == ("noop", "nothing_to_compact", None)
+    assert fake_openai.requests == []
+    assert compacted_seqs(session) == []
+    assert counters(session) == (1000, 2)
+    assert not MemoryRecord.objects.filter(session=session).exists()
+
+
+def test_current_turn_is_never_compacted_and_automatic_span_needs_256_tokens(
+    session, fake_openai
+):
+    # The pressure is the current turn itself; what precedes it (100 tokens) is below 256.
+    add_history(session, [50, 50])
+    add_history(session, [1000, 100], tag="now")
+    recount(session)
+    assert counters(session) == (1200, 4)
+
+    result = engine.compaction_soft(session_id=session.pk)
+
+    assert (result.outcome, result.reason) == ("noop", "nothing_to_compact")
+    assert fake_openai.requests == []
+    assert compacted_seqs(session) == []
+    assert not Summary.objects.filter(session=session).exists()
+    assert counters(session) == (1200, 4)
+
+    # Manual has no minimum span; it still never touches the current turn (seqs 3, 4).
+    fake_openai.script(Reply(text="Two short greetings were exchanged before the big question."))
+    manual = engine.compaction_manual(session=session)
+    assert manual.outcome == "compacted"
+    assert (manual.summary.first_seq, manual.summary.last_seq, manual.summary.source_tokens) == (
+        1,
+        2,
+        100,
+    )
+    assert compacted_seqs(session) == [1, 2]
+    assert counters(session) == (1100, 2) == recount(session)
+
+
+def _tool_session(session, *, pin_result: bool):
+    message_add(session, role="user", content="What is the weather in Paris?", token_count=300)
+    message_add(
+        session,
+        role="assistant",
+        content="",
+        token_count=300,
+        tool_calls=[
+            {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+        ],
+    )
+    message_add(
+        session,
+        role="tool",
+        kind="tool",
+        content="sunny, 21 C",
+        token_count=300,
+        tool_call_id="call_1",
+        tool_name="weather",
+        pinned=pin_result,
+    )
+    message_add(session, role="assistant", content="It is sunny and 21 C.", token_count=300)
+    message_add(session, role="user", content="Thanks!", token_count=300)
+    message_add(session, role="assistant", content="You're welcome.", token_count=100)
+    recount(session)
+
+
+def _assert_no_orphaned_tool_result(session):
+    for result in Message.objects.filter(session=session, role="tool"):
+        call = Message.objects.get(session=session, tool_calls__contains=[{"id": "call_1"}])
+        assert result.compacted_by_id == call.compacted_by_id
+
+
+def test_tool_call_and_its_result_are_compacted_together(session, fake_openai):
+    _tool_session(session, pin_result=False)
+    fake_openai.script(Reply(text=GOOD))
+
+    engine.compaction_soft(session_id=session.pk)
+
+    # free 800 toward T: user 300, then the call + result unit (600) -> 900
+    [request] = summariser_requests(fake_openai)
+    assert transcript_of(request).splitlines() == [
+        "[1] user: What is the weather in Paris?",
+        "[2] assistant: (used weather)",
+        "[3] tool (weather): sunny, 21 C",
+    ]
+    assert compacted_seqs(session) == [1, 2, 3]
+    _assert_no_orphaned_tool_result(session)
+    assert counters(session) == (700, 3) == recount(session)
+
+
+def test_pinned_tool_result_keeps_its_call_out_of_the_range(session, fake_openai):
+    _tool_session(session, pin_result=True)
+    fake_openai.script(Reply(text=GOOD))
+
+    engine.compaction_soft(session_id=session.pk)
+
+    [request] = summariser_requests(fake_openai)
+    assert transcript_of(request).splitlines() == [
+        "[1] user: What is the weather in Paris?",
+        "[4] assistant: It is sunny and 21 C.",
+    ]
+    assert compacted_seqs(session) == [1, 4]
+    _assert_no_orphaned_tool_result(session)
+    assert counters(session) == (1000, 4) == recount(session)
+
+
+# --- 3 + 4. quality gates and the fault matrix ------------------------------------------------
+
+LONG = " ".join(["The team reviewed every detail of the plan once more."] * 260)  # ~2.6k tokens
+FAULTS = {
+    "http_500": (Reply(status=500), "failed", "summariser_error"),
+    "timeout": (Reply(text=GOOD, hang=3.0), "failed", "summariser_error"),
+    "empty": (Reply(text=""), "rejected", "empty"),
+    "think_only": (Reply(text="<think>The budget matters most.</think>\n"), "rejected", "empty"),
+    "length": (Reply(text=GOOD, finish_reason="length"), "rejected", "finish_reason"),
+    "too_short": (Reply(text="Budget agreed."), "rejected", "too_short"),
+    "not_shorter": (Reply(text=LONG), "rejected", "not_shorter"),
+    "tool_syntax": (
+        Reply(
+            text='<tool_call>{"name": "read_records", "arguments": {"names": ["snapshot_1_4"]}}'
+            "</tool_call>\n" + GOOD
+        ),
+        "rejected",
+        "tool_syntax",
+    ),
+}
+
+
+def _fault_session(session, trigger: str):
+    """soft/manual: S <= pressure < H. hard: a turn in flight with pressure above B."""
+    if trigger == "hard":
+        add_history(session, [180] * 12, real=True)
+        new, reply = add_turn(session, "Please list the remaining items.")
+        recount(session)
+        return reply
+    add_history(session, [150] * 6 + [60, 60], real=True)
+    recount(session)
+    return None
+
+
+@pytest.mark.parametrize("trigger", ["soft", "hard", "manual"])
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_fault_matrix_loses_nothing_and_never_exceeds_the_budget(
+    session, small_bot, fake_openai, settings, fault, trigger
+):
+    settings.LLM_TIMEOUT_SECONDS = 0.5
+    small_bot.compaction_fallback_extractive = False
+    small_bot.save()
+    reply = _fault_session(session, trigger)
+    before_rows = message_rows(session)
+    before_counters = counters(session)
+    reply_text = "Here is what remains."
+    scripted, outcome, reason = FAULTS[fault]
+    fake_openai.script(scripted, Reply(text=reply_text))
+
+    if trigger == "soft":
+        result = engine.compaction_soft(session_id=session.pk)
+    elif trigger == "manual":
+        result = engine.compaction_manual(session=session)
+    else:
+        turn_run(message_id=reply.pk)
+        result = None
+    if result is not None:
+        assert (result.outcome, result.reason, result.summary) == (outcome, reason, None)
+
+    # no summary, nothing marked compacted, counters and messages exactly as before
+    assert not Summary.objects.filter(session=session).exists()
+    assert compacted_seqs(session) == []
+    rows = message_rows(session)
+    if trigger == "hard":
+        reply.refresh_from_db()
+        assert (reply.status, reply.content) == ("complete", reply_text)
+        rows = [r for r in rows if r[0] != reply.seq]
+        before_rows = [r for r in before_rows if r[0] != reply.seq]
+        assert counters(session) == (before_counters[0] + tok(reply_text), before_counters[1] + 1)
+    else:
+        assert counters(session) == before_counters
+    assert rows == before_rows
+
+    # exactly one attempt, recorded with the gate's reason and its kept, unindexed snapshot
+    [request] = summariser_requests(fake_openai)
+    [event] = CompactionEvent.objects.filter(session=session)
+    assert (event.trigger, event.outcome, event.reason) == (trigger, outcome, reason)
+    assert (event.summary, event.summary_tokens) == (None, 0)
+    assert event.tokens_after == event.tokens_before
+    snapshot = MemoryRecord.objects.get(session=session)
+    assert event.snapshot == snapshot
+    assert (snapshot.kind, snapshot.indexed) == ("snapshot", False)
+    assert snapshot.body == transcript_of(request)
+    first, last = snapshot.first_seq, snapshot.last_seq
+    assert snapshot.name == f"snapshot_{first}_{last}"
+    assert event.source_tokens == sum(
+        Message.objects.filter(session=session, seq__gte=first, seq__lte=last).values_list(
+            "token_count", flat=True
+        )
+    )
+    if fault == "http_500":
+        assert "HTTP 500" in event.error
+    if fault == "timeout":
+        assert "timed out" in event.error
+
+    # the chat model never gets more than B (hard: the turn was trimmed, not sent whole)
+    for chat in chat_requests(fake_openai):
+        assert sent_tokens(chat) <= BUDGET
+    if trigger == "hard":
+        [chat] = chat_requests(fake_openai)
+        contents = [m["content"] for m in chat["messages"]]
+        assert contents[-1] == "Please list the remaining items."
+        assert before_rows[0][3] not in contents  # the oldest message was trimmed
+        # admission keeps the newest contiguous run: 11 x 180 + the new message (10) = 1990
+        assert sent_tokens(chat) == 11 * 180 + tok("Please list the remaining items.") == 1990
+        state = CompactionState.objects.get(session=session)
+        assert state.backoff_step == 1
+    else:
+        assert chat_requests(fake_openai) == []
+
+
+def test_http_500_is_retried_within_bounds_then_recorded_once(session, fake_openai, settings):
+    settings.LLM_MAX_RETRIES = 2
+    _fault_session(session, "manual")
+    fake_openai.script(Reply(status=500), Reply(status=500), Reply(status=500))
+    result = engine.compaction_manual(session=session)
+    assert (result.outcome, result.reason) == ("failed", "summariser_error")
+    assert len(summariser_requests(fake_openai)) == 3
+    assert CompactionEvent.objects.filter(session=session).count() == 1
+    assert not Summary.objects.filter(session=session).exists()
+
+
+def test_summary_that_costs_more_than_its_source_as_sent_is_rejected(session, fake_openai):
+    """CONTRACT §8: a summary not shorter than what it replaces is rejected. What it replaces
+    costs ``source_tokens`` in the context (stored counts: text + per-message overhead); the
+    summary costs its labelled block (``Summary.token_count``). A summary whose text alone is
+    just under the source but whose block is over it would make the context *larger*."""
+    add_history(session, [100, 100, 100, 100, 100, 100])
+    recount(session)
+    before_rows = message_rows(session)
+    text = summary_text(398)
+    assert count_tokens(text, model=MODEL) < 400 < tok(f"[Summary of messages 1–4]\n{text}")
+    fake_openai.script(Reply(text=text))
+
+    result = engine.compaction_manual(session=session)
+
+    assert (result.outcome, result.reason, result.summary) == ("rejected", "not_shorter", None)
+    assert not Summary.objects.filter(session=session).exists()
+    assert message_rows(session) == before_rows
+    assert counters(session) == (600, 6)
+    assert not CompactionEvent.objects.filter(session=session, outcome="compacted").exists()
+
+
+def test_reasoning_block_is_stripped_then_accepted(session, fake_openai):
+    _fault_session(session, "manual")
+    fake_openai.script(
+        Reply(text=f"<think>First the budget, then the date.\nKeep the ticket.</think>\n\n{GOOD}")
+    )
+    result = engine.compaction_manual(session=session)
+    assert result.outcome == "compacted"
+    summary = Summary.objects.get(session=session)
+    assert summary.text == GOOD
+    assert "<think>" not in summary.text and "</think>" not in summary.text
+    assert summary.token_count == tok(f"[Summary of messages 1–6]\n{GOOD}")
+    assert compacted_seqs(session) == [1, 2, 3, 4, 5, 6]
+    snapshot = MemoryRecord.objects.get(session=session)
+    assert (snapshot.name, snapshot.indexed) == ("snapshot_1_6", True)
+
+
+# --- 4. cool-down, back-off, fallback ---------------------------------------------------------
+
+
+def _soft_ready(session, tag="m"):
+    add_history(session, [300, 300, 300, 150], tag=tag)
+    recount(session)
+
+
+def test_cooldown_after_a_soft_failure(session, fake_openai, clock):
+    _soft_ready(session)
+    t0 = clock.now
+    fake_openai.script(Reply(status=500))
+    failed = engine.compaction_soft(session_id=session.pk)
+    assert (failed.outcome, failed.reason) == ("failed", "summariser_error")
+    state = CompactionState.objects.get(session=session)
+    assert state.cooldown_until == t0 + timedelta(seconds=300)
+    assert (state.backoff_until, state.backoff_step) == (None, 0)
+    assert len(fake_openai.requests) == 1
+
+    # immediate retry and one just before the end: skipped, nothing sent, nothing changed
+    for seconds in (0, 299):
+        clock.now = t0 + timedelta(seconds=seconds)
+        skipped = engine.compaction_soft(session_id=session.pk)
+        assert (skipped.outcome, skipped.reason) == ("skipped", "cooldown")
+        assert skipped.event.tokens_before == 1050
+        assert len(fake_openai.requests) == 1
+    assert list(
+        CompactionEvent.objects.filter(session=session).order_by("id").values_list(
+            "outcome", "reason"
+        )
+    ) == [("failed", "summariser_error"), ("skipped", "cooldown"), ("skipped", "cooldown")]
+    assert compacted_seqs(session) == []
+
+    # 5 min + 1 s later it runs again; success clears the cool-down
+    clock.now = t0 + timedelta(seconds=301)
+    fake_openai.script(Reply(text=GOOD))
+    ran = engine.compaction_soft(session_id=session.pk)
+    assert Summary.objects.filter(session=session).count() == 1
+    assert ran.outcome in ("compacted", "noop")
+    assert len(fake_openai.requests) == 2
+    state.refresh_from_db()
+    assert (state.cooldown_until, state.backoff_until, state.backoff_step) == (None, None, 0)
+    assert engine.compaction_blocked_until(session.pk, hard=False) is None
+
+
+def test_manual_bypasses_the_cooldown_and_its_success_clears_it(
+    session, fake_openai, clock, owner_client
+):
+    _soft_ready(session)
+    fake_openai.script(Reply(status=500))
+    engine.compaction_soft(session_id=session.pk)
+    assert engine.compaction_blocked_until(session.pk, hard=False) == clock.now + timedelta(
+        seconds=300
+    )
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/").json()
+    expected = (clock.now + timedelta(seconds=300)).isoformat().replace("+00:00", "Z")
+    assert report["compaction"]["cooldown_until"] == expected
+
+    fake_openai.script(Reply(text=GOOD))
+    result = engine.compaction_manual(session=session)
+    assert result.outcome == "compacted"
+    assert len(fake_openai.requests) == 2
+    state = CompactionState.objects.get(session=session)
+    assert (state.cooldown_until, state.backoff_until, state.backoff_step) == (None, None, 0)
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/").json()
+    assert report["compaction"]["cooldown_until"] is None
+
+
+def _hard_ready(session, *, real: bool = False):
+    if real:
+        add_history(session, [180] * 12, real=True)
+        new, reply = add_turn(session, "Please list the remaining items.")
+    else:
+        add_history(session, [300, 300, 300, 300])
+        new, reply = add_turn(session, "the new question", tokens=300)
+    recount(session)
+    return reply
+
+
+def test_hard_failures_back_off_30_60_120_240_270_270(session, small_bot, fake_openai, clock):
+    small_bot.compaction_fallback_extractive = False
+    small_bot.save()
+    reply = _hard_ready(session)
+    for attempt, seconds in enumerate([30, 60, 120, 240, 270, 270], start=1):
+        fake_openai.script(Reply(status=500))
+        context_build(session=session, reply=reply)
+        assert len(summariser_requests(fake_openai)) == attempt
+        state = CompactionState.objects.get(session=session)
+        assert state.backoff_until - clock.now == timedelta(seconds=seconds)
+        assert state.backoff_step == attempt
+        assert state.cooldown_until - clock.now == timedelta(seconds=300)
+        clock.advance(301)  # past the back-off and the cool-down alike
+    assert not Summary.objects.filter(session=session).exists()
+    assert compacted_seqs(session) == []
+
+
+def test_hard_retry_waits_for_the_backoff_not_the_cooldown(session, small_bot, fake_openai, clock):
+    """CONTRACT §8: under hard pressure retries back off 30 s, 60 s, … (the 5-minute cool-down
+    governs soft compaction). So 30 s + 1 s after a hard failure the summariser is tried again."""
+    small_bot.compaction_fallback_extractive = False
+    small_bot.save()
+    reply = _hard_ready(session)
+    t0 = clock.now
+    fake_openai.script(Reply(status=500))
+    context_build(session=session, reply=reply)
+    assert len(summariser_requests(fake_openai)) == 1
+
+    # inside the back-off: no summariser call, admission trims (nothing over B)
+    clock.now = t0 + timedelta(seconds=29)
+    built = context_build(session=session, reply=reply)
+    assert len(summariser_requests(fake_openai)) == 1
+    assert built.admission.selected_tokens <= BUDGET
+    last = CompactionEvent.objects.filter(session=session).order_by("-id").first()
+    assert (last.trigger, last.outcome, last.reason) == ("hard", "skipped", "backoff")
+
+    # after the back-off: retried, and a success clears the whole failure state
+    clock.now = t0 + timedelta(seconds=31)
+    fake_openai.script(Reply(text=GOOD))
+    context_build(session=session, reply=reply)
+    assert len(summariser_requests(fake_openai)) == 2
+    assert Summary.objects.filter(session=session, trigger="hard").count() == 1
+    state = CompactionState.objects.get(session=session)
+    assert (state.cooldown_until, state.backoff_until, state.backoff_step) == (None, None, 0)
+
+
+def test_fallback_extractive_when_the_summariser_fails_under_hard_pressure(
+    session, fake_openai, clock
+):
+    reply = _hard_ready(session, real=True)
+    before_rows = message_rows(session)
+    fake_openai.script(Reply(status=500), Reply(text="Here is what remains."))
+
+    turn_run(message_id=reply.pk)
+
+    assert len(summariser_requests(fake_openai)) == 1
+    events = list(
+        CompactionEvent.objects.filter(session=session)
+        .order_by("id")
+        .values_list("trigger", "outcome", "reason", "model")
+    )
+    assert events == [
+        ("hard", "failed", "summariser_error", MODEL),
+        ("fallback", "compacted", "", "builtin/extractive"),
+    ]
+    summary = Summary.objects.get(session=session)
+    assert (summary.model, summary.trigger, summary.level, summary.first_seq) == (
+        "builtin/extractive",
+        "fallback",
+        1,
+        1,
+    )
+    covered = Message.objects.filter(session=session, compacted_by=summary)
+    assert list(covered.values_list("seq", flat=True)) == list(range(1, summary.last_seq + 1))
+    assert summary.source_tokens == sum(covered.values_list("token_count", flat=True))
+    assert count_tokens(summary.text, model="builtin/extractive") < summary.source_tokens
+    # nothing lost: every message is still stored word for word
+    rows = {r[0]: r[3] for r in message_rows(session)}
+    assert all(rows[r[0]] == r[3] for r in before_rows if r[0] != reply.seq)
+    assert counters(session) == recount(session)
+    [chat] = chat_requests(fake_openai)
+    assert sent_tokens(chat) <= BUDGET
+    assert chat["messages"][0] == {"role": "system", "content": summary.block}
+
+    # later, still backing off and under hard pressure again: extractive straight away
+    add_history(session, [180] * 4, real=True, tag="more")
+    new, reply2 = add_turn(session, "And the rest?")
+    recount(session)
+    assert context_measure(session=session, new_message=new, before_seq=reply2.seq).pressure >= 1500
+    clock.advance(10)
+    context_build(session=session, reply=reply2)
+    assert len(summariser_requests(fake_openai)) == 1  # the failing LLM was not asked again
+    last = CompactionEvent.objects.filter(session=session).order_by("-id").first()
+    assert (last.trigger, last.outcome, last.model) == ("fallback", "compacted", "builtin/extractive")
+
+
+def test_no_fallback_means_admission_trims(session, small_bot, fake_openai):
+    small_bot.compaction_fallback_extractive = False
+    small_bot.save()
+    reply = _hard_ready(session, real=True)
+    fake_openai.script(Reply(status=500), Reply(text="Here is what remains."))
+
+    turn_run(message_id=reply.pk)
+
+    assert not Summary.objects.filter(session=session).exists()
+    assert list(
+        CompactionEvent.objects.filter(session=session).values_list("trigger", "outcome")
+    ) == [("hard", "failed")]
+    [chat] = chat_requests(fake_openai)
+    assert sent_tokens(chat) == 11 * 180 + tok("Please list the remaining items.") == 1990
+    reply.refresh_from_db()
+    assert reply.status == "complete"
+
+
+# --- 5. frontier fusion -----------------------------------------------------------------------
+
+
+def _two_active_summaries(session, fake_openai):
+    """A covers 1–4 (600 source tokens), B covers 5–10 (1000); each summary ~265 tokens."""
+    add_history(session, [150, 150, 150, 150, 200, 200])
+    recount(session)
+    fake_openai.script(Reply(text=summary_text(250)))
+    first = engine.compaction_manual(session=session)
+    add_history(session, [150, 150, 150, 150, 200, 200], tag="n")
+    recount(session)
+    fake_openai.script(Reply(text=summary_text(250)))
+    second = engine.compaction_manual(session=session)
+    a, b = first.summary, second.summary
+    assert [(a.first_seq, a.last_seq), (b.first_seq, b.last_seq)] == [(1, 4), (5, 10)]
+    assert a.token_count + b.token_count > BUDGET * 20 // 100
+    add_history(session, [100, 100], tag="late")  # seqs 13, 14: pressure back above S
+    recount(session)
+    assert context_measure(session=session).pressure == a.token_count + b.token_count + 600
+    return a, b
+
+
+def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_openai):
+    a, b = _two_active_summaries(session, fake_openai)
+    fused_text = summary_text(80)
+    fake_openai.script(Reply(text=fused_text))
+    requests_before = len(fake_openai.requests)
+
+    engine.compaction_soft(session_id=session.pk)
+
+    [request] = fake_openai.requests[requests_before:]
+    prompt = transcript_of(request)
+    assert prompt.startswith(f"{a.block}\n[Raw messages 1–4]\n[1] user: m message 0")
+    assert f"{b.block}\n[Raw messages 5–10]\n[5] user: m message 4" in prompt
+    fused = Summary.objects.get(session=session, status="active")
+    assert (fused.level, fused.first_seq, fused.last_seq, fused.trigger, fused.text) == (
+        2,
+        1,
+        10,
+        "fusion",
+        fused_text,
+    )
+    assert fused.source_tokens == 1600
+    assert set(fused.parents.all()) == {a, b}
+    for parent in (a, b):
+        parent.refresh_from_db()
+        assert parent.status == "superseded"
+        assert parent.superseded_at is not None
+    assert compacted_seqs(session) == list(range(1, 11))
+    assert set(
+        Message.objects.filter(session=session, seq__lte=10).values_list("compacted_by", flat=True)
+    ) == {fused.pk}
+    assert counters(session) == (600, 4) == recount(session)
+    event = CompactionEvent.objects.get(session=session, trigger="fusion")
+    assert (event.outcome, event.summary, event.source_tokens) == (
+        "compacted",
+        fused,
+        a.token_count + b.token_count,
+    )
+    measure = context_measure(session=session)
+    assert [s.id for s in measure.summaries] == [fused.pk]
+    assert measure.pressure == fused.token_count + 600
+
+
+def test_fusion_is_atomic(session, fake_openai, monkeypatch):
+    a, b = _two_active_summaries(session, fake_openai)
+    fake_openai.script(Reply(text=summary_text(80)))
+
+    def crash(**kwargs):
+        raise RuntimeError("crash inside the fusion commit")
+
+    monkeypatch.setattr(engine.memory_services, "snapshot_mark_indexed", crash)
+    with pytest.raises(RuntimeError):
+        engine.compaction_soft(session_id=session.pk)
+
+    assert set(Summary.objects.filter(session=session).values_list("pk", "status", "level")) == {
+        (a.pk, "active", 1),
+        (b.pk, "active", 1),
+    }
+    assert set(
+        Message.objects.filter(session=session, seq__lte=4).values_list("compacted_by", flat=True)
+    ) == {a.pk}
+    assert set(
+        Message.objects.filter(session=session, seq__gte=5, seq__lte=10).values_list(
+            "compacted_by", flat=True
+        )
+    ) == {b.pk}
+    assert not CompactionEvent.objects.filter(session=session, trigger="fusion").exists()
+
+
+# --- 7. summaries reach the model as labelled system blocks -----------------------------------
+
+
+def test_summaries_are_system_blocks_after_the_system_prompt(session, small_bot, fake_openai):
+    small_bot.system_prompt = "You are terse."
+    small_bot.save()
+    add_history(session, [100, 100, 100, 100, 100, 100])
+    recount(session)
+    fake_openai.script(Reply(text=GOOD))
+    engine.compaction_manual(session=session)
+    new, reply = add_turn(session, "And the date?")
+    recount(session)
+    fake_openai.script(Reply(text="2024-05-01."))
+
+    turn_run(message_id=reply.pk)
+
+    [chat] = chat_requests(fake_openai)
+    assert chat["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "system", "content": f"[Summary of messages 1–4]\n{GOOD}"},
+        {"role": "user", "content": "m message 4"},
+        {"role": "assistant", "content": "m message 5"},
+        {"role": "user", "content": "And the date?"},
+    ]
+    assert not any(
+        "[Summary of" in m["content"] for m in chat["messages"] if m["role"] != "system"
+    )
