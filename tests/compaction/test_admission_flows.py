@@ -25,6 +25,8 @@ def small_bot(fake_bot):
     fake_bot.context_window = 700
     fake_bot.max_output_tokens = 200
     fake_bot.system_prompt = "You are terse."
+    # Admission alone: with compaction off nothing but trimming keeps requests within B.
+    fake_bot.compaction_enabled = False
     fake_bot.save()
     return fake_bot
 

@@ -105,9 +105,7 @@ def test_compact_command_over_rest(owner_client, session, fake_openai):
     before, after = system + 12_200, system + 200 + summary.token_count
     assert before == 12_208
     notice = body["notice"]
-    assert notice["content"] == (
-        f"Context compacted: 12,208 -> {after:,} tokens (messages 1–4)."
-    )
+    assert notice["content"] == (f"Context compacted: 12,208 -> {after:,} tokens (messages 1–4).")
     assert (notice["role"], notice["kind"], notice["status"], notice["seq"]) == (
         "system",
         "notice",
@@ -168,7 +166,10 @@ def test_compact_command_nothing_to_compact(owner_client, session, fake_openai):
 @pytest.mark.parametrize(
     "reply, notice",
     [
-        (Reply(status=500), "Compaction failed: the summariser did not answer. Nothing was changed."),
+        (
+            Reply(status=500),
+            "Compaction failed: the summariser did not answer. Nothing was changed.",
+        ),
         (
             Reply(text=GOOD, finish_reason="length"),
             "Compaction failed: the summary was cut off before it finished. Nothing was changed.",
@@ -180,7 +181,9 @@ def test_compact_command_nothing_to_compact(owner_client, session, fake_openai):
     ],
     ids=["http_500", "length", "too_short"],
 )
-def test_compact_command_failure_gives_the_reason(owner_client, session, fake_openai, reply, notice):
+def test_compact_command_failure_gives_the_reason(
+    owner_client, session, fake_openai, reply, notice
+):
     big_history(session)
     before_rows = message_rows(session)
     fake_openai.script(reply)
@@ -276,7 +279,9 @@ async def test_compact_command_over_websocket(owner, api_bot, fake_openai):
     )
     assert (await communicator.connect(timeout=5))[0]
     fake_openai.script(Reply(text=GOOD))
-    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "/compact"}))
+    await communicator.send_to(
+        text_data=json.dumps({"type": "message.send", "content": "/compact"})
+    )
     frames = []
     while not (
         frames
@@ -389,7 +394,11 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
     assert (failed.json()["outcome"], failed.json()["reason"]) == ("failed", "summariser_error")
     assert failed.json()["summary"] is None
     ok = owner_client.post(f"/api/v1/sessions/{session.pk}/compact/", {}, format="json").json()
-    assert (ok["outcome"], ok["summary"]["first_seq"], ok["summary"]["last_seq"]) == ("compacted", 5, 8)
+    assert (ok["outcome"], ok["summary"]["first_seq"], ok["summary"]["last_seq"]) == (
+        "compacted",
+        5,
+        8,
+    )
 
     summaries = owner_client.get(f"/api/v1/sessions/{session.pk}/summaries/").json()
     assert [s["id"] for s in summaries] == [ok["summary"]["id"], summary.pk]

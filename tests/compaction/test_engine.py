@@ -23,7 +23,7 @@ from compaction.models import CompactionEvent, CompactionState, Summary
 from compaction.pipeline import context_build, context_measure
 from compaction.tasks import compact_soft
 from memory.models import MemoryRecord
-from tests.factories import SessionFactory, message_add
+from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db
@@ -107,7 +107,9 @@ def chat_requests(fake) -> list[dict]:
 
 
 def sent_tokens(request: dict) -> int:
-    return sum(count_message_tokens(m.get("content") or "", model=MODEL) for m in request["messages"])
+    return sum(
+        count_message_tokens(m.get("content") or "", model=MODEL) for m in request["messages"]
+    )
 
 
 def transcript_of(request: dict) -> str:
@@ -182,9 +184,11 @@ def clock(monkeypatch):
 # --- 1. thresholds drive the triggers ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("new_tokens", [299, 300], ids=["H-1", "H"])
+@pytest.mark.parametrize("new_tokens", [199, 200], ids=["H-1", "H"])
 def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_tokens):
-    add_history(session, [300, 300, 300, 300])
+    # The oldest message alone covers what any sizing toward Ts = 800 frees (700, or more to
+    # leave room for the summary), so the range is exactly [1] whatever the engine's estimate.
+    add_history(session, [1000, 100, 100, 100])
     new, reply = add_turn(session, "the new question", tokens=new_tokens)
     recount(session)
     measure = context_measure(session=session, new_message=new, before_seq=reply.seq)
@@ -196,16 +200,17 @@ def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_toke
         800,
         800,
     )
-    assert measure.pressure == 1200 + new_tokens
+    assert measure.pressure == 1300 + new_tokens
     fake_openai.script(Reply(text=GOOD))
 
     built = context_build(session=session, reply=reply)
 
-    if new_tokens == 299:  # H - 1: no blocking compaction, everything fits
+    if new_tokens == 199:  # H - 1: no blocking compaction, everything fits
         assert fake_openai.requests == []
         assert not Summary.objects.filter(session=session).exists()
         assert not CompactionEvent.objects.filter(session=session).exists()
         assert not MemoryRecord.objects.filter(session=session).exists()
+        assert not CompactionState.objects.filter(session=session).exists()
         assert compacted_seqs(session) == []
         assert counters(session) == (1499, 5)
         assert [m["content"] for m in built.messages] == [
@@ -217,22 +222,18 @@ def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_toke
         ]
         return
 
-    # H: compact toward Ts = 800 -> free 700 -> the oldest three (900), never the new message
+    # H: one blocking pass toward Ts, over the oldest message only, never the new one
     [request] = summariser_requests(fake_openai)
     assert request["max_tokens"] == 220
     assert request["messages"] == [
         {"role": "system", "content": engine.SUMMARY_INSTRUCTIONS},
-        {
-            "role": "user",
-            "content": "<transcript>\n[1] user: m message 0\n[2] assistant: m message 1\n"
-            "[3] user: m message 2\n</transcript>",
-        },
+        {"role": "user", "content": "<transcript>\n[1] user: m message 0\n</transcript>"},
     ]
     summary = Summary.objects.get(session=session)
     assert (summary.first_seq, summary.last_seq, summary.source_tokens, summary.level) == (
         1,
-        3,
-        900,
+        1,
+        1000,
         1,
     )
     assert (summary.trigger, summary.status, summary.model, summary.text) == (
@@ -241,31 +242,32 @@ def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_toke
         MODEL,
         GOOD,
     )
-    assert summary.token_count == tok(f"[Summary of messages 1–3]\n{GOOD}")
-    assert compacted_seqs(session) == [1, 2, 3]
-    assert counters(session) == (1500 - 900, 2) == recount(session)
+    assert summary.token_count == tok(f"[Summary of messages 1–1]\n{GOOD}")
+    assert compacted_seqs(session) == [1]
+    assert counters(session) == (1500 - 1000, 4) == recount(session)
     assert built.messages == [
-        {"role": "system", "content": f"[Summary of messages 1–3]\n{GOOD}"},
+        {"role": "system", "content": f"[Summary of messages 1–1]\n{GOOD}"},
+        {"role": "assistant", "content": "m message 1"},
+        {"role": "user", "content": "m message 2"},
         {"role": "assistant", "content": "m message 3"},
         {"role": "user", "content": "the new question"},
     ]
+    assert built.admission.selected_tokens == 500 + summary.token_count
     event = CompactionEvent.objects.get(session=session)
     assert (event.trigger, event.outcome, event.reason) == ("hard", "compacted", "")
-    assert (event.tokens_before, event.tokens_after) == (1500, 600 + summary.token_count)
+    assert (event.tokens_before, event.tokens_after) == (1500, 500 + summary.token_count)
     assert (event.source_tokens, event.summary_tokens, event.model) == (
-        900,
+        1000,
         summary.token_count,
         MODEL,
     )
     assert event.summary == summary
     assert (event.snapshot.name, event.snapshot.kind, event.snapshot.indexed) == (
-        "snapshot_1_3",
+        "snapshot_1_1",
         "snapshot",
         True,
     )
-    assert event.snapshot.body == "[1] user: m message 0\n[2] assistant: m message 1\n" + (
-        "[3] user: m message 2"
-    )
+    assert event.snapshot.body == "[1] user: m message 0"
 
 
 @pytest.mark.parametrize("offset", [-1, 0], ids=["S-1", "S"])
@@ -337,6 +339,54 @@ def test_soft_pass_limit_is_three_when_each_pass_frees_too_little(session, fake_
     assert counters(session) == (before[0] - 3 * 1600, before[1] - 3) == recount(session)
 
 
+def test_disabled_compaction_never_triggers(session, small_bot, fake_openai):
+    small_bot.compaction_enabled = False
+    small_bot.save()
+    add_history(session, [300, 300, 300, 300])
+    new, reply = add_turn(session, "the new question", tokens=300)
+    recount(session)
+
+    built = context_build(session=session, reply=reply)
+
+    assert engine.compaction_soft(session_id=session.pk) is None
+    assert fake_openai.requests == []
+    assert not CompactionEvent.objects.filter(session=session).exists()
+    assert compacted_seqs(session) == []
+    assert built.admission.selected_tokens == 1500
+
+
+def test_compaction_model_setting_chooses_the_summariser(session, small_bot, fake_openai):
+    small_bot.compaction_model = "builtin/extractive"
+    small_bot.save()
+    add_history(session, [150] * 6 + [60, 60], real=True)
+    recount(session)
+
+    result = engine.compaction_manual(session=session)
+
+    assert result.outcome == "compacted"
+    assert fake_openai.requests == []  # the chat model's server is not asked
+    assert (result.summary.model, result.event.model) == ("builtin/extractive",) * 2
+    assert result.summary.token_count < result.summary.source_tokens == 900
+
+
+def test_builtin_chat_bot_compacts_with_builtin_extractive(owner):
+    session = SessionFactory(user=owner, bot=BotFactory(owner=owner, memory_index_size=0))
+    assert session.bot.model == "builtin/recall"
+    add_history(session, [150] * 6 + [60, 60], real=True)
+    recount(session)
+
+    result = engine.compaction_manual(session=session)
+
+    assert result.outcome == "compacted"
+    assert (result.summary.model, result.summary.first_seq, result.summary.last_seq) == (
+        "builtin/extractive",
+        1,
+        6,
+    )
+    assert compacted_seqs(session) == [1, 2, 3, 4, 5, 6]
+    assert counters(session) == recount(session)
+
+
 # --- 2. range rules through the engine --------------------------------------------------------
 
 
@@ -357,6 +407,24 @@ def test_manual_takes_everything_but_the_latest_exchange(session, fake_openai):
     ]
 
 
+def test_manual_compacts_all_history_even_beyond_one_summariser_input(session, fake_openai):
+    """CONTRACT §9: ``/compact`` compacts *all* uncompacted history except the latest exchange;
+    §8: each summariser input stays <= 85 % of its window (2200 -> 1870). With more history
+    than one input holds, that takes more than one summariser call, not a partial result."""
+    add_history(session, [800] * 6 + [100, 100])
+    recount(session)
+    fake_openai.default = Reply(text=GOOD)
+
+    engine.compaction_manual(session=session)
+
+    assert compacted_seqs(session) == [1, 2, 3, 4, 5, 6]
+    assert counters(session)[1] == 2
+    for request in summariser_requests(fake_openai):  # each input within 85 % of the window
+        seqs = [int(line[1 : line.index("]")]) for line in transcript_of(request).splitlines()]
+        stored = Message.objects.filter(session=session, seq__in=seqs)
+        assert sum(stored.values_list("token_count", flat=True)) <= 2200 * 85 // 100
+
+
 def test_manual_with_only_the_latest_exchange_is_nothing_to_compact(session, fake_openai):
     add_history(session, [500, 500])
     recount(session)
@@ -368,9 +436,7 @@ def test_manual_with_only_the_latest_exchange_is_nothing_to_compact(session, fak
     assert not MemoryRecord.objects.filter(session=session).exists()
 
 
-def test_current_turn_is_never_compacted_and_automatic_span_needs_256_tokens(
-    session, fake_openai
-):
+def test_current_turn_is_never_compacted_and_automatic_span_needs_256_tokens(session, fake_openai):
     # The pressure is the current turn itself; what precedes it (100 tokens) is below 256.
     add_history(session, [50, 50])
     add_history(session, [1000, 100], tag="now")
@@ -399,12 +465,13 @@ def test_current_turn_is_never_compacted_and_automatic_span_needs_256_tokens(
 
 
 def _tool_session(session, *, pin_result: bool):
-    message_add(session, role="user", content="What is the weather in Paris?", token_count=300)
+    """user 100, assistant call 100, tool result 900, then older chat, then the current turn."""
+    message_add(session, role="user", content="What is the weather in Paris?", token_count=100)
     message_add(
         session,
         role="assistant",
         content="",
-        token_count=300,
+        token_count=100,
         tool_calls=[
             {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
         ],
@@ -414,15 +481,18 @@ def _tool_session(session, *, pin_result: bool):
         role="tool",
         kind="tool",
         content="sunny, 21 C",
-        token_count=300,
+        token_count=900,
         tool_call_id="call_1",
         tool_name="weather",
         pinned=pin_result,
     )
-    message_add(session, role="assistant", content="It is sunny and 21 C.", token_count=300)
-    message_add(session, role="user", content="Thanks!", token_count=300)
+    message_add(session, role="assistant", content="It is sunny and 21 C.", token_count=100)
+    message_add(session, role="user", content="And tomorrow?", token_count=100)
+    message_add(session, role="assistant", content="Rain.", token_count=100)
+    message_add(session, role="user", content="Thanks!", token_count=100)
     message_add(session, role="assistant", content="You're welcome.", token_count=100)
     recount(session)
+    assert counters(session) == (1600, 8)
 
 
 def _assert_no_orphaned_tool_result(session):
@@ -437,7 +507,7 @@ def test_tool_call_and_its_result_are_compacted_together(session, fake_openai):
 
     engine.compaction_soft(session_id=session.pk)
 
-    # free 800 toward T: user 300, then the call + result unit (600) -> 900
+    # toward T = 800 from 1600: the user message, then the call + result unit (1000) -> 1100
     [request] = summariser_requests(fake_openai)
     assert transcript_of(request).splitlines() == [
         "[1] user: What is the weather in Paris?",
@@ -446,7 +516,7 @@ def test_tool_call_and_its_result_are_compacted_together(session, fake_openai):
     ]
     assert compacted_seqs(session) == [1, 2, 3]
     _assert_no_orphaned_tool_result(session)
-    assert counters(session) == (700, 3) == recount(session)
+    assert counters(session) == (500, 5) == recount(session)
 
 
 def test_pinned_tool_result_keeps_its_call_out_of_the_range(session, fake_openai):
@@ -455,14 +525,17 @@ def test_pinned_tool_result_keeps_its_call_out_of_the_range(session, fake_openai
 
     engine.compaction_soft(session_id=session.pk)
 
+    # the call cannot go without its (pinned) result: both stay; the rest before the turn goes
     [request] = summariser_requests(fake_openai)
     assert transcript_of(request).splitlines() == [
         "[1] user: What is the weather in Paris?",
         "[4] assistant: It is sunny and 21 C.",
+        "[5] user: And tomorrow?",
+        "[6] assistant: Rain.",
     ]
-    assert compacted_seqs(session) == [1, 4]
+    assert compacted_seqs(session) == [1, 4, 5, 6]
     _assert_no_orphaned_tool_result(session)
-    assert counters(session) == (1000, 4) == recount(session)
+    assert counters(session) == (1200, 4) == recount(session)
 
 
 # --- 3 + 4. quality gates and the fault matrix ------------------------------------------------
@@ -628,7 +701,8 @@ def test_reasoning_block_is_stripped_then_accepted(session, fake_openai):
 
 
 def _soft_ready(session, tag="m"):
-    add_history(session, [300, 300, 300, 150], tag=tag)
+    # 1050 >= S; the oldest message (400) covers any sizing toward T = 800
+    add_history(session, [400, 300, 200, 150], tag=tag)
     recount(session)
 
 
@@ -651,9 +725,9 @@ def test_cooldown_after_a_soft_failure(session, fake_openai, clock):
         assert skipped.event.tokens_before == 1050
         assert len(fake_openai.requests) == 1
     assert list(
-        CompactionEvent.objects.filter(session=session).order_by("id").values_list(
-            "outcome", "reason"
-        )
+        CompactionEvent.objects.filter(session=session)
+        .order_by("id")
+        .values_list("outcome", "reason")
     ) == [("failed", "summariser_error"), ("skipped", "cooldown"), ("skipped", "cooldown")]
     assert compacted_seqs(session) == []
 
@@ -796,7 +870,11 @@ def test_fallback_extractive_when_the_summariser_fails_under_hard_pressure(
     context_build(session=session, reply=reply2)
     assert len(summariser_requests(fake_openai)) == 1  # the failing LLM was not asked again
     last = CompactionEvent.objects.filter(session=session).order_by("-id").first()
-    assert (last.trigger, last.outcome, last.model) == ("fallback", "compacted", "builtin/extractive")
+    assert (last.trigger, last.outcome, last.model) == (
+        "fallback",
+        "compacted",
+        "builtin/extractive",
+    )
 
 
 def test_no_fallback_means_admission_trims(session, small_bot, fake_openai):
@@ -931,6 +1009,4 @@ def test_summaries_are_system_blocks_after_the_system_prompt(session, small_bot,
         {"role": "assistant", "content": "m message 5"},
         {"role": "user", "content": "And the date?"},
     ]
-    assert not any(
-        "[Summary of" in m["content"] for m in chat["messages"] if m["role"] != "system"
-    )
+    assert not any("[Summary of" in m["content"] for m in chat["messages"] if m["role"] != "system")

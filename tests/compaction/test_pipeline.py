@@ -147,7 +147,12 @@ def test_never_starts_on_an_orphaned_tool_result(owner):
 
 def test_20000_message_session_loads_text_only_for_admitted_rows(owner):
     bot = BotFactory(
-        owner=owner, system_prompt="", context_window=2000 + 500, max_output_tokens=500
+        owner=owner,
+        system_prompt="",
+        context_window=2000 + 500,
+        max_output_tokens=500,
+        # compaction off: this is about admission alone (pressure is far above the hard mark)
+        compaction_enabled=False,
     )
     session = SessionFactory(user=owner, bot=bot)
     Message.objects.bulk_create(
@@ -184,13 +189,14 @@ def test_20000_message_session_loads_text_only_for_admitted_rows(owner):
     assert [m["content"] for m in built.messages][-2:] == ["message number 20000", "latest"]
     assert built.admission.estimated_tokens == 20_001 * 50
     sqls = [q["sql"] for q in queries.captured_queries]
-    # pinned ids, one page of history ids, the last_admission update, the chosen texts
-    assert len(sqls) == 4
+    # pinned ids, active summary counts, one page of history ids, the last_admission update,
+    # the chosen texts (no summaries: rendering them costs no query)
+    assert len(sqls) == 5
     text_queries = [s for s in sqls if '"content"' in s]
     assert len(text_queries) == 1
     chosen = sorted([*built.admission.admitted_history_ids, new.pk])
     assert f"IN ({', '.join(map(str, chosen))})" in text_queries[0]
-    history_query = sqls[1]
+    history_query = sqls[2]
     assert f"LIMIT {HISTORY_PAGE_SIZE}" in history_query
     assert '"content"' not in history_query
 
