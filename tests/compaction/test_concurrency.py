@@ -205,6 +205,42 @@ def test_lease_of_a_killed_worker_expires_and_the_next_run_succeeds(
     assert_coverage_consistent(session)
 
 
+@pytest.mark.django_db
+def test_manual_after_a_dead_lease_compacts_instead_of_reusing_an_old_result(
+    owner, small_bot, fake_openai, settings
+):
+    """A manual caller that waited reuses the result of *the run it waited for*. A dead worker's
+    lease produced no result: an older, unrelated compaction must not be handed back instead."""
+    settings.COMPACTION_WAIT_SECONDS = 20
+    session = SessionFactory(user=owner, bot=small_bot)
+    add_history(session, [300, 300, 300, 300, 100, 100])
+    recount(session)
+    fake_openai.script(Reply(text=GOOD))
+    old = engine.compaction_manual(session=session)
+    assert (old.summary.first_seq, old.summary.last_seq) == (1, 4)
+    add_history(session, [300, 300, 300, 300], tag="later")  # seqs 7-10; 9 opens the last turn
+    recount(session)
+    holder = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", HOLD_LEASE, django_settings.REDIS_URL, lock_key(session.pk), "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+    fake_openai.script(Reply(text=GOOD))
+
+    result = engine.compaction_manual(session=session)
+
+    assert result.outcome == "compacted"
+    assert result.summary != old.summary
+    assert (result.summary.first_seq, result.summary.last_seq) == (5, 8)
+    assert compacted_seqs(session) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert len(summariser_requests(fake_openai)) == 2
+
+
 # --- two real Celery workers ------------------------------------------------------------------
 
 
@@ -323,6 +359,9 @@ def test_deleting_the_session_removes_everything(owner, owner_client, small_bot,
     assert not MemoryRecord.objects.filter(session_id=session.pk).exists()
     assert not CompactionEvent.objects.filter(session_id=session.pk).exists()
     assert not CompactionState.objects.filter(session_id=session.pk).exists()
+    # a soft task for the vanished session is harmless (tasks tolerate vanished rows)
+    compact_soft(session.pk)
+    assert not CompactionEvent.objects.filter(session_id=session.pk).exists()
     # the other session is untouched
     assert (
         Message.objects.filter(session=other).count(),

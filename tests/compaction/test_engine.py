@@ -425,6 +425,49 @@ def test_manual_compacts_all_history_even_beyond_one_summariser_input(session, f
         assert sum(stored.values_list("token_count", flat=True)) <= 2200 * 85 // 100
 
 
+def test_summariser_input_stays_within_85_percent_of_its_window(session, fake_openai):
+    """CONTRACT §8: summariser input <= 85 % of the summariser's window (2200 -> 1870), counted
+    as sent. Stored counts hold text + 4 per message, but each transcript line also carries its
+    ``[seq] role:`` label, so many short messages cost more in the transcript than stored."""
+    for i in range(400):
+        message_add(session, role=ROLES[i % 2], content="ok" if i % 2 else "sure")
+    add_history(session, [100, 100], tag="latest")
+    recount(session)
+    fake_openai.default = Reply(text=GOOD)
+
+    engine.compaction_manual(session=session)
+
+    requests = summariser_requests(fake_openai)
+    assert requests
+    for request in requests:
+        assert sent_tokens(request) <= 2200 * 85 // 100
+
+
+def test_message_pinned_while_being_summarised_is_not_compacted(session, fake_openai, monkeypatch):
+    """Pinned messages are never compacted (CONTRACT §8 range: unpinned). A pin that lands while
+    the summariser is working must not be swallowed by the summary it was cut from."""
+    add_history(session, [100, 100, 100, 100, 100, 100])
+    recount(session)
+    fake_openai.script(Reply(text=GOOD))
+    complete = engine.gateway.complete
+
+    def pin_during_the_call(*args, **kwargs):
+        Message.objects.filter(session=session, seq=2).update(pinned=True)
+        return complete(*args, **kwargs)
+
+    monkeypatch.setattr(engine.gateway, "complete", pin_during_the_call)
+
+    engine.compaction_manual(session=session)
+
+    pinned = Message.objects.get(session=session, seq=2)
+    assert (pinned.pinned, pinned.compacted_by) == (True, None)
+    assert counters(session) == recount(session)
+    new, reply = add_turn(session, "What did I pin?", tokens=10)
+    recount(session)
+    built = context_build(session=session, reply=reply)
+    assert {"role": "assistant", "content": "m message 1"} in built.messages
+
+
 def test_manual_with_only_the_latest_exchange_is_nothing_to_compact(session, fake_openai):
     add_history(session, [500, 500])
     recount(session)
