@@ -1,0 +1,75 @@
+"""Management commands and the orphan sweep (CONTRACT §10, §13)."""
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from bots.models import Bot, ChatSession, Message
+from bots.services import session_context_recount
+from chat_platform.celery_app import app as celery_app
+from chat_platform.llm.tokens import count_message_tokens
+from tests.factories import message_add
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seed_demo_refuses_without_debug_or_force(settings, django_user_model):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="refused unless DEBUG or --force"):
+        call_command("seed_demo")
+    assert not django_user_model.objects.filter(username="demo").exists()
+
+
+def test_seed_demo_creates_demo_user_and_two_shared_builtin_bots(settings, django_user_model):
+    settings.DEBUG = False
+    out = StringIO()
+    call_command("seed_demo", "--force", stdout=out)
+    call_command("seed_demo", "--force", stdout=out)  # idempotent
+    demo = django_user_model.objects.get(username="demo")
+    assert demo.check_password("demo")
+    bots = Bot.objects.filter(owner=demo).order_by("name")
+    assert [(b.model, b.is_shared) for b in bots] == [("builtin/recall", True)] * 2
+    assert "2 shared bots ready" in out.getvalue()
+
+
+def _stuck(session, *, minutes: int, content: str, status: str) -> Message:
+    message = message_add(session, role="assistant", content=content, status=status, token_count=0)
+    Message.objects.filter(pk=message.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=minutes)
+    )
+    return message
+
+
+def test_sweep_marks_stuck_replies_interrupted_and_keeps_partial_text(chat_session):
+    message_add(chat_session, role="user", content="tell me a story")
+    old = _stuck(chat_session, minutes=11, content="Once upon a", status="streaming")
+    never_started = _stuck(chat_session, minutes=30, content="", status="pending")
+    recent = _stuck(chat_session, minutes=5, content="Still going", status="streaming")
+    session_context_recount(session_id=chat_session.pk)
+
+    out = StringIO()
+    call_command("sweep_orphans", stdout=out)
+    assert out.getvalue().strip() == "2 message(s) marked interrupted"
+
+    old.refresh_from_db()
+    never_started.refresh_from_db()
+    recent.refresh_from_db()
+    assert (old.status, old.content, old.error_code) == ("interrupted", "Once upon a", "interrupted")
+    assert old.token_count == count_message_tokens("Once upon a", model="builtin/recall")
+    assert (never_started.status, never_started.token_count) == ("interrupted", 0)
+    assert recent.status == "streaming"
+    # the partial text now counts toward the context, exactly as a recount says
+    session = ChatSession.objects.get(pk=chat_session.pk)
+    assert session.context_tokens == session_context_recount(session_id=chat_session.pk)[0]
+    call_command("sweep_orphans", stdout=StringIO())
+    assert Message.objects.filter(status="interrupted").count() == 2
+
+
+def test_beat_runs_the_sweep_every_minute():
+    entry = celery_app.conf.beat_schedule["sweep-orphans"]
+    assert (entry["task"], entry["schedule"]) == ("bots.tasks.sweep_orphans", 60.0)
+    assert celery_app.conf.task_routes["bots.tasks.*"] == {"queue": "chat"}
+    assert celery_app.conf.task_routes["compaction.tasks.*"] == {"queue": "compaction"}
