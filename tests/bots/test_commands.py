@@ -57,7 +57,8 @@ def test_sweep_marks_stuck_replies_interrupted_and_keeps_partial_text(chat_sessi
     old.refresh_from_db()
     never_started.refresh_from_db()
     recent.refresh_from_db()
-    assert (old.status, old.content, old.error_code) == ("interrupted", "Once upon a", "interrupted")
+    assert (old.status, old.content) == ("interrupted", "Once upon a")
+    assert old.error_code == "interrupted"
     assert old.token_count == count_message_tokens("Once upon a", model="builtin/recall")
     assert (never_started.status, never_started.token_count) == ("interrupted", 0)
     assert recent.status == "streaming"
