@@ -50,9 +50,11 @@ def test_compact_command_with_builtin_extractive(owner_client, chat_session, eag
     assert (body["notice"]["role"], body["notice"]["kind"]) == ("system", "notice")
     covered = Message.objects.filter(session=chat_session, compacted_by=summary)
     assert covered.count() == 22
-    assert set(Message.objects.filter(session=chat_session, seq__in=[23, 24]).values_list(
-        "compacted_by", flat=True
-    )) == {None}
+    assert set(
+        Message.objects.filter(session=chat_session, seq__in=[23, 24]).values_list(
+            "compacted_by", flat=True
+        )
+    ) == {None}
     chat_session.refresh_from_db()
     remaining = session_context_recount(session_id=chat_session.pk)
     assert chat_session.context_tokens == remaining[0] < before
