@@ -25,6 +25,8 @@ fi
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "== mypy (typed modules listed in pyproject.toml)"
+.venv/bin/mypy
 echo "== migrations are up to date"
 DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
 echo "== docker-compose.yml is valid"
