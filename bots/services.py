@@ -190,31 +190,44 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
     return SendResult(user_message=user_message, assistant_message=reply, created=False)
 
 
+def _exchange_open(
+    *, session: ChatSession, content: str, kind: str, client_id: str | None
+) -> Message | SendResult:
+    """In the caller's transaction: reserve seqs n and n+1 and write the user's message at n
+    (its answer takes n+1). A repeated client_id returns the first result instead."""
+    first_seq = _allocate_seqs(session_id=session.pk, count=2)
+    if client_id:
+        existing = _existing_send(session=session, client_id=client_id)
+        if existing is not None:
+            transaction.set_rollback(True)  # give the two seqs back: seqs stay gap-free
+            return existing
+    return Message.objects.create(
+        session=session,
+        seq=first_seq,
+        role=Message.Role.USER,
+        kind=kind,
+        content=content,
+        status=Message.Status.COMPLETE,
+        token_count=count_message_tokens(content, model=session.bot.model),
+        client_id=client_id or "",
+    )
+
+
 def do_message_pair_create(
     *, session: ChatSession, content: str, client_id: str | None
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1)."""
     model = session.bot.model
     with transaction.atomic():
-        first_seq = _allocate_seqs(session_id=session.pk, count=2)
-        if client_id:
-            existing = _existing_send(session=session, client_id=client_id)
-            if existing is not None:
-                transaction.set_rollback(True)  # give the two seqs back: seqs stay gap-free
-                return existing
-        user_message = Message.objects.create(
-            session=session,
-            seq=first_seq,
-            role=Message.Role.USER,
-            kind=Message.Kind.CHAT,
-            content=content,
-            status=Message.Status.COMPLETE,
-            token_count=count_message_tokens(content, model=model),
-            client_id=client_id or "",
+        opened = _exchange_open(
+            session=session, content=content, kind=Message.Kind.CHAT, client_id=client_id
         )
+        if isinstance(opened, SendResult):
+            return opened
+        user_message = opened
         reply = Message.objects.create(
             session=session,
-            seq=first_seq + 1,
+            seq=user_message.seq + 1,
             role=Message.Role.ASSISTANT,
             kind=Message.Kind.CHAT,
             status=Message.Status.PENDING,
@@ -307,22 +320,12 @@ def session_compact_command(
     from compaction.services import compaction_notice_text
 
     with transaction.atomic():
-        first_seq = _allocate_seqs(session_id=session.pk, count=2)
-        if client_id:
-            existing = _existing_send(session=session, client_id=client_id)
-            if existing is not None:
-                transaction.set_rollback(True)
-                return existing
-        command = Message.objects.create(
-            session=session,
-            seq=first_seq,
-            role=Message.Role.USER,
-            kind=Message.Kind.COMMAND,
-            content=text,
-            status=Message.Status.COMPLETE,
-            token_count=count_message_tokens(text, model=session.bot.model),
-            client_id=client_id or "",
+        opened = _exchange_open(
+            session=session, content=text, kind=Message.Kind.COMMAND, client_id=client_id
         )
+        if isinstance(opened, SendResult):
+            return opened
+        command = opened
         transaction.on_commit(partial(realtime.notify_message_created, command))
     try:
         result = compaction_manual(session=session, focus=focus.strip())
@@ -333,7 +336,7 @@ def session_compact_command(
         result = RunResult("failed", "internal_error")
     notice = Message.objects.create(
         session=session,
-        seq=first_seq + 1,
+        seq=command.seq + 1,
         role=Message.Role.SYSTEM,
         kind=Message.Kind.NOTICE,
         content=compaction_notice_text(result),

@@ -13,14 +13,14 @@ Every attempt writes a ``CompactionEvent``; failures arm the cool-down / back-of
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 import structlog
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from bots import realtime
@@ -49,6 +49,8 @@ MAX_SUMMARY_TOKENS = 4096
 FUSION_SHARE_PERCENT = 20
 RANGE_PAGE_SIZE = 500
 EVERYTHING = 10**12
+# /compact takes everything in as many passes as the summariser's window needs, up to this.
+MANUAL_MAX_PASSES = 20
 # Before a session's first summary, expect summaries at a quarter of their source.
 DEFAULT_SUMMARY_RATIO = 0.25
 # Fusion re-reads raw snapshots only while its input stays within this multiple of the summaries
@@ -83,6 +85,13 @@ class RunResult:
     summary: Summary | None = None
     event: CompactionEvent | None = None
     passes: list[CompactionEvent] = field(default_factory=list)
+    # The messages the run's summaries cover (several passes: from the first to the last).
+    first_seq: int | None = None
+    last_seq: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.summary is not None and self.first_seq is None:
+            self.first_seq, self.last_seq = self.summary.first_seq, self.summary.last_seq
 
     @property
     def compacted(self) -> bool:
@@ -144,14 +153,16 @@ def _clear_failures(session_id: int) -> None:
 
 
 def compaction_blocked_until(session_id: int, *, hard: bool) -> Any:
-    """When automatic compaction may run again (None = now)."""
+    """When automatic compaction may call its summariser again (None = now).
+
+    Soft compaction obeys the 5-minute cool-down; the hard path retries on its own back-off
+    schedule (30, 60, 120, 240, 270 s) and uses the extractive fallback in between.
+    """
     state = CompactionState.objects.filter(session_id=session_id).first()
     if state is None:
         return None
-    at = now()
-    moments = [state.cooldown_until] + ([state.backoff_until] if hard else [])
-    pending = [m for m in moments if m is not None and m > at]
-    return max(pending) if pending else None
+    moment = state.backoff_until if hard else state.cooldown_until
+    return moment if moment is not None and moment > now() else None
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -320,6 +331,12 @@ def _summarise(
         count=lambda text: count_tokens(text, model=config.model),
     )
     duration_ms = int((time.monotonic() - started) * 1000)
+    if gate.ok:
+        # What counts is what the summary will cost in the context: its labelled block, by the
+        # counter every stored count uses. A summary no cheaper than its source is rejected.
+        block = Summary(first_seq=first_seq, last_seq=last_seq, text=gate.text).block
+        if count_message_tokens(block, model=bot.model) >= replaced_tokens:
+            gate = replace(gate, ok=False, reason="not_shorter")
     if not gate.ok:
         event = _event(
             session,
@@ -342,8 +359,45 @@ def _summarise(
     }, None
 
 
-def _pass(session: ChatSession, plan: _Plan) -> RunResult:
-    """One compaction of the oldest history toward ``plan.target`` (caller holds the lease)."""
+def _request_tokens(transcript: str, focus: str, model: str) -> int:
+    return sum(count_message_tokens(m["content"], model=model) for m in _prompt(transcript, focus))
+
+
+def _select(session: ChatSession, plan: _Plan, tokens_to_free: int) -> tuple[list[RangeRow], str]:
+    """The range (from stored counts) and its transcript, whose request as sent fits in 85 % of
+    the summariser's window: speaker labels cost more than the stored per-message overhead, so
+    an over-long transcript shrinks the range by its overflow and is measured again."""
+    config = compaction_model_config(session.bot, model=plan.model)
+    limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
+    cap = max(0, limit - _request_tokens("", plan.focus, config.model))
+    current_turn = _current_turn_seq(session)
+    rows = _range_rows(session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap))
+    loaded: dict[int, Message] = {}
+    for _ in range(8):
+        selection = range_select(
+            rows_oldest_first=rows,
+            current_turn_seq=current_turn,
+            tokens_to_free=tokens_to_free,
+            min_tokens=plan.min_tokens,
+            max_tokens=cap,
+        )
+        if not selection:
+            return [], ""
+        wanted = [row.id for row in selection if row.id not in loaded]
+        loaded.update((m.pk, m) for m in Message.objects.filter(pk__in=wanted))
+        transcript = "\n".join(_transcript_line(loaded[row.id]) for row in selection)
+        sent = _request_tokens(transcript, plan.focus, config.model)
+        if sent <= limit:
+            return selection, transcript
+        cap -= max(1, sent - limit + sent // 20)
+    return [], ""
+
+
+def _pass(session: ChatSession, plan: _Plan, *, record_noop: bool = True) -> RunResult:
+    """One compaction of the oldest history toward ``plan.target`` (caller holds the lease).
+
+    ``record_noop=False``: a follow-up pass that finds nothing left ends quietly (no event).
+    """
     measure = context_measure(session=session)
     tokens_before = measure.pressure
     excess = tokens_before - plan.target
@@ -359,24 +413,9 @@ def _pass(session: ChatSession, plan: _Plan) -> RunResult:
         )
         return RunResult("noop", "below_target", tokens_before, tokens_before, None, event)
 
-    config = compaction_model_config(session.bot, model=plan.model)
-    window = summariser_window(session.bot, config)
-    overhead = count_message_tokens(SUMMARY_INSTRUCTIONS) + count_message_tokens(
-        f"<transcript>\n\n</transcript>\nFocus: {plan.focus}"
-    )
-    input_cap = max(0, window * INPUT_SHARE_PERCENT // 100 - overhead)
-    rows = _range_rows(
-        session,
-        before_seq=_current_turn_seq(session),
-        want_tokens=min(tokens_to_free, input_cap),
-    )
-    selection = range_select(
-        rows_oldest_first=rows,
-        current_turn_seq=_current_turn_seq(session),
-        tokens_to_free=tokens_to_free,
-        min_tokens=plan.min_tokens,
-        max_tokens=input_cap,
-    )
+    selection, transcript = _select(session, plan, tokens_to_free)
+    if not selection and not record_noop:
+        return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before)
     if not selection:
         event = _event(
             session,
@@ -390,8 +429,6 @@ def _pass(session: ChatSession, plan: _Plan) -> RunResult:
 
     ids = [row.id for row in selection]
     source_tokens = sum(row.tokens for row in selection)
-    messages = list(Message.objects.filter(pk__in=ids).order_by("seq"))
-    transcript = "\n".join(_transcript_line(m) for m in messages)
     first_seq, last_seq = selection[0].seq, selection[-1].seq
     accepted, failure = _summarise(
         session,
@@ -417,8 +454,12 @@ def _pass(session: ChatSession, plan: _Plan) -> RunResult:
                 source_tokens=source_tokens,
                 level=1,
             )
+            # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
             claimed = Message.objects.filter(
-                pk__in=ids, compacted_by__isnull=True, status=Message.Status.COMPLETE
+                pk__in=ids,
+                compacted_by__isnull=True,
+                status=Message.Status.COMPLETE,
+                pinned=False,
             ).update(compacted_by=summary)
             if claimed != len(ids):
                 raise _Conflict()
@@ -426,21 +467,14 @@ def _pass(session: ChatSession, plan: _Plan) -> RunResult:
                 context_tokens=F("context_tokens") - source_tokens,
                 context_messages=F("context_messages") - len(ids),
             )
-            memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"])
-            tokens_after = context_measure(session=_fresh(session)).pressure
-            event = _event(
+            tokens_after, event = _record_success(
                 session,
-                trigger=plan.trigger,
-                outcome=CompactionEvent.Outcome.COMPACTED,
-                reason="",
+                plan.trigger,
+                "",
+                accepted,
+                summary,
                 tokens_before=tokens_before,
-                tokens_after=tokens_after,
                 source_tokens=source_tokens,
-                summary_tokens=summary.token_count,
-                model=accepted["model"],
-                duration_ms=accepted["duration_ms"],
-                snapshot=accepted["snapshot"],
-                summary=summary,
             )
     except _Conflict:
         event = _event(
@@ -484,6 +518,36 @@ def _to_free(session: ChatSession, excess: int) -> int:
 
 class _Conflict(Exception):
     pass
+
+
+def _record_success(
+    session: ChatSession,
+    trigger: str,
+    reason: str,
+    accepted: dict[str, Any],
+    summary: Summary,
+    *,
+    tokens_before: int,
+    source_tokens: int,
+) -> tuple[int, CompactionEvent]:
+    """Inside the committing transaction: index the snapshot, measure, write the event."""
+    memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"])
+    tokens_after = context_measure(session=_fresh(session)).pressure
+    event = _event(
+        session,
+        trigger=trigger,
+        outcome=CompactionEvent.Outcome.COMPACTED,
+        reason=reason,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        source_tokens=source_tokens,
+        summary_tokens=summary.token_count,
+        model=accepted["model"],
+        duration_ms=accepted["duration_ms"],
+        snapshot=accepted["snapshot"],
+        summary=summary,
+    )
+    return tokens_after, event
 
 
 def _fresh(session: ChatSession) -> ChatSession:
@@ -625,21 +689,14 @@ def _fuse_commit(
     )
     summary.parents.set(parents)
     Message.objects.filter(compacted_by_id__in=parent_ids).update(compacted_by=summary)
-    memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"])
-    tokens_after = context_measure(session=_fresh(session)).pressure
-    event = _event(
+    tokens_after, event = _record_success(
         session,
-        trigger="fusion",
-        outcome=CompactionEvent.Outcome.COMPACTED,
-        reason="fusion",
+        "fusion",
+        "fusion",
+        accepted,
+        summary,
         tokens_before=tokens_before,
-        tokens_after=tokens_after,
         source_tokens=replaced,
-        summary_tokens=summary.token_count,
-        model=accepted["model"],
-        duration_ms=accepted["duration_ms"],
-        snapshot=accepted["snapshot"],
-        summary=summary,
     )
     return summary, tokens_after, event
 
@@ -734,31 +791,68 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
 
 
 def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
-    """``/compact [focus]``: everything but the latest exchange, now; bypasses cool-down and
-    back-off and clears them on success. Waits (<= 60 s) for a run in flight and reuses it."""
+    """``/compact [focus]``: everything but the latest exchange, now — in as many summariser
+    calls as its input window needs; bypasses cool-down and back-off and clears them on success.
+
+    A caller that finds a run in flight waits (<= 60 s) and reuses what that run produced while
+    it waited; if that run compacted nothing, it compacts itself.
+    """
+    seen = CompactionEvent.objects.filter(session=session).aggregate(last=Max("id"))["last"] or 0
     with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS) as flight:
         if not flight.acquired:
             raise CompactionBusy()
         session = _fresh(session)
         if flight.waited:
-            latest = CompactionEvent.objects.filter(session=session).order_by("-id").first()
-            if latest is not None and latest.outcome == "compacted":
+            joined = (
+                CompactionEvent.objects.filter(
+                    session=session, id__gt=seen, outcome=CompactionEvent.Outcome.COMPACTED
+                )
+                .select_related("summary")
+                .order_by("-id")
+                .first()
+            )
+            if joined is not None:
                 return RunResult(
-                    latest.outcome,
-                    latest.reason or "joined",
-                    latest.tokens_before,
-                    latest.tokens_after,
-                    latest.summary,
-                    latest,
+                    joined.outcome,
+                    joined.reason or "joined",
+                    joined.tokens_before,
+                    joined.tokens_after,
+                    joined.summary,
+                    joined,
                 )
         budget = bot_budget(session.bot)
-        parents = _fusion_due(session, budget)
-        if parents:
-            fused = _fuse(session, parents, _Plan(trigger="fusion", target=0))
-            if not fused.compacted:
-                return fused
+        tokens_before = context_measure(session=session).pressure
+        done: list[RunResult] = []
+        last: RunResult | None = None
+        for i in range(MANUAL_MAX_PASSES):
+            # The frontier is fused first if due; the passes' own summaries wait for the next
+            # pass that finds them past 20 % of B.
+            parents = _fusion_due(session, budget) if i == 0 else []
+            if parents:
+                last = _fuse(session, parents, _Plan(trigger="fusion", target=0))
+            else:
+                last = _pass(
+                    session,
+                    _Plan(trigger="manual", target=0, focus=focus, min_tokens=0),
+                    record_noop=not done,
+                )
             session = _fresh(session)
-        result = _pass(session, _Plan(trigger="manual", target=0, focus=focus, min_tokens=0))
-        if result.compacted:
-            _clear_failures(session.pk)
-        return result
+            if not last.compacted:
+                break
+            done.append(last)
+        if not done:
+            assert last is not None
+            return last
+        _clear_failures(session.pk)
+        final = done[-1]
+        return RunResult(
+            "compacted",
+            final.reason,
+            tokens_before,
+            final.tokens_after,
+            final.summary,
+            final.event,
+            passes=[r.event for r in done if r.event is not None],
+            first_seq=min(r.first_seq for r in done if r.first_seq is not None),
+            last_seq=max(r.last_seq for r in done if r.last_seq is not None),
+        )

@@ -24,10 +24,10 @@ def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = 
 
 def compaction_notice_text(result: RunResult) -> str:
     """The chat notice answering ``/compact`` (CONTRACT §9)."""
-    if result.outcome == "compacted" and result.summary is not None:
+    if result.outcome == "compacted" and result.first_seq is not None:
         return (
             f"Context compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens "
-            f"(messages {result.summary.first_seq}–{result.summary.last_seq})."
+            f"(messages {result.first_seq}–{result.last_seq})."
         )
     if result.outcome in ("noop", "skipped"):
         return "Nothing to compact right now."

@@ -2,6 +2,7 @@ from rest_framework import serializers
 
 from bots.models import Bot, ChatSession, Message
 from bots.realtime import message_payload
+from bots.services import BOT_FIELDS
 
 
 class BotOutputSerializer(serializers.ModelSerializer):
@@ -9,28 +10,7 @@ class BotOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Bot
-        fields = [
-            "id",
-            "owner",
-            "name",
-            "system_prompt",
-            "model",
-            "api_base",
-            "api_key_env",
-            "temperature",
-            "max_output_tokens",
-            "context_window",
-            "is_shared",
-            "compaction_enabled",
-            "compaction_threshold",
-            "compaction_kept_percent",
-            "compaction_model",
-            "compaction_fallback_extractive",
-            "memory_index_size",
-            "recall_enabled",
-            "created_at",
-            "editable",
-        ]
+        fields = ["id", "owner", *BOT_FIELDS, "created_at", "editable"]
 
     def get_editable(self, bot: Bot) -> bool:
         request = self.context.get("request")
@@ -43,11 +23,7 @@ class BotInputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Bot
-        fields = [
-            f
-            for f in BotOutputSerializer.Meta.fields
-            if f not in ("id", "owner", "created_at", "editable")
-        ]
+        fields = list(BOT_FIELDS)
         extra_kwargs = {"name": {"required": True}}
 
 

@@ -206,3 +206,33 @@ def test_parse_transcript_speaker_labels():
         Turn(label="user", lines=["Fifth on the next line."]),
     ]
     assert body.startswith("[3] user: First line.")
+
+
+def test_a_fact_repeated_word_for_word_is_kept_once():
+    content = (
+        "user: The venue is in Lisbon on 14 March.\n"
+        "assistant: Noted: the venue is in Lisbon on 14 March.\n"
+        "user: Again, the venue is in Lisbon on 14 March!\n"
+        "assistant: The venue is in Lisbon on 14 March."
+    )
+
+    text = summarise_messages(content).text
+
+    # "Noted:" and "Again," make those two sentences different; the two verbatim ones collapse
+    assert text.count("The venue is in Lisbon on 14 March.") == 1
+
+
+def test_long_fact_dense_input_keeps_at_most_60_percent():
+    lines = [
+        f"user: Order {n} ships on day {n} from dock {n + 7} to store {n * 3}." for n in range(40)
+    ]
+    content = "\n".join(lines)
+    body_tokens = count_tokens(content)
+    assert body_tokens >= 128
+
+    text = summarise_messages(content).text
+
+    assert 0 < count_tokens(text) <= body_tokens * 60 // 100
+    # newest facts win among equals: the last order is kept, the first is not
+    assert "Order 39 ships" in text
+    assert "Order 0 ships" not in text

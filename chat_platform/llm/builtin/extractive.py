@@ -31,6 +31,10 @@ DEFAULT_MAX_TOKENS = 4096
 # Below this many tokens a summary says too little (the compaction gate wants >= 10), so the
 # newest fact-free sentences are added until it is reached.
 MIN_OUTPUT_TOKENS = 16
+# The most of its input a summary keeps (from inputs of SHARE_FROM_TOKENS up).
+MAX_SHARE_PERCENT = 60
+SHARE_FROM_TOKENS = 128
+_SAME = re.compile(r"[\W_]+")
 
 _ROLE_LABEL = re.compile(
     r"^\s*(?P<label>(?:\[[^\]\n]{1,40}\]\s*|#\d+\s+|\d+[.)]\s+)?"
@@ -171,9 +175,15 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
                 sentences.append(
                     Sentence(turn_index, len(sentences), text, _score(text, focus_terms))
                 )
+    # A summary that keeps nearly everything frees nothing once it is labelled and stored: keep
+    # at most MAX_SHARE_PERCENT of the input (and always strictly less than all of it).
+    # (Inputs under SHARE_FROM_TOKENS are too small for a share to mean anything: there it is
+    # only "strictly shorter".)
+    body_tokens = count_tokens(body, model=MODEL)
+    share = body_tokens * MAX_SHARE_PERCENT // 100
     limit = min(
         max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
-        count_tokens(body, model=MODEL) - 1,
+        share if body_tokens >= SHARE_FROM_TOKENS else body_tokens - 1,
     )
     if limit <= 0 or not sentences:
         return ""
@@ -189,13 +199,19 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
     opened: set[int] = set()
     used = 0
 
+    said: set[str] = set()
+
     def take(candidates: list[Sentence], stop_at: int) -> None:
         nonlocal used
         for sentence in candidates:
             if used >= stop_at:
                 return
+            key = _SAME.sub(" ", sentence.text.lower()).strip()
+            if key in said:  # a fact repeated word for word is kept once (its newest telling)
+                continue
             needed = cost(sentence, opened)
             if used + needed <= limit:
+                said.add(key)
                 chosen.append(sentence)
                 opened.add(sentence.turn)
                 used += needed
