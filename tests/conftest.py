@@ -81,3 +81,16 @@ def fake_bot(owner, fake_openai, monkeypatch):
 @pytest.fixture
 def fake_session(owner, fake_bot):
     return SessionFactory(user=owner, bot=fake_bot)
+
+
+@pytest.fixture
+def inmemory_channel_layer(settings):
+    """In-process websocket tests use the in-memory layer: the test loop is torn down with
+    every test, and a Redis receive cancelled at that moment can outlive it. The Redis layer is
+    exercised for real by the cross-process tests (uvicorn + worker + Redis)."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()

@@ -12,7 +12,10 @@ from bots.models import Message
 from chat_platform.asgi import application
 from tests.fakeopenai import Reply
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("inmemory_channel_layer"),
+]
 
 
 def _token(user) -> str:
@@ -131,6 +134,7 @@ async def test_other_users_session_is_closed_4404(fake_session, other_user):
     )
     await communicator.connect(timeout=5)
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    await communicator.disconnect()
     assert await database_sync_to_async(Message.objects.count)() == 0
 
 
@@ -142,6 +146,7 @@ async def test_unknown_session_is_closed_4404(ws_token):
     )
     await communicator.connect(timeout=5)
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    await communicator.disconnect()
 
 
 async def test_anonymous_and_bad_token_are_closed_4401(fake_session):
@@ -154,6 +159,7 @@ async def test_anonymous_and_bad_token_are_closed_4401(fake_session):
             "type": "websocket.close",
             "code": 4401,
         }
+        await communicator.disconnect()
 
 
 async def test_foreign_origin_is_rejected(fake_session, ws_token):
@@ -167,6 +173,7 @@ async def test_foreign_origin_is_rejected(fake_session, ws_token):
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected is False
+    await communicator.disconnect()
 
 
 async def test_provider_500_sends_message_failed(fake_session, fake_openai, ws_token, eager_tasks):

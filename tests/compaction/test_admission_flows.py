@@ -14,7 +14,10 @@ from chat_platform.llm.tokens import count_message_tokens
 from tests.factories import SessionFactory
 from tests.fakeopenai import Reply
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("inmemory_channel_layer"),
+]
 
 MODEL = "openai/fake-model"
 

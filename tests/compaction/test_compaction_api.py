@@ -265,6 +265,7 @@ def test_command_and_notice_never_reach_the_model(owner_client, session, fake_op
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("inmemory_channel_layer")
 async def test_compact_command_over_websocket(owner, api_bot, fake_openai):
     def setup():
         session = SessionFactory(user=owner, bot=api_bot)
