@@ -19,6 +19,7 @@ from bots.services import session_context_recount
 from bots.turn import turn_run
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from compaction import engine
+from compaction.engine import policy
 from compaction.models import CompactionEvent, CompactionState, Summary
 from compaction.pipeline import context_build, context_measure
 from compaction.tasks import compact_soft
@@ -177,7 +178,7 @@ def session(owner, small_bot):
 @pytest.fixture
 def clock(monkeypatch):
     stepped = Clock()
-    monkeypatch.setattr(engine, "now", stepped)
+    monkeypatch.setattr(policy, "now", stepped)  # the engine's one clock
     return stepped
 
 

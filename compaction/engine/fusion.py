@@ -1,0 +1,149 @@
+"""Frontier fusion (CONTRACT §8): once >= 2 active summaries exceed 20 % of B, fuse them (with
+their snapshots where they fit) into one of level max+1, superseding the parents atomically."""
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from bots.models import ChatSession, Message
+from chat_platform.llm.tokens import count_message_tokens, count_tokens
+from compaction.budget import Budget
+from compaction.engine.common import (
+    FUSION_INPUT_FACTOR,
+    FUSION_SHARE_PERCENT,
+    INPUT_SHARE_PERCENT,
+    SUMMARY_INSTRUCTIONS,
+    Conflict,
+    Plan,
+    RunResult,
+    compaction_model_config,
+    event_write,
+    summariser_window,
+)
+from compaction.engine.passes import record_success, run_pass, summarise, summary_create
+from compaction.models import CompactionEvent, Summary
+from compaction.pipeline import context_measure
+from memory import services as memory_services
+
+
+def fusion_due(session: ChatSession, budget: Budget) -> list[Summary]:
+    active = list(
+        Summary.objects.filter(session=session, status=Summary.Status.ACTIVE).order_by("first_seq")
+    )
+    total = sum(s.token_count for s in active)
+    if len(active) >= 2 and total * 100 > budget.budget * FUSION_SHARE_PERCENT:
+        return active
+    return []
+
+
+def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
+    """Fuse the active summaries (with their snapshots where they fit) into one, level max+1.
+
+    If the snapshots made the fused text no shorter than the summaries it replaces, it tries
+    once more from the summaries alone: the frontier must shrink, or fusion has failed.
+    """
+    tokens_before = context_measure(session=session).pressure
+    replaced = sum(p.token_count for p in parents)
+    config = compaction_model_config(session.bot, model=plan.model)
+    input_cap = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
+    blocks = [p.block for p in parents]
+    used = sum(count_tokens(b) for b in blocks) + count_message_tokens(SUMMARY_INSTRUCTIONS)
+    snapshots = memory_services.snapshots_for(
+        session=session, ranges=[(p.first_seq, p.last_seq) for p in parents]
+    )
+    with_snapshots = list(blocks)
+    allowance = min(input_cap, FUSION_INPUT_FACTOR * replaced)
+    for i in reversed(range(len(parents))):  # newest first: the freshest detail matters most
+        parent = parents[i]
+        body = snapshots.get((parent.first_seq, parent.last_seq))
+        if body is None:
+            continue
+        cost = count_tokens(body)
+        if used + cost <= allowance:
+            with_snapshots[i] += f"\n[Raw messages {parent.first_seq}–{parent.last_seq}]\n{body}"
+            used += cost
+    attempts = [with_snapshots, blocks] if with_snapshots != blocks else [blocks]
+    first_seq, last_seq = parents[0].first_seq, max(p.last_seq for p in parents)
+    for attempt in attempts:
+        accepted, failure = summarise(
+            session,
+            plan,
+            transcript="\n".join(attempt),
+            replaced_tokens=replaced,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            tokens_before=tokens_before,
+            source_tokens=replaced,
+        )
+        if failure is None or failure.reason != "not_shorter":
+            break
+    if failure is not None:
+        return failure
+    assert accepted is not None
+    try:
+        with transaction.atomic():
+            summary, tokens_after, event = fuse_commit(
+                session, parents, plan, accepted, tokens_before=tokens_before, replaced=replaced
+            )
+    except Conflict:
+        event = event_write(
+            session,
+            trigger="fusion",
+            outcome=CompactionEvent.Outcome.FAILED,
+            reason="conflict",
+            error="The summaries changed while they were being fused.",
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+            model=accepted["model"],
+            snapshot=accepted["snapshot"],
+        )
+        return RunResult("failed", "conflict", tokens_before, tokens_before, None, event)
+    return RunResult("compacted", "fusion", tokens_before, tokens_after, summary, event)
+
+
+def fuse_commit(
+    session: ChatSession,
+    parents: list[Summary],
+    plan: Plan,
+    accepted: dict[str, Any],
+    *,
+    tokens_before: int,
+    replaced: int,
+) -> tuple[Summary, int, CompactionEvent]:
+    """Supersede the parents, create the fused summary, re-point coverage (caller's atomic)."""
+    parent_ids = [p.pk for p in parents]
+    superseded = Summary.objects.filter(pk__in=parent_ids, status=Summary.Status.ACTIVE).update(
+        status=Summary.Status.SUPERSEDED, superseded_at=timezone.now()
+    )
+    if superseded != len(parents):
+        raise Conflict()
+    first_seq, last_seq = parents[0].first_seq, max(p.last_seq for p in parents)
+    summary = summary_create(
+        session,
+        plan,
+        accepted,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        source_tokens=sum(p.source_tokens for p in parents),
+        level=max(p.level for p in parents) + 1,
+    )
+    summary.parents.set(parents)
+    Message.objects.filter(compacted_by_id__in=parent_ids).update(compacted_by=summary)
+    tokens_after, event = record_success(
+        session,
+        "fusion",
+        "fusion",
+        accepted,
+        summary,
+        tokens_before=tokens_before,
+        source_tokens=replaced,
+    )
+    return summary, tokens_after, event
+
+
+def pass_or_fuse(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
+    parents = fusion_due(session, budget)
+    if parents:
+        return fuse(session, parents, Plan(trigger="fusion", target=plan.target, model=plan.model))
+    return run_pass(session, plan)

@@ -1,0 +1,372 @@
+"""One compaction pass: range from stored counts -> snapshot -> summariser -> gates -> one
+transaction that creates the summary, claims exactly the chosen messages and lowers the totals."""
+
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from bots import realtime
+from bots.models import ChatSession, Message
+from chat_platform.llm import gateway
+from chat_platform.llm.tokens import count_message_tokens, count_tokens
+from compaction.engine.common import (
+    DEFAULT_SUMMARY_RATIO,
+    EVERYTHING,
+    INPUT_SHARE_PERCENT,
+    MAX_SUMMARY_TOKENS,
+    RANGE_PAGE_SIZE,
+    Conflict,
+    Plan,
+    RunResult,
+    compaction_model_config,
+    current_turn_seq,
+    event_write,
+    prompt_messages,
+    request_tokens,
+    session_fresh,
+    summariser_window,
+    transcript_line,
+)
+from compaction.models import CompactionEvent, Summary
+from compaction.pipeline import context_measure
+from compaction.quality import retention_score, summary_gate
+from compaction.ranges import RangeRow, range_select
+from memory import services as memory_services
+
+
+def range_rows(session: ChatSession, *, before_seq: int | None, want_tokens: int) -> list[RangeRow]:
+    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand."""
+    rows: list[RangeRow] = []
+    queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
+    if before_seq is not None:
+        queryset = queryset.filter(seq__lt=before_seq)
+    queryset = queryset.values_list(
+        "pk", "seq", "token_count", "role", "status", "pinned", "tool_call_id", "tool_calls"
+    )
+    cursor = 0
+    taken = 0
+    extra_pages = 1  # one page past the need, so a tool call at the cut can take its results
+    while True:
+        page = list(queryset.filter(seq__gt=cursor)[:RANGE_PAGE_SIZE])
+        for pk, seq, tokens, role, status, pinned, tool_call_id, tool_calls in page:
+            rows.append(
+                RangeRow(
+                    id=pk,
+                    seq=seq,
+                    tokens=tokens,
+                    role=role,
+                    status=status,
+                    pinned=pinned,
+                    tool_call_id=tool_call_id or None,
+                    tool_call_ids=tuple(c.get("id", "") for c in tool_calls or ()),
+                )
+            )
+            taken += tokens
+        if len(page) < RANGE_PAGE_SIZE:
+            return rows
+        cursor = page[-1][1]
+        if taken >= want_tokens:
+            if extra_pages == 0:
+                return rows
+            extra_pages -= 1
+
+
+def range_choose(
+    session: ChatSession, plan: Plan, tokens_to_free: int
+) -> tuple[list[RangeRow], str]:
+    """The range (from stored counts) and its transcript, whose request as sent fits in 85 % of
+    the summariser's window: speaker labels cost more than the stored per-message overhead, so
+    an over-long transcript shrinks the range by its overflow and is measured again."""
+    config = compaction_model_config(session.bot, model=plan.model)
+    limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
+    cap = max(0, limit - request_tokens("", plan.focus, config.model))
+    current_turn = current_turn_seq(session)
+    rows = range_rows(session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap))
+    loaded: dict[int, Message] = {}
+    for _ in range(8):
+        selection = range_select(
+            rows_oldest_first=rows,
+            current_turn_seq=current_turn,
+            tokens_to_free=tokens_to_free,
+            min_tokens=plan.min_tokens,
+            max_tokens=cap,
+        )
+        if not selection:
+            return [], ""
+        wanted = [row.id for row in selection if row.id not in loaded]
+        loaded.update((m.pk, m) for m in Message.objects.filter(pk__in=wanted))
+        transcript = "\n".join(transcript_line(loaded[row.id]) for row in selection)
+        sent = request_tokens(transcript, plan.focus, config.model)
+        if sent <= limit:
+            return selection, transcript
+        cap -= max(1, sent - limit + sent // 20)
+    return [], ""
+
+
+def summarise(
+    session: ChatSession,
+    plan: Plan,
+    *,
+    transcript: str,
+    replaced_tokens: int,
+    first_seq: int,
+    last_seq: int,
+    tokens_before: int,
+    source_tokens: int,
+) -> tuple[dict[str, Any] | None, RunResult | None]:
+    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure)."""
+    bot = session.bot
+    config = compaction_model_config(bot, model=plan.model)
+    window = summariser_window(bot, config)
+    snapshot = memory_services.snapshot_write(
+        session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
+    )
+    realtime.send_frame(session.pk, {"type": "compaction.started", "trigger": plan.trigger})
+    started = time.monotonic()
+    common = {
+        "tokens_before": tokens_before,
+        "tokens_after": tokens_before,
+        "source_tokens": source_tokens,
+        "model": config.model,
+        "snapshot": snapshot,
+    }
+    try:
+        completion = gateway.complete(
+            config,
+            prompt_messages(transcript, plan.focus),
+            max_tokens=min(MAX_SUMMARY_TOKENS, max(1, window // 10)),
+        )
+    except gateway.ModelUnavailable as exc:
+        event = event_write(
+            session,
+            trigger=plan.trigger,
+            outcome=CompactionEvent.Outcome.FAILED,
+            reason="summariser_error",
+            error=str(exc)[:2000],
+            duration_ms=int((time.monotonic() - started) * 1000),
+            **common,
+        )
+        return None, RunResult(
+            "failed", "summariser_error", tokens_before, tokens_before, None, event
+        )
+    gate = summary_gate(
+        text=completion.text,
+        finish_reason=completion.finish_reason,
+        replaced_tokens=replaced_tokens,
+        count=lambda text: count_tokens(text, model=config.model),
+    )
+    duration_ms = int((time.monotonic() - started) * 1000)
+    if gate.ok:
+        # What counts is what the summary will cost in the context: its labelled block, by the
+        # counter every stored count uses. A summary no cheaper than its source is rejected.
+        block = Summary(first_seq=first_seq, last_seq=last_seq, text=gate.text).block
+        if count_message_tokens(block, model=bot.model) >= replaced_tokens:
+            gate = replace(gate, ok=False, reason="not_shorter")
+    if not gate.ok:
+        event = event_write(
+            session,
+            trigger=plan.trigger,
+            outcome=CompactionEvent.Outcome.REJECTED,
+            reason=gate.reason,
+            error=completion.text[:2000],
+            duration_ms=duration_ms,
+            **common,
+        )
+        return None, RunResult("rejected", gate.reason, tokens_before, tokens_before, None, event)
+    retention, missing = retention_score(transcript, gate.text)
+    return {
+        "text": gate.text,
+        "model": config.model,
+        "retention": retention,
+        "missing_facts": missing,
+        "snapshot": snapshot,
+        "duration_ms": duration_ms,
+    }, None
+
+
+def summary_create(
+    session: ChatSession,
+    plan: Plan,
+    accepted: dict[str, Any],
+    *,
+    first_seq: int,
+    last_seq: int,
+    source_tokens: int,
+    level: int,
+) -> Summary:
+    summary = Summary(
+        session=session,
+        level=level,
+        text=accepted["text"],
+        first_seq=first_seq,
+        last_seq=last_seq,
+        source_tokens=source_tokens,
+        model=accepted["model"],
+        trigger=plan.trigger,
+        retention=accepted["retention"],
+        missing_facts=accepted["missing_facts"],
+        focus=plan.focus[:500],
+        token_count=0,
+    )
+    summary.token_count = count_message_tokens(summary.block, model=session.bot.model)
+    summary.save()
+    return summary
+
+
+def record_success(
+    session: ChatSession,
+    trigger: str,
+    reason: str,
+    accepted: dict[str, Any],
+    summary: Summary,
+    *,
+    tokens_before: int,
+    source_tokens: int,
+) -> tuple[int, CompactionEvent]:
+    """Inside the committing transaction: index the snapshot, measure, write the event."""
+    memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"])
+    tokens_after = context_measure(session=session_fresh(session)).pressure
+    event = event_write(
+        session,
+        trigger=trigger,
+        outcome=CompactionEvent.Outcome.COMPACTED,
+        reason=reason,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        source_tokens=source_tokens,
+        summary_tokens=summary.token_count,
+        model=accepted["model"],
+        duration_ms=accepted["duration_ms"],
+        snapshot=accepted["snapshot"],
+        summary=summary,
+    )
+    return tokens_after, event
+
+
+def source_tokens_to_take(session: ChatSession, excess: int) -> int:
+    """Source tokens to take so that pressure lands on the target *after* the new summary.
+
+    The summary comes back into the context, so freeing exactly the excess would leave pressure
+    above the target and cost a second, tiny pass. The session's last compression ratio (summary
+    / source; 25 % before the first) predicts how much comes back.
+    """
+    if excess <= 0:
+        return 0
+    last = (
+        CompactionEvent.objects.filter(
+            session=session, outcome=CompactionEvent.Outcome.COMPACTED, source_tokens__gt=0
+        )
+        .exclude(trigger="fusion")
+        .order_by("-id")
+        .values_list("summary_tokens", "source_tokens")
+        .first()
+    )
+    ratio = last[0] / last[1] if last else DEFAULT_SUMMARY_RATIO
+    ratio = min(max(ratio, 0.05), 0.9)
+    return math.ceil(excess / (1 - ratio))
+
+
+def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> RunResult:
+    """One compaction of the oldest history toward ``plan.target`` (caller holds the lease).
+
+    ``record_noop=False``: a follow-up pass that finds nothing left ends quietly (no event).
+    """
+    measure = context_measure(session=session)
+    tokens_before = measure.pressure
+    excess = tokens_before - plan.target
+    tokens_to_free = (
+        EVERYTHING if plan.trigger == "manual" else source_tokens_to_take(session, excess)
+    )
+    if tokens_to_free <= 0:
+        event = event_write(
+            session,
+            trigger=plan.trigger,
+            outcome=CompactionEvent.Outcome.NOOP,
+            reason="below_target",
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+        )
+        return RunResult("noop", "below_target", tokens_before, tokens_before, None, event)
+
+    selection, transcript = range_choose(session, plan, tokens_to_free)
+    if not selection and not record_noop:
+        return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before)
+    if not selection:
+        event = event_write(
+            session,
+            trigger=plan.trigger,
+            outcome=CompactionEvent.Outcome.NOOP,
+            reason="nothing_to_compact",
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+        )
+        return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before, None, event)
+
+    ids = [row.id for row in selection]
+    source_tokens = sum(row.tokens for row in selection)
+    first_seq, last_seq = selection[0].seq, selection[-1].seq
+    accepted, failure = summarise(
+        session,
+        plan,
+        transcript=transcript,
+        replaced_tokens=source_tokens,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        tokens_before=tokens_before,
+        source_tokens=source_tokens,
+    )
+    if failure is not None:
+        return failure
+    assert accepted is not None
+    try:
+        with transaction.atomic():
+            summary = summary_create(
+                session,
+                plan,
+                accepted,
+                first_seq=first_seq,
+                last_seq=last_seq,
+                source_tokens=source_tokens,
+                level=1,
+            )
+            # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
+            claimed = Message.objects.filter(
+                pk__in=ids,
+                compacted_by__isnull=True,
+                status=Message.Status.COMPLETE,
+                pinned=False,
+            ).update(compacted_by=summary)
+            if claimed != len(ids):
+                raise Conflict()
+            ChatSession.objects.filter(pk=session.pk).update(
+                context_tokens=F("context_tokens") - source_tokens,
+                context_messages=F("context_messages") - len(ids),
+            )
+            tokens_after, event = record_success(
+                session,
+                plan.trigger,
+                "",
+                accepted,
+                summary,
+                tokens_before=tokens_before,
+                source_tokens=source_tokens,
+            )
+    except Conflict:
+        event = event_write(
+            session,
+            trigger=plan.trigger,
+            outcome=CompactionEvent.Outcome.FAILED,
+            reason="conflict",
+            error="The messages changed while they were being summarised.",
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+            source_tokens=source_tokens,
+            model=accepted["model"],
+            snapshot=accepted["snapshot"],
+        )
+        return RunResult("failed", "conflict", tokens_before, tokens_before, None, event)
+    return RunResult("compacted", "", tokens_before, tokens_after, summary, event)

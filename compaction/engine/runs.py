@@ -1,0 +1,155 @@
+"""The entry points: soft (Celery, after a turn), hard (in the context pipeline, before a model
+call) and manual (/compact, the API, the command), each behind the session's single flight."""
+
+from django.conf import settings
+from django.db.models import Max
+
+from bots.models import ChatSession
+from chat_platform.errors import CompactionBusy
+from compaction.engine.common import (
+    EXTRACTIVE_MODEL,
+    MANUAL_MAX_PASSES,
+    Plan,
+    RunResult,
+    session_fresh,
+    skipped,
+)
+from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
+from compaction.engine.passes import run_pass
+from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
+from compaction.lock import single_flight
+from compaction.models import CompactionEvent
+from compaction.pipeline import Measure, bot_budget, context_measure
+
+
+def compaction_soft(*, session_id: int) -> RunResult | None:
+    """After a turn: drain toward T in up to 3 passes; never waits for a run in flight."""
+    session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    if session is None or not session.bot.compaction_enabled:
+        return None
+    budget = bot_budget(session.bot)
+    with single_flight(session_id, wait=0) as flight:
+        if not flight.acquired:
+            return None  # a run is in flight: it is doing this work already
+        last: RunResult | None = None
+        for _ in range(settings.COMPACTION_SOFT_PASSES):
+            session = session_fresh(session)
+            pressure = context_measure(session=session).pressure
+            if last is None and pressure < budget.soft:
+                return None
+            if last is not None and pressure <= budget.target:
+                return last  # landed: a further pass would do nothing
+            if compaction_blocked_until(session_id, hard=False):
+                return skipped(session, "soft", "cooldown", pressure)
+            result = pass_or_fuse(session, Plan(trigger="soft", target=budget.target), budget)
+            if result.outcome in ("failed", "rejected"):
+                arm_failure(session_id, hard=False)
+            if not result.compacted:
+                return result
+            clear_failures(session_id)
+            last = result
+        return last
+
+
+def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | None:
+    """Before a model call under hard pressure: compact toward Ts, waiting (<= 60 s) for any run
+    in flight and reusing its result. Degrades only downward: extractive fallback, or trimming."""
+    bot = session.bot
+    budget = measure.budget
+    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS) as flight:
+        if not flight.acquired:
+            return skipped(session, "hard", "busy", measure.pressure)
+        session = session_fresh(session)
+        pressure = context_measure(session=session).pressure
+        if flight.waited and pressure < budget.hard:
+            return None  # the run we waited for did the work
+        result: RunResult | None = None
+        blocked = compaction_blocked_until(session.pk, hard=True)
+        if blocked is None:
+            result = pass_or_fuse(
+                session, Plan(trigger="hard", target=budget.target_blocking), budget
+            )
+            if result.compacted:
+                clear_failures(session.pk)
+                return result
+            if result.outcome in ("failed", "rejected"):
+                arm_failure(session.pk, hard=True)
+            elif result.outcome == "noop":
+                return result
+        if not bot.compaction_fallback_extractive:
+            if result is None:
+                result = skipped(session, "hard", "backoff", pressure)
+            return result  # admission trims; never more than B, never the full history
+        return pass_or_fuse(
+            session_fresh(session),
+            Plan(trigger="fallback", target=budget.target_blocking, model=EXTRACTIVE_MODEL),
+            budget,
+        )
+
+
+def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
+    """``/compact [focus]``: everything but the latest exchange, now — in as many summariser
+    calls as its input window needs; bypasses cool-down and back-off and clears them on success.
+
+    A caller that finds a run in flight waits (<= 60 s) and reuses what that run produced while
+    it waited; if that run compacted nothing, it compacts itself.
+    """
+    seen = CompactionEvent.objects.filter(session=session).aggregate(last=Max("id"))["last"] or 0
+    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS) as flight:
+        if not flight.acquired:
+            raise CompactionBusy()
+        session = session_fresh(session)
+        if flight.waited:
+            joined = (
+                CompactionEvent.objects.filter(
+                    session=session, id__gt=seen, outcome=CompactionEvent.Outcome.COMPACTED
+                )
+                .select_related("summary")
+                .order_by("-id")
+                .first()
+            )
+            if joined is not None:
+                return RunResult(
+                    joined.outcome,
+                    joined.reason or "joined",
+                    joined.tokens_before,
+                    joined.tokens_after,
+                    joined.summary,
+                    joined,
+                )
+        budget = bot_budget(session.bot)
+        tokens_before = context_measure(session=session).pressure
+        done: list[RunResult] = []
+        last: RunResult | None = None
+        for i in range(MANUAL_MAX_PASSES):
+            # The frontier is fused first if due; the passes' own summaries wait for the next
+            # pass that finds them past 20 % of B.
+            parents = fusion_due(session, budget) if i == 0 else []
+            if parents:
+                last = fuse(session, parents, Plan(trigger="fusion", target=0))
+            else:
+                last = run_pass(
+                    session,
+                    Plan(trigger="manual", target=0, focus=focus, min_tokens=0),
+                    record_noop=not done,
+                )
+            session = session_fresh(session)
+            if not last.compacted:
+                break
+            done.append(last)
+        if not done:
+            assert last is not None
+            return last
+        clear_failures(session.pk)
+        final = done[-1]
+        return RunResult(
+            "compacted",
+            final.reason,
+            tokens_before,
+            final.tokens_after,
+            final.summary,
+            final.event,
+            passes=[r.event for r in done if r.event is not None],
+            first_seq=min(r.first_seq for r in done if r.first_seq is not None),
+            last_seq=max(r.last_seq for r in done if r.last_seq is not None),
+        )
