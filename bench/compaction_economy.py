@@ -16,34 +16,14 @@ import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench")
-os.environ.setdefault("SECRET_KEY", "bench-only")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _django import setup  # noqa: E402
+
 os.environ["BENCH_FAKE_KEY"] = "sk-bench"
-os.environ.pop("REDIS_URL", None)  # embedded: tasks run in-process, the lock is in-process
-
-import psycopg  # noqa: E402
-
-
-def ensure_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
-            conn.execute(f'create database "{name}"')
-
-
-ensure_database(os.environ["DATABASE_URL"])
-
-import django  # noqa: E402
-
-django.setup()
+setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 
 from bots.models import Bot, ChatSession  # noqa: E402
 from bots.services import session_create, session_message_send  # noqa: E402
@@ -71,7 +51,6 @@ def summary_reply(body: dict) -> Reply:
 
 
 def main() -> None:
-    call_command("migrate", verbosity=0)
     rng = random.Random(7)
     summariser_inputs: list[int] = []
     fusion_inputs: list[int] = []

@@ -8,7 +8,6 @@ and the peak Python memory of ``context_build`` for the next turn of each. Print
     .venv/bin/python bench/context_scaling.py   # DATABASE_URL defaults to .../chat_bench
 """
 
-import os
 import random
 import statistics
 import sys
@@ -16,33 +15,13 @@ import time
 import tracemalloc
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench")
-os.environ.setdefault("SECRET_KEY", "bench-only")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ.pop("REDIS_URL", None)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import psycopg  # noqa: E402
+from _django import setup  # noqa: E402
 
-
-def ensure_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
-            conn.execute(f'create database "{name}"')
-
-
-ensure_database(os.environ["DATABASE_URL"])
-
-import django  # noqa: E402
-
-django.setup()
+setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bots.models import Bot, ChatSession, Message  # noqa: E402
@@ -125,15 +104,17 @@ def measure(reply_id: int) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    call_command("migrate", verbosity=0)
     user, _ = get_user_model().objects.get_or_create(username="bench")
-    bot, _ = Bot.objects.get_or_create(
+    # Admission alone: compaction off, so the 100k history stays uncompacted and every build
+    # has to choose from all of it (with compaction on, a hard pass would run first).
+    bot, _ = Bot.objects.update_or_create(
         owner=user,
-        name="bench-128k",
+        name="bench-128k-admission",
         defaults={
             "model": "openai/gpt-4o",
             "context_window": 128_000,
             "system_prompt": "Be helpful.",
+            "compaction_enabled": False,
         },
     )
     replies = {}
