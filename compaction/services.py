@@ -14,6 +14,7 @@ REASON_TEXT = {
     "tool_syntax": "the summary contained tool-call syntax",
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
+    "internal_error": "an internal error stopped it (see the server log)",
 }
 
 
