@@ -5,13 +5,14 @@ final text is written with a conditional ``streaming -> complete|failed`` update
 task or a racing sweep never overwrites a finished reply.
 """
 
+import threading
 import time
 from functools import partial
 from typing import Any
 
 import structlog
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from bots import realtime
@@ -60,14 +61,39 @@ class DeltaBatcher:
         self.last_flush = time.monotonic()
 
 
-def _checkpoint(message_id: int, partial_text: str) -> bool:
-    """Save the partial text; return whether the user asked to stop."""
+def _checkpoint(message_id: int, partial_text: str) -> None:
+    """Save the partial text: if the worker dies, the sweep keeps it."""
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
         content=partial_text, updated_at=timezone.now()
     )
-    return bool(
-        Message.objects.filter(pk=message_id).values_list("stop_requested", flat=True).first()
-    )
+
+
+class StopWatcher(threading.Thread):
+    """Watches for the user's stop beside the stream, so a provider that is silent — before its
+    first token, or stalled mid-stream — is stopped at once: closing the stream from here ends
+    the turn's blocked read. Uses (and closes) its own database connection."""
+
+    def __init__(self, message_id: int, stream: gateway.ChatStream) -> None:
+        super().__init__(daemon=True, name=f"stop-watch-{message_id}")
+        self.message_id = message_id
+        self.stream = stream
+        self.finished = threading.Event()
+        self.stopped = False
+
+    def run(self) -> None:
+        try:
+            while not self.finished.wait(CHECKPOINT_SECONDS):
+                flag = (
+                    Message.objects.filter(pk=self.message_id)
+                    .values_list("stop_requested", flat=True)
+                    .first()
+                )
+                if flag:
+                    self.stopped = True
+                    self.stream.close()
+                    return
+        finally:
+            connection.close()
 
 
 def _finish(reply: Message, **fields: Any) -> Message | None:
@@ -128,19 +154,17 @@ def turn_run(*, message_id: int) -> None:
 
     parts: list[str] = []
     batcher = DeltaBatcher(reply)
-    stopped = False
+    stream = gateway.stream(bot_model_config(bot), context.messages)
+    watcher = StopWatcher(reply.pk, stream)
+    watcher.start()
     try:
-        stream = gateway.stream(bot_model_config(bot), context.messages)
         last_checkpoint = time.monotonic()
         for delta in stream:
             parts.append(delta)
             batcher.add(delta)
             if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS:
                 last_checkpoint = time.monotonic()
-                if _checkpoint(reply.pk, "".join(parts)):
-                    stopped = True
-                    stream.close()
-                    break
+                _checkpoint(reply.pk, "".join(parts))
         batcher.flush()
     except gateway.ModelUnavailable as exc:
         batcher.flush()
@@ -157,6 +181,10 @@ def turn_run(*, message_id: int) -> None:
             partial_text="".join(parts),
         )
         return
+    finally:
+        watcher.finished.set()
+        watcher.join(timeout=5)
+    stopped = watcher.stopped
 
     text = "".join(parts)
     completion = stream.completion

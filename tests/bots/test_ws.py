@@ -211,6 +211,32 @@ async def test_generation_stop_keeps_partial_text(fake_session, fake_openai, ws_
     assert fake_openai.aborted == 1
 
 
+async def test_generation_stop_ends_a_silent_stream(
+    fake_session, fake_openai, ws_token, eager_tasks
+):
+    # The provider answers, then says nothing for a minute before its first token.
+    fake_openai.script(Reply(text="Too late.", chunks=["Too ", "late."], stall_after=0, stall=60))
+    communicator = await _connect(fake_session.pk, ws_token)
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "go"}))
+    await _frames_until(
+        communicator,
+        lambda f: f["type"] == "message.created" and f["message"]["role"] == "assistant",
+    )
+    await communicator.send_to(text_data=json.dumps({"type": "generation.stop"}))
+    frames = await _frames_until(communicator, _is_final, timeout=30)
+    await communicator.disconnect()
+    final = frames[-1]["message"]
+    # stopped before any token: nothing of the stalled reply, not the whole of it after a minute
+    assert (final["status"], final["content"]) == ("complete", "")
+    stored = await database_sync_to_async(Message.objects.get)(pk=final["id"])
+    assert (stored.finish_reason, stored.token_count) == ("stopped", 0)
+    for _ in range(40):
+        if fake_openai.aborted:
+            break
+        await asyncio.sleep(0.05)
+    assert fake_openai.aborted == 1
+
+
 async def test_duplicate_client_id_over_websocket(fake_session, fake_openai, ws_token, eager_tasks):
     fake_openai.script(Reply(text="One."))
     communicator = await _connect(fake_session.pk, ws_token)
