@@ -134,16 +134,29 @@ def event_write(
     return event
 
 
-def skipped(session: ChatSession, trigger: str, reason: str, pressure: int) -> RunResult:
+def unchanged(
+    session: ChatSession, *, trigger: str, outcome: str, reason: str, pressure: int
+) -> RunResult:
+    """An attempt that changed nothing (noop or skipped): its event, and the result."""
     event = event_write(
         session,
         trigger=trigger,
-        outcome=CompactionEvent.Outcome.SKIPPED,
+        outcome=outcome,
         reason=reason,
         tokens_before=pressure,
         tokens_after=pressure,
     )
-    return RunResult("skipped", reason, pressure, pressure, None, event)
+    return RunResult(outcome, reason, pressure, pressure, None, event)
+
+
+def skipped(session: ChatSession, trigger: str, reason: str, pressure: int) -> RunResult:
+    return unchanged(
+        session,
+        trigger=trigger,
+        outcome=CompactionEvent.Outcome.SKIPPED,
+        reason=reason,
+        pressure=pressure,
+    )
 
 
 def session_fresh(session: ChatSession) -> ChatSession:

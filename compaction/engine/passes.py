@@ -30,6 +30,7 @@ from compaction.engine.common import (
     session_fresh,
     summariser_window,
     transcript_line,
+    unchanged,
 )
 from compaction.models import CompactionEvent, Summary
 from compaction.pipeline import context_measure
@@ -281,30 +282,27 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
     tokens_to_free = (
         EVERYTHING if plan.trigger == "manual" else source_tokens_to_take(session, excess)
     )
+    noop = CompactionEvent.Outcome.NOOP
     if tokens_to_free <= 0:
-        event = event_write(
+        return unchanged(
             session,
             trigger=plan.trigger,
-            outcome=CompactionEvent.Outcome.NOOP,
+            outcome=noop,
             reason="below_target",
-            tokens_before=tokens_before,
-            tokens_after=tokens_before,
+            pressure=tokens_before,
         )
-        return RunResult("noop", "below_target", tokens_before, tokens_before, None, event)
 
     selection, transcript = range_choose(session, plan, tokens_to_free)
     if not selection and not record_noop:
         return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before)
     if not selection:
-        event = event_write(
+        return unchanged(
             session,
             trigger=plan.trigger,
-            outcome=CompactionEvent.Outcome.NOOP,
+            outcome=noop,
             reason="nothing_to_compact",
-            tokens_before=tokens_before,
-            tokens_after=tokens_before,
+            pressure=tokens_before,
         )
-        return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before, None, event)
 
     ids = [row.id for row in selection]
     source_tokens = sum(row.tokens for row in selection)
