@@ -123,12 +123,10 @@ def test_fifty_concurrent_triggers_run_one_summariser_at_a_time(
             connection.close()
 
     threads = [threading.Thread(target=trigger, args=(kinds[i % 3],)) for i in range(50)]
-    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    elapsed = time.monotonic() - started
 
     assert not any(t.is_alive() for t in threads)
     assert errors == []
@@ -136,7 +134,6 @@ def test_fifty_concurrent_triggers_run_one_summariser_at_a_time(
     requests = summariser_requests(fake_openai)
     assert len(requests) >= 2  # the backlog needed more than one pass
     assert fake_openai.max_concurrent == 1  # exactly one summariser request in flight at a time
-    assert elapsed >= 0.5 * len(requests)  # they really ran one after another
     assert new.seq not in compacted_seqs(session)  # the current turn is never taken
     assert compacted_seqs(session)[0] == 1
     assert_coverage_consistent(session)
