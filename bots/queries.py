@@ -80,8 +80,3 @@ def message_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Messa
     if message is None:
         raise NotFound("Message not found.")
     return message
-
-
-def message_pair_for_user_message(*, user_message: Message) -> tuple[Message, Message | None]:
-    reply = Message.objects.filter(reply_to=user_message).first()
-    return user_message, reply

@@ -75,10 +75,6 @@ class BuiltContext:
     measure: Measure
     admission: Admission
 
-    @property
-    def budget(self) -> Budget:
-        return self.measure.budget
-
 
 @lru_cache(maxsize=256)
 def _system_tokens(prompt: str, model: str) -> int:
