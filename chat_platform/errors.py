@@ -67,3 +67,9 @@ class CompactionBusy(PlatformError):
     code = "compaction_busy"
     http_status = 409
     default_message = "Another compaction of this session did not finish in time."
+
+
+class ServiceUnavailable(PlatformError):
+    code = "service_unavailable"
+    http_status = 503
+    default_message = "A service this request needs is down; nothing was changed. Try again shortly."
