@@ -1,0 +1,22 @@
+"""Text that cannot be stored: NUL (PostgreSQL text refuses it) and lone surrogates (not valid
+Unicode; UTF-8 cannot encode them). Every text field a user controls is checked with these, so
+such input is a ``validation_error`` 400 everywhere, never a database or encoding 500."""
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+UNSTORABLE_MESSAGE = "Text may not contain NUL characters or unpaired surrogates."
+
+
+def text_is_storable(value: str) -> bool:
+    return _UNSTORABLE.search(value) is None
+
+
+def validate_storable_text(value: Any) -> None:
+    """Django validator for model and serializer fields."""
+    if isinstance(value, str) and not text_is_storable(value):
+        raise ValidationError(UNSTORABLE_MESSAGE, code="unstorable_text")
