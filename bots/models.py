@@ -142,6 +142,13 @@ class Message(models.Model):
     error_code = models.CharField(max_length=64, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
     stop_requested = models.BooleanField(default=False)
+    # Outbox: when the reply's turn was handed to the task queue (NULL: not yet, e.g. the broker
+    # was down). The watchdog hands over pending replies that were never (or long ago) dispatched.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    # Liveness of a running turn: refreshed every CHAT_HEARTBEAT_SECONDS while it runs. A
+    # streaming reply whose heartbeat went stale belongs to a dead worker: the watchdog marks it
+    # interrupted, keeping its partial text.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     # The active summary that replaced this message in the model's context (one at most).
     # RESTRICT: a summary cannot vanish from under its messages, except with its session.
     compacted_by = models.ForeignKey(
