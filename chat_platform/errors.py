@@ -73,3 +73,9 @@ class ServiceUnavailable(PlatformError):
     code = "service_unavailable"
     http_status = 503
     default_message = "A service this request needs is down; nothing was changed. Try again shortly."
+
+
+class InternalError(PlatformError):
+    code = "internal_error"
+    http_status = 500
+    default_message = "Something went wrong on our side; it has been logged."
