@@ -1,17 +1,37 @@
-"""Writes of the memory app. Snapshots: the exact transcript each compaction attempt sent to its
-summariser, written before the call, kept on failure, indexed only once the compaction succeeded.
+"""Writes of the memory app.
+
+Snapshots: the exact transcript each compaction attempt sent to its summariser, written before the
+call, kept on failure, indexed only once the compaction succeeded (``snapshot_*``; the engine's
+interface, unchanged).
+
+Info records (``record_*``): saved by the bot (``save_record`` tool), by ``builtin/recall`` on
+"remember …", or by the user over the API. Validate (``check_record_fields``), then write, then
+notify after commit (``memory.updated`` to every chat whose index changed).
+
+Names: one name means one record inside a session. ``record_create`` refuses a name the session can
+already read; ``record_save`` is an upsert: saving a name again rewrites that record's description
+and body (a bot correcting a fact keeps one record, not two), keeping its scope.
 """
 
 import re
 from collections import Counter
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from bots.models import ChatSession
+from bots.models import ChatSession, Message
+from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.builtin.text import STOPWORDS
 from chat_platform.llm.tokens import count_tokens
-from memory.models import MemoryRecord
+from chat_platform.textcheck import text_is_storable
+from memory import realtime
+from memory.models import MemoryRecord, RecallEvent
+from memory.queries import record_get_for_session, records_for_session
 
 DESCRIPTION_MAX = 140
 _LINE_LABEL = re.compile(r"^\s*\[\d+\]\s*[a-z]+(?:\s*\([^)]*\))?:\s*", re.IGNORECASE | re.MULTILINE)
@@ -79,3 +99,285 @@ def snapshots_for(
             session=session, name__in=list(names), kind=MemoryRecord.Kind.SNAPSHOT
         ).values_list("name", "body")
     }
+
+
+# --- info records -----------------------------------------------------------------------------
+
+SNAPSHOT_PREFIX = "snapshot_"
+SCOPES = tuple(MemoryRecord.Scope.values)
+
+
+def _text_or_error(value: object, field: str, errors: dict[str, list[str]]) -> str:
+    if not isinstance(value, str):
+        errors[field] = ["This field is required and must be text."]
+        return ""
+    return value
+
+
+def _clean_or_raise(record: MemoryRecord) -> None:
+    """The model's field validation (name pattern, lengths, storable text). Uniqueness is checked
+    by the callers with a clear message, and held by the database's constraints."""
+    try:
+        record.full_clean(exclude=["session", "user", "bot"], validate_constraints=False)
+    except DjangoValidationError as exc:
+        raise ValidationFailed(details=exc.message_dict) from None
+
+
+def check_record_fields(
+    *, name: object, description: object, body: object, scope: object
+) -> tuple[str, str, str, str]:
+    """Types, size and the rules the model cannot express: (name, description, body, scope).
+
+    The description is one line of the index, so runs of whitespace (newlines too) become one
+    space. A body over 1 MB is ``payload_too_large``, the same rule as message content."""
+    errors: dict[str, list[str]] = {}
+    name = _text_or_error(name, "name", errors)
+    description = " ".join(_text_or_error(description, "description", errors).split())
+    body = _text_or_error(body, "body", errors)
+    if scope not in SCOPES:
+        errors["scope"] = [f"Must be one of: {', '.join(SCOPES)}."]
+    if "body" not in errors:
+        if len(body.encode("utf-8", "surrogatepass")) > settings.MESSAGE_MAX_BYTES:
+            raise PayloadTooLarge(
+                "The record body is larger than 1 MB.",
+                details={"body": ["At most 1 MB."], "max_bytes": settings.MESSAGE_MAX_BYTES},
+            )
+        if not body.strip():
+            errors["body"] = ["This field may not be blank."]
+    if "description" not in errors and not description:
+        errors["description"] = ["This field may not be blank."]
+    if "name" not in errors and name.startswith(SNAPSHOT_PREFIX):
+        errors["name"] = [f"Names starting with '{SNAPSHOT_PREFIX}' are reserved for snapshots."]
+    if errors:
+        raise ValidationFailed(details=errors)
+    return name, description, body, str(scope)
+
+
+def _owner_fields(*, session: ChatSession, scope: str) -> dict[str, Any]:
+    if scope == MemoryRecord.Scope.BOT:
+        return {"session": None, "user_id": session.user_id, "bot_id": session.bot_id}
+    return {"session": session, "user_id": None, "bot_id": None}
+
+
+def _readable(*, session: ChatSession, name: str) -> MemoryRecord | None:
+    if not MemoryRecord.name_is_valid(name):
+        return None
+    return records_for_session(session=session).filter(name=name).first()
+
+
+def _notify_on_commit(*, record: MemoryRecord, session: ChatSession) -> None:
+    transaction.on_commit(partial(realtime.notify_record_changed, record=record, session=session))
+
+
+def _name_taken(name: str) -> ValidationFailed:
+    return ValidationFailed(
+        details={"name": [f"A record named '{name}' already exists in this chat."]}
+    )
+
+
+def do_record_insert(
+    *, session: ChatSession, name: str, description: str, body: str, scope: str
+) -> MemoryRecord:
+    record = MemoryRecord(
+        name=name,
+        kind=MemoryRecord.Kind.INFO,
+        scope=scope,
+        description=description,
+        body=body,
+        token_count=count_tokens(body, model=session.bot.model),
+        **_owner_fields(session=session, scope=scope),
+    )
+    _clean_or_raise(record)
+    with transaction.atomic():
+        record.save()
+    return record
+
+
+def do_record_rewrite(
+    *, record: MemoryRecord, session: ChatSession, description: str, body: str
+) -> MemoryRecord:
+    record.description = description
+    record.body = body
+    record.token_count = count_tokens(body, model=session.bot.model)
+    _clean_or_raise(record)
+    record.save(update_fields=["description", "body", "token_count", "updated_at"])
+    return record
+
+
+def _check_writable(record: MemoryRecord) -> None:
+    if record.kind == MemoryRecord.Kind.SNAPSHOT:
+        raise ValidationFailed(
+            "Snapshots are read-only.", details={"kind": ["Snapshots are read-only."]}
+        )
+
+
+def record_create(
+    *,
+    session: ChatSession,
+    name: object,
+    description: object,
+    body: object,
+    scope: object = MemoryRecord.Scope.SESSION,
+) -> MemoryRecord:
+    """A new info record (the user's API). A name this chat can already read is refused."""
+    name, description, body, scope = check_record_fields(
+        name=name, description=description, body=body, scope=scope
+    )
+    with transaction.atomic():
+        if _readable(session=session, name=name) is not None:
+            raise _name_taken(name)
+        try:
+            record = do_record_insert(
+                session=session, name=name, description=description, body=body, scope=scope
+            )
+        except IntegrityError:  # a concurrent create of the same name won
+            raise _name_taken(name) from None
+        _notify_on_commit(record=record, session=session)
+    return record
+
+
+def record_save(
+    *,
+    session: ChatSession,
+    name: object,
+    description: object,
+    body: object,
+    scope: object = None,
+) -> MemoryRecord:
+    """Save an info record by name, for the bot's ``save_record`` tool and "remember …".
+
+    Upsert: a readable info record of that name is rewritten (description and body) and keeps
+    its scope; otherwise a new one is made in ``scope`` (default ``session``). Asking for a
+    different scope than the existing record's, or naming a snapshot, is ``validation_error``."""
+    requested = scope
+    name, description, body, scope = check_record_fields(
+        name=name,
+        description=description,
+        body=body,
+        scope=MemoryRecord.Scope.SESSION if scope is None else scope,
+    )
+    for attempt in (1, 2):
+        try:
+            with transaction.atomic():
+                record = _record_save_once(
+                    session=session,
+                    name=name,
+                    description=description,
+                    body=body,
+                    scope=scope,
+                    scope_given=requested is not None,
+                )
+                _notify_on_commit(record=record, session=session)
+            return record
+        except IntegrityError:
+            if attempt == 2:  # pragma: no cover - needs two lost races in a row
+                raise _name_taken(name) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _record_save_once(
+    *,
+    session: ChatSession,
+    name: str,
+    description: str,
+    body: str,
+    scope: str,
+    scope_given: bool,
+) -> MemoryRecord:
+    existing = _readable(session=session, name=name)
+    if existing is None:
+        return do_record_insert(
+            session=session, name=name, description=description, body=body, scope=scope
+        )
+    _check_writable(existing)
+    if scope_given and existing.scope != scope:
+        raise ValidationFailed(
+            details={
+                "scope": [f"'{name}' is a {existing.scope}-scoped record; its scope cannot change."]
+            }
+        )
+    locked = MemoryRecord.objects.select_for_update().get(pk=existing.pk)
+    return do_record_rewrite(record=locked, session=session, description=description, body=body)
+
+
+def record_update(
+    *,
+    session: ChatSession,
+    name: object,
+    description: object | None = None,
+    body: object | None = None,
+) -> MemoryRecord:
+    """Change an info record's description and/or body (``None``: keep). Names and scopes are
+    immutable: the name is the record's address (URLs, the index the model has already seen)."""
+    record = record_get_for_session(session=session, name=name)
+    _check_writable(record)
+    if description is None and body is None:
+        return record
+    _, description, body, _ = check_record_fields(
+        name=record.name,
+        description=record.description if description is None else description,
+        body=record.body if body is None else body,
+        scope=record.scope,
+    )
+    with transaction.atomic():
+        locked = MemoryRecord.objects.defer("search_vector").select_for_update().get(pk=record.pk)
+        record = do_record_rewrite(
+            record=locked, session=session, description=description, body=body
+        )
+        _notify_on_commit(record=record, session=session)
+    return record
+
+
+def record_delete(*, session: ChatSession, name: object) -> None:
+    """Delete an info record readable from ``session`` (a bot-scoped one leaves every chat)."""
+    record = record_get_for_session(session=session, name=name)
+    _check_writable(record)
+    with transaction.atomic():
+        MemoryRecord.objects.filter(pk=record.pk).delete()
+        _notify_on_commit(record=record, session=session)
+
+
+# --- recall events ----------------------------------------------------------------------------
+
+RECALL_QUERY_MAX_CHARS = 1000
+RECALL_NAME_MAX_CHARS = 80
+
+
+def _storable(value: object, limit: int) -> str:
+    """Audit text from a model: never fail the turn over it, store what can be stored."""
+    text = str(value)[:limit]
+    if text_is_storable(text):
+        return text
+    return "".join(ch for ch in text if text_is_storable(ch))
+
+
+def recall_event_write(
+    *,
+    session: ChatSession,
+    message: Message | None,
+    recall_round: int,
+    tool: str,
+    names: Sequence[object] = (),
+    query: str = "",
+    found: Sequence[object] = (),
+    tokens: int = 0,
+) -> RecallEvent:
+    """Record one read or search (``tool`` ``read``/``search``; ``recall_round`` from 1) and send
+    the ``recall`` frame after commit. ``names``: asked for (read); ``found``: the names that came
+    back, in the order given to the model."""
+    if tool not in RecallEvent.Tool.values:
+        raise ValueError(f"Unknown recall tool {tool!r}")
+    event = RecallEvent(
+        session=session,
+        message=message,
+        round=recall_round,
+        tool=tool,
+        names=[_storable(n, RECALL_NAME_MAX_CHARS) for n in names],
+        query=_storable(query, RECALL_QUERY_MAX_CHARS),
+        found=[_storable(n, RECALL_NAME_MAX_CHARS) for n in found],
+        tokens=max(0, int(tokens)),
+    )
+    with transaction.atomic():
+        event.save()
+        transaction.on_commit(partial(realtime.notify_recall, event=event))
+    return event

@@ -2,7 +2,7 @@ import factory
 from django.contrib.auth import get_user_model
 
 from bots.models import Bot, ChatSession, Message
-from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.llm.tokens import count_message_tokens, count_tokens
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -46,3 +46,19 @@ def message_add(session: ChatSession, *, role: str, content: str, **fields) -> M
     return Message.objects.create(
         session=session, seq=session.last_seq, role=role, content=content, **fields
     )
+
+
+class MemoryRecordFactory(factory.django.DjangoModelFactory):
+    """A session-scoped info record; pass ``scope="bot", session=None, user=…, bot=…`` for a
+    bot-scoped one (tests of the data layer; production writes go through memory.services)."""
+
+    class Meta:
+        model = "memory.MemoryRecord"
+
+    session = factory.SubFactory(SessionFactory)
+    name = factory.Sequence(lambda n: f"record-{n}")
+    kind = "info"
+    scope = "session"
+    description = factory.Sequence(lambda n: f"Record number {n}")
+    body = "Some remembered text."
+    token_count = factory.LazyAttribute(lambda o: count_tokens(o.body))

@@ -1,0 +1,35 @@
+"""The public shapes of records and recall events (REST and websocket, CONTRACT §11–12)."""
+
+from typing import Any
+
+from memory.models import MemoryRecord, RecallEvent
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def record_payload(record: MemoryRecord) -> dict[str, Any]:
+    """A list item; GET one adds ``body``, a search adds ``excerpt``."""
+    return {
+        "name": record.name,
+        "kind": record.kind,
+        "scope": record.scope,
+        "description": record.description,
+        "first_seq": record.first_seq,
+        "last_seq": record.last_seq,
+        "token_count": record.token_count,
+        "created_at": _iso(record.created_at),
+    }
+
+
+def recall_payload(event: RecallEvent) -> dict[str, Any]:
+    """The ``recall`` frame's fields."""
+    return {
+        "message_id": event.message_id,
+        "round": event.round,
+        "tool": event.tool,
+        "names": event.names,
+        "query": event.query,
+        "found": event.found,
+    }
