@@ -10,6 +10,7 @@ api_v1 = [
     path("auth/token/", ObtainAuthToken.as_view(), name="auth-token"),
     path("", include("bots.api.urls")),
     path("", include("compaction.api.urls")),
+    path("", include("memory.api.urls")),
 ]
 
 urlpatterns = [

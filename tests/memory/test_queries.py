@@ -105,9 +105,10 @@ def test_scope_isolation_everywhere(
         return {
             "list": sorted(_names(queries.records_for_session(session=session))),
             "index": sorted(_names(queries.memory_index_lines(session=session, limit=50))),
-            "read": [r.found for r in queries.records_read(
-                session=session, names=["mine-here", "per-bot"]
-            )],
+            "read": [
+                r.found
+                for r in queries.records_read(session=session, names=["mine-here", "per-bot"])
+            ],
             "search": sorted(
                 h.name for h in queries.records_search(session=session, query="cello violin")
             ),
@@ -284,9 +285,7 @@ INJECTION_SHAPED = [
 def test_injection_shaped_queries_are_just_words(searchable, query):
     assert queries.records_search(session=searchable, query=query) == []
     assert MemoryRecord.objects.count() == 3
-    assert [h.name for h in queries.records_search(session=searchable, query="cello")] == [
-        "sister"
-    ]
+    assert [h.name for h in queries.records_search(session=searchable, query="cello")] == ["sister"]
 
 
 def test_search_of_non_text_is_no_hits(searchable):

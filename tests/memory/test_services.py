@@ -107,9 +107,7 @@ def test_save_is_an_upsert_that_keeps_the_scope(chat_session, sibling_session):
     assert MemoryRecord.objects.count() == 1
     with pytest.raises(ValidationFailed) as exc:
         services.record_save(session=chat_session, **OK, scope="session")
-    assert _details(exc) == {
-        "scope": ["'locker' is a bot-scoped record; its scope cannot change."]
-    }
+    assert _details(exc) == {"scope": ["'locker' is a bot-scoped record; its scope cannot change."]}
 
 
 def test_snapshots_are_read_only(chat_session):

@@ -1,0 +1,133 @@
+"""REST adapters of the memory app (CONTRACT §11): parse, authorise through the one chokepoint,
+call one service or selector, serialise. Another user's session is ``404 not_found`` before the
+body is even looked at."""
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bots.queries import session_get_for_user
+from chat_platform.errors import ValidationFailed
+from memory import queries, services
+from memory.api.serializers import (
+    ErrorSerializer,
+    RecordCreateSerializer,
+    RecordDetailSerializer,
+    RecordSearchHitSerializer,
+    RecordSerializer,
+    RecordUpdateSerializer,
+)
+from memory.models import MemoryRecord
+from memory.payloads import record_payload
+
+LIST_MAX = 500
+SEARCH_MAX = 50
+PATCH_FIELDS = ("description", "body")
+IMMUTABLE_FIELDS = ("name", "scope", "kind", "first_seq", "last_seq", "token_count")
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    meaning = {
+        400: "validation_error",
+        401: "not_authenticated",
+        404: "not_found (also another user's session)",
+        413: "payload_too_large (body over 1 MB)",
+    }
+    return {c: OpenApiResponse(ErrorSerializer, description=meaning[c]) for c in codes}
+
+
+def _choice(request: Request, field: str, choices: tuple[str, ...]) -> str | None:
+    value = request.query_params.get(field)
+    if value in (None, ""):
+        return None
+    if value not in choices:
+        raise ValidationFailed(details={field: [f"Must be one of: {', '.join(choices)}."]})
+    return value
+
+
+def _valid(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class SessionRecordListApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("kind", str, enum=MemoryRecord.Kind.values, required=False),
+            OpenApiParameter("scope", str, enum=MemoryRecord.Scope.values, required=False),
+            OpenApiParameter(
+                "q",
+                str,
+                required=False,
+                description="Full-text search: hits ranked best first, each with an excerpt.",
+            ),
+        ],
+        responses={
+            200: OpenApiResponse(
+                RecordSearchHitSerializer(many=True),
+                description="Records readable from the session, newest first (with q: ranked, "
+                "each with excerpt).",
+            ),
+            **_errors(400, 401, 404),
+        },
+    )
+    def get(self, request: Request, session_id: int) -> Response:
+        session = session_get_for_user(user=request.user, session_id=session_id)
+        kind = _choice(request, "kind", tuple(MemoryRecord.Kind.values))
+        scope = _choice(request, "scope", tuple(MemoryRecord.Scope.values))
+        q = request.query_params.get("q", "")
+        if q.strip():
+            hits = queries.records_search(
+                session=session, query=q, limit=SEARCH_MAX, kind=kind, scope=scope
+            )
+            return Response([{**record_payload(h.record), "excerpt": h.excerpt} for h in hits])
+        records = queries.records_for_session(session=session, kind=kind, scope=scope).defer("body")
+        return Response(RecordSerializer(records[:LIST_MAX], many=True).data)
+
+    @extend_schema(
+        request=RecordCreateSerializer,
+        responses={201: RecordDetailSerializer, **_errors(400, 401, 404, 413)},
+    )
+    def post(self, request: Request, session_id: int) -> Response:
+        session = session_get_for_user(user=request.user, session_id=session_id)
+        data = _valid(RecordCreateSerializer, request.data)
+        record = services.record_create(session=session, **data)
+        return Response(RecordDetailSerializer(record).data, status=status.HTTP_201_CREATED)
+
+
+class SessionRecordDetailApi(APIView):
+    @extend_schema(responses={200: RecordDetailSerializer, **_errors(401, 404)})
+    def get(self, request: Request, session_id: int, name: str) -> Response:
+        session = session_get_for_user(user=request.user, session_id=session_id)
+        record = queries.record_get_for_session(session=session, name=name)
+        return Response(RecordDetailSerializer(record).data)
+
+    @extend_schema(
+        request=RecordUpdateSerializer,
+        responses={200: RecordDetailSerializer, **_errors(400, 401, 404, 413)},
+    )
+    def patch(self, request: Request, session_id: int, name: str) -> Response:
+        session = session_get_for_user(user=request.user, session_id=session_id)
+        queries.record_get_for_session(session=session, name=name)  # 404 before 400
+        if isinstance(request.data, dict):
+            refused = {
+                field: (["Cannot be changed."] if field in IMMUTABLE_FIELDS else ["Unknown field."])
+                for field in sorted(request.data)
+                if field not in PATCH_FIELDS
+            }
+            if refused:
+                raise ValidationFailed(details=refused)
+        data = _valid(RecordUpdateSerializer, request.data)
+        record = services.record_update(session=session, name=name, **data)
+        return Response(RecordDetailSerializer(record).data)
+
+    @extend_schema(responses={204: None, **_errors(400, 401, 404)})
+    def delete(self, request: Request, session_id: int, name: str) -> Response:
+        session = session_get_for_user(user=request.user, session_id=session_id)
+        services.record_delete(session=session, name=name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
