@@ -3,6 +3,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.db.models import Q
 
+from chat_platform.textcheck import validate_storable_text
+
 DEFAULT_MODEL = "builtin/recall"
 
 env_var_name_validator = RegexValidator(
@@ -15,12 +17,23 @@ class Bot(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bots"
     )
-    name = models.CharField(max_length=120)
-    system_prompt = models.TextField(blank=True, default="")
-    model = models.CharField(max_length=200, default=DEFAULT_MODEL)
-    api_base = models.URLField(max_length=500, blank=True, default="")
+    name = models.CharField(max_length=120, validators=[validate_storable_text])
+    system_prompt = models.TextField(blank=True, default="", validators=[validate_storable_text])
+    model = models.CharField(
+        max_length=200, default=DEFAULT_MODEL, validators=[validate_storable_text]
+    )
+    api_base = models.URLField(
+        max_length=500, blank=True, default="", validators=[validate_storable_text]
+    )
+    # The api_base a staff member set (or approved), so a bot keeps using it after its non-staff
+    # owner edits other fields. Only an api_base equal to this, or one under PROVIDER_API_BASES,
+    # is ever called (checked again at call time). Never shown in the API.
+    api_base_approved = models.CharField(max_length=500, blank=True, default="", editable=False)
     api_key_env = models.CharField(
-        max_length=128, blank=True, default="", validators=[env_var_name_validator]
+        max_length=128,
+        blank=True,
+        default="",
+        validators=[validate_storable_text, env_var_name_validator],
     )
     temperature = models.FloatField(
         default=0.7, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
@@ -38,7 +51,9 @@ class Bot(models.Model):
     compaction_kept_percent = models.PositiveSmallIntegerField(
         default=40, validators=[MinValueValidator(1), MaxValueValidator(99)]
     )
-    compaction_model = models.CharField(max_length=200, blank=True, default="")
+    compaction_model = models.CharField(
+        max_length=200, blank=True, default="", validators=[validate_storable_text]
+    )
     compaction_fallback_extractive = models.BooleanField(default=True)
 
     memory_index_size = models.PositiveSmallIntegerField(
@@ -70,13 +85,20 @@ class Bot(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def api_base_trusted(self) -> bool:
+        """Its api_base was set or approved by staff (and has not changed since)."""
+        return bool(self.api_base) and self.api_base == self.api_base_approved
+
 
 class ChatSession(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
     )
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="sessions")
-    title = models.CharField(max_length=200, blank=True, default="")
+    title = models.CharField(
+        max_length=200, blank=True, default="", validators=[validate_storable_text]
+    )
     # Highest seq handed out; bumped by one UPDATE whose row lock keeps seqs gap-free.
     last_seq = models.PositiveIntegerField(default=0)
     # Running totals over the messages that count toward the context (see Message.in_context_q):
@@ -120,12 +142,14 @@ class Message(models.Model):
     seq = models.PositiveIntegerField()
     role = models.CharField(max_length=16, choices=Role.choices)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CHAT)
-    content = models.TextField(blank=True, default="")
+    content = models.TextField(blank=True, default="", validators=[validate_storable_text])
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
     token_count = models.PositiveIntegerField(default=0)
     pinned = models.BooleanField(default=False)
     # Idempotency key from the client: the same key twice in a session yields the first result.
-    client_id = models.CharField(max_length=100, blank=True, default="")
+    client_id = models.CharField(
+        max_length=100, blank=True, default="", validators=[validate_storable_text]
+    )
     # Tool protocol: an assistant message that called tools carries tool_calls (OpenAI shape);
     # a tool result carries the id of the call it answers.
     tool_calls = models.JSONField(default=list, blank=True)

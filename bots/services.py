@@ -7,7 +7,6 @@ reply and schedules the turn once the transaction commits.
 import re
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -19,7 +18,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
-from bots import realtime
+from bots import dispatch, realtime
+from bots.bot_validation import check_bot_settings
 from bots.models import Bot, ChatSession, Message
 from bots.queries import (
     bot_get_for_edit,
@@ -31,9 +31,11 @@ from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
     PayloadTooLarge,
+    ServiceUnavailable,
     ValidationFailed,
 )
 from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.pipeline import context_measure, context_precheck
 
 log = structlog.get_logger(__name__)
@@ -69,11 +71,13 @@ def _full_clean(instance: Any, **kwargs: Any) -> None:
 
 
 def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
+    """The owner is the acting user: what they may set (api_base) depends on them."""
     unknown = set(fields) - set(BOT_FIELDS)
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     bot = Bot(owner=owner, **fields)
     _full_clean(bot, exclude=["owner"])
+    check_bot_settings(user=owner, bot=bot, previous_api_base=None, changed=set(fields))
     bot.save()
     log.info("bot_created", bot_id=bot.pk, owner_id=owner.pk, model=bot.model)
     return bot
@@ -84,10 +88,13 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    previous_api_base = bot.api_base
+    changed = {name for name, value in fields.items() if getattr(bot, name) != value}
     for name, value in fields.items():
         setattr(bot, name, value)
     _full_clean(bot, exclude=["owner"])
-    bot.save(update_fields=[*fields, "updated_at"])
+    check_bot_settings(user=user, bot=bot, previous_api_base=previous_api_base, changed=changed)
+    bot.save(update_fields=[*fields, "api_base_approved", "updated_at"])
     return bot
 
 
@@ -124,6 +131,10 @@ class SendResult:
     # /compact: the notice answering the command and the compaction it ran.
     notice: Message | None = None
     compaction: Any = None
+    # Whether the reply's turn reached the task queue: None until the send commits (or when
+    # there is no turn to hand over), False when the broker was down (the watchdog hands it over
+    # once the broker answers again).
+    dispatched: bool | None = None
 
     @property
     def is_command(self) -> bool:
@@ -136,6 +147,9 @@ COMPACT_COMMAND = re.compile(r"^/compact(?:\s+(?P<focus>.*))?$", re.DOTALL)
 def check_message_content(*, content: object, client_id: object = None) -> tuple[str, str | None]:
     if not isinstance(content, str):
         raise ValidationFailed(details={"content": ["This field is required and must be text."]})
+    # Before measuring: a lone surrogate cannot even be encoded to count its bytes.
+    if not text_is_storable(content):
+        raise ValidationFailed(details={"content": [UNSTORABLE_MESSAGE]})
     if len(content.encode("utf-8")) > settings.MESSAGE_MAX_BYTES:
         raise PayloadTooLarge(details={"max_bytes": settings.MESSAGE_MAX_BYTES})
     if not content.strip():
@@ -143,11 +157,13 @@ def check_message_content(*, content: object, client_id: object = None) -> tuple
     if client_id is not None and client_id != "":
         if not isinstance(client_id, str) or len(client_id) > 100:
             raise ValidationFailed(details={"client_id": ["Must be a string of ≤ 100 chars."]})
+        if not text_is_storable(client_id):
+            raise ValidationFailed(details={"client_id": [UNSTORABLE_MESSAGE]})
         return content, client_id
     return content, None
 
 
-def _allocate_seqs(*, session_id: int, count: int) -> int:
+def allocate_seqs(*, session_id: int, count: int) -> int:
     """Reserve ``count`` consecutive seqs; the UPDATE's row lock serialises concurrent senders."""
     ChatSession.objects.filter(pk=session_id).update(
         last_seq=F("last_seq") + count, updated_at=timezone.now()
@@ -195,7 +211,7 @@ def _exchange_open(
 ) -> Message | SendResult:
     """In the caller's transaction: reserve seqs n and n+1 and write the user's message at n
     (its answer takes n+1). A repeated client_id returns the first result instead."""
-    first_seq = _allocate_seqs(session_id=session.pk, count=2)
+    first_seq = allocate_seqs(session_id=session.pk, count=2)
     if client_id:
         existing = _existing_send(session=session, client_id=client_id)
         if existing is not None:
@@ -271,8 +287,6 @@ def session_message_send(
 
     The same ``client_id`` twice returns the first result and writes nothing.
     """
-    from bots.tasks import turn_run  # tasks are interfaces; imported late to keep layers one-way
-
     session = session_get_for_user(user=user, session_id=session_id)
     text, cid = check_message_content(content=content, client_id=client_id)
     command = COMPACT_COMMAND.match(text.strip())
@@ -288,7 +302,7 @@ def session_message_send(
             existing = _existing_send(session=session, client_id=cid) if cid else None
             if existing is None:
                 raise
-            return existing
+            result = existing
         if result.created:
             reply = result.assistant_message
             assert reply is not None
@@ -296,15 +310,36 @@ def session_message_send(
             transaction.on_commit(partial(realtime.notify_message_created, reply))
             rejected = _check_fits(session=session, result=result)
             if rejected is None:
-                transaction.on_commit(partial(turn_run.delay, reply.pk))
+                transaction.on_commit(partial(_dispatch_turn, result))
             else:
                 transaction.on_commit(partial(realtime.notify_message_failed, rejected))
+    if not result.created:
+        result = _redispatch_if_undelivered(result)
     log.info(
         "message_sent",
         session_id=session.pk,
         message_id=result.user_message.pk,
         created=result.created,
     )
+    return result
+
+
+def _dispatch_turn(result: SendResult) -> None:
+    """After commit: hand the pending reply (the outbox row) to the task queue."""
+    assert result.assistant_message is not None
+    result.dispatched = dispatch.turn_dispatch(result.assistant_message.pk)
+
+
+def _redispatch_if_undelivered(result: SendResult) -> SendResult:
+    """A repeated client_id whose reply never reached the queue (the broker was down): try the
+    hand-over again now, so a client's retry is also the way to get the reply going."""
+    reply = result.assistant_message
+    if reply is None:
+        return result
+    reply.refresh_from_db()
+    if reply.status == Message.Status.PENDING and reply.dispatched_at is None:
+        result.dispatched = dispatch.turn_dispatch(reply.pk)
+        reply.refresh_from_db()
     return result
 
 
@@ -331,6 +366,8 @@ def session_compact_command(
         result = compaction_manual(session=session, focus=focus.strip())
     except CompactionBusy:
         result = RunResult("failed", "busy")
+    except ServiceUnavailable:
+        result = RunResult("failed", "service_unavailable")
     except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless
         log.exception("compact_command_crashed", session_id=session.pk)
         result = RunResult("failed", "internal_error")
@@ -376,41 +413,3 @@ def message_wait_finished(*, message_id: int, timeout: float, poll: float = 0.1)
         if message.is_finished or time.monotonic() >= deadline:
             return message
         time.sleep(poll)
-
-
-def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
-    """Mark replies stuck in pending/streaming (a worker died) as interrupted, keeping text."""
-    age = settings.CHAT_ORPHAN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
-    cutoff = timezone.now() - timedelta(seconds=age)
-    stuck = list(
-        Message.objects.filter(
-            status__in=[Message.Status.PENDING, Message.Status.STREAMING], updated_at__lt=cutoff
-        ).values_list("pk", flat=True)
-    )
-    swept = 0
-    for message_id in stuck:
-        with transaction.atomic():
-            message = Message.objects.get(pk=message_id)
-            tokens = (
-                count_message_tokens(message.content, model=message.model) if message.content else 0
-            )
-            claimed = Message.objects.filter(
-                pk=message_id,
-                status__in=[Message.Status.PENDING, Message.Status.STREAMING],
-                updated_at__lt=cutoff,
-            ).update(
-                status=Message.Status.INTERRUPTED,
-                token_count=tokens,
-                error_code="interrupted",
-                error_message="The reply was interrupted before it finished.",
-                updated_at=timezone.now(),
-            )
-            if claimed:
-                session_context_add(session_id=message.session_id, tokens=tokens)
-        swept += claimed
-        if claimed:
-            message.refresh_from_db()
-            realtime.notify_message_completed(message)
-    if swept:
-        log.info("orphans_swept", count=swept)
-    return swept

@@ -35,6 +35,7 @@ def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConf
         model=model or bot.model,
         api_base=bot.api_base,
         api_key_env=bot.api_key_env,
+        api_base_trusted=bot.api_base_trusted,
         temperature=bot.temperature,
         max_output_tokens=bot.max_output_tokens,
     )

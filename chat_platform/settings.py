@@ -8,11 +8,25 @@ channel layer on Redis, a separate worker. Nothing else switches the two.
 from pathlib import Path
 
 import environ
+from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
+
+from chat_platform import provider_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
+
+class _Env(environ.Env):
+    """Remembers every variable the settings read: none of them may ever be a provider key."""
+
+    read: set[str] = set()
+
+    def get_value(self, var, *args, **kwargs):
+        self.read.add(var)
+        return super().get_value(var, *args, **kwargs)
+
+
+env = _Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env.bool("DEBUG", default=False)
@@ -23,6 +37,29 @@ if not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-only-used-with-debug"  # noqa: S105
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- HTTPS ------------------------------------------------------------------------------------
+# HTTPS=true (served over TLS, directly or behind a proxy) turns on secure cookies, HSTS and the
+# redirect to https; each can still be set on its own. Off by default so the embedded mode and a
+# localhost server work over plain http, also with DEBUG=false.
+HTTPS = env.bool("HTTPS", default=False)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=HTTPS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=HTTPS)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=HTTPS)
+# Behind a TLS-terminating proxy: SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https (only if
+# the proxy always sets or strips that header).
+_proxy_ssl_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if _proxy_ssl_header and (
+    len(_proxy_ssl_header) != 2 or not _proxy_ssl_header[0].startswith("HTTP_")
+):
+    raise ImproperlyConfigured(
+        "SECURE_PROXY_SSL_HEADER must be '<HTTP_HEADER_NAME>,<value>', "
+        "e.g. HTTP_X_FORWARDED_PROTO,https"
+    )
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) if _proxy_ssl_header else None
 
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL
@@ -176,6 +213,18 @@ else:
 CONTEXT_ABSOLUTE_CAP_TOKENS = env.int("CONTEXT_ABSOLUTE_CAP_TOKENS", default=200_000)
 if CONTEXT_ABSOLUTE_CAP_TOKENS < 1:
     raise ImproperlyConfigured("CONTEXT_ABSOLUTE_CAP_TOKENS must be a positive integer")
+# Which environment variables a bot may name as api_key_env, and which base URLs bots of
+# non-staff users may call (see chat_platform/provider_policy.py). The allow-list is checked
+# against every setting name at the end of this module.
+PROVIDER_KEY_ENV_ALLOWED = env.list(
+    "PROVIDER_KEY_ENV_ALLOWED", default=list(provider_policy.DEFAULT_PROVIDER_KEY_ENVS)
+)
+PROVIDER_API_BASES = env.list("PROVIDER_API_BASES", default=[])
+_bad_bases = [url for url in PROVIDER_API_BASES if not provider_policy.api_base_is_http(url)]
+if _bad_bases:
+    raise ImproperlyConfigured(
+        f"PROVIDER_API_BASES: not plain http(s) URLs: {', '.join(_bad_bases)}"
+    )
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=120.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 LLM_RETRY_BACKOFF_SECONDS = env.float("LLM_RETRY_BACKOFF_SECONDS", default=1.0)
@@ -183,13 +232,33 @@ LLM_RETRY_BACKOFF_SECONDS = env.float("LLM_RETRY_BACKOFF_SECONDS", default=1.0)
 CHAT_STREAM_FLUSH_SECONDS = env.float("CHAT_STREAM_FLUSH_SECONDS", default=0.05)
 # Turns stuck in pending/streaming for longer than this are marked interrupted by the sweep.
 CHAT_ORPHAN_AFTER_SECONDS = env.int("CHAT_ORPHAN_AFTER_SECONDS", default=600)
+# A running turn stamps its reply's heartbeat this often; the watchdog (beat, every
+# CHAT_WATCHDOG_SECONDS) marks a streaming reply whose heartbeat is older than
+# CHAT_HEARTBEAT_TIMEOUT_SECONDS interrupted (its worker died), and hands pending replies that
+# never reached the queue (broker down at send time) or were dispatched over
+# CHAT_REDISPATCH_AFTER_SECONDS ago without starting (their task was lost) to the queue again.
+# Worst case from a worker's death to the interrupted reply: timeout + watchdog interval.
+CHAT_HEARTBEAT_SECONDS = env.float("CHAT_HEARTBEAT_SECONDS", default=5.0)
+CHAT_HEARTBEAT_TIMEOUT_SECONDS = env.float("CHAT_HEARTBEAT_TIMEOUT_SECONDS", default=30.0)
+CHAT_WATCHDOG_SECONDS = env.float("CHAT_WATCHDOG_SECONDS", default=10.0)
+CHAT_REDISPATCH_AFTER_SECONDS = env.float("CHAT_REDISPATCH_AFTER_SECONDS", default=120.0)
+if CHAT_HEARTBEAT_TIMEOUT_SECONDS < 3 * CHAT_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        "CHAT_HEARTBEAT_TIMEOUT_SECONDS must be at least 3 x CHAT_HEARTBEAT_SECONDS"
+    )
+CELERY_BEAT_SCHEDULE["turns-watchdog"] = {
+    "task": "bots.tasks.turns_watchdog",
+    "schedule": CHAT_WATCHDOG_SECONDS,
+}
 # How long POST .../messages/ with wait=true waits for the reply.
 CHAT_WAIT_TIMEOUT_SECONDS = env.float("CHAT_WAIT_TIMEOUT_SECONDS", default=120.0)
 
 # --- Compaction ---------------------------------------------------------------------------
 # The single-flight lease: extended by a heartbeat while a compaction runs, so it only expires
 # when its holder died.
-COMPACTION_LOCK_LEASE_SECONDS = env.float("COMPACTION_LOCK_LEASE_SECONDS", default=60.0)
+# Short, so a killed holder frees the session within this many seconds; the heartbeat extends
+# it every third of its length while a live holder works.
+COMPACTION_LOCK_LEASE_SECONDS = env.float("COMPACTION_LOCK_LEASE_SECONDS", default=15.0)
 # How long a blocking (hard) or manual caller waits for a compaction already in flight.
 COMPACTION_WAIT_SECONDS = env.float("COMPACTION_WAIT_SECONDS", default=60.0)
 COMPACTION_COOLDOWN_SECONDS = env.int("COMPACTION_COOLDOWN_SECONDS", default=300)
@@ -206,3 +275,15 @@ from chat_platform.log_config import configure_logging  # noqa: E402
 
 LOGGING_CONFIG = None
 configure_logging(level=LOG_LEVEL, json=LOG_JSON)
+
+# Keep this last: a provider key may never be a setting of Django or of this project, nor any
+# variable read above (DATABASE_URL, REDIS_URL…), or a bot could send it to its api_base.
+try:
+    PROVIDER_KEY_ENV_ALLOWED = provider_policy.key_env_allow_list_check(
+        PROVIDER_KEY_ENV_ALLOWED,
+        forbidden={n for n in dir(global_settings) if n.isupper()}
+        | {n for n in list(globals()) if n.isupper()}
+        | env.read,
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"PROVIDER_KEY_ENV_ALLOWED {exc}") from None

@@ -27,6 +27,10 @@ class BotFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"Bot {n}")
     system_prompt = "You are a test bot."
     model = "builtin/recall"
+    api_base = ""
+    # Test bots are configured as staff would: their api_base counts as approved. Tests of the
+    # provider policy (tests/bots/test_provider_policy.py) pass api_base_approved explicitly.
+    api_base_approved = factory.LazyAttribute(lambda bot: bot.api_base)
 
 
 class SessionFactory(factory.django.DjangoModelFactory):

@@ -12,10 +12,20 @@ class BotOutputSerializer(serializers.ModelSerializer):
         model = Bot
         fields = ["id", "owner", *BOT_FIELDS, "created_at", "editable"]
 
+    # Where a bot's calls go and which key they use is its owner's (and staff's) business only.
+    PRIVATE_FIELDS = ("api_base", "api_key_env")
+
     def get_editable(self, bot: Bot) -> bool:
         request = self.context.get("request")
         user = getattr(request, "user", None)
         return bool(user and (bot.owner_id == user.pk or user.is_staff))
+
+    def to_representation(self, instance: Bot) -> dict:
+        data = super().to_representation(instance)
+        if not data["editable"]:
+            for name in self.PRIVATE_FIELDS:
+                data.pop(name, None)
+        return data
 
 
 class BotInputSerializer(serializers.ModelSerializer):

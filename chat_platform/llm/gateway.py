@@ -10,6 +10,12 @@ Rules kept here:
   no telemetry, no tokenizer downloads, the ``builtin`` provider registered.
 * Keys are read from ``os.environ[config.api_key_env]`` at call time and passed straight to
   litellm; they are never stored, logged or put into an error message.
+* Before anything is read or sent, the call is checked against the provider policy
+  (``chat_platform.provider_policy``): ``api_key_env`` must be allow-listed and ``api_base`` an
+  http(s) URL that staff approved (``api_base_trusted``) or one under ``PROVIDER_API_BASES``.
+  A refused call names the rule, never a variable. A key variable that is unset fails with the
+  very message a provider's "wrong key" answer gets, so errors never confirm that a variable
+  exists.
 * litellm's and the SDK's own retries are off (``num_retries=0``); we retry transient failures
   (connection errors, timeouts, HTTP 429 and 5xx) up to ``LLM_MAX_RETRIES`` extra times with
   exponential backoff from ``LLM_RETRY_BACKOFF_SECONDS``. A stream is retried only while it has
@@ -32,6 +38,7 @@ from typing import Any
 
 import structlog
 
+from chat_platform import provider_policy
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 
 log = structlog.get_logger(__name__)
@@ -43,12 +50,18 @@ BUILTIN_PREFIX = "builtin/"
 # when neither the bot nor the environment supplies a key.
 _NO_KEY_PLACEHOLDER = "no-key-required"
 
+# The one answer for a key that is missing, unset or refused by the provider (see module doc).
+_KEY_FAILED = "authentication failed: the provider key is missing or was refused"
+
 
 @dataclass(frozen=True)
 class ModelConfig:
     model: str
     api_base: str = ""
     api_key_env: str = ""
+    # True when staff set or approved this api_base (Bot.api_base_trusted); otherwise it must be
+    # under PROVIDER_API_BASES.
+    api_base_trusted: bool = False
     temperature: float = 0.7
     max_output_tokens: int = 1024
     timeout: float | None = None
@@ -151,6 +164,13 @@ def _call_kwargs(
     max_tokens: int | None,
     stream: bool,
 ) -> dict[str, Any]:
+    refusal = provider_policy.call_refusal(
+        api_key_env=config.api_key_env,
+        api_base=config.api_base,
+        api_base_trusted=config.api_base_trusted,
+    )
+    if refusal:
+        raise ModelUnavailable(f"{config.model}: {refusal}")
     timeout = config.timeout if config.timeout is not None else _setting("LLM_TIMEOUT_SECONDS")
     kwargs: dict[str, Any] = {
         "model": config.model,
@@ -181,10 +201,7 @@ def _api_key(config: ModelConfig) -> str | None:
     if config.api_key_env:
         value = os.environ.get(config.api_key_env)
         if not value:
-            raise ModelUnavailable(
-                f"{config.model}: the environment variable {config.api_key_env} "
-                "(this bot's api_key_env) is not set"
-            )
+            raise ModelUnavailable(f"{config.model}: {_KEY_FAILED}", status_code=401)
         return value
     if (
         config.api_base
@@ -232,11 +249,11 @@ def _classify(exc: BaseException) -> tuple[bool, int | None, str]:
         return True, None, "timed out"
     message = str(exc)
     if "Missing credentials" in message or "api_key client option must be set" in message:
-        return False, None, "no API key: set the bot's api_key_env or the provider's variable"
+        return False, 401, _KEY_FAILED
     if isinstance(exc, litellm.RateLimitError) or status == 429:
         return True, 429, "rate limited by the provider (HTTP 429)"
     if isinstance(exc, litellm.AuthenticationError) or status == 401:
-        return False, status or 401, f"authentication failed (HTTP {status or 401})"
+        return False, 401, _KEY_FAILED
     if isinstance(exc, litellm.PermissionDeniedError) or status == 403:
         return False, status or 403, f"permission denied (HTTP {status or 403})"
     if isinstance(exc, litellm.NotFoundError) or status == 404:
@@ -261,6 +278,8 @@ def _unavailable(
     message = f"{config.model}: {reason}"
     if reason == "timed out":
         message += f" after {kwargs['timeout']:g} s"
+    elif reason == _KEY_FAILED:
+        pass  # the provider's words would tell a refused key from a missing one
     else:
         detail = _detail(exc, kwargs.get("api_key"))
         if detail and detail.lower() not in reason.lower():

@@ -92,6 +92,7 @@ def compaction_model_config(bot: Bot, *, model: str | None = None) -> gateway.Mo
         model=chosen,
         api_base="" if builtin else bot.api_base,
         api_key_env="" if builtin else bot.api_key_env,
+        api_base_trusted=bot.api_base_trusted,
         temperature=0.2,
     )
 

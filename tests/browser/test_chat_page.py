@@ -85,12 +85,14 @@ def chromium_path() -> str:
 
 
 @pytest.fixture
-def embedded_env(tmp_path) -> dict[str, str]:
+def embedded_env(tmp_path, fake_openai) -> dict[str, str]:
     env = process_env(
         REDIS_URL=None,
         SECRET_KEY=None,
         DEBUG="true",
         DATABASE_URL=f"sqlite:///{tmp_path / 'browser.sqlite3'}",
+        # The demo user is not staff: its bots may call only listed provider addresses.
+        PROVIDER_API_BASES=fake_openai.url,
         **{FAKE_KEY_ENV: "sk-fake"},
     )
     for command in (["migrate", "--noinput"], ["seed_demo"]):

@@ -56,9 +56,13 @@ def _retry_settings(settings, monkeypatch):
 @pytest.fixture
 def make_config(fake_openai):
     def make(**overrides):
-        return ModelConfig(
-            model="openai/fake-model", api_base=fake_openai.url, api_key_env=KEY_ENV, **overrides
-        )
+        fields = {
+            "model": "openai/fake-model",
+            "api_base": fake_openai.url,
+            "api_key_env": KEY_ENV,
+            "api_base_trusted": True,  # as a staff-approved bot's
+        }
+        return ModelConfig(**{**fields, **overrides})
 
     return make
 
@@ -69,6 +73,7 @@ def config(fake_openai):
         model="openai/fake-model",
         api_base=fake_openai.url,
         api_key_env=KEY_ENV,
+        api_base_trusted=True,
         temperature=0.2,
         max_output_tokens=77,
     )
@@ -245,7 +250,7 @@ def test_transient_failure_then_success(fake_openai, config, streaming):
     ("status", "reason"),
     [
         (400, "request rejected (HTTP 400) (fake server error)"),
-        (401, "authentication failed (HTTP 401) (fake server error)"),
+        (401, "authentication failed: the provider key is missing or was refused"),
         (403, "permission denied (HTTP 403) (fake server error)"),
         (404, "model or endpoint not found (HTTP 404) (fake server error)"),
     ],
@@ -353,21 +358,75 @@ def test_api_key_env_is_read_at_call_time(fake_openai, config, monkeypatch):
     ]
 
 
-@pytest.mark.parametrize("streaming", [False, True])
-def test_missing_api_key_env_names_the_variable_and_sends_nothing(
-    fake_openai, config, monkeypatch, streaming
-):
-    monkeypatch.delenv(KEY_ENV)
+KEY_FAILED = "openai/fake-model: authentication failed: the provider key is missing or was refused"
 
+
+def _call(config, streaming):
     with pytest.raises(ModelUnavailable) as caught:
         if streaming:
             list(gateway.stream(config, MESSAGES))
         else:
             gateway.complete(config, MESSAGES)
+    return caught.value
 
-    assert str(caught.value) == (
-        f"openai/fake-model: the environment variable {KEY_ENV} (this bot's api_key_env) is not set"
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_unset_api_key_env_fails_like_a_refused_key_and_sends_nothing(
+    fake_openai, config, monkeypatch, streaming
+):
+    """Errors never confirm whether a variable exists: unset reads exactly like a wrong key."""
+    monkeypatch.delenv(KEY_ENV)
+    unset = _call(config, streaming)
+    assert fake_openai.requests == []
+
+    monkeypatch.setenv(KEY_ENV, "sk-wrong")
+    fake_openai.default = Reply(status=401, error_message="Incorrect API key provided: sk-wrong")
+    refused = _call(config, streaming)
+
+    assert str(unset) == str(refused) == KEY_FAILED
+    assert KEY_ENV not in str(unset)
+    assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("name", ["SECRET_KEY", "DATABASE_URL", "HOME", "NOT_SET_ANYWHERE"])
+def test_api_key_env_outside_the_allow_list_is_refused_before_reading_it(
+    fake_openai, make_config, monkeypatch, streaming, name
+):
+    """A bot row saved before the allow-list (or behind the service's back) never leaks: the
+    call is refused with one message, whatever the variable holds and whether it exists."""
+    monkeypatch.setenv("HOME", "/home/someone")
+    error = _call(make_config(api_key_env=name), streaming)
+
+    assert str(error) == (
+        "openai/fake-model: this bot's api_key_env is not an allowed provider key variable"
     )
+    assert fake_openai.requests == []
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_api_base_neither_approved_nor_listed_is_refused(
+    fake_openai, make_config, settings, streaming
+):
+    settings.PROVIDER_API_BASES = []
+    error = _call(make_config(api_base_trusted=False), streaming)
+
+    assert str(error) == "openai/fake-model: this bot's api_base is not an allowed provider address"
+    assert fake_openai.requests == []
+
+    settings.PROVIDER_API_BASES = [fake_openai.url.removesuffix("/v1") + "/"]
+    assert gateway.complete(make_config(api_base_trusted=False), MESSAGES).text == (
+        "Hello from fake."
+    )
+
+
+def test_a_trusted_api_base_must_still_be_plain_http(fake_openai, make_config):
+    host_port = fake_openai.url.split("//", 1)[1]
+    for api_base in (f"ftp://{host_port}", f"http://user:pw@{host_port}", "file:///etc/passwd"):
+        error = _call(make_config(api_base=api_base), streaming=False)
+        assert str(error) == (
+            "openai/fake-model: this bot's api_base is not an allowed provider address"
+        )
     assert fake_openai.requests == []
 
 
@@ -380,14 +439,12 @@ def test_error_messages_and_logs_never_contain_the_key(fake_openai, config, capl
     assert "llm_call_failed" in caplog.text
     assert KEY not in caplog.text
     assert KEY not in str(caught.value)
-    assert str(caught.value) == (
-        "openai/fake-model: authentication failed (HTTP 401) (Incorrect API key provided: ***)"
-    )
+    assert str(caught.value) == KEY_FAILED
 
 
 def test_api_base_without_any_key_sends_a_placeholder(fake_openai, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url)
+    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url, api_base_trusted=True)
 
     assert gateway.complete(config, MESSAGES).text == "Hello from fake."
     assert fake_openai.headers[0]["authorization"] == "Bearer no-key-required"
@@ -395,7 +452,7 @@ def test_api_base_without_any_key_sends_a_placeholder(fake_openai, monkeypatch):
 
 def test_api_base_without_api_key_env_uses_the_providers_variable(fake_openai, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-openai-variable")
-    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url)
+    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url, api_base_trusted=True)
 
     gateway.complete(config, MESSAGES)
 

@@ -1,0 +1,83 @@
+"""The checks a bot's settings pass before they are saved, by every writer (API, pages, admin).
+
+``check_bot_settings`` runs after the model's own ``full_clean`` and knows who is acting:
+
+* provider credentials and endpoint (CONTRACT §4, ``chat_platform.provider_policy``):
+  ``api_key_env`` only from ``PROVIDER_KEY_ENV_ALLOWED`` (everyone, staff included); ``api_base``
+  an http(s) URL, any for staff, otherwise under ``PROVIDER_API_BASES``. An api_base staff set
+  stays usable when its non-staff owner edits other fields (it is only re-checked when changed).
+* a usable budget: B > 0 (CONTRACT §5), else every message would be refused.
+"""
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from bots.models import Bot
+from chat_platform import provider_policy
+from chat_platform.errors import ValidationFailed
+from compaction.pipeline import bot_budget
+
+
+def _is_staff(user: AbstractBaseUser | None) -> bool:
+    return bool(getattr(user, "is_staff", False))
+
+
+def check_bot_provider(
+    *, user: AbstractBaseUser | None, bot: Bot, previous_api_base: str | None
+) -> None:
+    """Validate ``api_key_env`` and ``api_base`` for ``user``; record a staff-set api_base as
+    approved on ``bot``. ``previous_api_base`` is the stored value (``None`` on create)."""
+    errors: dict[str, list[str]] = {}
+    # The allow-list is checked before any environment lookup: the answer is the same whether
+    # or not the named variable exists.
+    if bot.api_key_env and not provider_policy.key_env_allowed(bot.api_key_env):
+        errors["api_key_env"] = [
+            "Not an allowed provider key variable (PROVIDER_KEY_ENV_ALLOWED): ask an administrator."
+        ]
+    if not bot.api_base:
+        bot.api_base_approved = ""
+    elif not provider_policy.api_base_is_http(bot.api_base):
+        errors["api_base"] = [
+            "Must be a plain http(s) URL: no user name or password, query or fragment."
+        ]
+    elif _is_staff(user):
+        bot.api_base_approved = bot.api_base
+    elif bot.api_base != previous_api_base:
+        if not provider_policy.api_base_listed(bot.api_base):
+            errors["api_base"] = [
+                "Not an allowed provider address (PROVIDER_API_BASES): ask an administrator."
+            ]
+        bot.api_base_approved = ""
+    if errors:
+        raise ValidationFailed(details=errors)
+
+
+def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
+    """Refuse settings whose budget B = min(W - R, CAP) is 0: nothing could ever be sent.
+
+    The error names the field to change: the one the caller changed (max_output_tokens first),
+    else context_window when it is set, else max_output_tokens.
+    """
+    budget = bot_budget(bot)
+    if budget.budget > 0:
+        return
+    changed = changed or set()
+    if "max_output_tokens" in changed or not ("context_window" in changed or bot.context_window):
+        field = "max_output_tokens"
+    else:
+        field = "context_window"
+    message = (
+        f"max_output_tokens ({budget.reserve}) must be smaller than the context window "
+        f"({budget.window} tokens), or no message could ever be sent."
+    )
+    raise ValidationFailed(details={field: [message]})
+
+
+def check_bot_settings(
+    *,
+    user: AbstractBaseUser | None,
+    bot: Bot,
+    previous_api_base: str | None,
+    changed: set[str] | None = None,
+) -> None:
+    check_bot_provider(user=user, bot=bot, previous_api_base=previous_api_base)
+    check_bot_budget(bot=bot, changed=changed)
