@@ -29,6 +29,11 @@ echo "== mypy (typed modules listed in pyproject.toml)"
 .venv/bin/mypy
 echo "== migrations are up to date"
 DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
+echo "== deploy checks with production settings"
+env -u DATABASE_URL -u REDIS_URL DEBUG=false HTTPS=true ALLOWED_HOSTS=chat.example.com \
+  SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https \
+  SECRET_KEY="$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+  .venv/bin/python manage.py check --deploy --fail-level WARNING
 echo "== docker-compose.yml is valid"
 docker-compose -f docker-compose.yml config -q
 echo "== pytest"

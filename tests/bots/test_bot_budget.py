@@ -1,0 +1,85 @@
+"""Issue 7, item 10: a bot whose budget B = min(W - R, CAP) would be 0 can never answer; it is
+refused on create and update with a validation_error on the field to change."""
+
+import pytest
+
+from bots.models import Bot
+from tests.factories import BotFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _message(reserve: int, window: int) -> list[str]:
+    return [
+        f"max_output_tokens ({reserve}) must be smaller than the context window "
+        f"({window} tokens), or no message could ever be sent."
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "details"),
+    [
+        (
+            {"context_window": 1000, "max_output_tokens": 1000},
+            {"max_output_tokens": _message(1000, 1000)},
+        ),
+        ({"context_window": 500}, {"context_window": _message(1024, 500)}),
+        ({"max_output_tokens": 200_000}, {"max_output_tokens": _message(200_000, 200_000)}),
+        # context_window 0 with a model litellm knows: its max_input_tokens (128000) is W
+        (
+            {"model": "openai/gpt-4o", "max_output_tokens": 128_000},
+            {"max_output_tokens": _message(128_000, 128_000)},
+        ),
+    ],
+)
+def test_create_refuses_a_bot_with_no_budget(owner_client, body, details):
+    response = owner_client.post("/api/v1/bots/", {"name": "b", **body}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": "The request is not valid.",
+        "details": details,
+    }
+    assert Bot.objects.count() == 0
+
+
+def test_the_cap_counts_too(owner_client, settings):
+    settings.CONTEXT_ABSOLUTE_CAP_TOKENS = 1000
+    response = owner_client.post(
+        "/api/v1/bots/", {"name": "b", "max_output_tokens": 1000}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {"max_output_tokens": _message(1000, 1000)}
+    assert Bot.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"context_window": 1025, "max_output_tokens": 1024},  # B = 1
+        {"model": "openai/gpt-4o", "max_output_tokens": 127_999},
+        {"max_output_tokens": 199_999},
+    ],
+)
+def test_smallest_usable_budgets_are_accepted(owner_client, body):
+    response = owner_client.post("/api/v1/bots/", {"name": "b", **body}, format="json")
+    assert response.status_code == 201, response.json()
+
+
+def test_update_names_the_field_that_was_changed(owner_client, owner):
+    bot = BotFactory(owner=owner, context_window=2000, max_output_tokens=1024)
+
+    raised = owner_client.patch(
+        f"/api/v1/bots/{bot.pk}/", {"max_output_tokens": 2000}, format="json"
+    )
+    assert raised.status_code == 400
+    assert raised.json()["error"]["details"] == {"max_output_tokens": _message(2000, 2000)}
+
+    shrunk = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"context_window": 1024}, format="json")
+    assert shrunk.status_code == 400
+    assert shrunk.json()["error"]["details"] == {"context_window": _message(1024, 1024)}
+
+    bot.refresh_from_db()
+    assert (bot.context_window, bot.max_output_tokens) == (2000, 1024)
+    ok = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"name": "still fine"}, format="json")
+    assert ok.status_code == 200
