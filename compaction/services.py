@@ -3,6 +3,8 @@
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.queries import session_get_for_user
+from chat_platform.errors import ValidationFailed
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
 
 REASON_TEXT = {
@@ -15,11 +17,14 @@ REASON_TEXT = {
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
     "internal_error": "an internal error stopped it (see the server log)",
+    "service_unavailable": "Redis, which guards compaction, is not answering; try again shortly",
 }
 
 
 def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = "") -> RunResult:
     session = session_get_for_user(user=user, session_id=session_id)
+    if not text_is_storable(focus):  # the focus is stored on the summary
+        raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     return compaction_manual(session=session, focus=focus.strip())
 
 

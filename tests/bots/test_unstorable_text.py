@@ -161,3 +161,15 @@ async def test_websocket_message_send_gets_an_error_frame(chat_session, owner):
         assert count == 0
     finally:
         await communicator.disconnect()
+
+
+@pytest.mark.parametrize("bad", BAD.values(), ids=BAD.keys())
+def test_compact_focus_service(owner, chat_session, bad):
+    """The service checks too (management command, any caller that skips the serializer)."""
+    from chat_platform.errors import ValidationFailed
+    from compaction.services import session_compact
+
+    with pytest.raises(ValidationFailed) as caught:
+        session_compact(user=owner, session_id=chat_session.pk, focus=bad)
+    assert caught.value.details == {"focus": UNSTORABLE}
+    assert CompactionEvent.objects.count() == 0
