@@ -76,6 +76,9 @@ def notify_message_failed(message: Message) -> None:
             "type": "message.failed",
             "message_id": message.pk,
             "error": {"code": message.error_code, "message": message.error_message},
+            # The stored reply (status failed or interrupted, partial text kept) for clients
+            # that render it without a resync.
+            "message": message_payload(message),
         },
     )
 

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from bots import services, turn
+from bots import turn, watchdog
 
 
 @shared_task(name="bots.tasks.turn_run", ignore_result=True)
@@ -10,6 +10,12 @@ def turn_run(message_id: int) -> None:
     turn.turn_run(message_id=message_id)
 
 
+@shared_task(name="bots.tasks.turns_watchdog", ignore_result=True)
+def turns_watchdog() -> dict[str, int]:
+    result = watchdog.turns_watchdog()
+    return {"interrupted": result.interrupted, "dispatched": result.dispatched}
+
+
 @shared_task(name="bots.tasks.sweep_orphans", ignore_result=True)
 def sweep_orphans() -> int:
-    return services.messages_sweep_orphans()
+    return watchdog.messages_sweep_orphans()

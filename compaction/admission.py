@@ -75,9 +75,10 @@ class HistoryRow:
 
 @dataclass(frozen=True, slots=True)
 class HistoryTotals:
-    """Count and token sum of *all* history candidates (one SQL aggregate over the same rows the
-    caller streams). Only needed with a lazy iterator, to make ``estimated_tokens`` and
-    ``dropped_messages`` exact past the point where admission stopped reading."""
+    """Count and token sum of *all* history candidates (the session's running totals). Only
+    needed with a lazy iterator, to make ``estimated_tokens`` and ``dropped_messages`` exact past
+    the point where admission stopped reading. Read before the rows, they may lag concurrent
+    turns: admission then raises them to what it actually read."""
 
     count: int
     tokens: int
@@ -150,6 +151,7 @@ def admission_decide(
     history_newest_first: Iterable[HistoryRow],
     index_block_tokens: int = 0,
     history_totals: HistoryTotals | None = None,
+    recalled: Sequence[Entry] = (),
 ) -> Admission:
     """Decide what the next call sends.
 
@@ -160,6 +162,9 @@ def admission_decide(
     ``index_block_tokens`` is the fixed cost of the index block (header and per-message overhead),
     charged once when at least one line is kept.
 
+    ``recalled`` is this turn's recall exchange (the model's requests and the records it got):
+    part of the current turn, so sent whole like the new message, and skipped in the history.
+
     ``estimated_tokens`` and ``dropped_messages`` cover every candidate given: from
     ``history_totals`` if passed, else from the whole of a ``Sequence``, else (lazy iterator)
     only from the rows actually read, which makes them lower bounds when reading stopped early.
@@ -169,12 +174,13 @@ def admission_decide(
     _require_tokens("index_block_tokens", index_block_tokens)
     index_lines = [_require_tokens("index_line_tokens[]", t) for t in index_line_tokens]
 
-    excluded = {p.id for p in pinned}
+    excluded = {p.id for p in pinned} | {r.id for r in recalled}
     if new_message is not None:
         excluded.add(new_message.id)
     fixed = (
         system_tokens
         + (new_message.tokens if new_message is not None else 0)
+        + sum(r.tokens for r in recalled)
         + sum(p.tokens for p in pinned)
         + sum(s.tokens for s in summaries)
     )
@@ -226,9 +232,12 @@ def admission_decide(
     if history_totals is None:
         history_totals = HistoryTotals(count=read_count, tokens=read_tokens)
     elif history_totals.count < read_count or history_totals.tokens < read_tokens:
-        raise ValueError(
-            f"history_totals ({history_totals.count} rows, {history_totals.tokens} tokens) "
-            f"is smaller than the candidates read ({read_count} rows, {read_tokens} tokens)"
+        # The totals are read before the rows; a concurrent turn that finished in between adds a
+        # row the walk sees but the totals did not count yet. What was read is the truer lower
+        # bound: never report fewer candidates (or a negative drop) than were actually seen.
+        history_totals = HistoryTotals(
+            count=max(history_totals.count, read_count),
+            tokens=max(history_totals.tokens, read_tokens),
         )
 
     dropped = history_totals.count - len(admitted)

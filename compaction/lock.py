@@ -16,6 +16,8 @@ from functools import lru_cache
 import structlog
 from django.conf import settings
 
+from chat_platform.errors import ServiceUnavailable
+
 log = structlog.get_logger(__name__)
 
 
@@ -84,12 +86,15 @@ def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
     lease = settings.COMPACTION_LOCK_LEASE_SECONDS
     lock = _redis().lock(lock_key(session_id), timeout=lease, thread_local=False)
     waited = False
-    if not lock.acquire(blocking=False):
-        waited = True
-        deadline = time.monotonic() + wait
-        if wait <= 0 or not lock.acquire(blocking=True, blocking_timeout=wait):
-            yield Flight(acquired=False, waited=wait > 0 and time.monotonic() >= deadline)
-            return
+    with _redis_required():
+        acquired = lock.acquire(blocking=False)
+        if not acquired:
+            waited = True
+            deadline = time.monotonic() + wait
+            acquired = wait > 0 and lock.acquire(blocking=True, blocking_timeout=wait)
+    if not acquired:
+        yield Flight(acquired=False, waited=wait > 0 and time.monotonic() >= deadline)
+        return
     heartbeat = _Heartbeat(lock, lease)
     heartbeat.start()
     try:
@@ -105,4 +110,21 @@ def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
 def in_flight(session_id: int) -> bool:
     if not settings.REDIS_URL:
         return _local_lock(session_id).locked()
-    return bool(_redis().exists(lock_key(session_id)))
+    with _redis_required():
+        return bool(_redis().exists(lock_key(session_id)))
+
+
+@contextmanager
+def _redis_required() -> Iterator[None]:
+    """Without Redis there is no single-flight guarantee: refuse (503) rather than compact
+    unguarded. Nothing has been written when this raises."""
+    import redis
+
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("compaction_lock_unavailable", error=str(exc))
+        raise ServiceUnavailable(
+            "Compaction needs Redis, which is not answering; nothing was changed. "
+            "Try again shortly."
+        ) from exc

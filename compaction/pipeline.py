@@ -9,8 +9,8 @@ row that does not fit; then text is fetched for the chosen ids alone. Pressure c
 session's running totals, so neither time nor memory grows with the length of the conversation.
 """
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -31,6 +31,8 @@ from compaction.admission import (
 )
 from compaction.budget import Budget, budget_compute
 from compaction.models import Summary
+from memory.queries import IndexLine, memory_index_lines
+from memory.recall import INDEX_HEADER, INDEX_HELP
 
 log = structlog.get_logger(__name__)
 
@@ -49,19 +51,40 @@ class Measure:
     new_message: Entry | None
     pinned: list[PinnedEntry]
     summaries: list[Entry]
-    index_line_tokens: list[int]
-    history_totals: HistoryTotals  # unpinned history, excluding the new message
+    index_lines: list[IndexLine]  # newest first; admission drops from the end
+    index_block_tokens: int  # the index block's header and message overhead
+    history_totals: HistoryTotals  # unpinned history, excluding the new message and recalled
+    # This turn's recall exchange (the model's requests and what it got back): sent whole.
+    recalled: list[Entry] = field(default_factory=list)
+
+    @property
+    def index_line_tokens(self) -> list[int]:
+        return [line.tokens for line in self.index_lines]
 
     @property
     def parts(self) -> dict[str, int]:
+        index = sum(self.index_line_tokens)
         return {
             "system": self.system_tokens,
             "pinned": sum(p.tokens for p in self.pinned),
             "summaries": sum(s.tokens for s in self.summaries),
-            "memory_index": sum(self.index_line_tokens),
+            "memory_index": index + (self.index_block_tokens if self.index_lines else 0),
             "history": self.history_totals.tokens
-            + (self.new_message.tokens if self.new_message else 0),
+            + (self.new_message.tokens if self.new_message else 0)
+            + sum(r.tokens for r in self.recalled),
         }
+
+    @property
+    def fixed_tokens(self) -> int:
+        """What is sent whatever happens: system, new message, recalled, pins, summaries."""
+        parts = self.parts
+        return (
+            parts["system"]
+            + parts["pinned"]
+            + parts["summaries"]
+            + (self.new_message.tokens if self.new_message else 0)
+            + sum(r.tokens for r in self.recalled)
+        )
 
     @property
     def pressure(self) -> int:
@@ -98,14 +121,23 @@ def _in_context(session: ChatSession, before_seq: int):
     return Message.objects.filter(Message.in_context_q(), session=session, seq__lt=before_seq)
 
 
+def _index_block_tokens(model: str) -> int:
+    return _system_tokens(f"{INDEX_HEADER}\n{INDEX_HELP}\n", model)
+
+
 def context_measure(
-    *, session: ChatSession, new_message: Message | None = None, before_seq: int | None = None
+    *,
+    session: ChatSession,
+    new_message: Message | None = None,
+    before_seq: int | None = None,
+    recalled: Sequence[Message] = (),
 ) -> Measure:
     """Stored token counts of every part of the next call. Bounded queries, no message text."""
     bot = session.bot
     if before_seq is None:
         before_seq = new_message.seq + 1 if new_message else session.last_seq + 1
     new_entry = Entry(id=new_message.pk, tokens=new_message.token_count) if new_message else None
+    recalled_entries = [Entry(id=m.pk, tokens=m.token_count) for m in recalled]
     pinned = [
         PinnedEntry(id=pk, seq=seq, tokens=tokens)
         for pk, seq, tokens in _in_context(session, before_seq)
@@ -114,8 +146,12 @@ def context_measure(
         .order_by("seq")
         .values_list("pk", "seq", "token_count")
     ]
-    excluded_tokens = sum(p.tokens for p in pinned) + (new_entry.tokens if new_entry else 0)
-    excluded_count = len(pinned) + (1 if new_entry else 0)
+    excluded_tokens = (
+        sum(p.tokens for p in pinned)
+        + (new_entry.tokens if new_entry else 0)
+        + sum(r.tokens for r in recalled_entries)
+    )
+    excluded_count = len(pinned) + (1 if new_entry else 0) + len(recalled_entries)
     # Messages written after before_seq (a later send racing this turn) are in the running totals
     # too; they are few and only make the estimate cautious, never the selection larger.
     totals = HistoryTotals(
@@ -136,8 +172,13 @@ def context_measure(
         new_message=new_entry,
         pinned=pinned,
         summaries=summaries,
-        index_line_tokens=[],
+        # memory_index_size = 0 disables the index (and recall with it).
+        index_lines=memory_index_lines(session=session, limit=bot.memory_index_size)
+        if bot.memory_index_size
+        else [],
+        index_block_tokens=_index_block_tokens(bot.model),
         history_totals=totals,
+        recalled=recalled_entries,
     )
 
 
@@ -174,8 +215,10 @@ def _decide(measure: Measure, history: Iterator[HistoryRow] | tuple[()]) -> Admi
         pinned=measure.pinned,
         summaries=measure.summaries,
         index_line_tokens=measure.index_line_tokens,
+        index_block_tokens=measure.index_block_tokens,
         history_newest_first=history,
         history_totals=measure.history_totals,
+        recalled=measure.recalled,
     )
 
 
@@ -238,14 +281,26 @@ def _render(message: Message) -> dict[str, Any]:
     return rendered
 
 
-def context_build(*, session: ChatSession, reply: Message, path: str = "turn") -> BuiltContext:
+def context_build(
+    *,
+    session: ChatSession,
+    reply: Message,
+    recalled: Sequence[Message] = (),
+    path: str = "turn",
+) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
 
-    Raises ``ContextTooLarge`` when the system prompt, the new message, pins and summaries alone
-    exceed the budget: nothing is sent.
+    ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
+    requests and the records it got back). It is the only way recalled material reaches a model:
+    counted in the budget, sent whole after the new message, never trimmed away.
+
+    Raises ``ContextTooLarge`` when the system prompt, the new message, the recalled material,
+    pins and summaries alone exceed the budget: nothing is sent.
     """
     new_message = reply.reply_to
-    measure = context_measure(session=session, new_message=new_message, before_seq=reply.seq)
+    measure = context_measure(
+        session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
+    )
     if (
         session.bot.compaction_enabled
         and measure.budget.hard
@@ -255,9 +310,12 @@ def context_build(*, session: ChatSession, reply: Message, path: str = "turn") -
 
         compaction_hard(session=session, measure=measure)
         session.refresh_from_db(fields=["context_tokens", "context_messages"])
-        measure = context_measure(session=session, new_message=new_message, before_seq=reply.seq)
+        measure = context_measure(
+            session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
+        )
     admission = context_admit(measure, path=path)
     ids = [p.id for p in measure.pinned] + admission.admitted_history_ids
+    ids.extend(r.id for r in measure.recalled)
     if new_message is not None:
         ids.append(new_message.pk)
     chosen = (
@@ -273,8 +331,26 @@ def context_build(*, session: ChatSession, reply: Message, path: str = "turn") -
         "first_seq"
     )
     messages.extend({"role": "system", "content": summary.block} for summary in summaries)
+    index_block = _index_block(measure, admission)
+    if index_block:
+        messages.append({"role": "system", "content": index_block})
     messages.extend(_render(m) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission)
+
+
+def _index_block(measure: Measure, admission: Admission) -> str:
+    """The index as a system block (after summaries, before history; CONTRACT §10), newest first,
+    with the lines admission kept. Tokens of joined text can exceed the sum of its parts by a
+    merge or two: drop further lines until the block costs no more than admission reserved."""
+    kept = list(measure.index_lines[: admission.kept_index_lines])
+    model = measure.session.bot.model
+    while kept:
+        block = f"{INDEX_HEADER}\n{INDEX_HELP}\n" + "\n".join(line.text for line in kept)
+        reserved = measure.index_block_tokens + sum(line.tokens for line in kept)
+        if count_message_tokens(block, model=model) <= reserved:
+            return block
+        kept.pop()
+    return ""
 
 
 def context_report(*, session: ChatSession) -> dict[str, Any]:

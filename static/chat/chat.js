@@ -1273,7 +1273,7 @@
         applyDelta(frame.message_id, frame.delta);
         break;
       case "message.failed":
-        markFailed(frame.message_id, frame.error);
+        markFailed(frame.message_id, frame.error, frame.message);
         break;
       case "compaction.started":
         setCompaction("Compacting context…", "running");
@@ -1319,14 +1319,16 @@
     if (!m || m.status !== "streaming") updateComposer();
   }
 
-  function markFailed(messageId, error) {
+  function markFailed(messageId, error, stored) {
     if (messageId === undefined || messageId === null) return;
     var id = String(messageId);
     if (error) state.failures.set(id, error);
     var m = state.messages.get(id);
     state.stopRequested = false;
     withScroll(function () {
-      if (m) upsertMessage(Object.assign({}, m, { status: "failed" }));
+      // The frame carries the stored message (status failed or interrupted, partial text kept).
+      if (stored) upsertMessage(stored);
+      else if (m) upsertMessage(Object.assign({}, m, { status: "failed" }));
       afterMessagesChanged();
     });
     if (!m) resync(false);

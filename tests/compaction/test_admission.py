@@ -755,28 +755,55 @@ def test_log_fields() -> None:
             {"history_newest_first": [row(2, 10), row(2, 10)]},
             "history_newest_first must be in strictly decreasing seq order: seq 2 follows seq 2",
         ),
-        (
-            {
-                "history_newest_first": Tap([row(2, 10), row(1, 10)]),
-                "history_totals": HistoryTotals(count=1, tokens=100),
-            },
-            "history_totals (1 rows, 100 tokens) is smaller than the candidates read "
-            "(2 rows, 20 tokens)",
-        ),
-        (
-            {
-                "history_newest_first": [row(2, 10), row(1, 10)],
-                "history_totals": HistoryTotals(count=5, tokens=15),
-            },
-            "history_totals (5 rows, 15 tokens) is smaller than the candidates read "
-            "(2 rows, 20 tokens)",
-        ),
     ],
 )
 def test_invalid_inputs_raise_value_error(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError) as excinfo:
         decide(**overrides)
     assert str(excinfo.value) == message
+
+
+# --- totals that lag the rows (a concurrent turn finished between the two reads) -------------
+
+
+@pytest.mark.parametrize(
+    ("history", "totals", "expected"),
+    [
+        # a row finished after the totals were read: 1 counted, 2 read -> 2 candidates, 20 tokens
+        (
+            Tap([row(2, 10), row(1, 10)]),
+            HistoryTotals(count=1, tokens=100),
+            admission(
+                "admit", budget=1000, estimated=100, selected=20, ids=[1, 2], dropped=0,
+                exhausted=True,
+            ),
+        ),
+        (
+            [row(2, 10), row(1, 10)],
+            HistoryTotals(count=5, tokens=15),
+            admission(
+                "trim", budget=1000, estimated=20, selected=20, ids=[1, 2], dropped=3,
+                exhausted=True,
+            ),
+        ),
+        # stopped early at a misfit: the totals still cover what was read
+        (
+            Tap([row(3, 600), row(2, 500), row(1, 10)]),
+            HistoryTotals(count=1, tokens=600),
+            admission(
+                "trim", budget=1000, estimated=1100, selected=600, ids=[3], dropped=1,
+                exhausted=False,
+            ),
+        ),
+    ],
+)
+def test_totals_lagging_the_rows_are_raised_to_what_was_read(
+    history: Any, totals: HistoryTotals, expected: Admission
+) -> None:
+    result = decide(budget=1000, history_newest_first=history, history_totals=totals)
+    assert result == expected
+    assert result.dropped_messages >= 0
+    assert result.selected_tokens <= result.budget_tokens
 
 
 @pytest.mark.parametrize(

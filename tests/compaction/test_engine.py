@@ -14,6 +14,7 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
+from bots.dispatch import compact_soft_dispatch
 from bots.models import Message
 from bots.services import session_context_recount
 from bots.turn import turn_run
@@ -22,7 +23,6 @@ from compaction import engine
 from compaction.engine import policy
 from compaction.models import CompactionEvent, CompactionState, Summary
 from compaction.pipeline import context_build, context_measure
-from compaction.tasks import compact_soft
 from memory.models import MemoryRecord
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
@@ -284,7 +284,7 @@ def test_soft_threshold_boundary_after_a_completed_turn(
         assert not CompactionEvent.objects.filter(session=session).exists()
         return
 
-    assert scheduled == [(compact_soft.delay, (session.pk,))]
+    assert scheduled == [(compact_soft_dispatch, (session.pk,))]
     assert summariser_requests(fake_openai) == []  # nothing ran before commit: the turn never waits
     with django_capture_on_commit_callbacks(execute=True):
         for callback in callbacks:

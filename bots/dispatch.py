@@ -1,0 +1,66 @@
+"""Hand work to the task queue, by task name, so the domain never imports an interface (tasks.py).
+
+The chat turn uses a transactional outbox: the pending reply written with the user's message *is*
+the outbox row. After commit, ``turn_dispatch`` hands it to the ``chat`` queue and stamps
+``dispatched_at``. If the broker is down the stamp stays empty and the watchdog
+(``bots.watchdog.turns_watchdog``) hands it over once the broker answers again, so a committed send
+always gets its turn. Running a turn twice is safe (its claim is a conditional update).
+"""
+
+import structlog
+from django.utils import timezone
+
+from bots.models import Message
+from chat_platform.celery_app import app as celery_app
+
+log = structlog.get_logger(__name__)
+
+TURN_TASK = "bots.tasks.turn_run"
+COMPACT_SOFT_TASK = "compaction.tasks.compact_soft"
+
+# What a broker outage raises when publishing: kombu wraps connection errors in OperationalError;
+# redis-py's own errors can surface directly from the Redis transport.
+try:
+    from kombu.exceptions import OperationalError as _KombuOperationalError
+    from redis.exceptions import ConnectionError as _RedisConnectionError
+    from redis.exceptions import TimeoutError as _RedisTimeoutError
+
+    BROKER_ERRORS: tuple[type[BaseException], ...] = (
+        _KombuOperationalError,
+        _RedisConnectionError,
+        _RedisTimeoutError,
+        ConnectionError,
+        TimeoutError,
+    )
+except ImportError:  # pragma: no cover - both ship with celery[redis]
+    BROKER_ERRORS = (ConnectionError, TimeoutError)
+
+
+def _task(name: str):
+    if name not in celery_app.tasks:
+        # Task modules are found by autodiscovery, which runs when the app imports its modules
+        # (a worker does at start; a web process only when first asked).
+        celery_app.loader.import_default_modules()
+    return celery_app.tasks[name]
+
+
+def turn_dispatch(message_id: int) -> bool:
+    """Hand a pending reply to the ``chat`` queue. Returns False (and logs) if the broker is down:
+    the reply stays an undispatched outbox row for the watchdog."""
+    try:
+        _task(TURN_TASK).delay(message_id)
+    except BROKER_ERRORS:
+        log.exception("turn_dispatch_failed", message_id=message_id)
+        return False
+    Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
+    return True
+
+
+def compact_soft_dispatch(session_id: int) -> bool:
+    """Schedule a soft compaction (best effort: the next turn re-checks pressure anyway)."""
+    try:
+        _task(COMPACT_SOFT_TASK).delay(session_id)
+    except BROKER_ERRORS:
+        log.exception("compaction_dispatch_failed", session_id=session_id)
+        return False
+    return True

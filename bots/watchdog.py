@@ -1,0 +1,150 @@
+"""Liveness of chat turns: nothing stored is ever left without an answer or a visible failure.
+
+``turns_watchdog`` (Celery beat, every ``CHAT_WATCHDOG_SECONDS``) does two things:
+
+* **dead turns** — a ``streaming`` reply whose heartbeat (stamped by the running turn every
+  ``CHAT_HEARTBEAT_SECONDS``) is older than ``CHAT_HEARTBEAT_TIMEOUT_SECONDS`` belongs to a worker
+  that died (SIGKILL, OOM, lost host): it is marked ``interrupted``, its partial text kept, and a
+  ``message.failed`` frame is sent. A killed worker's reply ends within timeout + interval
+  (30 + 10 s by default) instead of waiting for the broker's hour-long visibility timeout.
+* **the outbox** — a ``pending`` reply that never reached the queue (the broker was down when it
+  was sent), or was handed over ``CHAT_REDISPATCH_AFTER_SECONDS`` ago and never started (its task
+  was lost, e.g. Redis restarted without persistence), is handed to the queue again. A duplicate
+  delivery is harmless: the turn's claim is a conditional update.
+
+``messages_sweep_orphans`` (beat, every minute; ``manage.py sweep_orphans``) is the last resort
+of CONTRACT §10: anything still ``pending``/``streaming`` after ``CHAT_ORPHAN_AFTER_SECONDS``.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import structlog
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from bots import dispatch, realtime
+from bots.models import Message
+from bots.services import session_context_add
+from chat_platform.llm.tokens import count_message_tokens
+
+log = structlog.get_logger(__name__)
+
+UNFINISHED = [Message.Status.PENDING, Message.Status.STREAMING]
+
+INTERRUPTED_TEXT = "The reply was interrupted before it finished."
+DEAD_WORKER_TEXT = (
+    "The reply was interrupted: the worker running it stopped answering. "
+    "What it had written so far is kept; send your message again to continue."
+)
+NEVER_STARTED_TEXT = (
+    "The reply never started: the task queue or its workers were unavailable. "
+    "Send your message again."
+)
+
+
+@dataclass(frozen=True)
+class WatchdogResult:
+    interrupted: int
+    dispatched: int
+
+
+def _interrupt(*, message_id: int, still: Q, error_message: str) -> bool:
+    """Mark one unfinished reply interrupted if it still matches ``still`` (a racing turn that
+    finished meanwhile wins); its partial text joins the context like any finished text."""
+    with transaction.atomic():
+        message = Message.objects.filter(pk=message_id).first()
+        if message is None:
+            return False
+        tokens = (
+            count_message_tokens(message.content, model=message.model) if message.content else 0
+        )
+        claimed = (
+            Message.objects.filter(still, pk=message_id, status__in=UNFINISHED).update(
+                status=Message.Status.INTERRUPTED,
+                token_count=tokens,
+                error_code="interrupted",
+                error_message=error_message,
+                finish_reason="error",
+                updated_at=timezone.now(),
+            )
+            > 0
+        )
+        if claimed:
+            session_context_add(session_id=message.session_id, tokens=tokens)
+    if claimed:
+        message.refresh_from_db()
+        log.warning(
+            "turn_interrupted_by_watchdog",
+            message_id=message_id,
+            session_id=message.session_id,
+            reason=error_message,
+        )
+        realtime.notify_message_failed(message)
+    return claimed
+
+
+def replies_interrupt_dead(*, now=None) -> int:
+    """Interrupt streaming replies whose turn stopped beating (its worker died)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS)
+    # Rows claimed before heartbeats existed have none: their last write stands in for it.
+    stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, updated_at__lt=cutoff)
+    ids = list(
+        Message.objects.filter(stale, status=Message.Status.STREAMING).values_list("pk", flat=True)
+    )
+    return sum(_interrupt(message_id=pk, still=stale, error_message=DEAD_WORKER_TEXT) for pk in ids)
+
+
+def replies_redispatch(*, now=None) -> int:
+    """Hand pending replies that never reached the queue (or whose task was lost) to it again."""
+    now = now or timezone.now()
+    # A send dispatches right after its commit: give that a moment before calling it missed.
+    never = Q(dispatched_at__isnull=True, created_at__lt=now - timedelta(seconds=5))
+    lost = Q(
+        dispatched_at__lt=now - timedelta(seconds=settings.CHAT_REDISPATCH_AFTER_SECONDS),
+    )
+    ids = list(
+        Message.objects.filter(never | lost, status=Message.Status.PENDING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    dispatched = 0
+    for pk in ids:
+        if not dispatch.turn_dispatch(pk):
+            break  # the broker is still down: try again on the next round
+        dispatched += 1
+    if dispatched:
+        log.info("turns_redispatched", count=dispatched)
+    return dispatched
+
+
+def turns_watchdog(*, now=None) -> WatchdogResult:
+    return WatchdogResult(
+        interrupted=replies_interrupt_dead(now=now), dispatched=replies_redispatch(now=now)
+    )
+
+
+def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
+    """Mark replies stuck in pending/streaming for too long as interrupted, keeping text."""
+    age = settings.CHAT_ORPHAN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
+    cutoff = timezone.now() - timedelta(seconds=age)
+    old = Q(updated_at__lt=cutoff)
+    stuck = list(
+        Message.objects.filter(old, status__in=UNFINISHED).values_list("pk", "status")
+    )
+    swept = sum(
+        _interrupt(
+            message_id=pk,
+            still=old,
+            error_message=NEVER_STARTED_TEXT
+            if status == Message.Status.PENDING
+            else INTERRUPTED_TEXT,
+        )
+        for pk, status in stuck
+    )
+    if swept:
+        log.info("orphans_swept", count=swept)
+    return swept

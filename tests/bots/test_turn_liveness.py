@@ -1,0 +1,315 @@
+"""No reply is ever left pending/streaming: the turn's failure envelope, admission under concurrent
+turns, the heartbeat watchdog and the outbox (issue 7, items 2, 3 and 5)."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from bots import realtime, turn, watchdog
+from bots.models import ChatSession, Message
+from bots.services import session_context_add, session_context_recount
+from chat_platform.llm.tokens import count_message_tokens
+from compaction import pipeline
+from tests.factories import message_add
+from tests.fakeopenai import Reply
+
+MODEL = "openai/fake-model"
+
+
+@pytest.fixture
+def frames(monkeypatch):
+    """Every frame the platform sends to any session group, in order."""
+    sent: list[dict] = []
+    real = realtime.send_frame
+
+    def record(session_id, frame):
+        sent.append(frame)
+        real(session_id, frame)
+
+    monkeypatch.setattr(realtime, "send_frame", record)
+    return sent
+
+
+def _turn(session, content="What now?"):
+    new = message_add(session, role="user", content=content)
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_add(session_id=session.pk, tokens=new.token_count)
+    return new, reply
+
+
+def _failed_frames(frames, reply):
+    return [f for f in frames if f["type"] == "message.failed" and f["message_id"] == reply.pk]
+
+
+# --- item 2: admission under concurrent turns ----------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_reply(
+    fake_session, fake_openai, frames, monkeypatch
+):
+    """Reproduces the 100-quick-sends failure deterministically: turn B reads the session's
+    running totals, then turn A completes (its reply joins the context), then B walks the rows
+    and sees more than the totals counted. B must still answer, within budget."""
+    session = fake_session
+    message_add(session, role="user", content="first question")
+    earlier = message_add(session, role="assistant", content="", status="streaming", token_count=0)
+    session_context_recount(session_id=session.pk)
+    _, reply = _turn(session, "second question")
+    session.refresh_from_db()
+
+    real_walk = pipeline._history_newest_first
+    finished_text = "The first answer, finished by a concurrent turn."
+
+    def other_turn_finishes_first(measure):
+        # exactly what turn A's completion writes, after B's totals were read
+        tokens = count_message_tokens(finished_text, model=MODEL)
+        Message.objects.filter(pk=earlier.pk).update(
+            status="complete", content=finished_text, token_count=tokens
+        )
+        session_context_add(session_id=session.pk, tokens=tokens)
+        yield from real_walk(measure)
+
+    monkeypatch.setattr(pipeline, "_history_newest_first", other_turn_finishes_first)
+    fake_openai.script(Reply(text="Second answer."))
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Second answer.")
+    assert fake_openai.requests[-1]["messages"][1:] == [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": finished_text},
+        {"role": "user", "content": "second question"},
+    ]
+    admission = ChatSession.objects.get(pk=session.pk).last_admission
+    assert admission["decision"] == "admit"
+    assert admission["dropped_messages"] == 0
+    assert admission["selected_tokens"] <= admission["budget_tokens"]
+    assert _failed_frames(frames, reply) == []
+
+
+# --- item 2: one failure envelope after the claim -------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unexpected_error_while_building_the_context_fails_the_reply_visibly(
+    fake_session, fake_openai, frames, monkeypatch, caplog
+):
+    _, reply = _turn(fake_session)
+
+    def broken(**kwargs):
+        raise RuntimeError("history_totals went sideways")
+
+    monkeypatch.setattr(turn, "context_build", broken)
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code, reply.finish_reason) == (
+        "failed",
+        "internal_error",
+        "error",
+    )
+    assert reply.error_message == "The reply failed because of an internal error."
+    assert fake_openai.requests == []  # nothing was sent
+    [frame] = _failed_frames(frames, reply)
+    assert frame["error"] == {
+        "code": "internal_error",
+        "message": "The reply failed because of an internal error.",
+    }
+    assert frame["message"]["status"] == "failed"
+    crashed = [r for r in caplog.records if r.exc_info and r.exc_info[0] is RuntimeError]
+    assert len(crashed) == 1  # logged once, with its traceback
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_mid_stream_keeps_the_partial_text(fake_session, fake_openai, frames, monkeypatch):
+    _, reply = _turn(fake_session)
+    fake_openai.script(
+        Reply(
+            text="One two three four",
+            chunks=["One ", "two ", "three ", "four"],
+            delay_between_chunks=0.1,
+        )
+    )
+    sent_deltas: list[str] = []
+
+    def delta_then_crash(message, delta):
+        sent_deltas.append(delta)
+        if len(sent_deltas) == 2:
+            raise ValueError("channel layer exploded")
+
+    monkeypatch.setattr(realtime, "notify_message_delta", delta_then_crash)
+    monkeypatch.setattr(turn.settings, "CHAT_STREAM_FLUSH_SECONDS", 0.0)
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "internal_error")
+    assert reply.content == "One two "
+    assert reply.token_count == count_message_tokens("One two ", model=MODEL)
+    # a failed reply takes no part in the context: the running totals did not move
+    session = ChatSession.objects.get(pk=fake_session.pk)
+    assert session.context_tokens == session_context_recount(session_id=fake_session.pk)[0]
+    assert len(_failed_frames(frames, reply)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_failure_after_the_claim_still_ends_failed(
+    fake_session, fake_openai, frames, settings
+):
+    settings.LLM_MAX_RETRIES = 0
+    _, reply = _turn(fake_session)
+    fake_openai.script(Reply(status=500, error_message="upstream on fire"))
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "model_unavailable")
+    assert len(_failed_frames(frames, reply)) == 1
+
+
+# --- item 3: heartbeats and the watchdog -----------------------------------------------------------
+
+
+def _streaming(session, *, content, heartbeat_age):
+    new = message_add(session, role="user", content="tell me")
+    stamp = timezone.now() - timedelta(seconds=heartbeat_age)
+    reply = message_add(
+        session,
+        role="assistant",
+        content=content,
+        status="streaming",
+        token_count=0,
+        reply_to=new,
+    )
+    Message.objects.filter(pk=reply.pk).update(heartbeat_at=stamp, updated_at=stamp)
+    return reply
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watchdog_interrupts_a_turn_whose_heartbeat_stopped_and_keeps_its_text(
+    chat_session, frames, settings
+):
+    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 30
+    dead = _streaming(chat_session, content="It was a dark and", heartbeat_age=31)
+    alive = _streaming(chat_session, content="Still writing", heartbeat_age=20)
+    session_context_recount(session_id=chat_session.pk)
+
+    result = watchdog.turns_watchdog()
+
+    assert (result.interrupted, result.dispatched) == (1, 0)
+    dead.refresh_from_db()
+    alive.refresh_from_db()
+    assert (dead.status, dead.content, dead.error_code) == (
+        "interrupted",
+        "It was a dark and",
+        "interrupted",
+    )
+    assert dead.error_message == watchdog.DEAD_WORKER_TEXT
+    assert dead.token_count == count_message_tokens("It was a dark and", model=dead.model)
+    assert alive.status == "streaming"
+    [frame] = _failed_frames(frames, dead)
+    assert frame["message"]["status"] == "interrupted"
+    assert frame["message"]["content"] == "It was a dark and"
+    # the kept text now counts toward the context, exactly as a recount says
+    session = ChatSession.objects.get(pk=chat_session.pk)
+    assert session.context_tokens == session_context_recount(session_id=chat_session.pk)[0]
+    assert watchdog.turns_watchdog().interrupted == 0  # idempotent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_live_turn_keeps_beating_through_a_silent_provider(
+    fake_session, fake_openai, frames, settings
+):
+    """A provider silent for 3 s (longer than the heartbeat timeout here) is not a dead worker:
+    the monitor keeps stamping, so the watchdog leaves the turn alone and it completes."""
+    settings.CHAT_HEARTBEAT_SECONDS = 0.2
+    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 1.0
+    settings.LLM_MAX_RETRIES = 0
+    _, reply = _turn(fake_session)
+    fake_openai.script(Reply(text="Worth the wait.", hang=3.0))
+
+    def run_turn():
+        try:
+            turn.turn_run(message_id=reply.pk)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run_turn)
+    runner.start()
+    interrupted = 0
+    beats = set()
+    while runner.is_alive():
+        time.sleep(0.3)
+        interrupted += watchdog.turns_watchdog().interrupted
+        stamp = Message.objects.values_list("heartbeat_at", flat=True).get(pk=reply.pk)
+        beats.add(stamp)
+    runner.join()
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Worth the wait.")
+    assert interrupted == 0
+    assert len(beats) >= 5  # stamped again and again while the provider was silent
+
+
+def test_beat_runs_the_watchdog_often_enough_to_end_a_dead_turn_within_a_minute(settings):
+    from chat_platform.celery_app import app as celery_app
+
+    entry = celery_app.conf.beat_schedule["turns-watchdog"]
+    assert (entry["task"], entry["schedule"]) == ("bots.tasks.turns_watchdog", 10.0)
+    assert settings.CHAT_HEARTBEAT_SECONDS == 5.0
+    assert settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS == 30.0
+    # worst case from the last heartbeat to the interrupted reply
+    assert settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS + entry["schedule"] <= 60
+
+
+# --- item 5: the outbox ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watchdog_hands_a_never_dispatched_reply_to_the_queue(
+    fake_session, fake_openai, eager_tasks
+):
+    _, never = _turn(fake_session, "sent while the broker was down")
+    Message.objects.filter(pk=never.pk).update(created_at=timezone.now() - timedelta(seconds=6))
+    _, just_sent = _turn(fake_session, "sent a moment ago")  # its own dispatch is still due
+    fake_openai.script(Reply(text="Here at last."))
+
+    result = watchdog.turns_watchdog()
+
+    assert (result.interrupted, result.dispatched) == (0, 1)
+    never.refresh_from_db()
+    just_sent.refresh_from_db()
+    assert (never.status, never.content) == ("complete", "Here at last.")
+    assert never.dispatched_at is not None
+    assert (just_sent.status, just_sent.dispatched_at) == ("pending", None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
+    fake_session, fake_openai, eager_tasks, settings
+):
+    settings.CHAT_REDISPATCH_AFTER_SECONDS = 120
+    _, lost = _turn(fake_session, "my task vanished with a Redis restart")
+    Message.objects.filter(pk=lost.pk).update(
+        dispatched_at=timezone.now() - timedelta(seconds=121),
+        created_at=timezone.now() - timedelta(seconds=121),
+    )
+    fake_openai.script(Reply(text="Recovered."))
+
+    assert watchdog.turns_watchdog().dispatched == 1
+    lost.refresh_from_db()
+    assert (lost.status, lost.content) == ("complete", "Recovered.")
+    # the original task arriving late finds the reply claimed and does nothing
+    turn.turn_run(message_id=lost.pk)
+    lost.refresh_from_db()
+    assert (lost.status, lost.content) == ("complete", "Recovered.")
+    assert len(fake_openai.requests) == 1

@@ -1,0 +1,253 @@
+"""Faults with real processes (issue 7, items 3, 4, 5): a worker killed mid-reply, a compaction
+lease holder killed mid-compaction, and Redis going away under the web server.
+
+Each test starts the platform's own processes (Celery worker, uvicorn) and, for the outage, a
+private redis-server on a port of its own that the test stops and starts again.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+
+import httpx
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.authtoken.models import Token
+
+from bots import watchdog
+from bots.models import Message
+from bots.services import session_message_send
+from compaction.lock import lock_key, single_flight
+from compaction.models import CompactionEvent
+from tests.factories import BotFactory, SessionFactory, UserFactory
+from tests.fakeopenai import Reply
+from tests.integration.processes import (
+    ROOT,
+    celery_worker,
+    free_port,
+    process_env,
+    web_server,
+)
+
+pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
+
+
+def _db_url() -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def _wait_for(predicate, *, timeout: float, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+
+
+# --- item 3: a worker killed mid-reply --------------------------------------------------------
+
+
+def test_a_killed_worker_s_reply_is_interrupted_from_its_missed_heartbeats(
+    tmp_path, fake_openai, settings
+):
+    settings.CHAT_HEARTBEAT_SECONDS = 0.5
+    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 2.0
+    user = UserFactory()
+    bot = BotFactory(owner=user, model="openai/fake-model", api_base=fake_openai.url)
+    session = SessionFactory(user=user, bot=bot)
+    words = [f"word{i} " for i in range(200)]
+    fake_openai.script(Reply(text="".join(words), chunks=words, delay_between_chunks=0.1))
+    env = process_env(
+        DATABASE_URL=_db_url(),
+        DEBUG="false",
+        CHAT_HEARTBEAT_SECONDS="0.5",
+        CHAT_HEARTBEAT_TIMEOUT_SECONDS="2",
+    )
+    with celery_worker(env, tmp_path / "worker.log") as worker:
+        result = session_message_send(user=user, session_id=session.pk, content="go on")
+        reply = result.assistant_message
+        # the worker claimed it and checkpointed some text
+        _wait_for(
+            lambda: (
+                Message.objects.filter(pk=reply.pk, status="streaming").exclude(content="").exists()
+            ),
+            timeout=30,
+        )
+        time.sleep(1.2)  # at least two heartbeats
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=10)
+    killed_at = time.monotonic()
+
+    before = Message.objects.get(pk=reply.pk)
+    assert before.status == "streaming"
+    assert before.heartbeat_at is not None
+    interrupted = _wait_for(lambda: watchdog.turns_watchdog().interrupted, timeout=15, interval=0.5)
+    waited = time.monotonic() - killed_at
+
+    assert interrupted == 1
+    after = Message.objects.get(pk=reply.pk)
+    assert (after.status, after.error_code) == ("interrupted", "interrupted")
+    # the partial text checkpointed before the kill is kept, verbatim
+    assert after.content == before.content
+    assert after.content.startswith("word0 word1 ")
+    assert waited < 15  # liveness: seconds after the kill, not the 10-minute sweep
+
+
+# --- item 4: a compaction lease holder killed mid-compaction ------------------------------------
+
+_HOLDER = """
+import sys, time, django
+django.setup()
+from compaction.lock import single_flight
+with single_flight(int(sys.argv[1]), wait=0) as flight:
+    print("held" if flight.acquired else "refused", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_compaction_holder_frees_the_session_within_the_short_lease():
+    session_id = 987654
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(lock_key(session_id))
+    holder = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", _HOLDER, str(session_id)],
+        cwd=ROOT,
+        env=process_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert 0 < client.pttl(lock_key(session_id)) <= 15_000  # the lease is short…
+        time.sleep(6)  # …and a live holder's heartbeat extends it (every 5 s)
+        assert client.pttl(lock_key(session_id)) > 15_000 - 6_000
+        with single_flight(session_id, wait=0) as flight:
+            assert not flight.acquired
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        killed_at = time.monotonic()
+        with single_flight(session_id, wait=30) as flight:
+            waited = time.monotonic() - killed_at
+            assert (flight.acquired, flight.waited) == (True, True)
+        assert waited <= 15.5  # at most what was left of the lease, not 60 s
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        client.delete(lock_key(session_id))
+
+
+# --- item 5: Redis goes away under the web server ---------------------------------------------
+
+
+@contextmanager
+def _private_redis(port: int):
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    process = subprocess.Popen(  # noqa: S603
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    try:
+        _wait_for(lambda: _pings(client), timeout=10)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def test_a_send_during_a_redis_outage_is_kept_and_answered_once_redis_is_back(
+    tmp_path, fake_openai
+):
+    user = UserFactory()
+    token = Token.objects.create(user=user).key
+    bot = BotFactory(owner=user, model="openai/fake-model", api_base=fake_openai.url)
+    session = SessionFactory(user=user, bot=bot)
+    port = free_port()
+    env = process_env(
+        DATABASE_URL=_db_url(), DEBUG="false", REDIS_URL=f"redis://127.0.0.1:{port}/0"
+    )
+    headers = {"Authorization": f"Token {token}"}
+    fake_openai.script(Reply(text="Back in business."), Reply(text="Watchdog delivered."))
+
+    with _private_redis(port) as broker, web_server(env, tmp_path / "web.log") as base:
+        api = httpx.Client(base_url=base, headers=headers, timeout=30)
+        broker.terminate()
+        broker.wait(timeout=10)
+
+        sent = api.post(
+            f"/api/v1/sessions/{session.pk}/messages/", json={"content": "hi", "client_id": "c-1"}
+        )
+        assert sent.status_code == 503
+        error = sent.json()["error"]
+        assert error["code"] == "service_unavailable"
+        assert error["details"]["user_message"]["content"] == "hi"
+        assert error["details"]["assistant_message"]["status"] == "pending"
+        reply = Message.objects.get(pk=error["details"]["assistant_message"]["id"])
+        assert (reply.status, reply.dispatched_at) == ("pending", None)  # kept in the outbox
+
+        context = api.get(f"/api/v1/sessions/{session.pk}/context/")
+        assert (context.status_code, context.json()["error"]["code"]) == (
+            503,
+            "service_unavailable",
+        )
+        compact = api.post(f"/api/v1/sessions/{session.pk}/compact/", json={})
+        assert (compact.status_code, compact.json()["error"]["code"]) == (
+            503,
+            "service_unavailable",
+        )
+        assert not CompactionEvent.objects.filter(session=session).exists()
+
+        # a second send during the outage, never retried by its client
+        second = api.post(f"/api/v1/sessions/{session.pk}/messages/", json={"content": "again"})
+        assert second.status_code == 503
+        orphan_id = second.json()["error"]["details"]["assistant_message"]["id"]
+
+        # Redis is back (empty: it keeps nothing on disk); a worker serves it
+        with _private_redis(port), celery_worker(env, tmp_path / "worker.log"):
+            retried = api.post(
+                f"/api/v1/sessions/{session.pk}/messages/",
+                json={"content": "hi", "client_id": "c-1"},
+            )
+            assert retried.status_code == 202
+            assert retried.json()["assistant_message"]["id"] == reply.pk
+            assert Message.objects.get(pk=reply.pk).dispatched_at is not None
+            assert Message.objects.filter(session=session).count() == 4  # nothing duplicated
+            _wait_for(lambda: Message.objects.get(pk=reply.pk).status == "complete", timeout=30)
+
+            # the orphan is handed over by the watchdog (what beat runs every 10 s)
+            orphan = Message.objects.get(pk=orphan_id)
+            Message.objects.filter(pk=orphan_id).update(
+                created_at=orphan.created_at - timedelta(seconds=10)
+            )
+            out = subprocess.run(  # noqa: S603
+                [sys.executable, "manage.py", "sweep_orphans", "--watchdog"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            assert "1 reply(ies) handed to the queue" in out.stdout
+            _wait_for(lambda: Message.objects.get(pk=orphan_id).status == "complete", timeout=30)
+
+    assert Message.objects.get(pk=reply.pk).content == "Back in business."
+    assert Message.objects.get(pk=orphan_id).content == "Watchdog delivered."
