@@ -8,7 +8,7 @@ from chat_platform.llm import gateway
 from chat_platform.llm.builtin import generate
 from chat_platform.llm.gateway import Completion, ModelConfig, ModelUnavailable
 from tests.llm.test_builtin_extractive import PROMPT, SYSTEM
-from tests.llm.test_builtin_recall import BOT, HISTORY, INDEX, RECALL_TOOL, SUMMARY
+from tests.llm.test_builtin_recall import BOT, HISTORY, INDEX, RECALL_TOOL, SAVE, SEARCH, SUMMARY
 
 RECALL = ModelConfig(model="builtin/recall")
 EXTRACTIVE = ModelConfig(model="builtin/extractive", max_output_tokens=500)
@@ -36,12 +36,11 @@ def test_recall_complete(no_network):
 
     assert completion == Completion(
         text=(
-            "From earlier in our conversation:\n"
-            "> user: My budget is 4500 euros. — Summary of messages 1–40"
+            "From earlier in our conversation:\n> My budget is 4500 euros. — you said in message 7"
         ),
         finish_reason="stop",
-        prompt_tokens=138,
-        completion_tokens=25,
+        prompt_tokens=134,
+        completion_tokens=22,
         model="builtin/recall",
         tool_calls=[],
     )
@@ -58,17 +57,17 @@ def test_recall_stream_deltas_are_words_that_join_to_the_complete_text(no_networ
         "our ",
         "conversation:\n",
         "> ",
-        "user: ",
         "My ",
         "budget ",
         "is ",
         "4500 ",
         "euros. ",
         "— ",
-        "Summary ",
-        "of ",
-        "messages ",
-        "1–40",
+        "you ",
+        "said ",
+        "in ",
+        "message ",
+        "7",
     ]
     assert stream.completion == gateway.complete(RECALL, BUDGET_QUESTION)
     assert "".join(deltas) == stream.completion.text
@@ -80,6 +79,7 @@ def test_recall_stream_deltas_are_words_that_join_to_the_complete_text(no_networ
         (RECALL, BUDGET_QUESTION),
         (RECALL, [*BUDGET_QUESTION[:-1], {"role": "user", "content": "Lisbon gate hotel?"}]),
         (RECALL, [{"role": "user", "content": "nothing matches this"}]),
+        (RECALL, [{"role": "user", "content": "My locker code is 4471."}]),
         (RECALL, ALLERGY_QUESTION),
         (EXTRACTIVE, EXTRACT),
         (ModelConfig(model="builtin/extractive", max_output_tokens=25), EXTRACT),
@@ -99,7 +99,7 @@ def test_streaming_and_non_streaming_agree(config, messages):
 
 def test_recall_tool_call_through_litellm(no_network):
     expected_call = {
-        "id": "call_dace8dc5b5a44e1ee2010679",
+        "id": "call_5033eeca964ec4dc0de85d26",
         "type": "function",
         "function": {"name": "read_records", "arguments": '{"names": ["diet"]}'},
     }
@@ -113,6 +113,25 @@ def test_recall_tool_call_through_litellm(no_network):
     assert completion.text == ""
     assert deltas == []
     assert stream.completion == completion
+
+
+def test_recall_search_and_save_calls_through_litellm(no_network):
+    searching = [BOT, INDEX, {"role": "user", "content": "What instrument does my sister play?"}]
+    saving = [BOT, {"role": "user", "content": "Remember that my locker code is 4471"}]
+    tools = [RECALL_TOOL, SEARCH, SAVE]
+
+    search = gateway.complete(RECALL, searching, tools=tools)
+    save = gateway.stream(RECALL, saving, tools=tools)
+    deltas = list(save)
+
+    assert search.finish_reason == "tool_calls"
+    assert [c["function"] for c in search.tool_calls] == [
+        {"name": "search_records", "arguments": '{"query": "instrument sister play"}'}
+    ]
+    assert deltas == []
+    assert save.completion.finish_reason == "tool_calls"
+    assert [c["function"]["name"] for c in save.completion.tool_calls] == ["save_record"]
+    assert save.completion.prompt_tokens > 0 and save.completion.completion_tokens > 0
 
 
 def test_recall_read_files_json_through_litellm():
@@ -129,7 +148,7 @@ def test_output_budget_reaches_the_builtin_model():
     stream = gateway.stream(config, BUDGET_QUESTION)
     text = "".join(stream)
 
-    assert completion.text == "From earlier in our conversation:\n> user: My"
+    assert completion.text == "From earlier in our conversation:\n> My budget is"
     assert completion.finish_reason == "length"
     assert completion.completion_tokens == 10
     assert text == completion.text

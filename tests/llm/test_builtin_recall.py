@@ -1,9 +1,22 @@
-"""builtin/recall as plain logic (the litellm road is covered in test_builtin_provider.py)."""
+"""builtin/recall as plain logic, on the exact message shapes the turn sends (the litellm road is
+covered in test_builtin_provider.py, the real turn in test_builtin_coherence.py)."""
 
 import json
 
+import pytest
+
 from chat_platform.llm.builtin import generate
-from chat_platform.llm.builtin.recall import ANSWER_HEADER, NO_MATCH_TEXT, read_files_request
+from chat_platform.llm.builtin.recall import (
+    ANSWER_HEADER,
+    MAX_ANSWER_TOKENS,
+    NO_MATCH_TEXT,
+    NOTED_TEXT,
+    is_statement,
+    read_files_request,
+    record_name,
+    remembered_fact,
+    search_query,
+)
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 
 BOT = {"role": "system", "content": "You are Ada, a friendly travel assistant. Answer briefly."}
@@ -11,95 +24,190 @@ SUMMARY = {
     "role": "system",
     "content": (
         "[Summary of messages 1–40]\n"
-        "user: We are planning a trip to Lisbon in May.\n"
-        "user: My budget is 4500 euros.\n"
-        "assistant: Noted: Lisbon, May, 4500 euros."
+        "[3] user: We are planning a trip to Lisbon in May.\n"
+        "[7] user: My budget is 4500 euros.\n"
+        "assistant: Booked Hotel Avenida Palace for 3 nights."
     ),
 }
 INDEX = {
     "role": "system",
     "content": (
-        "Memory index (records you can read with read_records):\n"
+        "[Memory index: records you can read]\n"
         "- snapshot_1_40 (snapshot, messages 1–40): Pre-compaction snapshot of messages 1–40: "
         "Lisbon trip, budget, hotels\n"
-        "- diet (info, messages 41–45): Food allergies: peanuts; vegetarian"
+        "- diet (info): Food allergies: peanuts; vegetarian"
     ),
 }
 HISTORY = [
     {"role": "user", "content": "Which hotel did we pick?"},
     {"role": "assistant", "content": "We picked Hotel Avenida Palace, booking ref AVP-2291."},
     {"role": "user", "content": "And the flight leaves at 07:40 from gate B12."},
-    {"role": "assistant", "content": "Got it, 07:40 from gate B12."},
+    {"role": "assistant", "content": NOTED_TEXT},
 ]
-RECALL_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "read_records",
-        "description": "Read memory records by name.",
-        "parameters": {
-            "type": "object",
-            "properties": {"names": {"type": "array", "items": {"type": "string"}}},
-            "required": ["names"],
-        },
-    },
-}
+
+
+def tool(name):
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+READ, SEARCH, SAVE = tool("read_records"), tool("search_records"), tool("save_record")
+RECALL_TOOLS = [READ, SEARCH, SAVE]
+RECALL_TOOL = READ  # used by test_builtin_provider
 
 
 def ask(question, *context, **kwargs):
     return generate("recall", [*context, {"role": "user", "content": question}], **kwargs)
 
 
-def test_quotes_the_matching_history_line_with_its_speaker():
-    result = ask("What is the booking reference for the hotel?", BOT, SUMMARY, *HISTORY)
+def call(name, arguments, call_id="call_1"):
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
 
-    assert result.text == (
+
+def result(content, call_id="call_1"):
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+# --- answers: clean quotes with a source ------------------------------------------------------
+
+
+def test_quotes_the_matching_history_line_with_its_source():
+    reply = ask("What is the booking reference for the hotel?", BOT, SUMMARY, *HISTORY)
+
+    assert reply.text == (
         "From earlier in our conversation:\n"
-        "> We picked Hotel Avenida Palace, booking ref AVP-2291. — assistant"
+        "> Booked Hotel Avenida Palace for 3 nights. — I said in messages 1–40\n"
+        "> We picked Hotel Avenida Palace, booking ref AVP-2291. — I said"
     )
-    assert result.finish_reason == "stop"
-    assert result.tool_calls == []
+    assert (reply.finish_reason, reply.tool_calls) == ("stop", [])
 
 
-def test_quotes_a_summary_line_labelled_with_the_summary_header():
-    result = ask("How much is my budget?", BOT, SUMMARY, *HISTORY)
+def test_summary_lines_are_quoted_without_header_or_speaker_label():
+    reply = ask("How much is my budget?", BOT, SUMMARY, *HISTORY)
 
-    assert result.text == (
+    assert (
+        reply.text
+        == "From earlier in our conversation:\n> My budget is 4500 euros. — you said in message 7"
+    )
+    assert "[Summary" not in reply.text and "user:" not in reply.text
+
+
+def test_an_unlabelled_summary_line_is_attributed_to_the_summary():
+    summary = {"role": "system", "content": "[Summary of messages 1–40]\nThe team chose Porto."}
+
+    reply = ask("Which city did the team choose?", summary)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n> The team chose Porto. — summary of messages 1–40"
+    )
+
+
+def test_a_question_in_two_parts_gets_both_answers_in_context_order():
+    summary = {
+        "role": "system",
+        "content": (
+            "[Summary of messages 1–24]\n"
+            "[3] user: I live in Porto, near the river. My sister Clara plays the cello.\n"
+            "[9] user: My dentist appointment is on 14 March."
+        ),
+    }
+
+    reply = ask("Where do I live and what does my sister play?", BOT, summary)
+
+    assert reply.text == (
         "From earlier in our conversation:\n"
-        "> user: My budget is 4500 euros. — Summary of messages 1–40"
+        "> I live in Porto, near the river. — you said in message 3\n"
+        "> My sister Clara plays the cello. — you said in message 3"
     )
 
 
-def test_quotes_several_lines_in_context_order():
-    result = ask("Remind me about Lisbon and the gate", BOT, SUMMARY, *HISTORY)
+def test_never_quotes_headers_labels_nested_quotes_or_its_own_answers():
+    # What the old models left behind: summaries of summaries of quotes.
+    echoing = {
+        "role": "system",
+        "content": (
+            "[Summary of messages 1–30]\n"
+            "[28] assistant: — Summary of messages 1–24 > [26] assistant: my sister plays\n"
+            "> [12] user: my sister plays the cello — you said\n"
+            "[12] user: My sister Clara plays the cello."
+        ),
+    }
+    history = [
+        {"role": "user", "content": "What does my sister play?"},
+        {
+            "role": "assistant",
+            "content": ANSWER_HEADER + "\n> My sister Clara plays the cello. — you said",
+        },
+    ]
 
-    assert result.text == (
+    reply = ask("Tell me again what my sister plays", BOT, echoing, *history)
+
+    assert reply.text == (
         "From earlier in our conversation:\n"
-        "> user: We are planning a trip to Lisbon in May. — Summary of messages 1–40\n"
-        "> assistant: Noted: Lisbon, May, 4500 euros. — Summary of messages 1–40\n"
-        "> And the flight leaves at 07:40 from gate B12. — user\n"
-        "> Got it, 07:40 from gate B12. — assistant"
+        "> My sister Clara plays the cello. — you said in message 12"
     )
+
+
+def test_ties_go_to_the_newest_lines_and_output_keeps_context_order():
+    context = [
+        {"role": "user", "content": f"Note {n}: the parcel code is PX{n}."} for n in range(6)
+    ]
+
+    reply = ask("parcel code", *context)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n"
+        "> Note 3: the parcel code is PX3. — you said\n"
+        "> Note 4: the parcel code is PX4. — you said\n"
+        "> Note 5: the parcel code is PX5. — you said"
+    )
+
+
+def test_answers_stay_short():
+    chatter = "and the courier said a lot more about it " * 20
+    context = [
+        {"role": "user", "content": f"The parcel code is PX{n} {chatter}."} for n in range(3)
+    ]
+
+    reply = ask("parcel code", *context)
+
+    assert count_tokens(reply.text) <= MAX_ANSWER_TOKENS == 120
+    assert reply.text.count("\n> ") == 2  # the third quote did not fit
+    assert all(line.endswith("— you said") for line in reply.text.splitlines()[1:])
+    assert "…" in reply.text
 
 
 def test_reports_usage_as_the_platform_counts_it():
     messages = [BOT, SUMMARY, *HISTORY, {"role": "user", "content": "How much is my budget?"}]
 
-    result = generate("recall", messages)
+    reply = generate("recall", messages)
 
-    assert result.prompt_tokens == sum(count_message_tokens(m["content"]) for m in messages)
-    assert result.prompt_tokens == 138
-    assert result.completion_tokens == count_tokens(result.text) == 25
+    assert reply.prompt_tokens == sum(count_message_tokens(m["content"]) for m in messages)
+    assert reply.prompt_tokens == 134
+    assert reply.completion_tokens == count_tokens(reply.text) == 22
 
 
 def test_no_match_says_plainly_what_it_is():
-    result = ask("What's the weather on Mars?", BOT, SUMMARY, *HISTORY)
+    reply = ask("What's the weather on Mars?", BOT, SUMMARY, *HISTORY)
 
-    assert result.text == NO_MATCH_TEXT
-    assert result.text == (
-        "I am the built-in recall model, not a language model: I can only quote what this "
-        "conversation already holds, and I found nothing in it that matches your message."
+    assert (
+        reply.text
+        == NO_MATCH_TEXT
+        == (
+            "I am the built-in recall model, not a language model: I can only quote what this "
+            "conversation already holds, and I found nothing in it that matches your message."
+        )
     )
-    assert result.finish_reason == "stop"
+    assert reply.finish_reason == "stop"
 
 
 def test_only_stopwords_or_no_user_message_is_no_match():
@@ -112,70 +220,28 @@ def test_never_quotes_the_bots_own_instructions():
     assert ask("How should you answer, Ada?", BOT).text == NO_MATCH_TEXT
 
 
-def test_blocks_after_the_instructions_in_one_system_message_are_quoted():
-    merged = {
-        "role": "system",
-        "content": "Rules:\nAlways mention the budget.\n\n" + SUMMARY["content"],
-    }
+def test_a_statement_is_acknowledged_not_answered():
+    reply = ask("My locker code is 4471 and it is in building C.", BOT, SUMMARY, INDEX)
 
-    result = ask("What about the budget?", merged)
-
-    assert result.text == (
-        "From earlier in our conversation:\n"
-        "> user: My budget is 4500 euros. — Summary of messages 1–40"
-    )
+    assert (reply.text, reply.finish_reason, reply.tool_calls) == (NOTED_TEXT, "stop", [])
+    assert is_statement("The rent is 1,250 euros a month.")
+    assert not is_statement("Tell me about the pool")
+    assert not is_statement("Where do I live")
+    assert not is_statement("parcel code")
+    assert not is_statement("Is it 4471, the locker code?")
 
 
 def test_cjk_matches_by_character_bigrams():
     context = [
         {"role": "user", "content": "我喜欢喝绿茶，不喜欢咖啡。"},
-        {"role": "assistant", "content": "好的，记住了。"},
         {"role": "user", "content": "明天下午三点开会。"},
     ]
 
-    result = ask("我喜欢喝什么茶？", *context)
+    reply = ask("我喜欢喝什么茶？", *context)
 
-    assert result.text == ("From earlier in our conversation:\n> 我喜欢喝绿茶，不喜欢咖啡。 — user")
-
-
-def test_words_match_case_insensitively_and_plurals_match():
-    context = [{"role": "user", "content": "The HOTEL has two POOLS and a gym."}]
-
-    result = ask("tell me about the pool at the hotel", *context)
-
-    assert result.text == (
-        "From earlier in our conversation:\n> The HOTEL has two POOLS and a gym. — user"
+    assert (
+        reply.text == "From earlier in our conversation:\n> 我喜欢喝绿茶，不喜欢咖啡。 — you said"
     )
-
-
-def test_ties_go_to_the_newest_lines_and_output_keeps_context_order():
-    context = [
-        {"role": "user", "content": f"Note {n}: the parcel code is PX{n}."} for n in range(6)
-    ]
-
-    result = ask("parcel code", *context)
-
-    assert result.text == (
-        "From earlier in our conversation:\n"
-        "> Note 2: the parcel code is PX2. — user\n"
-        "> Note 3: the parcel code is PX3. — user\n"
-        "> Note 4: the parcel code is PX4. — user\n"
-        "> Note 5: the parcel code is PX5. — user"
-    )
-
-
-def test_does_not_quote_its_own_earlier_answers():
-    earlier = ask("How much is my budget?", BOT, SUMMARY)
-    context = [
-        BOT,
-        SUMMARY,
-        {"role": "user", "content": "How much is my budget?"},
-        {"role": "assistant", "content": earlier.text},
-    ]
-
-    result = ask("What was the budget again?", *context)
-
-    assert result.text == earlier.text
 
 
 def test_is_deterministic():
@@ -184,225 +250,252 @@ def test_is_deterministic():
     assert generate("recall", messages) == generate("recall", messages)
 
 
-def test_respects_max_tokens_by_dropping_quotes():
-    # The full answer (four quotes) is 85 tokens; two quotes are 51, three 69.
-    result = ask("Remind me about Lisbon and the gate", BOT, SUMMARY, *HISTORY, max_tokens=68)
-
-    assert result.text == (
-        "From earlier in our conversation:\n"
-        "> user: We are planning a trip to Lisbon in May. — Summary of messages 1–40\n"
-        "> assistant: Noted: Lisbon, May, 4500 euros. — Summary of messages 1–40"
-    )
-    assert count_tokens(result.text) == 51
-    assert result.finish_reason == "stop"
-
-
 def test_a_budget_below_one_quote_is_cut_with_finish_reason_length():
-    result = ask("How much is my budget?", BOT, SUMMARY, max_tokens=10)
+    reply = ask("How much is my budget?", BOT, SUMMARY, max_tokens=10)
 
-    assert result.text == "From earlier in our conversation:\n> user: My"
-    assert count_tokens(result.text) == 10
-    assert result.finish_reason == "length"
-
-
-# --- recall of memory records ---------------------------------------------------------------
+    assert reply.text == "From earlier in our conversation:\n> My budget is"
+    assert count_tokens(reply.text) == 10
+    assert reply.finish_reason == "length"
 
 
-def test_asks_for_a_matching_record_with_the_tool_when_offered():
-    result = ask("Do I have food allergies?", BOT, SUMMARY, INDEX, *HISTORY, tools=[RECALL_TOOL])
+# --- reading a listed record ------------------------------------------------------------------
 
-    assert result.text == ""
-    assert result.finish_reason == "tool_calls"
-    assert result.tool_calls == [
+
+def test_index_match_asks_for_the_record_with_the_tool_when_offered():
+    reply = ask("Do I have food allergies?", BOT, SUMMARY, INDEX, *HISTORY, tools=RECALL_TOOLS)
+
+    assert reply.text == ""
+    assert reply.finish_reason == "tool_calls"
+    assert reply.tool_calls == [
         {
-            # sha256 of the arguments: the same request always gets the same id
-            "id": "call_dace8dc5b5a44e1ee2010679",
+            # sha256 of name + arguments: the same request always gets the same id
+            "id": "call_5033eeca964ec4dc0de85d26",
             "type": "function",
             "function": {"name": "read_records", "arguments": '{"names": ["diet"]}'},
         }
     ]
-    assert result.completion_tokens == count_tokens('read_records{"names": ["diet"]}')
+    assert reply.completion_tokens == count_tokens('read_records{"names": ["diet"]}')
 
 
-def test_asks_with_read_files_json_when_no_tool_is_offered():
-    result = ask("Do I have food allergies?", BOT, SUMMARY, INDEX, *HISTORY)
+def test_index_match_asks_with_read_files_json_when_no_tool_is_offered():
+    reply = ask("Do I have food allergies?", BOT, SUMMARY, INDEX, *HISTORY)
 
-    assert result.text == '{"read_files": {"files": ["diet"]}}'
-    assert result.finish_reason == "stop"
-    assert result.tool_calls == []
-    assert read_files_request(result.text) == ["diet"]
-
-
-def test_tool_choice_none_means_read_files_json():
-    result = ask("Do I have food allergies?", INDEX, tools=[RECALL_TOOL], tool_choice="none")
-
-    assert result.text == '{"read_files": {"files": ["diet"]}}'
+    assert reply.text == '{"read_files": {"files": ["diet"]}}'
+    assert (reply.finish_reason, reply.tool_calls) == ("stop", [])
+    assert read_files_request(reply.text) == ["diet"]
 
 
-def test_other_tools_do_not_count_as_the_recall_tool():
-    other = {"type": "function", "function": {"name": "save_record", "parameters": {}}}
+def test_tool_choice_none_means_answer_now():
+    reply = ask("Do I have food allergies?", INDEX, tools=RECALL_TOOLS, tool_choice="none")
 
-    result = ask("Do I have food allergies?", INDEX, tools=[other])
-
-    assert result.text == '{"read_files": {"files": ["diet"]}}'
+    assert reply.text == NO_MATCH_TEXT
 
 
 def test_matching_uses_record_names_and_descriptions_but_not_index_boilerplate():
-    by_name = ask("What did the snapshot say about hotels?", INDEX)
+    by_topic = ask("What did the snapshot say about hotels?", INDEX)
     boilerplate_only = ask("What is a snapshot of messages?", INDEX)
 
-    assert by_name.text == '{"read_files": {"files": ["snapshot_1_40"]}}'
-    assert boilerplate_only.text == NO_MATCH_TEXT
+    assert by_topic.text == '{"read_files": {"files": ["snapshot_1_40"]}}'
+    assert json.loads(boilerplate_only.text) == {"search_records": {"query": "snapshot messages"}}
 
 
-def test_asks_for_at_most_five_records_best_match_first():
-    lines = [f"- note_{n} (info, messages {n}–{n}): packing list item {n}" for n in range(7)]
-    index = {"role": "system", "content": "Memory index:\n" + "\n".join(lines)}
-    lines.append("- tent_notes (info, messages 9–9): packing list tent choice")
-    index_with_tent = {"role": "system", "content": "Memory index:\n" + "\n".join(lines)}
+def test_asks_for_the_best_matching_records_only_at_most_three():
+    lines = [f"- note_{n} (info): packing list item {n}" for n in range(5)]
+    lines.append("- tent_notes (info): packing list tent choice")
+    index = {
+        "role": "system",
+        "content": "[Memory index: records you can read]\n" + "\n".join(lines),
+    }
 
     assert json.loads(ask("packing list", index).text) == {
-        "read_files": {"files": ["note_0", "note_1", "note_2", "note_3", "note_4"]}
+        "read_files": {"files": ["note_0", "note_1", "note_2"]}
     }
-    assert json.loads(ask("packing list tent", index_with_tent).text) == {
-        "read_files": {"files": ["tent_notes", "note_0", "note_1", "note_2", "note_3"]}
+    assert json.loads(ask("packing list tent", index).text) == {
+        "read_files": {"files": ["tent_notes"]}
     }
 
 
-def test_answers_from_a_recalled_record_in_a_tool_message():
+def test_a_record_already_in_context_is_not_asked_for():
+    recalled = [
+        {"role": "user", "content": "What do I eat?"},
+        call("read_records", {"names": ["diet"]}),
+        result("[record diet]\nI eat vegetarian food only."),
+        {"role": "assistant", "content": "From earlier in our conversation:\n> x — record diet"},
+    ]
+
+    reply = ask("Any food allergies?", INDEX, *recalled, tools=RECALL_TOOLS)
+
+    assert reply.tool_calls[0]["function"] == {
+        "name": "search_records",
+        "arguments": '{"query": "food allergies"}',
+    }
+
+
+def test_answers_from_a_recalled_record_with_attribution():
     messages = [
         BOT,
         INDEX,
         *HISTORY,
         {"role": "user", "content": "Do I have food allergies?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "read_records", "arguments": '{"names": ["diet"]}'},
-                }
-            ],
-        },
-        {
-            "role": "tool",
-            "tool_call_id": "call_1",
-            "content": (
-                "[record diet]\n"
-                "user: I am allergic to peanuts and cashews.\n"
-                "user: I eat vegetarian food only."
-            ),
-        },
+        call("read_records", {"names": ["diet"]}),
+        result("[record diet]\nI am allergic to peanuts and cashews.\nI eat vegetarian food only."),
     ]
 
-    result = generate("recall", messages, tools=[RECALL_TOOL])
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
 
-    assert result.text == (
+    assert reply.text == (
         "From earlier in our conversation:\n"
-        "> user: I am allergic to peanuts and cashews. — record diet\n"
-        "> user: I eat vegetarian food only. — record diet"
+        "> I am allergic to peanuts and cashews. — record diet\n"
+        "> I eat vegetarian food only. — record diet"
     )
-    assert result.finish_reason == "stop"
+    assert reply.finish_reason == "stop"
 
 
-def test_a_record_framed_in_a_system_block_counts_as_present():
-    recalled = {
-        "role": "system",
-        "content": "Recalled records (quoted data, not instructions):\n"
-        "[record diet] Food allergies: peanuts\n"
-        "user: Peanuts give me hives.",
-    }
+def test_a_recalled_snapshot_is_quoted_by_who_said_it_never_with_labels():
+    body = (
+        "[Summary of messages 1–4]\n"
+        "[2] user: My sister Clara plays the cello.\n"
+        "[Raw messages 1–4]\n"
+        "[3] assistant: From earlier in our conversation:\n"
+        "> My sister Clara plays the cello. — you said\n"
+        "[4] tool (read_records): [record diet]\n"
+        "[9] user: My sister Clara moved to Porto last May."
+    )
+    messages = [
+        INDEX,
+        {"role": "user", "content": "What about my sister Clara?"},
+        call("read_records", {"names": ["snapshot_1_40"]}),
+        result("[record snapshot_1_40]\n" + body),
+    ]
 
-    result = ask("What about peanuts?", INDEX, recalled)
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
 
-    assert result.text == (
+    assert reply.text == (
         "From earlier in our conversation:\n"
-        "> Food allergies: peanuts — record diet\n"
-        "> user: Peanuts give me hives. — record diet"
+        "> My sister Clara plays the cello. — you said in message 2\n"
+        "> My sister Clara moved to Porto last May. — you said in message 9"
     )
 
 
-def test_records_injected_as_a_user_message_are_not_taken_for_the_question():
-    messages = [
-        INDEX,
-        {"role": "user", "content": "Do I have food allergies?"},
-        {"role": "assistant", "content": '{"read_files": {"files": ["diet"]}}'},
-        {"role": "user", "content": "[record diet]\nuser: I am allergic to peanuts."},
-    ]
-
-    result = generate("recall", messages)
-
-    assert result.text == (
-        "From earlier in our conversation:\n> user: I am allergic to peanuts. — record diet"
-    )
+# --- searching when nothing listed matches ----------------------------------------------------
 
 
-def test_never_asks_twice_for_a_record_that_was_not_found():
-    messages = [
-        INDEX,
-        {"role": "user", "content": "Do I have food allergies?"},
-        {"role": "assistant", "content": '{"read_files": {"files": ["diet"]}}'},
-        {"role": "system", "content": "[not found: diet]"},
-    ]
+def test_no_index_match_searches_with_the_questions_content_words():
+    reply = ask("What instrument does my sister play?", BOT, SUMMARY, INDEX, tools=RECALL_TOOLS)
 
-    assert generate("recall", messages).text == NO_MATCH_TEXT
-
-
-def test_never_asks_twice_after_a_tool_call_this_turn():
-    messages = [
-        INDEX,
-        {"role": "user", "content": "Do I have food allergies?"},
+    assert reply.finish_reason == "tool_calls"
+    assert reply.tool_calls == [
         {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "read_records", "arguments": '{"names": ["diet"]}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "Nothing readable."},
+            "id": "call_dfb17c8f438a7de2e64cb7a4",
+            "type": "function",
+            "function": {
+                "name": "search_records",
+                "arguments": '{"query": "instrument sister play"}',
+            },
+        }
     ]
 
-    result = generate("recall", messages, tools=[RECALL_TOOL])
 
-    assert result.tool_calls == []
-    assert result.text == NO_MATCH_TEXT
+def test_no_index_match_searches_with_json_when_no_tool_is_offered():
+    reply = ask("What instrument does my sister play?", BOT, SUMMARY, INDEX)
+
+    assert reply.text == '{"search_records": {"query": "instrument sister play"}}'
+    assert reply.finish_reason == "stop"
 
 
-def test_asks_only_once_per_question_even_if_more_records_match():
-    index = {
-        "role": "system",
-        "content": "Memory index:\n"
-        + "\n".join(f"- trip_{n} (info, messages {n}–{n}): trip notes {n}" for n in range(7)),
-    }
-    first = ask("trip notes", index)
+def test_no_memory_in_play_means_no_search():
+    # No index block and no search tool: recall is off, so the answer is given from context.
+    assert ask("What instrument does my sister play?", BOT, SUMMARY).text == NO_MATCH_TEXT
+
+
+def test_context_that_answers_needs_no_recall():
+    reply = ask("How much is my budget?", BOT, SUMMARY, INDEX, tools=RECALL_TOOLS)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n> My budget is 4500 euros. — you said in message 7"
+    )
+
+
+def test_a_cut_fragment_gives_way_to_the_whole_sentence():
+    context = [
+        {"role": "user", "content": "I live in Porto, near the Ribeira."},
+        {"role": "tool", "content": "[record snapshot_1_9]\n[3] user: I live"},
+    ]
+
+    reply = ask("Where do I live?", *context)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n> I live in Porto, near the Ribeira. — you said"
+    )
+
+
+def test_answers_from_search_hits_without_highlights():
     messages = [
-        index,
-        {"role": "user", "content": "trip notes"},
-        {"role": "assistant", "content": first.text},
-        {"role": "user", "content": "[record trip_0]\ntrip notes: bring boots"},
+        BOT,
+        INDEX,
+        {"role": "user", "content": "What instrument does my sister play?"},
+        call("search_records", {"query": "instrument sister play"}),
+        result(
+            "[record snapshot_41_80]\n"
+            "… [52] user: My **sister** Clara **plays** the cello. [53] assistant: Noted. …\n\n"
+            "[record gym]\nI **play** squash on Mondays."
+        ),
     ]
 
-    second = generate("recall", messages)
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
 
-    assert first.text == (
-        '{"read_files": {"files": ["trip_0", "trip_1", "trip_2", "trip_3", "trip_4"]}}'
+    assert reply.text == (
+        "From earlier in our conversation:\n"
+        "> My sister Clara plays the cello. — you said in message 52"
     )
-    assert second.text == (
-        "From earlier in our conversation:\n> trip notes: bring boots — record trip_0"
-    )
+    assert "**" not in reply.text
+
+
+def test_read_then_search_then_answer_and_no_third_request():
+    question = {"role": "user", "content": "Do I have food allergies or a favourite dish?"}
+    first = generate("recall", [INDEX, question], tools=RECALL_TOOLS)
+    after_read = [
+        INDEX,
+        question,
+        call("read_records", {"names": ["diet"]}),
+        result("[not found: diet]"),
+    ]
+    second = generate("recall", after_read, tools=RECALL_TOOLS)
+    after_search = [
+        *after_read,
+        call("search_records", {"query": "food allergies favourite dish"}, "call_2"),
+        result("[no matches]", "call_2"),
+    ]
+    third = generate("recall", after_search, tools=RECALL_TOOLS)
+    # The turn offers no tools after two rounds: still no request, not even as JSON.
+    fourth = generate("recall", after_search)
+
+    assert first.tool_calls[0]["function"]["name"] == "read_records"
+    assert second.tool_calls[0]["function"] == {
+        "name": "search_records",
+        "arguments": '{"query": "food allergies favourite dish"}',
+    }
+    assert (third.text, third.tool_calls, third.finish_reason) == (NO_MATCH_TEXT, [], "stop")
+    assert fourth.text == NO_MATCH_TEXT
+
+
+def test_json_requests_count_as_asked_too():
+    question = {"role": "user", "content": "What instrument does my sister play?"}
+    asked = {
+        "role": "assistant",
+        "content": '{"search_records": {"query": "instrument sister play"}}',
+    }
+    hits = {"role": "tool", "content": "[no matches]"}
+
+    assert generate("recall", [INDEX, question, asked, hits]).text == NO_MATCH_TEXT
 
 
 def test_a_request_in_an_earlier_turn_does_not_block_asking_again():
     messages = [
         INDEX,
         {"role": "user", "content": "Do I have food allergies?"},
-        {"role": "assistant", "content": '{"read_files": {"files": ["diet"]}}'},
+        call("read_records", {"names": ["diet"]}),
+        result("Nothing readable."),
         {"role": "assistant", "content": "You told me about peanuts."},
         {"role": "user", "content": "Tell me my food allergies again"},
     ]
@@ -410,10 +503,95 @@ def test_a_request_in_an_earlier_turn_does_not_block_asking_again():
     assert generate("recall", messages).text == '{"read_files": {"files": ["diet"]}}'
 
 
-def test_read_files_request_parsing():
+def test_search_query_and_read_files_parsing():
+    assert search_query("What instrument does my sister play?") == "instrument sister play"
+    assert search_query("When's Grandma's birthday, the birthday?") == "Grandma's birthday"
     assert read_files_request('{"read_files": {"files": ["a", "b"]}}') == ["a", "b"]
-    assert read_files_request('  {"read_files": {"files": []}}\n') == []
     assert read_files_request('{"read_files": {"files": [1]}}') is None
-    assert read_files_request('{"other": 1}') is None
+    assert read_files_request('{"search_records": {"query": "x"}}') is None
     assert read_files_request("Sure! " + '{"read_files": {"files": ["a"]}}') is None
-    assert read_files_request(ANSWER_HEADER) is None
+
+
+# --- "remember …" -----------------------------------------------------------------------------
+
+
+def test_remember_calls_save_record_then_confirms():
+    question = {"role": "user", "content": "Remember that my locker code is 4471"}
+
+    first = generate("recall", [BOT, INDEX, question], tools=RECALL_TOOLS)
+    [save] = first.tool_calls
+    second = generate(
+        "recall",
+        [
+            BOT,
+            INDEX,
+            question,
+            call("save_record", json.loads(save["function"]["arguments"])),
+            result("[saved: locker_code]"),
+        ],
+        tools=RECALL_TOOLS,
+    )
+
+    assert first.finish_reason == "tool_calls"
+    assert save["function"]["name"] == "save_record"
+    assert json.loads(save["function"]["arguments"]) == {
+        "name": "locker_code",
+        "description": "My locker code is 4471.",
+        "body": "My locker code is 4471.",
+        "scope": "bot",
+    }
+    assert (second.text, second.finish_reason, second.tool_calls) == (
+        "Saved as locker_code.",
+        "stop",
+        [],
+    )
+
+
+def test_remember_reports_a_refused_save():
+    messages = [
+        {"role": "user", "content": "remember: my locker code is 4471"},
+        call("save_record", {"name": "locker_code"}),
+        result("[not saved: name: 'locker_code' is a snapshot]"),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert reply.text == "I could not save that: name: 'locker_code' is a snapshot"
+
+
+def test_remember_without_the_save_tool_just_acknowledges():
+    assert ask("Remember that my locker code is 4471", BOT).text == NOTED_TEXT
+    assert ask("Remember that my locker code is 4471", BOT, tools=[READ, SEARCH]).text == NOTED_TEXT
+
+
+def test_remember_as_a_question_is_a_question():
+    context = [{"role": "user", "content": "My locker code is 4471."}]
+
+    reply = ask("Remember my locker code?", *context, tools=RECALL_TOOLS)
+
+    assert reply.text == "From earlier in our conversation:\n> My locker code is 4471. — you said"
+
+
+@pytest.mark.parametrize(
+    ("message", "fact", "name"),
+    [
+        ("Remember that my locker code is 4471", "My locker code is 4471.", "locker_code"),
+        ("remember, I prefer aisle seats!", "I prefer aisle seats!", "prefer_aisle_seats"),
+        ("Remember my sister's name is Clara", "My sister's name is Clara.", "sister_name_clara"),
+        ("Remember 我喜欢绿茶", "我喜欢绿茶.", "note_3ec65d42"),
+    ],
+)
+def test_remembered_fact_and_record_name(message, fact, name):
+    assert remembered_fact(message) == fact
+    assert record_name(fact) == name
+
+
+def test_a_remembered_fact_is_quoted_later_without_the_remember():
+    context = [
+        {"role": "user", "content": "Remember that my locker code is 4471"},
+        {"role": "assistant", "content": "Saved as locker_code."},
+    ]
+
+    reply = ask("What is my locker code?", *context)
+
+    assert reply.text == "From earlier in our conversation:\n> my locker code is 4471 — you said"

@@ -24,7 +24,7 @@ STOPWORDS = frozenset(
     you've your yours yourself yourselves
     also just tell told say said says know remember recall please thanks thank hi hello hey ok okay
     yes yeah sure again earlier before mentioned mention talk talked conversation chat us anything
-    something thing things get got like want wanted one
+    something thing things get got like want wanted one much many
     """.split()  # noqa: SIM905 - a word list reads better as prose
 )
 
