@@ -236,3 +236,56 @@ def test_long_fact_dense_input_keeps_at_most_60_percent():
     # newest facts win among equals: the last order is kept, the first is not
     assert "Order 39 ships" in text
     assert "Order 0 ships" not in text
+
+
+# --- echoes of quotes and summaries are dropped -----------------------------------------------
+
+
+def test_drops_lines_that_only_echo_earlier_quotes_summaries_and_recall():
+    transcript = (
+        "[11] user: My sister Clara plays the cello in the Porto orchestra.\n"
+        "[12] assistant: From earlier in our conversation:\n"
+        "> My sister Clara plays the cello. — you said in message 3\n"
+        "[13] user: What does she play?\n"
+        "[14] assistant: — Summary of messages 1–24 > [10] user: my sister plays 2 instruments\n"
+        "[15] assistant: (used search_records)\n"
+        "[16] tool (search_records): [record snapshot_1_9]\n"
+        "[3] user: My sister Clara plays the cello since 2019.\n"
+        "[17] assistant: Saved as sister_cello.\n"
+        "[18] user: Her concert is on 12 May at 19:30."
+    )
+
+    text = summarise_messages(transcript).text
+
+    assert text == (
+        "[11] user: My sister Clara plays the cello in the Porto orchestra.\n"
+        "[18] user: Her concert is on 12 May at 19:30."
+    )
+
+
+def test_fusion_keeps_at_most_half_of_the_summaries_it_fuses():
+    first = "\n".join(
+        f"[{n}] user: Item {n} costs {n * 7} euros and ships on day {n}." for n in range(1, 9)
+    )
+    second = "\n".join(f"[{n}] user: Order {n} goes to shelf B{n} on 3 May." for n in range(9, 17))
+    content = f"[Summary of messages 1–8]\n{first}\n[Summary of messages 9–16]\n{second}"
+    summaries = count_tokens(content)
+
+    text = summarise_messages(content).text
+
+    assert summaries == 314
+    assert count_tokens(text) <= summaries * 50 // 100 == 157
+    assert text.startswith("[") and "Summary of" not in text
+
+
+def test_fusion_with_raw_messages_is_capped_by_the_summaries_not_the_raw_text():
+    summary = "[Summary of messages 1–4]\n[2] user: Flight BA117 leaves on 3 May from gate A7."
+    raw = "\n".join(
+        f"[{n}] user: Flight BA117 leaves on 3 May from gate A7, seat {n}C, row {n}."
+        for n in range(1, 20)
+    )
+    content = f"{summary}\n[Raw messages 1–4]\n{raw}"
+
+    text = summarise_messages(content).text
+
+    assert count_tokens(text) <= count_tokens(summary) * 50 // 100

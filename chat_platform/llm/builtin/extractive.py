@@ -21,6 +21,7 @@ sentences first. ``finish_reason`` is always ``stop``.
 import re
 from dataclasses import dataclass
 
+from chat_platform.llm.builtin.recall import is_echo
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
 from chat_platform.llm.builtin.text import sentences as split_sentences
 from chat_platform.llm.builtin.text import terms
@@ -34,6 +35,10 @@ MIN_OUTPUT_TOKENS = 16
 # The most of its input a summary keeps (from inputs of SHARE_FROM_TOKENS up).
 MAX_SHARE_PERCENT = 60
 SHARE_FROM_TOKENS = 128
+# Fusing earlier summaries ("[Summary of messages …]" sections, maybe with raw snapshots beside
+# them): the result keeps at most this share of those summaries, so the frontier shrinks hard,
+# fusion stays rare and summary levels stay small. Detail left out lives on in the snapshots.
+FUSION_SHARE_PERCENT = 50
 _SAME = re.compile(r"[\W_]+")
 
 _ROLE_LABEL = re.compile(
@@ -46,6 +51,11 @@ _NAME_LABEL = re.compile(
     r"^\s*(?P<label>[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2})\s*:\s+(?P<text>\S.*)$"
 )
 _SECTION = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
+_SUMMARY_SECTION = re.compile(r"^\s*\[Summary of messages [^\]\n]*\]\s*$")
+# Results of the recall tools are copies of records: the records keep them.
+_RAW_SECTION = re.compile(r"^\s*\[Raw messages [^\]\n]*\]\s*$")
+_SEQ = re.compile(r"\[(\d+)\]|#(\d+)")
+_RECALL_TOOL_LABEL = re.compile(r"\btool\s*\((?:read_records|search_records|save_record)\)")
 _FOCUS = re.compile(r"^\s*focus\s*:\s*(?P<focus>.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _TRANSCRIPT = re.compile(r"<transcript>(?P<body>.*?)</transcript>", re.DOTALL | re.IGNORECASE)
 
@@ -99,6 +109,11 @@ def _label_of(line: str) -> tuple[str, str] | None:
     return match.group("label").strip(), match.group("text").strip()
 
 
+def _seq_of(label: str) -> int | None:
+    match = _SEQ.search(label)
+    return int(match.group(1) or match.group(2)) if match else None
+
+
 def parse_transcript(text: str) -> tuple[list[Turn], str]:
     """(turns, the transcript proper) of ``text``; see the module docstring."""
     lines = [line for line in text.splitlines() if not _FOCUS.match(line)]
@@ -109,23 +124,52 @@ def parse_transcript(text: str) -> tuple[list[Turn], str]:
     turns: list[Turn] = []
     current: Turn | None = None
     in_section = False
+    # Inside a recall tool's result (a copy of records, which keep it): skipped up to the next
+    # transcript line, i.e. a speaker label with a later message number, or a summary section.
+    skip_after: int | None = None
     for line in lines:
         if not line.strip():
             continue
+        labelled = _label_of(line)
+        if skip_after is not None:
+            seq = _seq_of(labelled[0]) if labelled else None
+            if not (_SUMMARY_SECTION.match(line) or _RAW_SECTION.match(line)) and (
+                seq is None or seq <= skip_after
+            ):
+                continue
+            skip_after = None
         if _SECTION.match(line):
             current, in_section = None, True
             continue
-        labelled = _label_of(line)
         if labelled:
             label, rest = labelled
+            if _RECALL_TOOL_LABEL.search(label):
+                current, skip_after = None, _seq_of(label) or 0
+                continue
+            rest = "" if is_echo(rest) else rest
             current = Turn(label=label, lines=[rest] if rest else [])
             turns.append(current)
+            continue
+        if is_echo(line):
             continue
         if current is not None and (current.label is not None or not in_section):
             current.lines.append(line.strip())
         else:
             turns.append(Turn(label=None, lines=[line.strip()]))
     return turns, body
+
+
+def summary_section_tokens(body: str) -> int:
+    """Tokens of the ``[Summary of messages …]`` sections of a transcript (headers included):
+    what a fusion replaces."""
+    inside = False
+    kept: list[str] = []
+    for line in body.splitlines():
+        if _SECTION.match(line):
+            inside = _SUMMARY_SECTION.match(line) is not None
+        if inside:
+            kept.append(line)
+    return count_tokens("\n".join(kept), model=MODEL) if kept else 0
 
 
 def _score(text: str, focus_terms: set[str]) -> int:
@@ -185,6 +229,9 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
         max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
         share if body_tokens >= SHARE_FROM_TOKENS else body_tokens - 1,
     )
+    summaries = summary_section_tokens(body)
+    if summaries:
+        limit = min(limit, summaries * FUSION_SHARE_PERCENT // 100)
     if limit <= 0 or not sentences:
         return ""
 
