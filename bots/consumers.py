@@ -31,10 +31,13 @@ def _send_in_thread(**kwargs: Any) -> Any:
 
 
 class SessionConsumer(AsyncWebsocketConsumer):
-    session_id: int
-    group: str
+    # None until the handshake is authorised: a refused socket is accepted and then closed
+    # (4401/4404), and a client may still send frames before that close reaches it.
+    session_id: int | None = None
+    group: str = ""
 
     async def connect(self) -> None:
+        self.pending: set[asyncio.Task] = set()
         user = self.scope.get("user")
         await self.accept()
         if user is None or not user.is_authenticated:
@@ -49,14 +52,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         self.session_id = session.pk
         self.group = realtime.session_group(session.pk)
-        self.pending: set[asyncio.Task] = set()
         await self.channel_layer.group_add(self.group, self.channel_name)
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
+        if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.session_id is None:
+            # Refused: the close frame is already sent, and nothing may be sent after it.
+            return
         try:
             frame = json.loads(text_data if text_data is not None else bytes_data or b"")
         except (TypeError, ValueError):

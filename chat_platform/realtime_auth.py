@@ -1,12 +1,14 @@
 """Websocket handshake auth: the Django session cookie, or ``Authorization: Token <key>``."""
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
-from channels.security.websocket import OriginValidator
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.http.request import is_same_domain, split_domain_port, validate_host
 
 
 @database_sync_to_async
@@ -37,21 +39,75 @@ def TokenOrSessionAuthMiddleware(inner: Any) -> Any:  # noqa: N802 - reads like 
     return AuthMiddlewareStack(_TokenAuthMiddleware(inner))
 
 
-class BrowserOriginValidator(OriginValidator):
-    """Checks Origin against ALLOWED_HOSTS when there is one.
+def _allowed_hosts() -> list[str]:
+    # As HttpRequest.get_host(): with DEBUG and no ALLOWED_HOSTS, the local names are allowed.
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    return allowed
 
-    Browsers always send Origin, so this blocks cross-site websocket hijacking of the session
-    cookie; API clients (``Authorization: Token``) send none and are let through to auth.
+
+def origin_allowed(*, origin: str, host: str | None, secure: bool) -> bool:
+    """Django's CSRF origin check (``CsrfViewMiddleware._origin_verified``) for a handshake.
+
+    The Origin must be exactly the scheme, host and port the browser connected to (the ``Host``
+    header, itself in ALLOWED_HOSTS), or an origin in CSRF_TRUSTED_ORIGINS (``*.`` wildcards
+    as Django reads them). ``http://127.0.0.1:9999`` is not ``http://127.0.0.1:8000``.
+    """
+    if host:
+        domain, _port = split_domain_port(host)
+        this_site = f"{'https' if secure else 'http'}://{host}"
+        if domain and validate_host(domain, _allowed_hosts()) and origin == this_site:
+            return True
+    trusted = list(settings.CSRF_TRUSTED_ORIGINS)
+    if origin in trusted:
+        return True
+    try:
+        parsed = urlsplit(origin)
+    except ValueError:
+        return False
+    return any(
+        is_same_domain(parsed.netloc, urlsplit(t).netloc.replace("*", "", 1))
+        for t in trusted
+        if "*" in t and urlsplit(t).scheme == parsed.scheme
+    )
+
+
+def _handshake_secure(scope: dict, headers: dict[bytes, bytes]) -> bool:
+    if scope.get("scheme") == "wss":
+        return True
+    # Behind a TLS-terminating proxy, as HttpRequest.is_secure() reads it.
+    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy_header:
+        name, value = proxy_header
+        sent = headers.get(name.removeprefix("HTTP_").lower().replace("_", "-").encode())
+        return sent is not None and sent.decode("latin-1").split(",")[0].strip() == value
+    return False
+
+
+class BrowserOriginValidator:
+    """Refuses a handshake whose Origin is not this site's (cross-site websocket hijacking).
+
+    Browsers always send Origin, so the session cookie only works from this site's pages; API
+    clients (``Authorization: Token``) send none and are let through to auth.
     """
 
-    def valid_origin(self, parsed_origin: Any) -> bool:
-        if parsed_origin is None:
-            return True
-        return super().valid_origin(parsed_origin)
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
+        headers = dict(scope.get("headers") or [])
+        origin = headers.get(b"origin")
+        if origin is not None:
+            host = headers.get(b"host")
+            if not origin_allowed(
+                origin=origin.decode("latin-1"),
+                host=host.decode("latin-1") if host is not None else None,
+                secure=_handshake_secure(scope, headers),
+            ):
+                return await WebsocketDenier()(scope, receive, send)
+        return await self.inner(scope, receive, send)
 
 
 def origin_validated(inner: Any) -> Any:
-    allowed = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not allowed:
-        allowed = ["localhost", "127.0.0.1", "[::1]"]
-    return BrowserOriginValidator(inner, allowed)
+    return BrowserOriginValidator(inner)

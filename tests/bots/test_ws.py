@@ -176,6 +176,97 @@ async def test_foreign_origin_is_rejected(fake_session, ws_token):
     await communicator.disconnect()
 
 
+async def _handshake(session_id: int, headers: list, path: str | None = None) -> bool:
+    communicator = WebsocketCommunicator(
+        application, path or f"/ws/sessions/{session_id}/", headers=headers
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    await communicator.disconnect()
+    return connected
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "accepted"),
+    [
+        (b"http://127.0.0.1:8000", b"127.0.0.1:8000", True),
+        (b"http://localhost", b"localhost", True),
+        # same host, another port: another origin (a page served by something else)
+        (b"http://127.0.0.1:9999", b"127.0.0.1:8000", False),
+        (b"http://127.0.0.1", b"127.0.0.1:8000", False),
+        # another scheme: the page was not served by this (plain http) server
+        (b"https://127.0.0.1:8000", b"127.0.0.1:8000", False),
+        # a Host header outside ALLOWED_HOSTS is not this site, even when Origin matches it
+        (b"http://evil.example:8000", b"evil.example:8000", False),
+        # no Host: nothing to match a browser's Origin against
+        (b"http://127.0.0.1:8000", None, False),
+        (b"null", b"127.0.0.1:8000", False),
+    ],
+)
+async def test_origin_must_be_the_host_and_port_connected_to(
+    fake_session, ws_token, origin, host, accepted
+):
+    headers = [(b"origin", origin), (b"authorization", f"Token {ws_token}".encode())]
+    if host is not None:
+        headers.append((b"host", host))
+    assert await _handshake(fake_session.pk, headers) is accepted
+
+
+async def test_trusted_origins_are_accepted(fake_session, ws_token, settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://chat.example.com", "https://*.corp.example"]
+    auth = (b"authorization", f"Token {ws_token}".encode())
+    host = (b"host", b"127.0.0.1:8000")
+    for origin, accepted in [
+        (b"https://chat.example.com", True),
+        (b"https://eu.corp.example", True),
+        (b"http://chat.example.com", False),
+        (b"https://chat.example.com:8443", False),
+        (b"https://corp.example.evil", False),
+    ]:
+        assert await _handshake(fake_session.pk, [(b"origin", origin), host, auth]) is accepted
+
+
+async def test_tls_behind_proxy_origin_uses_the_proxy_header(fake_session, ws_token, settings):
+    settings.ALLOWED_HOSTS = ["chat.example.com"]
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    base = [
+        (b"origin", b"https://chat.example.com"),
+        (b"host", b"chat.example.com"),
+        (b"authorization", f"Token {ws_token}".encode()),
+    ]
+    assert await _handshake(fake_session.pk, base) is False
+    assert await _handshake(fake_session.pk, [*base, (b"x-forwarded-proto", b"https")]) is True
+
+
+async def test_frames_on_a_refused_socket_are_ignored(fake_session, other_user):
+    token = await database_sync_to_async(_token)(other_user)
+    for headers, code in [
+        ([], 4401),
+        ([(b"authorization", f"Token {token}".encode())], 4404),
+    ]:
+        communicator = WebsocketCommunicator(
+            application, f"/ws/sessions/{fake_session.pk}/", headers=headers
+        )
+        connected, _ = await communicator.connect(timeout=5)
+        assert connected
+        # The client speaks before the close reaches it: every kind of frame.
+        for raw in [
+            json.dumps({"type": "message.send", "content": "hi"}),
+            json.dumps({"type": "generation.stop"}),
+            json.dumps({"type": "nope"}),
+            "{not json",
+        ]:
+            await communicator.send_to(text_data=raw)
+        assert await communicator.receive_output(timeout=5) == {
+            "type": "websocket.close",
+            "code": code,
+        }
+        # Nothing after the close (no error frame, no crash of the consumer)...
+        assert await communicator.receive_nothing(timeout=0.3)
+        # ...and the consumer ends cleanly (an exception in it would be raised here).
+        await communicator.disconnect()
+    assert await database_sync_to_async(Message.objects.count)() == 0
+
+
 async def test_provider_500_sends_message_failed(fake_session, fake_openai, ws_token, eager_tasks):
     fake_openai.script(*[Reply(status=500)] * 10)
     communicator = await _connect(fake_session.pk, ws_token)
@@ -257,7 +348,7 @@ async def test_session_cookie_auth(fake_session, fake_openai, owner, client, eag
     communicator = WebsocketCommunicator(
         application,
         f"/ws/sessions/{fake_session.pk}/",
-        headers=[(b"cookie", cookie), (b"origin", b"http://localhost")],
+        headers=[(b"cookie", cookie), (b"origin", b"http://localhost"), (b"host", b"localhost")],
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
