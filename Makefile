@@ -17,13 +17,13 @@ format: ## Format the code with ruff
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
 
 web: ## Real mode: ASGI server (needs DATABASE_URL, REDIS_URL, SECRET_KEY)
-	.venv/bin/uvicorn chat_platform.asgi:application --host 0.0.0.0 --port 8000 --workers 2
+	.venv/bin/uvicorn chat_platform.asgi:application --host 0.0.0.0 --port 8000 --workers 2 --timeout-graceful-shutdown 5
 
 worker: ## Real mode: Celery worker for the chat and compaction queues
-	.venv/bin/celery -A chat_platform worker -Q chat,compaction -P threads -c 64 -l INFO
+	.venv/bin/celery -A chat_platform -q worker -Q chat,compaction -P threads -c 64 -l INFO
 
 beat: ## Real mode: Celery beat (orphan sweep every minute)
-	.venv/bin/celery -A chat_platform beat -l INFO
+	.venv/bin/celery -A chat_platform -q beat -l INFO
 
 bench: ## Run the benchmarks in bench/ (prints ratios)
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -30,9 +30,22 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(timeout=5)
 
 
+# As the Makefile and docker-compose.yml start the web server: a SIGTERM gives in-flight
+# requests this long, then cancels what is left (open websockets included).
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
+
 @contextmanager
 def web_server(env: dict[str, str], log_path: Path) -> Iterator[str]:
     """uvicorn serving chat_platform.asgi (HTTP + websockets); yields its base URL."""
+    with web_server_process(env, log_path) as (base, _process):
+        yield base
+
+
+@contextmanager
+def web_server_process(
+    env: dict[str, str], log_path: Path
+) -> Iterator[tuple[str, subprocess.Popen]]:
     port = free_port()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(  # noqa: S603
@@ -47,6 +60,8 @@ def web_server(env: dict[str, str], log_path: Path) -> Iterator[str]:
                 str(port),
                 "--log-level",
                 "warning",
+                "--timeout-graceful-shutdown",
+                str(GRACEFUL_SHUTDOWN_SECONDS),
             ],
             cwd=ROOT,
             env=env,
@@ -66,7 +81,7 @@ def web_server(env: dict[str, str], log_path: Path) -> Iterator[str]:
                     if time.monotonic() > deadline:
                         raise RuntimeError("web server did not start") from None
                     time.sleep(0.2)
-            yield base
+            yield base, process
         finally:
             _stop(process)
 
@@ -81,6 +96,7 @@ def celery_worker(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Po
                 "celery",
                 "-A",
                 "chat_platform",
+                "-q",  # no banner: in real mode every line is a JSON event
                 "worker",
                 "-Q",
                 "chat,compaction",
