@@ -1,15 +1,42 @@
-"""REST plumbing shared by every app: the one error shape of CONTRACT §11."""
+"""REST plumbing shared by every app: the one error shape of CONTRACT §11.
 
+Every answer under ``/api/`` is ``{"error": {"code", "message", "details"}}`` when it is an
+error: DRF views through ``exception_handler`` (unexpected exceptions included: 500
+``internal_error``, logged with their traceback), and everything outside a view (unknown paths,
+ids the URL patterns refuse, errors in middleware) through ``ApiErrorShapeMiddleware``. The
+OpenAPI schema documents the same errors (``AutoSchema``, ``api_errors``).
+"""
+
+from collections.abc import Callable
 from typing import Any
 
+import structlog
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import exceptions as drf
+from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from chat_platform import errors
+
+log = structlog.get_logger(__name__)
+
+API_PREFIX = "/api/"
+
+# A service the request needs is down (Redis: broker, lock, channel layer). Answered 503
+# service_unavailable like the services' own ServiceUnavailable, and logged with the traceback.
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    KombuOperationalError,
+)
 
 _DRF_CODES: list[tuple[type[Exception], str]] = [
     (drf.NotAuthenticated, "not_authenticated"),
@@ -31,18 +58,36 @@ def error_response(code: str, message: str, details: Any, status: int) -> Respon
     )
 
 
+def _request_fields(context: dict[str, Any]) -> dict[str, str]:
+    request = context.get("request")
+    if request is None:
+        return {}
+    return {"method": request.method, "path": request.path}
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, errors.PlatformError):
         set_rollback()
         return error_response(exc.code, exc.message, exc.details, exc.http_status)
     if isinstance(exc, RequestDataTooBig):
         return error_response("payload_too_large", "The request body is too large.", {}, 413)
+    if isinstance(exc, OUTAGE_ERRORS):
+        set_rollback()
+        log.error("api_service_unavailable", exc_info=exc, **_request_fields(context))
+        unavailable = errors.ServiceUnavailable()
+        return _logged(
+            error_response(unavailable.code, unavailable.message, {}, unavailable.http_status)
+        )
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = drf.PermissionDenied()
     if not isinstance(exc, drf.APIException):
-        return None
+        set_rollback()
+        log.error("api_internal_error", exc_info=exc, **_request_fields(context))
+        return _logged(
+            error_response("internal_error", "Something went wrong on the server.", {}, 500)
+        )
     set_rollback()
     code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "error")
     if isinstance(exc, drf.ValidationError):
@@ -58,3 +103,132 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if auth_header:
         response["WWW-Authenticate"] = auth_header
     return response
+
+
+def _logged(response: Response) -> Response:
+    # Logged above with its traceback: Django's request logger would add a second line for the
+    # same error without one ("Internal Server Error: …").
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+# --- outside DRF views ------------------------------------------------------------------------
+_STATUS_CODES = {
+    400: ("bad_request", "The request is not valid."),
+    403: ("permission_denied", "You do not have permission to do this."),
+    404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "Method not allowed."),
+    413: ("payload_too_large", "The request body is too large."),
+    500: ("internal_error", "Something went wrong on the server."),
+}
+
+
+class ApiErrorShapeMiddleware:
+    """Outermost: an error answer under /api/ that is not JSON becomes the error shape.
+
+    DRF views already answer JSON; this covers what never reaches one, for every method, DEBUG
+    or not: paths no URL pattern matches (``/api/v1/nope/``, ``/api/v1/bots/abc/``), a refused
+    Host, and exceptions in middleware (Django has logged those with their traceback already).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code >= 400
+            and request.path.startswith(API_PREFIX)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            code, message = _STATUS_CODES.get(
+                response.status_code,
+                ("internal_error", "Something went wrong on the server.")
+                if response.status_code >= 500
+                else ("error", "The request could not be served."),
+            )
+            replaced = JsonResponse(
+                {"error": {"code": code, "message": message, "details": {}}},
+                status=response.status_code,
+            )
+            if response.has_header("Allow"):
+                replaced["Allow"] = response["Allow"]
+            # Django logged the original (with its traceback): not once more without one.
+            replaced._has_been_logged = getattr(  # type: ignore[attr-defined]
+                response, "_has_been_logged", False
+            )
+            return replaced
+        return response
+
+
+# --- OpenAPI ------------------------------------------------------------------------------------
+class ErrorBodySerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable error code, e.g. `validation_error`.")
+    message = serializers.CharField(help_text="Human-readable explanation.")
+    details = serializers.JSONField(
+        help_text="Per-field messages for `validation_error`; otherwise context, often `{}`."
+    )
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The error shape of every failed /api/ request (CONTRACT §11)."""
+
+    error = ErrorBodySerializer()
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "`validation_error`: the request is not valid (`details` names the fields).",
+    401: "`not_authenticated`: no valid session or token.",
+    403: "`permission_denied`: only the owner or staff may change this.",
+    404: "`not_found`: no such object, or it belongs to someone else.",
+    409: "`compaction_busy`: another compaction of this session did not finish in time.",
+    413: "`payload_too_large`: the content (1 MB) or the request body is too large.",
+    422: "`context_too_large`: the message does not fit in the bot's context budget.",
+    502: "`model_unavailable`: the model provider did not answer.",
+    503: "`service_unavailable`: a service the request needs is down; nothing was changed.",
+}
+
+
+def api_errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    """Error responses for ``@extend_schema(responses={...})``, in the shared error shape."""
+    return {
+        status: OpenApiResponse(ErrorSerializer, description=_ERROR_DESCRIPTIONS[status])
+        for status in statuses
+    }
+
+
+class AutoSchema(SpectacularAutoSchema):
+    """Every operation documents its errors: views list the ones particular to them
+    (``api_errors(409, 503)``); these follow from the operation itself:
+    401 unless anyone may call it, 404 when the path names an object, 400 and 413 when it takes
+    a body. Text fields that refuse blanks say so (``minLength: 1``)."""
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses = super()._get_response_bodies(direction)
+        if direction != "response":
+            return responses
+        statuses = []
+        if not all(isinstance(p, permissions.AllowAny) for p in self.view.get_permissions()):
+            statuses.append(401)
+        if "{" in self.path:
+            statuses.append(404)
+        if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
+            statuses += [400, 413]
+        for status, response in api_errors(*statuses).items():
+            if str(status) not in responses:
+                responses[str(status)] = self._get_response_for_code(
+                    response, str(status), direction=direction
+                )
+        return dict(sorted(responses.items()))
+
+    def _map_serializer_field(self, field: Any, direction: Any, bypass_extensions: bool = False):  # type: ignore[no-untyped-def]
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if (
+            direction == "request"
+            and isinstance(field, serializers.CharField)
+            and not field.allow_blank
+            and schema.get("type") == "string"
+            and "minLength" not in schema
+        ):
+            schema["minLength"] = 1
+        return schema

@@ -1,4 +1,9 @@
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import empty
+from rest_framework.utils import html
 
 from bots.models import Bot, ChatSession, Message
 from bots.realtime import message_payload
@@ -72,9 +77,29 @@ class MessageOutputSerializer(serializers.ModelSerializer):
         return message_payload(instance)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "pattern": r"\S",
+        "description": "The message text: not blank, at most 1 MB (UTF-8), no NUL. A text "
+        "starting with `/compact` compacts instead of starting a turn.",
+    }
+)
+class MessageContentField(serializers.JSONField):
+    """Text, as documented; any JSON value is let through so the service refuses non-text with
+    the same ``validation_error`` over REST and websocket."""
+
+    def get_value(self, dictionary: Any) -> Any:
+        # A form field is text as sent (JSONField would parse "0" or "[1]" as JSON).
+        if html.is_html_input(dictionary):
+            return dictionary.get(self.field_name, empty)
+        return super().get_value(dictionary)
+
+
 class MessageInputSerializer(serializers.Serializer):
     # Content is checked by the service (blank / > 1 MB) so REST and websocket agree exactly.
-    content = serializers.JSONField()
+    content = MessageContentField()
     client_id = serializers.CharField(
         max_length=100, required=False, allow_null=True, allow_blank=True
     )

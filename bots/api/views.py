@@ -20,7 +20,7 @@ from bots.api.serializers import (
 )
 from bots.models import Message
 from chat_platform import errors
-from chat_platform.api import error_response
+from chat_platform.api import api_errors, error_response
 from compaction.payloads import result_payload
 from compaction.pipeline import context_report
 
@@ -53,14 +53,16 @@ class BotDetailApi(APIView):
         bot = queries.bot_get_for_user(user=request.user, bot_id=bot_id)
         return Response(BotOutputSerializer(bot, context={"request": request}).data)
 
-    @extend_schema(request=BotInputSerializer, responses=BotOutputSerializer)
+    @extend_schema(
+        request=BotInputSerializer, responses={200: BotOutputSerializer, **api_errors(403)}
+    )
     def patch(self, request: Request, bot_id: int) -> Response:
         queries.bot_get_for_edit(user=request.user, bot_id=bot_id)  # 404/403 before 400
         data = _valid(BotInputSerializer, request.data, partial=True)
         bot = services.bot_update(user=request.user, bot_id=bot_id, **data)
         return Response(BotOutputSerializer(bot, context={"request": request}).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **api_errors(403)})
     def delete(self, request: Request, bot_id: int) -> Response:
         services.bot_delete(user=request.user, bot_id=bot_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -77,7 +79,10 @@ class SessionListApi(APIView):
         )
         return Response(SessionOutputSerializer(sessions, many=True).data)
 
-    @extend_schema(request=SessionInputSerializer, responses={201: SessionOutputSerializer})
+    # 404: the bot is unknown or not visible to the caller.
+    @extend_schema(
+        request=SessionInputSerializer, responses={201: SessionOutputSerializer, **api_errors(404)}
+    )
     def post(self, request: Request) -> Response:
         data = _valid(SessionInputSerializer, request.data)
         session = services.session_create(
@@ -101,7 +106,7 @@ class SessionDetailApi(APIView):
 class SessionMessagesApi(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("after_seq", int, required=False)],
-        responses=MessageOutputSerializer(many=True),
+        responses={200: MessageOutputSerializer(many=True), **api_errors(400)},
     )
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
@@ -119,7 +124,12 @@ class SessionMessagesApi(APIView):
 
     @extend_schema(
         request=MessageInputSerializer,
-        responses={201: SendOutputSerializer, 202: SendOutputSerializer},
+        responses={
+            201: SendOutputSerializer,
+            202: SendOutputSerializer,
+            # Errors of the reply carry {user_message, assistant_message} in details.
+            **api_errors(422, 502, 503),
+        },
     )
     def post(self, request: Request, session_id: int) -> Response:
         # Access first: another user's session is not_found even when the body is bad.
@@ -183,7 +193,7 @@ class MessageUnpinApi(MessagePinApi):
 
 
 class SessionContextApi(APIView):
-    @extend_schema(responses=ContextReportSerializer)
+    @extend_schema(responses={200: ContextReportSerializer, **api_errors(503)})
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
         return Response(context_report(session=session))

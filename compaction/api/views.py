@@ -6,6 +6,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chat_platform.api import api_errors
 from compaction import queries, services
 from compaction.payloads import event_payload, result_payload, summary_payload
 
@@ -28,7 +29,10 @@ CompactionResultSerializer = inline_serializer(
 
 
 class SessionCompactApi(APIView):
-    @extend_schema(request=CompactInputSerializer, responses=CompactionResultSerializer)
+    @extend_schema(
+        request=CompactInputSerializer,
+        responses={200: CompactionResultSerializer, **api_errors(409, 503)},
+    )
     def post(self, request: Request, session_id: int) -> Response:
         serializer = CompactInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -48,7 +52,11 @@ class SessionSummariesApi(APIView):
 class CompactionEventsApi(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("session", int, required=False)],
-        responses=serializers.ListSerializer(child=serializers.DictField()),
+        # ?session= names a session: unknown or someone else's is not_found.
+        responses={
+            200: serializers.ListSerializer(child=serializers.DictField()),
+            **api_errors(404),
+        },
     )
     def get(self, request: Request) -> Response:
         events = queries.event_list_for_user(
