@@ -1,4 +1,10 @@
-"""structlog configuration: JSON lines in real mode, readable console lines in embedded mode."""
+"""structlog configuration: JSON lines in real mode, readable console lines in embedded mode.
+
+One configuration for every process: the web server (through settings), the Celery worker and
+beat (``chat_platform/celery_app.py`` stops Celery from installing its own handlers). In JSON
+mode each event is one line; a traceback (``log.exception``, ``exc_info=``, and stdlib loggers
+such as Django's request logger) is rendered into the string field ``exception``.
+"""
 
 import logging
 import logging.config
@@ -13,8 +19,12 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    # The console renderer prints exc_info itself (readably); JSON needs it turned into text
+    # first, or it is rendered as "<traceback object at 0x…>".
+    renderer: list = (
+        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        if json
+        else [structlog.dev.ConsoleRenderer(colors=False)]
     )
     logging.config.dictConfig(
         {
@@ -25,7 +35,7 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
                     "()": structlog.stdlib.ProcessorFormatter,
                     "processors": [
                         structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                        renderer,
+                        *renderer,
                     ],
                     "foreign_pre_chain": shared,
                 }
@@ -39,6 +49,8 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
             },
         }
     )
+    # warnings.warn() output becomes a log event (logger "py.warnings") instead of a raw line.
+    logging.captureWarnings(json)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
