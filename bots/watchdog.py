@@ -132,9 +132,7 @@ def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
     age = settings.CHAT_ORPHAN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
     cutoff = timezone.now() - timedelta(seconds=age)
     old = Q(updated_at__lt=cutoff)
-    stuck = list(
-        Message.objects.filter(old, status__in=UNFINISHED).values_list("pk", "status")
-    )
+    stuck = list(Message.objects.filter(old, status__in=UNFINISHED).values_list("pk", "status"))
     swept = sum(
         _interrupt(
             message_id=pk,

@@ -27,6 +27,8 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 echo "== mypy (typed modules listed in pyproject.toml)"
 .venv/bin/mypy
+echo "== import contracts (dependency directions of ARCHITECTURE.md)"
+.venv/bin/lint-imports
 echo "== migrations are up to date"
 DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
 echo "== deploy checks with production settings"

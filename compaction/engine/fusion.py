@@ -22,8 +22,8 @@ from compaction.engine.common import (
     summariser_window,
 )
 from compaction.engine.passes import record_success, run_pass, summarise, summary_create
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
-from compaction.pipeline import context_measure
 from memory import services as memory_services
 
 

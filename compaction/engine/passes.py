@@ -32,8 +32,8 @@ from compaction.engine.common import (
     transcript_line,
     unchanged,
 )
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
-from compaction.pipeline import context_measure
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from memory import services as memory_services

@@ -18,8 +18,8 @@ from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.passes import run_pass
 from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
 from compaction.lock import single_flight
+from compaction.measure import Measure, bot_budget, context_measure
 from compaction.models import CompactionEvent
-from compaction.pipeline import Measure, bot_budget, context_measure
 
 
 def compaction_soft(*, session_id: int) -> RunResult | None:

@@ -64,7 +64,7 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
     _, reply = _turn(session, "second question")
     session.refresh_from_db()
 
-    real_walk = pipeline._history_newest_first
+    real_walk = pipeline.history_newest_first
     finished_text = "The first answer, finished by a concurrent turn."
 
     def other_turn_finishes_first(measure):
@@ -76,7 +76,7 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
         session_context_add(session_id=session.pk, tokens=tokens)
         yield from real_walk(measure)
 
-    monkeypatch.setattr(pipeline, "_history_newest_first", other_turn_finishes_first)
+    monkeypatch.setattr(pipeline, "history_newest_first", other_turn_finishes_first)
     fake_openai.script(Reply(text="Second answer."))
 
     turn.turn_run(message_id=reply.pk)
@@ -176,7 +176,7 @@ def test_a_model_failure_after_the_claim_still_ends_failed(
     assert len(_failed_frames(frames, reply)) == 1
 
 
-# --- item 3: heartbeats and the watchdog -----------------------------------------------------------
+# --- item 3: heartbeats and the watchdog ----------------------------------------------------
 
 
 def _streaming(session, *, content, heartbeat_age):
