@@ -36,7 +36,9 @@ from chat_platform.errors import (
 )
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from compaction.engine import RunResult, compaction_manual
 from compaction.pipeline import context_measure, context_precheck
+from compaction.services import compaction_notice_text
 
 log = structlog.get_logger(__name__)
 
@@ -351,9 +353,6 @@ def session_compact_command(
     The command and its notice stay in the transcript; neither is ever sent to a model (only
     chat/tool kinds are).
     """
-    from compaction.engine import RunResult, compaction_manual
-    from compaction.services import compaction_notice_text
-
     with transaction.atomic():
         opened = _exchange_open(
             session=session, content=text, kind=Message.Kind.COMMAND, client_id=client_id
