@@ -108,7 +108,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 def _logged(response: Response) -> Response:
     # Logged above with its traceback: Django's request logger would add a second line for the
     # same error without one ("Internal Server Error: …").
-    response._has_been_logged = True  # type: ignore[attr-defined]
+    response._has_been_logged = True
     return response
 
 

@@ -72,7 +72,9 @@ class CompactionBusy(PlatformError):
 class ServiceUnavailable(PlatformError):
     code = "service_unavailable"
     http_status = 503
-    default_message = "A service this request needs is down; nothing was changed. Try again shortly."
+    default_message = (
+        "A service this request needs is down; nothing was changed. Try again shortly."
+    )
 
 
 class InternalError(PlatformError):

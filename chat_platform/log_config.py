@@ -8,12 +8,13 @@ such as Django's request logger) is rendered into the string field ``exception``
 
 import logging
 import logging.config
+from typing import Any
 
 import structlog
 
 
 def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirrors the setting name
-    shared = [
+    shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
@@ -21,7 +22,7 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
     ]
     # The console renderer prints exc_info itself (readably); JSON needs it turned into text
     # first, or it is rendered as "<traceback object at 0x…>".
-    renderer: list = (
+    renderer: list[Any] = (
         [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json
         else [structlog.dev.ConsoleRenderer(colors=False)]
