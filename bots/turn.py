@@ -391,8 +391,10 @@ def _turn_body(reply: Message, monitor: TurnMonitor, state: _TurnState) -> None:
     recalled: list[Message] = []
     recall_round = 0
     while True:
-        context = context_build(session=session, reply=reply, recalled=recalled)
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
+        context = context_build(
+            session=session, reply=reply, recalled=recalled, recall_open=may_recall
+        )
         stream = _stream_round(
             reply,
             monitor,

@@ -134,6 +134,7 @@ def context_build(
     session: ChatSession,
     reply: Message,
     recalled: Sequence[Message] = (),
+    recall_open: bool = True,
     path: str = "turn",
 ) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
@@ -141,6 +142,9 @@ def context_build(
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:
     counted in the budget, sent whole after the new message, never trimmed away.
+
+    ``recall_open`` says whether the model may still ask for records on this call: when not
+    (recall disabled, or its rounds used up) the index block carries no invitation to ask.
 
     Raises ``ContextTooLarge`` when the system prompt, the new message, the recalled material,
     pins and summaries alone exceed the budget: nothing is sent.
@@ -177,21 +181,23 @@ def context_build(
         "first_seq"
     )
     messages.extend({"role": "system", "content": summary.block} for summary in summaries)
-    index_block = _index_block(measure, admission)
+    index_block = _index_block(measure, admission, recall_open=recall_open)
     if index_block:
         messages.append({"role": "system", "content": index_block})
     messages.extend(_render(m) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission)
 
 
-def _index_block(measure: Measure, admission: Admission) -> str:
+def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -> str:
     """The index as a system block (after summaries, before history; CONTRACT §10), newest first,
     with the lines admission kept. Tokens of joined text can exceed the sum of its parts by a
     merge or two: drop further lines until the block costs no more than admission reserved."""
     kept = list(measure.index_lines[: admission.kept_index_lines])
     model = measure.session.bot.model
     while kept:
-        block = f"{INDEX_HEADER}\n{INDEX_HELP}\n" + "\n".join(line.text for line in kept)
+        # Reserved with the help line; without it (recall closed) the block only costs less.
+        head = f"{INDEX_HEADER}\n{INDEX_HELP}\n" if recall_open else f"{INDEX_HEADER}\n"
+        block = head + "\n".join(line.text for line in kept)
         reserved = measure.index_block_tokens + sum(line.tokens for line in kept)
         if count_message_tokens(block, model=model) <= reserved:
             return block

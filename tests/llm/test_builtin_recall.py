@@ -18,6 +18,7 @@ from chat_platform.llm.builtin.recall import (
     search_query,
 )
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
+from memory.recall import INDEX_HELP  # what the pipeline puts in the block
 
 BOT = {"role": "system", "content": "You are Ada, a friendly travel assistant. Answer briefly."}
 SUMMARY = {
@@ -32,7 +33,7 @@ SUMMARY = {
 INDEX = {
     "role": "system",
     "content": (
-        "[Memory index: records you can read]\n"
+        "[Memory index: records you can read]\n" + INDEX_HELP + "\n"
         "- snapshot_1_40 (snapshot, messages 1–40): Pre-compaction snapshot of messages 1–40: "
         "Lisbon trip, budget, hotels\n"
         "- diet (info): Food allergies: peanuts; vegetarian"
@@ -304,7 +305,7 @@ def test_asks_for_the_best_matching_records_only_at_most_three():
     lines.append("- tent_notes (info): packing list tent choice")
     index = {
         "role": "system",
-        "content": "[Memory index: records you can read]\n" + "\n".join(lines),
+        "content": "[Memory index: records you can read]\n" + INDEX_HELP + "\n" + "\n".join(lines),
     }
 
     assert json.loads(ask("packing list", index).text) == {
@@ -595,3 +596,18 @@ def test_a_remembered_fact_is_quoted_later_without_the_remember():
     reply = ask("What is my locker code?", *context)
 
     assert reply.text == "From earlier in our conversation:\n> my locker code is 4471 — you said"
+
+
+def test_an_index_without_the_invitation_gets_no_json_request():
+    """Recall closed (disabled, or its rounds used up): the pipeline leaves the invitation out of
+    the index block and offers no tools, so the model answers instead of asking."""
+    closed = {
+        "role": "system",
+        "content": INDEX["content"].replace(INDEX_HELP + "\n", ""),
+    }
+    assert INDEX_HELP not in closed["content"]
+
+    reply = ask("Do I have food allergies?", closed)
+
+    assert not reply.text.lstrip().startswith("{")
+    assert reply.tool_calls == []

@@ -417,3 +417,38 @@ def test_recalled_text_never_pushes_a_request_over_the_budget(fake_session, fake
     assert recalled.endswith("[cut: no room left in the context budget]") or (
         "[not sent: no room left in the context budget]" in recalled
     )
+
+
+def test_builtin_recall_with_recall_disabled_never_shows_a_request(chat_session):
+    """The index stays visible but recall is closed: the block carries no invitation, no tools
+    are offered, so builtin/recall answers instead of replying with a JSON request."""
+    _save(chat_session, "diet", "I am vegetarian and allergic to peanuts.", description="Diet")
+    chat_session.bot.recall_enabled = False
+    chat_session.bot.save()
+    _, reply = _turn(chat_session, "Do I have food allergies?")
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert reply.status == "complete"
+    assert not reply.content.lstrip().startswith("{")
+    assert not RecallEvent.objects.filter(session=chat_session).exists()
+    assert not Message.objects.filter(session=chat_session, kind="tool").exists()
+
+
+def test_builtin_recall_reads_a_listed_record_through_the_loop(chat_session):
+    _save(
+        chat_session,
+        "diet",
+        "I am vegetarian and allergic to peanuts.",
+        description="Food allergies and diet",
+    )
+    _, reply = _turn(chat_session, "Do I have food allergies?")
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert reply.status == "complete"
+    assert "allergic to peanuts" in reply.content
+    event = RecallEvent.objects.get(session=chat_session)
+    assert (event.tool, event.found) == ("read", ["diet"])

@@ -254,13 +254,14 @@ def _index_entries(messages: list[dict]) -> list[IndexEntry]:
     return entries
 
 
-def _memory_in_play(messages: list[dict]) -> bool:
+def _json_requests_invited(messages: list[dict]) -> bool:
+    """Whether the context invites JSON recall requests: an index block that explains them (the
+    pipeline leaves the invitation out when recall is closed — disabled, or its rounds used up —
+    so a request would reach the user as text)."""
     for message in messages:
         if message.get("role") == "system":
             text = content_text(message)
-            if text.lstrip().startswith(INDEX_HEADER) or any(
-                INDEX_LINE.match(line) for line in text.splitlines()
-            ):
+            if text.lstrip().startswith(INDEX_HEADER) and '"read_files"' in text:
                 return True
     return False
 
@@ -695,9 +696,10 @@ def respond(
             if names:
                 if _offered(tools, READ_TOOL):
                     return _call_result(READ_TOOL, {"names": names}, prompt)
-                return _text_result(json.dumps({"read_files": {"files": names}}), prompt)
+                if _json_requests_invited(messages):
+                    return _text_result(json.dumps({"read_files": {"files": names}}), prompt)
         query = search_query(question_text)
-        searchable = _offered(tools, SEARCH_TOOL) or _memory_in_play(messages)
+        searchable = _offered(tools, SEARCH_TOOL) or _json_requests_invited(messages)
         if "search" not in done.kinds and query and searchable:
             if _offered(tools, SEARCH_TOOL):
                 return _call_result(SEARCH_TOOL, {"query": query}, prompt)
