@@ -47,15 +47,3 @@ class RecordCreateSerializer(serializers.Serializer):
 class RecordUpdateSerializer(serializers.Serializer):
     description = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False)
     body = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False)
-
-
-class ErrorBodySerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = serializers.DictField()
-
-
-class ErrorSerializer(serializers.Serializer):
-    """``{"error": {"code", "message", "details"}}`` (CONTRACT §11)."""
-
-    error = ErrorBodySerializer()

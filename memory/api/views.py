@@ -11,10 +11,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from bots.queries import session_get_for_user
+from chat_platform.api import api_errors
 from chat_platform.errors import ValidationFailed
 from memory import queries, services
 from memory.api.serializers import (
-    ErrorSerializer,
     RecordCreateSerializer,
     RecordDetailSerializer,
     RecordSearchHitSerializer,
@@ -31,13 +31,8 @@ IMMUTABLE_FIELDS = ("name", "scope", "kind", "first_seq", "last_seq", "token_cou
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    meaning = {
-        400: "validation_error",
-        401: "not_authenticated",
-        404: "not_found (also another user's session)",
-        413: "payload_too_large (body over 1 MB)",
-    }
-    return {c: OpenApiResponse(ErrorSerializer, description=meaning[c]) for c in codes}
+    """The shared error shape (one schema component for the whole API)."""
+    return api_errors(*codes)
 
 
 def _choice(request: Request, field: str, choices: tuple[str, ...]) -> str | None:
@@ -57,6 +52,7 @@ def _valid(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
 
 class SessionRecordListApi(APIView):
     @extend_schema(
+        operation_id="v1_sessions_records_list",
         parameters=[
             OpenApiParameter("kind", str, enum=MemoryRecord.Kind.values, required=False),
             OpenApiParameter("scope", str, enum=MemoryRecord.Scope.values, required=False),
@@ -101,7 +97,10 @@ class SessionRecordListApi(APIView):
 
 
 class SessionRecordDetailApi(APIView):
-    @extend_schema(responses={200: RecordDetailSerializer, **_errors(401, 404)})
+    @extend_schema(
+        operation_id="v1_sessions_records_retrieve",
+        responses={200: RecordDetailSerializer, **_errors(401, 404)},
+    )
     def get(self, request: Request, session_id: int, name: str) -> Response:
         session = session_get_for_user(user=request.user, session_id=session_id)
         record = queries.record_get_for_session(session=session, name=name)
