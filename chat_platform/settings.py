@@ -120,6 +120,28 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"}
     )
+elif env.bool("DATABASE_POOL", default=True):
+    # psycopg's pool, one per process, shared by its threads (uvicorn's thread-sensitive sync
+    # thread and its executor, Celery's thread pool). A thread borrows a connection for one
+    # request or task and gives it back; past max_size it waits up to DATABASE_POOL_TIMEOUT and
+    # then fails with a clear error instead of PostgreSQL's "too many clients".
+    # Budget (docs/operations.md): sum over processes of max_size <= max_connections - reserve.
+    # Django requires CONN_MAX_AGE = 0 with a pool: the pool keeps connections open.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASE_POOL_MIN_SIZE = env.int("DATABASE_POOL_MIN_SIZE", default=1)
+    DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=10)
+    DATABASE_POOL_TIMEOUT = env.float("DATABASE_POOL_TIMEOUT", default=10.0)
+    if not 0 <= DATABASE_POOL_MIN_SIZE <= DATABASE_POOL_MAX_SIZE or DATABASE_POOL_MAX_SIZE < 1:
+        raise ImproperlyConfigured(
+            "DATABASE_POOL_MIN_SIZE and DATABASE_POOL_MAX_SIZE: need 0 <= min <= max, max >= 1"
+        )
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": DATABASE_POOL_MIN_SIZE,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": DATABASE_POOL_TIMEOUT,
+        # a connection idle this long is closed (the pool shrinks back toward min_size)
+        "max_idle": env.float("DATABASE_POOL_MAX_IDLE", default=300.0),
+    }
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=0))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -190,6 +212,17 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Threads of one worker process (scripts/worker.sh passes it as -c to each process). The
+# broker pool serves those threads' publishes (a turn schedules compaction, the watchdog
+# re-dispatches), so it is sized from them rather than Celery's default of 10.
+CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=16)
+CELERY_BROKER_POOL_LIMIT = env.int(
+    "CELERY_BROKER_POOL_LIMIT", default=max(10, CELERY_WORKER_CONCURRENCY // 2)
+)
+CELERY_REDIS_MAX_CONNECTIONS = env.int(
+    "CELERY_REDIS_MAX_CONNECTIONS", default=CELERY_WORKER_CONCURRENCY + 10
+)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {
     "bots.tasks.*": {"queue": "chat"},
     "compaction.tasks.*": {"queue": "compaction"},
@@ -209,8 +242,19 @@ if REDIS_URL:
                 # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s that
                 # channels-redis blocks in BZPOPMIN: the read then races the command and a
                 # consumer dies with "Timeout reading". Reads must outlast the blocking command.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                "capacity": 1000,
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": 30,
+                        # Connections per process and event loop. redis-py's asyncio pool
+                        # allows 100 by default and raises MaxConnectionsError past it (seen
+                        # as group_discard failures when 200 websockets closed at once).
+                        "max_connections": env.int("CHANNEL_LAYER_MAX_CONNECTIONS", default=1000),
+                    }
+                ],
+                # Messages kept per channel before new ones are dropped (deltas are batched and
+                # clients resync from the database, so a full channel loses nothing stored).
+                "capacity": env.int("CHANNEL_LAYER_CAPACITY", default=1000),
                 "expiry": 60,
             },
         }

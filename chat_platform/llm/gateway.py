@@ -118,10 +118,7 @@ def _litellm() -> Any:
 
             from chat_platform.llm.builtin.provider import build_handler
 
-            if hasattr(litellm, "telemetry"):
-                litellm.telemetry = False
-            litellm.suppress_debug_info = True
-            litellm.disable_hf_tokenizer_download = True
+            _configure_lean(litellm)
             litellm.custom_provider_map = [
                 entry for entry in litellm.custom_provider_map if entry["provider"] != "builtin"
             ] + [{"provider": "builtin", "custom_handler": build_handler()}]
@@ -132,6 +129,51 @@ def _litellm() -> Any:
             custom_llm_setup()
             _litellm_module = litellm
     return _litellm_module
+
+
+# litellm's switches, set once at import. Its defaults log every call and every chunk: each
+# streamed chunk is handed to a thread pool that runs an asyncio loop for success "logging" even
+# with no callback registered, and the end of a stream rebuilds the whole response for it. With
+# these off a 50-chunk stream costs about half the CPU (bench/turn_overhead.py prints both).
+# We log each call ourselves (llm_call); usage comes from the provider's usage chunk.
+_LEAN_SWITCHES: dict[str, Any] = {
+    "telemetry": False,
+    "suppress_debug_info": True,
+    "set_verbose": False,
+    "disable_hf_tokenizer_download": True,
+    # no per-chunk success handler in a thread + asyncio.run per chunk
+    "disable_streaming_logging": True,
+    # never copy prompts/replies into logging payloads (they are the users' text)
+    "turn_off_message_logging": True,
+    "disable_end_user_cost_tracking": True,
+    # litellm's own token counting (tiktoken over the whole prompt) when a provider sends no
+    # usage: we count with our one counter instead (_usage_tokens)
+    "disable_token_counter": True,
+    "disable_add_transform_inline_image_block": True,
+}
+
+
+def _configure_lean(litellm: Any) -> None:
+    for name, value in _LEAN_SWITCHES.items():
+        if hasattr(litellm, name):
+            setattr(litellm, name, value)
+    # No callbacks: nothing for litellm to fan out to on success or failure.
+    for name in (
+        "callbacks",
+        "success_callback",
+        "failure_callback",
+        "input_callback",
+        "service_callback",
+        "_async_success_callback",
+        "_async_failure_callback",
+    ):
+        if isinstance(getattr(litellm, name, None), list):
+            setattr(litellm, name, [])
+    import logging
+
+    # litellm's loggers format debug lines eagerly in places; keep them at WARNING.
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def warm_up() -> None:
@@ -147,6 +189,8 @@ _DEFAULTS = {"LLM_TIMEOUT_SECONDS": 120.0, "LLM_MAX_RETRIES": 2, "LLM_RETRY_BACK
 def _setting(name: str) -> Any:
     from django.conf import settings
 
+    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return _DEFAULTS[name]  # a bare script: the documented defaults, without trying
     try:
         return getattr(settings, name, _DEFAULTS[name])
     except Exception:  # settings not configured (a bare script): the documented defaults
@@ -311,8 +355,7 @@ def _tool_call_dict(call: Any) -> dict:
 
 
 def _get(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
+    # Called a few times per streamed chunk: the common case (an object) goes first.
     if isinstance(obj, dict):
         return obj.get(name)
     return getattr(obj, name, None)
@@ -528,14 +571,20 @@ class ChatStream:
                         chunk_usage = _get(chunk, "usage")
                         if chunk_usage is not None:
                             usage = chunk_usage
-                        choices = _get(chunk, "choices") or []
+                            if finish_reason is not None:
+                                # The provider's usage chunk follows the last choice: the
+                                # answer is whole. Reading on only makes litellm rebuild the
+                                # full response for its logging (a quarter of a call's CPU).
+                                break
+                        choices = _get(chunk, "choices")
                         if not choices:
                             continue
                         choice = choices[0]
                         finish_reason = _get(choice, "finish_reason") or finish_reason
                         delta = _get(choice, "delta")
-                        for call in _get(delta, "tool_calls") or []:
-                            _merge_tool_call_delta(calls, call)
+                        if _get(delta, "tool_calls"):
+                            for call in _get(delta, "tool_calls"):
+                                _merge_tool_call_delta(calls, call)
                         content = _get(delta, "content")
                         if content:
                             self._parts.append(content)
