@@ -1,0 +1,399 @@
+"""The bot pages (CONTRACT §14): list, create, edit, delete, and the Check model endpoint.
+
+The form only checks shapes and types; saving goes through ``bots.services`` (``bot_create`` /
+``bot_update`` / ``bot_delete``), which run the model's full validation and the provider and
+budget checks of ``bots.bot_validation`` — the very code the REST API and the admin run — and
+the service's ``validation_error`` details are shown inline, field by field.
+
+Access follows ``bots.queries``: a bot the user may not use (someone else's private bot) is a
+404 whether or not it exists. A *shared* bot the user does not own is shown read-only: it is in
+their list and in ``GET /api/v1/bots/{id}/`` already, so a 404 would only hide what they can use;
+its ``api_base`` and ``api_key_env`` are left out, as in the API (CONTRACT §4). Writing to it
+(edit, delete, Check model) is 403 — the user knows it exists, so nothing is revealed.
+"""
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from bots.model_check import bot_model_check
+from bots.models import Bot
+from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
+from bots.services import BOT_FIELDS, bot_create, bot_delete, bot_update
+from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
+from chat_platform.llm import gateway
+from compaction.budget import Budget, budget_compute
+
+# Suggestions only (a <datalist>): any litellm model string is accepted.
+MODEL_SUGGESTIONS = [
+    "builtin/recall",
+    "openai/gpt-4o-mini",
+    "openai/gpt-4o",
+    "anthropic/claude-3-5-sonnet-latest",
+    "ollama/llama3.1",
+]
+COMPACTION_MODEL_SUGGESTIONS = ["builtin/extractive", "openai/gpt-4o-mini"]
+
+BASIC_FIELDS = [
+    "name",
+    "system_prompt",
+    "model",
+    "api_base",
+    "api_key_env",
+    "temperature",
+    "max_output_tokens",
+    "context_window",
+    "is_shared",
+]
+COMPACTION_FIELDS = [
+    "compaction_enabled",
+    "compaction_threshold",
+    "compaction_kept_percent",
+    "compaction_model",
+    "compaction_fallback_extractive",
+]
+MEMORY_FIELDS = ["memory_index_size", "recall_enabled"]
+PRIVATE_FIELDS = ("api_base", "api_key_env")
+
+
+class BotForm(forms.ModelForm):
+    """Shapes and types only; ``save`` hands the values to the service that validates them."""
+
+    api_base = forms.URLField(
+        label="API base URL",
+        help_text="Optional: an Ollama or OpenAI-compatible server.",
+        required=False,
+        max_length=500,
+        assume_scheme="https",
+        widget=forms.URLInput(attrs={"list": "api-base-suggestions"}),
+    )
+
+    class Meta:
+        model = Bot
+        fields = list(BOT_FIELDS)
+        labels = {
+            "system_prompt": "System prompt",
+            "api_base": "API base URL",
+            "api_key_env": "API key variable",
+            "max_output_tokens": "Max output tokens",
+            "context_window": "Context window (tokens)",
+            "is_shared": "Shared with every signed-in user",
+            "compaction_enabled": "Compact long conversations",
+            "compaction_threshold": "Soft threshold (tokens)",
+            "compaction_kept_percent": "Kept after compaction (% of budget)",
+            "compaction_model": "Compaction model",
+            "compaction_fallback_extractive": "Fall back to builtin/extractive under pressure",
+            "memory_index_size": "Memory index size (records)",
+            "recall_enabled": "Let the bot recall records",
+        }
+        help_texts = {
+            "model": "Any litellm model string, e.g. openai/gpt-4o-mini or ollama/llama3.1.",
+            "api_base": "Optional: an Ollama or OpenAI-compatible server.",
+            "api_key_env": (
+                "The NAME of the environment variable holding the key; keys are never stored."
+            ),
+            "context_window": "0 = the model's own window (or the cap when litellm does not "
+            "know the model).",
+            "compaction_threshold": "0 = automatic (50 % of the budget).",
+            "compaction_kept_percent": "1–99: where a soft compaction lands.",
+            "compaction_model": 'Empty = follow the chat model ("builtin/extractive" for '
+            "built-in models).",
+            "memory_index_size": "0–200; 0 turns the index and recall off.",
+        }
+        widgets = {
+            "system_prompt": forms.Textarea(attrs={"rows": 4}),
+            "model": forms.TextInput(attrs={"list": "model-suggestions", "autocomplete": "off"}),
+            "compaction_model": forms.TextInput(
+                attrs={"list": "compaction-model-suggestions", "autocomplete": "off"}
+            ),
+        }
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        # Only allow-listed names can be picked (the service refuses any other anyway). A stored
+        # name no longer on the list stays selectable so the page shows it and says why it fails.
+        allowed = list(settings.PROVIDER_KEY_ENV_ALLOWED)
+        current = self.instance.api_key_env if self.instance.pk else ""
+        if current and current not in allowed:
+            allowed.append(current)
+        self.fields["api_key_env"] = forms.ChoiceField(
+            label=self.Meta.labels["api_key_env"],
+            help_text=self.Meta.help_texts["api_key_env"],
+            choices=[("", "— none —"), *[(name, name) for name in allowed]],
+            required=False,
+        )
+        self.fields["temperature"].widget.attrs.update({"step": "0.1", "min": "0", "max": "2"})
+        self.fields["compaction_kept_percent"].widget.attrs.update({"min": "1", "max": "99"})
+        self.fields["memory_index_size"].widget.attrs.update({"min": "0", "max": "200"})
+        self.fields["max_output_tokens"].widget.attrs.update({"min": "1"})
+
+    def _post_clean(self) -> None:
+        # ModelForm would copy the values onto the instance and run full_clean here; the
+        # service does both (and more), so the form never validates a bot on its own.
+        pass
+
+    def save(self, commit: bool = True) -> Bot | None:  # type: ignore[override]
+        """Create or update through the service; on ``validation_error`` add its details to
+        the fields they name and return ``None`` (nothing was saved)."""
+        values = {name: self.cleaned_data[name] for name in BOT_FIELDS}
+        try:
+            if self.instance.pk:
+                return bot_update(user=self.user, bot_id=self.instance.pk, **values)
+            return bot_create(owner=self.user, **values)
+        except ValidationFailed as exc:
+            details = exc.details if isinstance(exc.details, dict) else {}
+            for field, problems in details.items():
+                self.add_error(field if field in self.fields else None, problems)
+            if not details:
+                self.add_error(None, exc.message)
+            return None
+
+    def section(self, names: list[str]) -> list[forms.BoundField]:
+        return [self[name] for name in names if name in self.fields]
+
+
+# --- budget preview ---------------------------------------------------------------------------
+
+
+def _as_int(value: object, default: int) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def _model_max(model: str) -> int | None:
+    return gateway.model_max_input_tokens(model) if model else None
+
+
+def _budget_for(values: dict[str, Any]) -> Budget | None:
+    """CONTRACT §5 for the values on the page (the same ``budget_compute`` the turn uses);
+    ``None`` when they are not numbers in range yet."""
+    context_window = _as_int(values.get("context_window"), 0)
+    try:
+        return budget_compute(
+            context_window=context_window,
+            model_max_input_tokens=None if context_window else _model_max(values["model"]),
+            max_output_tokens=_as_int(values.get("max_output_tokens"), 0),
+            compaction_threshold=_as_int(values.get("compaction_threshold"), 0),
+            compaction_kept_percent=_as_int(values.get("compaction_kept_percent"), 0),
+            absolute_cap=settings.CONTEXT_ABSOLUTE_CAP_TOKENS,
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def _page_values(form: BotForm | None, bot: Bot) -> dict[str, Any]:
+    """What the page shows: the submitted values after a refused POST, else the bot's."""
+    values = {name: getattr(bot, name) for name in BOT_FIELDS}
+    if form is not None and form.is_bound:
+        for name in BOT_FIELDS:
+            if name in form.data:
+                values[name] = form.data.get(name)
+    return values
+
+
+def model_warning(model: str) -> str:
+    """A warning for a model litellm does not know (its window falls back to the cap)."""
+    if not model or model.startswith(gateway.BUILTIN_PREFIX) or _model_max(model):
+        return ""
+    cap = settings.CONTEXT_ABSOLUTE_CAP_TOKENS
+    return (
+        f'litellm does not know the model "{model}": its context window falls back to the cap '
+        f"of {cap:,} tokens unless you set Context window. Check the spelling "
+        '(provider/model, e.g. "openai/gpt-4o-mini") and use Check model after saving.'
+    )
+
+
+def budget_note(budget: Budget | None, *, context_window: int, model_max: int | None) -> str:
+    """The line under the numbers; static/bots/bot_form.js writes the same sentences."""
+    if budget is None:
+        return "Enter whole numbers (max output tokens at least 1, kept 1–99) to see them."
+    if budget.budget == 0:
+        return "No budget: max output tokens must be smaller than the window."
+    if context_window > 0:
+        source = "W is the context window set above."
+    elif model_max:
+        source = "W is the model's window according to litellm."
+    else:
+        source = "W is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known."
+    return f"{source} B = min(W − max output tokens, cap)."
+
+
+def _form_context(
+    request: HttpRequest, form: BotForm, bot: Bot, *, editable: bool = True
+) -> dict[str, Any]:
+    values = _page_values(form, bot)
+    model = str(values.get("model") or "")
+    context_window = _as_int(values.get("context_window"), 0)
+    model_max = _model_max(model)  # also when a window is set: the page may clear it
+    budget = _budget_for(values)
+    display_names = ("window", "budget", "soft", "hard", "target", "target_blocking")
+    return {
+        "form": form,
+        "bot": bot,
+        "editable": editable,
+        "show_private": editable,
+        "basic_fields": form.section(BASIC_FIELDS if editable else _public(BASIC_FIELDS)),
+        "compaction_fields": form.section(COMPACTION_FIELDS),
+        "memory_fields": form.section(MEMORY_FIELDS),
+        "budget": budget,
+        "budget_display": {
+            name: f"{getattr(budget, name):,}" if budget else "—" for name in display_names
+        },
+        "budget_note": budget_note(budget, context_window=context_window, model_max=model_max),
+        "model_max": model_max,
+        "model_warning": model_warning(model),
+        "cap": settings.CONTEXT_ABSOLUTE_CAP_TOKENS,
+        "model_suggestions": MODEL_SUGGESTIONS,
+        "compaction_model_suggestions": COMPACTION_MODEL_SUGGESTIONS,
+        "api_base_suggestions": list(settings.PROVIDER_API_BASES),
+        "is_staff": bool(request.user.is_staff),
+        # Advanced opens by itself when something in it needs attention.
+        "advanced_open": any(name in form.errors for name in (*COMPACTION_FIELDS, *MEMORY_FIELDS)),
+    }
+
+
+def _public(names: list[str]) -> list[str]:
+    return [name for name in names if name not in PRIVATE_FIELDS]
+
+
+def _bot_or_404(request: HttpRequest, bot_id: int) -> Bot:
+    try:
+        return bot_get_for_user(user=request.user, bot_id=bot_id)
+    except NotFound:
+        raise Http404("Bot not found.") from None
+
+
+def _forbidden(request: HttpRequest, bot: Bot) -> HttpResponse:
+    return render(request, "bots/bot_forbidden.html", {"bot": bot}, status=403)
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def bot_list_page(request: HttpRequest) -> HttpResponse:
+    bots = [
+        {"bot": bot, "editable": bot_can_edit(user=request.user, bot=bot)}
+        for bot in bot_list_for_user(user=request.user)
+    ]
+    return render(request, "bots/bot_list.html", {"rows": bots})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def bot_new_page(request: HttpRequest) -> HttpResponse:
+    blank = Bot(owner=request.user)
+    if request.method == "POST":
+        form = BotForm(request.POST, instance=blank, user=request.user)
+        if form.is_valid():
+            bot = form.save()
+            if bot is not None:
+                messages.success(request, f"Bot “{bot.name}” created.")
+                return redirect("bot-page-edit", bot_id=bot.pk)
+        return render(
+            request, "bots/bot_form.html", _form_context(request, form, blank), status=400
+        )
+    form = BotForm(instance=blank, user=request.user)
+    return render(request, "bots/bot_form.html", _form_context(request, form, blank))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def bot_edit_page(request: HttpRequest, bot_id: int) -> HttpResponse:
+    bot = _bot_or_404(request, bot_id)
+    if not bot_can_edit(user=request.user, bot=bot):
+        if request.method == "POST":
+            return _forbidden(request, bot)
+        form = BotForm(instance=bot, user=request.user)
+        for field in form.fields.values():
+            field.disabled = True
+        return render(
+            request, "bots/bot_form.html", _form_context(request, form, bot, editable=False)
+        )
+    if request.method == "POST":
+        form = BotForm(request.POST, instance=bot, user=request.user)
+        if form.is_valid():
+            try:
+                saved = form.save()
+            except NotFound:
+                raise Http404("Bot not found.") from None
+            if saved is not None:
+                messages.success(request, f"Saved “{saved.name}”.")
+                return redirect("bot-page-edit", bot_id=saved.pk)
+        return render(request, "bots/bot_form.html", _form_context(request, form, bot), status=400)
+    form = BotForm(instance=bot, user=request.user)
+    return render(request, "bots/bot_form.html", _form_context(request, form, bot))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def bot_delete_page(request: HttpRequest, bot_id: int) -> HttpResponse:
+    bot = _bot_or_404(request, bot_id)
+    if not bot_can_edit(user=request.user, bot=bot):
+        return _forbidden(request, bot)
+    if request.method == "POST":
+        try:
+            bot_delete(user=request.user, bot_id=bot.pk)
+        except NotFound:
+            raise Http404("Bot not found.") from None
+        messages.success(request, f"Deleted “{bot.name}” and its chats.")
+        return redirect("bot-page-list")
+    sessions = bot.sessions.filter(user=request.user).count()
+    return render(request, "bots/bot_confirm_delete.html", {"bot": bot, "sessions": sessions})
+
+
+# --- JSON endpoints used by static/bots/bot_form.js ---------------------------------------------
+
+
+def _json_error(code: str, message: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message, "details": {}}}, status=status)
+
+
+def _json_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return _json_error("not_authenticated", "Sign in first.", 401)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+@_json_login_required
+@require_POST
+def bot_check_page(request: HttpRequest, bot_id: int) -> HttpResponse:
+    """POST /bots/<id>/check/: one tiny call with the SAVED bot's settings (owner/staff)."""
+    try:
+        result = bot_model_check(user=request.user, bot_id=bot_id)
+    except NotFound:
+        return _json_error("not_found", "Bot not found.", 404)
+    except PermissionDenied as exc:
+        return _json_error("permission_denied", exc.message, 403)
+    return JsonResponse(result.as_dict())
+
+
+@_json_login_required
+@require_GET
+def model_info_page(request: HttpRequest) -> HttpResponse:
+    """GET /bots/model-info/?model=…: what litellm's local model map says (no network)."""
+    model = request.GET.get("model", "").strip()[:200]
+    return JsonResponse(
+        {
+            "model": model,
+            "max_input_tokens": _model_max(model),
+            "warning": model_warning(model),
+            "cap": settings.CONTEXT_ABSOLUTE_CAP_TOKENS,
+        }
+    )

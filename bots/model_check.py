@@ -1,0 +1,85 @@
+"""Check a bot's model: one tiny call through the gateway, reported in plain words.
+
+The call is keyed off the *saved* bot (its model, api_base and api_key_env), never off anything
+in the request, so the provider policy the gateway applies to every call (allow-listed key
+variables, approved or listed api_base) holds here too: the check cannot be pointed at an
+arbitrary address. Only the bot's owner or staff may run it (``bot_get_for_edit``).
+"""
+
+import time
+from dataclasses import asdict, dataclass
+
+import structlog
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from bots.queries import bot_get_for_edit
+from bots.turn import bot_model_config
+from chat_platform.llm import gateway
+
+log = structlog.get_logger(__name__)
+
+CHECK_MAX_OUTPUT_TOKENS = 5
+CHECK_PROMPT = "Reply with the single word: ok"
+# A check answers within seconds or says so; it never holds a request for a turn's full timeout.
+CHECK_TIMEOUT_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    ok: bool
+    model: str
+    latency_ms: int
+    reply: str = ""
+    error: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def bot_model_check(*, user: AbstractBaseUser, bot_id: object) -> ModelCheck:
+    """One call of at most ``CHECK_MAX_OUTPUT_TOKENS`` tokens with one short user message.
+
+    Raises ``NotFound`` / ``PermissionDenied`` like every edit path; a provider failure is not an
+    exception here but a result (``ok=False`` with the gateway's short, key-free reason).
+    """
+    bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    config = bot_model_config(bot)
+    config = gateway.ModelConfig(
+        model=config.model,
+        api_base=config.api_base,
+        api_key_env=config.api_key_env,
+        api_base_trusted=config.api_base_trusted,
+        temperature=config.temperature,
+        max_output_tokens=CHECK_MAX_OUTPUT_TOKENS,
+        timeout=CHECK_TIMEOUT_SECONDS,
+    )
+    started = time.monotonic()
+    try:
+        completion = gateway.complete(
+            config,
+            [{"role": "user", "content": CHECK_PROMPT}],
+            max_tokens=CHECK_MAX_OUTPUT_TOKENS,
+        )
+    except gateway.ModelUnavailable as exc:
+        result = ModelCheck(
+            ok=False,
+            model=bot.model,
+            latency_ms=int((time.monotonic() - started) * 1000),
+            error=exc.message,
+        )
+    else:
+        result = ModelCheck(
+            ok=True,
+            model=completion.model or bot.model,
+            latency_ms=int((time.monotonic() - started) * 1000),
+            reply=completion.text.strip()[:200],
+        )
+    log.info(
+        "bot_model_checked",
+        bot_id=bot.pk,
+        user_id=user.pk,
+        model=bot.model,
+        ok=result.ok,
+        latency_ms=result.latency_ms,
+    )
+    return result
