@@ -19,13 +19,23 @@ format: ## Format the code with ruff
 web: ## Real mode: ASGI server (needs DATABASE_URL, REDIS_URL, SECRET_KEY)
 	.venv/bin/uvicorn chat_platform.asgi:application --host 0.0.0.0 --port 8000 --workers 2 --timeout-graceful-shutdown 5
 
-worker: ## Real mode: Celery worker for the chat and compaction queues
-	.venv/bin/celery -A chat_platform -q worker -Q chat,compaction -P threads -c 64 -l INFO
+worker: ## Real mode: Celery workers, one process per core x CELERY_WORKER_CONCURRENCY threads (chat + compaction)
+	bash scripts/worker.sh
+
+worker-chat: ## Real mode, under load: workers for the chat queue only (pair with worker-compaction)
+	WORKER_QUEUES=chat bash scripts/worker.sh
+
+worker-compaction: ## Real mode, under load: one worker process for the compaction queue
+	WORKER_QUEUES=compaction WORKER_PROCESSES=$${WORKER_PROCESSES:-1} CELERY_WORKER_CONCURRENCY=$${CELERY_WORKER_CONCURRENCY:-4} bash scripts/worker.sh
 
 beat: ## Real mode: Celery beat (orphan sweep every minute)
 	.venv/bin/celery -A chat_platform -q beat -l INFO
 
-bench: ## Run the benchmarks in bench/ (prints ratios)
-	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+bench: ## Run the benchmarks in bench/ (prints ratios; the stack benches start their own processes)
+	@for f in bench/[a-z]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
-.PHONY: help run test lint format web worker beat bench
+bench-smoke: ## Small bounded runs of turn_overhead and concurrent_sessions (fail on a lost turn)
+	$(PY) bench/turn_overhead.py --pairs 5 --smoke
+	$(PY) bench/concurrent_sessions.py --quick --smoke
+
+.PHONY: help run test lint format web worker worker-chat worker-compaction beat bench bench-smoke
