@@ -4,11 +4,15 @@ The channel layer is lossy transport, not the store: every frame here describes 
 already persisted, and clients resync over REST (``?after_seq=``) after a reconnect.
 """
 
+import time
+from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import structlog
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from bots.models import Message
 
@@ -35,7 +39,13 @@ def message_payload(message: Message) -> dict[str, Any]:
         "pinned": message.pinned,
         "compacted": getattr(message, "compacted_by_id", None) is not None,
         "created_at": message.created_at.isoformat().replace("+00:00", "Z"),
+        "finish_reason": message.finish_reason,
     }
+    # Recall steps in the transcript: what was asked (assistant) and which tool answered (tool).
+    if message.tool_calls:
+        payload["tool_calls"] = message.tool_calls
+    if message.tool_name:
+        payload["tool_name"] = message.tool_name
     if message.error_code:
         payload["error"] = {"code": message.error_code, "message": message.error_message}
     return payload
@@ -85,3 +95,54 @@ def notify_message_failed(message: Message) -> None:
 
 def notify_context_updated(session_id: int, context: dict[str, Any]) -> None:
     send_frame(session_id, {"type": "context.updated", "context": context})
+
+
+# --- "this reply is finished", for waiters in other processes (REST ``wait: true``) ----------
+
+
+def reply_finished_channel(message_id: int) -> str:
+    return f"chat-platform:reply-finished:{message_id}"
+
+
+@lru_cache(maxsize=1)
+def _redis() -> Any:
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+
+
+def publish_reply_finished(message_id: int) -> None:
+    """Wake whoever waits on this reply (best effort: waiters re-check the database anyway)."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        _redis().publish(reply_finished_channel(message_id), b"1")
+    except Exception:
+        log.warning("reply_finished_publish_failed", message_id=message_id)
+
+
+def wait_reply_finished(
+    message_id: int, *, is_finished: Callable[[], bool], timeout: float
+) -> None:
+    """Block until ``is_finished()`` or ``timeout``: woken by ``publish_reply_finished``, not by
+    polling. The database stays the truth: it is checked after subscribing (so a finish that
+    lands in between is not missed) and again at least every few seconds in case a wake-up was
+    lost. Without Redis (embedded mode) it falls back to a short poll."""
+    deadline = time.monotonic() + timeout
+    if not settings.REDIS_URL:
+        while not is_finished() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return
+    pubsub = _redis().pubsub(ignore_subscribe_messages=True)
+    try:
+        pubsub.subscribe(reply_finished_channel(message_id))
+        while not is_finished():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            pubsub.get_message(timeout=min(remaining, WAIT_RECHECK_SECONDS))
+    finally:
+        pubsub.close()
+
+
+WAIT_RECHECK_SECONDS = 5.0

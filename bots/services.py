@@ -5,7 +5,6 @@ reply and schedules the turn once the transaction commits.
 """
 
 import re
-import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -114,6 +113,40 @@ def session_create(*, user: AbstractBaseUser, bot_id: object, title: str = "") -
     _full_clean(session, exclude=["user", "bot"])
     session.save()
     return session
+
+
+SESSION_TITLE_MAX_CHARS = 60
+
+
+def session_title_from_text(text: str) -> str:
+    """A chat's default title: the first non-blank line of its first message, whitespace
+    collapsed, cut at a word boundary to at most ``SESSION_TITLE_MAX_CHARS`` characters."""
+    line = next((part for part in text.splitlines() if part.strip()), "")
+    words = " ".join(line.split())
+    if len(words) <= SESSION_TITLE_MAX_CHARS:
+        return words
+    cut = words[: SESSION_TITLE_MAX_CHARS - 1]
+    if words[len(cut)] != " " and " " in cut[SESSION_TITLE_MAX_CHARS // 2 :]:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" .,;:") + "…"
+
+
+def session_rename(*, user: AbstractBaseUser, session_id: object, title: object) -> ChatSession:
+    session = session_get_for_user(user=user, session_id=session_id)
+    if not isinstance(title, str):
+        raise ValidationFailed(details={"title": ["A title must be text."]})
+    session.title = " ".join(title.split())
+    _full_clean(session, exclude=["user", "bot"])
+    session.save(update_fields=["title"])  # a rename is not activity: the chat keeps its place
+    return session
+
+
+def do_session_title_default(*, session: ChatSession, text: str) -> None:
+    """Title a blank-titled chat from its first message (a conditional UPDATE: a rename or a
+    concurrent first message wins; ``updated_at`` is left alone)."""
+    title = session_title_from_text(text)
+    if title and ChatSession.objects.filter(pk=session.pk, title="").update(title=title):
+        session.title = title
 
 
 def session_delete(*, user: AbstractBaseUser, session_id: object) -> None:
@@ -310,6 +343,8 @@ def session_message_send(
             assert reply is not None
             transaction.on_commit(partial(realtime.notify_message_created, result.user_message))
             transaction.on_commit(partial(realtime.notify_message_created, reply))
+            if not session.title:
+                do_session_title_default(session=session, text=text)
             rejected = _check_fits(session=session, result=result)
             if rejected is None:
                 transaction.on_commit(partial(_dispatch_turn, result))
@@ -404,11 +439,12 @@ def generation_stop(*, user: AbstractBaseUser, session_id: object) -> int:
     ).update(stop_requested=True)
 
 
-def message_wait_finished(*, message_id: int, timeout: float, poll: float = 0.1) -> Message:
-    """Block until a reply leaves pending/streaming (or the timeout passes); return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        message = Message.objects.get(pk=message_id)
-        if message.is_finished or time.monotonic() >= deadline:
-            return message
-        time.sleep(poll)
+def message_wait_finished(*, message_id: int, timeout: float) -> Message:
+    """Block until a reply leaves pending/streaming (or the timeout passes); return it. Woken by
+    the turn's finish (Redis pub/sub), not by polling the database."""
+    realtime.wait_reply_finished(
+        message_id,
+        is_finished=lambda: Message.objects.get(pk=message_id).is_finished,
+        timeout=timeout,
+    )
+    return Message.objects.get(pk=message_id)

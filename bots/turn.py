@@ -7,7 +7,6 @@ task or a racing sweep never overwrites a finished reply.
 
 import contextlib
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,7 +17,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bots import dispatch, realtime
+from bots import dispatch, liveness, realtime
+from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
 from bots.services import allocate_seqs, session_context_add
 from chat_platform.errors import InternalError, ModelUnavailable, PlatformError
@@ -36,9 +36,8 @@ from memory.recall import TOOLS as RECALL_TOOLS
 
 log = structlog.get_logger(__name__)
 
-# How often a streaming turn saves its partial text (kept if the worker dies: the sweep marks the
-# reply interrupted) and looks for a user's stop request.
-CHECKPOINT_SECONDS = 0.5
+# A streaming turn saves its partial text every CHECKPOINT_SECONDS (kept if the worker dies: the
+# watchdog marks the reply interrupted); the process's watcher looks for stops as often.
 # Slack per recalled result under what is left of B: joined text can cost a token or two more
 # than its parts.
 RECALL_MARGIN_TOKENS = 8
@@ -56,12 +55,14 @@ def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConf
 
 
 class DeltaBatcher:
-    """Collects deltas and sends them to the session group at most every flush interval."""
+    """Sends the first delta at once, then batches: at most one frame per flush interval."""
 
     def __init__(self, reply: Message) -> None:
         self.reply = reply
         self.buffer: list[str] = []
-        self.last_flush = time.monotonic()
+        # The first delta goes out the moment it arrives (time to first token is what a user
+        # feels); batching only starts after it.
+        self.last_flush = float("-inf")
         self.interval = settings.CHAT_STREAM_FLUSH_SECONDS
 
     def add(self, delta: str) -> None:
@@ -77,68 +78,20 @@ class DeltaBatcher:
 
 
 def _checkpoint(message_id: int, partial_text: str) -> None:
-    """Save the partial text: if the worker dies, the sweep keeps it."""
+    """Save the partial text: if the worker dies, the watchdog keeps it."""
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
         content=partial_text, updated_at=timezone.now()
     )
+    _release_connection()
 
 
-class TurnMonitor(threading.Thread):
-    """Runs beside a turn from its claim to its end, on its own database connection:
-
-    * heartbeat: stamps the reply's ``heartbeat_at`` every ``CHAT_HEARTBEAT_SECONDS``, so the
-      watchdog can tell a live turn (however slow its provider) from one whose worker died;
-    * stop: looks for the user's stop every ``CHECKPOINT_SECONDS`` and closes the provider's
-      stream at once, so a silent provider (before its first token, or stalled) is stopped too.
-    """
-
-    def __init__(self, message_id: int) -> None:
-        super().__init__(daemon=True, name=f"turn-monitor-{message_id}")
-        self.message_id = message_id
-        self.finished = threading.Event()
-        self.stopped = threading.Event()
-        self._stream: gateway.ChatStream | None = None
-        self._lock = threading.Lock()
-
-    def attach(self, stream: gateway.ChatStream) -> None:
-        with self._lock:
-            self._stream = stream
-            stopped = self.stopped.is_set()
-        if stopped:
-            stream.close()
-
-    def run(self) -> None:
-        beat_every = settings.CHAT_HEARTBEAT_SECONDS
-        last_beat = time.monotonic()
-        try:
-            while not self.finished.wait(CHECKPOINT_SECONDS):
-                try:
-                    if time.monotonic() - last_beat >= beat_every:
-                        last_beat = time.monotonic()
-                        Message.objects.filter(
-                            pk=self.message_id, status=Message.Status.STREAMING
-                        ).update(heartbeat_at=timezone.now())
-                    flag = (
-                        Message.objects.filter(pk=self.message_id)
-                        .values_list("stop_requested", flat=True)
-                        .first()
-                    )
-                except Exception:  # the database blinked: the turn itself will notice if it lasts
-                    log.warning("turn_monitor_db_error", message_id=self.message_id, exc_info=True)
-                    connection.close()
-                    continue
-                if flag and not self.stopped.is_set():
-                    with self._lock:
-                        self.stopped.set()
-                        stream = self._stream
-                    if stream is not None:
-                        stream.close()
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self.finished.set()
-        self.join(timeout=5)
+def _release_connection() -> None:
+    """With the psycopg pool, hand this thread's connection back while the turn waits on the
+    provider: a streaming turn holds no database connection between its short writes, so the
+    pool, not the number of concurrent streams, bounds PostgreSQL's connections."""
+    pooled = bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
+    if pooled and not connection.in_atomic_block:
+        connection.close()
 
 
 def _finish(reply: Message, **fields: Any) -> Message | None:
@@ -149,6 +102,7 @@ def _finish(reply: Message, **fields: Any) -> Message | None:
     if not updated:
         log.warning("turn_finish_lost", message_id=reply.pk)
         return None
+    transaction.on_commit(partial(realtime.publish_reply_finished, reply.pk))
     return Message.objects.get(pk=reply.pk)
 
 
@@ -213,10 +167,9 @@ def turn_run(*, message_id: int) -> None:
         return
     reply.status = Message.Status.STREAMING
     state = _TurnState()
-    monitor = TurnMonitor(reply.pk)
-    monitor.start()
+    handle = liveness.watcher.register(reply.pk)
     try:
-        _turn_body(reply, monitor, state)
+        _turn_body(reply, handle, state)
     except PlatformError as exc:  # an expected refusal (context_too_large, model_unavailable…)
         _safe_fail(reply, exc, state)
     except Exception:
@@ -233,7 +186,7 @@ def turn_run(*, message_id: int) -> None:
             )
         raise
     finally:
-        monitor.stop()
+        liveness.watcher.unregister(handle)
 
 
 def _safe_fail(reply: Message, error: PlatformError, state: _TurnState) -> None:
@@ -247,7 +200,7 @@ def _safe_fail(reply: Message, error: PlatformError, state: _TurnState) -> None:
 
 def _stream_round(
     reply: Message,
-    monitor: TurnMonitor,
+    handle: TurnHandle,
     state: _TurnState,
     config: gateway.ModelConfig,
     messages: list[dict[str, Any]],
@@ -257,8 +210,9 @@ def _stream_round(
     """One model call, streamed to the session. While recall is possible, a reply that opens
     with ``{`` is held back until it ends: it may be a JSON recall request, not an answer."""
     batcher = DeltaBatcher(reply)
+    _release_connection()
     stream = gateway.stream(config, messages, tools=tools)
-    monitor.attach(stream)
+    handle.attach(stream)
     holding = tools is not None
     try:
         last_checkpoint = time.monotonic()
@@ -371,12 +325,12 @@ def completion_has_calls(calls: list[ToolCall], text: str) -> bool:
     return calls_from_text(text, call_id="-") is not None
 
 
-def _turn_body(reply: Message, monitor: TurnMonitor, state: _TurnState) -> None:
+def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     session = reply.session
     bot = session.bot
     started = time.monotonic()
 
-    if reply.stop_requested or monitor.stopped.is_set():
+    if reply.stop_requested or handle.stopped.is_set():
         message = _finish(
             reply, status=Message.Status.COMPLETE, finish_reason="stopped", content=""
         )
@@ -397,14 +351,14 @@ def _turn_body(reply: Message, monitor: TurnMonitor, state: _TurnState) -> None:
         )
         stream = _stream_round(
             reply,
-            monitor,
+            handle,
             state,
             config,
             context.messages,
             tools=RECALL_TOOLS if may_recall else None,
         )
         completion = stream.completion
-        if not may_recall or completion is None or monitor.stopped.is_set():
+        if not may_recall or completion is None or handle.stopped.is_set():
             break
         calls = calls_from_completion(completion.tool_calls) or calls_from_text(
             completion.text, call_id=f"recall-{reply.pk}-{recall_round + 1}"
@@ -419,7 +373,7 @@ def _turn_body(reply: Message, monitor: TurnMonitor, state: _TurnState) -> None:
         state.parts.clear()  # the answer is what the model says after its lookups
 
     completion = stream.completion
-    stopped = monitor.stopped.is_set() and completion is None
+    stopped = handle.stopped.is_set() and completion is None
     text = state.text
     fields: dict[str, Any] = {
         "status": Message.Status.COMPLETE,

@@ -18,6 +18,7 @@ of CONTRACT §10: anything still ``pending``/``streaming`` after ``CHAT_ORPHAN_A
 
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 import structlog
 from django.conf import settings
@@ -74,6 +75,7 @@ def _interrupt(*, message_id: int, still: Q, error_message: str) -> bool:
         )
         if claimed:
             session_context_add(session_id=message.session_id, tokens=tokens)
+            transaction.on_commit(partial(realtime.publish_reply_finished, message_id))
     if claimed:
         message.refresh_from_db()
         log.warning(

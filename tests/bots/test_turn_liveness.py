@@ -313,3 +313,34 @@ def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
     lost.refresh_from_db()
     assert (lost.status, lost.content) == ("complete", "Recovered.")
     assert len(fake_openai.requests) == 1
+
+
+# --- issue 10: REST wait wakes on the finish, not on a poll -------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
+    from django.test.utils import CaptureQueriesContext
+
+    from bots.services import message_wait_finished
+
+    _, reply = _turn(fake_session)
+    Message.objects.filter(pk=reply.pk).update(status="streaming")
+
+    def finish_later():
+        try:
+            time.sleep(1.5)
+            turn._finish(Message.objects.get(pk=reply.pk), status="complete", content="Done.")
+        finally:
+            connection.close()
+
+    finisher = threading.Thread(target=finish_later)
+    finisher.start()
+    with CaptureQueriesContext(connection) as queries:
+        result = message_wait_finished(message_id=reply.pk, timeout=30)
+    finisher.join()
+
+    assert (result.status, result.content) == ("complete", "Done.")
+    # checks: after subscribing, after the subscription's confirmation, when woken by the
+    # finish; then the final read. A 0.1 s poll would have read the row ~15 times meanwhile.
+    assert len(queries.captured_queries) == 4
