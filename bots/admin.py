@@ -48,48 +48,116 @@ class BotAdmin(admin.ModelAdmin):
     list_filter = ["is_shared", "compaction_enabled", "recall_enabled"]
     search_fields = ["name", "model", "owner__username"]
     raw_id_fields = ["owner"]
+    # The same sections as the bot page (bots/bot_pages.py): basic, then Advanced.
     fieldsets = [
-        (None, {"fields": ["owner", "name", "system_prompt", "is_shared"]}),
         (
-            "Model",
+            "Basic settings",
             {
                 "fields": [
+                    "owner",
+                    "name",
+                    "system_prompt",
                     "model",
                     "api_base",
                     "api_key_env",
                     "temperature",
                     "max_output_tokens",
                     "context_window",
+                    "is_shared",
                 ]
             },
         ),
         (
-            "Compaction",
+            "Advanced: Compaction",
             {
+                "classes": ["collapse"],
                 "fields": [
                     "compaction_enabled",
                     "compaction_threshold",
                     "compaction_kept_percent",
                     "compaction_model",
                     "compaction_fallback_extractive",
-                ]
+                ],
             },
         ),
-        ("Memory", {"fields": ["memory_index_size", "recall_enabled"]}),
+        (
+            "Advanced: Memory",
+            {"classes": ["collapse"], "fields": ["memory_index_size", "recall_enabled"]},
+        ),
     ]
+
+
+# Counters, statuses and coverage are written by the services alone (seqs by one conditional
+# UPDATE, the running context totals with every message, status by compare-and-set claims,
+# compacted_by by the engine): an edit here would corrupt them, so they are read-only. Sessions
+# and messages are made by chatting, never added here.
 
 
 @admin.register(ChatSession)
 class ChatSessionAdmin(admin.ModelAdmin):
-    list_display = ["id", "title", "user", "bot", "last_seq", "updated_at"]
+    list_display = [
+        "id",
+        "title",
+        "user",
+        "bot",
+        "last_seq",
+        "context_tokens",
+        "context_messages",
+        "updated_at",
+    ]
+    list_filter = [("bot", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["user", "bot"]
     search_fields = ["title", "user__username", "bot__name"]
-    raw_id_fields = ["user", "bot"]
+    fields = [
+        "title",
+        "user",
+        "bot",
+        "last_seq",
+        "context_tokens",
+        "context_messages",
+        "last_admission",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = [
+        "user",
+        "bot",
+        "last_seq",
+        "context_tokens",
+        "context_messages",
+        "last_admission",
+        "created_at",
+        "updated_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "session", "seq", "role", "kind", "status", "token_count", "pinned"]
+    """Read-only: a message's text, counts and status belong to the turn that wrote them."""
+
+    list_display = [
+        "id",
+        "session",
+        "seq",
+        "role",
+        "kind",
+        "status",
+        "token_count",
+        "pinned",
+        "compacted_by",
+    ]
     list_filter = ["role", "kind", "status", "pinned"]
+    list_select_related = ["session", "compacted_by"]
     search_fields = ["content"]
-    raw_id_fields = ["session", "reply_to"]
-    readonly_fields = ["created_at", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in Message._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

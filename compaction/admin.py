@@ -1,44 +1,133 @@
-"""Admins audit every summary: what it covers, what it kept, what it lost, how it was made."""
+"""Admins audit every summary: what it covers, what it kept, what it lost, how it was made.
+
+Everything here is read-only: summaries, events and the compaction state are written by the
+engine alone, and an edited row would contradict the messages' ``compacted_by`` and the
+session's running totals. Staff need only the *view* permission (``seed_demo`` gives the demo
+user exactly that in embedded mode).
+"""
+
+from typing import Any
 
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
+from compaction.audit import summary_audit
 from compaction.models import CompactionEvent, CompactionState, Summary
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields] + [
+            f.name for f in self.model._meta.many_to_many
+        ]
+
+
+def _admin_link(obj: Any, text: str) -> str:
+    meta = obj._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text)
 
 
 @admin.register(Summary)
 class SummaryAdmin(ReadOnlyAdmin):
+    """The summary audit: filters in the list, snapshot beside summary on the detail page."""
+
+    change_form_template = "admin/compaction/summary/audit.html"
     list_display = [
         "id",
         "session",
+        "bot",
+        "user",
+        "coverage",
         "level",
-        "first_seq",
-        "last_seq",
         "source_tokens",
         "token_count",
-        "retention",
+        "retention_display",
         "trigger",
         "status",
         "model",
         "created_at",
     ]
-    list_filter = ["status", "trigger", "level", "model"]
-    search_fields = ["text", "session__title", "session__user__username"]
-    readonly_fields = [f.name for f in Summary._meta.fields] + ["parents", "missing_facts"]
-    raw_id_fields = ["session"]
+    list_filter = [
+        ("session__bot", admin.RelatedOnlyFieldListFilter),
+        ("session__user", admin.RelatedOnlyFieldListFilter),
+        "trigger",
+        "status",
+        "level",
+        "created_at",
+        "model",
+    ]
+    list_select_related = ["session__bot", "session__user"]
+    search_fields = ["text", "session__title", "session__user__username", "session__bot__name"]
+    date_hierarchy = "created_at"
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "session",
+                    ("first_seq", "last_seq"),
+                    ("level", "status", "trigger"),
+                    ("model", "created_at", "superseded_at"),
+                    ("source_tokens", "token_count"),
+                    ("retention", "missing_facts"),
+                    "focus",
+                    "parents",
+                ]
+            },
+        ),
+    ]
+
+    @admin.display(description="bot", ordering="session__bot__name")
+    def bot(self, obj: Summary) -> str:
+        return obj.session.bot.name
+
+    @admin.display(description="user", ordering="session__user__username")
+    def user(self, obj: Summary) -> str:
+        return obj.session.user.get_username()
+
+    @admin.display(description="messages", ordering="first_seq")
+    def coverage(self, obj: Summary) -> str:
+        return f"{obj.first_seq}–{obj.last_seq}"
+
+    @admin.display(description="retention", ordering="retention")
+    def retention_display(self, obj: Summary) -> str:
+        return f"{obj.retention:.0%}"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        summary = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if summary is not None and self.has_view_permission(request, summary):
+            audit = summary_audit(summary=summary)
+            extra["audit"] = audit
+            extra["audit_event_links"] = [
+                _admin_link(event, f"#{event.pk} {event.trigger} {event.outcome}")
+                for event in audit.events
+            ]
+            if audit.snapshot is not None:
+                extra["audit_snapshot_link"] = _admin_link(audit.snapshot, audit.snapshot.name)
+        return super().change_view(request, object_id, form_url, extra_context=extra)
 
 
 @admin.register(CompactionEvent)
 class CompactionEventAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
+        "created_at",
         "session",
         "trigger",
         "outcome",
@@ -48,18 +137,39 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         "source_tokens",
         "summary_tokens",
         "model",
-        "duration_ms",
-        "created_at",
+        "duration",
+        "snapshot_link",
+        "summary_link",
     ]
-    list_filter = ["trigger", "outcome", "reason", "model"]
-    search_fields = ["session__title", "error"]
-    readonly_fields = [f.name for f in CompactionEvent._meta.fields]
+    list_filter = [
+        "outcome",
+        "trigger",
+        "reason",
+        ("session__bot", admin.RelatedOnlyFieldListFilter),
+        "created_at",
+        "model",
+    ]
+    list_select_related = ["session", "snapshot", "summary"]
+    search_fields = ["session__title", "error", "session__user__username"]
+    date_hierarchy = "created_at"
 
-    def has_delete_permission(self, request, obj=None):
-        return True  # clearing events never touches summaries
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, obj: CompactionEvent) -> str:
+        return (
+            f"{obj.duration_ms / 1000:.2f} s"
+            if obj.duration_ms >= 1000
+            else f"{obj.duration_ms} ms"
+        )
+
+    @admin.display(description="snapshot")
+    def snapshot_link(self, obj: CompactionEvent) -> str:
+        return _admin_link(obj.snapshot, obj.snapshot.name) if obj.snapshot else "—"
+
+    @admin.display(description="summary")
+    def summary_link(self, obj: CompactionEvent) -> str:
+        return _admin_link(obj.summary, f"summary #{obj.summary.pk}") if obj.summary else "—"
 
 
 @admin.register(CompactionState)
-class CompactionStateAdmin(admin.ModelAdmin):
+class CompactionStateAdmin(ReadOnlyAdmin):
     list_display = ["session", "cooldown_until", "backoff_until", "backoff_step", "updated_at"]
-    raw_id_fields = ["session"]

@@ -1,10 +1,27 @@
+"""Memory records and recall events, read-only: snapshots are the audit trail of compaction and
+info records are written through ``memory.services`` (name rules, scopes, token counts)."""
+
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from memory.models import MemoryRecord, RecallEvent
 
 
+class _ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(MemoryRecord)
-class MemoryRecordAdmin(admin.ModelAdmin):
+class MemoryRecordAdmin(_ReadOnly):
     list_display = [
         "name",
         "kind",
@@ -16,26 +33,24 @@ class MemoryRecordAdmin(admin.ModelAdmin):
         "last_seq",
         "token_count",
         "indexed",
+        "updated_at",
     ]
-    list_filter = ["kind", "scope", "indexed"]
+    list_filter = ["kind", "scope", "indexed", ("bot", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["session", "user", "bot"]
     search_fields = ["name", "description", "body"]
-    raw_id_fields = ["session", "user", "bot"]
     exclude = ["search_vector"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in MemoryRecord._meta.fields if f.name != "search_vector"]
 
 
 @admin.register(RecallEvent)
-class RecallEventAdmin(admin.ModelAdmin):
-    """Read-only: an audit of what the model looked up."""
+class RecallEventAdmin(_ReadOnly):
+    """An audit of what the model looked up."""
 
     list_display = ["created_at", "session", "message", "round", "tool", "query", "tokens"]
-    list_filter = ["tool"]
-    raw_id_fields = ["session", "message"]
+    list_filter = ["tool", "created_at"]
+    list_select_related = ["session", "message"]
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in RecallEvent._meta.fields]

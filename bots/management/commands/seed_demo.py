@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -29,6 +30,21 @@ TIGHT_BOT = {
 }
 DEMO_BOTS = [RECALL_BOT, TIGHT_BOT]
 
+# In embedded mode the demo user is staff with *view* permissions only, so the summary audit
+# (/admin/compaction/summary/) is one click away without handing out a superuser: it can read
+# every summary, event, record and message, and change nothing (the audit admins are read-only
+# anyway, and without change/delete permissions the other admin pages are read-only too).
+DEMO_VIEW_PERMISSIONS = [
+    ("bots", "view_bot"),
+    ("bots", "view_chatsession"),
+    ("bots", "view_message"),
+    ("compaction", "view_summary"),
+    ("compaction", "view_compactionevent"),
+    ("compaction", "view_compactionstate"),
+    ("memory", "view_memoryrecord"),
+    ("memory", "view_recallevent"),
+]
+
 
 class Command(BaseCommand):
     help = "Create the demo/demo user and two shared built-in bots (DEBUG or --force only)."
@@ -45,14 +61,34 @@ class Command(BaseCommand):
         user_model = get_user_model()
         user, created = user_model.objects.get_or_create(username="demo")
         user.set_password("demo")
+        if settings.EMBEDDED:
+            user.is_staff = True
         user.save()
+        if settings.EMBEDDED:
+            user.user_permissions.add(*self._view_permissions())
         for spec in DEMO_BOTS:
             # Re-seeding brings a demo bot back to its showcase settings.
             Bot.objects.update_or_create(
                 owner=user, name=spec["name"], defaults={**spec, "is_shared": True}
             )
+        staff = "; demo is staff (read-only admin at /admin/)" if settings.EMBEDDED else ""
         self.stdout.write(
             self.style.SUCCESS(
-                f"demo user {'created' if created else 'reset'}; {len(DEMO_BOTS)} shared bots ready"
+                f"demo user {'created' if created else 'reset'}; {len(DEMO_BOTS)} shared bots "
+                f"ready{staff}"
             )
         )
+
+    @staticmethod
+    def _view_permissions() -> list[Permission]:
+        wanted = set(DEMO_VIEW_PERMISSIONS)
+        found = [
+            permission
+            for permission in Permission.objects.filter(
+                codename__in=[codename for _, codename in wanted]
+            ).select_related("content_type")
+            if (permission.content_type.app_label, permission.codename) in wanted
+        ]
+        if len(found) != len(wanted):
+            raise CommandError("view permissions missing: run `manage.py migrate` first")
+        return found
