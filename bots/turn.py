@@ -14,14 +14,19 @@ from typing import Any
 
 import structlog
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
 from bots.services import allocate_seqs, session_context_add
-from chat_platform.errors import InternalError, ModelUnavailable, PlatformError
+from chat_platform.errors import (
+    InternalError,
+    ModelUnavailable,
+    PlatformError,
+    ServiceUnavailable,
+)
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
 from compaction.pipeline import BuiltContext, context_build, context_report
@@ -172,6 +177,18 @@ def turn_run(*, message_id: int) -> None:
         _turn_body(reply, handle, state)
     except PlatformError as exc:  # an expected refusal (context_too_large, model_unavailable…)
         _safe_fail(reply, exc, state)
+    except DatabaseError:
+        # Saturated or unreachable database (e.g. no pooled connection within its timeout):
+        # fail fast with a clear error rather than leave the reply waiting.
+        log.exception("turn_database_error", message_id=reply.pk, session_id=reply.session_id)
+        _safe_fail(
+            reply,
+            ServiceUnavailable(
+                "The database is overloaded or unreachable, so this reply could not be "
+                "written. Please try again in a moment."
+            ),
+            state,
+        )
     except Exception:
         log.exception("turn_crashed", message_id=reply.pk, session_id=reply.session_id)
         _safe_fail(reply, InternalError("The reply failed because of an internal error."), state)

@@ -344,3 +344,25 @@ def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
     # checks: after subscribing, after the subscription's confirmation, when woken by the
     # finish; then the final read. A 0.1 s poll would have read the row ~15 times meanwhile.
     assert len(queries.captured_queries) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_saturated_database_fails_the_turn_fast_with_a_clear_error(
+    fake_session, fake_openai, frames, monkeypatch
+):
+    from django.db import OperationalError
+
+    _, reply = _turn(fake_session)
+
+    def no_connection(**kwargs):
+        raise OperationalError("couldn't get a connection after 10.00 sec")
+
+    monkeypatch.setattr(turn, "context_build", no_connection)
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "service_unavailable")
+    assert reply.error_message.startswith("The database is overloaded or unreachable")
+    assert len(_failed_frames(frames, reply)) == 1
+    assert fake_openai.requests == []
