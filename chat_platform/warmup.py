@@ -1,0 +1,73 @@
+"""Warm the model gateway when a process that serves turns starts, off the request path.
+
+litellm costs seconds to import; paid lazily, the first reply after a start sat in "Thinking…"
+for 3–6 s. Processes that will run turns pay it at start instead, in a daemon thread so start-up
+itself is not delayed: the Celery worker (``chat_platform/celery_app.py``) and, in embedded mode
+where turns run inside the web process, the ASGI server (``bots/apps.py``). A turn that arrives
+while the import is still running waits on the gateway's import lock rather than importing twice.
+
+Management commands (``migrate``, ``seed_demo``…), shells and tests never warm: they do not serve
+turns, and an import in the background would only slow them down.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import PurePath
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+# Programs that serve chat_platform.asgi (uvicorn as in the Makefile / docker-compose; daphne,
+# gunicorn with uvicorn workers, hypercorn).
+ASGI_SERVERS = frozenset({"uvicorn", "daphne", "gunicorn", "hypercorn"})
+
+
+def _program(argv: Sequence[str]) -> str:
+    """``uvicorn`` for ``/…/bin/uvicorn`` and for ``python -m uvicorn`` (argv[0] is then
+    ``…/uvicorn/__main__.py``)."""
+    if not argv:
+        return ""
+    path = PurePath(argv[0])
+    if path.name == "__main__.py":
+        return path.parent.name
+    return path.stem
+
+
+def is_web_server(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Is this process an ASGI server (or ``runserver``'s serving child, not its reloader)?"""
+    if _program(argv) in ASGI_SERVERS:
+        return True
+    if len(argv) > 1 and argv[1] == "runserver":
+        return environ.get("RUN_MAIN") == "true" or "--noreload" in argv
+    return False
+
+
+def warm_in_background(reason: str) -> threading.Thread:
+    """Start importing litellm (and registering the builtin provider) in a daemon thread."""
+
+    def run() -> None:
+        from chat_platform.llm import gateway
+
+        try:
+            gateway.warm_up()
+        except Exception:  # a broken install shows on the first call, with its real error
+            log.exception("gateway_warm_up_failed", reason=reason)
+            return
+        log.info("gateway_warmed_up", reason=reason)
+
+    thread = threading.Thread(target=run, name="gateway-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def warm_web_process(
+    *, embedded: bool, argv: Sequence[str], environ: Mapping[str, str] | None = None
+) -> threading.Thread | None:
+    """Called from ``BotsConfig.ready()``: warm only an embedded-mode web server."""
+    if not embedded or not is_web_server(argv, os.environ if environ is None else environ):
+        return None
+    return warm_in_background("web")

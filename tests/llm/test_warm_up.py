@@ -1,0 +1,137 @@
+"""The gateway is warmed when a process that serves turns starts (never by commands or tests).
+
+Each check runs in a fresh interpreter, where litellm is not imported yet, and asserts on
+``sys.modules`` and on litellm knowing the ``builtin`` provider — never on a timing.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from chat_platform.warmup import is_web_server
+from tests.integration.processes import ROOT, process_env
+
+PRELUDE = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
+"""
+CHECK_WARM = """
+assert "litellm" in sys.modules, "litellm was not imported"
+from chat_platform.llm import gateway
+assert gateway._litellm_module is not None
+import litellm
+assert any(p["provider"] == "builtin" for p in litellm.custom_provider_map)
+print("WARM")
+"""
+
+
+def run(code: str, *, then: str = "", **env: str | None) -> subprocess.CompletedProcess:
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code) + then],
+        cwd=ROOT,
+        env=process_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_celery_worker_ready_signal_warms_the_gateway():
+    done = run(
+        """
+        from chat_platform.celery_app import app
+        from celery.signals import worker_ready
+        assert "litellm" not in sys.modules
+        import threading
+        worker_ready.send(sender=None)
+        for thread in threading.enumerate():
+            if thread.name == "gateway-warm-up":
+                thread.join(60)
+        """,
+        then=CHECK_WARM,
+    )
+    assert done.stdout.strip().endswith("WARM")
+
+
+def test_prefork_child_init_signal_warms_the_gateway():
+    done = run(
+        """
+        from chat_platform.celery_app import app
+        from celery.signals import worker_process_init
+        import threading
+        worker_process_init.send(sender=None)
+        for thread in threading.enumerate():
+            if thread.name == "gateway-warm-up":
+                thread.join(60)
+        """,
+        then=CHECK_WARM,
+    )
+    assert done.stdout.strip().endswith("WARM")
+
+
+def test_embedded_web_server_warms_from_app_ready():
+    # What `python -m uvicorn chat_platform.asgi:application` looks like to AppConfig.ready().
+    done = run(
+        """
+        import django, threading
+        sys.argv = [os.path.join(os.path.dirname(__import__("uvicorn").__file__), "__main__.py")]
+        django.setup()
+        warmers = [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
+        assert len(warmers) == 1, warmers
+        warmers[0].join(60)
+        """,
+        then=CHECK_WARM,
+        REDIS_URL=None,
+        DATABASE_URL="sqlite:///:memory:",
+        DEBUG="true",
+    )
+    assert done.stdout.strip().endswith("WARM")
+
+
+@pytest.mark.parametrize(
+    ("redis_url", "argv"),
+    [
+        (None, ["manage.py", "migrate"]),  # embedded, but a command
+        (None, ["/venv/bin/pytest"]),  # embedded, but tests
+        ("redis://127.0.0.1:6379/7", ["/venv/bin/uvicorn"]),  # a real-mode web server
+    ],
+)
+def test_commands_tests_and_real_mode_web_never_warm(redis_url, argv):
+    done = run(
+        f"""
+        import django, threading
+        sys.argv = {argv!r}
+        django.setup()
+        assert not [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
+        assert "litellm" not in sys.modules
+        print("COLD")
+        """,
+        REDIS_URL=redis_url,
+        DATABASE_URL="sqlite:///:memory:",
+        DEBUG="true",
+    )
+    assert done.stdout.strip().endswith("COLD")
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["/venv/bin/uvicorn", "chat_platform.asgi:application"], {}, True),
+        (["/venv/lib/python3.11/site-packages/uvicorn/__main__.py"], {}, True),
+        (["/venv/bin/daphne", "chat_platform.asgi:application"], {}, True),
+        (["manage.py", "runserver"], {"RUN_MAIN": "true"}, True),
+        (["manage.py", "runserver"], {}, False),  # the autoreloader's watcher
+        (["manage.py", "runserver", "--noreload"], {}, True),
+        (["manage.py", "migrate"], {}, False),
+        (["manage.py", "seed_demo"], {}, False),
+        (["/venv/bin/celery", "-A", "chat_platform", "worker"], {}, False),
+        (["/venv/bin/pytest"], {}, False),
+        ([], {}, False),
+    ],
+)
+def test_is_web_server(argv, environ, expected):
+    assert is_web_server(argv, environ) is expected
