@@ -1,17 +1,57 @@
-"""Server-rendered pages.
+"""Server-rendered pages (CONTRACT §14).
 
 The chat page is only a shell: its script reads and writes everything through the public REST
 API and the session websocket, so the browser has no private path into the domain and behaves
-exactly like any other API client.
+exactly like any other API client. The URL names the chat (``/chat/<id>/``), so a chat can be
+bookmarked and Back/Forward move between chats (the script uses ``history.pushState``).
 """
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
 from django.views.decorators.csrf import ensure_csrf_cookie
+
+from bots import queries
+from chat_platform.errors import NotFound
+
+
+def _chat_shell(
+    request: HttpRequest, *, session_id: int | None, bot_id: int | None
+) -> HttpResponse:
+    return render(
+        request,
+        "chat/chat.html",
+        {"user": request.user, "session_id": session_id or "", "bot_id": bot_id or ""},
+    )
 
 
 @login_required
+def chat_home(request: HttpRequest) -> HttpResponse:
+    """``/``: the chat used last, or the empty page where typing starts a new chat."""
+    last = queries.session_list_for_user(user=request.user).order_by("-updated_at", "-id").first()
+    if last is not None:
+        return redirect("chat-session", session_id=last.pk)
+    return _new_chat(request)
+
+
 @ensure_csrf_cookie  # the script sends the cookie's token as X-CSRFToken on unsafe requests
-def chat_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat/chat.html", {"user": request.user})
+def _new_chat(request: HttpRequest) -> HttpResponse:
+    return _chat_shell(request, session_id=None, bot_id=None)
+
+
+@login_required
+@ensure_csrf_cookie
+def chat_session_page(request: HttpRequest, session_id: int) -> HttpResponse:
+    """``/chat/<id>/``: that chat; another user's (or a missing) one is a 404 either way."""
+    try:
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
+    except NotFound:
+        raise Http404("No such chat.") from None
+    return _chat_shell(request, session_id=session.pk, bot_id=session.bot_id)
+
+
+@login_required
+@ensure_csrf_cookie
+def chat_new_page(request: HttpRequest) -> HttpResponse:
+    """``/chat/new/``: a fresh chat, created when the first message is sent."""
+    return _new_chat(request)

@@ -14,7 +14,9 @@ api_v1 = [
 ]
 
 urlpatterns = [
-    path("", pages.chat_page, name="chat"),
+    path("", pages.chat_home, name="chat"),
+    path("chat/new/", pages.chat_new_page, name="chat-new"),
+    path("chat/<int:session_id>/", pages.chat_session_page, name="chat-session"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(template_name="registration/login.html"),

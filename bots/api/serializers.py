@@ -53,6 +53,12 @@ class SessionInputSerializer(serializers.Serializer):
     title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
+class SessionRenameSerializer(serializers.Serializer):
+    # Blank clears the title (the page then shows the chat's date); NUL and lone surrogates are
+    # refused by the model's validator in the service.
+    title = serializers.CharField(max_length=200, allow_blank=True, trim_whitespace=False)
+
+
 class MessageOutputSerializer(serializers.ModelSerializer):
     """Documents the shape; ``to_representation`` defers to the one payload function."""
 
@@ -67,6 +73,7 @@ class MessageOutputSerializer(serializers.ModelSerializer):
             "kind",
             "content",
             "status",
+            "finish_reason",
             "token_count",
             "pinned",
             "compacted",

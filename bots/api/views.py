@@ -17,6 +17,7 @@ from bots.api.serializers import (
     SendOutputSerializer,
     SessionInputSerializer,
     SessionOutputSerializer,
+    SessionRenameSerializer,
 )
 from bots.models import Message
 from chat_platform import errors
@@ -95,6 +96,16 @@ class SessionDetailApi(APIView):
     @extend_schema(responses=SessionOutputSerializer)
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
+        return Response(SessionOutputSerializer(session).data)
+
+    @extend_schema(request=SessionRenameSerializer, responses={200: SessionOutputSerializer})
+    def patch(self, request: Request, session_id: int) -> Response:
+        # Access first: another user's session is not_found even when the body is bad.
+        queries.session_get_for_user(user=request.user, session_id=session_id)
+        data = _valid(SessionRenameSerializer, request.data)
+        session = services.session_rename(
+            user=request.user, session_id=session_id, title=data["title"]
+        )
         return Response(SessionOutputSerializer(session).data)
 
     @extend_schema(responses={204: None})

@@ -39,9 +39,21 @@
     title: byId("conversation-title"),
     connection: byId("connection-status"),
     compaction: byId("compaction-status"),
-    meter: byId("context-meter"),
-    meterBar: byId("context-meter-bar"),
-    meterText: byId("context-meter-text"),
+    gauge: byId("context-gauge"),
+    gaugeBar: byId("gauge-bar"),
+    gaugeLegend: byId("gauge-legend"),
+    gaugeTotal: byId("gauge-total"),
+    sidebar: byId("sidebar"),
+    drawerToggle: byId("drawer-toggle"),
+    drawerClose: byId("drawer-close"),
+    drawerBackdrop: byId("drawer-backdrop"),
+    sessionSearch: byId("session-search"),
+    sessionNoMatch: byId("session-nomatch"),
+    rename: byId("rename-session"),
+    renameForm: byId("rename-form"),
+    renameInput: byId("rename-input"),
+    renameCancel: byId("rename-cancel"),
+    commandHint: byId("command-hint"),
     banner: byId("error-banner"),
     bannerText: byId("error-banner-text"),
     bannerDismiss: byId("error-banner-dismiss"),
@@ -70,6 +82,11 @@
     messages: new Map(), // id -> message
     nodes: new Map(), // id -> element
     failures: new Map(), // id -> {code, message} from message.failed frames
+    recalls: new Map(), // reply id -> [{tool, names, query, found}] from recall frames
+    bySeq: new Map(), // seq -> message (to find the tool messages stored before a reply)
+    renderTimers: new Map(), // id -> timer of a throttled markdown re-render while streaming
+    summaries: [],
+    events: [],
     pendingSends: new Map(), // client_id -> {content, node, timer, transport}
     socket: null,
     socketOpen: false,
@@ -225,28 +242,70 @@
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Location hash: #bot=<id>&session=<id> keeps the open chat across reloads.
+  // URLs (CONTRACT §14): /chat/<id>/ names the open chat, /chat/new/ (or /) an unsaved new one.
+  // Switching chats pushes a history entry, so Back/Forward move between chats and any chat can
+  // be bookmarked; popstate opens whatever the address now names.
 
-  function readHash() {
-    var out = {};
-    location.hash
-      .replace(/^#/, "")
-      .split("&")
-      .forEach(function (part) {
-        var kv = part.split("=");
-        if (kv[0]) out[decodeURIComponent(kv[0])] = decodeURIComponent(kv[1] || "");
-      });
-    return out;
+  var CHAT_PATH = /^\/chat\/(\d+)\/?$/;
+
+  function sessionIdFromPath() {
+    var match = CHAT_PATH.exec(location.pathname);
+    return match ? match[1] : null;
   }
 
-  function writeHash() {
-    var parts = [];
-    if (state.botId !== null) parts.push("bot=" + encodeURIComponent(state.botId));
-    if (state.sessionId !== null) parts.push("session=" + encodeURIComponent(state.sessionId));
-    var hash = parts.length ? "#" + parts.join("&") : "";
-    if (hash !== location.hash) {
-      history.replaceState(null, "", location.pathname + location.search + hash);
+  function chatUrl(sessionId) {
+    return sessionId === null || sessionId === undefined ? "/chat/new/" : "/chat/" + encodeURIComponent(sessionId) + "/";
+  }
+
+  // replace: true for corrections (a deleted chat, the first load); otherwise a new entry.
+  function writeUrl(replace) {
+    if (state.navigating) return; // popstate already moved the address
+    var want = chatUrl(state.sessionId);
+    if (state.sessionId === null && (location.pathname === "/" || location.pathname === want)) return;
+    if (location.pathname === want) return;
+    if (replace) history.replaceState({ session: state.sessionId }, "", want);
+    else history.pushState({ session: state.sessionId }, "", want);
+  }
+
+  window.addEventListener("popstate", function () {
+    var wanted = sessionIdFromPath();
+    if (sameId(wanted, state.sessionId) || (wanted === null && state.sessionId === null)) return;
+    state.navigating = true;
+    try {
+      if (wanted === null) {
+        closeSession();
+      } else if (findSession(wanted)) {
+        openSession(wanted);
+      } else {
+        openSessionOfAnyBot(wanted);
+      }
+    } finally {
+      state.navigating = false;
     }
+  });
+
+  // A chat of another bot (or one not listed yet): ask which bot it belongs to, then open it.
+  function openSessionOfAnyBot(sessionId) {
+    return api("GET", "sessions/" + encodeURIComponent(sessionId) + "/").then(
+      function (session) {
+        if (!sameId(sessionId, sessionIdFromPath())) return;
+        state.navigating = true;
+        try {
+          if (!sameId(session.bot, state.botId)) {
+            state.pendingOpen = session.id;
+            selectBot(session.bot, { preferredSession: session.id });
+          } else {
+            if (!findSession(session.id)) state.sessions.unshift(session);
+            openSession(session.id);
+          }
+        } finally {
+          state.navigating = false;
+        }
+      },
+      function (err) {
+        showError(err.code === "not_found" ? "That chat does not exist (or is not yours)." : err);
+      }
+    );
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -328,7 +387,6 @@
     if (state.botId !== null) el.botSelect.value = String(state.botId);
     renderBotInfo();
     if (changed) closeSession();
-    writeHash();
     updateComposer();
     return loadSessions(opts.preferredSession);
   }
@@ -494,8 +552,10 @@
         if (state.sessionId === null) {
           var wanted = findSession(preferredSessionId) || state.sessions[0];
           if (wanted) openSession(wanted.id);
+          else writeUrl(false);
         } else if (!findSession(state.sessionId)) {
           closeSession();
+          writeUrl(true);
         }
       },
       function (err) {
@@ -531,8 +591,10 @@
       when.dateTime = session.created_at || "";
       when.textContent = fmtTime(session.created_at);
       open.append(title, when);
+      if (current) open.setAttribute("aria-label", sessionLabel(session) + " (open)");
       open.addEventListener("click", function () {
         openSession(session.id);
+        closeDrawer(false);
         el.composer.focus();
       });
 
@@ -551,6 +613,7 @@
     });
     el.sessionList.replaceChildren.apply(el.sessionList, items);
     el.sessionEmpty.hidden = !!state.sessions.length || state.botId === null;
+    applySessionFilter();
   }
 
   function createSession() {
@@ -599,7 +662,10 @@
     state.sessions = state.sessions.filter(function (s) {
       return !sameId(s.id, sessionId);
     });
-    if (wasCurrent) closeSession();
+    if (wasCurrent) {
+      closeSession();
+      writeUrl(true);
+    }
     renderSessions();
     var focusTarget = el.sessionList.querySelector(".session-open") || el.newSession;
     focusTarget.focus();
@@ -615,6 +681,16 @@
     state.messages.clear();
     state.nodes.clear();
     state.failures.clear();
+    state.recalls.clear();
+    state.bySeq.clear();
+    state.renderTimers.forEach(function (t) {
+      clearTimeout(t);
+    });
+    state.renderTimers.clear();
+    state.summaries = [];
+    state.events = [];
+    state.markersLoaded = false;
+    cancelRename();
     state.pendingSends.forEach(function (p) {
       clearTimeout(p.timer);
     });
@@ -627,13 +703,14 @@
       state.botId === null ? "Choose a bot to start." : "Choose a chat on the left, or just type to start a new one.";
     el.transcript.replaceChildren(el.transcriptEmpty);
     el.transcriptEmpty.hidden = false;
-    el.title.textContent = "No chat selected";
-    el.meter.hidden = true;
+    el.title.textContent = state.botId === null ? "No chat selected" : "New chat";
+    el.rename.hidden = true;
+    el.gauge.hidden = true;
     setCompaction("");
     setConnection("");
+    if (memory) memory.setSession(null);
     updateComposer();
     renderSessions();
-    writeHash();
   }
 
   function openSession(sessionId) {
@@ -645,13 +722,17 @@
     el.title.textContent = session ? sessionLabel(session) : "Chat";
     el.transcriptEmpty.hidden = true;
     el.transcript.setAttribute("aria-busy", "true");
+    el.rename.hidden = false;
+    document.title = el.title.textContent + " · chat-platform";
     renderSessions();
-    writeHash();
+    writeUrl(false);
+    closeDrawer(false);
+    if (memory) memory.setSession(state.sessionId);
     updateComposer();
     // The socket opens alongside the first read; its onopen resync covers anything in between.
     connect(epoch);
     refreshContext(epoch);
-    loadMessages(epoch, null)
+    Promise.all([loadMessages(epoch, null), loadMarkers(epoch)])
       .then(function () {
         if (epoch !== state.epoch) return;
         el.transcript.setAttribute("aria-busy", "false");
@@ -772,13 +853,71 @@
     interrupted: "Interrupted",
   };
 
-  function failureText(m) {
-    var err = state.failures.get(String(m.id)) || m.error;
-    if (!err) return m.status === "failed" ? "The reply failed." : "";
-    if (typeof err === "string") return err;
-    var text = err.message || "The reply failed.";
-    if (err.code) text += " (" + err.code + ")";
-    return text;
+  function isStopped(m) {
+    return m.status === "complete" && m.finish_reason === "stopped";
+  }
+
+  // Who was called, in words a person recognises: "the model openai/gpt-4o-mini at api.example.com".
+  function providerWords() {
+    var bot = findBot(state.botId);
+    if (!bot) return "the model provider";
+    if (isBuiltin(bot.model)) return "the built-in model " + bot.model;
+    var where = "";
+    if (bot.api_base) {
+      try {
+        where = " at " + new URL(bot.api_base).host;
+      } catch (e) {
+        where = " at " + bot.api_base;
+      }
+    }
+    return "the model " + bot.model + where;
+  }
+
+  // Plain words for each failure code: what happened, and what the reader can do about it.
+  function failureWords(code) {
+    switch (code) {
+      case "context_too_large":
+        return {
+          title: "This message is too long for the bot's context.",
+          advice:
+            "Even after compaction it would not fit in the model's window. Shorten the message (or split it), unpin messages you no longer need, or send /compact — then Retry.",
+        };
+      case "model_unavailable":
+        return {
+          title: "Could not get a reply from " + providerWords() + ".",
+          advice:
+            "The provider could not be reached or refused the request. Check that it is running and that the bot's model, address and API key are right (bot settings), then Retry.",
+        };
+      case "service_unavailable":
+        return {
+          title: "A service the reply needs is down right now.",
+          advice: "Your message is saved. The reply starts when the service is back; Retry to try again now.",
+        };
+      case "interrupted":
+        return {
+          title: "The reply was interrupted before it finished.",
+          advice: "The worker writing it stopped or lost contact; any text it wrote is kept above. Retry to ask again.",
+        };
+      case "internal_error":
+        return {
+          title: "Something went wrong on our side while writing this reply.",
+          advice: "Retry. If it keeps failing, tell whoever runs this server — the server log has the details.",
+        };
+      default:
+        return {
+          title: "The reply failed.",
+          advice: "Retry; if it keeps failing, check the bot's settings.",
+        };
+    }
+  }
+
+  function failureOf(m) {
+    var err = state.failures.get(String(m.id)) || m.error || null;
+    if (typeof err === "string") err = { code: "", message: err };
+    if (m.status === "interrupted") {
+      return { code: (err && err.code) || "interrupted", message: (err && err.message) || "" };
+    }
+    return err || { code: "", message: "" };
   }
 
   function buildMessageNode(m) {
@@ -803,10 +942,13 @@
     bubble.className = "msg-bubble";
     var text = document.createElement("div");
     text.className = "msg-text";
-    var error = document.createElement("p");
+    var note = document.createElement("p");
+    note.className = "msg-note";
+    note.hidden = true;
+    var error = document.createElement("div");
     error.className = "msg-error";
     error.hidden = true;
-    bubble.append(text, error);
+    bubble.append(text, note, error);
 
     node.append(header, bubble);
     node._parts = {
@@ -816,40 +958,174 @@
       tokens: tokens,
       tags: tags,
       text: text,
+      note: note,
       error: error,
       actions: actions,
     };
     return node;
   }
 
+  function isMarkdown(m) {
+    return m.role === "assistant" && !isNotice(m) && !isTool(m);
+  }
+
+  // Renders the body text. Assistant replies are markdown; the rest is plain text. A streaming
+  // reply is re-rendered whole on a throttle (scheduleBody), highlighted once it is final.
+  function renderBody(node, m) {
+    var p = node._parts;
+    var content = m.content || "";
+    var final = !ACTIVE_STATUSES[m.status];
+    var key = content + "\u0000" + final;
+    if (node._bodyKey === key) return;
+    node._bodyKey = key;
+    if (isMarkdown(m) && content && window.chatMarkdown) {
+      window.chatMarkdown.render(p.text, content, { final: final });
+    } else {
+      p.text.classList.remove("markdown");
+      p.text.textContent = content;
+    }
+  }
+
+  var RENDER_EVERY_MS = 80;
+
+  function scheduleBody(id) {
+    if (state.renderTimers.has(id)) return;
+    state.renderTimers.set(
+      id,
+      setTimeout(function () {
+        state.renderTimers.delete(id);
+        var m = state.messages.get(id);
+        var node = state.nodes.get(id);
+        if (m && node) {
+          withScroll(function () {
+            renderBody(node, m);
+          });
+        }
+      }, RENDER_EVERY_MS)
+    );
+  }
+
+  // --- recall (tool messages and recall frames) ----------------------------------------------
+
+  function parseArgs(raw) {
+    if (raw && typeof raw === "object") return raw;
+    try {
+      var parsed = JSON.parse(raw || "{}");
+      return parsed && typeof parsed === "object" ? parsed : {};
+    } catch (e) {
+      return {};
+    }
+  }
+
+  // [{tool: "read"|"search"|"save"|name, names, query}] from a stored tool request.
+  function toolRequests(m) {
+    var out = [];
+    (Array.isArray(m.tool_calls) ? m.tool_calls : []).forEach(function (call) {
+      var fn = (call && call.function) || {};
+      var args = parseArgs(fn.arguments);
+      if (fn.name === "read_records") out.push({ tool: "read", names: [].concat(args.names || []), query: "" });
+      else if (fn.name === "search_records") out.push({ tool: "search", names: [], query: String(args.query || "") });
+      else if (fn.name === "save_record") out.push({ tool: "save", names: [String(args.name || "")], query: "" });
+      else out.push({ tool: fn.name || "tool", names: [], query: "" });
+    });
+    if (!out.length && m.content) {
+      var body = parseArgs(m.content);
+      if (body.read_files) {
+        out.push({ tool: "read", names: [].concat((body.read_files && body.read_files.files) || []), query: "" });
+      }
+      if (body.search_records) {
+        out.push({ tool: "search", names: [], query: String(body.search_records.query || "") });
+      }
+    }
+    return out;
+  }
+
+  function lookupWords(requests) {
+    var names = [];
+    var queries = [];
+    var saved = [];
+    requests.forEach(function (r) {
+      if (r.tool === "read") names = names.concat(r.names || []);
+      else if (r.tool === "search" && r.query) queries.push("“" + r.query + "”");
+      else if (r.tool === "save") saved = saved.concat(r.names || []);
+    });
+    var parts = [];
+    if (names.length) parts.push(names.join(", "));
+    if (queries.length) parts.push("search " + queries.join(", "));
+    if (saved.length) parts.push("saved " + saved.join(", "));
+    return parts.join(" · ");
+  }
+
+  // The lookups behind a reply: live recall frames, or (after a reload) the tool messages
+  // stored just before it.
+  function recallsFor(m) {
+    var live = state.recalls.get(String(m.id));
+    if (live && live.length) return live;
+    var found = [];
+    if (typeof m.seq !== "number") return found;
+    for (var seq = m.seq - 1; seq > 0; seq--) {
+      var prev = state.bySeq.get(seq);
+      if (!prev || !isTool(prev)) break;
+      if (prev.role === "assistant") found = toolRequests(prev).concat(found);
+    }
+    return found;
+  }
+
+  function renderTool(node, m) {
+    var p = node._parts;
+    p.text.classList.remove("markdown");
+    if (m.role === "assistant") {
+      var words = lookupWords(toolRequests(m));
+      p.text.textContent = words ? "Looked up: " + words : "Used a tool.";
+      return;
+    }
+    // A tool result: one line, with the recalled text behind a toggle.
+    var details = document.createElement("details");
+    details.className = "tool-result";
+    var summary = document.createElement("summary");
+    var label =
+      m.tool_name === "search_records" ? "Search results" : m.tool_name === "save_record" ? "Saved" : "Recalled text";
+    summary.textContent = label + (m.token_count ? " (" + fmtInt(m.token_count) + " tokens)" : "");
+    var pre = document.createElement("pre");
+    pre.textContent = m.content || "";
+    details.append(summary, pre);
+    p.text.replaceChildren(details);
+  }
+
+  // -------------------------------------------------------------------------------------------
+
   function renderMessage(node, m) {
     var notice = isNotice(m);
     var tool = !notice && isTool(m);
+    var stopped = isStopped(m);
     var p = node._parts;
     node.className =
       "msg " +
       (notice ? "msg-notice" : tool ? "msg-tool" : "msg-" + (m.role === "user" ? "user" : "assistant")) +
       (m.pinned ? " is-pinned" : "") +
-      (m.compacted ? " is-compacted" : "");
+      (m.compacted ? " is-compacted" : "") +
+      (stopped ? " is-stopped" : "");
     if (m.id !== undefined && m.id !== null) node.dataset.messageId = String(m.id);
     node.dataset.role = m.role || "";
     node.dataset.kind = m.kind || "";
     node.dataset.status = m.status || "";
+    node.dataset.finishReason = m.finish_reason || "";
     if (typeof m.seq === "number") node.dataset.seq = String(m.seq);
     node.setAttribute("aria-busy", ACTIVE_STATUSES[m.status] || m.status === "sending" ? "true" : "false");
 
     p.who.textContent = authorLabel(m);
-    // A notice speaks for itself; its author line would only say "System".
-    p.who.hidden = notice && m.kind !== "command";
+    // A notice speaks for itself; its author line would only say "System". Tool rows too.
+    p.who.hidden = (notice && m.kind !== "command") || tool;
     p.when.textContent = m.created_at ? fmtTime(m.created_at) : "";
     p.when.dateTime = m.created_at || "";
     if (m.created_at) p.when.title = new Date(m.created_at).toLocaleString();
 
-    var statusLabel = STATUS_LABELS[m.status] || "";
+    var statusLabel = stopped ? "Stopped" : STATUS_LABELS[m.status] || "";
     p.status.textContent = statusLabel;
     p.status.hidden = !statusLabel;
+    p.status.className = "msg-status" + (stopped ? " msg-status-stopped" : "");
     p.tokens.textContent =
-      typeof m.token_count === "number" && m.token_count > 0 && !notice
+      typeof m.token_count === "number" && m.token_count > 0 && !notice && !tool
         ? fmtInt(m.token_count) + " tokens"
         : "";
     p.tokens.hidden = !p.tokens.textContent;
@@ -857,18 +1133,73 @@
     p.tags.replaceChildren();
     if (m.pinned) p.tags.append(tag("pinned", "Pinned: always kept in the bot's context"));
     if (m.compacted) p.tags.append(tag("compacted", "Summarised: the bot now sees a summary of this message"));
+    if (isMarkdown(m)) {
+      var lookups = recallsFor(m);
+      if (lookups.length) {
+        var words = lookupWords(lookups);
+        var chip = tag("recall", "The bot looked in its memory for this reply" + (words ? ": " + words : ""));
+        chip.textContent = words ? "Looked up: " + words : "Looked up memory";
+        p.tags.append(chip);
+      }
+    }
 
-    var content = m.content || (tool && !ACTIVE_STATUSES[m.status] ? "Used a tool." : "");
-    if (p.text.textContent !== content) p.text.textContent = content;
-    p.text.hidden = !content && m.status !== "pending" && m.status !== "streaming";
+    if (tool) {
+      node._bodyKey = null;
+      renderTool(node, m);
+    } else {
+      renderBody(node, m);
+    }
+    var content = m.content || "";
+    p.text.hidden = !tool && !content && m.status !== "pending" && m.status !== "streaming";
 
-    var errText = m.status === "failed" ? failureText(m) : m.status === "interrupted" ? "Reply interrupted before it finished." : "";
-    if (m.status === "unsent") errText = m._error ? "Not sent: " + m._error : "Not sent.";
-    p.error.textContent = errText;
-    p.error.hidden = !errText;
-    p.text.parentNode.hidden = p.text.hidden && p.error.hidden;
+    p.note.textContent = stopped && !content ? "Stopped before any text." : "";
+    p.note.hidden = !p.note.textContent;
 
-    renderActions(node, m, notice);
+    renderFailure(node, m);
+    p.text.parentNode.hidden = p.text.hidden && p.error.hidden && p.note.hidden;
+
+    renderActions(node, m, notice || tool);
+  }
+
+  function renderFailure(node, m) {
+    var box = node._parts.error;
+    box.replaceChildren();
+    if (m.status === "unsent") {
+      var unsent = document.createElement("p");
+      unsent.textContent = m._error ? "Not sent: " + m._error : "Not sent.";
+      box.append(unsent);
+      box.hidden = false;
+      return;
+    }
+    if (m.status !== "failed" && m.status !== "interrupted") {
+      box.hidden = true;
+      return;
+    }
+    var err = failureOf(m);
+    var words = failureWords(err.code);
+    var title = document.createElement("p");
+    title.className = "msg-error-title";
+    title.textContent = words.title;
+    var advice = document.createElement("p");
+    advice.className = "msg-error-advice";
+    advice.textContent = words.advice;
+    box.append(title, advice);
+    if (err.code || err.message) {
+      var details = document.createElement("details");
+      details.className = "msg-error-details";
+      var summary = document.createElement("summary");
+      summary.textContent = "Details";
+      var raw = document.createElement("p");
+      var code = document.createElement("code");
+      code.className = "msg-error-code";
+      code.textContent = err.code || "error";
+      raw.append(code);
+      if (err.message) raw.append(" — " + err.message);
+      details.append(summary, raw);
+      box.append(details);
+    }
+    box.dataset.code = err.code || "";
+    box.hidden = false;
   }
 
   function tag(text, title) {
@@ -879,40 +1210,67 @@
     return t;
   }
 
-  function renderActions(node, m, notice) {
+  function actionButton(text, className, onClick) {
+    var b = document.createElement("button");
+    b.type = "button";
+    b.className = "button button-small " + className;
+    b.textContent = text;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  function renderActions(node, m, quiet) {
     var actions = node._parts.actions;
     actions.replaceChildren();
     if (m.status === "unsent" && m._clientId) {
-      var retry = document.createElement("button");
-      retry.type = "button";
-      retry.className = "button button-small";
-      retry.textContent = "Retry";
-      retry.addEventListener("click", function () {
-        retrySend(m._clientId);
+      actions.append(
+        actionButton("Retry", "", function () {
+          retrySend(m._clientId);
+        }),
+        actionButton("Discard", "button-quiet", function () {
+          discardSend(m._clientId);
+        })
+      );
+    } else if (!quiet && m.role === "assistant" && (m.status === "failed" || m.status === "interrupted")) {
+      var retry = actionButton("Retry", "button-primary msg-retry", function () {
+        retryReply(m, retry);
       });
-      var discard = document.createElement("button");
-      discard.type = "button";
-      discard.className = "button button-small button-quiet";
-      discard.textContent = "Discard";
-      discard.addEventListener("click", function () {
-        discardSend(m._clientId);
+      retry.setAttribute("aria-label", "Retry: send your message again");
+      actions.append(retry);
+    }
+    if (!quiet && m.id !== undefined && m.id !== null && (m.status === "complete" || m.pinned)) {
+      var pin = actionButton(m.pinned ? "Unpin" : "Pin", "button-quiet msg-pin", function () {
+        togglePin(m.id, pin);
       });
-      actions.append(retry, discard);
-    } else if (!notice && m.id !== undefined && m.id !== null && (m.status === "complete" || m.pinned)) {
-      var pin = document.createElement("button");
-      pin.type = "button";
-      pin.className = "button button-small button-quiet msg-pin";
       pin.setAttribute("aria-pressed", m.pinned ? "true" : "false");
-      pin.textContent = m.pinned ? "Unpin" : "Pin";
       pin.title = m.pinned
         ? "Stop always keeping this message in the bot's context"
         : "Always keep this message in the bot's context";
-      pin.addEventListener("click", function () {
-        togglePin(m.id, pin);
-      });
       actions.append(pin);
     }
     actions.hidden = !actions.childElementCount;
+  }
+
+  // The user message a reply answers: the nearest user chat message before it.
+  function questionOf(reply) {
+    var best = null;
+    state.messages.forEach(function (m) {
+      if (m.role !== "user" || m.kind !== "chat" || typeof m.seq !== "number") return;
+      if (typeof reply.seq === "number" && m.seq >= reply.seq) return;
+      if (!best || m.seq > best.seq) best = m;
+    });
+    return best;
+  }
+
+  // Retry sends the question again as a new message (a new client_id: a new exchange).
+  function retryReply(reply, button) {
+    var question = questionOf(reply);
+    if (!question) {
+      showError("Could not find the message this reply answered; type it again.");
+      return;
+    }
+    if (button) button.disabled = true;
+    sendContent(question.content);
   }
 
   // Keeps DOM order by seq. Nodes without a seq (optimistic sends, placeholders built from a
@@ -968,11 +1326,17 @@
       m = Object.assign({}, m, { content: existing.content });
     }
     if (m.status === "failed" && m.error) state.failures.set(id, m.error);
+    if (existing && typeof existing.seq === "number" && state.bySeq.get(existing.seq) === existing) {
+      state.bySeq.delete(existing.seq);
+    }
     state.messages.set(id, m);
+    if (typeof m.seq === "number") state.bySeq.set(m.seq, m);
     var node = state.nodes.get(id);
     if (!node && (m.role === "user" || m.kind === "command")) node = adoptOptimistic(m);
     var isNew = !node;
     if (!node) node = buildMessageNode(m);
+    // A compaction notice (from /compact, whichever way it was sent): its marker is new too.
+    if (isNew && m.kind === "notice" && !existing && state.markersLoaded) loadMarkers(state.epoch);
     state.nodes.set(id, node);
     var seqChanged = node.dataset.seq !== (typeof m.seq === "number" ? String(m.seq) : undefined);
     renderMessage(node, m);
@@ -1004,6 +1368,8 @@
   function removeMessage(id) {
     var node = state.nodes.get(id);
     if (node) node.remove();
+    var m = state.messages.get(id);
+    if (m && typeof m.seq === "number" && state.bySeq.get(m.seq) === m) state.bySeq.delete(m.seq);
     state.nodes.delete(id);
     state.messages.delete(id);
   }
@@ -1063,35 +1429,100 @@
   // ---------------------------------------------------------------------------------------------
   // Context meter
 
+  // The gauge is a stacked bar over the budget B: one segment per part of what the next model
+  // call would send, with the soft/hard/target marks drawn on it and a legend with the numbers,
+  // so nothing needs a hover to be read.
+  var GAUGE_PARTS = [
+    ["system", "System prompt"],
+    ["pinned", "Pinned"],
+    ["summaries", "Summaries"],
+    ["memory_index", "Memory index"],
+    ["history", "History"],
+  ];
+  var GAUGE_MARKS = [
+    ["target", "target", "compaction aims to get down to this"],
+    ["soft", "soft", "background compaction starts here"],
+    ["hard", "hard", "the next call waits for compaction here"],
+  ];
+
+  function pct(n, of) {
+    return Math.max(0, Math.min(100, (100 * n) / of)).toFixed(2) + "%";
+  }
+
   function renderContext(ctx) {
     if (!ctx || typeof ctx.budget !== "number" || typeof ctx.pressure !== "number" || ctx.budget <= 0) {
       return;
     }
-    el.meterBar.max = ctx.budget;
-    el.meterBar.value = Math.min(ctx.pressure, ctx.budget);
-    if (typeof ctx.soft === "number") el.meterBar.low = ctx.soft;
-    if (typeof ctx.hard === "number") el.meterBar.high = ctx.hard;
-    el.meterBar.optimum = 0;
-    el.meterText.textContent = fmtInt(ctx.pressure) + " / " + fmtInt(ctx.budget) + " tokens";
-    var lines = [
-      "Tokens the next model call would send: " + fmtInt(ctx.pressure) + " of a budget of " + fmtInt(ctx.budget),
-    ];
-    if (typeof ctx.soft === "number") lines.push("Background compaction from " + fmtInt(ctx.soft));
-    if (typeof ctx.hard === "number") lines.push("Blocking compaction from " + fmtInt(ctx.hard));
-    if (ctx.parts && typeof ctx.parts === "object") {
-      Object.keys(ctx.parts).forEach(function (k) {
-        lines.push("  " + k.replace(/_/g, " ") + ": " + fmtInt(ctx.parts[k]));
-      });
-    }
-    el.meter.title = lines.join("\n");
-    el.meterBar.setAttribute("aria-valuetext", el.meterText.textContent);
-    el.meter.dataset.level =
+    var parts = ctx.parts && typeof ctx.parts === "object" ? ctx.parts : {};
+    var segments = [];
+    var legend = [];
+    GAUGE_PARTS.forEach(function (entry) {
+      var key = entry[0];
+      var value = typeof parts[key] === "number" ? parts[key] : 0;
+      var seg = document.createElement("span");
+      seg.className = "gauge-seg gauge-" + key;
+      seg.dataset.part = key;
+      seg.style.width = pct(value, ctx.budget);
+      segments.push(seg);
+      var li = document.createElement("li");
+      li.className = "gauge-item";
+      li.dataset.part = key;
+      var swatch = document.createElement("span");
+      swatch.className = "gauge-swatch gauge-" + key;
+      swatch.setAttribute("aria-hidden", "true");
+      var name = document.createElement("span");
+      name.className = "gauge-name";
+      name.textContent = entry[1];
+      var num = document.createElement("span");
+      num.className = "gauge-num";
+      num.textContent = fmtInt(value);
+      li.append(swatch, name, " ", num);
+      legend.push(li);
+    });
+    GAUGE_MARKS.forEach(function (entry) {
+      var key = entry[0];
+      if (typeof ctx[key] !== "number") return;
+      var mark = document.createElement("span");
+      mark.className = "gauge-mark gauge-mark-" + key;
+      mark.dataset.mark = key;
+      mark.style.left = pct(ctx[key], ctx.budget);
+      mark.title = entry[1] + " " + fmtInt(ctx[key]) + ": " + entry[2];
+      segments.push(mark);
+      var li = document.createElement("li");
+      li.className = "gauge-item gauge-item-mark";
+      li.dataset.mark = key;
+      var tick = document.createElement("span");
+      tick.className = "gauge-tick gauge-mark-" + key;
+      tick.setAttribute("aria-hidden", "true");
+      var name = document.createElement("span");
+      name.className = "gauge-name";
+      name.textContent = entry[1];
+      var num = document.createElement("span");
+      num.className = "gauge-num";
+      num.textContent = fmtInt(ctx[key]);
+      li.append(tick, name, " ", num);
+      li.title = entry[2];
+      legend.push(li);
+    });
+    el.gaugeBar.replaceChildren.apply(el.gaugeBar, segments);
+    el.gaugeLegend.replaceChildren.apply(el.gaugeLegend, legend);
+    var level =
       typeof ctx.hard === "number" && ctx.pressure >= ctx.hard
         ? "hard"
         : typeof ctx.soft === "number" && ctx.pressure >= ctx.soft
           ? "soft"
           : "ok";
-    el.meter.hidden = false;
+    el.gauge.dataset.level = level;
+    el.gauge.dataset.pressure = String(ctx.pressure);
+    el.gaugeTotal.textContent =
+      fmtInt(ctx.pressure) +
+      " of " +
+      fmtInt(ctx.budget) +
+      " tokens (" +
+      Math.round((100 * ctx.pressure) / ctx.budget) +
+      "%)" +
+      (level === "hard" ? " — compaction needed" : level === "soft" ? " — compaction due" : "");
+    el.gauge.hidden = false;
   }
 
   function refreshContext(epoch) {
@@ -1281,6 +1712,12 @@
       case "compaction.finished":
         compactionFinished(frame.event || {});
         break;
+      case "memory.updated":
+        if (memory) memory.onUpdated(frame.records);
+        break;
+      case "recall":
+        noteRecall(frame);
+        break;
       case "context.updated":
         clearTimeout(state.contextTimer);
         renderContext(frame.context);
@@ -1308,12 +1745,14 @@
       }
       var next = Object.assign({}, m, { content: (m.content || "") + delta, status: "streaming" });
       state.messages.set(id, next);
+      if (typeof next.seq === "number") state.bySeq.set(next.seq, next);
       var node = state.nodes.get(id);
       if (node) {
-        // Append a text node rather than rewriting the whole bubble on every token.
-        node._parts.text.append(document.createTextNode(delta));
+        // Markdown is re-rendered whole, at most every RENDER_EVERY_MS, not on every token.
         node._parts.text.hidden = false;
+        node._parts.text.parentNode.hidden = false;
         if (m.status !== "streaming") renderMessage(node, next);
+        else scheduleBody(id);
       }
     });
     if (!m || m.status !== "streaming") updateComposer();
@@ -1344,6 +1783,7 @@
       );
       // Compaction flips `compacted` on older messages, which after_seq would not return.
       resync(true);
+      loadMarkers(state.epoch);
     } else if (outcome === "failed" || outcome === "rejected") {
       setCompaction("Compaction " + outcome + (event.reason ? ": " + event.reason : ""), "failed", 12000);
     } else {
@@ -1378,6 +1818,7 @@
         if (epoch !== state.epoch || !fresh || !fresh.title) return;
         session.title = fresh.title;
         el.title.textContent = sessionLabel(session);
+        document.title = el.title.textContent + " · chat-platform";
         renderSessions();
       },
       function () {}
@@ -1445,9 +1886,14 @@
     }
     var content = el.composer.value.replace(/\s+$/, "");
     if (!content.trim()) return;
-    hideError();
     el.composer.value = "";
     autoResize();
+    updateCommandHint();
+    sendContent(content);
+  }
+
+  function sendContent(content) {
+    hideError();
     updateComposer();
     var clientId = newClientId();
     var m = { role: "user", kind: content.indexOf("/compact") === 0 ? "command" : "chat", content: content, status: "sending", created_at: new Date().toISOString() };
@@ -1562,7 +2008,10 @@
           });
           if (result && result.compaction && typeof result.compaction === "object") {
             var c = result.compaction;
-            if (c.outcome === "compacted") resync(true);
+            if (c.outcome === "compacted") {
+              resync(true);
+              loadMarkers(epoch);
+            }
           }
           dropPending(clientId);
           afterMessagesChanged();
@@ -1574,6 +2023,19 @@
       .catch(function (err) {
         if (epoch !== state.epoch) return;
         removeWaitingReply(clientId);
+        var stored = err.details && typeof err.details === "object" ? err.details : null;
+        if (stored && stored.user_message && stored.assistant_message) {
+          // The exchange is stored and the reply carries the error: show it there, in words.
+          withScroll(function () {
+            upsertMessage(stored.user_message);
+            upsertMessage(stored.assistant_message);
+            dropPending(clientId);
+            afterMessagesChanged();
+          });
+          scheduleContextRefresh(300);
+          maybeRefreshTitle();
+          return;
+        }
         // Some errors (context_too_large, model_unavailable) come after the user message was
         // stored; a resync shows it, and whatever is still unconfirmed is marked not sent.
         resync(false).then(function () {
@@ -1685,9 +2147,334 @@
   }
 
   // ---------------------------------------------------------------------------------------------
+  // Recall frames: the reply being written looked something up.
+
+  function noteRecall(frame) {
+    if (frame.message_id === undefined || frame.message_id === null) return;
+    var id = String(frame.message_id);
+    var list = state.recalls.get(id) || [];
+    list.push({
+      tool: frame.tool,
+      names: Array.isArray(frame.names) ? frame.names : [],
+      query: frame.query || "",
+      found: frame.found,
+    });
+    state.recalls.set(id, list);
+    var m = state.messages.get(id);
+    var node = state.nodes.get(id);
+    if (m && node) renderMessage(node, m);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Compaction markers: one per summary, after the last message it covers, built from the
+  // summaries and compaction events over REST, so automatic compactions show too and survive a
+  // reload. Expanding one shows the summary text, its retention score and the facts it missed.
+
+  function loadMarkers(epoch) {
+    if (state.sessionId === null) return Promise.resolve();
+    var sessionId = state.sessionId;
+    return Promise.all([
+      api("GET", sessionPath("summaries/")),
+      api("GET", "compaction-events/?session=" + encodeURIComponent(sessionId)),
+    ]).then(
+      function (results) {
+        if (epoch !== state.epoch) return;
+        state.markersLoaded = true;
+        state.summaries = asList(results[0]);
+        state.events = asList(results[1]);
+        withScroll(renderMarkers);
+      },
+      function () {
+        /* markers are context, not content: the transcript stands without them */
+      }
+    );
+  }
+
+  var TRIGGER_WORDS = {
+    manual: "manual (/compact)",
+    soft: "automatic (background)",
+    hard: "automatic (before a reply)",
+    fusion: "automatic (summaries merged)",
+  };
+
+  function renderMarkers() {
+    el.transcript.querySelectorAll(".compaction-marker").forEach(function (n) {
+      n.remove();
+    });
+    var eventBySummary = new Map();
+    state.events.forEach(function (e) {
+      if (e.summary !== null && e.summary !== undefined) eventBySummary.set(String(e.summary), e);
+    });
+    state.summaries
+      .slice()
+      .sort(function (a, b) {
+        return a.last_seq - b.last_seq || a.id - b.id;
+      })
+      .forEach(function (summary) {
+        var node = buildMarker(summary, eventBySummary.get(String(summary.id)));
+        insertNode(node, summary.last_seq + 0.5);
+      });
+  }
+
+  function buildMarker(summary, event) {
+    var node = document.createElement("details");
+    node.className = "compaction-marker" + (summary.status === "superseded" ? " is-superseded" : "");
+    node.dataset.seq = String(summary.last_seq + 0.5);
+    node.dataset.summaryId = String(summary.id);
+    node.dataset.trigger = summary.trigger || "";
+    var head = document.createElement("summary");
+    head.className = "marker-head";
+    var title = document.createElement("span");
+    title.className = "marker-title";
+    var before = event ? event.tokens_before : summary.source_tokens;
+    var after = event ? event.tokens_after : summary.token_count;
+    title.textContent =
+      "Compacted messages " +
+      summary.first_seq +
+      "–" +
+      summary.last_seq +
+      " · " +
+      fmtInt(before) +
+      " → " +
+      fmtInt(after) +
+      " tokens";
+    var meta = document.createElement("span");
+    meta.className = "marker-meta";
+    var bits = [TRIGGER_WORDS[summary.trigger] || summary.trigger || "compaction"];
+    if (typeof summary.retention === "number") bits.push("retention " + Math.round(summary.retention * 100) + "%");
+    if (summary.status === "superseded") bits.push("merged into a later summary");
+    meta.textContent = bits.join(" · ");
+    head.append(title, meta);
+
+    var body = document.createElement("div");
+    body.className = "marker-body";
+    var facts = document.createElement("dl");
+    facts.className = "marker-facts";
+    function fact(name, value) {
+      if (value === null || value === undefined || value === "") return;
+      var dt = document.createElement("dt");
+      dt.textContent = name;
+      var dd = document.createElement("dd");
+      dd.textContent = value;
+      facts.append(dt, dd);
+    }
+    fact("Trigger", TRIGGER_WORDS[summary.trigger] || summary.trigger);
+    fact("Level", summary.level > 1 ? summary.level + " (a summary of summaries)" : String(summary.level));
+    fact("Model", summary.model);
+    fact("Focus", summary.focus);
+    fact("Source", fmtInt(summary.source_tokens) + " tokens → summary " + fmtInt(summary.token_count) + " tokens");
+    fact(
+      "Retention",
+      typeof summary.retention === "number"
+        ? Math.round(summary.retention * 100) + "% of the checked facts survived"
+        : "not scored"
+    );
+    if (event) {
+      fact("When", new Date(event.created_at).toLocaleString());
+      if (typeof event.duration_ms === "number") fact("Took", fmtInt(event.duration_ms) + " ms");
+      fact("Snapshot", event.snapshot ? event.snapshot + " (in Memory)" : "");
+    }
+    var text = document.createElement("div");
+    text.className = "marker-summary";
+    var label = document.createElement("h3");
+    label.textContent = "Summary the bot now sees";
+    var pre = document.createElement("p");
+    pre.className = "marker-summary-text";
+    pre.textContent = summary.text || "";
+    text.append(label, pre);
+    body.append(facts, text);
+    var missing = Array.isArray(summary.missing_facts) ? summary.missing_facts : [];
+    var missingBox = document.createElement("div");
+    missingBox.className = "marker-missing";
+    var mh = document.createElement("h3");
+    mh.textContent = missing.length ? "Facts the summary missed (" + missing.length + ")" : "Facts the summary missed";
+    missingBox.append(mh);
+    if (missing.length) {
+      var ul = document.createElement("ul");
+      missing.forEach(function (f) {
+        var li = document.createElement("li");
+        li.textContent = typeof f === "string" ? f : JSON.stringify(f);
+        ul.append(li);
+      });
+      missingBox.append(ul);
+    } else {
+      var none = document.createElement("p");
+      none.className = "muted";
+      none.textContent = "None found.";
+      missingBox.append(none);
+    }
+    body.append(missingBox);
+    node.append(head, body);
+    return node;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Session search (a filter over the titles in the list), rename
+
+  function applySessionFilter() {
+    var q = el.sessionSearch.value.trim().toLowerCase();
+    var shown = 0;
+    el.sessionList.querySelectorAll(".session-item").forEach(function (li) {
+      var session = findSession(li.dataset.sessionId);
+      var hit = !q || (session && sessionLabel(session).toLowerCase().indexOf(q) !== -1);
+      li.hidden = !hit;
+      if (hit) shown++;
+    });
+    el.sessionNoMatch.hidden = !q || shown > 0;
+  }
+
+  el.sessionSearch.addEventListener("input", applySessionFilter);
+  el.sessionSearch.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && el.sessionSearch.value) {
+      event.preventDefault();
+      event.stopPropagation();
+      el.sessionSearch.value = "";
+      applySessionFilter();
+    }
+  });
+
+  function startRename() {
+    var session = findSession(state.sessionId);
+    if (!session) return;
+    el.renameInput.value = session.title || "";
+    el.renameInput.placeholder = sessionLabel(session);
+    el.title.hidden = true;
+    el.rename.hidden = true;
+    el.renameForm.hidden = false;
+    el.renameInput.focus();
+    el.renameInput.select();
+  }
+
+  function cancelRename(focus) {
+    if (el.renameForm.hidden) return;
+    el.renameForm.hidden = true;
+    el.title.hidden = false;
+    el.rename.hidden = state.sessionId === null;
+    if (focus) el.rename.focus();
+  }
+
+  el.rename.addEventListener("click", startRename);
+  el.renameCancel.addEventListener("click", function () {
+    cancelRename(true);
+  });
+  el.renameInput.addEventListener("keydown", function (event) {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      cancelRename(true);
+    }
+  });
+  el.renameForm.addEventListener("submit", function (event) {
+    event.preventDefault();
+    var session = findSession(state.sessionId);
+    if (!session) return;
+    var epoch = state.epoch;
+    api("PATCH", "sessions/" + encodeURIComponent(session.id) + "/", { title: el.renameInput.value }).then(
+      function (fresh) {
+        session.title = fresh.title;
+        renderSessions();
+        if (epoch !== state.epoch) return;
+        el.title.textContent = sessionLabel(session);
+        document.title = el.title.textContent + " · chat-platform";
+        cancelRename(true);
+      },
+      function (err) {
+        showError(err);
+        el.renameInput.focus();
+      }
+    );
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Slash-command hint
+
+  var COMMANDS = [
+    {
+      name: "/compact",
+      usage: "/compact [focus]",
+      help: "Summarise the older messages now, to free context. Add a focus to say what the summary must keep.",
+    },
+  ];
+
+  function updateCommandHint() {
+    var value = el.composer.value;
+    if (value.charAt(0) !== "/") {
+      el.commandHint.hidden = true;
+      el.commandHint.replaceChildren();
+      return;
+    }
+    var word = value.split(/\s/)[0];
+    var matches = COMMANDS.filter(function (c) {
+      return c.name.indexOf(word) === 0 || word.indexOf(c.name) === 0;
+    });
+    el.commandHint.replaceChildren();
+    if (!matches.length) {
+      el.commandHint.textContent = "Unknown command. Available: /compact [focus]. Start with a space to send text that begins with /.";
+    } else {
+      matches.forEach(function (c) {
+        var row = document.createElement("p");
+        var code = document.createElement("code");
+        code.textContent = c.usage;
+        row.append(code, " — " + c.help);
+        el.commandHint.append(row);
+      });
+    }
+    el.commandHint.hidden = false;
+  }
+
+  el.composer.addEventListener("input", updateCommandHint);
+
+  // ---------------------------------------------------------------------------------------------
+  // The drawer (narrow screens): the sidebar slides over the chat.
+
+  var narrow = window.matchMedia("(max-width: 760px)");
+
+  function openDrawer() {
+    document.body.classList.add("drawer-open");
+    el.drawerToggle.setAttribute("aria-expanded", "true");
+    el.drawerBackdrop.hidden = false;
+    var target = el.sidebar.querySelector(".session-item.is-current .session-open") || el.newSession;
+    (target && !target.disabled ? target : el.drawerClose).focus();
+  }
+
+  function closeDrawer(focusToggle) {
+    if (!document.body.classList.contains("drawer-open")) return;
+    document.body.classList.remove("drawer-open");
+    el.drawerToggle.setAttribute("aria-expanded", "false");
+    el.drawerBackdrop.hidden = true;
+    if (focusToggle) el.drawerToggle.focus();
+  }
+
+  el.drawerToggle.addEventListener("click", function () {
+    if (document.body.classList.contains("drawer-open")) closeDrawer(true);
+    else openDrawer();
+  });
+  el.drawerClose.addEventListener("click", function () {
+    closeDrawer(true);
+  });
+  el.drawerBackdrop.addEventListener("click", function () {
+    closeDrawer(true);
+  });
+  narrow.addEventListener("change", function () {
+    if (!narrow.matches) closeDrawer(false);
+  });
+
+  // Escape closes the innermost open thing: the drawer, then the memory panel.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || event.defaultPrevented) return;
+    if (document.body.classList.contains("drawer-open")) {
+      event.preventDefault();
+      closeDrawer(true);
+    } else if (memory && memory.isOpen()) {
+      event.preventDefault();
+      memory.close();
+    }
+  });
+
+  // ---------------------------------------------------------------------------------------------
   // Start
 
-  var initial = readHash();
+  var memory = window.ChatMemory ? window.ChatMemory.create({ api: api }) : null;
   updateComposer();
-  loadBots(initial.bot, initial.session);
+  loadBots(root.dataset.botId || null, root.dataset.sessionId || sessionIdFromPath());
 })();

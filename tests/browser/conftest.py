@@ -1,0 +1,103 @@
+"""One embedded platform (uvicorn + SQLite, in-process tasks), one fake provider and one
+Chromium per test module; each test gets a fresh browser context (its own cookies) and makes its
+own bots and chats, so tests stay independent while the suite stays fast."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.browser.support import (
+    CHROMIUM_ARGS,
+    FAKE_KEY_ENV,
+    TIMEOUT_MS,
+    chromium_path,
+    manage,
+)
+from tests.fakeopenai import FakeOpenAI
+from tests.integration.processes import process_env, web_server
+
+
+@pytest.fixture(scope="module")
+def fake_llm() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake(fake_llm) -> FakeOpenAI:
+    """The module's fake provider, with nothing left queued by an earlier test."""
+    with fake_llm._lock:
+        fake_llm._queue.clear()
+    fake_llm.client_went_away.clear()
+    return fake_llm
+
+
+@pytest.fixture(scope="module")
+def server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("browser")
+    env = process_env(
+        REDIS_URL=None,
+        SECRET_KEY=None,
+        DEBUG="true",
+        DATABASE_URL=f"sqlite:///{tmp / 'browser.sqlite3'}",
+        # The demo user is not staff: its bots may call only listed provider addresses.
+        PROVIDER_API_BASES=fake_llm.url,
+        # A provider error is final at once (no retries, no backoff) so failure tests are quick.
+        LLM_MAX_RETRIES="0",
+        LLM_RETRY_BACKOFF_SECONDS="0",
+        **{FAKE_KEY_ENV: "sk-fake"},
+    )
+    manage(env, "migrate", "--noinput")
+    manage(env, "seed_demo")
+    log = tmp / "web.log"
+    try:
+        with web_server(env, log) as base:
+            yield base
+    finally:
+        if log.exists():
+            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    executable = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _new_page(browser, **context_args):
+    context = browser.new_context(**context_args)
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.js_errors = []
+    page.on("pageerror", lambda error: page.js_errors.append(str(error)))
+    return context, page
+
+
+@pytest.fixture
+def desktop(chromium):
+    context, page = _new_page(chromium, viewport={"width": 1280, "height": 800})
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def phone(chromium):
+    context, page = _new_page(
+        chromium, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    )
+    try:
+        yield page
+    finally:
+        context.close()

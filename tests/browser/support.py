@@ -1,0 +1,108 @@
+"""Shared pieces of the browser tests: Debian's Chromium, the embedded platform as a subprocess,
+and small page helpers. Fixtures live in ``conftest.py`` (one server per module)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.processes import ROOT
+
+TIMEOUT_MS = 15_000
+FAKE_KEY_ENV = "BROWSER_FAKE_KEY"
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        pytest.fail(
+            "Chromium is required for the browser tests but was not found on PATH or at "
+            "/usr/bin/chromium (install Debian's `chromium` package).",
+            pytrace=False,
+        )
+    return path
+
+
+def manage(env: dict[str, str], *command: str) -> None:
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"manage.py {' '.join(command)} failed:\n{done.stderr[-3000:]}"
+
+
+def api_headers(base: str) -> dict[str, str]:
+    response = httpx.post(
+        f"{base}/api/v1/auth/token/", json={"username": "demo", "password": "demo"}
+    )
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Token {response.json()['token']}"}
+
+
+def create_bot(base: str, headers: dict[str, str], **fields) -> dict:
+    response = httpx.post(f"{base}/api/v1/bots/", json=fields, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def create_streamer(base: str, headers: dict[str, str], api_base: str, name: str = "Streamer"):
+    return create_bot(
+        base,
+        headers,
+        name=name,
+        model="openai/fake-model",
+        api_base=api_base,
+        api_key_env=FAKE_KEY_ENV,
+    )
+
+
+def log_in(page, base: str, password: str = "demo", next_path: str = "/") -> None:
+    page.goto(base + next_path)
+    page.wait_for_url("**/accounts/login/**")
+    page.fill("input[name=username]", "demo")
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+
+
+def open_new_chat(page, bot: dict) -> None:
+    """Pick the bot, start a new chat and wait until the page is live."""
+    page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
+    page.select_option("#bot-select", value=str(bot["id"]))
+    page.click("#new-session")
+    page.wait_for_url("**/chat/*/")
+    page.wait_for_selector("#session-list li.is-current")
+    page.wait_for_selector("#connection-status[data-state=live]", state="attached")
+    page.wait_for_selector("#composer:enabled")
+
+
+def current_session_id(page) -> str:
+    return page.locator("#session-list li.is-current").get_attribute("data-session-id")
+
+
+def send(page, text: str) -> None:
+    page.fill("#composer", text)
+    page.press("#composer", "Enter")
+
+
+def assistant(page):
+    return page.locator('#transcript article.msg[data-role="assistant"][data-kind="chat"]')

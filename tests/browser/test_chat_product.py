@@ -1,0 +1,422 @@
+"""The chat page as a product, in headless Chromium against the embedded platform: markdown,
+failures in plain words with Retry, the context gauge, compaction markers, the memory panel,
+URLs with Back/Forward, and the 390 px layout.
+
+Screenshots of the main screens go to test-artifacts/; with ``UPDATE_SCREENSHOTS=1`` they also
+replace the ones in docs/screenshots/ that the README shows.
+"""
+
+import os
+import re
+
+import httpx
+import pytest
+
+from tests.browser.support import (
+    ARTIFACTS,
+    SCREENSHOTS,
+    api_headers,
+    assistant,
+    create_bot,
+    create_streamer,
+    current_session_id,
+    log_in,
+    open_new_chat,
+    send,
+)
+from tests.fakeopenai import Reply
+
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+MARKDOWN = (
+    "Here is **the plan**:\n\n"
+    "- pack the *tent*\n"
+    "- check the `weather`\n\n"
+    "```python\n"
+    "def hello(name):\n"
+    "    return f'Hello, {name}!'\n"
+    "```\n\n"
+    "> Bring water."
+)
+
+
+def shoot(page, name: str, **kwargs) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kwargs)
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **kwargs)
+
+
+def answer(page, text: str) -> None:
+    page.locator("#transcript article.msg .msg-text", has_text=text).wait_for()
+
+
+def gauge_pressure(page) -> int:
+    return int(page.locator("#context-gauge").get_attribute("data-pressure"))
+
+
+def chunked(text: str, size: int = 12) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def test_markdown_reply_renders_while_streaming_with_gauge_and_title(server_url, desktop, fake):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_streamer(server_url, headers, fake.url, name="Markdown")
+    fake.script(Reply(text=MARKDOWN, chunks=chunked(MARKDOWN), delay_between_chunks=0.05))
+
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    gauge = page.locator("#context-gauge")
+    gauge.wait_for()
+    # Every part and every mark is on screen with its number, no hover needed.
+    for part in ("system", "pinned", "summaries", "memory_index", "history"):
+        item = page.locator(f'#gauge-legend [data-part="{part}"]')
+        assert item.is_visible(), part
+        assert re.fullmatch(r"\D+\s+[\d,]+", item.inner_text().strip()), item.inner_text()
+    for mark in ("soft", "hard", "target"):
+        assert page.locator(f'#gauge-legend [data-mark="{mark}"]').is_visible(), mark
+        assert page.locator(f'#gauge-bar [data-mark="{mark}"]').count() == 1
+    before = gauge_pressure(page)
+
+    send(page, "Plan a camping trip for Saturday\nwith two friends")
+    reply = assistant(page).last
+    # Rendered while it streams: the bold text appears before the reply is complete.
+    reply.locator(".msg-text strong").first.wait_for()
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    text = reply.locator(".msg-text")
+    assert text.locator("strong").inner_text() == "the plan"
+    assert text.locator("li").all_inner_texts() == ["pack the tent", "check the weather"]
+    assert text.locator("blockquote").inner_text().strip() == "Bring water."
+    code = text.locator(".code-block")
+    assert code.locator(".code-lang").inner_text() == "python"
+    assert code.locator("pre code").inner_text().strip() == (
+        "def hello(name):\n    return f'Hello, {name}!'"
+    )
+    assert code.locator("pre code .hljs-keyword").count() >= 1  # highlighted
+    assert "**" not in text.inner_text()
+    copy = code.locator("button.code-copy")
+    copy.click()
+    page.wait_for_function("() => document.querySelector('.code-copy').textContent === 'Copied'")
+
+    # The gauge moved, and the chat took its title from the first line of the first message.
+    page.wait_for_function(
+        f"() => +document.getElementById('context-gauge').dataset.pressure > {before}"
+    )
+    page.wait_for_selector("#conversation-title:text('Plan a camping trip for Saturday')")
+    current = page.locator("#session-list li.is-current .session-title")
+    assert current.inner_text() == "Plan a camping trip for Saturday"
+    shoot(page, "chat-markdown")
+    page.locator("#context-gauge").screenshot(path=str(ARTIFACTS / "gauge.png"))
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        page.locator("#context-gauge").screenshot(path=str(SCREENSHOTS / "gauge.png"))
+
+    page.reload()
+    page.wait_for_selector('#transcript[aria-busy="false"]')
+    assert assistant(page).last.locator(".msg-text strong").inner_text() == "the plan"
+    assert assistant(page).last.locator(".code-copy").is_visible()
+    assert page.js_errors == []
+
+
+def test_empty_stopped_reply_says_so(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Slow")
+    fake.script(Reply(text="never shown", chunks=["never ", "shown"], stall_after=0, stall=60))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "Take your time.")
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="pending"]')
+    page.click("#stop")
+    reply = page.locator('#transcript article.msg[data-finish-reason="stopped"]')
+    reply.wait_for()
+    assert reply.locator(".msg-status").inner_text() == "Stopped"
+    assert reply.locator(".msg-note").inner_text() == "Stopped before any text."
+    assert page.js_errors == []
+
+
+def test_failed_reply_in_plain_words_then_retry(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Flaky")
+    fake.script(Reply(status=500, error_message="upstream exploded"))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "Are you there?")
+
+    failed = page.locator('#transcript article.msg[data-role="assistant"][data-status="failed"]')
+    failed.wait_for()
+    host = fake.url.split("//")[1].split("/")[0]
+    assert failed.locator(".msg-error-title").inner_text() == (
+        f"Could not get a reply from the model openai/fake-model at {host}."
+    )
+    assert "Check that it is running" in failed.locator(".msg-error-advice").inner_text()
+    # The code is there for whoever needs it, but not shouted.
+    code = failed.locator(".msg-error-code")
+    assert code.is_hidden()
+    failed.locator(".msg-error-details summary").click()
+    assert code.inner_text() == "model_unavailable"
+    assert page.locator("#error-banner").is_hidden()
+    shoot(page, "failed-reply")
+
+    fake.script(Reply(text="Yes, here now."))
+    failed.locator("button.msg-retry").click()
+    done = page.locator(
+        '#transcript article.msg[data-role="assistant"][data-status="complete"] .msg-text'
+    )
+    done.filter(has_text="Yes, here now.").wait_for()
+    users = page.locator('#transcript article.msg[data-role="user"] .msg-text').all_inner_texts()
+    assert users == ["Are you there?", "Are you there?"]
+    assert page.js_errors == []
+
+
+def test_oversized_message_shows_context_guidance(server_url, desktop, fake):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(
+        server_url,
+        headers,
+        name="Small window",
+        model="builtin/recall",
+        context_window=1024,
+        max_output_tokens=256,
+    )
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    page.fill("#composer", "lorem ipsum dolor " * 600)
+    page.press("#composer", "Enter")
+    failed = page.locator('#transcript article.msg[data-role="assistant"][data-status="failed"]')
+    failed.wait_for()
+    error = failed.locator(".msg-error")
+    assert error.get_attribute("data-code") == "context_too_large"
+    assert failed.locator(".msg-error-title").inner_text() == (
+        "This message is too long for the bot's context."
+    )
+    advice = failed.locator(".msg-error-advice").inner_text()
+    for words in ("Shorten the message", "unpin", "/compact"):
+        assert words in advice, advice
+    assert fake.requests == [] or all("lorem ipsum" not in str(r) for r in fake.requests), (
+        "no model call for a message that cannot fit"
+    )
+    assert page.js_errors == []
+
+
+def test_compact_command_hint_and_marker(server_url, desktop):
+    page = desktop
+    log_in(page, server_url)
+    page.wait_for_selector("#bot-select option", state="attached")
+    bots = httpx.get(f"{server_url}/api/v1/bots/", headers=api_headers(server_url)).json()
+    recall = next(b for b in bots if b["name"] == "Recall (built-in)")
+    open_new_chat(page, recall)
+    done = page.locator('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    for count, text in enumerate(
+        (
+            "My sister Ada lives in Lisbon and works as a marine biologist.",
+            "Our team meets every Tuesday at 10:00 in room 4B.",
+            "The launch date for project Falcon is 14 March.",
+        )
+    ):
+        send(page, text)
+        done.nth(count).wait_for()
+
+    page.fill("#composer", "/")
+    hint = page.locator("#command-hint")
+    hint.wait_for()
+    assert "/compact [focus]" in hint.inner_text()
+    page.fill("#composer", "/compact keep names and dates")
+    page.press("#composer", "Enter")
+    hint.wait_for(state="hidden")
+
+    marker = page.locator(".compaction-marker").first
+    marker.wait_for()
+    assert marker.get_attribute("data-trigger") == "manual"
+    assert re.match(
+        r"Compacted messages 1–\d+ · [\d,]+ → [\d,]+ tokens",
+        marker.locator(".marker-title").inner_text(),
+    )
+    marker.locator("summary").click()
+    body = marker.locator(".marker-body")
+    body.wait_for()
+    assert body.locator(".marker-summary-text").inner_text().strip()
+    assert "keep names and dates" in body.locator(".marker-facts").inner_text()
+    assert re.search(
+        r"Retention\s+(\d+% of the checked facts survived|not scored)", body.inner_text()
+    )
+    assert body.locator(".marker-missing h3").inner_text().startswith("Facts the summary missed")
+    notice = page.locator('#transcript article.msg-notice[data-role="system"]').last
+    assert notice.inner_text().startswith("Context compacted:")
+    marker.scroll_into_view_if_needed()
+    shoot(page, "compaction-marker")
+    assert page.js_errors == []
+
+
+def test_automatic_compaction_marker_survives_reload(server_url, desktop):
+    page = desktop
+    headers = api_headers(server_url)
+    bots = httpx.get(f"{server_url}/api/v1/bots/", headers=headers).json()
+    tight = next(b for b in bots if b["name"] == "Recall, tight budget (built-in)")
+    log_in(page, server_url)
+    open_new_chat(page, tight)
+    session_id = current_session_id(page)
+
+    # Long-ish messages over REST while the page watches: soon the context passes the soft mark.
+    for i in range(12):
+        text = f"Note {i}: " + " ".join(f"fact{i}_{j} is value{j}" for j in range(60))
+        response = httpx.post(
+            f"{server_url}/api/v1/sessions/{session_id}/messages/",
+            json={"content": text, "wait": True},
+            headers=headers,
+            timeout=30,
+        )
+        assert response.status_code in (201, 422), response.text
+        events = httpx.get(
+            f"{server_url}/api/v1/compaction-events/?session={session_id}", headers=headers
+        ).json()
+        if any(e["outcome"] == "compacted" and e["trigger"] != "manual" for e in events):
+            break
+    else:
+        pytest.fail(f"no automatic compaction after 12 messages: {events}")
+
+    auto = page.locator('.compaction-marker:not([data-trigger="manual"])').first
+    auto.wait_for()
+    title = auto.locator(".marker-title").inner_text()
+    page.reload()
+    page.wait_for_selector('#transcript[aria-busy="false"]')
+    again = page.locator('.compaction-marker:not([data-trigger="manual"])').first
+    again.wait_for()
+    assert again.locator(".marker-title").inner_text() == title
+    # Placed right after the last message it covers.
+    last_seq = int(re.search(r"–(\d+)", title).group(1))
+    before = again.evaluate("n => n.previousElementSibling && n.previousElementSibling.dataset.seq")
+    assert before is not None and float(before) <= last_seq
+    assert page.js_errors == []
+
+
+def test_memory_panel_add_search_read_and_looked_up_chip(server_url, desktop):
+    page = desktop
+    headers = api_headers(server_url)
+    bots = httpx.get(f"{server_url}/api/v1/bots/", headers=headers).json()
+    recall = next(b for b in bots if b["name"] == "Recall (built-in)")
+    log_in(page, server_url)
+    open_new_chat(page, recall)
+    send(page, "Hello there.")
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+
+    page.click("#memory-toggle")
+    panel = page.locator("#memory-panel")
+    panel.wait_for()
+    page.click("#memory-add")
+    page.fill("#memory-name", "wifi_password")
+    page.fill("#memory-description", "The office wifi password")
+    page.fill("#memory-body", "The office wifi password is tangerine-42.")
+    page.click("#memory-save")
+    record = page.locator("#memory-record")
+    record.wait_for()
+    assert page.locator("#memory-record-name").inner_text() == "wifi_password"
+    assert page.locator("#memory-record-body").inner_text() == (
+        "The office wifi password is tangerine-42."
+    )
+    page.click("#memory-back")
+    item = page.locator('#memory-list [data-name="wifi_password"]')
+    item.wait_for()
+
+    page.fill("#memory-search", "tangerine")
+    page.press("#memory-search", "Enter")
+    page.wait_for_selector("#memory-status:text('1 record matches')")
+    assert page.locator("#memory-list .memory-item").count() == 1
+    page.click('#memory-list [data-name="wifi_password"] button')
+    record.wait_for()
+    assert "tangerine-42" in page.locator("#memory-record-body").inner_text()
+    shoot(page, "memory-panel")
+
+    # Escape closes the panel; the bot then looks the note up to answer, and says so.
+    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")
+    panel.wait_for(state="hidden")
+    send(page, "What is the office wifi password?")
+    chip = page.locator("#transcript article.msg .tag-recall").last
+    chip.wait_for()
+    assert "wifi_password" in chip.inner_text() or "tangerine" in chip.inner_text()
+    page.reload()
+    page.wait_for_selector('#transcript[aria-busy="false"]')
+    page.locator("#transcript article.msg .tag-recall").last.wait_for()
+    rows = page.locator('#transcript article.msg-tool[data-role="assistant"] .msg-text')
+    assert rows.first.inner_text().startswith("Looked up: ")
+    assert page.js_errors == []
+
+
+def test_urls_back_forward_rename_and_search(server_url, desktop, fake):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_streamer(server_url, headers, fake.url, name="Navigator")
+    fake.script(Reply(text="First answer."), Reply(text="Second answer."))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "Alpha question")
+    answer(page, "First answer.")
+    first = current_session_id(page)
+    open_new_chat(page, bot)
+    send(page, "Beta question")
+    answer(page, "Second answer.")
+    second = current_session_id(page)
+    assert page.url.endswith(f"/chat/{second}/")
+
+    page.go_back()
+    page.wait_for_url(f"**/chat/{first}/")
+    answer(page, "First answer.")
+    assert current_session_id(page) == first
+    page.go_forward()
+    page.wait_for_url(f"**/chat/{second}/")
+    answer(page, "Second answer.")
+
+    # Rename with the keyboard, then find it by searching the list.
+    page.click("#rename-session")
+    page.fill("#rename-input", "Beta renamed")
+    page.press("#rename-input", "Enter")
+    page.wait_for_selector("#conversation-title:text('Beta renamed')")
+    page.fill("#session-search", "renamed")
+    visible = page.locator("#session-list li.session-item:not([hidden]) .session-title")
+    assert visible.all_inner_texts() == ["Beta renamed"]
+    page.fill("#session-search", "")
+
+    # A bookmark opens that chat directly.
+    page.goto(f"{server_url}/chat/{first}/")
+    answer(page, "First answer.")
+    assert current_session_id(page) == first
+    stored = httpx.get(f"{server_url}/api/v1/sessions/{second}/", headers=headers).json()
+    assert stored["title"] == "Beta renamed"
+    assert page.js_errors == []
+
+
+def test_phone_layout_drawer_and_no_horizontal_scroll(server_url, phone, fake):
+    page = phone
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Pocket")
+    fake.script(Reply(text=MARKDOWN))
+    log_in(page, server_url)
+    page.wait_for_selector("#bot-select:enabled")
+    page.wait_for_selector('#transcript:not([aria-busy="true"])')
+    page.click("#drawer-toggle")
+    open_new_chat(page, bot)
+    # Choosing a chat closes the drawer and the chat starts at the top of the screen.
+    page.wait_for_selector("#sidebar", state="hidden")
+    send(page, "Show me the plan")
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    box = page.locator("#transcript").bounding_box()
+    assert box["y"] < 260, box
+    shoot(page, "mobile-chat")
+
+    toggle = page.locator("#drawer-toggle")
+    assert toggle.get_attribute("aria-expanded") == "false"
+    toggle.click()
+    sidebar = page.locator("#sidebar")
+    sidebar.wait_for()
+    page.wait_for_function(
+        "() => document.getElementById('sidebar').getBoundingClientRect().left >= 0"
+    )
+    assert toggle.get_attribute("aria-expanded") == "true"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(page, "mobile-drawer")
+    page.keyboard.press("Escape")
+    sidebar.wait_for(state="hidden")
+    assert page.evaluate("document.activeElement.id") == "drawer-toggle"
+    assert page.js_errors == []
