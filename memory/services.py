@@ -86,7 +86,11 @@ def snapshot_write(
 
 
 def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
+    """The compaction succeeded: the snapshot joins the index, and open chats see it (after
+    commit, like every ``memory.updated``)."""
     MemoryRecord.objects.filter(pk=snapshot.pk).update(indexed=True, updated_at=timezone.now())
+    session = ChatSession.objects.select_related("bot").get(pk=snapshot.session_id)
+    transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
 
 
 def snapshots_for(

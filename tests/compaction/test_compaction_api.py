@@ -295,10 +295,12 @@ async def test_compact_command_over_websocket(owner, api_bot, fake_openai):
     assert [f["type"] for f in frames] == [
         "message.created",
         "compaction.started",
+        "memory.updated",  # the snapshot joined the index
         "compaction.finished",
         "message.created",
     ]
-    command, started, finished, notice = frames
+    command, started, memory, finished, notice = frames
+    assert memory["records"] == []  # the index as it stands: this bot's is off (size 0)
     assert (command["message"]["kind"], command["message"]["content"]) == ("command", "/compact")
     assert started == {"type": "compaction.started", "trigger": "manual"}
 

@@ -452,3 +452,27 @@ def test_builtin_recall_reads_a_listed_record_through_the_loop(chat_session):
     assert "allergic to peanuts" in reply.content
     event = RecallEvent.objects.get(session=chat_session)
     assert (event.tool, event.found) == ("read", ["diet"])
+
+
+def test_a_successful_compaction_puts_its_snapshot_in_the_index_and_says_so(
+    chat_session, monkeypatch
+):
+    from compaction.engine import compaction_manual
+    from memory import realtime as memory_realtime
+
+    sent = []
+    monkeypatch.setattr(memory_realtime, "send_frame", lambda session_id, frame: sent.append(frame))
+    filler = (
+        "It was a quiet afternoon and we talked about this and that for a while. "
+        "Nothing much happened, and the weather was fine as it usually is around here. "
+    )
+    for i in range(6):
+        message_add(chat_session, role="user", content=f"{filler}My locker code is {i}{i}{i}{i}.")
+    _turn(chat_session, "latest")
+    session_context_recount(session_id=chat_session.pk)
+
+    result = compaction_manual(session=chat_session, focus="")
+
+    assert result.outcome == "compacted"
+    [frame] = [f for f in sent if f["type"] == "memory.updated"]
+    assert [r["name"] for r in frame["records"]] == [f"snapshot_1_{result.last_seq}"]
