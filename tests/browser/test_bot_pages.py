@@ -1,0 +1,223 @@
+"""The bot pages in headless Chromium: create a bot with compaction settings, watch the soft /
+hard / target numbers follow the window as it is typed, save, edit, and find the values again.
+
+The platform runs as in ``make run`` (uvicorn, embedded mode, SQLite, ``seed_demo``) in a
+subprocess; Chromium is Debian's (``playwright install`` is never used).
+"""
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.processes import ROOT, process_env, web_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+TIMEOUT_MS = 15_000
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        pytest.fail("Chromium is required (Debian's `chromium` package).", pytrace=False)
+    return path
+
+
+def manage(env: dict[str, str], *command: str) -> None:
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"manage.py {' '.join(command)} failed:\n{done.stderr[-3000:]}"
+
+
+@pytest.fixture
+def embedded_site(tmp_path) -> Iterator[str]:
+    """The platform in embedded mode with the demo data; yields its base URL."""
+    env = process_env(
+        REDIS_URL=None,
+        SECRET_KEY=None,
+        DEBUG="true",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'bots-browser.sqlite3'}",
+    )
+    manage(env, "migrate", "--noinput")
+    manage(env, "seed_demo")
+    log = tmp_path / "web.log"
+    try:
+        with web_server(env, log) as base:
+            yield base
+    finally:
+        if log.exists():
+            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
+
+
+@pytest.fixture
+def chromium_page():
+    executable = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(TIMEOUT_MS)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.js_errors = errors
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
+
+
+def sign_in(page, base: str, path: str) -> None:
+    page.goto(base + path)
+    page.wait_for_url("**/accounts/login/**")
+    page.fill("input[name=username]", "demo")
+    page.fill("input[name=password]", "demo")
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+
+
+def thresholds(page) -> dict[str, int]:
+    names = ["window", "budget", "soft", "hard", "target", "target-blocking"]
+    return {name: int(page.get_attribute(f"#budget-{name}", "data-value") or -1) for name in names}
+
+
+def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chromium_page):
+    page = chromium_page
+    sign_in(page, embedded_site, "/bots/new/")
+    assert page.url.endswith("/bots/new/")
+
+    page.fill("#id_name", "Trip planner")
+    page.fill("#id_system_prompt", "You plan trips and remember every booking code.")
+    page.fill("#id_max_output_tokens", "512")
+    page.fill("#id_context_window", "8000")
+    advanced = page.locator("details#advanced")
+    assert advanced.get_attribute("open") is None
+    page.click("details#advanced > summary")
+    assert advanced.get_attribute("open") == ""
+    page.fill("#id_compaction_threshold", "3000")
+    page.fill("#id_compaction_kept_percent", "30")
+    page.fill("#id_memory_index_size", "12")
+
+    # W 8000, R 512 -> B 7488, H 5616, S 3000, T 2246, Ts 2246 (CONTRACT §5).
+    assert thresholds(page) == {
+        "window": 8000,
+        "budget": 7488,
+        "soft": 3000,
+        "hard": 5616,
+        "target": 2246,
+        "target-blocking": 2246,
+    }
+    # Typing a new window moves every number at once, without a round trip.
+    page.fill("#id_context_window", "16000")
+    assert thresholds(page) == {
+        "window": 16000,
+        "budget": 15488,
+        "soft": 3000,
+        "hard": 11616,
+        "target": 4646,
+        "target-blocking": 4646,
+    }
+    assert page.inner_text("#budget-hard") == "11,616"
+    page.fill("#id_compaction_threshold", "0")
+    assert thresholds(page)["soft"] == 7744  # 0 = automatic: 50 % of B
+    page.fill("#id_compaction_threshold", "3000")
+
+    with page.expect_navigation():
+        page.click("#save-bot")
+    assert page.url.rstrip("/").split("/")[-2] == "bots"
+    bot_url = page.url
+    assert "Trip planner" in page.inner_text(".bots-messages")
+    assert page.input_value("#id_context_window") == "16000"
+    assert page.input_value("#id_compaction_threshold") == "3000"
+    assert page.input_value("#id_compaction_kept_percent") == "30"
+    assert page.input_value("#id_memory_index_size") == "12"
+
+    # Edit: keep more after compaction; T follows, Ts stays at 50 % of B.
+    page.click("details#advanced > summary")
+    page.fill("#id_compaction_kept_percent", "55")
+    assert (thresholds(page)["target"], thresholds(page)["target-blocking"]) == (8518, 7744)
+    page.uncheck("#id_recall_enabled")
+    with page.expect_navigation():
+        page.click("#save-bot")
+    assert page.url == bot_url
+
+    page.reload()
+    assert page.input_value("#id_compaction_kept_percent") == "55"
+    assert not page.is_checked("#id_recall_enabled")
+    assert page.is_checked("#id_compaction_enabled")
+    # Server-side numbers on load match what the page computed live.
+    assert thresholds(page)["target"] == 8518
+
+    # A server-side refusal is shown inline, and the Advanced section opens to show it.
+    page.click("details#advanced > summary")
+    page.fill("#id_memory_index_size", "500")
+    with page.expect_navigation():
+        page.click("#save-bot")
+    assert page.locator("details#advanced").get_attribute("open") == ""
+    error = page.locator('[data-field="memory_index_size"] .field-errors')
+    assert "less than or equal to 200" in error.inner_text()
+    page.goto(bot_url)
+    assert page.input_value("#id_memory_index_size") == "12"
+
+    # Check model: one tiny call through the gateway to the bot's saved model.
+    page.click("#check-model")
+    page.wait_for_selector("#check-result.is-ok")
+    assert "builtin/recall answered in" in page.inner_text("#check-result")
+
+    # An unknown model is flagged while typing.
+    page.fill("#id_model", "not a model at all")
+    page.wait_for_selector("#model-warning:not([hidden])")
+    assert "falls back to the cap" in page.inner_text("#model-warning")
+    page.fill("#id_model", "builtin/recall")
+    page.wait_for_selector("#model-warning", state="hidden")
+
+    # The list shows it with an edit link; the screenshot shows the settings with Advanced open.
+    page.goto(embedded_site + "/bots/")
+    assert page.locator("tr", has_text="Trip planner").locator("text=Edit").count() == 1
+    page.goto(bot_url)
+    page.click("details#advanced > summary")
+    # The page scrolls inside <main>, so a full-page shot would show one screen: make the
+    # viewport as tall as the form instead.
+    height = page.evaluate("document.querySelector('.bots-page').scrollHeight + 80")
+    page.set_viewport_size({"width": 1280, "height": min(4000, height)})
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "bot-settings.png"))
+    assert page.js_errors == []
+
+
+def test_delete_asks_then_removes_the_bot(embedded_site, chromium_page):
+    page = chromium_page
+    sign_in(page, embedded_site, "/bots/new/")
+    page.fill("#id_name", "Short-lived")
+    with page.expect_navigation():
+        page.click("#save-bot")
+    page.click("text=Delete…")
+    page.wait_for_selector("#confirm-delete")
+    with page.expect_navigation():
+        page.click("#confirm-delete")
+    assert page.url.endswith("/bots/")
+    assert "Deleted" in page.inner_text(".bots-messages")
+    assert page.locator("tr", has_text="Short-lived").count() == 0
