@@ -1,0 +1,351 @@
+"""The whole stack for the benchmarks that measure it: a local fake provider, uvicorn, the Celery
+worker fleet (scripts/worker.sh), on PostgreSQL + Redis, each a process of its own so that their
+CPU can be read apart. Real mode, as deployed: no eager tasks, the Redis channel layer.
+
+    DATABASE_URL  default postgres://postgres@127.0.0.1:5432/chat_bench_stack (created if missing)
+    REDIS_URL     default redis://127.0.0.1:6379/14 (flushed at start: use a database of its own)
+
+The fake provider streams ``WORDS`` words, one per chunk, ``CHUNK_DELAY`` seconds apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = 50
+CHUNK_DELAY = 0.010
+TEXT = " ".join(f"w{i:02d}" for i in range(WORDS))
+PROMPT = "Say fifty words."
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def configure_env() -> None:
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench_stack")
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("DEBUG", "false")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "chat_platform.settings"
+    # The bench process only reads and writes rows; its own pool stays small.
+    os.environ.setdefault("DATABASE_POOL_MAX_SIZE", "4")
+
+
+def django_setup() -> None:
+    """Django in this process (rows, pg_stat_activity), migrated database, flushed Redis."""
+    sys.path.insert(0, str(ROOT))
+    configure_env()
+    from _django import _ensure_database
+
+    _ensure_database(os.environ["DATABASE_URL"])
+    import django
+    import redis
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime of all its threads
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class Proc:
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+    def tree(self) -> list[int]:
+        return _descendants(self.process.pid)
+
+    def cpu(self) -> float:
+        return sum(_cpu_seconds(p) for p in self.tree())
+
+    def rss(self) -> int:
+        return sum(_rss_bytes(p) for p in self.tree())
+
+
+@dataclass
+class Stack:
+    base: str
+    provider_url: str
+    web: Proc
+    worker: Proc
+    provider: Proc
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def ws_base(self) -> str:
+        return self.base.replace("http", "ws", 1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> Proc:
+    log = logdir / f"{name}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(  # noqa: S603
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return Proc(name, process, log)
+
+
+def _stop(proc: Proc) -> None:
+    if proc.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.process.pid, 15)
+        try:
+            proc.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.process.pid, 9)
+            proc.process.wait(timeout=5)
+
+
+def _wait_for(predicate, what: str, proc: Proc, timeout: float = 90) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start:\n{proc.log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_stack(
+    *,
+    web_workers: int = 2,
+    worker_processes: int | None = None,
+    worker_threads: int = 16,
+    logdir: Path | None = None,
+) -> Iterator[Stack]:
+    """Fake provider + uvicorn (``web_workers``) + scripts/worker.sh, stopped on exit."""
+    import tempfile
+
+    logdir = logdir or Path(tempfile.mkdtemp(prefix="bench-stack-"))
+    env = dict(os.environ)
+    env["LOG_JSON"] = "true"
+    # As deployed (compose's default): the processes log at INFO, one JSON line per event.
+    env["LOG_LEVEL"] = os.environ.get("STACK_LOG_LEVEL", "INFO")
+    procs: list[Proc] = []
+    try:
+        port = _free_port()
+        provider = _start(
+            "provider",
+            [sys.executable, str(ROOT / "bench" / "_fake_provider.py"), "--port", str(port)],
+            env,
+            logdir,
+        )
+        procs.append(provider)
+        provider_url = f"http://127.0.0.1:{port}/v1"
+
+        def provider_up() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(provider_url + "/models", timeout=1).status_code == 200
+            return False
+
+        _wait_for(provider_up, "fake provider", provider)
+
+        worker_env = dict(env)
+        worker_env["CELERY_WORKER_CONCURRENCY"] = str(worker_threads)
+        if worker_processes:
+            worker_env["WORKER_PROCESSES"] = str(worker_processes)
+        worker_env["CELERY"] = str(ROOT / ".venv" / "bin" / "celery")
+        worker = _start(
+            "worker",
+            [
+                "bash",
+                str(ROOT / "scripts" / "worker.sh"),
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                "--purge",
+            ],
+            worker_env,
+            logdir,
+        )
+        procs.append(worker)
+        port = _free_port()
+        web = _start(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "chat_platform.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(web_workers),
+                "--log-level",
+                "warning",
+                "--timeout-graceful-shutdown",
+                "5",
+            ],
+            env,
+            logdir,
+        )
+        procs.append(web)
+        base = f"http://127.0.0.1:{port}"
+
+        def web_up() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.get(base + "/api/v1/bots/", timeout=2)
+                return True
+            return False
+
+        _wait_for(web_up, "web server", web)
+        processes = worker_processes or os.cpu_count() or 1
+        _wait_for(lambda: worker.log.read_bytes().count(b"ready") >= processes, "worker", worker)
+        yield Stack(base, provider_url, web, worker, provider, procs)
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+# --- rows ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Fixture:
+    user_id: int
+    token: str
+    bot_id: int
+
+
+def fixture(provider_url: str, name: str) -> Fixture:
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from bots.models import Bot
+
+    user, _ = get_user_model().objects.get_or_create(username=f"bench-{name}")
+    token, _ = Token.objects.get_or_create(user=user)
+    Bot.objects.filter(owner=user).delete()
+    bot = Bot(
+        owner=user,
+        name=name,
+        model="openai/fake-model",
+        api_base=provider_url,
+        system_prompt="You are terse.",
+        max_output_tokens=256,
+        compaction_enabled=False,
+    )
+    # Approved, as staff would: the bench's api_base is a local server.
+    bot.api_base_approved = provider_url
+    bot.save()
+    return Fixture(user.pk, token.key, bot.pk)
+
+
+def sessions(fix: Fixture, count: int) -> list[int]:
+    from bots.models import ChatSession
+
+    created = ChatSession.objects.bulk_create(
+        [ChatSession(user_id=fix.user_id, bot_id=fix.bot_id, title=f"b{i}") for i in range(count)],
+        batch_size=1000,
+    )
+    return [s.pk for s in created]
+
+
+def db_connections() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("select count(*) from pg_stat_activity where datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+# --- the direct call -------------------------------------------------------------------------
+
+
+def direct_call(provider_url: str) -> tuple[float, float]:
+    """The same streaming call made directly with litellm (its defaults): (ttft, total) s."""
+    import litellm
+
+    started = time.perf_counter()
+    first = 0.0
+    response = litellm.completion(
+        model="openai/fake-model",
+        api_base=provider_url,
+        api_key="no-key-required",
+        messages=[
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": PROMPT},
+        ],
+        stream=True,
+        stream_options={"include_usage": True},
+        num_retries=0,
+    )
+    parts = []
+    for chunk in response:
+        if chunk.choices and chunk.choices[0].delta.content:
+            if not first:
+                first = time.perf_counter() - started
+            parts.append(chunk.choices[0].delta.content)
+    total = time.perf_counter() - started
+    if "".join(parts) != TEXT:
+        raise SystemExit("direct call: unexpected text")
+    return first, total
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
