@@ -17,8 +17,8 @@ from chat_platform.llm.builtin.recall import (
     remembered_fact,
     search_query,
 )
+from chat_platform.llm.recall_protocol import INDEX_HELP  # what the pipeline puts in the block
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
-from memory.recall import INDEX_HELP  # what the pipeline puts in the block
 
 BOT = {"role": "system", "content": "You are Ada, a friendly travel assistant. Answer briefly."}
 SUMMARY = {

@@ -51,12 +51,16 @@ from dataclasses import dataclass, field
 
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
 from chat_platform.llm.builtin.text import STOPWORDS, sentences, stem, terms
+from chat_platform.llm.recall_protocol import (
+    INDEX_HEADER,
+    READ_TOOL,
+    SAVE_TOOL,
+    SEARCH_TOOL,
+    json_request,
+)
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 
 MODEL = "builtin/recall"
-READ_TOOL = "read_records"
-SEARCH_TOOL = "search_records"
-SAVE_TOOL = "save_record"
 RECALL_TOOL = READ_TOOL  # kept for callers of the first version
 MAX_RECORDS_PER_REQUEST = 3
 MAX_QUOTES = 3
@@ -80,7 +84,6 @@ NO_MATCH_TEXT = (
     "conversation already holds, and I found nothing in it that matches your message."
 )
 NOTED_TEXT = "Noted."
-INDEX_HEADER = "[Memory index: records you can read]"
 
 RECORD_FRAME = re.compile(r"\[record ([a-z0-9_-]{1,80})\]")
 NOT_FOUND = re.compile(r"\[not found: ([a-z0-9_-]{1,80})\]")
@@ -173,29 +176,6 @@ def _find_question(messages: list[dict]) -> int | None:
         message = messages[index]
         if message.get("role") == "user" and not _is_record_data(content_text(message)):
             return index
-    return None
-
-
-def json_request(text: str) -> tuple[str, object] | None:
-    """``("read", [names])`` for ``{"read_files": {"files": [...]}}``, ``("search", query)`` for
-    ``{"search_records": {"query": "..."}}``; ``None`` for anything else."""
-    stripped = text.strip()
-    if not stripped.startswith("{"):
-        return None
-    try:
-        data = json.loads(stripped)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or len(data) != 1:
-        return None
-    if isinstance(data.get("read_files"), dict):
-        files = data["read_files"].get("files")
-        if isinstance(files, list) and all(isinstance(f, str) for f in files):
-            return "read", files
-    if isinstance(data.get("search_records"), dict):
-        query = data["search_records"].get("query")
-        if isinstance(query, str):
-            return "search", query
     return None
 
 
