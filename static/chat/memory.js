@@ -70,7 +70,7 @@
       if (st.sessionId === null) return;
       el.panel.hidden = false;
       el.toggle.setAttribute("aria-expanded", "true");
-      document.body.classList.add("memory-open");
+      document.body.classList.add("memory-panel-open");
       if (st.stale) load();
       el.search.focus();
     }
@@ -78,7 +78,7 @@
     function close(focusToggle) {
       el.panel.hidden = true;
       el.toggle.setAttribute("aria-expanded", "false");
-      document.body.classList.remove("memory-open");
+      document.body.classList.remove("memory-panel-open");
       if (focusToggle !== false) el.toggle.focus();
     }
 

@@ -40,6 +40,20 @@ MARKDOWN = (
 )
 
 
+# Long enough that a summary is shorter than the messages it replaces.
+FILLER = (
+    " We talked about it for a while, went back and forth over the details, compared a few"
+    " options, looked at what had gone wrong last time, and agreed to write it all down so that"
+    " nobody would have to ask again next week."
+)
+CHATTY = [
+    "My sister Ada lives in Lisbon and works as a marine biologist." + FILLER,
+    "Our team meets every Tuesday at 10:00 in room 4B." + FILLER,
+    "The launch date for project Falcon is 14 March." + FILLER,
+    "The budget for the offsite is 4,000 euros." + FILLER,
+]
+
+
 def shoot(page, name: str, **kwargs) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kwargs)
@@ -208,13 +222,7 @@ def test_compact_command_hint_and_marker(server_url, desktop):
     recall = next(b for b in bots if b["name"] == "Recall (built-in)")
     open_new_chat(page, recall)
     done = page.locator('#transcript article.msg[data-role="assistant"][data-status="complete"]')
-    for count, text in enumerate(
-        (
-            "My sister Ada lives in Lisbon and works as a marine biologist.",
-            "Our team meets every Tuesday at 10:00 in room 4B.",
-            "The launch date for project Falcon is 14 March.",
-        )
-    ):
+    for count, text in enumerate(CHATTY):
         send(page, text)
         done.nth(count).wait_for()
 
@@ -226,6 +234,9 @@ def test_compact_command_hint_and_marker(server_url, desktop):
     page.press("#composer", "Enter")
     hint.wait_for(state="hidden")
 
+    notice = page.locator('#transcript article.msg-notice[data-role="system"] .msg-text').last
+    notice.wait_for()
+    assert notice.inner_text().startswith("Context compacted:"), notice.inner_text()
     marker = page.locator(".compaction-marker").first
     marker.wait_for()
     assert marker.get_attribute("data-trigger") == "manual"
@@ -242,8 +253,6 @@ def test_compact_command_hint_and_marker(server_url, desktop):
         r"Retention\s+(\d+% of the checked facts survived|not scored)", body.inner_text()
     )
     assert body.locator(".marker-missing h3").inner_text().startswith("Facts the summary missed")
-    notice = page.locator('#transcript article.msg-notice[data-role="system"]').last
-    assert notice.inner_text().startswith("Context compacted:")
     marker.scroll_into_view_if_needed()
     shoot(page, "compaction-marker")
     assert page.js_errors == []
@@ -392,7 +401,7 @@ def test_phone_layout_drawer_and_no_horizontal_scroll(server_url, phone, fake):
     bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Pocket")
     fake.script(Reply(text=MARKDOWN))
     log_in(page, server_url)
-    page.wait_for_selector("#bot-select:enabled")
+    page.wait_for_selector("#bot-select:enabled", state="attached")
     page.wait_for_selector('#transcript:not([aria-busy="true"])')
     page.click("#drawer-toggle")
     open_new_chat(page, bot)
