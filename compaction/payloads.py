@@ -1,11 +1,9 @@
 """The public shapes of summaries, events and compaction results (REST and websocket)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compaction.models import CompactionEvent, Summary
-
-if TYPE_CHECKING:
-    from compaction.engine import RunResult
+from compaction.results import RunResult
 
 
 def _iso(value) -> str | None:
@@ -53,7 +51,7 @@ def summary_payload(summary: Summary) -> dict[str, Any]:
     }
 
 
-def result_payload(result: "RunResult") -> dict[str, Any]:
+def result_payload(result: RunResult) -> dict[str, Any]:
     return {
         "outcome": result.outcome,
         "reason": result.reason,

@@ -1,7 +1,7 @@
 """What every part of the engine shares: limits, the summary prompt, model and window
 resolution, the run result, events, and the transcript the summariser reads."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 from django.conf import settings
@@ -11,8 +11,9 @@ from bots import realtime
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
-from compaction.models import CompactionEvent, Summary
+from compaction.models import CompactionEvent
 from compaction.payloads import event_payload
+from compaction.results import RunResult
 
 log = structlog.get_logger("compaction.engine")
 
@@ -45,28 +46,6 @@ Keep:
 Write concise plain sentences or bullet lines in the conversation's language, saying who said \
 or decided what where it matters. Add nothing that is not in the transcript. Output only the \
 summary."""
-
-
-@dataclass
-class RunResult:
-    outcome: str  # compacted | noop | failed | rejected | skipped
-    reason: str
-    tokens_before: int = 0
-    tokens_after: int = 0
-    summary: Summary | None = None
-    event: CompactionEvent | None = None
-    passes: list[CompactionEvent] = field(default_factory=list)
-    # The messages the run's summaries cover (several passes: from the first to the last).
-    first_seq: int | None = None
-    last_seq: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.summary is not None and self.first_seq is None:
-            self.first_seq, self.last_seq = self.summary.first_seq, self.summary.last_seq
-
-    @property
-    def compacted(self) -> bool:
-        return self.outcome == CompactionEvent.Outcome.COMPACTED
 
 
 @dataclass
