@@ -5,7 +5,8 @@ run in-process -> context pipeline -> gateway -> litellm -> a local fake OpenAI 
 bot with a 32k window, summariser = the same fake model. Prints, from one run:
 
 - summariser calls vs the hysteresis bound: tokens added / (soft - target) span;
-- tokens sent to the summariser vs tokens compacted (goal <= 1.1);
+- tokens sent to the summariser vs tokens compacted (goal <= 1.1), and the same including fusion
+  re-reads of summaries (goal <= 1.15);
 - how often a turn had to wait for blocking (hard) compaction.
 
     .venv/bin/python bench/compaction_economy.py   # DATABASE_URL defaults to .../chat_bench
@@ -21,6 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _django import setup  # noqa: E402
 
 os.environ["BENCH_FAKE_KEY"] = "sk-bench"
+# The provider policy: a bot's key variable must be allow-listed (checked at settings load).
+_allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
+os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
+    dict.fromkeys([*filter(None, _allowed.split(",")), "BENCH_FAKE_KEY"])
+)
 setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
@@ -76,6 +82,9 @@ def main() -> None:
             max_output_tokens=1_000,
             system_prompt="You are a project assistant.",
         )
+        # ... and its api_base approved, as staff would approve a local server.
+        bot.api_base_approved = fake.url
+        bot.save(update_fields=["api_base_approved"])
         session = session_create(user=user, bot_id=bot.pk)
         added = 0
         for turn in range(TURNS):
@@ -115,9 +124,13 @@ def main() -> None:
     )
     sent_all = sent + sum(fusion_inputs)
     print(
-        f"with fusion: sent {sent_all:,} for {compacted_tokens:,} compacted + {fused_tokens:,} "
-        f"summary tokens re-fused -> ratio "
-        f"{sent_all / max(1, compacted_tokens + fused_tokens):.2f}"
+        f"with fusion: {fusions} fusions re-read {sum(fusion_inputs):,} tokens; summariser "
+        f"tokens per compacted token {sent_all:,} / {compacted_tokens:,} = "
+        f"{sent_all / max(1, compacted_tokens):.2f}  (goal <= 1.15; before 1.34)"
+    )
+    print(
+        f"  (per token read, counting re-fused summary tokens as read: "
+        f"{sent_all / max(1, compacted_tokens + fused_tokens):.2f})"
     )
     print(f"turns that waited for blocking compaction: {hard} of {TURNS} ({hard / TURNS:.1%})")
 

@@ -229,12 +229,17 @@ def main() -> None:
     with _stack.running_stack(worker_threads=args.threads) as stack:
         fix = _stack.fixture(stack.provider_url, "concurrent")
         steady_count = int(args.rate * args.seconds)
-        sids = _stack.sessions(fix, args.burst + steady_count + 2)
+        sids = _stack.sessions(fix, args.burst + steady_count + 8)
         connection.close()
         # warm: litellm here, a turn through the stack (first-turn import costs are not load)
         ttft_direct = min(_stack.direct_call(stack.provider_url)[0] for _ in range(5))
-        asyncio.run(one_turn(stack, fix.token, Turn(sids.pop()), None, []))
-        asyncio.run(one_turn(stack, fix.token, Turn(sids.pop()), None, []))
+        # a few turns at once, so that every worker process has taken one (imports, tokenizer)
+        warm = [Turn(sids.pop()) for _ in range(8)]
+
+        async def warm_up() -> None:
+            await asyncio.gather(*(one_turn(stack, fix.token, t, None, []) for t in warm))
+
+        asyncio.run(warm_up())
         time.sleep(0.5)
         print(
             f"concurrent_sessions: uvicorn --workers 2, {stack.worker.tree().__len__() - 1} "

@@ -100,8 +100,13 @@ def main() -> None:
     _stack.django_setup()
     with _stack.running_stack() as stack:
         fix = _stack.fixture(stack.provider_url, "turn-overhead")
-        sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup))
-        # warm every side: litellm's import here, the worker's first turn, connections
+        sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup) + 6)
+
+        # warm every process (each web and worker process pays its imports on its first turn)
+        async def warm_all() -> None:
+            await asyncio.gather(*(ws_turn(stack, fix.token, sids.pop()) for _ in range(6)))
+
+        asyncio.run(warm_all())
         for _ in range(args.warmup):
             _stack.direct_call(stack.provider_url)
             asyncio.run(ws_turn(stack, fix.token, sids.pop()))

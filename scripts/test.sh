@@ -47,4 +47,13 @@ if [ $status -eq 5 ]; then
   echo "pytest collected no tests: that is a failure" >&2
   exit 1
 fi
-exit $status
+[ $status -eq 0 ] || exit $status
+# Only for the whole suite (arguments select tests: skip). No timing is asserted; a turn that
+# failed, got stuck, was lost or sent its deltas twice fails the run.
+if [ $# -eq 0 ] && [ -z "${SKIP_BENCH_SMOKE:-}" ]; then
+  echo "== bench smoke: the whole stack, a few turns and a burst of 20 sessions"
+  export DATABASE_URL="${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/chat_bench_smoke}"
+  export REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379/14}"
+  .venv/bin/python bench/turn_overhead.py --pairs 3 --warmup 1 --smoke
+  .venv/bin/python bench/concurrent_sessions.py --quick --rate 10 --smoke
+fi
