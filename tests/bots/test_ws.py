@@ -280,7 +280,8 @@ async def test_provider_500_sends_message_failed(fake_session, fake_openai, ws_t
 
 
 async def test_generation_stop_keeps_partial_text(fake_session, fake_openai, ws_token, eager_tasks):
-    chunks = [f"word{i} " for i in range(60)]
+    # 10 s of stream: long enough that a stop lands mid-stream even on a loaded machine
+    chunks = [f"word{i} " for i in range(200)]
     fake_openai.script(Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.05))
     communicator = await _connect(fake_session.pk, ws_token)
     await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "go"}))
