@@ -173,8 +173,11 @@ def running_stack(
     logdir: Path | None = None,
 ) -> Iterator[Stack]:
     """Fake provider + uvicorn (``web_workers``) + scripts/worker.sh, stopped on exit."""
+    import signal
     import tempfile
 
+    # SIGTERM (a CI timeout, kill) ends the run through the finally below, which stops the stack.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logdir = logdir or Path(tempfile.mkdtemp(prefix="bench-stack-"))
     env = dict(os.environ)
     env["LOG_JSON"] = "true"

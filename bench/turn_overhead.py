@@ -59,6 +59,8 @@ async def ws_turn(stack: _stack.Stack, token: str, session_id: int) -> dict:
                 deltas.append(frame["delta"])
             elif kind == "message.failed":
                 return {"outcome": "failed", "error": frame.get("message", {}).get("error")}
+            elif kind == "error":  # the send itself was refused
+                return {"outcome": "failed", "error": str(frame.get("error"))[:200]}
             elif kind == "message.completed" and frame["message"]["role"] == "assistant":
                 total = time.perf_counter() - started
                 content = frame["message"]["content"]
