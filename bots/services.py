@@ -37,7 +37,7 @@ from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
 from compaction.pipeline import context_measure, context_precheck
-from compaction.services import compaction_notice_text
+from compaction.services import compaction_notice_text, context_notify
 
 log = structlog.get_logger(__name__)
 
@@ -415,6 +415,8 @@ def session_compact_command(
         reply_to=command,
     )
     realtime.notify_message_created(notice)
+    if result.compacted:
+        context_notify(session_id=session.pk)
     log.info("compact_command", session_id=session.pk, outcome=result.outcome, reason=result.reason)
     return SendResult(
         user_message=command, assistant_message=None, created=True, notice=notice, compaction=result

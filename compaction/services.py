@@ -2,10 +2,13 @@
 
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from bots import realtime
+from bots.models import ChatSession
 from bots.queries import session_get_for_user
 from chat_platform.errors import ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
-from compaction.engine import RunResult, compaction_manual
+from compaction.engine import RunResult, compaction_manual, compaction_soft
+from compaction.pipeline import context_report
 
 REASON_TEXT = {
     "summariser_error": "the summariser did not answer",
@@ -25,7 +28,25 @@ def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = 
     session = session_get_for_user(user=user, session_id=session_id)
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
-    return compaction_manual(session=session, focus=focus.strip())
+    result = compaction_manual(session=session, focus=focus.strip())
+    context_notify(session_id=session.pk)
+    return result
+
+
+def session_compact_soft(*, session_id: int) -> RunResult | None:
+    """After a turn (the ``compaction`` queue): soft compaction, then the meter catches up."""
+    result = compaction_soft(session_id=session_id)
+    if result is not None and result.compacted:
+        context_notify(session_id=session_id)
+    return result
+
+
+def context_notify(*, session_id: int) -> None:
+    """Send the session its context report (``context.updated``), as after a turn: a compaction
+    changes every part of the meter."""
+    session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    if session is not None:
+        realtime.notify_context_updated(session_id, context_report(session=session))
 
 
 def compaction_notice_text(result: RunResult) -> str:

@@ -2,9 +2,9 @@
 
 from celery import shared_task
 
-from compaction import engine
+from compaction import services
 
 
 @shared_task(name="compaction.tasks.compact_soft", ignore_result=True)
 def compact_soft(session_id: int) -> None:
-    engine.compaction_soft(session_id=session_id)
+    services.session_compact_soft(session_id=session_id)

@@ -474,3 +474,27 @@ def test_compact_session_command(session, fake_openai):
         "Compaction failed: the summariser did not answer. Nothing was changed.\n"
     )
     assert Summary.objects.filter(session=session).count() == 1
+
+
+@pytest.mark.parametrize("path", ["endpoint", "command"])
+def test_the_meter_catches_up_after_a_manual_compaction(
+    owner_client, session, fake_openai, monkeypatch, path
+):
+    from bots import realtime
+
+    sent = []
+    monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: sent.append(frame))
+    fact_history(session)
+    fake_openai.script(Reply(text=FACT_SUMMARY))
+
+    if path == "endpoint":
+        owner_client.post(f"/api/v1/sessions/{session.pk}/compact/", {}, format="json")
+    else:
+        owner_client.post(
+            f"/api/v1/sessions/{session.pk}/messages/", {"content": "/compact"}, format="json"
+        )
+
+    summary = Summary.objects.get(session=session)
+    [update] = [f for f in sent if f["type"] == "context.updated"]
+    assert update["context"]["parts"]["summaries"] == summary.token_count
+    assert update["context"] == owner_client.get(f"/api/v1/sessions/{session.pk}/context/").json()

@@ -1046,3 +1046,25 @@ def test_summaries_are_system_blocks_after_the_system_prompt(session, small_bot,
         {"role": "user", "content": "And the date?"},
     ]
     assert not any("[Summary of" in m["content"] for m in chat["messages"] if m["role"] != "system")
+
+
+def test_the_soft_task_sends_the_meter_after_it_compacted(session, fake_openai, monkeypatch):
+    from bots import realtime
+    from compaction.tasks import compact_soft as soft_task
+
+    sent = []
+    monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: sent.append(frame))
+    add_history(session, [1600] * 6)
+    add_turn(session, "latest", tokens=10)
+    recount(session)
+    fake_openai.default = Reply(text=GOOD)
+
+    soft_task(session.pk)  # the task body, in-process
+
+    updates = [f["context"] for f in sent if f["type"] == "context.updated"]
+    assert len(updates) == 1
+    assert updates[0]["parts"]["summaries"] == sum(
+        Summary.objects.filter(session=session, status="active").values_list(
+            "token_count", flat=True
+        )
+    )
