@@ -163,6 +163,22 @@ class SessionMessagesApi(APIView):
                 status=status.HTTP_200_OK,
             )
         reply = result.assistant_message
+        if result.dispatched is False and reply is not None:
+            # Stored, but the task queue is down: the reply starts by itself once it is back (the
+            # watchdog hands it over), or at once when the client retries with its client_id.
+            reply.refresh_from_db()
+            if not reply.is_finished:
+                return error_response(
+                    errors.ServiceUnavailable.code,
+                    "Your message is saved, but the task queue is unavailable, so the reply has "
+                    "not started. It starts automatically when the service is back; sending the "
+                    "same client_id again retries now.",
+                    {
+                        "user_message": MessageOutputSerializer(result.user_message).data,
+                        "assistant_message": MessageOutputSerializer(reply).data,
+                    },
+                    errors.ServiceUnavailable.http_status,
+                )
         if data["wait"] and reply is not None and not reply.is_finished:
             reply = services.message_wait_finished(
                 message_id=reply.pk, timeout=settings.CHAT_WAIT_TIMEOUT_SECONDS
