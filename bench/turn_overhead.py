@@ -148,7 +148,9 @@ def main() -> None:
 
         from chat_platform.llm import gateway
 
-        gateway._configure_lean(litellm)
+        lean = getattr(gateway, "_configure_lean", None)
+        if lean is not None:  # (absent from gateways older than issue 10)
+            lean(litellm)
         _stack.direct_call(stack.provider_url)
         time.sleep(0.5)
         cpu0 = _cpu_self()
