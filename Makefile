@@ -35,7 +35,7 @@ bench: ## Run the benchmarks in bench/ (prints ratios; the stack benches start t
 	@for f in bench/[a-z]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 bench-smoke: ## Small bounded runs of turn_overhead and concurrent_sessions (fail on a lost turn)
-	$(PY) bench/turn_overhead.py --pairs 5 --smoke
-	$(PY) bench/concurrent_sessions.py --quick --smoke
+	$(PY) bench/turn_overhead.py --pairs 3 --warmup 1 --smoke
+	$(PY) bench/concurrent_sessions.py --quick --rate 10 --smoke
 
 .PHONY: help run test lint format web worker worker-chat worker-compaction beat bench bench-smoke
