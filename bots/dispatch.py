@@ -7,6 +7,8 @@ the outbox row. After commit, ``turn_dispatch`` hands it to the ``chat`` queue a
 always gets its turn. Running a turn twice is safe (its claim is a conditional update).
 """
 
+import threading
+
 import structlog
 from django.utils import timezone
 
@@ -36,11 +38,17 @@ except ImportError:  # pragma: no cover - both ship with celery[redis]
     BROKER_ERRORS = (ConnectionError, TimeoutError)
 
 
+_discovery_lock = threading.Lock()
+
+
 def _task(name: str):
     if name not in celery_app.tasks:
         # Task modules are found by autodiscovery, which runs when the app imports its modules
-        # (a worker does at start; a web process only when first asked).
-        celery_app.loader.import_default_modules()
+        # (a worker does at start; a web process only when first asked). Several threads may ask
+        # at once: one imports, the others wait for it and look again.
+        with _discovery_lock:
+            if name not in celery_app.tasks:
+                celery_app.loader.import_default_modules()
     return celery_app.tasks[name]
 
 
