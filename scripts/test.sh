@@ -38,16 +38,28 @@ env -u DATABASE_URL -u REDIS_URL DEBUG=false HTTPS=true ALLOWED_HOSTS=chat.examp
   .venv/bin/python manage.py check --deploy --fail-level WARNING
 echo "== docker-compose.yml is valid"
 docker-compose -f docker-compose.yml config -q
-echo "== pytest"
-set +e
-.venv/bin/pytest "$@"
-status=$?
-set -e
-if [ $status -eq 5 ]; then
-  echo "pytest collected no tests: that is a failure" >&2
-  exit 1
+run_pytest() {
+  set +e
+  .venv/bin/pytest "$@"
+  local status=$?
+  set -e
+  if [ $status -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    exit 1
+  fi
+  [ $status -eq 0 ] || exit $status
+}
+if [ $# -eq 0 ]; then
+  # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
+  # of its own); they run in a process of their own, apart from the async/threaded suites.
+  echo "== pytest (everything but the browser)"
+  run_pytest -m "not browser"
+  echo "== pytest (headless Chromium end-to-end)"
+  run_pytest -m browser
+else
+  echo "== pytest $*"
+  run_pytest "$@"
 fi
-[ $status -eq 0 ] || exit $status
 # Only for the whole suite (arguments select tests: skip). No timing is asserted; a turn that
 # failed, got stuck, was lost or sent its deltas twice fails the run.
 if [ $# -eq 0 ] && [ -z "${SKIP_BENCH_SMOKE:-}" ]; then
