@@ -4,6 +4,9 @@ The channel layer is lossy transport, not the store: every frame here describes 
 already persisted, and clients resync over REST (``?after_seq=``) after a reconnect.
 """
 
+import asyncio
+import os
+import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
@@ -11,7 +14,7 @@ from typing import Any
 
 import structlog
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 
 from bots.models import Message
@@ -51,14 +54,49 @@ def message_payload(message: Message) -> dict[str, Any]:
     return payload
 
 
+class _LayerLoop:
+    """One event loop thread per process for sending to the Redis channel layer from sync code.
+
+    ``async_to_sync`` would start an event loop (and a connection pool of channels-redis, which
+    keeps one per loop) for every frame, and copy the calling thread's context into it and back;
+    a turn sends a frame every 50 ms. Here the loop and its connections live as long as the
+    process (a forked child starts its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def run(self, coroutine: Any, *, timeout: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._running()).result(timeout)
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="channel-layer", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+
+_layer_loop = _LayerLoop()
+SEND_TIMEOUT_SECONDS = 10.0
+
+
 def send_frame(session_id: int, frame: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    message = {"type": FRAME_EVENT, "frame": frame}
     try:
-        async_to_sync(layer.group_send)(
-            session_group(session_id), {"type": FRAME_EVENT, "frame": frame}
-        )
+        if isinstance(layer, InMemoryChannelLayer):
+            # Its queues belong to the server's event loop: async_to_sync sends on that loop.
+            async_to_sync(layer.group_send)(session_group(session_id), message)
+        else:
+            _layer_loop.run(
+                layer.group_send(session_group(session_id), message),
+                timeout=SEND_TIMEOUT_SECONDS,
+            )
     except Exception:  # the layer is best-effort; the database already holds the truth
         log.warning("realtime_send_failed", session_id=session_id, frame_type=frame.get("type"))
 
