@@ -386,6 +386,7 @@ def test_frames_to_the_redis_layer_go_out_on_one_loop_per_process():
     realtime.send_frame(987_654, {"type": "probe", "n": 2})
 
     assert loop is not None and realtime._layer_loop._loop is loop
+
     async def receive_two():
         return [(await layer.receive(channel))["frame"]["n"] for _ in range(2)]
 
