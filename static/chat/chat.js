@@ -1294,8 +1294,16 @@
         return;
       }
     }
-    var first = el.transcript.querySelector(".msg");
-    el.transcript.insertBefore(node, first);
+    // Nothing earlier: go before the first node with a seq (a message, or a compaction marker
+    // of messages that were loaded later — a marker must never end up before what it covers).
+    var first = null;
+    for (var j = 0; j < children.length; j++) {
+      if (children[j] !== node && children[j].dataset.seq && !children[j].dataset.clientId) {
+        first = children[j];
+        break;
+      }
+    }
+    el.transcript.insertBefore(node, first || el.transcript.querySelector(".msg"));
   }
 
   function normalise(text) {

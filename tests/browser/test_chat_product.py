@@ -295,8 +295,17 @@ def test_automatic_compaction_marker_survives_reload(server_url, desktop):
     assert again.locator(".marker-title").inner_text() == title
     # Placed right after the last message it covers.
     last_seq = int(re.search(r"–(\d+)", title).group(1))
-    before = again.evaluate("n => n.previousElementSibling && n.previousElementSibling.dataset.seq")
-    assert before is not None and float(before) <= last_seq
+    # Its neighbours in the transcript: whatever precedes it is at or before the last message it
+    # covers, whatever follows comes after (the page may hold only the newest messages).
+    before, after = again.evaluate(
+        """n => {
+            const seq = (m) => (m && m.dataset.seq ? parseFloat(m.dataset.seq) : null);
+            return [seq(n.previousElementSibling), seq(n.nextElementSibling)];
+        }"""
+    )
+    assert before is not None or after is not None
+    assert before is None or before <= last_seq
+    assert after is None or after > last_seq
     assert page.js_errors == []
 
 
