@@ -277,7 +277,8 @@ def _recall_round(
     Everything recalled fits in what is left of B once the turn's fixed part is sent."""
     session = reply.session
     model = session.bot.model
-    call_content = text if not completion_has_calls(calls, text) else ""
+    # A JSON request is stored as the tool call it became, not as text as well.
+    call_content = "" if calls_from_text(text, call_id="-") else text
     call_tokens = count_message_tokens(
         call_content + json.dumps([c.as_openai() for c in calls]), model=model
     )
@@ -335,11 +336,6 @@ def _recall_round(
         for message in stored:
             transaction.on_commit(partial(realtime.notify_message_created, message))
     return stored
-
-
-def completion_has_calls(calls: list[ToolCall], text: str) -> bool:
-    """True when ``text`` is the JSON request itself (the calls came from the text)."""
-    return calls_from_text(text, call_id="-") is not None
 
 
 def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:

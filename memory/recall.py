@@ -20,7 +20,7 @@ the room the caller passes (what is left of the budget B). Every read or search 
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -64,7 +64,6 @@ class ToolResult:
     call: ToolCall
     content: str
     tokens: int = 0
-    names: list[str] = field(default_factory=list)
 
 
 def calls_from_completion(tool_calls: Sequence[dict[str, Any]]) -> list[ToolCall]:
@@ -167,7 +166,6 @@ def recall_execute(
     results = []
     room = max(0, room_tokens)
     for call in calls:
-        names: list[str] = []
         if call.name == READ_TOOL:
             text, names, found = _read(session, call, model=model)
             text, tokens = _fit(text, room, model=model)
@@ -197,7 +195,7 @@ def recall_execute(
         else:
             text, tokens = _fit(f"[unknown tool: {call.name}]", room, model=model)
         room = max(0, room - tokens)
-        results.append(ToolResult(call=call, content=text, tokens=tokens, names=names))
+        results.append(ToolResult(call=call, content=text, tokens=tokens))
     log.info(
         "recall_round",
         session_id=session.pk,
