@@ -18,6 +18,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 
 from bots.models import Message
+from chat_platform.isotime import iso_utc
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +42,7 @@ def message_payload(message: Message) -> dict[str, Any]:
         "token_count": message.token_count,
         "pinned": message.pinned,
         "compacted": getattr(message, "compacted_by_id", None) is not None,
-        "created_at": message.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso_utc(message.created_at),
         "finish_reason": message.finish_reason,
     }
     # Recall steps in the transcript: what was asked (assistant) and which tool answered (tool).

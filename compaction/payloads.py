@@ -2,12 +2,9 @@
 
 from typing import Any
 
+from chat_platform.isotime import iso_utc
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
-
-
-def _iso(value) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def event_payload(event: CompactionEvent) -> dict[str, Any]:
@@ -26,7 +23,7 @@ def event_payload(event: CompactionEvent) -> dict[str, Any]:
         "error": event.error,
         "snapshot": event.snapshot.name if event.snapshot_id else None,
         "summary": event.summary_id,
-        "created_at": _iso(event.created_at),
+        "created_at": iso_utc(event.created_at),
     }
 
 
@@ -47,7 +44,7 @@ def summary_payload(summary: Summary) -> dict[str, Any]:
         "retention": summary.retention,
         "missing_facts": summary.missing_facts,
         "focus": summary.focus,
-        "created_at": _iso(summary.created_at),
+        "created_at": iso_utc(summary.created_at),
     }
 
 

@@ -18,6 +18,7 @@ import structlog
 
 from bots.models import ChatSession, Message
 from chat_platform.errors import ContextTooLarge
+from chat_platform.isotime import iso_utc
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Admission, HistoryRow, admission_decide
 from compaction.engine import compaction_blocked_until, compaction_hard
@@ -224,8 +225,6 @@ def context_report(*, session: ChatSession) -> dict[str, Any]:
         "compaction": {
             "enabled": session.bot.compaction_enabled,
             "in_flight": in_flight(session.pk),
-            "cooldown_until": cooldown_until.isoformat().replace("+00:00", "Z")
-            if cooldown_until
-            else None,
+            "cooldown_until": iso_utc(cooldown_until),
         },
     }

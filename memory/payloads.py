@@ -2,11 +2,8 @@
 
 from typing import Any
 
+from chat_platform.isotime import iso_utc
 from memory.models import MemoryRecord, RecallEvent
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def record_payload(record: MemoryRecord) -> dict[str, Any]:
@@ -19,7 +16,7 @@ def record_payload(record: MemoryRecord) -> dict[str, Any]:
         "first_seq": record.first_seq,
         "last_seq": record.last_seq,
         "token_count": record.token_count,
-        "created_at": _iso(record.created_at),
+        "created_at": iso_utc(record.created_at),
     }
 
 
