@@ -1,4 +1,7 @@
+import contextvars
+
 import pytest
+from _pytest.runner import runtestprotocol
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -6,6 +9,31 @@ from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
 
 pytest_plugins = ["tests.fakeopenai"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Run each test (setup, call, teardown) in its own copy of the main thread's context.
+
+    asgiref's context propagation (``_restore_context`` in ``async_to_sync``/``sync_to_async``,
+    django/asgiref#467, still open) can, rarely, leave an ``asgiref.local`` variable set to
+    ``None`` in the calling context; every later ``Local`` access there raises TypeError. In
+    one CI run that happened once and nine later tests failed on ``caches.close_all()``. A copy
+    per test keeps whatever a test does to context variables inside that test, and the copy is
+    checked afterwards so a leak is reported against the test that caused it."""
+    context = contextvars.copy_context()
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    context.run(runtestprotocol, item, nextitem=nextitem)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    broken = [
+        var for var, value in context.items() if var.name == "asgiref.local" and value is None
+    ]
+    if broken:
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        line = f"CONTEXT LEAK: {item.nodeid} left {len(broken)} asgiref.local variable(s) None"
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+    return True
 
 
 @pytest.fixture
