@@ -1,3 +1,4 @@
+import os
 import sys
 
 from django.apps import AppConfig
@@ -10,8 +11,13 @@ class BotsConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from chat_platform.warmup import warm_web_process
+        from chat_platform.warmup import is_web_server, warm_web_process
 
         # Embedded mode runs turns inside the web process: import litellm now, in the
         # background, so the first reply does not wait for it (never for commands or tests).
         warm_web_process(embedded=settings.EMBEDDED, argv=sys.argv)
+        # ... and it has no Celery beat: the web server ends dead replies itself.
+        if settings.EMBEDDED and is_web_server(sys.argv, os.environ):
+            from bots.watchdog import start_embedded_beat
+
+            start_embedded_beat()

@@ -226,6 +226,61 @@ def test_watchdog_interrupts_a_turn_whose_heartbeat_stopped_and_keeps_its_text(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_session, settings):
+    """Embedded mode has no Celery beat: the web process's own beat thread runs the watchdog
+    (a reply whose process died mid-turn) and the orphan sweep (a reply pending for too long)."""
+    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 30
+    settings.CHAT_ORPHAN_AFTER_SECONDS = 600
+    dead = _streaming(chat_session, content="Half a", heartbeat_age=31)
+    old_pending = message_add(
+        chat_session, role="assistant", content="", status="pending", token_count=0
+    )
+    long_ago = timezone.now() - timedelta(seconds=601)
+    # dispatched recently, so the outbox leaves it alone: only the sweep can end it
+    Message.objects.filter(pk=old_pending.pk).update(
+        created_at=long_ago, updated_at=long_ago, dispatched_at=timezone.now()
+    )
+    beat = watchdog.InProcessBeat(interval=0.05).start()
+    try:
+        deadline = time.monotonic() + 30
+        while beat.rounds < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        beat.stop()
+    assert beat.rounds >= 1 and not beat.thread.is_alive()
+    dead.refresh_from_db()
+    old_pending.refresh_from_db()
+    assert (dead.status, dead.content, dead.error_message) == (
+        "interrupted",
+        "Half a",
+        watchdog.DEAD_WORKER_TEXT,
+    )
+    assert (old_pending.status, old_pending.error_message) == (
+        "interrupted",
+        watchdog.NEVER_STARTED_TEXT,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embedded_beat_survives_a_failing_round(chat_session, monkeypatch):
+    calls = []
+
+    def broken(**kwargs):
+        calls.append(1)
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(watchdog, "turns_watchdog", broken)
+    beat = watchdog.InProcessBeat(interval=0.02).start()
+    try:
+        deadline = time.monotonic() + 30
+        while beat.rounds < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        beat.stop()
+    assert beat.rounds >= 3 and len(calls) >= 3
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_live_turn_keeps_beating_through_a_silent_provider(
     fake_session, fake_openai, frames, settings
 ):

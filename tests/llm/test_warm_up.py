@@ -82,6 +82,8 @@ def test_embedded_web_server_warms_from_app_ready():
         django.setup()
         warmers = [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
         assert len(warmers) == 1, warmers
+        # embedded mode has no Celery beat: the server runs the watchdog itself
+        assert [t.name for t in threading.enumerate()].count("embedded-beat") == 1
         warmers[0].join(60)
         """,
         then=CHECK_WARM,
@@ -107,6 +109,7 @@ def test_commands_tests_and_real_mode_web_never_warm(redis_url, argv):
         sys.argv = {argv!r}
         django.setup()
         assert not [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
+        assert not [t for t in threading.enumerate() if t.name == "embedded-beat"]
         assert "litellm" not in sys.modules
         print("COLD")
         """,
