@@ -10,7 +10,7 @@ from bots.models import ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.budget import Budget
 from compaction.engine.common import (
-    FUSION_INPUT_FACTOR,
+    FUSION_INPUT_PERCENT,
     FUSION_SHARE_PERCENT,
     INPUT_SHARE_PERCENT,
     SUMMARY_INSTRUCTIONS,
@@ -53,7 +53,7 @@ def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
         session=session, ranges=[(p.first_seq, p.last_seq) for p in parents]
     )
     with_snapshots = list(blocks)
-    allowance = min(input_cap, FUSION_INPUT_FACTOR * replaced)
+    allowance = min(input_cap, replaced * FUSION_INPUT_PERCENT // 100)
     for i in reversed(range(len(parents))):  # newest first: the freshest detail matters most
         parent = parents[i]
         body = snapshots.get((parent.first_seq, parent.last_seq))

@@ -20,7 +20,7 @@ from bots.services import session_context_recount
 from bots.turn import turn_run
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from compaction import engine
-from compaction.engine import policy
+from compaction.engine import fusion, policy
 from compaction.models import CompactionEvent, CompactionState, Summary
 from compaction.pipeline import context_build, context_measure
 from memory.models import MemoryRecord
@@ -953,7 +953,9 @@ def _two_active_summaries(session, fake_openai):
     return a, b
 
 
-def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_openai):
+def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_openai, monkeypatch):
+    # Snapshots come back in while they fit the fusion's input share (here a generous one).
+    monkeypatch.setattr(fusion, "FUSION_INPUT_PERCENT", 400)
     a, b = _two_active_summaries(session, fake_openai)
     fused_text = summary_text(80)
     fake_openai.script(Reply(text=fused_text))
@@ -993,6 +995,21 @@ def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_ope
     measure = context_measure(session=session)
     assert [s.id for s in measure.summaries] == [fused.pk]
     assert measure.pressure == fused.token_count + 600
+
+
+def test_fusion_does_not_re_read_history_it_already_compacted(session, fake_openai):
+    """At the default share (125 % of the summaries fused) the raw snapshots of these two
+    summaries (600 and 1,000 tokens against 2 x ~265) do not fit: the summariser reads the
+    summaries and the instructions, nothing else (the compaction economy goal, issue 10)."""
+    a, b = _two_active_summaries(session, fake_openai)
+    fake_openai.script(Reply(text=summary_text(80)))
+    requests_before = len(fake_openai.requests)
+
+    engine.compaction_soft(session_id=session.pk)
+
+    [request] = fake_openai.requests[requests_before:]
+    assert transcript_of(request) == f"{a.block}\n{b.block}"
+    assert Summary.objects.get(session=session, status="active").level == 2
 
 
 def test_fusion_is_atomic(session, fake_openai, monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 from bots.models import Message
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import engine
+from compaction.engine import fusion
 from compaction.models import CompactionEvent, Summary
 from tests.compaction.test_engine import (
     _two_active_summaries,
@@ -30,7 +31,8 @@ def session(owner, small_bot):
     return SessionFactory(user=owner, bot=small_bot)
 
 
-def test_fusion_that_would_not_shrink_fails_and_the_parents_stay(session, fake_openai):
+def test_fusion_that_would_not_shrink_fails_and_the_parents_stay(session, fake_openai, monkeypatch):
+    monkeypatch.setattr(fusion, "FUSION_INPUT_PERCENT", 400)  # the snapshots fit: two attempts
     a, b = _two_active_summaries(session, fake_openai)
     replaced = a.token_count + b.token_count
     # Both attempts (with snapshots, then from the summaries alone) answer longer than the parents.
