@@ -281,6 +281,9 @@ if _bad_bases:
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=120.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 LLM_RETRY_BACKOFF_SECONDS = env.float("LLM_RETRY_BACKOFF_SECONDS", default=1.0)
+# Streamed calls to OpenAI-compatible servers (openai/<model> with an api_base) are read directly
+# (chat_platform/llm/openai_compat.py) instead of through litellm's stream wrapper.
+LLM_DIRECT_OPENAI_COMPATIBLE = env.bool("LLM_DIRECT_OPENAI_COMPATIBLE", default=True)
 # Deltas are sent to the channel layer in small batches, at most this often.
 CHAT_STREAM_FLUSH_SECONDS = env.float("CHAT_STREAM_FLUSH_SECONDS", default=0.05)
 # Turns stuck in pending/streaming for longer than this are marked interrupted by the sweep.

@@ -1,4 +1,8 @@
-"""The gateway against a real local HTTP server, through litellm and the OpenAI SDK."""
+"""The gateway against a real local HTTP server, through litellm and the OpenAI SDK.
+
+Every test runs on both roads a streamed call to an OpenAI-compatible server can take: read
+directly (``openai_compat``, the default) and through litellm (``LLM_DIRECT_OPENAI_COMPATIBLE``
+off). Both must give the same answers, errors, retries and stops."""
 
 import gc
 import subprocess
@@ -43,6 +47,12 @@ TOOL_CALL = {
 @pytest.fixture(scope="module", autouse=True)
 def _litellm_imported():
     gateway.warm_up()  # keep litellm's one-off import cost out of the timed tests
+
+
+@pytest.fixture(autouse=True, params=["direct", "litellm"])
+def road(request, settings):
+    settings.LLM_DIRECT_OPENAI_COMPATIBLE = request.param == "direct"
+    return request.param
 
 
 @pytest.fixture(autouse=True)

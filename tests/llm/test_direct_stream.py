@@ -1,0 +1,219 @@
+"""The direct road for streamed calls to OpenAI-compatible servers (``openai_compat``): which calls
+take it, that litellm is not involved, and how the server-sent events are read.
+
+The shared behaviour (answers, errors, retries, stops) is proven on both roads by
+``test_gateway.py``; here are the parts only the direct road has."""
+
+import json
+
+import httpx
+import pytest
+
+from chat_platform.llm import gateway, openai_compat
+from chat_platform.llm.gateway import ModelConfig, ModelUnavailable
+from tests.fakeopenai import Reply
+
+API_BASE = "http://llm.internal:8000/v1"
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture(autouse=True)
+def _settings(settings):
+    settings.LLM_DIRECT_OPENAI_COMPATIBLE = True
+    settings.LLM_MAX_RETRIES = 1
+    settings.LLM_RETRY_BACKOFF_SECONDS = 0.01
+    settings.PROVIDER_API_BASES = ["http://llm.internal:8000/"]
+
+
+@pytest.mark.parametrize(
+    ("model", "api_base", "enabled", "expected"),
+    [
+        ("openai/qwen2.5", "http://llm.internal:8000/v1", True, True),
+        ("openai/llama3", "http://127.0.0.1:11434/v1", True, True),
+        ("openai/qwen2.5", "http://llm.internal:8000/v1", False, False),  # switched off
+        ("openai/gpt-4o", "", True, False),  # OpenAI itself: litellm maps its parameters
+        ("openai/o3-mini", "https://api.openai.com/v1", True, False),
+        ("openai/o3-mini", "https://API.OpenAI.com/v1", True, False),
+        ("anthropic/claude-sonnet-4", "http://llm.internal:8000/v1", True, False),
+        ("builtin/echo", "", True, False),
+    ],
+)
+def test_which_calls_take_the_direct_road(model, api_base, enabled, expected):
+    assert openai_compat.is_direct(model, api_base, enabled=enabled) is expected
+
+
+def test_a_direct_stream_never_touches_litellm(fake_openai, monkeypatch):
+    def no_litellm():
+        raise AssertionError("litellm was used")
+
+    monkeypatch.setattr(gateway, "_litellm", no_litellm)
+    fake_openai.script(
+        Reply(text="Hello there, friend.", usage={"prompt_tokens": 9, "completion_tokens": 5})
+    )
+    config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url, api_base_trusted=True)
+
+    stream = gateway.stream(config, MESSAGES)
+    assert "".join(stream) == "Hello there, friend."
+    completion = stream.completion
+    assert (completion.text, completion.finish_reason) == ("Hello there, friend.", "stop")
+    assert (completion.prompt_tokens, completion.completion_tokens) == (9, 5)
+    [request] = fake_openai.requests
+    # the provider's model name, without litellm's provider prefix
+    assert request["model"] == "fake-model"
+    assert request["stream"] is True and request["stream_options"] == {"include_usage": True}
+
+
+def _sse(*events: str) -> bytes:
+    return "".join(events).encode()
+
+
+def _chunk(content: str | None = None, finish: str | None = None) -> dict:
+    delta = {"content": content} if content is not None else {}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+@pytest.fixture
+def provider(monkeypatch):
+    """A mock transport behind the direct road's client: ``provider.answer(status, body)``."""
+
+    class Provider:
+        def __init__(self) -> None:
+            self.answers: list[tuple[int, bytes, dict]] = []
+            self.requests: list[httpx.Request] = []
+
+        def answer(self, status: int, body: bytes, headers: dict | None = None) -> None:
+            self.answers.append((status, body, headers or {}))
+
+        def handle(self, request: httpx.Request) -> httpx.Response:
+            self.requests.append(request)
+            status, body, headers = self.answers.pop(0)
+            return httpx.Response(status, content=body, headers=headers)
+
+    mock = Provider()
+    client = httpx.Client(transport=httpx.MockTransport(mock.handle))
+    monkeypatch.setattr(openai_compat, "_client", client)
+    monkeypatch.setattr(openai_compat, "_client_pid", __import__("os").getpid())
+    return mock
+
+
+USAGE = {"prompt_tokens": 4, "completion_tokens": 3}
+CONFIG = ModelConfig(model="openai/qwen2.5", api_base=API_BASE, max_output_tokens=64)
+
+
+def test_events_are_read_per_the_sse_rules(provider, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    provider.answer(
+        200,
+        _sse(
+            ": keep-alive comment\n\n",
+            f"data: {json.dumps(_chunk('Hel'))}\n\n",
+            # one event's data split over two data lines (joined with a newline: valid JSON)
+            'data: {"choices": [{"index": 0,\n'
+            'data: "delta": {"content": "lo"}, "finish_reason": null}]}\n\n',
+            "event: message\n",
+            f"data:{json.dumps(_chunk(' you', 'stop'))}\n\n",  # no space after the colon
+            f"data: {json.dumps({'choices': [], 'usage': USAGE})}\n\n",
+            "data: [DONE]\n\n",
+        ),
+    )
+    stream = gateway.stream(CONFIG, MESSAGES)
+    assert list(stream) == ["Hel", "lo", " you"]
+    assert (stream.completion.finish_reason, stream.completion.prompt_tokens) == ("stop", 4)
+    assert stream.completion.completion_tokens == 3
+    [request] = provider.requests
+    assert str(request.url) == "http://llm.internal:8000/v1/chat/completions"
+    # no key anywhere: the placeholder local servers accept
+    assert request.headers["authorization"] == "Bearer no-key-required"
+    body = json.loads(request.content)
+    assert (body["model"], body["max_tokens"], body["messages"]) == ("qwen2.5", 64, MESSAGES)
+
+
+def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):
+    provider.answer(
+        200,
+        _sse(
+            f"data: {json.dumps(_chunk('Partial'))}\n\n",
+            'data: {"error": {"message": "worker crashed", "code": 503}}\n\n',
+        ),
+    )
+    stream = gateway.stream(CONFIG, MESSAGES)
+    seen = []
+    with pytest.raises(ModelUnavailable) as caught:
+        for delta in stream:
+            seen.append(delta)
+    assert seen == ["Partial"]  # text already sent is never retried
+    assert str(caught.value) == "openai/qwen2.5: provider error (HTTP 503) (worker crashed)"
+    assert (caught.value.status_code, caught.value.attempts) == (503, 1)
+
+
+def test_an_event_that_is_not_json_fails_clearly(provider):
+    provider.answer(200, _sse("data: <html>oops</html>\n\n"))
+    with pytest.raises(ModelUnavailable) as caught:
+        list(gateway.stream(CONFIG, MESSAGES))
+    assert str(caught.value) == (
+        "openai/qwen2.5: the provider's answer could not be read "
+        "(the provider sent an event that is not JSON)"
+    )
+    assert caught.value.transient is False
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected", "attempts"),
+    [
+        (
+            400,
+            {"error": {"message": "This model's maximum context length is 4096 tokens"}},
+            "the request is longer than the model's context window "
+            "(This model's maximum context length is 4096 tokens)",
+            1,
+        ),
+        (
+            400,
+            {"error": {"message": "bad temperature"}},
+            "request rejected (HTTP 400) (bad temperature)",
+            1,
+        ),
+        (
+            404,
+            {"error": "no such model"},
+            "model or endpoint not found (HTTP 404) (no such model)",
+            1,
+        ),
+        (503, {"detail": "overloaded"}, 'provider error (HTTP 503) ({"detail": "overloaded"})', 2),
+    ],
+)
+def test_error_statuses_name_the_reason_and_the_providers_message(
+    provider, status, body, expected, attempts
+):
+    for _ in range(attempts):
+        provider.answer(status, json.dumps(body).encode(), {"content-type": "application/json"})
+    with pytest.raises(ModelUnavailable) as caught:
+        list(gateway.stream(CONFIG, MESSAGES))
+    suffix = f", after {attempts} attempts" if attempts > 1 else ""
+    assert str(caught.value) == f"openai/qwen2.5: {expected}{suffix}"
+    assert len(provider.requests) == attempts
+
+
+def test_a_refused_key_never_reaches_the_message(provider, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value-1234")
+    provider.answer(
+        401, b'{"error": {"message": "Incorrect API key provided: sk-secret-value-1234"}}'
+    )
+    with pytest.raises(ModelUnavailable) as caught:
+        list(gateway.stream(CONFIG, MESSAGES))
+    assert str(caught.value) == (
+        "openai/qwen2.5: authentication failed: the provider key is missing or was refused"
+    )
+    assert provider.requests[0].headers["authorization"] == "Bearer sk-secret-value-1234"
+
+
+def test_a_redirect_is_not_followed(provider):
+    """The provider policy approved this address, not wherever it points to."""
+    provider.answer(307, b"", {"location": "http://169.254.169.254/latest/meta-data"})
+    with pytest.raises(ModelUnavailable) as caught:
+        list(gateway.stream(CONFIG, MESSAGES))
+    assert str(caught.value) == (
+        "openai/qwen2.5: the provider answered with a redirect (HTTP 307) "
+        "(redirected to http://169.254.169.254/latest/meta-data, not followed)"
+    )
+    assert [str(r.url) for r in provider.requests] == [f"{API_BASE}/chat/completions"]
