@@ -12,12 +12,17 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
 from bots import queries, realtime, services
-from chat_platform.errors import NotFound, PlatformError, ValidationFailed
+from chat_platform.api import OUTAGE_ERRORS
+from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
 
 log = structlog.get_logger(__name__)
 
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+SEND_UNAVAILABLE = (
+    "The server is too busy or a service it needs is down, so your message was not saved. "
+    "Send it again in a moment."
+)
 
 
 def _send_in_thread(**kwargs: Any) -> Any:
@@ -92,6 +97,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )
         except PlatformError as exc:
             await self._send_error(exc)
+        except OUTAGE_ERRORS:
+            # The database or Redis is down or saturated (e.g. no pooled connection in time
+            # during a burst): the send's transaction rolled back, so say so and how to recover.
+            log.exception("ws_send_unavailable", session_id=self.session_id)
+            await self._send_error(ServiceUnavailable(SEND_UNAVAILABLE))
         except Exception:
             log.exception("ws_send_failed", session_id=self.session_id)
             await self._send_error(PlatformError("The message could not be sent."))

@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
@@ -30,12 +31,15 @@ log = structlog.get_logger(__name__)
 
 API_PREFIX = "/api/"
 
-# A service the request needs is down (Redis: broker, lock, channel layer). Answered 503
-# service_unavailable like the services' own ServiceUnavailable, and logged with the traceback.
+# A service the request needs is down or saturated (Redis: broker, lock, channel layer;
+# PostgreSQL: unreachable, or no pooled connection within DATABASE_POOL_TIMEOUT under a burst).
+# Answered 503 service_unavailable like the services' own ServiceUnavailable, and logged with the
+# traceback. The failed request's transaction was rolled back: nothing was changed.
 OUTAGE_ERRORS: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     KombuOperationalError,
+    DatabaseOperationalError,
 )
 
 _DRF_CODES: list[tuple[type[Exception], str]] = [

@@ -252,9 +252,12 @@ if REDIS_URL:
                         "max_connections": env.int("CHANNEL_LAYER_MAX_CONNECTIONS", default=1000),
                     }
                 ],
-                # Messages kept per channel before new ones are dropped (deltas are batched and
-                # clients resync from the database, so a full channel loses nothing stored).
-                "capacity": env.int("CHANNEL_LAYER_CAPACITY", default=1000),
+                # Messages kept per channel before new ones are dropped. Every websocket of one
+                # web process shares that process's one Redis list (channels-redis "!" channels),
+                # so this bounds the frames waiting for a whole process: at 1,000 a burst of 200
+                # turns (~15 frames each) overflowed it and replies lost their final frames. A
+                # frame delivered late beats one dropped; the list expires with `expiry`.
+                "capacity": env.int("CHANNEL_LAYER_CAPACITY", default=20_000),
                 "expiry": 60,
             },
         }

@@ -4,6 +4,7 @@ import json
 import logging
 
 import pytest
+from django.db import OperationalError as DatabaseOperationalError
 from django.test import Client
 from drf_spectacular.generators import SchemaGenerator
 from kombu.exceptions import OperationalError
@@ -109,8 +110,9 @@ def test_unexpected_exception_in_a_view_is_json_500_with_logged_traceback(
     [
         RedisConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused."),
         OperationalError("[Errno 111] Connection refused"),
+        DatabaseOperationalError("couldn't get a connection after 10.00 sec"),
     ],
-    ids=["redis", "kombu"],
+    ids=["redis", "kombu", "database-saturated"],
 )
 def test_infrastructure_outage_is_503(owner_client, monkeypatch, caplog, exc):
     def down(**kwargs):

@@ -2,12 +2,15 @@
 
 import asyncio
 import json
+import logging
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import OperationalError
 from rest_framework.authtoken.models import Token
 
+from bots import consumers
 from bots.models import Message
 from chat_platform.asgi import application
 from tests.fakeopenai import Reply
@@ -358,3 +361,39 @@ async def test_session_cookie_auth(fake_session, fake_openai, owner, client, eag
     frames = await _frames_until(communicator, _is_final)
     await communicator.disconnect()
     assert frames[-1]["message"]["content"] == "Cookie ok."
+
+
+@pytest.mark.parametrize(
+    ("exc", "event"),
+    [
+        # psycopg_pool.PoolTimeout surfaces as Django's OperationalError (seen in a burst)
+        (OperationalError("couldn't get a connection after 10.00 sec"), "ws_send_unavailable"),
+        (RuntimeError("boom"), "ws_send_failed"),
+    ],
+    ids=["database-saturated", "bug"],
+)
+async def test_a_send_that_cannot_be_stored_says_why_and_the_socket_stays_usable(
+    fake_session, ws_token, monkeypatch, caplog, exc, event
+):
+    def fail(**kwargs):
+        raise exc
+
+    monkeypatch.setattr(consumers.services, "session_message_send", fail)
+    communicator = await _connect(fake_session.pk, ws_token)
+    with caplog.at_level(logging.ERROR):
+        await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "hi"}))
+        frame = json.loads(await communicator.receive_from(timeout=10))
+    expected = (
+        {"code": "service_unavailable", "message": consumers.SEND_UNAVAILABLE, "details": {}}
+        if event == "ws_send_unavailable"
+        else {"code": "error", "message": "The message could not be sent.", "details": {}}
+    )
+    assert frame == {"type": "error", "error": expected}
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # logged with the event name and the cause's traceback
+    assert (record.msg["event"], record.exc_info[1]) == (event, exc)
+    # the socket still works
+    await communicator.send_to(text_data="not json")
+    assert json.loads(await communicator.receive_from(timeout=5))["type"] == "error"
+    await communicator.disconnect()
+    assert await database_sync_to_async(Message.objects.filter(session=fake_session).count)() == 0
