@@ -20,7 +20,7 @@ log = structlog.get_logger(__name__)
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 SEND_UNAVAILABLE = (
-    "The server is too busy or a service it needs is down, so your message was not saved. "
+    "The server is too busy or a service it needs is down, so your message was not sent. "
     "Send it again in a moment."
 )
 
@@ -99,7 +99,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._send_error(exc)
         except OUTAGE_ERRORS:
             # The database or Redis is down or saturated (e.g. no pooled connection in time
-            # during a burst): the send's transaction rolled back, so say so and how to recover.
+            # during a burst): the send's transaction rolled back (what runs after its commit
+            # does not raise these), so say so and how to recover.
             log.exception("ws_send_unavailable", session_id=self.session_id)
             await self._send_error(ServiceUnavailable(SEND_UNAVAILABLE))
         except Exception:

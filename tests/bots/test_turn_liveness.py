@@ -348,6 +348,37 @@ def test_watchdog_hands_a_never_dispatched_reply_to_the_queue(
     assert (just_sent.status, just_sent.dispatched_at) == ("pending", None)
 
 
+def test_a_turn_handed_over_but_not_stamped_still_counts_as_dispatched(monkeypatch, caplog):
+    """The stamp after the hand-over runs after the send committed: a saturated database there
+    must not turn a stored, queued message into an error (the watchdog re-stamps it later)."""
+    from types import SimpleNamespace
+
+    from django.db import OperationalError
+
+    from bots import dispatch
+
+    queued = []
+    monkeypatch.setattr(
+        dispatch, "_task", lambda name: SimpleNamespace(delay=lambda pk: queued.append(pk))
+    )
+
+    def saturated(**fields):
+        raise OperationalError("couldn't get a connection after 10.00 sec")
+
+    monkeypatch.setattr(
+        dispatch,
+        "Message",
+        SimpleNamespace(
+            objects=SimpleNamespace(filter=lambda **kw: SimpleNamespace(update=saturated))
+        ),
+    )
+    with caplog.at_level("ERROR"):
+        assert dispatch.turn_dispatch(42) is True
+    assert queued == [42]
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.msg["event"] == "turn_dispatch_stamp_failed"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
     fake_session, fake_openai, eager_tasks, settings
