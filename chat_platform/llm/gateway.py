@@ -644,6 +644,14 @@ class ChatStream:
                         if content:
                             self._parts.append(content)
                             yield content
+                    if self.closed:
+                        # Stopped: a closed socket can read as the body's end (HTTP/1.0), so
+                        # the loop may finish normally; it is still a stop, not an answer.
+                        return
+                    if direct and finish_reason is None and not getattr(response, "done", True):
+                        raise openai_compat.ProviderProtocolError(
+                            "the provider's stream ended before the answer did"
+                        )
                     break
                 except Exception as exc:
                     if self.closed:

@@ -122,6 +122,7 @@ class SSEStream:
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
+        self.done = False  # the server's "[DONE]" arrived: the stream ended whole
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         data: list[str] = []
@@ -138,12 +139,17 @@ class SSEStream:
                 continue
             payload, data = "\n".join(data), []
             if payload == "[DONE]":
+                self.done = True
                 for _ in lines:  # read to the end: the connection goes back to the pool
                     pass
                 return
             yield _chunk(payload)
-        if data and "\n".join(data) != "[DONE]":
-            yield _chunk("\n".join(data))
+        if data:  # the last event, without its blank line
+            payload = "\n".join(data)
+            if payload == "[DONE]":
+                self.done = True
+            else:
+                yield _chunk(payload)
 
     def close(self) -> None:
         self.response.close()

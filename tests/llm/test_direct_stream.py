@@ -5,6 +5,7 @@ The shared behaviour (answers, errors, retries, stops) is proven on both roads b
 ``test_gateway.py``; here are the parts only the direct road has."""
 
 import json
+import threading
 
 import httpx
 import pytest
@@ -217,3 +218,46 @@ def test_a_redirect_is_not_followed(provider):
         "(redirected to http://169.254.169.254/latest/meta-data, not followed)"
     )
     assert [str(r.url) for r in provider.requests] == [f"{API_BASE}/chat/completions"]
+
+
+def test_a_stop_that_lands_as_the_stream_ends_leaves_no_completion(monkeypatch):
+    """close() (the user's stop, from the turn's watcher thread) shuts the socket; over HTTP/1.0
+    without a length that can read as the body's normal end, with chunks still buffered. A
+    stopped stream must end stopped, never as a completed answer (seen once in CI)."""
+
+    holder: dict = {}
+
+    class BodyEndsNormallyAfterClose:
+        response = None
+
+        def __iter__(self):
+            yield _chunk("word0 ")
+            # The stop arrives from another thread while this thread is reading the body.
+            stopper = threading.Thread(target=holder["stream"].close)
+            stopper.start()
+            stopper.join()
+            yield _chunk("word1 ", "stop")  # already buffered when the stop landed
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(openai_compat, "open_stream", lambda kwargs: BodyEndsNormallyAfterClose())
+    stream = holder["stream"] = gateway.stream(CONFIG, MESSAGES)
+    assert list(stream) == ["word0 ", "word1 "]
+    assert stream.closed
+    assert stream.completion is None
+
+
+def test_a_stream_cut_before_the_answer_ended_fails_and_keeps_its_text(provider):
+    """No finish_reason and no [DONE]: the provider went away mid-answer."""
+    provider.answer(200, _sse(f"data: {json.dumps(_chunk('Half an '))}\n\n"))
+    stream = gateway.stream(CONFIG, MESSAGES)
+    seen = []
+    with pytest.raises(ModelUnavailable) as caught:
+        for delta in stream:
+            seen.append(delta)
+    assert seen == ["Half an "]
+    assert str(caught.value) == (
+        "openai/qwen2.5: the provider's answer could not be read "
+        "(the provider's stream ended before the answer did)"
+    )

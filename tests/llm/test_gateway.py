@@ -529,11 +529,9 @@ def test_close_from_another_thread_ends_a_blocked_iteration(fake_openai, config)
         time.sleep(0.01)
     time.sleep(0.2)  # the consumer is now blocked reading the next chunk
 
-    started = time.monotonic()
     stream.close()
 
-    assert done.wait(5)
-    assert time.monotonic() - started < 1.0  # not the 30 s read timeout
+    assert done.wait(5)  # well before the 30 s read timeout
     assert received == ["a"]
     assert stream.completion is None
     assert fake_openai.client_went_away.wait(5)
