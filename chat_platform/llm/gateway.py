@@ -294,35 +294,41 @@ def _is_connection_failure(exc: BaseException) -> bool:
 
 
 def _classify(exc: BaseException) -> tuple[bool, int | None, str]:
-    """(transient, status_code, reason) for a failure of one attempt."""
+    """(transient, status_code, reason) for a failure of one attempt, on either road."""
     direct = _classify_direct(exc)
     if direct is not None:
         return direct
-    litellm = _litellm()
+    # The direct road's HTTP errors take the same status arms as litellm's; only litellm's own
+    # exceptions need litellm (and its classes) to be classified.
+    litellm = None if isinstance(exc, openai_compat.ProviderHTTPError) else _litellm()
+
+    def kind(*names: str) -> bool:
+        return litellm is not None and isinstance(exc, tuple(getattr(litellm, n) for n in names))
+
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
-    if isinstance(exc, litellm.Timeout):
+    if kind("Timeout"):
         return True, None, "timed out"
     message = str(exc)
     if "Missing credentials" in message or "api_key client option must be set" in message:
         return False, 401, _KEY_FAILED
-    if isinstance(exc, litellm.RateLimitError) or status == 429:
+    if kind("RateLimitError") or status == 429:
         return True, 429, "rate limited by the provider (HTTP 429)"
-    if isinstance(exc, litellm.AuthenticationError) or status == 401:
+    if kind("AuthenticationError") or status == 401:
         return False, 401, _KEY_FAILED
-    if isinstance(exc, litellm.PermissionDeniedError) or status == 403:
+    if kind("PermissionDeniedError") or status == 403:
         return False, status or 403, f"permission denied (HTTP {status or 403})"
-    if isinstance(exc, litellm.NotFoundError) or status == 404:
+    if kind("NotFoundError") or status == 404:
         return False, status or 404, f"model or endpoint not found (HTTP {status or 404})"
-    if isinstance(exc, litellm.ContextWindowExceededError):
+    if kind("ContextWindowExceededError"):
         return False, status, "the request is longer than the model's context window"
-    if isinstance(exc, litellm.APIConnectionError) or _is_connection_failure(exc):
+    if kind("APIConnectionError") or _is_connection_failure(exc):
         return True, None, "could not reach the provider"
-    if isinstance(exc, litellm.InternalServerError | litellm.ServiceUnavailableError) or (
-        isinstance(exc, litellm.BadGatewayError) or (status is not None and status >= 500)
+    if kind("InternalServerError", "ServiceUnavailableError", "BadGatewayError") or (
+        status is not None and status >= 500
     ):
         return True, status, f"provider error (HTTP {status or 500})"
-    if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500):
+    if kind("BadRequestError") or (status is not None and 400 <= status < 500):
         return False, status, f"request rejected (HTTP {status or 400})"
     return False, status, "unexpected error"
 
@@ -333,8 +339,9 @@ _CONTEXT_WINDOW_WORDS = re.compile(
 
 
 def _classify_direct(exc: BaseException) -> tuple[bool, int | None, str] | None:
-    """The same reasons for failures of the direct road (``openai_compat``); ``None`` for
-    litellm's exceptions."""
+    """What only the direct road (``openai_compat``) raises: httpx's transport errors, an
+    unreadable stream, an error event without a status, a redirect, and a 400 whose words say
+    the context window (litellm tells that one by its class). ``None``: the shared arms."""
     import httpx
 
     if isinstance(exc, httpx.TimeoutException):
@@ -346,23 +353,13 @@ def _classify_direct(exc: BaseException) -> tuple[bool, int | None, str] | None:
     if not isinstance(exc, openai_compat.ProviderHTTPError):
         return None
     status = exc.status_code
-    if status is None or status >= 500:
-        return True, status, f"provider error (HTTP {status or 500})"
-    if status == 429:
-        return True, 429, "rate limited by the provider (HTTP 429)"
-    if status == 401:
-        return False, 401, _KEY_FAILED
-    if status == 403:
-        return False, 403, "permission denied (HTTP 403)"
-    if status == 404:
-        return False, 404, "model or endpoint not found (HTTP 404)"
+    if status is None:
+        return True, None, "provider error (HTTP 500)"
     if 300 <= status < 400:
         return False, status, f"the provider answered with a redirect (HTTP {status})"
     if status == 400 and _CONTEXT_WINDOW_WORDS.search(str(exc)):
         return False, 400, "the request is longer than the model's context window"
-    if 400 <= status < 500:
-        return False, status, f"request rejected (HTTP {status})"
-    return False, status, "unexpected error"
+    return None
 
 
 def _unavailable(
