@@ -225,6 +225,18 @@ def test_watchdog_interrupts_a_turn_whose_heartbeat_stopped_and_keeps_its_text(
     assert watchdog.turns_watchdog().interrupted == 0  # idempotent
 
 
+def _beat_rounds(rounds: int, *, interval: float) -> watchdog.InProcessBeat:
+    """Run an embedded beat until it has done ``rounds`` rounds (30 s at most), then stop it."""
+    beat = watchdog.InProcessBeat(interval=interval).start()
+    try:
+        deadline = time.monotonic() + 30
+        while beat.rounds < rounds and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        beat.stop()
+    return beat
+
+
 @pytest.mark.django_db(transaction=True)
 def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_session, settings):
     """Embedded mode has no Celery beat: the web process's own beat thread runs the watchdog
@@ -240,13 +252,7 @@ def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_ses
     Message.objects.filter(pk=old_pending.pk).update(
         created_at=long_ago, updated_at=long_ago, dispatched_at=timezone.now()
     )
-    beat = watchdog.InProcessBeat(interval=0.05).start()
-    try:
-        deadline = time.monotonic() + 30
-        while beat.rounds < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        beat.stop()
+    beat = _beat_rounds(1, interval=0.05)
     assert beat.rounds >= 1 and not beat.thread.is_alive()
     dead.refresh_from_db()
     old_pending.refresh_from_db()
@@ -270,13 +276,7 @@ def test_embedded_beat_survives_a_failing_round(chat_session, monkeypatch):
         raise RuntimeError("database went away")
 
     monkeypatch.setattr(watchdog, "turns_watchdog", broken)
-    beat = watchdog.InProcessBeat(interval=0.02).start()
-    try:
-        deadline = time.monotonic() + 30
-        while beat.rounds < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        beat.stop()
+    beat = _beat_rounds(3, interval=0.02)
     assert beat.rounds >= 3 and len(calls) >= 3
 
 
