@@ -71,6 +71,16 @@ class _LayerLoop:
     def run(self, coroutine: Any, *, timeout: float) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._running()).result(timeout)
 
+    def submit(self, coroutine: Any, *, on_error: Callable[[BaseException], None]) -> None:
+        """Start ``coroutine`` on the loop and return at once; ``on_error`` hears of a failure."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._running())
+
+        def done(future: Any) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                on_error(future.exception())
+
+        future.add_done_callback(done)
+
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
@@ -85,25 +95,59 @@ SEND_TIMEOUT_SECONDS = 10.0
 
 
 def send_frame(session_id: int, frame: dict[str, Any]) -> None:
+    send_frames(session_id, [frame])
+
+
+def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = True) -> None:
+    """Send frames, in order, to the session's sockets.
+
+    ``wait=False`` returns before Redis has them: the send path uses it for its
+    ``message.created`` frames so that handing the turn to a worker does not wait on their round
+    trips. They still leave in order, ahead of anything the turn sends (which takes a worker, a
+    query or two and a provider's first token to begin); a client that sees a delta first anyway
+    resyncs, as after any lost frame."""
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not frames:
         return
-    message = {"type": FRAME_EVENT, "frame": frame}
+    group = session_group(session_id)
+    messages = [{"type": FRAME_EVENT, "frame": frame} for frame in frames]
+
+    def failed(exc: BaseException | None = None) -> None:
+        # The layer is best-effort: the database already holds the truth.
+        for frame in frames:
+            log.warning("realtime_send_failed", session_id=session_id, frame_type=frame.get("type"))
+
+    async def send_all() -> None:
+        for message in messages:
+            await layer.group_send(group, message)
+
     try:
         if isinstance(layer, InMemoryChannelLayer):
             # Its queues belong to the server's event loop: async_to_sync sends on that loop.
-            async_to_sync(layer.group_send)(session_group(session_id), message)
+            async_to_sync(send_all)()
+        elif wait:
+            _layer_loop.run(send_all(), timeout=SEND_TIMEOUT_SECONDS * len(messages))
         else:
-            _layer_loop.run(
-                layer.group_send(session_group(session_id), message),
-                timeout=SEND_TIMEOUT_SECONDS,
+            _layer_loop.submit(
+                asyncio.wait_for(send_all(), SEND_TIMEOUT_SECONDS * len(messages)),
+                on_error=failed,
             )
-    except Exception:  # the layer is best-effort; the database already holds the truth
-        log.warning("realtime_send_failed", session_id=session_id, frame_type=frame.get("type"))
+    except Exception:
+        failed()
 
 
 def notify_message_created(message: Message) -> None:
     send_frame(message.session_id, {"type": "message.created", "message": message_payload(message)})
+
+
+def notify_exchange_created(messages: list[Message], *, wait: bool = False) -> None:
+    """``message.created`` for a new exchange (the user's message, its reply), in order; by
+    default sent without waiting (see ``send_frames``)."""
+    send_frames(
+        messages[0].session_id,
+        [{"type": "message.created", "message": message_payload(m)} for m in messages],
+        wait=wait,
+    )
 
 
 def notify_message_delta(message: Message, delta: str) -> None:

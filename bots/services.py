@@ -26,6 +26,7 @@ from bots.queries import (
     message_get_for_user,
     session_get_for_user,
 )
+from chat_platform.dbwrite import update_returning
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
@@ -36,7 +37,7 @@ from chat_platform.errors import (
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
-from compaction.pipeline import context_measure, context_precheck
+from compaction.pipeline import context_fixed_fits, context_measure, context_precheck
 from compaction.services import compaction_notice_text, context_notify
 
 log = structlog.get_logger(__name__)
@@ -198,13 +199,19 @@ def check_message_content(*, content: object, client_id: object = None) -> tuple
     return content, None
 
 
-def allocate_seqs(*, session_id: int, count: int) -> int:
-    """Reserve ``count`` consecutive seqs; the UPDATE's row lock serialises concurrent senders."""
-    ChatSession.objects.filter(pk=session_id).update(
-        last_seq=F("last_seq") + count, updated_at=timezone.now()
-    )
-    last = ChatSession.objects.filter(pk=session_id).values_list("last_seq", flat=True).get()
-    return last - count + 1
+def allocate_seqs(
+    *, session_id: int, count: int, context_tokens: int = 0, context_messages: int = 0
+) -> ChatSession:
+    """Reserve ``count`` consecutive seqs: ``last_seq - count + 1`` to ``last_seq`` of the row
+    returned (the UPDATE's row lock serialises concurrent senders). What the new messages add to
+    the context goes into the running totals in the same statement. Returns the session row as
+    it now stands, read back by that statement (no second query)."""
+    values: dict[str, Any] = {"last_seq": F("last_seq") + count, "updated_at": timezone.now()}
+    if context_tokens > 0:
+        values["context_tokens"] = F("context_tokens") + context_tokens
+        values["context_messages"] = F("context_messages") + context_messages
+    (row,) = update_returning(ChatSession.objects.filter(pk=session_id), **values)
+    return row
 
 
 def session_context_add(*, session_id: int, tokens: int, messages: int = 1) -> None:
@@ -245,21 +252,27 @@ def _exchange_open(
     *, session: ChatSession, content: str, kind: str, client_id: str | None
 ) -> Message | SendResult:
     """In the caller's transaction: reserve seqs n and n+1 and write the user's message at n
-    (its answer takes n+1). A repeated client_id returns the first result instead."""
-    first_seq = allocate_seqs(session_id=session.pk, count=2)
+    (its answer takes n+1). A chat message joins the context: the session's running totals (on
+    ``session`` too, as the same statement returns them) count it. A repeated client_id returns
+    the first result instead."""
+    tokens = count_message_tokens(content, model=session.bot.model)
+    counted = tokens if kind == Message.Kind.CHAT else 0
+    row = allocate_seqs(session_id=session.pk, count=2, context_tokens=counted, context_messages=1)
     if client_id:
         existing = _existing_send(session=session, client_id=client_id)
         if existing is not None:
             transaction.set_rollback(True)  # give the two seqs back: seqs stay gap-free
             return existing
+    session.last_seq = row.last_seq
+    session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
     return Message.objects.create(
         session=session,
-        seq=first_seq,
+        seq=row.last_seq - 1,
         role=Message.Role.USER,
         kind=kind,
         content=content,
         status=Message.Status.COMPLETE,
-        token_count=count_message_tokens(content, model=session.bot.model),
+        token_count=tokens,
         client_id=client_id or "",
     )
 
@@ -285,7 +298,6 @@ def do_message_pair_create(
             reply_to=user_message,
             model=model,
         )
-        session_context_add(session_id=session.pk, tokens=user_message.token_count)
     return SendResult(user_message=user_message, assistant_message=reply, created=True)
 
 
@@ -296,7 +308,14 @@ def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
     """
     reply = result.assistant_message
     assert reply is not None
-    session.refresh_from_db(fields=["context_tokens", "context_messages"])
+    # ``session`` carries the running totals the exchange's own statement returned. Whether the
+    # fixed part fits is told without the memory index; a refusal, rare, is measured whole for
+    # its record (log, ``last_admission``).
+    measure = context_measure(
+        session=session, new_message=result.user_message, before_seq=reply.seq, with_index=False
+    )
+    if context_fixed_fits(measure):
+        return None
     measure = context_measure(
         session=session, new_message=result.user_message, before_seq=reply.seq
     )
@@ -341,11 +360,19 @@ def session_message_send(
         if result.created:
             reply = result.assistant_message
             assert reply is not None
-            transaction.on_commit(partial(realtime.notify_message_created, result.user_message))
-            transaction.on_commit(partial(realtime.notify_message_created, reply))
             if not session.title:
                 do_session_title_default(session=session, text=text)
             rejected = _check_fits(session=session, result=result)
+            # After commit: the exchange's message.created frames, then the hand-over to a worker,
+            # which does not wait for those frames' round trips (a refusal's message.failed must
+            # follow them, so it does).
+            transaction.on_commit(
+                partial(
+                    realtime.notify_exchange_created,
+                    [result.user_message, reply],
+                    wait=rejected is not None,
+                )
+            )
             if rejected is None:
                 transaction.on_commit(partial(_dispatch_turn, result))
             else:

@@ -21,6 +21,7 @@ from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
 from bots.services import allocate_seqs, session_context_add
+from chat_platform.dbwrite import update_returning
 from chat_platform.errors import (
     InternalError,
     ModelUnavailable,
@@ -100,15 +101,18 @@ def _release_connection() -> None:
 
 
 def _finish(reply: Message, **fields: Any) -> Message | None:
-    """Conditional ``streaming -> final`` write; returns the fresh row, or None if we lost it."""
-    updated = Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING).update(
-        updated_at=timezone.now(), **fields
+    """Conditional ``streaming -> final`` write; returns the fresh row (read back by the same
+    statement), or None if we lost it."""
+    rows = update_returning(
+        Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING),
+        updated_at=timezone.now(),
+        **fields,
     )
-    if not updated:
+    if not rows:
         log.warning("turn_finish_lost", message_id=reply.pk)
         return None
     transaction.on_commit(partial(realtime.publish_reply_finished, reply.pk))
-    return Message.objects.get(pk=reply.pk)
+    return rows[0]
 
 
 def _end_unfinished(
@@ -298,7 +302,8 @@ def _recall_round(
     )
     with transaction.atomic():
         # seqs: the request takes the reply's place, results follow, the reply moves last
-        first = allocate_seqs(session_id=session.pk, count=len(results) + 1)
+        count = len(results) + 1
+        first = allocate_seqs(session_id=session.pk, count=count).last_seq - count + 1
         old_seq = reply.seq
         Message.objects.filter(pk=reply.pk).update(seq=first + len(results))
         stored = [

@@ -113,8 +113,13 @@ def context_measure(
     new_message: Message | None = None,
     before_seq: int | None = None,
     recalled: Sequence[Message] = (),
+    with_index: bool = True,
 ) -> Measure:
-    """Stored token counts of every part of the next call. Bounded queries, no message text."""
+    """Stored token counts of every part of the next call. Bounded queries, no message text.
+
+    ``with_index=False`` leaves the memory index out (one query fewer): enough to tell whether
+    the fixed part fits (``compaction.pipeline.context_fixed_fits``), which the index, shortened
+    first, never decides."""
     bot = session.bot
     if before_seq is None:
         before_seq = new_message.seq + 1 if new_message else session.last_seq + 1
@@ -156,7 +161,7 @@ def context_measure(
         summaries=summaries,
         # memory_index_size = 0 disables the index (and recall with it).
         index_lines=memory_index_lines(session=session, limit=bot.memory_index_size)
-        if bot.memory_index_size
+        if bot.memory_index_size and with_index
         else [],
         index_block_tokens=index_block_tokens(bot.model),
         history_totals=totals,

@@ -41,6 +41,7 @@ __all__ = [
     "bot_budget",
     "context_admit",
     "context_build",
+    "context_fixed_fits",
     "context_measure",
     "context_precheck",
     "context_report",
@@ -69,6 +70,13 @@ def _decide(measure: Measure, history: Iterator[HistoryRow] | tuple[()]) -> Admi
         history_totals=measure.history_totals,
         recalled=measure.recalled,
     )
+
+
+def context_fixed_fits(measure: Measure) -> bool:
+    """Do the system prompt, the new message, the recalled material, pins and summaries fit the
+    budget? Only they can make a call impossible: the memory index and history are shortened
+    to whatever room is left, so a measure taken without the index answers this too."""
+    return _decide(measure, ()).decision != "reject"
 
 
 def context_precheck(measure: Measure, *, path: str) -> None:

@@ -29,8 +29,13 @@ def test_send_schedules_turn_on_commit_and_returns_202(
         "hi", model="openai/fake-model"
     )
     assert (body["assistant_message"]["seq"], body["assistant_message"]["status"]) == (2, "pending")
-    # two message.created notifications, then the turn task: nothing runs before commit
-    assert len(callbacks) == 3
+    # the exchange's message.created frames (not waited for), then the turn's hand-over: nothing
+    # runs before commit
+    assert [(c.func.__name__, c.keywords) for c in callbacks] == [
+        ("notify_exchange_created", {"wait": False}),
+        ("_dispatch_turn", {}),
+    ]
+    assert [m.seq for m in callbacks[0].args[0]] == [1, 2]
     assert fake_openai.requests == []
 
 

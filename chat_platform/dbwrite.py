@@ -1,0 +1,46 @@
+"""``UPDATE … RETURNING`` for the hot paths: a conditional write and the fresh row in one round
+trip.
+
+Django's ``QuerySet.update()`` returns a row count, so code that needs the row it just changed
+reads it again (a second round trip, and a second query to build). On a chat turn that pattern sat
+on the path to the first token and after the last one (reserving seqs, then reading them back;
+finishing a reply, then reading it back for its frame). PostgreSQL and SQLite (3.35+) both take
+``RETURNING``, so the update's own statement, compiled by Django from the queryset, brings the
+rows back as model instances.
+"""
+
+from typing import Any, TypeVar
+
+from django.core.exceptions import EmptyResultSet
+from django.db import connections, transaction
+from django.db.models import Model, QuerySet
+from django.db.models.sql import UpdateQuery
+
+M = TypeVar("M", bound=Model)
+
+
+def update_returning(queryset: QuerySet[M], **values: Any) -> list[M]:
+    """``queryset.update(**values)``, returning the updated rows (fresh, every concrete field).
+
+    Like ``update()``: one statement, no signals, ``F()`` expressions allowed; rows the filter no
+    longer matches (a conditional update that lost its race) are simply not returned. Updates that
+    would touch a parent model's table (multi-table inheritance) are refused.
+    """
+    if queryset.query.is_sliced:
+        raise TypeError("Cannot update a query once a slice has been taken.")
+    model = queryset.model
+    query = queryset.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    if query.related_updates:
+        raise ValueError("update_returning cannot update fields of a parent model.")
+    query.clear_select_clause()
+    connection = connections[queryset.db]
+    try:
+        sql, params = query.get_compiler(queryset.db).as_sql()
+    except EmptyResultSet:  # a filter that can match nothing (pk__in=[]): nothing to update
+        return []
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in model._meta.concrete_fields)
+    manager = model._default_manager.db_manager(queryset.db)
+    with transaction.mark_for_rollback_on_error(using=queryset.db):
+        return list(manager.raw(f"{sql} RETURNING {columns}", params))
