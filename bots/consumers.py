@@ -44,20 +44,28 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.pending: set[asyncio.Task] = set()
         user = self.scope.get("user")
-        await self.accept()
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_NOT_AUTHENTICATED)
+            await self._refuse(CLOSE_NOT_AUTHENTICATED)
             return
         try:
             session = await database_sync_to_async(queries.session_get_for_user)(
                 user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
             )
         except NotFound:
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self._refuse(CLOSE_NOT_FOUND)
             return
         self.session_id = session.pk
         self.group = realtime.session_group(session.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # Accepted once subscribed: when the client sees the socket open, the session's frames
+        # already reach it, and a message it sends at once is handled without waiting.
+        await self.accept()
+
+    async def _refuse(self, code: int) -> None:
+        # A close code reaches the client only on an accepted socket (before accept, the
+        # handshake would just fail with HTTP 403).
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if self.group:

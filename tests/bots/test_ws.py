@@ -400,3 +400,19 @@ async def test_a_send_that_cannot_be_stored_says_why_and_the_socket_stays_usable
     assert json.loads(await communicator.receive_from(timeout=5))["type"] == "error"
     await communicator.disconnect()
     assert await database_sync_to_async(Message.objects.filter(session=fake_session).count)() == 0
+
+
+async def test_an_open_socket_already_receives_the_sessions_frames(fake_session, ws_token):
+    # The handshake completes only once the socket has joined its session's group: a frame sent
+    # to the session the moment the client sees the socket open reaches it.
+    from channels.layers import get_channel_layer
+
+    from bots import realtime
+
+    communicator = await _connect(fake_session.pk, ws_token)
+    await get_channel_layer().group_send(
+        realtime.session_group(fake_session.pk),
+        {"type": realtime.FRAME_EVENT, "frame": {"type": "probe", "n": 1}},
+    )
+    assert json.loads(await communicator.receive_from(timeout=5)) == {"type": "probe", "n": 1}
+    await communicator.disconnect()
