@@ -5,6 +5,7 @@ already persisted, and clients resync over REST (``?after_seq=``) after a reconn
 """
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -61,25 +62,52 @@ class _LayerLoop:
     ``async_to_sync`` would start an event loop (and a connection pool of channels-redis, which
     keeps one per loop) for every frame, and copy the calling thread's context into it and back;
     a turn sends a frame every 50 ms. Here the loop and its connections live as long as the
-    process (a forked child starts its own)."""
+    process (a forked child starts its own).
+
+    Sends that share an ``order`` key (a session) run one after another in the order they were
+    handed over, whether their callers wait or not: two group sends in flight at once could
+    otherwise reach Redis in either order."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
+        self._tails: dict[Any, asyncio.Task] = {}  # the last send per order key (loop thread)
 
-    def run(self, coroutine: Any, *, timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._running()).result(timeout)
+    def run(self, coroutine: Any, *, timeout: float, order: Any = None) -> Any:
+        return self._start(coroutine, order).result(timeout)
 
-    def submit(self, coroutine: Any, *, on_error: Callable[[BaseException], None]) -> None:
+    def submit(
+        self, coroutine: Any, *, on_error: Callable[[BaseException], None], order: Any = None
+    ) -> None:
         """Start ``coroutine`` on the loop and return at once; ``on_error`` hears of a failure."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._running())
 
         def done(future: Any) -> None:
             if not future.cancelled() and future.exception() is not None:
                 on_error(future.exception())
 
-        future.add_done_callback(done)
+        self._start(coroutine, order).add_done_callback(done)
+
+    def _start(self, coroutine: Any, order: Any) -> Any:
+        if order is not None:
+            coroutine = self._after_previous(order, coroutine)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._running())
+
+    async def _after_previous(self, order: Any, coroutine: Any) -> Any:
+        # Tasks take their first step in the order they were handed to the loop, so the chain
+        # follows the order of the calls.
+        previous = self._tails.get(order)
+        current = asyncio.current_task()
+        assert current is not None
+        self._tails[order] = current
+        try:
+            if previous is not None:
+                with contextlib.suppress(BaseException):  # its failure is its caller's
+                    await previous
+            return await coroutine
+        finally:
+            if self._tails.get(order) is current:
+                del self._tails[order]
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -87,6 +115,7 @@ class _LayerLoop:
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="channel-layer", daemon=True).start()
                 self._loop, self._pid = loop, os.getpid()
+                self._tails = {}
             return self._loop
 
 
@@ -103,9 +132,10 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
 
     ``wait=False`` returns before Redis has them: the send path uses it for its
     ``message.created`` frames so that handing the turn to a worker does not wait on their round
-    trips. They still leave in order, ahead of anything the turn sends (which takes a worker, a
-    query or two and a provider's first token to begin); a client that sees a delta first anyway
-    resyncs, as after any lost frame."""
+    trips. Frames for one session from one process leave in the order they were sent, waited
+    for or not. Across processes there is no order: a worker's first delta comes after a
+    worker picked the turn up, read the context and heard from the provider, long after; a
+    client that sees a delta before its message anyway resyncs, as after any lost frame."""
     layer = get_channel_layer()
     if layer is None or not frames:
         return
@@ -126,11 +156,16 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
             # Its queues belong to the server's event loop: async_to_sync sends on that loop.
             async_to_sync(send_all)()
         elif wait:
-            _layer_loop.run(send_all(), timeout=SEND_TIMEOUT_SECONDS * len(messages))
+            _layer_loop.run(
+                asyncio.wait_for(send_all(), SEND_TIMEOUT_SECONDS * len(messages)),
+                timeout=2 * SEND_TIMEOUT_SECONDS * len(messages),
+                order=session_id,
+            )
         else:
             _layer_loop.submit(
                 asyncio.wait_for(send_all(), SEND_TIMEOUT_SECONDS * len(messages)),
                 on_error=failed,
+                order=session_id,
             )
     except Exception:
         failed()

@@ -13,7 +13,7 @@ import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from bots.queries import (
     message_get_for_user,
     session_get_for_user,
 )
-from chat_platform.dbwrite import update_returning
+from chat_platform.dbwrite import raw_rows, update_returning, update_returning_sql
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
@@ -222,6 +222,46 @@ def session_context_add(*, session_id: int, tokens: int, messages: int = 1) -> N
         context_tokens=F("context_tokens") + tokens,
         context_messages=F("context_messages") + messages,
     )
+
+
+def message_finish(
+    *, message_id: int, from_status: str, counted: bool, **values: Any
+) -> Message | None:
+    """Move a message from ``from_status`` to where ``values`` say (a conditional update) and,
+    if that won and ``counted`` (its text now counts toward the context), add its tokens to the
+    session's running totals, atomically. Returns the fresh row, or None if the update lost.
+
+    On PostgreSQL both writes are one statement: one round trip and one commit, the last write
+    of a turn before its ``message.completed`` frame. Elsewhere (SQLite, embedded mode) they are
+    the same two writes in one transaction."""
+    queryset = Message.objects.filter(pk=message_id, status=from_status)
+    if counted and connection.vendor == "postgresql":
+        compiled = update_returning_sql(queryset, **values)
+        if compiled is None:
+            return None
+        sql, params = compiled
+        quote = connection.ops.quote_name
+        table = quote(ChatSession._meta.db_table)
+        tokens, messages = quote("context_tokens"), quote("context_messages")
+        # Identifiers from the models, values in ``params``: nothing here comes from a user.
+        rows = raw_rows(
+            queryset,
+            f"WITH finished AS ({sql}), counted AS ("  # noqa: S608
+            f"UPDATE {table} SET {tokens} = {table}.{tokens} + finished.{quote('token_count')}, "
+            f"{messages} = {table}.{messages} + 1 FROM finished "
+            f"WHERE {table}.{quote('id')} = finished.{quote('session_id')} "
+            f"AND finished.{quote('token_count')} > 0"
+            ") SELECT * FROM finished",
+            params,
+        )
+    elif counted:
+        with transaction.atomic():
+            rows = update_returning(queryset, **values)
+            if rows:
+                session_context_add(session_id=rows[0].session_id, tokens=rows[0].token_count)
+    else:
+        rows = update_returning(queryset, **values)
+    return rows[0] if rows else None
 
 
 def session_context_recount(*, session_id: int) -> tuple[int, int]:

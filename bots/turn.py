@@ -20,8 +20,7 @@ from django.utils import timezone
 from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
-from bots.services import allocate_seqs, session_context_add
-from chat_platform.dbwrite import update_returning
+from bots.services import allocate_seqs, message_finish, session_context_add
 from chat_platform.errors import (
     InternalError,
     ModelUnavailable,
@@ -100,19 +99,21 @@ def _release_connection() -> None:
         connection.close()
 
 
-def _finish(reply: Message, **fields: Any) -> Message | None:
-    """Conditional ``streaming -> final`` write; returns the fresh row (read back by the same
-    statement), or None if we lost it."""
-    rows = update_returning(
-        Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING),
+def _finish(reply: Message, *, counted: bool, **fields: Any) -> Message | None:
+    """Conditional ``streaming -> final`` write (with the context totals when ``counted``);
+    returns the fresh row, or None if we lost it."""
+    message = message_finish(
+        message_id=reply.pk,
+        from_status=Message.Status.STREAMING,
+        counted=counted,
         updated_at=timezone.now(),
         **fields,
     )
-    if not rows:
+    if message is None:
         log.warning("turn_finish_lost", message_id=reply.pk)
         return None
     transaction.on_commit(partial(realtime.publish_reply_finished, reply.pk))
-    return rows[0]
+    return message
 
 
 def _end_unfinished(
@@ -121,18 +122,17 @@ def _end_unfinished(
     """End a claimed reply that did not complete: ``failed`` (or ``interrupted``), keeping any
     partial text (it counts toward the context like any finished text), with its frame."""
     tokens = count_message_tokens(partial_text, model=reply.model) if partial_text else 0
-    with transaction.atomic():
-        message = _finish(
-            reply,
-            status=status,
-            content=partial_text,
-            token_count=tokens,
-            error_code=error.code,
-            error_message=error.message,
-            finish_reason="error",
-        )
-        if message is not None and status == Message.Status.INTERRUPTED:
-            session_context_add(session_id=reply.session_id, tokens=tokens)
+    message = _finish(
+        reply,
+        # An interrupted reply's partial text stays in the context; a failed one's does not.
+        counted=status == Message.Status.INTERRUPTED,
+        status=status,
+        content=partial_text,
+        token_count=tokens,
+        error_code=error.code,
+        error_message=error.message,
+        finish_reason="error",
+    )
     log.warning(
         "turn_failed",
         message_id=reply.pk,
@@ -224,15 +224,30 @@ def _stream_round(
     handle: TurnHandle,
     state: _TurnState,
     config: gateway.ModelConfig,
-    messages: list[dict[str, Any]],
+    context: BuiltContext,
     *,
     tools: list[dict[str, Any]] | None,
 ) -> gateway.ChatStream:
     """One model call, streamed to the session. While recall is possible, a reply that opens
-    with ``{`` is held back until it ends: it may be a JSON recall request, not an answer."""
+    with ``{`` is held back until it ends: it may be a JSON recall request, not an answer.
+
+    The admission (built unrecorded) is recorded while the provider works on its first token,
+    or, if the call never got that far, once it ended."""
     batcher = DeltaBatcher(reply)
+    recorded = False
+
+    def record_admission() -> None:
+        nonlocal recorded
+        if recorded:
+            return
+        recorded = True
+        try:
+            context.record_admission()
+        finally:
+            _release_connection()
+
     _release_connection()
-    stream = gateway.stream(config, messages, tools=tools)
+    stream = gateway.stream(config, context.messages, tools=tools, on_open=record_admission)
     handle.attach(stream)
     holding = tools is not None
     try:
@@ -264,6 +279,11 @@ def _stream_round(
         ):
             batcher.add(state.text)  # not a recall request after all: send it
         batcher.flush()
+        if not recorded:
+            try:
+                record_admission()
+            except Exception:  # a bookkeeping write must not hide how the call ended
+                log.exception("turn_admission_record_failed", message_id=reply.pk)
     return stream
 
 
@@ -350,7 +370,11 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
 
     if reply.stop_requested or handle.stopped.is_set():
         message = _finish(
-            reply, status=Message.Status.COMPLETE, finish_reason="stopped", content=""
+            reply,
+            counted=False,
+            status=Message.Status.COMPLETE,
+            finish_reason="stopped",
+            content="",
         )
         if message is not None:
             realtime.notify_message_completed(message)
@@ -365,14 +389,14 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         context = context_build(
-            session=session, reply=reply, recalled=recalled, recall_open=may_recall
+            session=session, reply=reply, recalled=recalled, recall_open=may_recall, record=False
         )
         stream = _stream_round(
             reply,
             handle,
             state,
             config,
-            context.messages,
+            context,
             tools=RECALL_TOOLS if may_recall else None,
         )
         completion = stream.completion
@@ -404,10 +428,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
-    with transaction.atomic():
-        message = _finish(reply, **fields)
-        if message is not None:
-            session_context_add(session_id=session.pk, tokens=message.token_count)
+    message = _finish(reply, counted=True, **fields)
+    if message is not None:
+        realtime.notify_message_completed(message)
     log.info(
         "turn_completed",
         message_id=reply.pk,
@@ -419,8 +442,6 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         reply_tokens=fields["token_count"],
         duration_ms=int((time.monotonic() - started) * 1000),
     )
-    if message is not None:
-        realtime.notify_message_completed(message)
     try:
         _notify_context(session.pk)
     except Exception:  # the reply is complete and sent; the meter and soft trigger can wait

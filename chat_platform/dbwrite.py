@@ -26,6 +26,15 @@ def update_returning(queryset: QuerySet[M], **values: Any) -> list[M]:
     longer matches (a conditional update that lost its race) are simply not returned. Updates that
     would touch a parent model's table (multi-table inheritance) are refused.
     """
+    compiled = update_returning_sql(queryset, **values)
+    if compiled is None:
+        return []
+    return raw_rows(queryset, *compiled)
+
+
+def update_returning_sql(queryset: QuerySet[Any], **values: Any) -> tuple[str, tuple] | None:
+    """The statement ``update_returning`` runs, for composing it (as a PostgreSQL CTE); None when
+    the filter can match nothing (``pk__in=[]``)."""
     if queryset.query.is_sliced:
         raise TypeError("Cannot update a query once a slice has been taken.")
     model = queryset.model
@@ -34,13 +43,17 @@ def update_returning(queryset: QuerySet[M], **values: Any) -> list[M]:
     if query.related_updates:
         raise ValueError("update_returning cannot update fields of a parent model.")
     query.clear_select_clause()
-    connection = connections[queryset.db]
     try:
         sql, params = query.get_compiler(queryset.db).as_sql()
-    except EmptyResultSet:  # a filter that can match nothing (pk__in=[]): nothing to update
-        return []
-    quote = connection.ops.quote_name
+    except EmptyResultSet:
+        return None
+    quote = connections[queryset.db].ops.quote_name
     columns = ", ".join(quote(field.column) for field in model._meta.concrete_fields)
-    manager = model._default_manager.db_manager(queryset.db)
+    return f"{sql} RETURNING {columns}", tuple(params)
+
+
+def raw_rows(queryset: QuerySet[M], sql: str, params: tuple) -> list[M]:
+    """Run ``sql`` (which returns whole rows of the queryset's model) as model instances."""
+    manager = queryset.model._default_manager.db_manager(queryset.db)
     with transaction.mark_for_rollback_on_error(using=queryset.db):
-        return list(manager.raw(f"{sql} RETURNING {columns}", params))
+        return list(manager.raw(sql, params))

@@ -37,6 +37,7 @@ from memory.recall import INDEX_HEADER, INDEX_HELP
 __all__ = [
     "HISTORY_PAGE_SIZE",
     "BuiltContext",
+    "admission_record",
     "Measure",
     "bot_budget",
     "context_admit",
@@ -55,6 +56,12 @@ class BuiltContext:
     messages: list[dict[str, Any]]
     measure: Measure
     admission: Admission
+    path: str = "turn"
+
+    def record_admission(self) -> None:
+        """Log the decision and keep it as the session's ``last_admission`` (see
+        ``context_build(record=False)``)."""
+        admission_record(self.measure, self.admission, path=self.path)
 
 
 def _decide(measure: Measure, history: Iterator[HistoryRow] | tuple[()]) -> Admission:
@@ -117,16 +124,24 @@ def _log_fields(measure: Measure, admission: Admission, *, path: str) -> dict[st
     }
 
 
-def context_admit(measure: Measure, *, path: str) -> Admission:
-    """Decide what the call carries (CONTRACT §7) and log it; raise on reject."""
+def context_admit(measure: Measure, *, path: str, record: bool = True) -> Admission:
+    """Decide what the call carries (CONTRACT §7) and record it (``admission_record``); raise on
+    reject, which is always recorded at once. ``record=False`` leaves recording an admitted call
+    to the caller."""
     admission = _decide(measure, history_newest_first(measure))
     if admission.decision == "reject":
         _reject(measure, admission, path=path)
-    session = measure.session
+    if record:
+        admission_record(measure, admission, path=path)
+    return admission
+
+
+def admission_record(measure: Measure, admission: Admission, *, path: str) -> None:
+    """The ``context_admission`` event, and the same fields as the session's ``last_admission``
+    (the context report shows them)."""
     fields = _log_fields(measure, admission, path=path)
     log.info("context_admission", **fields)
-    ChatSession.objects.filter(pk=session.pk).update(last_admission=fields)
-    return admission
+    ChatSession.objects.filter(pk=measure.session.pk).update(last_admission=fields)
 
 
 def _render(message: Message) -> dict[str, Any]:
@@ -145,6 +160,7 @@ def context_build(
     recalled: Sequence[Message] = (),
     recall_open: bool = True,
     path: str = "turn",
+    record: bool = True,
 ) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
 
@@ -157,6 +173,10 @@ def context_build(
 
     Raises ``ContextTooLarge`` when the system prompt, the new message, the recalled material,
     pins and summaries alone exceed the budget: nothing is sent.
+
+    ``record=False``: the admission is decided but not yet logged or stored; the caller calls
+    ``record_admission()`` on the result. The chat turn does so once the provider has taken the
+    request, so that write is not on the way to the first token.
     """
     new_message = reply.reply_to
     measure = context_measure(
@@ -172,7 +192,7 @@ def context_build(
         measure = context_measure(
             session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
         )
-    admission = context_admit(measure, path=path)
+    admission = context_admit(measure, path=path, record=record)
     ids = [p.id for p in measure.pinned] + admission.admitted_history_ids
     ids.extend(r.id for r in measure.recalled)
     if new_message is not None:
@@ -194,7 +214,7 @@ def context_build(
     if index_block:
         messages.append({"role": "system", "content": index_block})
     messages.extend(_render(m) for m in chosen)
-    return BuiltContext(messages=messages, measure=measure, admission=admission)
+    return BuiltContext(messages=messages, measure=measure, admission=admission, path=path)
 
 
 def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -> str:

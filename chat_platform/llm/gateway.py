@@ -35,7 +35,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -528,10 +528,19 @@ def complete(
 
 
 def stream(
-    config: ModelConfig, messages: list[dict], *, tools: list[dict] | None = None
+    config: ModelConfig,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None = None,
+    on_open: Callable[[], None] | None = None,
 ) -> ChatStream:
-    """A streaming call. Nothing is sent until the returned stream is iterated."""
-    return ChatStream(config, messages, tools=tools)
+    """A streaming call. Nothing is sent until the returned stream is iterated.
+
+    ``on_open`` runs once, in the iterating thread, when the provider has accepted the request
+    (its response has begun) and before the first chunk is read: work the caller can do while
+    the model produces its first token. An exception it raises is logged, not propagated.
+    """
+    return ChatStream(config, messages, tools=tools, on_open=on_open)
 
 
 class ChatStream:
@@ -544,11 +553,17 @@ class ChatStream:
     """
 
     def __init__(
-        self, config: ModelConfig, messages: list[dict], *, tools: list[dict] | None = None
+        self,
+        config: ModelConfig,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        on_open: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.messages = messages
         self.tools = tools
+        self._on_open = on_open
         self.completion: Completion | None = None
         self._parts: list[str] = []
         self._response: Any = None
@@ -577,6 +592,15 @@ class ChatStream:
             # ValueError: it is running in another thread; the closed response ends it there.
             with contextlib.suppress(ValueError):
                 self._iterator.close()  # type: ignore[attr-defined]
+
+    def _opened(self) -> None:
+        callback, self._on_open = self._on_open, None
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:  # the caller's bookkeeping must not fail the model call
+            log.exception("llm_stream_on_open_failed", model=self.config.model)
 
     def _close_response(self) -> None:
         with self._lock:
@@ -617,6 +641,7 @@ class ChatStream:
                         self._response = response
                     if self.closed:
                         return
+                    self._opened()
                     for chunk in response:
                         chunk_usage = _get(chunk, "usage")
                         if chunk_usage is not None:

@@ -416,7 +416,9 @@ def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
     def finish_later():
         try:
             time.sleep(1.5)
-            turn._finish(Message.objects.get(pk=reply.pk), status="complete", content="Done.")
+            turn._finish(
+                Message.objects.get(pk=reply.pk), counted=True, status="complete", content="Done."
+            )
         finally:
             connection.close()
 
@@ -478,3 +480,135 @@ def test_frames_to_the_redis_layer_go_out_on_one_loop_per_process():
 
     assert async_to_sync(receive_two)() == [1, 2]
     async_to_sync(layer.group_discard)(realtime.session_group(987_654), channel)
+
+
+# --- issue 10: what the first token and the completed frame wait for ------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admission_is_recorded_while_the_provider_works_on_the_first_token(
+    fake_session, fake_openai, monkeypatch, caplog
+):
+    """The turn's ``last_admission`` write is not on the way to the first token: it happens once
+    the provider has taken the request, and still exactly once per call."""
+    _, reply = _turn(fake_session)
+    fake_openai.script(Reply(text="Fine.", chunks=["Fi", "ne."]))
+    at_record = []
+    real = pipeline.admission_record
+
+    def record(measure, admission, *, path):
+        at_record.append(len(fake_openai.requests))
+        real(measure, admission, path=path)
+
+    monkeypatch.setattr(pipeline, "admission_record", record)
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Fine.")
+    assert at_record == [1]
+    fake_session.refresh_from_db()
+    assert (fake_session.last_admission["path"], fake_session.last_admission["decision"]) == (
+        "turn",
+        "admit",
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admission_is_recorded_when_the_provider_never_answers(
+    fake_session, fake_openai, frames, settings
+):
+    settings.LLM_MAX_RETRIES = 0
+    _, reply = _turn(fake_session)
+    fake_openai.stop()
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "model_unavailable")
+    fake_session.refresh_from_db()
+    assert fake_session.last_admission["decision"] == "admit"
+    assert fake_session.last_admission["session_id"] == fake_session.pk
+    assert len(_failed_frames(frames, reply)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("counted", "token_count", "expected_totals"),
+    [(True, 40, (140, 3)), (True, 0, (100, 2)), (False, 40, (100, 2))],
+)
+def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
+    fake_session, django_assert_num_queries, counted, token_count, expected_totals
+):
+    from bots.services import message_finish
+
+    _, reply = _turn(fake_session)
+    Message.objects.filter(pk=reply.pk).update(status="streaming")
+    ChatSession.objects.filter(pk=fake_session.pk).update(context_tokens=100, context_messages=2)
+
+    with django_assert_num_queries(1):
+        finished = message_finish(
+            message_id=reply.pk,
+            from_status="streaming",
+            counted=counted,
+            status="complete",
+            content="Done.",
+            token_count=token_count,
+        )
+
+    assert (finished.pk, finished.status, finished.content, finished.token_count) == (
+        reply.pk,
+        "complete",
+        "Done.",
+        token_count,
+    )
+    fake_session.refresh_from_db()
+    assert (fake_session.context_tokens, fake_session.context_messages) == expected_totals
+
+
+@pytest.mark.django_db(transaction=True)
+def test_message_finish_that_loses_its_race_changes_nothing(fake_session):
+    from bots.services import message_finish
+
+    _, reply = _turn(fake_session)
+    Message.objects.filter(pk=reply.pk).update(status="failed")
+    ChatSession.objects.filter(pk=fake_session.pk).update(context_tokens=100, context_messages=2)
+
+    assert (
+        message_finish(
+            message_id=reply.pk,
+            from_status="streaming",
+            counted=True,
+            status="complete",
+            token_count=40,
+        )
+        is None
+    )
+    reply.refresh_from_db()
+    fake_session.refresh_from_db()
+    assert (reply.status, fake_session.context_tokens, fake_session.context_messages) == (
+        "failed",
+        100,
+        2,
+    )
+
+
+def test_frames_sent_without_waiting_still_arrive_in_order():
+    """The send path's message.created frames do not hold up the hand-over to a worker; they
+    still reach the session in the order given, and before a frame sent after them."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(realtime.session_group(987_655), channel)
+
+    realtime.send_frames(
+        987_655, [{"type": "probe", "n": 1}, {"type": "probe", "n": 2}], wait=False
+    )
+    realtime.send_frame(987_655, {"type": "probe", "n": 3})
+
+    async def receive_three():
+        return [(await layer.receive(channel))["frame"]["n"] for _ in range(3)]
+
+    assert async_to_sync(receive_three)() == [1, 2, 3]
+    async_to_sync(layer.group_discard)(realtime.session_group(987_655), channel)

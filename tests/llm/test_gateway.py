@@ -169,6 +169,51 @@ def test_stream_can_be_iterated_only_once(fake_openai, config):
         iter(stream)
 
 
+def test_on_open_runs_once_after_the_provider_took_the_request_before_any_chunk(
+    fake_openai, config
+):
+    fake_openai.script(Reply(text="one two", chunks=["one ", "two"]))
+    seen = []
+    stream = gateway.stream(
+        config, MESSAGES, on_open=lambda: seen.append((len(fake_openai.requests), stream.text))
+    )
+    assert seen == []  # nothing is sent before iterating
+    assert list(stream) == ["one ", "two"]
+    # the provider had the request; not one chunk had been read
+    assert seen == [(1, "")]
+
+
+def test_on_open_runs_once_across_retries(fake_openai, config):
+    fake_openai.script(Reply(status=500), Reply(text="ok", chunks=["ok"]))
+    calls = []
+    stream = gateway.stream(config, MESSAGES, on_open=lambda: calls.append(1))
+    assert list(stream) == ["ok"]
+    assert (calls, len(fake_openai.requests)) == ([1], 2)
+
+
+def test_on_open_does_not_run_when_the_provider_never_answers(fake_openai, config):
+    fake_openai.stop()
+    calls = []
+    with pytest.raises(ModelUnavailable):
+        list(gateway.stream(config, MESSAGES, on_open=lambda: calls.append(1)))
+    assert calls == []
+
+
+def test_a_failing_on_open_is_logged_and_the_stream_goes_on(fake_openai, config, caplog):
+    fake_openai.script(Reply(text="still here", chunks=["still ", "here"]))
+
+    def broken():
+        raise RuntimeError("bookkeeping failed")
+
+    stream = gateway.stream(config, MESSAGES, on_open=broken)
+    assert list(stream) == ["still ", "here"]
+    assert stream.completion is not None
+    assert stream.completion.text == "still here"
+    failures = [r for r in caplog.records if "llm_stream_on_open_failed" in r.getMessage()]
+    assert len(failures) == 1
+    assert failures[0].exc_info[1].args == ("bookkeeping failed",)
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 def test_finish_reason_length_is_surfaced(fake_openai, config, streaming):
     fake_openai.script(Reply(text="Cut sho", finish_reason="length"))
