@@ -320,9 +320,13 @@ def _exchange_open(
 def do_message_pair_create(
     *, session: ChatSession, content: str, client_id: str | None
 ) -> SendResult:
-    """Write the user message and its pending reply in one transaction (seqs n, n+1)."""
+    """Write the user message and its pending reply in one transaction (seqs n, n+1).
+
+    With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
+    recover and return the first result. Without one nothing can, and the savepoint's two round
+    trips are skipped."""
     model = session.bot.model
-    with transaction.atomic():
+    with transaction.atomic(savepoint=bool(client_id)):
         opened = _exchange_open(
             session=session, content=content, kind=Message.Kind.CHAT, client_id=client_id
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
+from django.db.models import IntegerField, Value
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm import gateway
@@ -103,6 +104,39 @@ def _in_context(session: ChatSession, before_seq: int):
     return Message.objects.filter(Message.in_context_q(), session=session, seq__lt=before_seq)
 
 
+_PINNED, _SUMMARY = 0, 1
+
+
+def _pins_and_summaries(
+    session: ChatSession, before_seq: int, *, exclude_id: int | None
+) -> tuple[list[PinnedEntry], list[Entry]]:
+    """The pinned messages before ``before_seq`` and the active summaries, each in seq order,
+    in one query (a UNION ALL): both are read before every model call and every send."""
+    part = IntegerField()
+    pinned = (
+        _in_context(session, before_seq)
+        .filter(pinned=True)
+        .exclude(pk=exclude_id)
+        .annotate(part=Value(_PINNED, output_field=part))
+        .order_by()
+        .values_list("part", "pk", "seq", "token_count")
+    )
+    summaries = (
+        Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
+        .annotate(part=Value(_SUMMARY, output_field=part))
+        .order_by()
+        .values_list("part", "pk", "first_seq", "token_count")
+    )
+    pins: list[PinnedEntry] = []
+    active: list[Entry] = []
+    for kind, pk, seq, tokens in pinned.union(summaries, all=True).order_by("part", "seq"):
+        if kind == _PINNED:
+            pins.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
+        else:
+            active.append(Entry(id=pk, tokens=tokens))
+    return pins, active
+
+
 def index_block_tokens(model: str) -> int:
     return _system_tokens(f"{INDEX_HEADER}\n{INDEX_HELP}\n", model)
 
@@ -125,14 +159,9 @@ def context_measure(
         before_seq = new_message.seq + 1 if new_message else session.last_seq + 1
     new_entry = Entry(id=new_message.pk, tokens=new_message.token_count) if new_message else None
     recalled_entries = [Entry(id=m.pk, tokens=m.token_count) for m in recalled]
-    pinned = [
-        PinnedEntry(id=pk, seq=seq, tokens=tokens)
-        for pk, seq, tokens in _in_context(session, before_seq)
-        .filter(pinned=True)
-        .exclude(pk=new_entry.id if new_entry else None)
-        .order_by("seq")
-        .values_list("pk", "seq", "token_count")
-    ]
+    pinned, summaries = _pins_and_summaries(
+        session, before_seq, exclude_id=new_entry.id if new_entry else None
+    )
     excluded_tokens = (
         sum(p.tokens for p in pinned)
         + (new_entry.tokens if new_entry else 0)
@@ -145,12 +174,6 @@ def context_measure(
         count=max(0, session.context_messages - excluded_count),
         tokens=max(0, session.context_tokens - excluded_tokens),
     )
-    summaries = [
-        Entry(id=pk, tokens=tokens)
-        for pk, tokens in Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
-        .order_by("first_seq")
-        .values_list("pk", "token_count")
-    ]
     return Measure(
         session=session,
         budget=bot_budget(bot),

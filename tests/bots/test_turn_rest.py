@@ -215,3 +215,54 @@ def test_malformed_json_body(owner_client, chat_session):
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "validation_error"
     assert Message.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=False)  # the send's transaction is a savepoint of the test's
+@pytest.mark.parametrize(
+    ("client_id", "statements"),
+    [
+        # the session; the exchange's seqs and totals in one UPDATE … RETURNING; the two rows;
+        # pins and summaries (one UNION ALL) for the fixed-part check (not the memory index)
+        (None, ["SELECT", "SAVEPOINT", "UPDATE", "INSERT", "INSERT", "(SELECT", "RELEASE"]),
+        # with a client_id: a savepoint to recover from a concurrent duplicate, and the lookup
+        (
+            "c-1",
+            [
+                "SELECT",
+                "SAVEPOINT",
+                "SAVEPOINT",
+                "UPDATE",
+                "SELECT",
+                "INSERT",
+                "INSERT",
+                "RELEASE",
+                "(SELECT",
+                "RELEASE",
+            ],
+        ),
+    ],
+)
+def test_a_send_costs_a_fixed_set_of_statements(
+    owner, fake_session, django_capture_on_commit_callbacks, client_id, statements
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from bots.services import session_message_send
+
+    with (
+        django_capture_on_commit_callbacks(execute=False),
+        CaptureQueriesContext(connection) as queries,
+    ):
+        result = session_message_send(
+            user=owner, session_id=fake_session.pk, content="hi", client_id=client_id
+        )
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == statements
+    fake_session.refresh_from_db()
+    tokens = count_message_tokens("hi", model="openai/fake-model")
+    assert (fake_session.last_seq, fake_session.context_tokens, fake_session.context_messages) == (
+        2,
+        tokens,
+        1,
+    )
+    assert (result.user_message.seq, result.assistant_message.seq) == (1, 2)

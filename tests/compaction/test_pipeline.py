@@ -189,10 +189,11 @@ def test_20000_message_session_loads_text_only_for_admitted_rows(owner):
     assert [m["content"] for m in built.messages][-2:] == ["message number 20000", "latest"]
     assert built.admission.estimated_tokens == 20_001 * 50
     sqls = [q["sql"] for q in queries.captured_queries]
-    # pinned ids, active summary counts, the memory index (newest readable records, bounded by
-    # memory_index_size, no bodies), one page of history ids, the last_admission update, the
-    # chosen texts (no summaries: rendering them costs no query)
-    assert len(sqls) == 6
+    # pinned ids and active summary counts (one UNION ALL), the memory index (newest readable
+    # records, bounded by memory_index_size, no bodies), one page of history ids, the
+    # last_admission update, the chosen texts (no summaries: rendering them costs no query)
+    assert len(sqls) == 5
+    assert sqls[0].startswith('(SELECT 0 AS "part"') and "UNION ALL" in sqls[0]
     [index_query] = [s for s in sqls if "memory_memoryrecord" in s]
     assert '"body"' not in index_query and "LIMIT 50" in index_query
     text_queries = [s for s in sqls if '"content"' in s]
