@@ -305,6 +305,48 @@ def sessions(fix: Fixture, count: int) -> list[int]:
     return [s.pk for s in created]
 
 
+def history_text(seq: int) -> str:
+    """The stored conversation the history-size runs use: short turns, numbered."""
+    role = "user" if seq % 2 else "assistant"
+    return f"{role} turn {seq}: the plan for item {seq} is ready, with notes on what comes next."
+
+
+def sessions_with_history(fix: Fixture, count: int, messages: int) -> list[int]:
+    """``count`` sessions, each holding the same ``messages`` completed messages (token counts
+    stored, running totals set, as the send path leaves them)."""
+    from bots.models import ChatSession, Message
+    from chat_platform.llm.tokens import count_message_tokens
+
+    sids = sessions(fix, count)
+    rows, tokens = [], 0
+    for seq in range(1, messages + 1):
+        text = history_text(seq)
+        cost = count_message_tokens(text, model="openai/fake-model")
+        tokens += cost
+        rows.append((seq, "user" if seq % 2 else "assistant", text, cost))
+    Message.objects.bulk_create(
+        [
+            Message(
+                session_id=sid,
+                seq=seq,
+                role=role,
+                kind="chat",
+                content=text,
+                status="complete",
+                token_count=cost,
+                model="openai/fake-model",
+            )
+            for sid in sids
+            for seq, role, text, cost in rows
+        ],
+        batch_size=5000,
+    )
+    ChatSession.objects.filter(pk__in=sids).update(
+        last_seq=messages, context_tokens=tokens, context_messages=messages
+    )
+    return sids
+
+
 def db_connections() -> int:
     from django.db import connection
 
@@ -316,18 +358,25 @@ def db_connections() -> int:
 # --- the direct call -------------------------------------------------------------------------
 
 
-def direct_call(provider_url: str) -> tuple[float, float]:
-    """The same streaming call made directly with litellm (its defaults): (ttft, total) s."""
+def direct_call(provider_url: str, *, history: int = 0) -> tuple[float, float]:
+    """The same streaming call made directly with litellm (its defaults): (ttft, total) s.
+    ``history``: the stored messages of ``sessions_with_history`` go along, as the stack sends
+    them."""
     import litellm
 
     started = time.perf_counter()
     first = 0.0
+    past = [
+        {"role": "user" if seq % 2 else "assistant", "content": history_text(seq)}
+        for seq in range(1, history + 1)
+    ]
     response = litellm.completion(
         model="openai/fake-model",
         api_base=provider_url,
         api_key="no-key-required",
         messages=[
             {"role": "system", "content": "You are terse."},
+            *past,
             {"role": "user", "content": PROMPT},
         ],
         stream=True,

@@ -94,11 +94,43 @@ def rest_turn(client: Any, stack: _stack.Stack, token: str, session_id: int) -> 
     return {"outcome": "completed", "total": total}
 
 
+def _history_runs(stack: _stack.Stack, fix: Any, args: argparse.Namespace) -> dict:
+    """Websocket turn vs direct call, interleaved, over sessions of each stored-history size."""
+    results: dict[int, tuple[list[float], str]] = {}
+    for size in [int(n) for n in args.history.split(",") if n.strip()]:
+        sids = _stack.sessions_with_history(fix, args.history_pairs + 2, size)
+        for _ in range(2):  # warm: the first call of a new size pays its own caches
+            _stack.direct_call(stack.provider_url, history=size)
+            asyncio.run(ws_turn(stack, fix.token, sids.pop()))
+        added, outcomes = [], {}
+        for i in range(args.history_pairs):
+            order = ["direct", "ws"] if i % 2 else ["ws", "direct"]
+            pair: dict[str, Any] = {}
+            for side in order:
+                if side == "direct":
+                    pair["direct"] = _stack.direct_call(stack.provider_url, history=size)
+                else:
+                    pair["ws"] = asyncio.run(ws_turn(stack, fix.token, sids.pop()))
+            outcome = pair["ws"]["outcome"]
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if outcome == "completed":
+                added.append(pair["ws"]["total"] - pair["direct"][1])
+        results[size] = (added, ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="fail on any turn not completed")
+    parser.add_argument(
+        "--history",
+        default="",
+        help="also measure websocket turns over sessions holding this many stored messages "
+        "(comma-separated, e.g. 10,200,1000,2000), each against the direct call sending them",
+    )
+    parser.add_argument("--history-pairs", type=int, default=15)
     args = parser.parse_args()
 
     import httpx
@@ -146,6 +178,8 @@ def main() -> None:
         turns = len(ws) + len(rest)
         worker_cpu = (stack.worker.cpu() - worker_cpu0) / turns
         web_cpu = (stack.web.cpu() - web_cpu0) / turns
+
+        by_history = _history_runs(stack, fix, args)
 
         # The same direct call with the switches the gateway sets (chat_platform.llm.gateway).
         import litellm
@@ -200,6 +234,16 @@ def main() -> None:
         f"  direct call CPU: litellm defaults {direct_cpu * 1000:.0f} ms, with the gateway's "
         f"switches {lean_cpu * 1000:.0f} ms ({lean_cpu / direct_cpu:.2f}x)"
     )
+    if by_history:
+        print(
+            "  per-turn overhead by stored history (websocket added p50 / p95; goal <= 1/4 of "
+            "Open WebUI's 51 / 57 / 97 / 167 ms at 10 / 200 / 1,000 / 2,000):"
+        )
+        for size, (values, outcomes) in by_history.items():
+            print(
+                f"    {size:>6,} stored: p50 {p(values, 50) * 1000:+6.0f} ms, p95 "
+                f"{p(values, 95) * 1000:+6.0f} ms  ({outcomes})"
+            )
     bad = {}
     for name, results in (("websocket", ws), ("REST", rest)):
         counts: dict[str, int] = {}

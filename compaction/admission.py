@@ -14,7 +14,7 @@ the label for a summary block), so ``selected_tokens <= budget`` is a promise ab
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 AdmissionDecision = Literal["admit", "trim", "reject"]
@@ -101,6 +101,9 @@ class Admission:
     # none failed to fit. Only then could older rows the caller did not pass still be admitted,
     # so a caller that fetched a bounded window (LIMIT n) should fetch further.
     exhausted: bool
+    # The seq of the oldest admitted history row: the admitted history is the newest contiguous
+    # run of candidates from here on (derived from the ids, so not part of equality).
+    admitted_from_seq: int | None = field(default=None, compare=False)
 
     def log_fields(self) -> dict[str, int | str]:
         """The budget fields of the ``context_admission`` log event (caller adds ids and path)."""
@@ -251,4 +254,5 @@ def admission_decide(
         kept_index_lines=kept_index_lines,
         dropped_messages=dropped,
         exhausted=exhausted,
+        admitted_from_seq=admitted[-1].seq if admitted else None,
     )

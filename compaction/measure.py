@@ -10,12 +10,14 @@ length of the conversation; history is read newest first in bounded keyset pages
 (id, seq, token_count, role, tool ids) and only as far as admission pulls.
 """
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
-from django.db.models import IntegerField, Value
+from django.db.models import IntegerField, TextField, Value
+from django.db.models.functions import Cast
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm import gateway
@@ -192,25 +194,39 @@ def context_measure(
     )
 
 
+def tool_calls_text() -> Cast:
+    """``Message.tool_calls`` as its JSON text: nearly every row holds ``[]``, and decoding each
+    through the field costs more than the rest of the row on a long history."""
+    return Cast("tool_calls", output_field=TextField())
+
+
+def tool_calls_load(text: str | None) -> list[dict]:
+    if not text or text in ("[]", "null"):
+        return []
+    calls = json.loads(text)
+    return calls if isinstance(calls, list) else []
+
+
 def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
     """Unpinned history as (ids, counts), newest first, in keyset pages; stops when not pulled."""
     rows = (
         _in_context(measure.session, measure.before_seq)
         .filter(pinned=False)
+        .annotate(calls=tool_calls_text())
         .order_by("-seq")
-        .values_list("pk", "seq", "token_count", "role", "tool_call_id", "tool_calls")
+        .values_list("pk", "seq", "token_count", "role", "tool_call_id", "calls")
     )
     cursor = measure.before_seq
     while True:
         page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
-        for pk, seq, tokens, role, tool_call_id, tool_calls in page:
+        for pk, seq, tokens, role, tool_call_id, calls in page:
             yield HistoryRow(
                 id=pk,
                 seq=seq,
                 tokens=tokens,
                 role=role,
                 tool_call_id=tool_call_id or None,
-                tool_call_ids=tuple(c.get("id", "") for c in tool_calls or ()),
+                tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
             )
         if len(page) < HISTORY_PAGE_SIZE:
             return

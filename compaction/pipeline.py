@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from django.db.models import Q
 
 from bots.models import ChatSession, Message
 from chat_platform.errors import ContextTooLarge
@@ -29,6 +30,8 @@ from compaction.measure import (
     bot_budget,
     context_measure,
     history_newest_first,
+    tool_calls_load,
+    tool_calls_text,
 )
 from compaction.models import Summary
 from memory.recall import INDEX_HEADER, INDEX_HELP
@@ -144,12 +147,54 @@ def admission_record(measure: Measure, admission: Admission, *, path: str) -> No
     ChatSession.objects.filter(pk=measure.session.pk).update(last_admission=fields)
 
 
-def _render(message: Message) -> dict[str, Any]:
-    rendered: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.role == Message.Role.ASSISTANT and message.tool_calls:
-        rendered["tool_calls"] = message.tool_calls
-    if message.role == Message.Role.TOOL:
-        rendered["tool_call_id"] = message.tool_call_id
+_CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id")
+
+
+def _chosen_rows(
+    measure: Measure, admission: Admission, new_message: Message | None
+) -> list[tuple[Any, ...]]:
+    """The text of what admission chose, in seq order: ``_CHOSEN_FIELDS`` tuples, no model
+    instances (a long history costs no per-row object building).
+
+    The admitted history is the newest contiguous run of candidates, so it is read as a seq
+    range, not as a list of ids (thousands of placeholders cost more to send and plan than the
+    rows); rows of that range admission left out (an orphaned tool result at its start, failed
+    replies, commands) are dropped here. Older pins, the recalled exchange and the new message
+    come by id."""
+    wanted = {p.id for p in measure.pinned} | set(admission.admitted_history_ids)
+    wanted.update(r.id for r in measure.recalled)
+    if new_message is not None:
+        wanted.add(new_message.pk)
+    if not wanted:
+        return []
+    first = admission.admitted_from_seq
+    if first is None:
+        where = Q(pk__in=wanted)
+    else:
+        history_ids = set(admission.admitted_history_ids)
+        outside = [pk for pk in wanted if pk not in history_ids]
+        # Every row of the range, whatever became of it since (a compaction that just marked
+        # it): admission counted it, so it goes as it was read.
+        where = Q(session=measure.session, seq__gte=first, seq__lt=measure.before_seq)
+        if outside:
+            where |= Q(pk__in=outside)
+    rows = (
+        Message.objects.filter(where)
+        .annotate(calls=tool_calls_text())
+        .order_by("seq")
+        .values_list(*_CHOSEN_FIELDS)
+    )
+    return [row for row in rows if row[0] in wanted]
+
+
+def _render(row: tuple[Any, ...]) -> dict[str, Any]:
+    _, role, content, calls, tool_call_id = row
+    rendered: dict[str, Any] = {"role": role, "content": content}
+    tool_calls = tool_calls_load(calls) if role == Message.Role.ASSISTANT else []
+    if tool_calls:
+        rendered["tool_calls"] = tool_calls
+    if role == Message.Role.TOOL:
+        rendered["tool_call_id"] = tool_call_id
     return rendered
 
 
@@ -193,15 +238,7 @@ def context_build(
             session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
         )
     admission = context_admit(measure, path=path, record=record)
-    ids = [p.id for p in measure.pinned] + admission.admitted_history_ids
-    ids.extend(r.id for r in measure.recalled)
-    if new_message is not None:
-        ids.append(new_message.pk)
-    chosen = (
-        Message.objects.filter(pk__in=ids)
-        .order_by("seq")
-        .only("role", "content", "tool_calls", "tool_call_id", "seq")
-    )
+    chosen = _chosen_rows(measure, admission, new_message)
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})

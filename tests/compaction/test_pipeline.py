@@ -198,8 +198,14 @@ def test_20000_message_session_loads_text_only_for_admitted_rows(owner):
     assert '"body"' not in index_query and "LIMIT 50" in index_query
     text_queries = [s for s in sqls if '"content"' in s]
     assert len(text_queries) == 1
-    chosen = sorted([*built.admission.admitted_history_ids, new.pk])
-    assert f"IN ({', '.join(map(str, chosen))})" in text_queries[0]
+    # the admitted run as a seq range (19,962 up to the reply), the new message by id
+    assert '"bots_message"."seq" >= 19962' in text_queries[0]
+    assert '"bots_message"."seq" < 20002' in text_queries[0]
+    assert f'"bots_message"."id" IN ({new.pk})' in text_queries[0]
+    assert [m["content"] for m in built.messages] == [
+        *(f"message number {seq}" for seq in range(19_962, 20_001)),
+        "latest",
+    ]
     [history_query] = [s for s in sqls if f"LIMIT {HISTORY_PAGE_SIZE}" in s]
     assert '"bots_message"' in history_query
     assert '"content"' not in history_query
@@ -269,3 +275,33 @@ def test_multibyte_text_counted_by_the_one_function(
     assert stored == 27
     report = owner_client.get(f"/api/v1/sessions/{chat_session.pk}/context/").json()
     assert report["parts"]["history"] == stored
+
+
+def test_the_admitted_range_sends_only_what_admission_chose(owner):
+    """The chosen text is read as a seq range: whatever else lies in it (a failed reply, a
+    command and its notice, a pin counted with the fixed part) is not sent twice or at all."""
+    bot = BotFactory(owner=owner, system_prompt="", compaction_enabled=False)
+    session = SessionFactory(user=owner, bot=bot)
+    message_add(session, role="user", content="first question")
+    pin = message_add(session, role="assistant", content="pinned answer")
+    Message.objects.filter(pk=pin.pk).update(pinned=True)
+    message_add(session, role="assistant", content="broken", status="failed")
+    message_add(session, role="user", content="/compact", kind="command")
+    message_add(session, role="system", content="Compacted nothing.", kind="notice")
+    message_add(session, role="user", content="second question")
+    new = message_add(session, role="user", content="latest")
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_recount(session_id=session.pk)
+    reply = Message.objects.select_related("session__bot", "reply_to").get(pk=reply.pk)
+
+    built = context_build(session=reply.session, reply=reply)
+
+    assert built.admission.admitted_from_seq == 1
+    assert [(m["role"], m["content"]) for m in built.messages] == [
+        ("user", "first question"),
+        ("assistant", "pinned answer"),
+        ("user", "second question"),
+        ("user", "latest"),
+    ]
