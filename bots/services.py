@@ -515,9 +515,12 @@ def generation_stop(*, user: AbstractBaseUser, session_id: object) -> int:
 def message_wait_finished(*, message_id: int, timeout: float) -> Message:
     """Block until a reply leaves pending/streaming (or the timeout passes); return it. Woken by
     the turn's finish (Redis pub/sub), not by polling the database."""
-    realtime.wait_reply_finished(
-        message_id,
-        is_finished=lambda: Message.objects.get(pk=message_id).is_finished,
-        timeout=timeout,
-    )
-    return Message.objects.get(pk=message_id)
+    latest: list[Message] = []
+
+    def is_finished() -> bool:
+        latest[:] = [Message.objects.get(pk=message_id)]
+        return latest[0].is_finished
+
+    realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
+    # The last check read the row: on a wake-up it is the finished reply, no second read.
+    return latest[0] if latest else Message.objects.get(pk=message_id)

@@ -430,9 +430,9 @@ def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
 
     assert (result.status, result.content) == ("complete", "Done.")
     # checks: after subscribing, after the subscription's confirmation, when woken by the
-    # finish (plus at most one safety re-check every 5 s on a slow machine); then the final read.
-    # A 0.1 s poll would have read the row ~15 times meanwhile.
-    assert 4 <= len(queries.captured_queries) <= 5
+    # finish (plus at most one safety re-check every 5 s on a slow machine); the last check's
+    # row is the answer, not read again. A 0.1 s poll would have read the row ~15 times.
+    assert 3 <= len(queries.captured_queries) <= 4
 
 
 @pytest.mark.django_db(transaction=True)
