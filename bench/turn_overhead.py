@@ -13,7 +13,11 @@ the time-to-first-token overhead, the worker's CPU per turn against the direct c
 counts of anything that did not complete. Never asserts timings; ``--smoke`` exits non-zero on a
 failed, stuck or lost turn.
 
-    .venv/bin/python bench/turn_overhead.py [--pairs 30] [--smoke]
+``--history 10,200,1000,2000`` adds websocket turns over sessions that already hold that many
+stored messages, each against the direct call sending the same messages: the per-turn overhead
+by history size that the issue compares with Open WebUI's.
+
+    .venv/bin/python bench/turn_overhead.py [--pairs 30] [--history 10,200,1000,2000] [--smoke]
 """
 
 from __future__ import annotations
