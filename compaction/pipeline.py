@@ -6,8 +6,10 @@ The chat turn, recall re-invocations, the context report and the tests all come 
 
 Nothing here loads message text before admission has chosen the rows: history is read newest
 first, in bounded keyset pages of (id, seq, token_count, role, tool ids), and only until the first
-row that does not fit; then text is fetched for the chosen ids alone. Pressure comes from the
-session's running totals, so neither time nor memory grows with the length of the conversation.
+row that does not fit; then text is fetched for what admission chose alone (the admitted run as
+a seq range, pins and the new message by id; other rows of that range, such as failed replies,
+never reach the model). Pressure comes from the session's running totals, so neither time nor
+memory grows with the length of the conversation.
 """
 
 from collections.abc import Iterator, Sequence
