@@ -12,7 +12,7 @@ never reach the model). Pressure comes from the session's running totals, so nei
 memory grows with the length of the conversation.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +69,7 @@ class BuiltContext:
         admission_record(self.measure, self.admission, path=self.path)
 
 
-def _decide(measure: Measure, history: Iterator[HistoryRow] | tuple[()]) -> Admission:
+def _decide(measure: Measure, history: Iterable[HistoryRow]) -> Admission:
     return admission_decide(
         budget=measure.budget.budget,
         system_tokens=measure.system_tokens,
@@ -129,11 +129,18 @@ def _log_fields(measure: Measure, admission: Admission, *, path: str) -> dict[st
     }
 
 
-def context_admit(measure: Measure, *, path: str, record: bool = True) -> Admission:
+def context_admit(
+    measure: Measure,
+    *,
+    path: str,
+    record: bool = True,
+    history: Sequence[HistoryRow] | None = None,
+) -> Admission:
     """Decide what the call carries (CONTRACT §7) and record it (``admission_record``); raise on
     reject, which is always recorded at once. ``record=False`` leaves recording an admitted call
-    to the caller."""
-    admission = _decide(measure, history_newest_first(measure))
+    to the caller. ``history`` (newest first) is the history already read; else it is walked in
+    keyset pages."""
+    admission = _decide(measure, history_newest_first(measure) if history is None else history)
     if admission.decision == "reject":
         _reject(measure, admission, path=path)
     if record:
@@ -152,6 +159,72 @@ def admission_record(measure: Measure, admission: Admission, *, path: str) -> No
 _CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id")
 
 
+def _fits_whole(measure: Measure) -> bool:
+    """Do the running totals say the whole history fits, with everything else? Then admission
+    will take every candidate, so their text is read with their counts (one query)."""
+    return measure.pressure <= measure.budget.budget
+
+
+def _whole_history(
+    measure: Measure, new_message: Message | None
+) -> tuple[list[HistoryRow], dict[int, tuple[Any, ...]]]:
+    """Every candidate with its text, when the whole history fits (``_fits_whole``): the history
+    rows for admission, newest first, and ``_CHOSEN_FIELDS`` tuples by id for rendering (pins,
+    the recalled exchange and the new message included).
+
+    The running totals are read before the rows: if a concurrent turn made the history grow past
+    the budget meanwhile, admission still decides on the rows read, and trims."""
+    outside = {p.id for p in measure.pinned} | {r.id for r in measure.recalled}
+    if new_message is not None:
+        outside.add(new_message.pk)
+    where = Message.in_context_q() & Q(session=measure.session, seq__lt=measure.before_seq)
+    if outside:
+        where |= Q(pk__in=outside)
+    rows = (
+        Message.objects.filter(where)
+        .annotate(calls=tool_calls_text())
+        .order_by("-seq")
+        .values_list(*_CHOSEN_FIELDS, "seq", "token_count", "pinned")
+    )
+    history: list[HistoryRow] = []
+    texts: dict[int, tuple[Any, ...]] = {}
+    for pk, role, content, calls, tool_call_id, seq, tokens, pinned in rows:
+        texts[pk] = (pk, role, content, calls, tool_call_id)
+        if pinned or pk in outside:
+            continue
+        history.append(
+            HistoryRow(
+                id=pk,
+                seq=seq,
+                tokens=tokens,
+                role=role,
+                tool_call_id=tool_call_id or None,
+                tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
+            )
+        )
+    return history, texts
+
+
+def _chosen_ids(measure: Measure, admission: Admission, new_message: Message | None) -> set[int]:
+    wanted = {p.id for p in measure.pinned} | set(admission.admitted_history_ids)
+    wanted.update(r.id for r in measure.recalled)
+    if new_message is not None:
+        wanted.add(new_message.pk)
+    return wanted
+
+
+def _chosen_from(
+    texts: dict[int, tuple[Any, ...]],
+    measure: Measure,
+    admission: Admission,
+    new_message: Message | None,
+) -> list[tuple[Any, ...]]:
+    """What admission chose, in seq order, from rows already read (``_whole_history``: newest
+    first, so reversed)."""
+    wanted = _chosen_ids(measure, admission, new_message)
+    return [row for pk, row in reversed(texts.items()) if pk in wanted]
+
+
 def _chosen_rows(
     measure: Measure, admission: Admission, new_message: Message | None
 ) -> list[tuple[Any, ...]]:
@@ -163,10 +236,7 @@ def _chosen_rows(
     rows); rows of that range admission left out (an orphaned tool result at its start, failed
     replies, commands) are dropped here. Older pins, the recalled exchange and the new message
     come by id."""
-    wanted = {p.id for p in measure.pinned} | set(admission.admitted_history_ids)
-    wanted.update(r.id for r in measure.recalled)
-    if new_message is not None:
-        wanted.add(new_message.pk)
+    wanted = _chosen_ids(measure, admission, new_message)
     if not wanted:
         return []
     first = admission.admitted_from_seq
@@ -239,8 +309,13 @@ def context_build(
         measure = context_measure(
             session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
         )
-    admission = context_admit(measure, path=path, record=record)
-    chosen = _chosen_rows(measure, admission, new_message)
+    if _fits_whole(measure):
+        history, texts = _whole_history(measure, new_message)
+        admission = context_admit(measure, path=path, record=record, history=history)
+        chosen = _chosen_from(texts, measure, admission, new_message)
+    else:
+        admission = context_admit(measure, path=path, record=record)
+        chosen = _chosen_rows(measure, admission, new_message)
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})

@@ -8,10 +8,20 @@ from bots.models import Message
 from bots.services import session_context_recount
 from chat_platform.errors import ContextTooLarge
 from chat_platform.llm.tokens import count_message_tokens
+from compaction import pipeline
 from compaction.pipeline import HISTORY_PAGE_SIZE, context_build, context_report
 from tests.factories import BotFactory, SessionFactory, message_add
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=["whole", "walk"])
+def history_read(request, monkeypatch):
+    """Both ways history reaches admission: read whole with its text when the running totals say
+    it fits, or walked in pages of counts (forced here) with text read for the admitted run."""
+    if request.param == "walk":
+        monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
+    return request.param
 
 
 def _session_with(owner, *, budget: int, entries, system_prompt: str = ""):
@@ -45,7 +55,7 @@ def _admission_events(caplog):
     ]
 
 
-def test_pinned_and_new_only_when_history_does_not_fit(owner, caplog):
+def test_pinned_and_new_only_when_history_does_not_fit(history_read, owner, caplog):
     # REFERENCE: [1000, pinned 50, 1000, 100(new)] at budget 300 -> pinned + new only
     session, rows, reply = _session_with(
         owner, budget=300, entries=[(1000, False), (50, True), (1000, False), (100, False)]
@@ -78,7 +88,7 @@ def test_pinned_and_new_only_when_history_does_not_fit(owner, caplog):
     assert session.last_admission["selected_tokens"] == 150
 
 
-def test_contiguous_newest_run_stops_at_first_misfit(owner):
+def test_contiguous_newest_run_stops_at_first_misfit(history_read, owner):
     # REFERENCE: [10, 1000, 100(new)] at 200 -> the new one only (never skip over the misfit)
     session, rows, reply = _session_with(
         owner, budget=200, entries=[(10, False), (1000, False), (100, False)]
@@ -88,7 +98,7 @@ def test_contiguous_newest_run_stops_at_first_misfit(owner):
     assert (built.admission.estimated_tokens, built.admission.dropped_messages) == (1110, 2)
 
 
-def test_everything_fits_is_admit(owner):
+def test_everything_fits_is_admit(history_read, owner):
     session, rows, reply = _session_with(
         owner,
         budget=1000,
@@ -116,7 +126,7 @@ def test_fixed_part_over_budget_is_context_too_large(owner, caplog):
     assert (rejected[0]["decision"], rejected[0]["selected_tokens"]) == ("reject", 0)
 
 
-def test_never_starts_on_an_orphaned_tool_result(owner):
+def test_never_starts_on_an_orphaned_tool_result(history_read, owner):
     bot = BotFactory(
         owner=owner, system_prompt="", context_window=1000 + 130, max_output_tokens=1000
     )
@@ -277,7 +287,7 @@ def test_multibyte_text_counted_by_the_one_function(
     assert report["parts"]["history"] == stored
 
 
-def test_the_admitted_range_sends_only_what_admission_chose(owner):
+def test_the_admitted_range_sends_only_what_admission_chose(history_read, owner):
     """The chosen text is read as a seq range: whatever else lies in it (a failed reply, a
     command and its notice, a pin counted with the fixed part) is not sent twice or at all."""
     bot = BotFactory(owner=owner, system_prompt="", compaction_enabled=False)
@@ -305,3 +315,61 @@ def test_the_admitted_range_sends_only_what_admission_chose(owner):
         ("user", "second question"),
         ("user", "latest"),
     ]
+
+
+def _fitting_session(owner, count: int):
+    bot = BotFactory(owner=owner, system_prompt="Be brief.", compaction_enabled=False)
+    session = SessionFactory(user=owner, bot=bot)
+    for i in range(count):
+        message_add(session, role="user" if i % 2 == 0 else "assistant", content=f"m{i}")
+    new = message_add(session, role="user", content="latest")
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_recount(session_id=session.pk)
+    return Message.objects.select_related("session__bot", "reply_to").get(pk=reply.pk)
+
+
+def test_a_history_that_fits_is_read_with_its_text_in_one_query(owner, monkeypatch):
+    """When the running totals say everything fits, admission takes every candidate: the
+    counts and the text come in one query, and the call is the one the paged walk builds."""
+    reply = _fitting_session(owner, 12)
+    with CaptureQueriesContext(connection) as whole_queries:
+        whole = context_build(session=reply.session, reply=reply, record=False)
+    monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
+    with CaptureQueriesContext(connection) as walk_queries:
+        walked = context_build(session=reply.session, reply=reply, record=False)
+
+    assert [m["content"] for m in whole.messages] == [
+        "Be brief.",
+        *(f"m{i}" for i in range(12)),
+        "latest",
+    ]
+    assert whole.messages == walked.messages
+    assert whole.admission == walked.admission
+    assert whole.admission.decision == "admit"
+    assert whole.admission.admitted_from_seq == walked.admission.admitted_from_seq == 1
+    # pins and summaries, the memory index, then the history: one query instead of two
+    assert (len(whole_queries), len(walk_queries)) == (3, 4)
+    history = [q["sql"] for q in whole_queries.captured_queries if '"content"' in q["sql"]]
+    assert len(history) == 1 and "LIMIT" not in history[0]
+
+
+def test_totals_that_lag_behind_the_rows_still_trim_to_the_budget(owner):
+    """The running totals are read before the rows: a history that grew past the budget
+    meanwhile (here: totals set back by hand) is still admitted from the rows as read."""
+    session, rows, reply = _session_with(
+        owner, budget=300, entries=[(100, False), (100, False), (100, False), (50, False)]
+    )
+    # The totals claim 150 tokens in 2 messages; the rows hold 350 in 4.
+    type(session).objects.filter(pk=session.pk).update(context_tokens=150, context_messages=2)
+    session.refresh_from_db()
+    assert pipeline._fits_whole(pipeline.context_measure(session=session, new_message=rows[-1]))
+
+    built = context_build(session=session, reply=reply)
+
+    assert [m["content"] for m in built.messages] == ["m1", "m2", "m3"]
+    assert (built.admission.decision, built.admission.selected_tokens) == ("trim", 250)
+    assert built.admission.admitted_history_ids == [rows[1].pk, rows[2].pk]
+    # raised to what was read: 3 history candidates, 1 dropped
+    assert (built.admission.estimated_tokens, built.admission.dropped_messages) == (350, 1)
