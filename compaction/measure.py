@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
-from django.db.models import IntegerField, TextField, Value
+from django.db.models import IntegerField, QuerySet, TextField, Value
 from django.db.models.functions import Cast
 
 from bots.models import Bot, ChatSession, Message
+from chat_platform.compiled import CompiledValues
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Entry, HistoryRow, HistoryTotals, PinnedEntry
@@ -109,14 +110,10 @@ def _in_context(session: ChatSession, before_seq: int):
 _PINNED, _SUMMARY = 0, 1
 
 
-def _pins_and_summaries(
-    session: ChatSession, before_seq: int, *, exclude_id: int | None
-) -> tuple[list[PinnedEntry], list[Entry]]:
-    """The pinned messages before ``before_seq`` and the active summaries, each in seq order,
-    in one query (a UNION ALL): both are read before every model call and every send."""
+def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: int) -> QuerySet:
     part = IntegerField()
     pinned = (
-        _in_context(session, before_seq)
+        Message.objects.filter(Message.in_context_q(), session_id=session_id, seq__lt=before_seq)
         .filter(pinned=True)
         .exclude(pk=exclude_id)
         .annotate(part=Value(_PINNED, output_field=part))
@@ -124,14 +121,31 @@ def _pins_and_summaries(
         .values_list("part", "pk", "seq", "token_count")
     )
     summaries = (
-        Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
+        Summary.objects.filter(session_id=session_id, status=Summary.Status.ACTIVE)
         .annotate(part=Value(_SUMMARY, output_field=part))
         .order_by()
         .values_list("part", "pk", "first_seq", "token_count")
     )
+    return pinned.union(summaries, all=True).order_by("part", "seq")
+
+
+_PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
+
+
+def _pins_and_summaries(
+    session: ChatSession, before_seq: int, *, exclude_id: int | None
+) -> tuple[list[PinnedEntry], list[Entry]]:
+    """The pinned messages before ``before_seq`` and the active summaries, each in seq order,
+    in one query (a UNION ALL, compiled once): both are read before every model call and every
+    send."""
     pins: list[PinnedEntry] = []
     active: list[Entry] = []
-    for kind, pk, seq, tokens in pinned.union(summaries, all=True).order_by("part", "seq"):
+    rows = _PINS_AND_SUMMARIES.rows(
+        session_id=session.pk,
+        before_seq=before_seq,
+        exclude_id=0 if exclude_id is None else exclude_id,  # no message has id 0
+    )
+    for kind, pk, seq, tokens in rows:
         if kind == _PINNED:
             pins.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
         else:

@@ -4,12 +4,14 @@ measure (``compaction.measure``: stored token counts only) -> [compact if hard: 
 engine] -> admit -> render.
 The chat turn, recall re-invocations, the context report and the tests all come through here.
 
-Nothing here loads message text before admission has chosen the rows: history is read newest
-first, in bounded keyset pages of (id, seq, token_count, role, tool ids), and only until the first
-row that does not fit; then text is fetched for what admission chose alone (the admitted run as
-a seq range, pins and the new message by id; other rows of that range, such as failed replies,
-never reach the model). Pressure comes from the session's running totals, so neither time nor
-memory grows with the length of the conversation.
+Text is loaded only for what can be sent. When the session's running totals say the whole
+history fits, admission will take every candidate, so the history is read once, with its text
+(admission still decides on the rows as read). Otherwise it is read newest first, in bounded
+keyset pages of (id, seq, token_count, role, tool ids), and only until the first row that does
+not fit; then text is fetched for what admission chose alone (the admitted run as a seq range,
+pins and the new message by id; other rows of that range, such as failed replies, never reach
+the model). Pressure comes from the session's running totals, so neither time nor memory grows
+with the length of a conversation that does not fit.
 """
 
 from collections.abc import Iterable, Sequence

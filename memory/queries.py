@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.db.models import Q, QuerySet
 
 from bots.models import ChatSession
+from chat_platform.compiled import CompiledValues
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from memory import search
@@ -70,11 +71,19 @@ class IndexLine:
 
 
 def index_line_text(record: MemoryRecord) -> str:
-    if record.first_seq is not None and record.last_seq is not None:
-        label = f"{record.kind}, messages {record.first_seq}–{record.last_seq}"
+    return _line_text(
+        record.name, record.kind, record.first_seq, record.last_seq, record.description
+    )
+
+
+def _line_text(
+    name: str, kind: str, first_seq: int | None, last_seq: int | None, description: str
+) -> str:
+    if first_seq is not None and last_seq is not None:
+        label = f"{kind}, messages {first_seq}–{last_seq}"
     else:
-        label = record.kind
-    return f"- {record.name} ({label}): {record.description}"
+        label = kind
+    return f"- {name} ({label}): {description}"
 
 
 def memory_index_records(*, session: ChatSession, limit: int) -> list[MemoryRecord]:
@@ -82,12 +91,13 @@ def memory_index_records(*, session: ChatSession, limit: int) -> list[MemoryReco
     indexed. Bodies are not loaded."""
     if limit <= 0:
         return []
-    records = (
-        records_for_session(session=session)
-        .exclude(kind=MemoryRecord.Kind.SNAPSHOT, indexed=False)
-        .defer("body")
+    return list(_index_records(session).defer("body")[:limit])
+
+
+def _index_records(session: ChatSession) -> QuerySet[MemoryRecord]:
+    return records_for_session(session=session).exclude(
+        kind=MemoryRecord.Kind.SNAPSHOT, indexed=False
     )
-    return list(records[:limit])
 
 
 def memory_index_lines(
@@ -97,12 +107,28 @@ def memory_index_lines(
     ``model``'s encoding, default the session's bot model). Admission drops lines from the end
     (the oldest) first when the index must shrink; the caller renders the block header."""
     model = session.bot.model if model is None else model
+    if limit <= 0:
+        return []
     lines = []
-    for record in memory_index_records(session=session, limit=limit):
-        text = index_line_text(record)
+    rows = _INDEX_LINES.rows(
+        session_id=session.pk, user_id=session.user_id, bot_id=session.bot_id, limit=limit
+    )
+    for name, kind, first_seq, last_seq, description in rows:
+        text = _line_text(name, kind, first_seq, last_seq, description)
         tokens = count_tokens(f"{text}\n", model=model)
-        lines.append(IndexLine(name=record.name, text=text, tokens=tokens))
+        lines.append(IndexLine(name=name, text=text, tokens=tokens))
     return lines
+
+
+def _index_lines_query(*, session_id: int, user_id: int, bot_id: int, limit: int) -> QuerySet:
+    """``memory_index_records`` as the columns a line needs (compiled once: every turn runs it)."""
+    session = ChatSession(pk=session_id, user_id=user_id, bot_id=bot_id)
+    return _index_records(session).values_list(
+        "name", "kind", "first_seq", "last_seq", "description"
+    )[:limit]
+
+
+_INDEX_LINES = CompiledValues(_index_lines_query, shape=("limit",))
 
 
 # --- recall: read -----------------------------------------------------------------------------
