@@ -191,9 +191,11 @@ def notify_message_delta(message: Message, delta: str) -> None:
     )
 
 
-def notify_message_completed(message: Message) -> None:
-    send_frame(
-        message.session_id, {"type": "message.completed", "message": message_payload(message)}
+def notify_message_completed(message: Message, *, wait: bool = True) -> None:
+    send_frames(
+        message.session_id,
+        [{"type": "message.completed", "message": message_payload(message)}],
+        wait=wait,
     )
 
 

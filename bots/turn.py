@@ -99,9 +99,13 @@ def _release_connection() -> None:
         connection.close()
 
 
-def _finish(reply: Message, *, counted: bool, **fields: Any) -> Message | None:
+def _finish(
+    reply: Message, *, counted: bool, completed: bool = False, **fields: Any
+) -> Message | None:
     """Conditional ``streaming -> final`` write (with the context totals when ``counted``);
-    returns the fresh row, or None if we lost it."""
+    returns the fresh row, or None if we lost it. ``completed``: send its ``message.completed``
+    frame, without waiting for Redis, before waking the REST waiters, so that both go out at
+    once (frames of a session still leave in order, see ``realtime.send_frames``)."""
     message = message_finish(
         message_id=reply.pk,
         from_status=Message.Status.STREAMING,
@@ -112,6 +116,8 @@ def _finish(reply: Message, *, counted: bool, **fields: Any) -> Message | None:
     if message is None:
         log.warning("turn_finish_lost", message_id=reply.pk)
         return None
+    if completed:
+        realtime.notify_message_completed(message, wait=False)
     transaction.on_commit(partial(realtime.publish_reply_finished, reply.pk))
     return message
 
@@ -369,15 +375,14 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     started = time.monotonic()
 
     if reply.stop_requested or handle.stopped.is_set():
-        message = _finish(
+        _finish(
             reply,
             counted=False,
+            completed=True,
             status=Message.Status.COMPLETE,
             finish_reason="stopped",
             content="",
         )
-        if message is not None:
-            realtime.notify_message_completed(message)
         return
 
     config = bot_model_config(bot)
@@ -428,9 +433,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
-    message = _finish(reply, counted=True, **fields)
-    if message is not None:
-        realtime.notify_message_completed(message)
+    _finish(reply, counted=True, completed=True, **fields)
     log.info(
         "turn_completed",
         message_id=reply.pk,

@@ -24,13 +24,13 @@ MODEL = "openai/fake-model"
 def frames(monkeypatch):
     """Every frame the platform sends to any session group, in order."""
     sent: list[dict] = []
-    real = realtime.send_frame
+    real = realtime.send_frames
 
-    def record(session_id, frame):
-        sent.append(frame)
-        real(session_id, frame)
+    def record(session_id, frames, **kwargs):
+        sent.extend(frames)
+        real(session_id, frames, **kwargs)
 
-    monkeypatch.setattr(realtime, "send_frame", record)
+    monkeypatch.setattr(realtime, "send_frames", record)
     return sent
 
 
@@ -51,8 +51,9 @@ def _failed_frames(frames, reply):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("history_read", ["whole", "walk"])
 def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_reply(
-    fake_session, fake_openai, frames, monkeypatch
+    history_read, fake_session, fake_openai, frames, monkeypatch
 ):
     """Reproduces the 100-quick-sends failure deterministically: turn B reads the session's
     running totals, then turn A completes (its reply joins the context), then B walks the rows
@@ -65,18 +66,32 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
     session.refresh_from_db()
 
     real_walk = pipeline.history_newest_first
+    real_whole = pipeline._whole_history
     finished_text = "The first answer, finished by a concurrent turn."
+    raced = []
 
-    def other_turn_finishes_first(measure):
+    def other_turn_finishes():
         # exactly what turn A's completion writes, after B's totals were read
+        raced.append(True)
         tokens = count_message_tokens(finished_text, model=MODEL)
         Message.objects.filter(pk=earlier.pk).update(
             status="complete", content=finished_text, token_count=tokens
         )
         session_context_add(session_id=session.pk, tokens=tokens)
+
+    def walk_after_the_other_turn(measure):
+        other_turn_finishes()
         yield from real_walk(measure)
 
-    monkeypatch.setattr(pipeline, "history_newest_first", other_turn_finishes_first)
+    def whole_after_the_other_turn(measure, new_message):
+        other_turn_finishes()
+        return real_whole(measure, new_message)
+
+    # History is read whole (the totals say it fits) or walked (forced): race both.
+    monkeypatch.setattr(pipeline, "history_newest_first", walk_after_the_other_turn)
+    monkeypatch.setattr(pipeline, "_whole_history", whole_after_the_other_turn)
+    if history_read == "walk":
+        monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
     fake_openai.script(Reply(text="Second answer."))
 
     turn.turn_run(message_id=reply.pk)
@@ -93,6 +108,37 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
     assert admission["dropped_messages"] == 0
     assert admission["selected_tokens"] <= admission["budget_tokens"]
     assert _failed_frames(frames, reply) == []
+    assert raced == [True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_completed_frame_leaves_before_the_rest_waiters_are_woken(
+    fake_session, fake_openai, monkeypatch
+):
+    """The final frame is handed to the channel layer without waiting for Redis, then the REST
+    waiters are woken: websocket and REST clients hear of the finish at once."""
+    events: list[tuple] = []
+    real = realtime.send_frames
+
+    def record(session_id, frames, *, wait=True):
+        events.extend((frame["type"], wait) for frame in frames)
+        real(session_id, frames, wait=wait)
+
+    monkeypatch.setattr(realtime, "send_frames", record)
+    monkeypatch.setattr(
+        realtime, "publish_reply_finished", lambda message_id: events.append(("woken", message_id))
+    )
+    _, reply = _turn(fake_session)
+    fake_openai.script(Reply(text="Done."))
+
+    turn.turn_run(message_id=reply.pk)
+
+    finished = events.index(("message.completed", False))
+    assert events[finished + 1] == ("woken", reply.pk)
+    assert [e for e in events if e[0] in ("message.completed", "woken")] == [
+        ("message.completed", False),
+        ("woken", reply.pk),
+    ]
 
 
 # --- item 2: one failure envelope after the claim -------------------------------------------------
