@@ -26,7 +26,13 @@ from bots.queries import (
     message_get_for_user,
     session_get_for_user,
 )
-from chat_platform.dbwrite import raw_rows, update_returning, update_returning_sql
+from chat_platform.dbwrite import (
+    instance_from_row,
+    raw_rows,
+    select_columns,
+    update_returning,
+    update_returning_sql,
+)
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
@@ -262,6 +268,53 @@ def message_finish(
     else:
         rows = update_returning(queryset, **values)
     return rows[0] if rows else None
+
+
+def reply_claim(*, message_id: int) -> Message | None:
+    """Claim a pending reply for its turn (``pending -> streaming``, heartbeat stamped) and
+    return it with its session, bot and user message loaded; None if it is not pending (already
+    claimed by a duplicate delivery, finished, or gone).
+
+    On PostgreSQL this is one statement, the turn's first: the conditional update and the reads
+    the turn needs, joined in a CTE. Elsewhere (SQLite) it is the update, then the read."""
+    now = timezone.now()
+    queryset = Message.objects.filter(pk=message_id, status=Message.Status.PENDING)
+    values = {"status": Message.Status.STREAMING, "updated_at": now, "heartbeat_at": now}
+    if connection.vendor != "postgresql":
+        if not queryset.update(**values):
+            return None
+        return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)
+    compiled = update_returning_sql(queryset, **values)
+    if compiled is None:
+        return None
+    sql, params = compiled
+    quote = connection.ops.quote_name
+    sessions, bots = ChatSession._meta.db_table, Bot._meta.db_table
+    # Identifiers from the models, values in ``params``: nothing here comes from a user.
+    sql = (
+        f"WITH claimed AS ({sql}) SELECT "  # noqa: S608
+        f"{select_columns(Message, 'claimed')}, {select_columns(ChatSession, 's')}, "
+        f"{select_columns(Bot, 'b')}, {select_columns(Message, 'r')} FROM claimed "
+        f"JOIN {quote(sessions)} s ON s.{quote('id')} = claimed.{quote('session_id')} "
+        f"JOIN {quote(bots)} b ON b.{quote('id')} = s.{quote('bot_id')} "
+        f"LEFT JOIN {quote(Message._meta.db_table)} r "
+        f"ON r.{quote('id')} = claimed.{quote('reply_to_id')}"
+    )
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    sizes = [len(model._meta.concrete_fields) for model in (Message, ChatSession, Bot)]
+    ends = [sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    reply = instance_from_row(Message, row[: ends[0]])
+    session = instance_from_row(ChatSession, row[ends[0] : ends[1]])
+    session.bot = instance_from_row(Bot, row[ends[1] : ends[2]])
+    reply.session = session
+    reply.reply_to = (
+        instance_from_row(Message, row[ends[2] :]) if reply.reply_to_id is not None else None
+    )
+    return reply
 
 
 def session_context_recount(*, session_id: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
-from bots.services import allocate_seqs, message_finish, session_context_add
+from bots.services import allocate_seqs, message_finish, reply_claim, session_context_add
 from chat_platform.errors import (
     InternalError,
     ModelUnavailable,
@@ -170,17 +170,12 @@ class _TurnState:
 def turn_run(*, message_id: int) -> None:
     """Run one turn. After the claim, whatever happens ends the reply visibly: ``complete``,
     or ``failed``/``interrupted`` with a ``message.failed`` frame and a logged traceback."""
-    reply = Message.objects.select_related("session__bot", "reply_to").filter(pk=message_id).first()
-    if reply is None or reply.status != Message.Status.PENDING:
-        log.info("turn_skipped", message_id=message_id, status=reply and reply.status)
+    reply = reply_claim(message_id=message_id)
+    if reply is None:
+        # A duplicate delivery (or a reply already ended by a stop or the watchdog).
+        status = Message.objects.filter(pk=message_id).values_list("status", flat=True).first()
+        log.info("turn_skipped", message_id=message_id, status=status)
         return
-    now = timezone.now()
-    claimed = Message.objects.filter(pk=message_id, status=Message.Status.PENDING).update(
-        status=Message.Status.STREAMING, updated_at=now, heartbeat_at=now
-    )
-    if not claimed:
-        return
-    reply.status = Message.Status.STREAMING
     state = _TurnState()
     handle = liveness.watcher.register(reply.pk)
     try:

@@ -9,6 +9,8 @@ finishing a reply, then reading it back for its frame). PostgreSQL and SQLite (3
 rows back as model instances.
 """
 
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from django.core.exceptions import EmptyResultSet
@@ -57,3 +59,38 @@ def raw_rows(queryset: QuerySet[M], sql: str, params: tuple) -> list[M]:
     manager = queryset.model._default_manager.db_manager(queryset.db)
     with transaction.mark_for_rollback_on_error(using=queryset.db):
         return list(manager.raw(sql, params))
+
+
+def select_columns(model: type[Model], alias: str, *, using: str = "default") -> str:
+    """``alias."column", …`` for every concrete field of ``model``, in ``concrete_fields`` order:
+    what ``instance_from_row`` reads back."""
+    quote = connections[using].ops.quote_name
+    return ", ".join(f"{quote(alias)}.{quote(f.column)}" for f in model._meta.concrete_fields)
+
+
+@lru_cache(maxsize=64)
+def _row_converters(model: type[Model], using: str) -> tuple[tuple[Any, list[Any]], ...]:
+    connection = connections[using]
+    table = model._meta.db_table
+    converters = []
+    for field in model._meta.concrete_fields:
+        column = field.get_col(table)
+        converters.append(
+            (
+                column,
+                connection.ops.get_db_converters(column) + column.get_db_converters(connection),
+            )
+        )
+    return tuple(converters)
+
+
+def instance_from_row(model: type[M], values: Sequence[Any], *, using: str = "default") -> M:
+    """A model instance from the columns ``select_columns`` selected, converted as the ORM
+    converts a queryset's rows (JSON decoded, booleans and dates on SQLite)."""
+    connection = connections[using]
+    converted = []
+    for value, (column, converters) in zip(values, _row_converters(model, using), strict=True):
+        for converter in converters:
+            value = converter(value, column, connection)
+        converted.append(value)
+    return model.from_db(using, [f.attname for f in model._meta.concrete_fields], converted)

@@ -1,0 +1,121 @@
+"""The turn's claim: ``pending -> streaming`` and everything the turn reads, in one statement."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bots import turn
+from bots.models import Bot, ChatSession, Message
+from bots.services import reply_claim, session_context_recount
+from tests.factories import SessionFactory, message_add
+from tests.fakeopenai import Reply
+
+pytestmark = pytest.mark.django_db
+
+
+def _values(instance):
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+@pytest.fixture
+def exchange(owner):
+    session = SessionFactory(user=owner, bot__owner=owner, bot__system_prompt="Be brief.")
+    ChatSession.objects.filter(pk=session.pk).update(
+        last_admission={"decision": "admit", "selected_tokens": 12}
+    )
+    new = message_add(
+        session, role="user", content="hello", tool_calls=[{"id": "c1", "type": "function"}]
+    )
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    return session, new, reply
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement on PostgreSQL")
+def test_the_claim_is_one_statement_that_loads_what_the_turn_reads(
+    exchange, django_assert_num_queries
+):
+    session, new, reply = exchange
+    with django_assert_num_queries(1):
+        claimed = reply_claim(message_id=reply.pk)
+    with django_assert_num_queries(0):
+        loaded = (claimed, claimed.session, claimed.session.bot, claimed.reply_to)
+
+    fresh = Message.objects.select_related("session__bot", "reply_to").get(pk=reply.pk)
+    assert fresh.status == "streaming" and fresh.heartbeat_at is not None
+    expected = (fresh, fresh.session, fresh.session.bot, fresh.reply_to)
+    assert [type(x) for x in loaded] == [Message, ChatSession, Bot, Message]
+    assert [_values(x) for x in loaded] == [_values(x) for x in expected]
+    # converted as the ORM converts: JSON decoded
+    assert claimed.session.last_admission == {"decision": "admit", "selected_tokens": 12}
+    assert claimed.reply_to.tool_calls == [{"id": "c1", "type": "function"}]
+    assert (claimed.reply_to.pk, claimed.session.bot.system_prompt) == (new.pk, "Be brief.")
+    assert not claimed._state.adding and claimed._state.db == "default"
+
+
+def test_a_reply_that_is_not_pending_is_not_claimed_and_not_changed(exchange):
+    _, _, reply = exchange
+    Message.objects.filter(pk=reply.pk).update(status="complete", content="done")
+    before = _values(Message.objects.get(pk=reply.pk))
+
+    assert reply_claim(message_id=reply.pk) is None
+    assert reply_claim(message_id=reply.pk + 1000) is None
+    assert _values(Message.objects.get(pk=reply.pk)) == before
+
+
+def test_a_claimed_reply_cannot_be_claimed_twice(exchange):
+    _, _, reply = exchange
+    assert reply_claim(message_id=reply.pk).status == "streaming"
+    assert reply_claim(message_id=reply.pk) is None
+
+
+def test_a_reply_without_a_user_message_is_claimed_with_none(owner, django_assert_num_queries):
+    session = SessionFactory(user=owner, bot__owner=owner)
+    reply = message_add(session, role="assistant", content="", status="pending", token_count=0)
+
+    claimed = reply_claim(message_id=reply.pk)
+
+    with django_assert_num_queries(0):
+        assert claimed.reply_to is None
+    assert (claimed.pk, claimed.session.pk, claimed.status) == (reply.pk, session.pk, "streaming")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one-statement claim and finish")
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monkeypatch):
+    """Four statements before the provider is called (the claim with its reads, pins with
+    summaries, the memory index, the history that fits with its text), the admission record
+    once the provider answered, one to finish; then the context meter's reads."""
+    message_add(fake_session, role="user", content="earlier")
+    message_add(fake_session, role="assistant", content="answer")
+    new = message_add(fake_session, role="user", content="now")
+    reply = message_add(
+        fake_session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_recount(session_id=fake_session.pk)
+    fake_openai.script(Reply(text="Done."))
+    before_the_call: list[int] = []
+    real_stream = turn.gateway.stream
+
+    def stream(*args, **kwargs):
+        before_the_call.append(len(queries.captured_queries))
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(turn.gateway, "stream", stream)
+    with CaptureQueriesContext(connection) as queries:
+        turn.turn_run(message_id=reply.pk)
+
+    assert Message.objects.get(pk=reply.pk).content == "Done."
+    assert before_the_call == [4]
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert [sql.split()[0] for sql in sqls] == [
+        "WITH",  # claim + reply, session, bot, user message
+        "(SELECT",  # pins and summaries
+        "SELECT",  # memory index
+        "SELECT",  # history with its text
+        "UPDATE",  # last_admission, once the provider answered
+        "WITH",  # finish + running totals
+        *["SELECT", "SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
+    ]
+    assert "memory_memoryrecord" in sqls[2] and '"content"' in sqls[3]
