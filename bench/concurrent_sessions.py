@@ -122,6 +122,12 @@ async def one_turn(
                         turn.outcome = "duplicated"
                     else:
                         turn.outcome = "lost"
+                    if turn.outcome != "completed":
+                        turn.error = (
+                            f"deltas {len(joined)} chars, final {len(content)} chars, "
+                            f"expected {len(_stack.TEXT)}; deltas are the final's start: "
+                            f"{content.startswith(joined)}"
+                        )
                     return
     except Exception as exc:  # refused connections, handshakes timing out, resets
         turn.outcome = "failed"
