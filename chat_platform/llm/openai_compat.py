@@ -94,27 +94,41 @@ def open_stream(kwargs: dict[str, Any]) -> SSEStream:
     response = client.send(request, stream=True)
     if not response.is_success:
         try:
-            response.read()
-            message = _error_message(response)
+            message = _error_message(response, _read_capped(response))
         finally:
             response.close()
         raise ProviderHTTPError(response.status_code, message)
     return SSEStream(response)
 
 
-def _error_message(response: httpx.Response) -> str:
+# An error's body is read for its message only (the first line, cut to 160 characters): a server
+# that answers an error with an endless or huge body must not fill the worker's memory.
+ERROR_BODY_MAX_BYTES = 64 * 1024
+
+
+def _read_capped(response: httpx.Response) -> bytes:
+    body = bytearray()
+    for part in response.iter_bytes():
+        body += part
+        if len(body) >= ERROR_BODY_MAX_BYTES:
+            break
+    return bytes(body[:ERROR_BODY_MAX_BYTES])
+
+
+def _error_message(response: httpx.Response, body: bytes) -> str:
     if response.is_redirect:
         return f"redirected to {response.headers.get('location', '?')}, not followed"
+    text = body.decode(response.encoding or "utf-8", errors="replace").strip()
     try:
-        payload = response.json()
+        payload = json.loads(body)
     except ValueError:
-        return response.text.strip() or response.reason_phrase
+        return text or response.reason_phrase
     error = payload.get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
     if isinstance(error, str):
         return error
-    return response.text.strip() or response.reason_phrase
+    return text or response.reason_phrase
 
 
 class SSEStream:

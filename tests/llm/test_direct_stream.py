@@ -208,6 +208,35 @@ def test_a_refused_key_never_reaches_the_message(provider, monkeypatch):
     assert provider.requests[0].headers["authorization"] == "Bearer sk-secret-value-1234"
 
 
+def test_an_endless_error_body_is_read_only_for_its_message(monkeypatch):
+    """A server answering an error with a body that never ends (or a huge one) costs at most
+    ``ERROR_BODY_MAX_BYTES`` of it: the message comes from its start."""
+    pulled = [0]
+
+    def endless():
+        yield b"upstream exploded: " + b"x" * 1000 + b"\n"
+        while True:
+            if pulled[0] > 10 * 1024 * 1024:
+                raise AssertionError("the error body was read past its cap")
+            pulled[0] += 1024
+            yield b"y" * 1024
+
+    client = httpx.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(400, content=endless()))
+    )
+    monkeypatch.setattr(openai_compat, "_client", client)
+    monkeypatch.setattr(openai_compat, "_client_pid", __import__("os").getpid())
+
+    with pytest.raises(ModelUnavailable) as caught:
+        list(gateway.stream(CONFIG, MESSAGES))
+
+    # the body's first line, cut to 160 characters as every provider message is
+    assert str(caught.value) == (
+        "openai/qwen2.5: request rejected (HTTP 400) (upstream exploded: " + "x" * 138 + "...)"
+    )
+    assert pulled[0] <= openai_compat.ERROR_BODY_MAX_BYTES
+
+
 def test_a_redirect_is_not_followed(provider):
     """The provider policy approved this address, not wherever it points to."""
     provider.answer(307, b"", {"location": "http://169.254.169.254/latest/meta-data"})
