@@ -46,6 +46,22 @@ NEVER_STARTED_TEXT = (
     "The reply never started: the task queue or its workers were unavailable. "
     "Send your message again."
 )
+# Embedded mode has no workers or queue: turns run inside the web server.
+DEAD_SERVER_TEXT = (
+    "The reply was interrupted: the server stopped while writing it. "
+    "What it had written so far is kept; send your message again to continue."
+)
+NEVER_STARTED_EMBEDDED_TEXT = (
+    "The reply never started: the server stopped before it could. Send your message again."
+)
+
+
+def _dead_text() -> str:
+    return DEAD_SERVER_TEXT if settings.EMBEDDED else DEAD_WORKER_TEXT
+
+
+def _never_started_text() -> str:
+    return NEVER_STARTED_EMBEDDED_TEXT if settings.EMBEDDED else NEVER_STARTED_TEXT
 
 
 @dataclass(frozen=True)
@@ -99,7 +115,8 @@ def replies_interrupt_dead(*, now=None) -> int:
     ids = list(
         Message.objects.filter(stale, status=Message.Status.STREAMING).values_list("pk", flat=True)
     )
-    return sum(_interrupt(message_id=pk, still=stale, error_message=DEAD_WORKER_TEXT) for pk in ids)
+    text = _dead_text()
+    return sum(_interrupt(message_id=pk, still=stale, error_message=text) for pk in ids)
 
 
 def replies_redispatch(*, now=None) -> int:
@@ -141,7 +158,7 @@ def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
         _interrupt(
             message_id=pk,
             still=old,
-            error_message=NEVER_STARTED_TEXT
+            error_message=_never_started_text()
             if status == Message.Status.PENDING
             else INTERRUPTED_TEXT,
         )

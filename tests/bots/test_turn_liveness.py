@@ -286,7 +286,9 @@ def _beat_rounds(rounds: int, *, interval: float) -> watchdog.InProcessBeat:
 @pytest.mark.django_db(transaction=True)
 def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_session, settings):
     """Embedded mode has no Celery beat: the web process's own beat thread runs the watchdog
-    (a reply whose process died mid-turn) and the orphan sweep (a reply pending for too long)."""
+    (a reply whose process died mid-turn) and the orphan sweep (a reply pending for too long).
+    Its words name the server, not workers or a queue embedded mode does not have."""
+    settings.EMBEDDED = True
     settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 30
     settings.CHAT_ORPHAN_AFTER_SECONDS = 600
     dead = _streaming(chat_session, content="Half a", heartbeat_age=31)
@@ -305,11 +307,12 @@ def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_ses
     assert (dead.status, dead.content, dead.error_message) == (
         "interrupted",
         "Half a",
-        watchdog.DEAD_WORKER_TEXT,
+        "The reply was interrupted: the server stopped while writing it. "
+        "What it had written so far is kept; send your message again to continue.",
     )
     assert (old_pending.status, old_pending.error_message) == (
         "interrupted",
-        watchdog.NEVER_STARTED_TEXT,
+        "The reply never started: the server stopped before it could. Send your message again.",
     )
 
 
