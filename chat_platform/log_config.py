@@ -3,11 +3,15 @@
 One configuration for every process: the web server (through settings), the Celery worker and
 beat (``chat_platform/celery_app.py`` stops Celery from installing its own handlers). In JSON
 mode each event is one line; a traceback (``log.exception``, ``exc_info=``, and stdlib loggers
-such as Django's request logger) is rendered into the string field ``exception``.
+such as Django's request logger) is rendered into the string field ``exception``. So is an
+exception nothing caught, in the main thread or another: Python would print it as raw lines
+(celery beat, stopped mid-tick, raises from its closed schedule file on the way out).
 """
 
 import logging
 import logging.config
+import sys
+import threading
 from typing import Any
 
 import structlog
@@ -52,9 +56,31 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
     )
     # warnings.warn() output becomes a log event (logger "py.warnings") instead of a raw line.
     logging.captureWarnings(json)
+    if json:
+        sys.excepthook = _log_uncaught
+        threading.excepthook = _log_uncaught_in_thread
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
+    )
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, traceback)
+        return
+    structlog.get_logger("uncaught").critical(
+        "uncaught_exception", exc_info=(kind, value, traceback)
+    )
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    structlog.get_logger("uncaught").critical(
+        "uncaught_exception",
+        thread=getattr(args.thread, "name", ""),
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
     )

@@ -93,4 +93,9 @@ def test_beat_writes_json_lines(real_env, tmp_path):
             process.wait(timeout=15)
     events = _json_lines(log.read_text())
     assert any("Sending due task" in e["event"] for e in events), events
-    assert all(e["logger"].startswith("celery") or e["logger"] == "py.warnings" for e in events)
+    # "uncaught": beat stopped mid-tick can raise from its closed schedule file on the way out
+    # (a Celery race); that traceback is a JSON event too.
+    assert all(
+        e["logger"].startswith("celery") or e["logger"] in ("py.warnings", "uncaught")
+        for e in events
+    )
