@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
-from django.db.models import IntegerField, QuerySet, TextField, Value
+from django.db.models import IntegerField, Q, QuerySet, TextField, Value
 from django.db.models.functions import Cast
 
 from bots.models import Bot, ChatSession, Message
@@ -103,8 +103,13 @@ def bot_budget(bot: Bot) -> Budget:
     )
 
 
-def _in_context(session: ChatSession, before_seq: int):
-    return Message.objects.filter(Message.in_context_q(), session=session, seq__lt=before_seq)
+def in_context_before(session: ChatSession | int, before_seq: int) -> Q:
+    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq."""
+    return Message.in_context_q() & Q(session=session, seq__lt=before_seq)
+
+
+def _in_context(session: ChatSession | int, before_seq: int):
+    return Message.objects.filter(in_context_before(session, before_seq))
 
 
 _PINNED, _SUMMARY = 0, 1
@@ -113,7 +118,7 @@ _PINNED, _SUMMARY = 0, 1
 def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: int) -> QuerySet:
     part = IntegerField()
     pinned = (
-        Message.objects.filter(Message.in_context_q(), session_id=session_id, seq__lt=before_seq)
+        _in_context(session_id, before_seq)
         .filter(pinned=True)
         .exclude(pk=exclude_id)
         .annotate(part=Value(_PINNED, output_field=part))
@@ -221,6 +226,20 @@ def tool_calls_load(text: str | None) -> list[dict]:
     return calls if isinstance(calls, list) else []
 
 
+def history_row(
+    pk: int, seq: int, tokens: int, role: str, tool_call_id: str | None, calls: str | None
+) -> HistoryRow:
+    """A history row for admission from the stored columns (``calls``: ``tool_calls_text``)."""
+    return HistoryRow(
+        id=pk,
+        seq=seq,
+        tokens=tokens,
+        role=role,
+        tool_call_id=tool_call_id or None,
+        tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
+    )
+
+
 def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
     """Unpinned history as (ids, counts), newest first, in keyset pages; stops when not pulled."""
     rows = (
@@ -234,14 +253,7 @@ def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
     while True:
         page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
         for pk, seq, tokens, role, tool_call_id, calls in page:
-            yield HistoryRow(
-                id=pk,
-                seq=seq,
-                tokens=tokens,
-                role=role,
-                tool_call_id=tool_call_id or None,
-                tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
-            )
+            yield history_row(pk, seq, tokens, role, tool_call_id, calls)
         if len(page) < HISTORY_PAGE_SIZE:
             return
         cursor = page[-1][1]

@@ -34,6 +34,8 @@ from compaction.measure import (
     bot_budget,
     context_measure,
     history_newest_first,
+    history_row,
+    in_context_before,
     tool_calls_load,
     tool_calls_text,
 )
@@ -176,10 +178,8 @@ def _whole_history(
 
     The running totals are read before the rows: if a concurrent turn made the history grow past
     the budget meanwhile, admission still decides on the rows read, and trims."""
-    outside = {p.id for p in measure.pinned} | {r.id for r in measure.recalled}
-    if new_message is not None:
-        outside.add(new_message.pk)
-    where = Message.in_context_q() & Q(session=measure.session, seq__lt=measure.before_seq)
+    outside = _sent_whole_ids(measure, new_message)
+    where = in_context_before(measure.session, measure.before_seq)
     if outside:
         where |= Q(pk__in=outside)
     rows = (
@@ -192,27 +192,21 @@ def _whole_history(
     texts: dict[int, tuple[Any, ...]] = {}
     for pk, role, content, calls, tool_call_id, seq, tokens, pinned in rows:
         texts[pk] = (pk, role, content, calls, tool_call_id)
-        if pinned or pk in outside:
-            continue
-        history.append(
-            HistoryRow(
-                id=pk,
-                seq=seq,
-                tokens=tokens,
-                role=role,
-                tool_call_id=tool_call_id or None,
-                tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
-            )
-        )
+        if not pinned and pk not in outside:
+            history.append(history_row(pk, seq, tokens, role, tool_call_id, calls))
     return history, texts
 
 
-def _chosen_ids(measure: Measure, admission: Admission, new_message: Message | None) -> set[int]:
-    wanted = {p.id for p in measure.pinned} | set(admission.admitted_history_ids)
-    wanted.update(r.id for r in measure.recalled)
+def _sent_whole_ids(measure: Measure, new_message: Message | None) -> set[int]:
+    """Pins, the recalled exchange and the new message: sent whatever admission decides."""
+    ids = {p.id for p in measure.pinned} | {r.id for r in measure.recalled}
     if new_message is not None:
-        wanted.add(new_message.pk)
-    return wanted
+        ids.add(new_message.pk)
+    return ids
+
+
+def _chosen_ids(measure: Measure, admission: Admission, new_message: Message | None) -> set[int]:
+    return _sent_whole_ids(measure, new_message) | set(admission.admitted_history_ids)
 
 
 def _chosen_from(
