@@ -6,6 +6,7 @@ exactly like any other API client. The URL names the chat (``/chat/<id>/``), so 
 bookmarked and Back/Forward move between chats (the script uses ``history.pushState``).
 """
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -21,7 +22,14 @@ def _chat_shell(
     return render(
         request,
         "chat/chat.html",
-        {"user": request.user, "session_id": session_id or "", "bot_id": bot_id or ""},
+        {
+            "user": request.user,
+            "session_id": session_id or "",
+            "bot_id": bot_id or "",
+            # Images in replies render only from these (and this server, data:), as the
+            # Content-Security-Policy allows; any other becomes a link (static/chat/markdown.js).
+            "image_origins": " ".join(settings.CSP_IMG_SRC_EXTRA),
+        },
     )
 
 

@@ -11,7 +11,7 @@ import environ
 from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from chat_platform import provider_policy
+from chat_platform import content_security, provider_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -61,6 +61,20 @@ if _proxy_ssl_header and (
     )
 SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) if _proxy_ssl_header else None
 
+# --- Content-Security-Policy (chat_platform/content_security.py, docs/security.md) ------------
+# Self-hosted assets only; images also from data: and the origins listed here (comma-separated
+# http(s) origins, e.g. https://img.example.com). Replies are model output: an image it names is
+# fetched only from these, and the chat shows any other as a link.
+try:
+    CSP_IMG_SRC_EXTRA = content_security.image_origins_parse(
+        env.list("CSP_IMG_SRC_EXTRA", default=[])
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"CSP_IMG_SRC_EXTRA: {exc}") from None
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": content_security.directives(img_src_extra=CSP_IMG_SRC_EXTRA)
+}
+
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL
 
@@ -83,7 +97,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost, so it sees every answer: errors under /api/ are always the JSON error shape.
+    # Outside even the error shape below, so every answer carries the policy.
+    "chat_platform.content_security.ContentSecurityPolicyMiddleware",
+    # Outermost but for the policy, so it sees every answer: errors under /api/ are always the
+    # JSON error shape.
     "chat_platform.api.ApiErrorShapeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -6,29 +6,103 @@
  * window.chatMarkdown.render(container, text, {final}) replaces container's children.
  * Streaming replies are re-rendered whole on a throttle (see chat.js); highlighting, the costly
  * part, waits for the final render.
+ *
+ * Images: a reply is model output, and an image the browser fetches on render could carry in its
+ * URL anything the model saw. Only images from this server, data:image/<raster> and the origins
+ * the operator allowed (CSP_IMG_SRC_EXTRA, given to the page as data-image-origins) render; any
+ * other http(s) image becomes a link (its alt text, or the URL, as the text), anything else just
+ * its alt text. The Content-Security-Policy refuses such fetches too (docs/security.md).
  */
 (function () {
   "use strict";
 
   var hasLibs = typeof window.marked !== "undefined" && typeof window.DOMPurify !== "undefined";
 
+  var LINK_REL = "noopener noreferrer nofollow";
+  var DATA_IMAGE = /^data:image\/(?:png|gif|jpeg|webp|avif|bmp);base64,[a-z0-9+/]*={0,2}$/i;
+  var imageOrigins = null;
+  // Images of the render in progress whose src is not allowed: [img, link href or ""].
+  var held = null;
+
+  function allowedOrigins() {
+    if (imageOrigins === null) {
+      var app = document.getElementById("chat-app");
+      var listed = ((app && app.dataset.imageOrigins) || "").split(/\s+/);
+      imageOrigins = [window.location.origin];
+      listed.forEach(function (origin) {
+        try {
+          if (origin) imageOrigins.push(new URL(origin).origin);
+        } catch (e) {
+          /* not an origin: nothing allowed by it */
+        }
+      });
+    }
+    return imageOrigins;
+  }
+
+  // "image" (render it), "link" (an http(s) URL elsewhere) or "text" (anything else).
+  function imageVerdict(src) {
+    if (/^data:/i.test(src)) return DATA_IMAGE.test(src) ? "image" : "text";
+    var url;
+    try {
+      url = new URL(src, document.baseURI);
+    } catch (e) {
+      return "text";
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") return "text";
+    return allowedOrigins().indexOf(url.origin) >= 0 ? "image" : "link";
+  }
+
   if (hasLibs) {
     window.marked.setOptions({ gfm: true, breaks: true });
-    // Links in replies open in a new tab and tell the target nothing about us.
     window.DOMPurify.addHook("afterSanitizeAttributes", function (node) {
+      // Links in replies open in a new tab and tell the target nothing about us.
       if (node.tagName === "A" && node.getAttribute("href")) {
         node.setAttribute("target", "_blank");
-        node.setAttribute("rel", "noopener noreferrer nofollow");
+        node.setAttribute("rel", LINK_REL);
+      }
+      // Still in DOMPurify's inert document, where nothing is fetched: an image that may not
+      // load loses its src here, and is replaced once sanitising is over (render, below).
+      if (node.tagName === "IMG" && held) {
+        var src = (node.getAttribute("src") || "").trim();
+        var verdict = imageVerdict(src);
+        if (verdict !== "image") {
+          node.removeAttribute("src");
+          held.push([node, verdict === "link" ? new URL(src, document.baseURI).href : ""]);
+        }
       }
     });
   }
 
   var PURIFY = {
     USE_PROFILES: { html: true },
-    FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe"],
-    FORBID_ATTR: ["style"],
+    // Media would fetch from wherever a reply says, like images: replies have none.
+    FORBID_TAGS: [
+      "style", "form", "input", "button", "textarea", "select", "iframe",
+      "audio", "video", "source", "track", "picture",
+    ],
+    // srcset and background name images too (the src check above sees only src).
+    FORBID_ATTR: ["style", "srcset", "background", "poster"],
     RETURN_DOM_FRAGMENT: true,
   };
+
+  // An image that may not load: a link to it (text: its alt, or the URL), or its alt text alone
+  // where it is no http(s) URL or already inside a link.
+  function replaceImage(img, href) {
+    var alt = (img.getAttribute("alt") || "").trim();
+    if (!href || img.closest("a")) {
+      img.replaceWith(document.createTextNode(alt || href));
+      return;
+    }
+    var link = document.createElement("a");
+    link.href = href;
+    link.target = "_blank";
+    link.rel = LINK_REL;
+    link.className = "remote-image";
+    link.title = "Image not loaded: " + href;
+    link.textContent = alt || href;
+    img.replaceWith(link);
+  }
 
   function copyText(text) {
     if (navigator.clipboard && window.isSecureContext) {
@@ -118,7 +192,16 @@
       return;
     }
     var html = window.marked.parse(text);
-    var fragment = window.DOMPurify.sanitize(html, PURIFY);
+    held = [];
+    var fragment;
+    try {
+      fragment = window.DOMPurify.sanitize(html, PURIFY);
+      held.forEach(function (entry) {
+        replaceImage(entry[0], entry[1]);
+      });
+    } finally {
+      held = null;
+    }
     decorateCode(fragment, opts.final !== false);
     // marked ends blocks with newlines; trailing whitespace text would only add a blank line.
     while (fragment.lastChild && fragment.lastChild.nodeType === 3 && !fragment.lastChild.textContent.trim()) {
