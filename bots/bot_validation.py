@@ -47,8 +47,42 @@ def check_bot_provider(
                 "Not an allowed provider address (PROVIDER_API_BASES): ask an administrator."
             ]
         bot.api_base_approved = ""
+    _check_models(user=user, bot=bot, errors=errors)
     if errors:
         raise ValidationFailed(details=errors)
+
+
+_PROVIDER_NOT_ALLOWED = (
+    "Not a provider your bots may use: name one of {providers} (e.g. openai/<model> with an "
+    "allowed api_base), or ask an administrator."
+)
+_DEFAULT_NOT_LISTED = (
+    "This provider's default address is not allowed (PROVIDER_API_BASES): set an allowed "
+    "api_base, or ask an administrator."
+)
+
+
+def _check_models(*, user: AbstractBaseUser | None, bot: Bot, errors: dict) -> None:
+    """Staff approve what they save; anyone else's models (chat and compaction) must name a
+    provider of ``USER_PROVIDERS``, and without an api_base its default must be listed. A model
+    staff approved stays usable while the owner edits other fields."""
+    models = [m for m in (bot.model, bot.compaction_model) if m]
+    if _is_staff(user):
+        bot.models_approved = "\n".join(models)
+        return
+    approved = [
+        m for m in models if bot.model_trusted(m) and (bot.api_base_trusted or not bot.api_base)
+    ]
+    for field, model in (("model", bot.model), ("compaction_model", bot.compaction_model)):
+        if not model or model in approved:
+            continue
+        refusal = provider_policy.provider_refusal(model=model, api_base=bot.api_base)
+        if refusal == provider_policy.PROVIDER_NOT_ALLOWED:
+            providers = ", ".join(f"{p}/" for p in sorted(provider_policy.USER_PROVIDERS))
+            errors.setdefault(field, []).append(_PROVIDER_NOT_ALLOWED.format(providers=providers))
+        elif refusal is not None and "api_base" not in errors:
+            errors.setdefault(field, []).append(_DEFAULT_NOT_LISTED)
+    bot.models_approved = "\n".join(approved)
 
 
 def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:

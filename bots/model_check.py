@@ -49,6 +49,7 @@ def bot_model_check(*, user: AbstractBaseUser, bot_id: object) -> ModelCheck:
         api_base=config.api_base,
         api_key_env=config.api_key_env,
         api_base_trusted=config.api_base_trusted,
+        model_trusted=config.model_trusted,
         temperature=config.temperature,
         max_output_tokens=CHECK_MAX_OUTPUT_TOKENS,
         timeout=CHECK_TIMEOUT_SECONDS,

@@ -29,6 +29,10 @@ class Bot(models.Model):
     # owner edits other fields. Only an api_base equal to this, or one under PROVIDER_API_BASES,
     # is ever called (checked again at call time). Never shown in the API.
     api_base_approved = models.CharField(max_length=500, blank=True, default="", editable=False)
+    # The models (chat and compaction, one per line) a staff member set or approved for this
+    # bot. Only those may use a provider outside USER_PROVIDERS, or a provider's default
+    # endpoint that PROVIDER_API_BASES does not list (checked again at call time).
+    models_approved = models.CharField(max_length=402, blank=True, default="", editable=False)
     api_key_env = models.CharField(
         max_length=128,
         blank=True,
@@ -89,6 +93,10 @@ class Bot(models.Model):
     def api_base_trusted(self) -> bool:
         """Its api_base was set or approved by staff (and has not changed since)."""
         return bool(self.api_base) and self.api_base == self.api_base_approved
+
+    def model_trusted(self, model: str) -> bool:
+        """Staff set or approved ``model`` for this bot (and the api_base it is called with)."""
+        return bool(model) and model in self.models_approved.split("\n")
 
 
 class ChatSession(models.Model):

@@ -64,6 +64,25 @@ def session_get_for_user(*, user: AbstractBaseUser, session_id: object) -> ChatS
     return session
 
 
+BOT_UNAVAILABLE = "This chat's bot is no longer available to you."
+
+
+def bot_usable_in(*, session: ChatSession, bot: Bot | None = None) -> bool:
+    """May the session's user still run its bot: they own it, or it is shared. Checked on every
+    send, compaction and model call, not only when the session was made (un-sharing revokes)."""
+    bot = bot or session.bot
+    return bot.owner_id == session.user_id or bot.is_shared
+
+
+def session_get_for_use(*, user: AbstractBaseUser, session_id: object) -> ChatSession:
+    """``session_get_for_user`` for whatever runs the session's bot (a send, a compaction): the
+    transcript stays readable after the bot is un-shared, but it can no longer be run."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    if not bot_usable_in(session=session):
+        raise NotFound(BOT_UNAVAILABLE)
+    return session
+
+
 def message_list(*, session: ChatSession, after_seq: int | None = None) -> QuerySet[Message]:
     messages = Message.objects.filter(session=session)
     if after_seq is not None:

@@ -24,6 +24,7 @@ from bots.queries import (
     bot_get_for_edit,
     bot_get_for_user,
     message_get_for_user,
+    session_get_for_use,
     session_get_for_user,
 )
 from chat_platform.dbwrite import (
@@ -102,7 +103,7 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
         setattr(bot, name, value)
     _full_clean(bot, exclude=["owner"])
     check_bot_settings(user=user, bot=bot, previous_api_base=previous_api_base, changed=changed)
-    bot.save(update_fields=[*fields, "api_base_approved", "updated_at"])
+    bot.save(update_fields=[*fields, "api_base_approved", "models_approved", "updated_at"])
     return bot
 
 
@@ -438,7 +439,7 @@ def session_message_send(
 
     The same ``client_id`` twice returns the first result and writes nothing.
     """
-    session = session_get_for_user(user=user, session_id=session_id)
+    session = session_get_for_use(user=user, session_id=session_id)
     text, cid = check_message_content(content=content, client_id=client_id)
     command = COMPACT_COMMAND.match(text.strip())
     if command:

@@ -20,10 +20,12 @@ from django.utils import timezone
 from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
+from bots.queries import BOT_UNAVAILABLE, bot_usable_in
 from bots.services import allocate_seqs, message_finish, reply_claim, session_context_add
 from chat_platform.errors import (
     InternalError,
     ModelUnavailable,
+    NotFound,
     PlatformError,
     ServiceUnavailable,
 )
@@ -49,11 +51,13 @@ RECALL_MARGIN_TOKENS = 8
 
 
 def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
+    chosen = model or bot.model
     return gateway.ModelConfig(
-        model=model or bot.model,
+        model=chosen,
         api_base=bot.api_base,
         api_key_env=bot.api_key_env,
         api_base_trusted=bot.api_base_trusted,
+        model_trusted=bot.model_trusted(chosen),
         temperature=bot.temperature,
         max_output_tokens=bot.max_output_tokens,
     )
@@ -364,6 +368,14 @@ def _recall_round(
     return stored
 
 
+def _check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
+    """The session's user may still run its bot (owner, or shared): checked when the turn starts
+    (a send queued before the owner un-shared it) and before each recall round."""
+    bot = Bot.objects.only("owner_id", "is_shared").get(pk=session.bot_id) if fresh else None
+    if not bot_usable_in(session=session, bot=bot):
+        raise NotFound(BOT_UNAVAILABLE)
+
+
 def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     session = reply.session
     bot = session.bot
@@ -380,6 +392,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         )
         return
 
+    _check_bot_usable(session)
     config = bot_model_config(bot)
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
@@ -407,6 +420,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         )
         if not calls:
             break
+        _check_bot_usable(session, fresh=True)
         recall_round += 1
         recalled.extend(
             _recall_round(reply, context, calls, recall_round=recall_round, text=completion.text)

@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 
+from chat_platform import redaction
+
 
 def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirrors the setting name
     shared: list[Any] = [
@@ -41,6 +43,7 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
                     "processors": [
                         structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                         *renderer,
+                        _redact_line,
                     ],
                     "foreign_pre_chain": shared,
                 }
@@ -65,6 +68,12 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+
+
+def _redact_line(logger: Any, method: str, line: Any) -> Any:
+    """The rendered line, every configured secret masked (``chat_platform.redaction``): a
+    provider's echoed key in an error, a traceback or a third-party logger's message."""
+    return redaction.redact(line) if isinstance(line, str) else line
 
 
 def _log_uncaught(kind: type[BaseException], value: BaseException, traceback: Any) -> None:

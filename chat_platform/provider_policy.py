@@ -8,6 +8,10 @@ or make the server call internal addresses. So:
   the allow-list may never name a setting of Django or of this project.
 * ``api_base`` must be an http(s) URL; staff may set any, everyone else only one under an entry
   of ``PROVIDER_API_BASES`` (same scheme, host and port, and a path at or below the entry's).
+* a non-staff bot's model must name one of ``USER_PROVIDERS`` (providers whose only credential
+  is the key we pass); with an empty ``api_base`` the provider's default endpoint is what would
+  be called, so that endpoint must be listed too, and it is then passed explicitly (an
+  ``OLLAMA_API_BASE`` or ``OPENAI_BASE_URL`` in the server's environment never redirects it).
 
 Pure functions over strings; the lists are read from Django settings at call time, so the gateway
 re-checks every call (a row written before these rules, or behind the service's back, never leaks).
@@ -68,6 +72,30 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # One message for every call-time refusal: it names the rule, never a variable or its state.
 KEY_ENV_NOT_ALLOWED = "this bot's api_key_env is not an allowed provider key variable"
 API_BASE_NOT_ALLOWED = "this bot's api_base is not an allowed provider address"
+PROVIDER_NOT_ALLOWED = "this bot's model names a provider its owner may not use"
+
+BUILTIN_PROVIDER = "builtin"
+
+# The providers a non-staff bot may name, and the endpoint litellm calls for each when a bot
+# sets no api_base (None: the provider has no default, an api_base is required). Each of them
+# authenticates with the api_key we pass and nothing else; providers that sign with ambient
+# cloud credentials (bedrock, vertex_ai, sagemaker, azure AD…) are for staff-approved bots only.
+USER_PROVIDERS: dict[str, str | None] = {
+    "openai": "https://api.openai.com/v1",
+    "hosted_vllm": None,
+    "litellm_proxy": None,
+    "lm_studio": None,
+    "ollama": "http://localhost:11434",
+    "ollama_chat": "http://localhost:11434",
+    "anthropic": "https://api.anthropic.com",
+    "groq": "https://api.groq.com/openai/v1",
+    "mistral": "https://api.mistral.ai/v1",
+    "deepseek": "https://api.deepseek.com",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "xai": "https://api.x.ai/v1",
+    "fireworks_ai": "https://api.fireworks.ai/inference/v1",
+    "deepinfra": "https://api.deepinfra.com/v1/openai",
+}
 
 
 def key_env_allow_list_check(names: Iterable[str], *, forbidden: Iterable[str]) -> list[str]:
@@ -164,12 +192,59 @@ def api_base_listed(url: str, *, listed: Iterable[str] | None = None) -> bool:
     return False
 
 
-def call_refusal(*, api_key_env: str, api_base: str, api_base_trusted: bool) -> str | None:
-    """Why a model call with these settings must not be made (a user-safe reason), or None."""
+def model_provider(model: str) -> str:
+    """The litellm provider prefix of ``model`` (``openai/gpt-4o`` -> ``openai``); "" when the
+    model names none (litellm would guess one from the name)."""
+    prefix, slash, _ = model.partition("/")
+    return prefix.strip().lower() if slash else ""
+
+
+def provider_refusal(*, model: str, api_base: str) -> str | None:
+    """Why a bot that staff did not approve may not call ``model`` at ``api_base`` (already
+    checked against ``PROVIDER_API_BASES`` when set), or None."""
+    provider = model_provider(model)
+    if provider == BUILTIN_PROVIDER:
+        return None
+    if provider not in USER_PROVIDERS:
+        return PROVIDER_NOT_ALLOWED
+    if api_base:
+        return None
+    default = USER_PROVIDERS[provider]
+    if default is None or not api_base_listed(default):
+        return API_BASE_NOT_ALLOWED
+    return None
+
+
+def call_api_base(*, model: str, api_base: str, model_trusted: bool) -> str:
+    """The api_base a call must be sent to: the bot's own, else (for a bot staff did not
+    approve) the provider's listed default, passed explicitly so that no environment variable
+    of the server can choose the endpoint. "" leaves it to litellm (built-in models, staff)."""
+    if api_base or model_trusted:
+        return api_base
+    provider = model_provider(model)
+    if provider == BUILTIN_PROVIDER:
+        return ""
+    return USER_PROVIDERS.get(provider) or ""
+
+
+def call_refusal(
+    *,
+    api_key_env: str,
+    api_base: str,
+    api_base_trusted: bool,
+    model: str = "",
+    model_trusted: bool = True,
+) -> str | None:
+    """Why a model call with these settings must not be made (a user-safe reason), or None.
+
+    ``api_base_trusted``: staff set or approved this api_base; ``model_trusted``: staff approved
+    this model (with the bot's api_base). Anything else must pass the non-staff rules again."""
     if api_key_env and not key_env_allowed(api_key_env):
         return KEY_ENV_NOT_ALLOWED
     if api_base and not (
         api_base_is_http(api_base) and (api_base_trusted or api_base_listed(api_base))
     ):
         return API_BASE_NOT_ALLOWED
+    if not (model_trusted and (api_base_trusted or not api_base)) and model:
+        return provider_refusal(model=model, api_base=api_base)
     return None

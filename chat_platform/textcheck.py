@@ -20,3 +20,14 @@ def validate_storable_text(value: Any) -> None:
     """Django validator for model and serializer fields."""
     if isinstance(value, str) and not text_is_storable(value):
         raise ValidationError(UNSTORABLE_MESSAGE, code="unstorable_text")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_made_storable(value: str) -> str:
+    """Provider text made storable: NUL dropped, each lone surrogate replaced by U+FFFD. Users'
+    text is refused instead (``validate_storable_text``); a model's cannot be sent back."""
+    if _UNSTORABLE.search(value) is None:
+        return value
+    return _SURROGATE.sub("\ufffd", value.replace("\x00", ""))

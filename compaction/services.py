@@ -4,7 +4,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots import realtime
 from bots.models import ChatSession
-from bots.queries import session_get_for_user
+from bots.queries import session_get_for_use
 from chat_platform.errors import ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft
@@ -25,7 +25,7 @@ REASON_TEXT = {
 
 
 def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = "") -> RunResult:
-    session = session_get_for_user(user=user, session_id=session_id)
+    session = session_get_for_use(user=user, session_id=session_id)
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     result = compaction_manual(session=session, focus=focus.strip())

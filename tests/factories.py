@@ -31,6 +31,9 @@ class BotFactory(factory.django.DjangoModelFactory):
     # Test bots are configured as staff would: their api_base counts as approved. Tests of the
     # provider policy (tests/bots/test_provider_policy.py) pass api_base_approved explicitly.
     api_base_approved = factory.LazyAttribute(lambda bot: bot.api_base)
+    models_approved = factory.LazyAttribute(
+        lambda bot: "\n".join(m for m in (bot.model, getattr(bot, "compaction_model", "")) if m)
+    )
 
 
 class SessionFactory(factory.django.DjangoModelFactory):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import dataclasses
 import json
 import select
 import socket
@@ -55,6 +56,12 @@ class Reply:
     tool_calls: list[dict] | None = None
     # Default: computed from lengths (prompt = characters of all message contents // 4).
     usage: dict | None = None
+    # Answer ``redirect_status`` with this Location instead (a base that points elsewhere).
+    redirect_to: str | None = None
+    redirect_status: int = 307
+    # Put the request's Authorization header into the answer: appended to ``error_message``
+    # (status != 200) or to ``text`` (a provider that echoes what it was sent).
+    echo_authorization: bool = False
 
     def deltas(self) -> list[str]:
         if self.chunks is not None:
@@ -257,6 +264,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, body: dict, reply: Reply) -> bool:
         if reply.hang and self._pause(reply.hang):
             return False
+        if reply.redirect_to is not None:
+            self.send_response(reply.redirect_status)
+            self.send_header("Location", reply.redirect_to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        if reply.echo_authorization:
+            echoed = f" [you sent: {self.headers.get('Authorization', '')}]"
+            if reply.status != 200:
+                reply = dataclasses.replace(reply, error_message=reply.error_message + echoed)
+            else:
+                reply = dataclasses.replace(reply, text=reply.text + echoed, chunks=None)
         if reply.status != 200:
             self._json(reply.status, _error_body(reply.status, reply.error_message))
             return True

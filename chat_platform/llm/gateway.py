@@ -12,7 +12,12 @@ Rules kept here:
 * litellm is imported lazily, once (it costs seconds), and is configured then: no debug banners,
   no telemetry, no tokenizer downloads, the ``builtin`` provider registered.
 * Keys are read from ``os.environ[config.api_key_env]`` at call time and passed straight to
-  litellm; they are never stored, logged or put into an error message.
+  litellm; they are never stored, logged or put into an error message. A call carries exactly
+  the key its bot names: when it names none, a placeholder is passed, so neither litellm nor a
+  provider SDK falls back to the server's ``OPENAI_API_KEY`` (or any other ambient key). Every
+  error text and every streamed reply passes ``redaction`` of every configured secret.
+* Every HTTP request of a call obeys ``chat_platform.outbound``: no redirect is followed, and
+  nothing but the approved endpoint may be reached at a non-public address.
 * Before anything is read or sent, the call is checked against the provider policy
   (``chat_platform.provider_policy``): ``api_key_env`` must be allow-listed and ``api_base`` an
   http(s) URL that staff approved (``api_base_trusted``) or one under ``PROVIDER_API_BASES``.
@@ -41,9 +46,10 @@ from typing import Any
 
 import structlog
 
-from chat_platform import provider_policy
+from chat_platform import outbound, provider_policy, redaction
 from chat_platform.llm import openai_compat
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
+from chat_platform.textcheck import text_made_storable
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +72,9 @@ class ModelConfig:
     # True when staff set or approved this api_base (Bot.api_base_trusted); otherwise it must be
     # under PROVIDER_API_BASES.
     api_base_trusted: bool = False
+    # True when staff approved this model for the bot (Bot.model_trusted): only then may a call
+    # without an api_base go wherever litellm's default for the provider is.
+    model_trusted: bool = False
     temperature: float = 0.7
     max_output_tokens: int = 1024
     timeout: float | None = None
@@ -221,9 +230,14 @@ def _call_kwargs(
         api_key_env=config.api_key_env,
         api_base=config.api_base,
         api_base_trusted=config.api_base_trusted,
+        model=config.model,
+        model_trusted=config.model_trusted,
     )
     if refusal:
         raise ModelUnavailable(f"{config.model}: {refusal}")
+    api_base = provider_policy.call_api_base(
+        model=config.model, api_base=config.api_base, model_trusted=config.model_trusted
+    )
     timeout = config.timeout if config.timeout is not None else _setting("LLM_TIMEOUT_SECONDS")
     kwargs: dict[str, Any] = {
         "model": config.model,
@@ -237,8 +251,8 @@ def _call_kwargs(
         # of failing every turn of a bot whose settings are otherwise fine.
         "drop_params": True,
     }
-    if config.api_base:
-        kwargs["api_base"] = config.api_base
+    if api_base:
+        kwargs["api_base"] = api_base
     api_key = _api_key(config)
     if api_key:
         kwargs["api_key"] = api_key
@@ -251,18 +265,25 @@ def _call_kwargs(
 
 
 def _api_key(config: ModelConfig) -> str | None:
+    """The key the bot names, else the placeholder: never None for a provider, because litellm
+    and the SDKs fill a missing key from the server's environment (``OPENAI_API_KEY``…)."""
+    if config.model.startswith(BUILTIN_PREFIX):
+        return None
     if config.api_key_env:
         value = os.environ.get(config.api_key_env)
         if not value:
             raise ModelUnavailable(f"{config.model}: {_KEY_FAILED}", status_code=401)
         return value
-    if (
-        config.api_base
-        and config.model.startswith("openai/")
-        and not os.environ.get("OPENAI_API_KEY")
-    ):
-        return _NO_KEY_PLACEHOLDER
-    return None
+    return _NO_KEY_PLACEHOLDER
+
+
+def _policy(config: ModelConfig, kwargs: dict[str, Any]) -> outbound.Policy:
+    """Where this call's requests may go: its approved api_base (any address), or, for a
+    staff-approved bot without one, wherever litellm sends that provider."""
+    base = kwargs.get("api_base") or ""
+    if not base:
+        return outbound.policy_for(any_destination=config.model_trusted)
+    return outbound.policy_for(approved_bases=[base])
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -275,6 +296,7 @@ def _detail(exc: BaseException, secret: str | None) -> str:
     text = _LITELLM_PREFIX.sub("", text).strip() or type(exc).__name__
     if secret:
         text = text.replace(secret, "***")
+    text = redaction.redact(text)
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -295,6 +317,9 @@ def _is_connection_failure(exc: BaseException) -> bool:
 
 def _classify(exc: BaseException) -> tuple[bool, int | None, str]:
     """(transient, status_code, reason) for a failure of one attempt, on either road."""
+    refused = outbound.refusal_in(exc)
+    if refused is not None:
+        return False, refused.status_code, str(refused)
     direct = _classify_direct(exc)
     if direct is not None:
         return direct
@@ -377,7 +402,9 @@ def _unavailable(
             message += f" ({detail})"
     if attempts > 1:
         message += f", after {attempts} attempts"
-    return ModelUnavailable(message, status_code=status, transient=transient, attempts=attempts)
+    return ModelUnavailable(
+        redaction.redact(message), status_code=status, transient=transient, attempts=attempts
+    )
 
 
 def _retry_policy() -> tuple[int, float]:
@@ -387,6 +414,54 @@ def _retry_policy() -> tuple[int, float]:
 
 
 # --- results --------------------------------------------------------------------------------
+
+_END = object()
+
+# A provider that ignores max_tokens must not fill the worker's memory or the database: reading
+# stops once the reply is past max_tokens plus a margin (finish_reason "length"). Tokens are
+# counted only now and then (at 4 characters a token, then every 50 % more text); a hard stop by
+# length catches one enormous chunk between counts.
+_CAP_MARGIN_TOKENS = 64
+_CAP_CHARS_PER_TOKEN = 16
+
+
+class _OutputCap:
+    def __init__(self, max_tokens: int, *, model: str) -> None:
+        self.limit = max_tokens + max(_CAP_MARGIN_TOKENS, max_tokens // 10)
+        self.char_limit = self.limit * _CAP_CHARS_PER_TOKEN
+        self.model = model
+        self.chars = 0
+        self.next_count = self.limit * 4
+        self.parts: list[str] = []
+        self.reached = False
+
+    def take(self, text: str) -> str:
+        """``text`` as far as it fits; sets ``reached`` once the reply is over the cap."""
+        if self.reached:
+            return ""
+        if self.chars + len(text) > self.char_limit:
+            text = text[: self.char_limit - self.chars]
+            self.reached = True
+        self.chars += len(text)
+        self.parts.append(text)
+        if not self.reached and self.chars >= self.next_count:
+            if count_tokens("".join(self.parts), model=self.model) > self.limit:
+                self.reached = True
+            else:
+                self.next_count = self.chars + self.chars // 2 + 1
+        return text
+
+
+def _clean_tool_call(call: dict) -> dict:
+    function = call["function"]
+    return {
+        **call,
+        "id": text_made_storable(str(call.get("id") or "")),
+        "function": {
+            "name": text_made_storable(str(function.get("name") or "")),
+            "arguments": text_made_storable(str(function.get("arguments") or "")),
+        },
+    }
 
 
 def _tool_call_dict(call: Any) -> dict:
@@ -491,11 +566,13 @@ def complete(
         raise
     litellm = _litellm()
     retries, backoff = _retry_policy()
+    policy = _policy(config, kwargs)
     attempt = 0
     while True:
         attempt += 1
         try:
-            response = litellm.completion(**kwargs)
+            with outbound.scope(policy):
+                response = litellm.completion(**kwargs)
             break
         except Exception as exc:
             transient = _classify(exc)[0]
@@ -510,14 +587,17 @@ def complete(
 
     choice = response.choices[0]
     message = choice.message
-    tool_calls = [_tool_call_dict(c) for c in (_get(message, "tool_calls") or [])]
-    text = _get(message, "content") or ""
+    tool_calls = [_clean_tool_call(_tool_call_dict(c)) for c in (_get(message, "tool_calls") or [])]
+    cap = _OutputCap(kwargs["max_tokens"], model=config.model)
+    text = cap.take(redaction.redact(text_made_storable(str(_get(message, "content") or ""))))
     prompt_tokens, completion_tokens = _usage_tokens(
         _get(response, "usage"), config, messages, text, tool_calls
     )
     completion = Completion(
         text=text,
-        finish_reason=choice.finish_reason or ("tool_calls" if tool_calls else "stop"),
+        finish_reason="length"
+        if cap.reached
+        else choice.finish_reason or ("tool_calls" if tool_calls else "stop"),
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         model=config.model,
@@ -624,8 +704,13 @@ class ChatStream:
             raise
         retries, backoff = _retry_policy()
         direct = openai_compat.is_direct(
-            config.model, config.api_base, enabled=bool(_setting("LLM_DIRECT_OPENAI_COMPATIBLE"))
+            config.model,
+            kwargs.get("api_base") or "",
+            enabled=bool(_setting("LLM_DIRECT_OPENAI_COMPATIBLE")),
         )
+        policy = _policy(config, kwargs)
+        cap = _OutputCap(kwargs["max_tokens"], model=config.model)
+        redactor = redaction.StreamRedactor()
         attempt = 0
         try:
             while True:
@@ -636,13 +721,21 @@ class ChatStream:
                 finish_reason: str | None = None
                 usage: Any = None
                 try:
-                    response = _open_stream(kwargs, direct=direct)
+                    with outbound.scope(policy):
+                        response = _open_stream(kwargs, direct=direct)
                     with self._lock:
                         self._response = response
                     if self.closed:
                         return
                     self._opened()
-                    for chunk in response:
+                    chunks = iter(response)
+                    while True:
+                        # Only the reads are in the policy's scope: a yield leaves this frame,
+                        # and the caller's code between chunks must not run inside it.
+                        with outbound.scope(policy):
+                            chunk = next(chunks, _END)
+                        if chunk is _END:
+                            break
                         chunk_usage = _get(chunk, "usage")
                         if chunk_usage is not None:
                             usage = chunk_usage
@@ -664,13 +757,27 @@ class ChatStream:
                                 _merge_tool_call_delta(calls, call)
                         content = _get(delta, "content")
                         if content:
-                            self._parts.append(content)
-                            yield content
+                            content = cap.take(text_made_storable(str(content)))
+                            shown = redactor.feed(content)
+                            if shown:
+                                self._parts.append(shown)
+                                yield shown
+                            if cap.reached:
+                                # Far past max_tokens: the provider ignores the cap. Stop
+                                # reading; what arrived is the reply, cut at the cap.
+                                finish_reason = "length"
+                                self._close_response()
+                                break
                     if self.closed:
                         # Stopped: a closed socket can read as the body's end (HTTP/1.0), so
                         # the loop may finish normally; it is still a stop, not an answer.
                         return
-                    if direct and finish_reason is None and not getattr(response, "done", True):
+                    if (
+                        direct
+                        and finish_reason is None
+                        and not cap.reached
+                        and not getattr(response, "done", True)
+                    ):
                         raise openai_compat.ProviderProtocolError(
                             "the provider's stream ended before the answer did"
                         )
@@ -692,7 +799,11 @@ class ChatStream:
         finally:
             self._close_response()
 
-        tool_calls = [calls[i] for i in sorted(calls)]
+        rest = redactor.flush()
+        if rest:
+            self._parts.append(rest)
+            yield rest
+        tool_calls = [_clean_tool_call(calls[i]) for i in sorted(calls)]
         text = self.text
         prompt_tokens, completion_tokens = _usage_tokens(
             usage, config, self.messages, text, tool_calls
@@ -757,19 +868,25 @@ def _merge_tool_call_delta(calls: dict[int, dict], delta: Any) -> None:
 _max_input_cache: dict[tuple[str, str], int] = {}
 
 
-def model_max_input_tokens(model: str, *, api_base: str = "") -> int | None:
+def model_max_input_tokens(
+    model: str, *, api_base: str = "", api_base_trusted: bool = False
+) -> int | None:
     """litellm's ``max_input_tokens`` for ``model``; ``None`` when unknown (and for builtin/*).
 
     Known answers are cached per process. For providers that ask the server (Ollama), pass the
-    bot's ``api_base``.
+    bot's ``api_base``: it is asked only when staff approved it or it is listed, under the same
+    outbound policy as a model call.
     """
     if not model or model.startswith(BUILTIN_PREFIX):
         return None
+    if api_base and not (api_base_trusted or provider_policy.api_base_listed(api_base)):
+        api_base = ""
     key = (model, api_base)
     if key in _max_input_cache:
         return _max_input_cache[key]
     try:
-        info = _litellm().get_model_info(model, api_base=api_base or None)
+        with outbound.scope(outbound.policy_for(approved_bases=[api_base])):
+            info = _litellm().get_model_info(model, api_base=api_base or None)
         value = info.get("max_input_tokens")
     except Exception:  # unknown to litellm's map, or the server could not say
         return None

@@ -82,9 +82,9 @@ def open_stream(kwargs: dict[str, Any]) -> SSEStream:
     }
     if kwargs.get("tools"):
         body["tools"] = kwargs["tools"]
-    # The same key litellm would send: the bot's variable, else OPENAI_API_KEY, else the
-    # placeholder local servers accept.
-    key = kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY")
+    # Exactly the key the gateway chose (the bot's variable, or the placeholder local servers
+    # accept): never the server's own OPENAI_API_KEY.
+    key = kwargs.get("api_key")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = kwargs["api_base"].rstrip("/") + "/chat/completions"
     client = _http()

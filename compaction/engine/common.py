@@ -74,6 +74,7 @@ def compaction_model_config(bot: Bot, *, model: str | None = None) -> gateway.Mo
         api_base="" if builtin else bot.api_base,
         api_key_env="" if builtin else bot.api_key_env,
         api_base_trusted=bot.api_base_trusted,
+        model_trusted=bot.model_trusted(chosen),
         temperature=0.2,
     )
 
@@ -84,7 +85,9 @@ def summariser_window(bot: Bot, config: gateway.ModelConfig) -> int:
     known = (
         None
         if config.model.startswith("builtin/")
-        else gateway.model_max_input_tokens(config.model, api_base=config.api_base)
+        else gateway.model_max_input_tokens(
+            config.model, api_base=config.api_base, api_base_trusted=config.api_base_trusted
+        )
     )
     return known or settings.CONTEXT_ABSOLUTE_CAP_TOKENS
 

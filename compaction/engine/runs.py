@@ -5,6 +5,7 @@ from django.conf import settings
 from django.db.models import Max
 
 from bots.models import ChatSession
+from bots.queries import bot_usable_in
 from chat_platform.errors import CompactionBusy
 from compaction.engine.common import (
     EXTRACTIVE_MODEL,
@@ -25,8 +26,8 @@ from compaction.models import CompactionEvent
 def compaction_soft(*, session_id: int) -> RunResult | None:
     """After a turn: drain toward T in up to 3 passes; never waits for a run in flight."""
     session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
-    if session is None or not session.bot.compaction_enabled:
-        return None
+    if session is None or not session.bot.compaction_enabled or not bot_usable_in(session=session):
+        return None  # (a bot un-shared since the turn: its owner's model is not run for others)
     budget = bot_budget(session.bot)
     with single_flight(session_id, wait=0) as flight:
         if not flight.acquired:

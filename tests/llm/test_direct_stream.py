@@ -4,6 +4,7 @@ take it, that litellm is not involved, and how the server-sent events are read.
 The shared behaviour (answers, errors, retries, stops) is proven on both roads by
 ``test_gateway.py``; here are the parts only the direct road has."""
 
+import dataclasses
 import json
 import threading
 
@@ -200,8 +201,9 @@ def test_a_refused_key_never_reaches_the_message(provider, monkeypatch):
     provider.answer(
         401, b'{"error": {"message": "Incorrect API key provided: sk-secret-value-1234"}}'
     )
+    config = dataclasses.replace(CONFIG, api_key_env="OPENAI_API_KEY")
     with pytest.raises(ModelUnavailable) as caught:
-        list(gateway.stream(CONFIG, MESSAGES))
+        list(gateway.stream(config, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: authentication failed: the provider key is missing or was refused"
     )

@@ -505,13 +505,15 @@ def test_api_base_without_any_key_sends_a_placeholder(fake_openai, monkeypatch):
     assert fake_openai.headers[0]["authorization"] == "Bearer no-key-required"
 
 
-def test_api_base_without_api_key_env_uses_the_providers_variable(fake_openai, monkeypatch):
+def test_api_base_without_api_key_env_never_sends_the_servers_openai_key(fake_openai, monkeypatch):
+    """Hardening II, defect 1: a call carries exactly the key its bot names. litellm (and the
+    direct road before it) used to fill a missing key from the server's OPENAI_API_KEY."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-openai-variable")
     config = ModelConfig(model="openai/fake-model", api_base=fake_openai.url, api_base_trusted=True)
 
     gateway.complete(config, MESSAGES)
 
-    assert fake_openai.headers[0]["authorization"] == "Bearer sk-from-openai-variable"
+    assert fake_openai.headers[0]["authorization"] == "Bearer no-key-required"
 
 
 def test_connection_refused_is_retried_then_model_unavailable(fake_openai, config):
@@ -529,11 +531,21 @@ def test_connection_refused_is_retried_then_model_unavailable(fake_openai, confi
 
 def test_unknown_provider_is_not_retried():
     with pytest.raises(ModelUnavailable) as caught:
-        gateway.complete(ModelConfig(model="nosuchprovider/model-x"), MESSAGES)
+        gateway.complete(ModelConfig(model="nosuchprovider/model-x", model_trusted=True), MESSAGES)
 
     assert caught.value.attempts == 1
     assert caught.value.transient is False
     assert str(caught.value).startswith("nosuchprovider/model-x: request rejected")
+
+
+def test_a_provider_outside_the_user_list_is_refused_before_any_attempt_unless_staff_approved():
+    with pytest.raises(ModelUnavailable) as caught:
+        gateway.complete(ModelConfig(model="nosuchprovider/model-x"), MESSAGES)
+
+    assert caught.value.attempts == 0
+    assert str(caught.value) == (
+        "nosuchprovider/model-x: this bot's model names a provider its owner may not use"
+    )
 
 
 def test_close_stops_the_stream_and_closes_the_http_response(fake_openai, config):
