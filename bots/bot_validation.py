@@ -6,7 +6,9 @@
   ``api_key_env`` only from ``PROVIDER_KEY_ENV_ALLOWED`` (everyone, staff included); ``api_base``
   an http(s) URL, any for staff, otherwise under ``PROVIDER_API_BASES``. An api_base staff set
   stays usable when its non-staff owner edits other fields (it is only re-checked when changed).
-* a usable budget: B > 0 (CONTRACT §5), else every message would be refused.
+* a usable budget: B > 0 (CONTRACT §5), else every message would be refused, and a system
+  prompt under the hard threshold H = 75 % of B (``check_bot_system_prompt``), else it leaves
+  no room for the conversation.
 """
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -14,6 +16,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from bots.models import Bot
 from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
+from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
+from compaction.budget import Budget
 from compaction.pipeline import bot_budget
 
 
@@ -93,6 +97,7 @@ def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
     """
     budget = bot_budget(bot)
     if budget.budget > 0:
+        check_bot_system_prompt(bot=bot, budget=budget, changed=changed)
         return
     changed = changed or set()
     if "max_output_tokens" in changed or not ("context_window" in changed or bot.context_window):
@@ -102,6 +107,40 @@ def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
     message = (
         f"max_output_tokens ({budget.reserve}) must be smaller than the context window "
         f"({budget.window} tokens), or no message could ever be sent."
+    )
+    raise ValidationFailed(details={field: [message]})
+
+
+def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | None = None) -> None:
+    """Refuse a system prompt that leaves no room for the conversation.
+
+    The system prompt is sent with every call and no compaction can shorten it, so a non-empty
+    one must stay under the hard threshold H = 75 % of B (CONTRACT §5): at H every message waits
+    for a blocking compaction that cannot bring the pressure down, and a prompt near B leaves
+    every message a ``context_too_large``. Tokens are counted as the turn counts them (the one
+    counter, with the message overhead). The error names ``system_prompt``, unless the caller
+    changed only what sets B (then that field: max_output_tokens, context_window, model).
+    """
+    prompt = bot.system_prompt
+    if not prompt:
+        return
+    limit = budget.hard
+    # A token is at least one byte: a prompt with fewer bytes than the limit needs no count.
+    if len(prompt.encode("utf-8", "surrogatepass")) + MESSAGE_OVERHEAD_TOKENS < limit:
+        return
+    tokens = count_message_tokens(prompt, model=bot.model)
+    if tokens < limit:
+        return
+    changed = changed or set()
+    field = "system_prompt"
+    if "system_prompt" not in changed:
+        field = next(
+            (f for f in ("max_output_tokens", "context_window", "model") if f in changed), field
+        )
+    message = (
+        f"The system prompt is {tokens:,} tokens; this bot's budget is {budget.budget:,} tokens "
+        f"and the system prompt must stay under {limit:,} (75 % of it), or no room is left for "
+        "the conversation. Shorten the prompt or give the bot a larger context window."
     )
     raise ValidationFailed(details={field: [message]})
 

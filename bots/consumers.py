@@ -12,8 +12,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
 from bots import queries, realtime, services
+from bots.command_check import check_send
 from chat_platform.api import OUTAGE_ERRORS
 from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
+from chat_platform.jsontext import JSONTooDeep, json_loads
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +32,7 @@ def _send_in_thread(**kwargs: Any) -> Any:
     # and the socket must keep relaying its deltas (and accept generation.stop) meanwhile.
     close_old_connections()
     try:
+        check_send(content=kwargs["content"], client_id=kwargs["client_id"])
         return services.session_message_send(**kwargs)
     finally:
         close_old_connections()
@@ -76,7 +79,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # Refused: the close frame is already sent, and nothing may be sent after it.
             return
         try:
-            frame = json.loads(text_data if text_data is not None else bytes_data or b"")
+            frame = json_loads(text_data if text_data is not None else bytes_data or b"")
+        except JSONTooDeep as exc:
+            await self._send_error(ValidationFailed(f"The frame is not valid: {exc}"))
+            return
         except (TypeError, ValueError):
             await self._send_error(ValidationFailed("The frame is not valid JSON."))
             return

@@ -52,7 +52,7 @@ _DRF_CODES: list[tuple[type[Exception], str]] = [
     (drf.UnsupportedMediaType, "unsupported_media_type"),
     (drf.MethodNotAllowed, "method_not_allowed"),
     (drf.NotAcceptable, "not_acceptable"),
-    (drf.Throttled, "throttled"),
+    (drf.Throttled, "rate_limited"),
 ]
 
 
@@ -97,10 +97,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, drf.ValidationError):
         details = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
         message = "The request is not valid."
+    elif isinstance(exc, drf.Throttled) and exc.wait is not None:
+        details = {"retry_after_seconds": int(exc.wait)}
+        message = str(exc.detail)
     else:
         details = {}
         message = str(exc.detail)
     response = error_response(code, message, details, exc.status_code)
+    if isinstance(exc, drf.Throttled) and exc.wait is not None:
+        response["Retry-After"] = str(int(exc.wait))
     if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
         response.status_code = 401
     auth_header = getattr(exc, "auth_header", None)
@@ -188,6 +193,7 @@ _ERROR_DESCRIPTIONS = {
     409: "`compaction_busy`: another compaction of this session did not finish in time.",
     413: "`payload_too_large`: the content (1 MB) or the request body is too large.",
     422: "`context_too_large`: the message does not fit in the bot's context budget.",
+    429: "`rate_limited`: too many attempts; `Retry-After` says how many seconds to wait.",
     502: "`model_unavailable`: the model provider did not answer.",
     503: "`service_unavailable`: a service the request needs is down; nothing was changed.",
 }

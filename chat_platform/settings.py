@@ -203,6 +203,45 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "chat_platform.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": None,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # JSON through the one depth-limited parse (chat_platform/jsontext.py); forms as DRF's own.
+    "DEFAULT_PARSER_CLASSES": [
+        "chat_platform.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    # A client's address is the socket peer (uvicorn already replaces it from X-Forwarded-For
+    # for its trusted proxies, FORWARDED_ALLOW_IPS): a client-sent header never names it.
+    "NUM_PROXIES": 0,
+}
+
+# --- Sign-in throttling (chat_platform/signin.py) --------------------------------------------
+# Failed sign-ins (token endpoint, login page, admin login) counted per submitted username and
+# per client address over a sliding window; past either limit every attempt, the right password
+# included, is refused (429 rate_limited, Retry-After) until the window frees a slot. The counts
+# live in the "throttle" cache: Redis in real mode, so every web worker and process shares them.
+LOGIN_RATE_PER_ACCOUNT = env.str("LOGIN_RATE_PER_ACCOUNT", default="5/min")
+LOGIN_RATE_PER_ADDRESS = env.str("LOGIN_RATE_PER_ADDRESS", default="20/min")
+for _name, _rate in (
+    ("LOGIN_RATE_PER_ACCOUNT", LOGIN_RATE_PER_ACCOUNT),
+    ("LOGIN_RATE_PER_ADDRESS", LOGIN_RATE_PER_ADDRESS),
+):
+    _count, _, _period = _rate.partition("/")
+    if not (_count.isdigit() and int(_count) >= 1 and _period[:1] in ("s", "m", "h", "d")):
+        raise ImproperlyConfigured(f"{_name} must be '<count>/<sec|min|hour|day>', e.g. 5/min")
+if REDIS_URL:
+    _throttle_cache = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "throttle",
+    }
+else:
+    _throttle_cache = {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "throttle",
+    }
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": _throttle_cache,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "chat-platform API",

@@ -4,12 +4,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
-from rest_framework.authtoken.views import ObtainAuthToken
 
 from bots import pages
+from chat_platform.signin import TokenSignInApi, sign_in_throttled
 
 api_v1 = [
-    path("auth/token/", ObtainAuthToken.as_view(), name="auth-token"),
+    path("auth/token/", TokenSignInApi.as_view(), name="auth-token"),
     path("", include("bots.api.urls")),
     path("", include("compaction.api.urls")),
     path("", include("memory.api.urls")),
@@ -21,11 +21,13 @@ urlpatterns = [
     path("chat/<int:session_id>/", pages.chat_session_page, name="chat-session"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(template_name="registration/login.html"),
+        sign_in_throttled(auth_views.LoginView.as_view(template_name="registration/login.html")),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("bots/", include("bots.bot_urls")),
+    # The admin's own login, throttled like the others (before admin.site.urls, which has it too).
+    path("admin/login/", sign_in_throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

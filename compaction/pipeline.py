@@ -111,16 +111,23 @@ def _reject(measure: Measure, admission: Admission, *, path: str) -> None:
     log.info("context_admission", **fields)
     log.warning("context_admission_rejected", **fields)
     ChatSession.objects.filter(pk=measure.session.pk).update(last_admission=fields)
+    budget = measure.budget.budget
+    recalled = sum(r.tokens for r in measure.recalled)
+    details = {"budget_tokens": budget, "required_tokens": measure.fixed_tokens}
+    if recalled and measure.fixed_tokens - recalled <= budget:
+        # The user's message fits: what overflows is this turn's recall exchange (e.g. a model
+        # that asked for thousands of records in one call). Say so instead of blaming the message.
+        details["recalled_tokens"] = recalled
+        raise ContextTooLarge(
+            "The model's requests to read or search records, with what they returned, take "
+            f"{recalled:,} tokens and do not fit in the bot's context budget of {budget:,} "
+            "tokens. Your message itself fits.",
+            details=details,
+        )
     raise ContextTooLarge(
         "This message, with the system prompt and pinned messages, does not fit in the "
-        f"bot's context budget of {measure.budget.budget:,} tokens.",
-        details={
-            "budget_tokens": measure.budget.budget,
-            "required_tokens": measure.system_tokens
-            + sum(p.tokens for p in measure.pinned)
-            + sum(s.tokens for s in measure.summaries)
-            + (measure.new_message.tokens if measure.new_message else 0),
-        },
+        f"bot's context budget of {budget:,} tokens.",
+        details=details,
     )
 
 

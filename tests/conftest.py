@@ -36,6 +36,16 @@ def pytest_runtest_protocol(item, nextitem):
     return True
 
 
+@pytest.fixture(autouse=True)
+def _sign_in_throttle_cleared():
+    """Every test starts with no failed sign-ins counted (chat_platform/signin.py): tests that
+    sign in many times, or on purpose wrongly, never lock out the next one."""
+    from chat_platform.signin import sign_in_throttle_clear
+
+    sign_in_throttle_clear()
+    yield
+
+
 @pytest.fixture
 def eager_tasks():
     """Run Celery tasks in-process for this test (tests say so explicitly)."""

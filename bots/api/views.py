@@ -19,6 +19,7 @@ from bots.api.serializers import (
     SessionOutputSerializer,
     SessionRenameSerializer,
 )
+from bots.command_check import check_send
 from bots.models import Message
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
@@ -146,6 +147,7 @@ class SessionMessagesApi(APIView):
         # Access first: another user's session is not_found even when the body is bad.
         queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(MessageInputSerializer, request.data)
+        check_send(content=data["content"], client_id=data.get("client_id"))
         result = services.session_message_send(
             user=request.user,
             session_id=session_id,
