@@ -9,6 +9,13 @@ from tests.factories import BotFactory
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _openai_listed(settings):
+    """The owner here is not staff: openai/ without an api_base means OpenAI's own endpoint,
+    which the operator must list for users (CONTRACT §4; docs/security.md)."""
+    settings.PROVIDER_API_BASES = ["https://api.openai.com/v1"]
+
+
 def _message(reserve: int, window: int) -> list[str]:
     return [
         f"max_output_tokens ({reserve}) must be smaller than the context window "
