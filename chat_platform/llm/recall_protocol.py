@@ -83,7 +83,7 @@ def json_request(text: str) -> tuple[str, Any] | None:
         return None
     try:
         data = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
         return None
     if not isinstance(data, dict) or len(data) != 1:
         return None
