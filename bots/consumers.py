@@ -21,6 +21,11 @@ log = structlog.get_logger(__name__)
 
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# A service the socket needs (Redis: the channel layer; or PostgreSQL) is down. The socket is
+# accepted and then closed with this code and reason, which a browser can read (a refused
+# handshake is only "1006" to it); the page retries with back-off and resyncs over REST.
+CLOSE_UNAVAILABLE = 4503
+UNAVAILABLE_REASON = "service unavailable"
 SEND_UNAVAILABLE = (
     "The server is too busy or a service it needs is down, so your message was not sent. "
     "Send it again in a moment."
@@ -40,9 +45,49 @@ def _send_in_thread(**kwargs: Any) -> Any:
 
 class SessionConsumer(AsyncWebsocketConsumer):
     # None until the handshake is authorised: a refused socket is accepted and then closed
-    # (4401/4404), and a client may still send frames before that close reaches it.
+    # (4401/4404/4503), and a client may still send frames before that close reaches it.
     session_id: int | None = None
     group: str = ""
+    # Set once the handshake was answered (accepted or refused), and once a close was sent.
+    answered: bool = False
+    closing: bool = False
+    # Set when the channel-layer receive failed (Redis down); it is not tried again.
+    layer_lost: bool = False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception:
+            # The server answers this with HTTP 500 (before accept) or close 1011: say why.
+            log.exception("ws_consumer_failed", session_id=self.session_id)
+            raise
+
+    # The channel layer's receive runs beside the client's frames for the socket's whole life
+    # (AsyncConsumer.__call__ sets it, await_many_dispatch reads it back). When Redis is down it
+    # raises, which would end the application with a traceback and the client with HTTP 500 or
+    # 1006; the guarded receive turns that into one ``realtime.unavailable`` event instead.
+    @property
+    def channel_receive(self) -> Any:
+        return self._guarded_channel_receive
+
+    @channel_receive.setter
+    def channel_receive(self, layer_receive: Any) -> None:
+        self._layer_receive = layer_receive
+
+    async def _guarded_channel_receive(self) -> dict:
+        if self.layer_lost:
+            await asyncio.Event().wait()  # never again; cancelled when the consumer ends
+        try:
+            return await self._layer_receive()
+        except OUTAGE_ERRORS:
+            self.layer_lost = True
+            log.exception("ws_channel_layer_unavailable", session_id=self.session_id)
+            return {"type": "realtime.unavailable"}
+
+    async def realtime_unavailable(self, event: dict) -> None:
+        # Before the handshake is answered, connect() sees layer_lost and refuses with 4503.
+        if self.answered and not self.closing:
+            await self._close(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
 
     async def connect(self) -> None:
         self.pending: set[asyncio.Task] = set()
@@ -57,26 +102,50 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except NotFound:
             await self._refuse(CLOSE_NOT_FOUND)
             return
+        except OUTAGE_ERRORS:
+            log.exception("ws_connect_unavailable", user_id=user.pk)
+            await self._refuse(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
+            return
+        group = realtime.session_group(session.pk)
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except OUTAGE_ERRORS:
+            log.exception("ws_connect_unavailable", session_id=session.pk)
+            await self._refuse(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
+            return
+        self.group = group
+        if self.layer_lost:
+            log.warning("ws_connect_unavailable", session_id=session.pk, cause="channel_layer")
+            await self._refuse(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
+            return
         self.session_id = session.pk
-        self.group = realtime.session_group(session.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         # Accepted once subscribed: when the client sees the socket open, the session's frames
         # already reach it, and a message it sends at once is handled without waiting.
+        self.answered = True
         await self.accept()
 
-    async def _refuse(self, code: int) -> None:
+    async def _refuse(self, code: int, reason: str | None = None) -> None:
         # A close code reaches the client only on an accepted socket (before accept, the
         # handshake would just fail with HTTP 403).
+        self.answered = True
         await self.accept()
-        await self.close(code=code)
+        await self._close(code, reason)
+
+    async def _close(self, code: int, reason: str | None = None) -> None:
+        self.closing = True
+        await self.close(code=code, reason=reason)
 
     async def disconnect(self, code: int) -> None:
         if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(self.group, self.channel_name)
+            except OUTAGE_ERRORS:
+                # Redis is down: the membership expires with the group (channels-redis expiry).
+                log.warning("ws_group_discard_failed", session_id=self.session_id, exc_info=True)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.session_id is None:
-            # Refused: the close frame is already sent, and nothing may be sent after it.
+        if self.session_id is None or self.closing:
+            # Refused or closing: the close frame is already sent, and nothing may follow it.
             return
         try:
             frame = json_loads(text_data if text_data is not None else bytes_data or b"")
@@ -129,6 +198,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return None
 
     async def _send_error(self, exc: PlatformError) -> None:
+        if self.closing:
+            return
         await self.send(text_data=json.dumps({"type": "error", "error": exc.as_dict()}))
 
     async def chat_frame(self, event: dict) -> None:

@@ -14,6 +14,59 @@ app = Celery("chat_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# --- Riding out a broker outage (docs/operations.md, "When Redis or PostgreSQL is down") -------
+# A worker, beat or web process keeps trying to reach Redis, with Celery's back-off (2 s more per
+# attempt, at most 30 s apart), for as long as it is down: the default gives up after 100
+# attempts and the worker exits. Result-backend calls (compaction waits) are retried too.
+app.conf.update(
+    broker_connection_retry=True,
+    broker_connection_retry_on_startup=True,
+    broker_connection_max_retries=None,
+    result_backend_always_retry=True,
+    result_backend_max_retries=10,
+    broker_transport_options={
+        # Dead peers are noticed by TCP keep-alive; a connect to an unreachable host gives up
+        # after 5 s and is retried. (Not retry_on_timeout: it turns off kombu's batched
+        # publishing, and a timed-out publish is already retried by Celery's publish retry.)
+        "socket_keepalive": True,
+        "socket_connect_timeout": 5,
+        **app.conf.broker_transport_options,
+    },
+)
+
+
+def _connection_errors_for_a_closed_transport() -> None:
+    """kombu's Redis channel on a transport that was already closed raises a connection error.
+
+    On a lost broker connection Celery 5.7 first ``collect()``s the connection (which detaches
+    its transport) and then ``close()``s it; closing the channel that still holds delivered
+    messages tries to requeue them and asks the detached transport for its host:
+    ``AttributeError: 'NoneType' object has no attribute 'hostname'``. That is not one of the
+    connection errors the close ignores, so it escaped as "Unrecoverable error" and the worker
+    exited (seen with 16 threads per process and turns running when Redis stopped). Raised as
+    a redis ``ConnectionError`` instead, the close ignores it like the requeue that failed
+    because Redis is down, and the worker reconnects. Nothing is lost by not requeueing: the
+    messages stay in Redis' unacked set (restored after the visibility timeout) or went with
+    Redis, and the turns' watchdog hands a reply that never started to the queue again.
+    """
+    from kombu.transport import redis as kombu_redis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    original = kombu_redis.Channel._connparams
+    if getattr(original, "closed_transport_guard", False):
+        return
+
+    def _connparams(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.connection is None or self.connection.client is None:
+            raise RedisConnectionError("the broker connection of this channel was closed")
+        return original(self, *args, **kwargs)
+
+    _connparams.closed_transport_guard = True  # type: ignore[attr-defined]
+    kombu_redis.Channel._connparams = _connparams
+
+
+_connection_errors_for_a_closed_transport()
+
 
 @setup_logging.connect
 def _use_platform_logging(**kwargs: Any) -> None:

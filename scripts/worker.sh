@@ -12,33 +12,78 @@
 #   DATABASE_POOL_MAX_SIZE defaults to 2 x threads + 2 per process: a streaming turn may hold a
 #   connection while its heartbeat/stop watcher uses another (docs/operations.md, budgets).
 #
-# SIGTERM/SIGINT are passed to every process (warm shutdown); the script exits when all have.
-set -euo pipefail
+# Supervision: a process that exits without being asked to (a crash, an "Unrecoverable error",
+# the OOM killer) is started again in its slot after a back-off (1, 2, 4 ... at most
+# WORKER_RESTART_MAX_DELAY seconds, default 30; back to 1 s once it has run a minute), so the
+# fleet is never left a process short; each exit and restart is one JSON line on stderr.
+# SIGTERM/SIGINT are passed to every process (warm shutdown); the script waits for all of them
+# and exits 0 (a requested stop). compose's restart policy or systemd restarts the script itself.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
 processes="${WORKER_PROCESSES:-$(nproc 2>/dev/null || echo 1)}"
 threads="${CELERY_WORKER_CONCURRENCY:-16}"
 queues="${WORKER_QUEUES:-chat,compaction}"
+max_delay="${WORKER_RESTART_MAX_DELAY:-30}"
 export CELERY_WORKER_CONCURRENCY="$threads"
 export DATABASE_POOL_MAX_SIZE="${DATABASE_POOL_MAX_SIZE:-$((2 * threads + 2))}"
 celery="${CELERY:-celery}"
 if [ -x .venv/bin/celery ] && [ -z "${CELERY:-}" ]; then celery=.venv/bin/celery; fi
 
-pids=()
-stop() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
+declare -A pids=() started=() failures=()
+stopping=0
+napping=""
+
+say() {  # one JSON log line, as the Celery processes write them
+  printf '{"event": "%s", "level": "%s", "logger": "scripts.worker", %s}\n' "$1" "$2" "$3" >&2
+}
+
+stop() {
+  stopping=1
+  if [ -n "$napping" ]; then kill -TERM "$napping" 2>/dev/null || true; fi
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+}
 trap stop TERM INT
-for i in $(seq 1 "$processes"); do
+
+start() {
+  local i=$1
+  shift
   # -q: no banner, every line is a JSON log event. Distinct node names, one per process.
   "$celery" -A chat_platform -q worker -Q "$queues" -P threads -c "$threads" \
     -n "w${i}-${queues//,/-}@%h" -l "${CELERY_LOG_LEVEL:-INFO}" "$@" &
-  pids+=($!)
+  pids[$i]=$!
+  started[$i]=$SECONDS
+}
+
+for i in $(seq 1 "$processes"); do
+  failures[$i]=0
+  start "$i" "$@"
 done
-# The first process to end (or a signal) ends them all: a supervisor (compose's restart policy,
-# systemd) then restarts the fleet, rather than leaving it a process short.
-status=0
-wait -n || status=$?
+
+while [ "$stopping" -eq 0 ]; do
+  wait -n  # a process ended, or a signal arrived (the trap has run)
+  [ "$stopping" -eq 0 ] || break
+  for i in "${!pids[@]}"; do
+    pid=${pids[$i]}
+    kill -0 "$pid" 2>/dev/null && continue
+    wait "$pid"
+    status=$?
+    if [ $((SECONDS - started[$i])) -ge 60 ]; then failures[$i]=0; fi
+    delay=$((1 << failures[$i]))
+    if [ "$delay" -gt "$max_delay" ]; then delay=$max_delay; else failures[$i]=$((failures[$i] + 1)); fi
+    say worker_process_exited warning "\"process\": \"w$i\", \"status\": $status, \"restart_in_seconds\": $delay"
+    sleep "$delay" &
+    napping=$!
+    wait "$napping" 2>/dev/null
+    napping=""
+    [ "$stopping" -eq 0 ] || break 2
+    start "$i" "$@"
+    say worker_process_restarted info "\"process\": \"w$i\""
+  done
+done
+
 stop
 for pid in "${pids[@]}"; do
-  while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
+  while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
 done
-exit $status
+exit 0

@@ -1607,6 +1607,7 @@
     socket.onmessage = function (event) {
       if (epoch !== state.epoch || state.socket !== socket) return;
       state.lastFrameAt = Date.now();
+      state.unavailableCloses = 0;
       var frame;
       try {
         frame = JSON.parse(event.data);
@@ -1633,6 +1634,16 @@
         window.location.assign(LOGIN_URL + "?next=" + encodeURIComponent(location.pathname));
         return;
       }
+      if (event.code === 4503) {
+        // The server is up but a service it needs is down (event.reason says so): the socket
+        // opened before it closed, so keep the back-off growing across these closes.
+        state.unavailableCloses = (state.unavailableCloses || 0) + 1;
+        state.reconnectAttempts = state.unavailableCloses;
+        scheduleReconnect(epoch);
+        setConnection("Live updates unavailable (" + (event.reason || "service unavailable") + ") — retrying…", "reconnecting");
+        return;
+      }
+      state.unavailableCloses = 0;
       scheduleReconnect(epoch);
     };
   }
