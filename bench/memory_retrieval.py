@@ -1,0 +1,551 @@
+"""Does recall find it? Message-level retrieval on a realistic long chat (issue 16, item 6).
+
+What it measures
+----------------
+The corpus (``bench/retrieval_corpus.py``, written for this bench, generated with a fixed seed):
+two friends, Ravi and Mei, chatting over 24 dated sessions from March to June 2024, 613 turns of
+small talk with facts said in passing, and 111 questions of four kinds — single-hop, multi-hop
+(evidence in two sessions), temporal ("When did Ravi take the boat out?", the answer needs the
+date the evidence was said) and open-domain/inference — each naming its evidence turns.
+
+1. **Feed.** One platform session for the conversation, a bot on the built-in models
+   (``builtin/recall`` chats, ``builtin/extractive`` summarises), a small window
+   (``--window``, default 4,096) and compaction on, so it compacts many times. Every corpus turn
+   is sent through the real send path (``bots.services.session_message_send`` -> the turn ->
+   context pipeline -> gateway -> litellm -> the built-in model, compaction in-process as in
+   embedded mode) as one user message ``"<speaker>: <text>"``; the built-in model answers it
+   as it would any user.
+   The send path has no way to set a message's time, so after each send the bench writes the
+   corpus turn's date into ``created_at`` of the rows that send stored (the user message and
+   what the turn added) — a bench-only write, so dated recall can be measured.
+2. **Ask.** The bot is switched to a fake OpenAI-compatible server (``tests.fakeopenai``), with
+   compaction off (asking must not compact the questions into new snapshots). For each question,
+   sent as a user message through the same real turn, the server answers the first model call
+   with a ``search_records`` tool call whose query is the **question as written**, and records
+   the second call (the one carrying the tool result). After each question the bench deletes
+   the rows that question added and restores the session's counters, so every question meets
+   the same post-feed state.
+
+   * **found**: every evidence turn's text (whitespace normalised, ``**`` highlight markers
+     removed) is a substring of the second request's messages;
+   * **date found** (temporal questions): the evidence turn was found in the tool result *and*
+     its date (``YYYY-MM-DD``) appears on the same line or just before it (within 160
+     characters), so a model could tell when it was said;
+   * **without recall**: the evidence already in the *first* request (summaries, index and
+     recent history only);
+   * **search latency**: ``memory.queries.records_search`` (the function the tool calls) timed
+     from the bench for each question, p50 / p95.
+
+3. **Baseline.** Plain Okapi BM25 (k1 = 1.2, b = 0.75, English stop words dropped, light suffix
+   stemming) over the individual raw corpus turns (``"<speaker>: <text>"``, as the platform
+   stores them), the question as the query; it returns the top
+   turns, each as a line ``[YYYY-MM-DD] Speaker: text``, until the next line would pass the token
+   budget (``chat_platform.llm.tokens.count_tokens``). Budgets: the platform's search result
+   budget (``settings.SEARCH_RESULT_TOKENS`` when it exists, else 2,000 — printed), 2,000 tokens,
+   and, per question, the token count of what the platform's search actually returned.
+
+Goal (issue 16): ≥ 90 % found overall, every kind ≥ 75 %, and ≥ 25 points above the BM25
+baseline at the same budget. The bench prints whether it is met, and for misses where the
+evidence was (whole record? excerpt? nowhere?) so the reason can be read off.
+
+    .venv/bin/python bench/memory_retrieval.py [--quick] [--sqlite] [--window N] [--show-misses N]
+    # DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/chat_bench_retrieval;
+    # REDIS_URL is ignored (tasks run in-process). --sqlite: a fresh SQLite file under /tmp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT))
+
+import retrieval_corpus  # noqa: E402
+from retrieval_corpus import KINDS, Corpus, Question, Turn  # noqa: E402
+
+GOAL_LINE = (
+    "Goal: ≥ 90 % found overall, every kind ≥ 75 %, and ≥ 25 points above the BM25 baseline "
+    "at the same budget."
+)
+QUICK_SESSIONS = 5
+DEFAULT_BUDGET = 2000
+DATE_WINDOW_CHARS = 160
+# A snapshot written by a fusion holds the summaries it merged.
+FUSION_MARK = "[Summary of messages"
+
+
+def setup(sqlite: bool) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.pop("REDIS_URL", None)  # embedded: tasks run in-process, the lock is in-process
+    if sqlite:
+        path = Path(os.environ.get("BENCH_SQLITE_PATH", "/tmp/bench_memory_retrieval.sqlite3"))
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        os.environ["DATABASE_URL"] = f"sqlite:///{path}"
+    else:
+        os.environ.setdefault(
+            "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench_retrieval"
+        )
+        from _django import _ensure_database
+
+        _ensure_database(os.environ["DATABASE_URL"])
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+# --- text helpers ------------------------------------------------------------------------------
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.replace("**", "").split())
+
+
+def message_text(message: dict) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def request_text(body: dict) -> str:
+    return normalise("\n".join(message_text(m) for m in body.get("messages") or []))
+
+
+def tool_text(body: dict) -> str:
+    return normalise(
+        "\n".join(message_text(m) for m in body.get("messages") or [] if m.get("role") == "tool")
+    )
+
+
+def dated_in(text: str, turn: Turn) -> bool:
+    """The turn is in ``text`` with its date on the same line or just before it."""
+    needle = normalise(turn.text)
+    start = text.find(needle)
+    while start >= 0:
+        if turn.date in text[max(0, start - DATE_WINDOW_CHARS) : start]:
+            return True
+        start = text.find(needle, start + 1)
+    return False
+
+
+# --- BM25 baseline -----------------------------------------------------------------------------
+
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its
+    itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    s t don didn doesn isn wasn ll ve re d m o y
+    """.split()  # noqa: SIM905 - a word list reads better as prose
+)
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def bm25_terms(text: str) -> list[str]:
+    out = []
+    for word in _WORD.findall(text.lower().replace("'", "")):
+        if word in STOP_WORDS:
+            continue
+        for suffix in ("ing", "ed", "es", "s"):
+            if len(word) > len(suffix) + 2 and word.endswith(suffix):
+                word = word[: -len(suffix)]
+                break
+        out.append(word)
+    return out
+
+
+class BM25:
+    def __init__(self, turns: list[Turn], k1: float = 1.2, b: float = 0.75) -> None:
+        self.turns = turns
+        self.k1, self.b = k1, b
+        self.docs = [Counter(bm25_terms(f"{t.speaker}: {t.text}")) for t in turns]
+        self.lengths = [sum(d.values()) for d in self.docs]
+        self.mean_length = sum(self.lengths) / max(1, len(self.lengths))
+        frequency: Counter[str] = Counter()
+        for doc in self.docs:
+            frequency.update(doc.keys())
+        n = len(self.docs)
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in frequency.items()}
+
+    def ranked(self, query: str) -> list[Turn]:
+        terms = set(bm25_terms(query))
+        scored = []
+        for index, doc in enumerate(self.docs):
+            score = 0.0
+            norm = self.k1 * (1 - self.b + self.b * self.lengths[index] / self.mean_length)
+            for term in terms:
+                tf = doc.get(term, 0)
+                if tf:
+                    score += self.idf[term] * tf * (self.k1 + 1) / (tf + norm)
+            if score > 0:
+                scored.append((-score, index))
+        scored.sort()
+        return [self.turns[index] for _, index in scored]
+
+    def within(self, query: str, budget: int) -> tuple[set[str], int]:
+        """Ids of the top turns whose dated lines fit ``budget`` tokens, and the tokens used."""
+        from chat_platform.llm.tokens import count_tokens
+
+        chosen: set[str] = set()
+        used = 0
+        for turn in self.ranked(query):
+            cost = count_tokens(f"[{turn.date}] {turn.speaker}: {turn.text}\n")
+            if used + cost > budget:
+                break
+            chosen.add(turn.id)
+            used += cost
+        return chosen, used
+
+
+# --- the platform ------------------------------------------------------------------------------
+
+
+@dataclass
+class Asked:
+    question: Question
+    found: bool
+    in_tool_result: bool
+    date_found: bool
+    without_recall: bool
+    tool_tokens: int
+    hits: list[str]
+    tool_result: str
+    latency_ms: float
+    turn_ms: float
+    # per evidence turn: where it was (found | excerpt-cut | record-not-hit | no-record | ...)
+    evidence_state: dict[str, str] = field(default_factory=dict)
+
+
+class Responder:
+    """The fake provider's script: the first call of a question gets a ``search_records`` tool
+    call with the question as its query; any later call gets a short answer."""
+
+    def __init__(self) -> None:
+        self.question = ""
+        self.lock = threading.Lock()
+
+    def __call__(self, body: dict):
+        from tests.fakeopenai import Reply
+
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        if last.get("role") == "user" and body.get("tools"):
+            call = {
+                "id": "call_search",
+                "type": "function",
+                "function": {
+                    "name": "search_records",
+                    "arguments": json.dumps({"query": self.question}),
+                },
+            }
+            return Reply(text="", tool_calls=[call], finish_reason="tool_calls")
+        return Reply(text="Thanks, that helps.")
+
+
+def say(user, session, content: str):  # noqa: ANN001
+    from bots.services import session_message_send
+
+    result = session_message_send(user=user, session_id=session.pk, content=content)
+    reply = result.assistant_message
+    assert reply is not None
+    reply.refresh_from_db()
+    if reply.status != "complete":
+        raise SystemExit(f"turn failed: {reply.error_code} {reply.error_message}")
+    return reply
+
+
+def feed(corpus: Corpus, window: int):  # noqa: ANN201
+    """The bot, the session and the corpus sent turn by turn; (user, bot, session, seconds,
+    seq of every turn's message)."""
+    from django.contrib.auth import get_user_model
+
+    from bots.models import Bot, ChatSession, Message
+    from bots.services import session_create
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-retrieval")
+    Bot.objects.filter(owner=user).delete()
+    bot = Bot.objects.create(
+        owner=user,
+        name="Retrieval bench (built-in, small window)",
+        model="builtin/recall",
+        system_prompt="You are a helpful assistant with a small context window.",
+        context_window=window,
+        max_output_tokens=256,
+        compaction_enabled=True,
+        compaction_model="builtin/extractive",
+        memory_index_size=8,
+    )
+    session = session_create(user=user, bot_id=bot.pk)
+    seqs: dict[str, int] = {}
+    started = time.monotonic()
+    turns = corpus.turns
+    for number, turn in enumerate(turns, start=1):
+        before = ChatSession.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+        say(user, session, f"{turn.speaker}: {turn.text}")
+        rows = Message.objects.filter(session=session, seq__gt=before)
+        # Bench-only: the send path stamps "now"; the corpus turn's time is what recall must
+        # show, so the stored rows of this send get it (the reply one second later).
+        first = rows.order_by("seq").values_list("seq", flat=True).first()
+        rows.filter(seq=first).update(created_at=turn.when)
+        rows.filter(seq__gt=first).update(created_at=turn.when + timedelta(seconds=1))
+        seqs[turn.id] = first
+        if number % 100 == 0:
+            print(f"  fed {number}/{len(turns)} turns ({time.monotonic() - started:.0f} s)")
+    return user, bot, session, time.monotonic() - started, seqs
+
+
+def evidence_state(session, turn: Turn, tool_result: str, hits: list[str]) -> str:  # noqa: ANN001
+    """Where an evidence turn was, for the misses: in the tool result; in a hit whose excerpt
+    left it out; in records that were not hit (raw snapshot / only fusion copies); in no
+    record (still in live history, or never compacted)."""
+    from memory.models import MemoryRecord
+
+    needle = normalise(turn.text)
+    if needle in tool_result:
+        return "found"
+    holders = {
+        name: FUSION_MARK in body
+        for name, body in MemoryRecord.objects.filter(session=session).values_list("name", "body")
+        if needle in normalise(body)
+    }
+    if not holders:
+        return "in no record"
+    if any(name in hits for name in holders):
+        return "hit, excerpt cut"
+    if all(holders.values()):
+        return "only in fusion snapshots, not hit"
+    return "record not hit"
+
+
+def ask(corpus: Corpus, user, bot, session, fake, responder) -> list[Asked]:  # noqa: ANN001
+    from bots.models import ChatSession, Message
+    from chat_platform.llm.tokens import count_tokens
+    from memory.queries import records_search
+    from memory.recall import RECALL_MAX_ROUNDS  # noqa: F401 - the loop the turn runs
+
+    bot.model = "openai/fake-model"
+    bot.api_base = fake.url
+    bot.api_base_approved = fake.url  # approved, as staff would: a local server
+    bot.compaction_enabled = False
+    bot.save()
+    state = ChatSession.objects.values("last_seq", "context_tokens", "context_messages").get(
+        pk=session.pk
+    )
+    records_search(session=session, query="warm up")
+    results = []
+    for question in corpus.questions:
+        responder.question = question.text
+        before = len(fake.served)
+        started = time.perf_counter()
+        say(user, session, question.text)
+        turn_ms = (time.perf_counter() - started) * 1000
+        bodies = fake.requests[before:]
+        started = time.perf_counter()
+        hits = [hit.name for hit in records_search(session=session, query=question.text)]
+        latency_ms = (time.perf_counter() - started) * 1000
+        first = request_text(bodies[0]) if bodies else ""
+        second = request_text(bodies[1]) if len(bodies) > 1 else ""
+        tools = tool_text(bodies[1]) if len(bodies) > 1 else ""
+        evidence = [corpus.turn(i) for i in question.evidence]
+        found = bool(second) and all(normalise(t.text) in second for t in evidence)
+        results.append(
+            Asked(
+                question=question,
+                found=found,
+                in_tool_result=all(normalise(t.text) in tools for t in evidence),
+                date_found=all(dated_in(tools, t) for t in evidence),
+                without_recall=all(normalise(t.text) in first for t in evidence),
+                tool_tokens=count_tokens(tools),
+                hits=hits,
+                tool_result=tools,
+                latency_ms=latency_ms,
+                turn_ms=turn_ms,
+                evidence_state={t.id: evidence_state(session, t, tools, hits) for t in evidence},
+            )
+        )
+        # Every question meets the post-feed state: what this one added goes again.
+        Message.objects.filter(session=session, seq__gt=state["last_seq"]).delete()
+        ChatSession.objects.filter(pk=session.pk).update(**state)
+    return results
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def percent(values: list[bool]) -> float:
+    return 100.0 * sum(values) / len(values) if values else float("nan")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) -> bool:
+    bm25 = BM25(corpus.turns)
+    rows: dict[str, dict[str, list[bool]]] = {}
+    used_same: list[int] = []
+    for a in asked:
+        evidence = set(a.question.evidence)
+        same, used = bm25.within(a.question.text, budget)
+        used_same.append(used)
+        at_2000, _ = bm25.within(a.question.text, DEFAULT_BUDGET)
+        matched, _ = bm25.within(a.question.text, a.tool_tokens)
+        for kind in (a.question.kind, "all"):
+            row = rows.setdefault(kind, {k: [] for k in ("p", "t", "w", "same", "2000", "matched")})
+            row["p"].append(a.found)
+            row["t"].append(a.in_tool_result)
+            row["w"].append(a.without_recall)
+            row["same"].append(evidence <= same)
+            row["2000"].append(evidence <= at_2000)
+            row["matched"].append(evidence <= matched)
+    print()
+    print(
+        f"BM25 budget: {budget} tokens ({budget_source}); mean used "
+        f"{sum(used_same) / max(1, len(used_same)):.0f}. Platform tool results: mean "
+        f"{sum(a.tool_tokens for a in asked) / max(1, len(asked)):.0f} tokens, "
+        f"{sum(len(a.hits) for a in asked) / max(1, len(asked)):.1f} hits a question."
+    )
+    header = (
+        f"| {'kind':<12} | {'n':>3} | {'platform found':>14} | {'in tool result':>14} | "
+        f"{'without recall':>14} | "
+        f"{'BM25 same budget':>16} | {'BM25 2000 tok':>13} | {'BM25 platform size':>18} |"
+    )
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for kind in (*KINDS, "all"):
+        row = rows.get(kind)
+        if not row:
+            continue
+        print(
+            f"| {kind:<12} | {len(row['p']):>3} | {percent(row['p']):>13.1f}% | "
+            f"{percent(row['t']):>13.1f}% | "
+            f"{percent(row['w']):>13.1f}% | {percent(row['same']):>15.1f}% | "
+            f"{percent(row['2000']):>12.1f}% | {percent(row['matched']):>17.1f}% |"
+        )
+    temporal = [a for a in asked if a.question.kind == "temporal"]
+    print(
+        f"temporal, evidence date (YYYY-MM-DD) with the turn in the tool result: "
+        f"{sum(a.date_found for a in temporal)} of {len(temporal)} "
+        f"(BM25's dated lines carry it whenever the turn is found)"
+    )
+    latencies = [a.latency_ms for a in asked]
+    turns = [a.turn_ms for a in asked]
+    print(
+        f"search latency (records_search, from the bench): p50 {percentile(latencies, 50):.1f} ms,"
+        f" p95 {percentile(latencies, 95):.1f} ms; question turn (2 model calls): p50 "
+        f"{percentile(turns, 50):.0f} ms, p95 {percentile(turns, 95):.0f} ms"
+    )
+    states = Counter(s for a in asked for s in a.evidence_state.values())
+    print(
+        "evidence turns, where they were: " + ", ".join(f"{k} {v}" for k, v in states.most_common())
+    )
+    overall = percent(rows["all"]["p"])
+    kinds_ok = all(percent(rows[k]["p"]) >= 75 for k in KINDS if k in rows)
+    margin = overall - percent(rows["all"]["same"])
+    met = overall >= 90 and kinds_ok and margin >= 25
+    print()
+    print(GOAL_LINE)
+    print(
+        f"  overall {overall:.1f} % (≥ 90: {'yes' if overall >= 90 else 'no'}); every kind ≥ 75 %: "
+        f"{'yes' if kinds_ok else 'no'}; {margin:+.1f} points over BM25 at the same budget "
+        f"(≥ 25: {'yes' if margin >= 25 else 'no'})"
+    )
+    print(f"  goal met: {'YES' if met else 'NO'}")
+    return met
+
+
+def show_misses(corpus: Corpus, asked: list[Asked], count: int) -> None:
+    misses = [a for a in asked if not a.found][:count]
+    for a in misses:
+        print(f"\n  miss {a.question.id} ({a.question.kind}): {a.question.text}")
+        for turn_id, state in a.evidence_state.items():
+            turn = corpus.turn(turn_id)
+            print(f"    evidence {turn_id} [{turn.date}] {turn.speaker}: {turn.text}  -> {state}")
+        print(f"    hits: {', '.join(a.hits) or '(none)'}; tool result {a.tool_tokens} tokens:")
+        print("      " + a.tool_result[:600].replace("\n", "\n      "))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"first {QUICK_SESSIONS} sessions")
+    parser.add_argument("--sqlite", action="store_true", help="embedded mode on SQLite (/tmp)")
+    parser.add_argument("--window", type=int, default=4096, help="the bot's context window")
+    parser.add_argument("--show-misses", type=int, default=5, help="misses to print in full")
+    options = parser.parse_args()
+    setup(options.sqlite)
+
+    from django.conf import settings
+    from django.db import connection
+
+    from compaction.models import CompactionEvent, Summary
+    from memory.models import MemoryRecord, RecallEvent
+    from tests.fakeopenai import FakeOpenAI
+
+    corpus = retrieval_corpus.build()
+    if options.quick:
+        corpus = corpus.subset(QUICK_SESSIONS)
+    configured = getattr(settings, "SEARCH_RESULT_TOKENS", None)
+    budget = int(configured) if configured else DEFAULT_BUDGET
+    source = "settings.SEARCH_RESULT_TOKENS" if configured else "no SEARCH_RESULT_TOKENS: default"
+    print(
+        f"corpus: {len(corpus.sessions)} sessions "
+        f"({corpus.sessions[0].when:%Y-%m-%d} – {corpus.sessions[-1].when:%Y-%m-%d}), "
+        f"{len(corpus.turns)} turns, {len(corpus.questions)} questions "
+        f"({', '.join(f'{k} {sum(q.kind == k for q in corpus.questions)}' for k in KINDS)}); "
+        f"database {connection.vendor}"
+    )
+    user, bot, session, fed_seconds, _ = feed(corpus, options.window)
+    events = CompactionEvent.objects.filter(session=session)
+    compacted = events.filter(outcome="compacted")
+    snapshots = MemoryRecord.objects.filter(session=session, kind="snapshot")
+    print(
+        f"fed in {fed_seconds:.0f} s: bot window {bot.context_window}, reserve "
+        f"{bot.max_output_tokens}; {compacted.exclude(trigger='fusion').count()} compactions + "
+        f"{compacted.filter(trigger='fusion').count()} fusions "
+        f"({events.exclude(outcome='compacted').count()} other events), "
+        f"{snapshots.count()} snapshots ({snapshots.filter(body__contains=FUSION_MARK).count()}"
+        f" of fusions), {Summary.objects.filter(session=session, status='active').count()} "
+        f"active summaries, {RecallEvent.objects.filter(session=session).count()} recall events "
+        "while feeding"
+    )
+    responder = Responder()
+    fake = FakeOpenAI(responder=responder).start()
+    try:
+        started = time.monotonic()
+        asked = ask(corpus, user, bot, session, fake, responder)
+        print(f"asked {len(asked)} questions in {time.monotonic() - started:.0f} s")
+    finally:
+        fake.stop()
+    report(corpus, asked, budget, source)
+    if options.show_misses:
+        show_misses(corpus, asked, options.show_misses)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Invariants of the corpus of bench/memory_retrieval.py (issue 16, item 6). No database."""
+
+import re
+
+import pytest
+
+from bench import retrieval_corpus
+from chat_platform.llm.builtin.text import STOPWORDS, stem
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+# The speakers' names label every stored message, so they say nothing about overlap.
+NAMES = {"ravi", "mei"}
+
+
+def content_words(text: str) -> set[str]:
+    return {
+        stem(word)
+        for word in _WORD.findall(text.lower())
+        if word not in STOPWORDS and word not in NAMES and len(word) > 1
+    }
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return retrieval_corpus.build()
+
+
+def test_sizes(corpus):
+    assert len(corpus.sessions) >= 20
+    assert len(corpus.turns) >= 500
+    assert len(corpus.questions) >= 100
+    for kind in retrieval_corpus.KINDS:
+        assert sum(q.kind == kind for q in corpus.questions) >= 15, kind
+    assert {q.kind for q in corpus.questions} == set(retrieval_corpus.KINDS)
+
+
+def test_two_people_and_unique_ids(corpus):
+    assert {t.speaker for t in corpus.turns} == {"Ravi", "Mei"}
+    ids = [t.id for t in corpus.turns]
+    assert len(ids) == len(set(ids))
+    assert len({q.id for q in corpus.questions}) == len(corpus.questions)
+
+
+def test_every_evidence_id_exists(corpus):
+    ids = {t.id for t in corpus.turns}
+    for question in corpus.questions:
+        assert question.evidence, question.id
+        assert set(question.evidence) <= ids, question.id
+
+
+def test_multi_hop_evidence_spans_two_sessions(corpus):
+    for question in corpus.questions:
+        if question.kind == "multi-hop":
+            sessions = {corpus.turn(i).session for i in question.evidence}
+            assert len(sessions) >= 2, question.id
+
+
+def test_dates_increase_with_session_order(corpus):
+    starts = [s.when for s in corpus.sessions]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert (starts[-1] - starts[0]).days >= 21  # several weeks
+    for earlier, later in zip(corpus.sessions, corpus.sessions[1:], strict=False):
+        assert earlier.turns[-1].when < later.turns[0].when
+    for session in corpus.sessions:
+        times = [t.when for t in session.turns]
+        assert times == sorted(times)
+
+
+def test_deterministic(corpus):
+    assert retrieval_corpus.build() == corpus
+
+
+def test_questions_do_not_repeat_their_evidence(corpus):
+    fractions = []
+    sparse = 0
+    for question in corpus.questions:
+        asked = content_words(question.text)
+        evidence = set().union(*(content_words(corpus.turn(i).text) for i in question.evidence))
+        shared = asked & evidence
+        assert asked, question.id
+        fractions.append(len(shared) / len(asked))
+        sparse += len(shared) <= 1
+        assert question.text.lower() not in " ".join(
+            corpus.turn(i).text.lower() for i in question.evidence
+        )
+    assert sum(fractions) / len(fractions) < 0.6
+    assert sparse >= 20
+
+
+def test_quick_subset(corpus):
+    quick = corpus.subset(5)
+    assert len(quick.sessions) == 5
+    assert 20 <= len(quick.questions) <= 35
+    ids = {t.id for t in quick.turns}
+    assert all(set(q.evidence) <= ids for q in quick.questions)
