@@ -14,25 +14,9 @@ app = Celery("chat_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# --- Riding out a broker outage (docs/operations.md, "When Redis or PostgreSQL is down") -------
-# A worker, beat or web process keeps trying to reach Redis, with Celery's back-off (2 s more per
-# attempt, at most 30 s apart), for as long as it is down: the default gives up after 100
-# attempts and the worker exits. Result-backend calls (compaction waits) are retried too.
-app.conf.update(
-    broker_connection_retry=True,
-    broker_connection_retry_on_startup=True,
-    broker_connection_max_retries=None,
-    result_backend_always_retry=True,
-    result_backend_max_retries=10,
-    broker_transport_options={
-        # Dead peers are noticed by TCP keep-alive; a connect to an unreachable host gives up
-        # after 5 s and is retried. (Not retry_on_timeout: it turns off kombu's batched
-        # publishing, and a timed-out publish is already retried by Celery's publish retry.)
-        "socket_keepalive": True,
-        "socket_connect_timeout": 5,
-        **app.conf.broker_transport_options,
-    },
-)
+# Riding out a broker outage: the retry settings are in settings.py (CELERY_BROKER_*); here,
+# the one kombu defect that would still end a worker. (Nothing here may read app.conf: that
+# would load Django's settings whenever the package is imported.)
 
 
 def _connection_errors_for_a_closed_transport() -> None:

@@ -267,7 +267,22 @@ CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    # Dead peers are noticed by TCP keep-alive; a connect to an unreachable host gives up after
+    # 5 s and is retried. (Not retry_on_timeout: it turns off kombu's batched publishing, and a
+    # timed-out publish is already retried by Celery's publish retry.)
+    "socket_keepalive": True,
+    "socket_connect_timeout": 5,
+}
+# Riding out a broker outage (docs/operations.md, "When Redis or PostgreSQL is down"): a worker,
+# beat or web process keeps trying to reach Redis with Celery's back-off (2 s more per attempt,
+# at most 30 s apart) for as long as it is down; the default gives up after 100 attempts and the
+# worker exits. Result-backend calls (compaction waits) are retried too.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_RESULT_BACKEND_ALWAYS_RETRY = True
+CELERY_RESULT_BACKEND_MAX_RETRIES = 10
 # Threads of one worker process (scripts/worker.sh passes it as -c to each process). The
 # broker pool serves those threads' publishes (a turn schedules compaction, the watchdog
 # re-dispatches), so it is sized from them rather than Celery's default of 10.

@@ -423,15 +423,22 @@ _END = object()
 # length catches one enormous chunk between counts.
 _CAP_MARGIN_TOKENS = 64
 _CAP_CHARS_PER_TOKEN = 16
+_UNCOUNTED_MIN_CHARS = 256 * 1024
 
 
 class _OutputCap:
-    def __init__(self, max_tokens: int, *, model: str) -> None:
+    """``counted=False`` (a non-streamed answer, already read whole): only a hard stop by
+    length, at least ``_UNCOUNTED_MIN_CHARS``, which bounds what is kept and stored; the
+    caller's gates (the summariser's "shorter than its source") judge the rest."""
+
+    def __init__(self, max_tokens: int, *, model: str, counted: bool = True) -> None:
         self.limit = max_tokens + max(_CAP_MARGIN_TOKENS, max_tokens // 10)
         self.char_limit = self.limit * _CAP_CHARS_PER_TOKEN
+        if not counted:
+            self.char_limit = max(self.char_limit, _UNCOUNTED_MIN_CHARS)
         self.model = model
         self.chars = 0
-        self.next_count = self.limit * 4
+        self.next_count = self.limit * 4 if counted else self.char_limit + 1
         self.parts: list[str] = []
         self.reached = False
 
@@ -588,7 +595,7 @@ def complete(
     choice = response.choices[0]
     message = choice.message
     tool_calls = [_clean_tool_call(_tool_call_dict(c)) for c in (_get(message, "tool_calls") or [])]
-    cap = _OutputCap(kwargs["max_tokens"], model=config.model)
+    cap = _OutputCap(kwargs["max_tokens"], model=config.model, counted=False)
     text = cap.take(redaction.redact(text_made_storable(str(_get(message, "content") or ""))))
     prompt_tokens, completion_tokens = _usage_tokens(
         _get(response, "usage"), config, messages, text, tool_calls

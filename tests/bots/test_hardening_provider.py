@@ -491,3 +491,17 @@ def test_a_reply_far_past_max_output_tokens_is_cut_and_marked_length(
     # cut at (512 + 64) tokens x 16 characters at most
     assert len(reply.content) == 576 * 16
     assert reply.content == huge[: 576 * 16]
+
+
+def test_a_non_streamed_answer_far_past_its_cap_is_kept_only_to_a_bounded_length(fake_openai):
+    """complete() (compaction, Check model) has read the answer whole already: what is kept and
+    stored is bounded (256 KiB at least, 16 characters a token of the cap plus margin)."""
+    huge = "word " * 200_000  # 1 MB
+    fake_openai.script(Reply(text=huge))
+    config = gateway.ModelConfig(
+        model="openai/fake-model", api_base=fake_openai.url, api_base_trusted=True
+    )
+
+    completion = gateway.complete(config, [{"role": "user", "content": "hi"}], max_tokens=512)
+
+    assert (completion.finish_reason, completion.text) == ("length", huge[: 256 * 1024])
