@@ -85,12 +85,13 @@ DEFAULT_BUDGET = 2000
 DATE_WINDOW_CHARS = 160
 # A snapshot written by a fusion holds the summaries it merged.
 FUSION_MARK = "[Summary of messages"
+FAILURES: list[str] = []  # turns that did not complete (error code: message)
 
 
 def setup(sqlite: bool) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
     os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("LOG_LEVEL", "ERROR")  # failed turns are counted and printed
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.pop("REDIS_URL", None)  # embedded: tasks run in-process, the lock is in-process
     if sqlite:
@@ -273,7 +274,8 @@ def say(user, session, content: str):  # noqa: ANN001
     assert reply is not None
     reply.refresh_from_db()
     if reply.status != "complete":
-        raise SystemExit(f"turn failed: {reply.error_code} {reply.error_message}")
+        # Counted and reported, not fatal: the run goes on, as a user's conversation would.
+        FAILURES.append(f"{content[:50]!r} -> {reply.error_code}: {reply.error_message[:200]}")
     return reply
 
 
@@ -424,9 +426,13 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
             row["same"].append(evidence <= same)
             row["2000"].append(evidence <= at_2000)
             row["matched"].append(evidence <= matched)
+    from chat_platform.llm.tokens import count_tokens
+
+    corpus_tokens = sum(count_tokens(f"[{t.date}] {t.speaker}: {t.text}\n") for t in corpus.turns)
     print()
     print(
-        f"BM25 budget: {budget} tokens ({budget_source}); mean used "
+        f"BM25 budget: {budget} tokens ({budget_source}) of {corpus_tokens} in all the dated "
+        f"raw turns; mean used "
         f"{sum(used_same) / max(1, len(used_same)):.0f}. Platform tool results: mean "
         f"{sum(a.tool_tokens for a in asked) / max(1, len(asked)):.0f} tokens, "
         f"{sum(len(a.hits) for a in asked) / max(1, len(asked)):.1f} hits a question."
@@ -534,12 +540,20 @@ def main() -> None:
         f"active summaries, {RecallEvent.objects.filter(session=session).count()} recall events "
         "while feeding"
     )
+    failed_feeding = len(FAILURES)
+    if FAILURES:
+        print(f"  {failed_feeding} feed turns FAILED; first: {FAILURES[0]}")
     responder = Responder()
     fake = FakeOpenAI(responder=responder).start()
     try:
         started = time.monotonic()
         asked = ask(corpus, user, bot, session, fake, responder)
         print(f"asked {len(asked)} questions in {time.monotonic() - started:.0f} s")
+        if len(FAILURES) > failed_feeding:
+            print(
+                f"  {len(FAILURES) - failed_feeding} question turns FAILED; first: "
+                f"{FAILURES[failed_feeding]}"
+            )
     finally:
         fake.stop()
     report(corpus, asked, budget, source)
