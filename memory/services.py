@@ -13,8 +13,6 @@ already read; ``record_save`` is an upsert: saving a name again rewrites that re
 and body (a bot correcting a fact keeps one record, not two), keeping its scope.
 """
 
-import re
-from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -22,45 +20,36 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from bots.models import ChatSession, Message
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
-from chat_platform.llm.builtin.text import STOPWORDS
 from chat_platform.llm.tokens import count_tokens
 from chat_platform.textcheck import text_is_storable
 from memory import realtime
+from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
 
-DESCRIPTION_MAX = 140
-_LINE_LABEL = re.compile(r"^\s*\[\d+\]\s*[a-z]+(?:\s*\([^)]*\))?:\s*", re.IGNORECASE | re.MULTILINE)
-_TOPIC_WORD = re.compile(r"[^\W\d_][\w'-]{3,}")
+# The other records a snapshot's description is measured against: the newest ones, each read
+# only as far as its first OTHERS_BODY_CHARS characters (one bounded query).
+OTHERS_MAX = 50
+OTHERS_BODY_CHARS = 20_000
 
 
 def snapshot_name(first_seq: int, last_seq: int) -> str:
     return f"snapshot_{first_seq}_{last_seq}"
 
 
-def snapshot_topics(body: str, *, limit: int = 4) -> list[str]:
-    """The transcript's most frequent content words (ties: first seen), for the description."""
-    words = [w.lower() for w in _TOPIC_WORD.findall(_LINE_LABEL.sub("", body))]
-    counts = Counter(w for w in words if w not in STOPWORDS)
-    first_seen = {w: i for i, w in reversed(list(enumerate(words)))}
-    ranked = sorted(counts, key=lambda w: (-counts[w], first_seen[w]))
-    return ranked[:limit]
-
-
-def snapshot_description(first_seq: int, last_seq: int, body: str) -> str:
-    head = f"Pre-compaction snapshot of messages {first_seq}–{last_seq}"
-    topics = snapshot_topics(body)
-    description = head
-    for i, topic in enumerate(topics):
-        candidate = f"{description}{': ' if i == 0 else ', '}{topic}"
-        if len(candidate) > DESCRIPTION_MAX:
-            break
-        description = candidate
-    return description
+def _other_bodies(*, session: ChatSession, name: str) -> list[str]:
+    """The bodies (their heads) of the records this session can read, but ``name``."""
+    return list(
+        records_for_session(session=session)
+        .exclude(name=name)
+        .annotate(head=Substr("body", 1, OTHERS_BODY_CHARS))
+        .values_list("head", flat=True)[:OTHERS_MAX]
+    )
 
 
 def snapshot_write(
@@ -74,7 +63,9 @@ def snapshot_write(
             name=name,
             defaults={
                 "kind": MemoryRecord.Kind.SNAPSHOT,
-                "description": snapshot_description(first_seq, last_seq, body),
+                "description": snapshot_description(
+                    first_seq, last_seq, body, _other_bodies(session=session, name=name)
+                ),
                 "body": body,
                 "token_count": count_tokens(body),
                 "first_seq": first_seq,

@@ -43,7 +43,7 @@ def test_index_lines_have_the_exact_contract_format_newest_first(chat_session):
     assert [line.text for line in lines] == [
         "- locker (info): Locker code",
         "- snapshot_1_24 (snapshot, messages 1–24): "
-        "Pre-compaction snapshot of messages 1–24: tomatoes, garden, needs",
+        "Pre-compaction snapshot of messages 1–24: tomatoes, garden",
     ]
     assert [line.name for line in lines] == ["locker", "snapshot_1_24"]
     assert lines[0].tokens == 8

@@ -1,0 +1,291 @@
+"""Snapshot descriptions that tell one snapshot from the rest of the session (CONTRACT §10).
+
+``Pre-compaction snapshot of messages <first>–<last>: <terms>``, at most 140 characters. The terms
+are what sets this transcript apart from the session's other records, TF-IDF-like: how often a
+term occurs here (a user's turn counts more than a reply, a reply more than a tool result) times
+how rare it is among the other records' bodies. A term every other record holds says nothing
+about this one and is left out (unless nothing else is left); so is a reply's boilerplate (a term
+only the assistant says, in most of its replies). Names, dates and numbers with their context
+("Henrik Dahl", "14 March", "2024-03-08", "flight BA117", "1,250 euros") weigh more than plain
+words; stop words and chat filler never appear. Pure and deterministic: same inputs, same text.
+"""
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from chat_platform.stopwords import STOPWORDS
+
+DESCRIPTION_MAX = 140
+MAX_TERMS = 6
+# What a turn weighs, by its speaker label; unlabelled lines (summary text) weigh OTHER_WEIGHT.
+SPEAKER_WEIGHT = {"user": 1.0, "assistant": 0.35, "system": 0.35, "tool": 0.2}
+OTHER_WEIGHT = 0.5
+KIND_BOOST = {"date": 1.8, "number": 1.5, "name": 1.5, "word": 1.0}
+# A term only the assistant says, in at least this share of its replies (of at least 3), is the
+# reply's template, not the topic.
+BOILERPLATE_SHARE = 0.5
+# A term in at least this share of the other records is shared filler.
+SHARED_SHARE = 0.8
+
+# A speaker label; a quoted one cut short (``[586] assistant`` at a line's end) too.
+_LABEL = re.compile(r"^\s*\[\d+\]\s*([A-Za-z]+)(?:\s*\([^)]*\))?(?::\s*|\s*$)")
+_HEADER = re.compile(r"^\s*\[[^\]\n]*\]\s*$")
+_TOKEN = re.compile(r"[^\W_]+(?:['\u2019.,:/-][^\W_]+)*")
+_BREAK = re.compile(r"[.!?:;\n]|\s-\s")
+_WORD = re.compile(r"[^\W_]+")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
+_DAY = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?$", re.IGNORECASE)
+_YEAR = re.compile(r"(?:19|20)\d{2}$")
+_MONTH_NAMES = (
+    "january february march april may june july august september october november december"  # noqa: E501
+)
+MONTHS = {m: m.capitalize() for m in _MONTH_NAMES.split()}
+MONTHS |= {m[:3]: full for m, full in list(MONTHS.items())} | {"sept": "September"}
+
+
+@dataclass(frozen=True)
+class _Token:
+    text: str
+    starts_sentence: bool
+
+
+@dataclass
+class _Term:
+    kind: str
+    shown: str
+    parts: tuple[str, ...]  # lower-case words the term is made of (for document frequency)
+
+
+def _segments(body: str) -> list[tuple[str | None, str]]:
+    """(speaker, text) per message of a transcript; summary text and headers have no speaker."""
+    segments: list[tuple[str | None, list[str]]] = []
+    for line in body.splitlines():
+        label = _LABEL.match(line)
+        if label:
+            segments.append((label.group(1).lower(), [line[label.end() :]]))
+        elif _HEADER.match(line):
+            segments.append((None, []))
+        elif segments:
+            segments[-1][1].append(line)
+        else:
+            segments.append((None, [line]))
+    return [(speaker, "\n".join(lines)) for speaker, lines in segments if lines]
+
+
+def _tokens(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    end = 0
+    for match in _TOKEN.finditer(text):
+        gap = text[end : match.start()]
+        tokens.append(_Token(match.group(), not tokens or bool(_BREAK.search(gap))))
+        end = match.end()
+    return tokens
+
+
+def _bare(word: str) -> str:
+    """A word without a possessive ("Clara's" -> "Clara")."""
+    return re.sub(r"['\u2019]s$", "", word)
+
+
+# The transcript's own words (speaker labels, record names), never a topic.
+TRANSCRIPT_WORDS = frozenset({"user", "assistant", "tool", "system", "snapshot"})
+
+
+def _is_content(word: str) -> bool:
+    low = word.lower()
+    return (
+        low.isalpha()
+        and len(low) >= 3
+        and low not in STOPWORDS
+        and low not in MONTHS
+        and low not in TRANSCRIPT_WORDS
+    )
+
+
+def _has_digit(word: str) -> bool:
+    return any(c.isdigit() for c in word)
+
+
+def _month(word: str) -> str | None:
+    return MONTHS.get(word.lower().rstrip("."))
+
+
+def _terms_of(tokens: list[_Token], proper: set[str]) -> list[_Term]:
+    """The terms of one message, in order: dates, numbers in context, names, then plain words."""
+    terms: list[_Term] = []
+    used = [False] * len(tokens)
+    words = [_bare(t.text) for t in tokens]
+
+    def take(i: int, j: int, kind: str, shown: str) -> None:
+        for k in range(i, j):
+            used[k] = True
+        parts = tuple(w.lower() for k in range(i, j) for w in _WORD.findall(words[k]))
+        terms.append(_Term(kind, shown, parts))
+
+    # Dates: 2024-03-08, 14 March (2024), March 14th (2024).
+    for i, word in enumerate(words):
+        if used[i]:
+            continue
+        if _ISO_DATE.match(word):
+            take(i, i + 1, "date", word)
+            continue
+        month = _month(word)
+        if month is None or (word.lower() == "may" and not word[0].isupper()):
+            continue
+        before = _DAY.match(words[i - 1]) if i > 0 and not used[i - 1] else None
+        after = _DAY.match(words[i + 1]) if i + 1 < len(words) else None
+        if before and 1 <= int(before.group(1)) <= 31:
+            start, end, shown = i - 1, i + 1, f"{int(before.group(1))} {month}"
+        elif after and 1 <= int(after.group(1)) <= 31:
+            start, end, shown = i, i + 2, f"{month} {int(after.group(1))}"
+        else:
+            continue
+        if end < len(words) and _YEAR.match(words[end]):
+            shown, end = f"{shown} {words[end]}", end + 1
+        take(start, end, "date", shown)
+    # Numbers and codes, with the content word that says what they are.
+    for i, word in enumerate(words):
+        if used[i] or not _has_digit(word):
+            continue
+        code = any(c.isalpha() for c in word)
+        context = None
+        for k in (i - 1, i - 2):
+            if k < 0 or used[k] or tokens[k + 1].starts_sentence:
+                break
+            if _is_content(words[k]):
+                context = k
+                break
+            if words[k].lower() not in STOPWORDS:
+                break
+        if context is not None:
+            for k in range(context, i + 1):
+                used[k] = True
+            parts = (words[context].lower(), *(w.lower() for w in _WORD.findall(word)))
+            terms.append(_Term("number", f"{words[context]} {word}", parts))
+            continue
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if (
+            not code
+            and nxt
+            and not used[i + 1]
+            and not tokens[i + 1].starts_sentence
+            and nxt.islower()
+            and _is_content(nxt)
+        ):
+            take(i, i + 2, "number", f"{word} {nxt}")
+        elif code or len(re.sub(r"\D", "", word)) >= 3:
+            take(i, i + 1, "number", word)
+    # Names: runs of capitalised words that are proper (seen capitalised inside a sentence).
+    i = 0
+    while i < len(words):
+        j = i
+        while (
+            j < len(words)
+            and not used[j]
+            and words[j][:1].isupper()
+            and words[j].isalpha()
+            and words[j].lower() in proper
+            and (j == i or not tokens[j].starts_sentence)
+        ):
+            j += 1
+        if j > i:
+            take(i, j, "name", " ".join(words[i:j]))
+            i = j
+        else:
+            i += 1
+    # Plain words.
+    for i, word in enumerate(words):
+        if not used[i] and _is_content(word) and len(word) >= 4:
+            take(i, i + 1, "word", word.lower())
+    return terms
+
+
+def _proper_words(segments: list[tuple[str | None, str]]) -> set[str]:
+    """Lower-cased words seen capitalised inside a sentence (so not just a sentence's start)."""
+    proper: set[str] = set()
+    for _, text in segments:
+        for token in _tokens(text):
+            word = _bare(token.text)
+            if (
+                not token.starts_sentence
+                and word[:1].isupper()
+                and word.isalpha()
+                and word.lower() not in STOPWORDS
+            ):
+                proper.add(word.lower())
+    return proper
+
+
+def document_words(body: str) -> frozenset[str]:
+    """The lower-case words of another record's body, for document frequency."""
+    return frozenset(w.lower() for w in _WORD.findall(body))
+
+
+def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERMS) -> list[str]:
+    """The terms that set ``body`` apart from ``others`` (the session's other records), best
+    first (ties: first seen)."""
+    segments = _segments(body)
+    proper = _proper_words(segments)
+    docs = [document_words(o) for o in others]
+    weight: dict[str, float] = defaultdict(float)
+    shown: dict[str, dict[str, int]] = defaultdict(dict)
+    info: dict[str, _Term] = {}
+    first_seen: dict[str, int] = {}
+    speakers: dict[str, set[str | None]] = defaultdict(set)
+    in_replies: dict[str, int] = defaultdict(int)
+    replies = 0
+    for speaker, text in segments:
+        replies += speaker == "assistant"
+        seen_here: set[str] = set()
+        for term in _terms_of(_tokens(text), proper):
+            key = term.shown.lower()
+            weight[key] += SPEAKER_WEIGHT.get(speaker or "", OTHER_WEIGHT)
+            shown[key][term.shown] = shown[key].get(term.shown, 0) + 1
+            info.setdefault(key, term)
+            first_seen.setdefault(key, len(first_seen))
+            speakers[key].add(speaker)
+            if speaker == "assistant" and key not in seen_here:
+                in_replies[key] += 1
+            seen_here.add(key)
+    n = len(docs)
+    scored: list[tuple[float, int, str, bool]] = []
+    for key, w in weight.items():
+        term = info[key]
+        parts = set(term.parts) - STOPWORDS or set(term.parts)
+        df = sum(1 for d in docs if parts <= d)
+        shared = n > 0 and df >= max(1, math.ceil(SHARED_SHARE * n))
+        boilerplate = (
+            speakers[key] == {"assistant"}
+            and replies >= 3
+            and in_replies[key] >= BOILERPLATE_SHARE * replies
+        )
+        if boilerplate:
+            continue
+        idf = math.log(1 + (n + 1) / (df + 1))
+        score = math.log1p(w) * idf * KIND_BOOST[term.kind]
+        scored.append((score, first_seen[key], key, shared))
+    distinct = [s for s in scored if not s[3]] or scored
+    distinct.sort(key=lambda s: (-s[0], s[1]))
+    chosen: list[str] = []
+    for _, _, key, _ in distinct:
+        if len(chosen) >= limit:
+            break
+        if any(set(key.split()) <= set(c.lower().split()) for c in chosen):
+            continue
+        forms = shown[key]
+        chosen.append(min(forms, key=lambda f: (-forms[f], f)))
+    return chosen
+
+
+def snapshot_description(first_seq: int, last_seq: int, body: str, others: Iterable[str]) -> str:
+    """CONTRACT §10's description: the prefix, then as many distinctive terms as fit in 140."""
+    description = f"Pre-compaction snapshot of messages {first_seq}–{last_seq}"
+    separator = ": "
+    for topic in distinctive_terms(body, others):
+        candidate = f"{description}{separator}{topic}"
+        if len(candidate) <= DESCRIPTION_MAX:
+            description, separator = candidate, ", "
+    return description[:DESCRIPTION_MAX]

@@ -1,0 +1,149 @@
+"""Snapshot descriptions name what sets a snapshot apart from the rest of its session (CONTRACT
+§10; issue 16, item 3): TF-IDF-like against the session's other records, names, dates and numbers
+with their context, the user's turns over the replies, never filler every snapshot shares, within
+140 characters, deterministic. Written by ``snapshot_write``, the call every compaction attempt
+makes before its summariser."""
+
+import pytest
+
+from memory import services
+from tests.factories import SessionFactory
+
+pytestmark = pytest.mark.django_db
+
+PREFIX = "Pre-compaction snapshot of messages"
+
+
+def _reply(seq):
+    # What a fake provider answers every turn: shared by every snapshot, it says nothing.
+    return f"[{seq}] assistant: ACK {seq} messages received. The answer is forty-two."
+
+
+def _transcript(first, user_lines):
+    lines = []
+    seq = first
+    for text in user_lines:
+        lines.append(f"[{seq}] user: {text}")
+        lines.append(_reply(seq + 1))
+        seq += 2
+    return "\n".join(lines)
+
+
+LISBON = [
+    "We are planning a trip to Lisbon on May 3.",
+    "Our flight BA117 leaves from Heathrow in the morning.",
+    "We booked Hotel Avenida Palace near the river.",
+]
+CELLO = [
+    "My sister Clara plays the cello in the Porto orchestra.",
+    "Her first concert was on 2024-03-08 at the conservatory.",
+    "Her teacher is called Henrik Dahl and her locker code is 4471.",
+]
+
+
+def _write(session, first, body):
+    last = first + body.count("\n")
+    return services.snapshot_write(session=session, first_seq=first, last_seq=last, body=body)
+
+
+def _terms(description):
+    head, _, terms = description.partition(": ")
+    assert head.startswith(PREFIX)
+    return terms.split(", ") if terms else []
+
+
+def test_two_topics_in_one_session_get_descriptions_naming_their_own_terms(chat_session):
+    lisbon = _write(chat_session, 1, _transcript(1, LISBON))
+    cello = _write(chat_session, 7, _transcript(7, CELLO))
+    assert lisbon.description == (
+        "Pre-compaction snapshot of messages 1–6: May 3, Lisbon, flight BA117, Heathrow, "
+        "Hotel Avenida Palace, planning"
+    )
+    assert cello.description == (
+        "Pre-compaction snapshot of messages 7–12: 2024-03-08, Clara, Porto, code 4471, "
+        "Henrik Dahl, sister"
+    )
+
+
+def test_filler_every_snapshot_shares_never_appears(chat_session):
+    topics = [LISBON, CELLO, ["Quick update: the garden needs tomatoes and basil by Friday."]]
+    descriptions = []
+    first = 1
+    for lines in topics:
+        # The user opens every batch the same way too: shared by all, it names none of them.
+        body = _transcript(first, ["Quick update from the cabin.", *lines])
+        descriptions.append(_write(chat_session, first, body).description)
+        first += 2 * (len(lines) + 1)
+    for description in descriptions:
+        words = " ".join(_terms(description)).lower().split()
+        for filler in ("ack", "messages", "received", "answer", "forty-two", "update"):
+            assert filler not in words, (filler, description)
+    # The user's opener is in every batch: once another record holds it, it is not distinctive
+    # (the first snapshot, written when no other record exists, cannot know that yet).
+    for description in descriptions[1:]:
+        words = " ".join(_terms(description)).lower().split()
+        assert "quick" not in words and "cabin" not in words, description
+    assert "tomatoes" in descriptions[2] and "Friday" in descriptions[2]
+
+
+def test_the_users_terms_outrank_terms_only_the_assistant_says(chat_session):
+    body = "\n".join(
+        [
+            "[1] user: Can you suggest something to cook for Saturday with saffron?",
+            "[2] assistant: A paella from Valencia with chorizo, or paella with chorizo and rice.",
+            "[3] user: The saffron is from my aunt in Toledo.",
+            "[4] assistant: Valencia paella with chorizo then.",
+        ]
+    )
+    terms = _terms(_write(chat_session, 1, body).description)
+    assert terms[:3] == ["saffron", "Saturday", "Toledo"]
+    assert "paella" in terms and terms.index("Toledo") < terms.index("paella")
+
+
+def test_names_dates_and_numbers_appear_with_their_context(chat_session):
+    body = _transcript(
+        1,
+        [
+            "My manager Henrik Dahl moved the review to 14 March 2025.",
+            "The invoice number is 88231 and the rent is 1250 a month.",
+            "The train ICE 578 leaves Munich at noon.",
+        ],
+    )
+    description = _write(chat_session, 1, body).description
+    for term in ("Henrik Dahl", "14 March 2025", "number 88231", "rent 1250", "Munich", "ICE 578"):
+        assert term in description, (term, description)
+
+
+def test_a_snapshot_full_of_distinct_rare_words_stays_within_140_chars(chat_session):
+    rare = [f"Zorvath{chr(97 + i % 26)}{chr(97 + i // 26)}qux" for i in range(300)]
+    body = "\n".join(
+        f"[{n + 1}] user: I met {word} Quintessentially-Longnamed and Xylophonist {word}x today."
+        for n, word in enumerate(rare)
+    )
+    description = _write(chat_session, 1, body).description
+    assert len(description) <= 140
+    assert description.startswith("Pre-compaction snapshot of messages 1–300: ")
+    terms = _terms(description)
+    assert len(terms) >= 2
+    assert all(term in body for term in terms), terms  # whole terms, never cut off
+
+
+def test_descriptions_are_deterministic_and_nul_free(owner, bot):
+    bodies = [_transcript(1, LISBON), _transcript(7, CELLO)]
+    first = SessionFactory(user=owner, bot=bot)
+    second = SessionFactory(user=owner, bot=bot)
+    _write(first, 7, bodies[1])
+    _write(second, 7, bodies[1])
+    one = _write(first, 1, bodies[0]).description
+    two = _write(second, 1, bodies[0]).description
+    again = _write(first, 1, bodies[0]).description  # a retried range rewrites it the same way
+    assert (
+        one
+        == two
+        == again
+        == (
+            "Pre-compaction snapshot of messages 1–6: May 3, Lisbon, flight BA117, Heathrow, "
+            "Hotel Avenida Palace, planning"
+        )
+    )
+    assert "\x00" not in one and "\n" not in one and one.isprintable()
