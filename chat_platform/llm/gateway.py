@@ -799,6 +799,10 @@ class ChatStream:
                         _log_retry(config, exc, attempt=attempt, wait=wait)
                         if self._closed.wait(wait):
                             return
+                        # Nothing was shown: what the redactor held or the cap counted of the
+                        # failed attempt is not part of the next one.
+                        cap = _OutputCap(kwargs["max_tokens"], model=config.model)
+                        redactor = redaction.StreamRedactor(redactor.secrets)
                         continue
                     failure = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
                     _log_failed(config, failure, started=started, streamed=True)

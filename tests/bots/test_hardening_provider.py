@@ -505,3 +505,16 @@ def test_a_non_streamed_answer_far_past_its_cap_is_kept_only_to_a_bounded_length
     completion = gateway.complete(config, [{"role": "user", "content": "hi"}], max_tokens=512)
 
     assert (completion.finish_reason, completion.text) == ("length", huge[: 256 * 1024])
+
+
+def test_the_stream_redactor_holds_only_a_tail_that_could_start_a_secret():
+    from chat_platform.redaction import StreamRedactor
+
+    redactor = StreamRedactor(("sk-secret-123",))
+    assert redactor.feed("hello ") == "hello "  # nothing held: no secret starts here
+    assert redactor.feed("key sk-se") == "key "  # "sk-se" may be a secret's start
+    assert redactor.feed("cret-123 ok") == "*** ok"
+    assert redactor.feed(" sk") == " "
+    assert redactor.feed("ip") == "skip"  # not a secret after all: released
+    assert redactor.feed(" s") == " "
+    assert redactor.flush() == "s"  # the end of the stream releases what is held
