@@ -23,6 +23,7 @@ from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
 from bots.services import allocate_seqs, message_finish, reply_claim, session_context_add
 from chat_platform.errors import (
+    ContextTooLarge,
     InternalError,
     ModelUnavailable,
     NotFound,
@@ -368,6 +369,37 @@ def _recall_round(
     return stored
 
 
+def _context_with_rounds(
+    reply: Message, rounds: list[list[Message]], *, recall_open: bool
+) -> BuiltContext:
+    """The call's context with the turn's recall rounds. Each round's results were cut to what
+    was left of B when it ran, but the fixed part can grow before the next call (the user pins
+    a message, a hard compaction adds a summary): then the oldest rounds are left out of this
+    call, one at a time, rather than failing the reply (degrade only downward). They stay in
+    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own."""
+    kept = list(rounds)
+    while True:
+        try:
+            return context_build(
+                session=reply.session,
+                reply=reply,
+                recalled=[m for exchange in kept for m in exchange],
+                recall_open=recall_open,
+                record=False,
+            )
+        except ContextTooLarge:
+            if not kept:
+                raise
+            kept = kept[1:]
+            log.warning(
+                "turn_recall_round_left_out",
+                message_id=reply.pk,
+                session_id=reply.session_id,
+                rounds=len(rounds),
+                kept=len(kept),
+            )
+
+
 def _check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
     """The session's user may still run its bot (owner, or shared): checked when the turn starts
     (a send queued before the owner un-shared it) and before each recall round."""
@@ -397,13 +429,11 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
-    recalled: list[Message] = []
+    rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
-        context = context_build(
-            session=session, reply=reply, recalled=recalled, recall_open=may_recall, record=False
-        )
+        context = _context_with_rounds(reply, rounds, recall_open=may_recall)
         stream = _stream_round(
             reply,
             handle,
@@ -422,7 +452,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
             break
         _check_bot_usable(session, fresh=True)
         recall_round += 1
-        recalled.extend(
+        rounds.append(
             _recall_round(reply, context, calls, recall_round=recall_round, text=completion.text)
         )
         reply.refresh_from_db(fields=["seq"])
