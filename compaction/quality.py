@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from chat_platform.transcript import STAMP
+
 # --- reasoning --------------------------------------------------------------------------------
 
 _REASONING_TAG = r"(?:think|thinking)"
@@ -181,8 +183,9 @@ _FILE_EXT = (
 )
 _TLD = "com|org|net|io|dev|ai|app|co|uk|de|fr|cn|jp|eu|gov|edu|info|biz|cloud|sh|me|us"
 
+# A speaker label, time stamp included (chat_platform.transcript): no fact of the transcript.
 _SPEAKER_LABEL = re.compile(
-    r"^[ \t>*_-]*(?:\[\d+\][ \t]*)?(?:user|assistant|system|tool|human|ai|bot)"
+    rf"^[ \t>*_-]*(?:\[\d+\][ \t]*(?:{STAMP}[ \t]+)?)?(?:user|assistant|system|tool|human|ai|bot)"
     r"(?:[ \t]*\([^)\n]*\))?[ \t]*:",
     re.IGNORECASE | re.MULTILINE,
 )

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chat_platform.stopwords import STOPWORDS
+from chat_platform.transcript import STAMP
 
 DESCRIPTION_MAX = 140
 MAX_TERMS = 6
@@ -30,8 +31,9 @@ BOILERPLATE_SHARE = 0.5
 # A term in at least this share of the other records is shared filler.
 SHARED_SHARE = 0.8
 
-# A speaker label; a quoted one cut short (``[586] assistant`` at a line's end) too.
-_LABEL = re.compile(r"^\s*\[\d+\]\s*([A-Za-z]+)(?:\s*\([^)]*\))?(?::\s*|\s*$)")
+# A speaker label (its time stamp is no fact of the record); a quoted one cut short
+# (``[586] assistant`` at a line's end) too.
+_LABEL = re.compile(rf"^\s*\[\d+\]\s*(?:{STAMP}\s+)?([A-Za-z]+)(?:\s*\([^)]*\))?(?::\s*|\s*$)")
 _HEADER = re.compile(r"^\s*\[[^\]\n]*\]\s*$")
 _TOKEN = re.compile(r"[^\W_]+(?:['\u2019.,:/-][^\W_]+)*")
 _BREAK = re.compile(r"[.!?:;\n]|\s-\s")

@@ -23,12 +23,20 @@ from django.db.models import F, QuerySet
 
 from chat_platform.llm.builtin.text import STOPWORDS
 from chat_platform.textcheck import text_is_storable
+from chat_platform.transcript import LINE_LABEL
 from memory.models import MemoryRecord
 
 QUERY_MAX_CHARS = 1000
 QUERY_MAX_TERMS = 16
 HIGHLIGHT = ("**", "**")
 FRAGMENT_DELIMITER = " … "
+# An excerpt that starts inside a transcript line gets the line's start back (its label: who
+# said it and when) when at most this many characters lie between the label and the excerpt.
+LINE_START_MAX_CHARS = 80
+# ... and the rest of the line it ends in, up to this many characters.
+LINE_END_MAX_CHARS = 240
+# A line holding only a label cut short: "[307] 2024-03-08 13:56Z user".
+_CUT_LABEL = re.compile(r"\[\d+\][^:\n]{0,60}")
 PG_CONFIG = "english"
 # bm25 weights (name 10, description 4, body 1) as ts_rank weighs A > B > C; higher rank is
 # better on both backends (bm25 is negated). Excerpts: 48 tokens (FTS5 allows at most 64).
@@ -68,10 +76,75 @@ def search_ranked(*, records: QuerySet[MemoryRecord], query: str, limit: int) ->
     if not text or limit <= 0:
         return []
     if connection.vendor == "postgresql":
-        return _postgres(records, text, limit)
-    if connection.vendor == "sqlite":
-        return _sqlite(records, text, limit)
-    raise NotImplementedError(f"No record search for {connection.vendor}")
+        ranked = _postgres(records, text, limit)
+    elif connection.vendor == "sqlite":
+        ranked = _sqlite(records, text, limit)
+    else:
+        raise NotImplementedError(f"No record search for {connection.vendor}")
+    return _with_line_labels(ranked)
+
+
+def _with_line_labels(ranked: Ranked) -> Ranked:
+    if not ranked:
+        return ranked
+    bodies = dict(
+        MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).values_list("pk", "body")
+    )
+    return [
+        (pk, rank, with_line_label(bodies.get(pk, ""), excerpt)) for pk, rank, excerpt in ranked
+    ]
+
+
+def _plain(text: str) -> str:
+    for marker in HIGHLIGHT:
+        text = text.replace(marker, "")
+    return text
+
+
+def with_line_label(body: str, excerpt: str) -> str:
+    """``excerpt`` of ``body`` in whole transcript lines: ``ts_headline`` and ``snippet()`` start
+    at a matched word, which cuts off ``[12] 2024-03-08 13:56Z user:``, and stop after a number
+    of words, mid-sentence. The excerpt gets back the start of the line it starts in (so a hit
+    says who said it and when) and the rest of the line it ends in, or loses that line when all
+    it holds of it is a label cut short. Unchanged where it cannot be placed in the body exactly
+    once."""
+    text = excerpt.strip(" \u2026")
+    plain = _plain(text)
+    if FRAGMENT_DELIMITER.strip() in plain or len(plain) < 8 or body.count(plain) != 1:
+        return _with_head(body, excerpt)
+    at = body.index(plain)
+    end = at + len(plain)
+    head = body[body.rfind("\n", 0, at) + 1 : at]
+    label = LINE_LABEL.match(head)
+    if head and label is not None:
+        gap = head[label.end() :]
+        text = (
+            head if len(gap) <= LINE_START_MAX_CHARS else head[: label.end()] + "\u2026 "
+        ) + text
+    last = plain.rsplit("\n", 1)[-1]
+    if "\n" in text and _CUT_LABEL.fullmatch(last.strip()):
+        return text.rsplit("\n", 1)[0]
+    line_end = body.find("\n", end)
+    tail = body[end : len(body) if line_end < 0 else line_end]
+    if len(tail) > LINE_END_MAX_CHARS:
+        tail = tail[:LINE_END_MAX_CHARS].rsplit(" ", 1)[0] + " \u2026"
+    return text + tail
+
+
+def _with_head(body: str, excerpt: str) -> str:
+    """The excerpt led by the label of the line it starts in (its first line placed alone)."""
+    first = _plain(excerpt.split("\n", 1)[0])
+    lead = first.strip(" \u2026").split(FRAGMENT_DELIMITER.strip())[0].strip()
+    if len(lead) < 8 or body.count(lead) != 1:
+        return excerpt
+    at = body.index(lead)
+    head = body[body.rfind("\n", 0, at) + 1 : at]
+    label = LINE_LABEL.match(head)
+    if not head or label is None:
+        return excerpt
+    gap = head[label.end() :]
+    prefix = head if len(gap) <= LINE_START_MAX_CHARS else head[: label.end()] + "\u2026 "
+    return prefix + excerpt.lstrip(" \u2026")
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------

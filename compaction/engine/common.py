@@ -11,6 +11,7 @@ from bots import realtime
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.transcript import stamp
 from compaction.models import CompactionEvent
 from compaction.payloads import event_payload
 from compaction.results import RunResult
@@ -45,6 +46,8 @@ Keep:
 - the context needed to continue the conversation;
 - every name, date, number and identifier, exactly as written;
 - results of tool calls (not the intermediate steps or errors).
+Each transcript line reads "[seq] YYYY-MM-DD HH:MMZ speaker: text", the time (UTC) the message \
+was said. Keep with every fact the date it was said (e.g. "2024-03-08: Clara moved to Porto").
 Write concise plain sentences or bullet lines in the conversation's language, saying who said \
 or decided what where it matters. Add nothing that is not in the transcript. Output only the \
 summary."""
@@ -167,7 +170,7 @@ def transcript_line(message: Message) -> str:
     if message.role == Message.Role.ASSISTANT and message.tool_calls and not text:
         names = ", ".join(c.get("function", {}).get("name", "?") for c in message.tool_calls)
         text = f"(used {names})"
-    return f"[{message.seq}] {speaker}: {text}"
+    return f"[{message.seq}] {stamp(message.created_at)} {speaker}: {text}"
 
 
 def prompt_messages(transcript: str, focus: str) -> list[dict[str, str]]:

@@ -104,7 +104,13 @@ def range_choose(
         sent = request_tokens(transcript, plan.focus, config.model)
         if sent <= limit:
             return selection, transcript
-        cap -= max(1, sent - limit + sent // 20)
+        # Shrink in proportion to the overflow, 5 % beyond it: labels and time stamps can make
+        # short messages cost several times their stored count, so subtracting the overflow
+        # (tokens as sent) from a cap in stored tokens could leave nothing, or less than nothing.
+        stored = sum(row.tokens for row in selection)
+        cap = min(cap - 1, stored * limit * 19 // (sent * 20))
+        if cap <= 0:
+            return [], ""
     return [], ""
 
 

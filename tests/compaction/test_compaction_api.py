@@ -25,6 +25,7 @@ from tests.compaction.test_engine import (
     chat_requests,
     compacted_seqs,
     counters,
+    dated,
     message_rows,
     recount,
     summariser_requests,
@@ -384,7 +385,10 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
     assert body["summary"]["created_at"].endswith("Z")
     snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_4")
     assert snapshot.body == "\n".join(
-        f"[{seq}] {role}: {content}" for seq, (role, content) in enumerate(FACTS[:4], start=1)
+        dated(
+            session,
+            *(f"[{seq}] {role}: {content}" for seq, (role, content) in enumerate(FACTS[:4], 1)),
+        )
     )
     assert snapshot.description.startswith("Pre-compaction snapshot of messages 1–4")
 

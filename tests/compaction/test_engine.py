@@ -19,6 +19,7 @@ from bots.models import Message
 from bots.services import session_context_recount
 from bots.turn import turn_run
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
+from chat_platform.transcript import stamp
 from compaction import engine
 from compaction.engine import fusion, policy
 from compaction.models import CompactionEvent, CompactionState, Summary
@@ -111,6 +112,16 @@ def sent_tokens(request: dict) -> int:
     return sum(
         count_message_tokens(m.get("content") or "", model=MODEL) for m in request["messages"]
     )
+
+
+def dated(session, *lines: str) -> list[str]:
+    """``[n] speaker: text`` lines as the transcript writes them: with message n's time stamp."""
+    out = []
+    for line in lines:
+        seq = int(line[1 : line.index("]")])
+        created = Message.objects.get(session=session, seq=seq).created_at
+        out.append(line.replace("] ", f"] {stamp(created)} ", 1))
+    return out
 
 
 def transcript_of(request: dict) -> str:
@@ -216,7 +227,12 @@ def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_toke
     assert request["max_tokens"] == 220
     assert request["messages"] == [
         {"role": "system", "content": engine.SUMMARY_INSTRUCTIONS},
-        {"role": "user", "content": "<transcript>\n[1] user: m message 0\n</transcript>"},
+        {
+            "role": "user",
+            "content": "<transcript>\n"
+            + dated(session, "[1] user: m message 0")[0]
+            + "\n</transcript>",
+        },
     ]
     summary = Summary.objects.get(session=session)
     assert (summary.first_seq, summary.last_seq, summary.source_tokens, summary.level) == (
@@ -256,7 +272,7 @@ def test_hard_threshold_boundary_in_context_build(session, fake_openai, new_toke
         "snapshot",
         True,
     )
-    assert event.snapshot.body == "[1] user: m message 0"
+    assert event.snapshot.body == dated(session, "[1] user: m message 0")[0]
 
 
 @pytest.mark.parametrize("offset", [-1, 0], ids=["S-1", "S"])
@@ -395,9 +411,9 @@ def test_manual_takes_everything_but_the_latest_exchange(session, fake_openai):
     assert compacted_seqs(session) == [1, 2, 3, 4]
     assert counters(session) == (200, 2) == recount(session)
     assert (result.tokens_before, result.tokens_after) == (600, 200 + result.summary.token_count)
-    assert transcript_of(summariser_requests(fake_openai)[0]).splitlines() == [
-        f"[{seq}] {ROLES[(seq - 1) % 2]}: m message {seq - 1}" for seq in range(1, 5)
-    ]
+    assert transcript_of(summariser_requests(fake_openai)[0]).splitlines() == dated(
+        session, *(f"[{seq}] {ROLES[(seq - 1) % 2]}: m message {seq - 1}" for seq in range(1, 5))
+    )
 
 
 def test_manual_compacts_all_history_even_beyond_one_summariser_input(session, fake_openai):
@@ -545,11 +561,12 @@ def test_tool_call_and_its_result_are_compacted_together(session, fake_openai):
 
     # toward T = 800 from 1600: the user message, then the call + result unit (1000) -> 1100
     [request] = summariser_requests(fake_openai)
-    assert transcript_of(request).splitlines() == [
+    assert transcript_of(request).splitlines() == dated(
+        session,
         "[1] user: What is the weather in Paris?",
         "[2] assistant: (used weather)",
         "[3] tool (weather): sunny, 21 C",
-    ]
+    )
     assert compacted_seqs(session) == [1, 2, 3]
     _assert_no_orphaned_tool_result(session)
     assert counters(session) == (500, 5) == recount(session)
@@ -563,12 +580,13 @@ def test_pinned_tool_result_keeps_its_call_out_of_the_range(session, fake_openai
 
     # the call cannot go without its (pinned) result: both stay; the rest before the turn goes
     [request] = summariser_requests(fake_openai)
-    assert transcript_of(request).splitlines() == [
+    assert transcript_of(request).splitlines() == dated(
+        session,
         "[1] user: What is the weather in Paris?",
         "[4] assistant: It is sunny and 21 C.",
         "[5] user: And tomorrow?",
         "[6] assistant: Rain.",
-    ]
+    )
     assert compacted_seqs(session) == [1, 4, 5, 6]
     _assert_no_orphaned_tool_result(session)
     assert counters(session) == (1200, 4) == recount(session)
@@ -965,8 +983,9 @@ def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_ope
 
     [request] = fake_openai.requests[requests_before:]
     prompt = transcript_of(request)
-    assert prompt.startswith(f"{a.block}\n[Raw messages 1–4]\n[1] user: m message 0")
-    assert f"{b.block}\n[Raw messages 5–10]\n[5] user: m message 4" in prompt
+    [first, fifth] = dated(session, "[1] user: m message 0", "[5] user: m message 4")
+    assert prompt.startswith(f"{a.block}\n[Raw messages 1–4]\n{first}")
+    assert f"{b.block}\n[Raw messages 5–10]\n{fifth}" in prompt
     fused = Summary.objects.get(session=session, status="active")
     assert (fused.level, fused.first_seq, fused.last_seq, fused.trigger, fused.text) == (
         2,

@@ -24,13 +24,14 @@ def history_read(request, monkeypatch):
     return request.param
 
 
-def _session_with(owner, *, budget: int, entries, system_prompt: str = ""):
+def _session_with(owner, *, budget: int, entries, system_prompt: str = "", compaction: bool = True):
     """entries: (tokens, pinned) oldest first; the last one is the new user message."""
     bot = BotFactory(
         owner=owner,
         system_prompt=system_prompt,
         context_window=budget + 1000,
         max_output_tokens=1000,
+        compaction_enabled=compaction,
     )
     session = SessionFactory(user=owner, bot=bot)
     rows = []
@@ -57,8 +58,13 @@ def _admission_events(caplog):
 
 def test_pinned_and_new_only_when_history_does_not_fit(history_read, owner, caplog):
     # REFERENCE: [1000, pinned 50, 1000, 100(new)] at budget 300 -> pinned + new only
+    # compaction off: this is about admission alone (the stored counts are fictitious, so a
+    # blocking compaction's summary of "m0" would pass as replacing 2,000 tokens)
     session, rows, reply = _session_with(
-        owner, budget=300, entries=[(1000, False), (50, True), (1000, False), (100, False)]
+        owner,
+        budget=300,
+        entries=[(1000, False), (50, True), (1000, False), (100, False)],
+        compaction=False,
     )
     built = context_build(session=session, reply=reply)
     assert built.messages == [
@@ -90,8 +96,9 @@ def test_pinned_and_new_only_when_history_does_not_fit(history_read, owner, capl
 
 def test_contiguous_newest_run_stops_at_first_misfit(history_read, owner):
     # REFERENCE: [10, 1000, 100(new)] at 200 -> the new one only (never skip over the misfit)
+    # compaction off: this is about admission alone (see above)
     session, rows, reply = _session_with(
-        owner, budget=200, entries=[(10, False), (1000, False), (100, False)]
+        owner, budget=200, entries=[(10, False), (1000, False), (100, False)], compaction=False
     )
     built = context_build(session=session, reply=reply)
     assert built.messages == [{"role": "user", "content": "m2"}]

@@ -26,6 +26,7 @@ from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt
 from chat_platform.llm.builtin.text import sentences as split_sentences
 from chat_platform.llm.builtin.text import terms
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.transcript import STAMP, date_only
 
 MODEL = "builtin/extractive"
 DEFAULT_MAX_TOKENS = 4096
@@ -41,8 +42,9 @@ SHARE_FROM_TOKENS = 128
 FUSION_SHARE_PERCENT = 50
 _SAME = re.compile(r"[\W_]+")
 
+# "[12] 2024-03-08 13:56Z user" (chat_platform.transcript), "[12] user", "#13 assistant", …
 _ROLE_LABEL = re.compile(
-    r"^\s*(?P<label>(?:\[[^\]\n]{1,40}\]\s*|#\d+\s+|\d+[.)]\s+)?"
+    rf"^\s*(?P<label>(?:\[[^\]\n]{{1,40}}\]\s*(?:{STAMP}\s+)?|#\d+\s+|\d+[.)]\s+)?"
     r"(?:user|assistant|system|tool|human|ai|bot)"
     r"(?:\s*[(\[][^)\]\n]{0,40}[)\]])*)\s*:(?:\s+|$)(?P<text>.*)$",
     re.IGNORECASE,
@@ -147,7 +149,8 @@ def parse_transcript(text: str) -> tuple[list[Turn], str]:
                 current, skip_after = None, _seq_of(label) or 0
                 continue
             rest = "" if is_echo(rest) else rest
-            current = Turn(label=label, lines=[rest] if rest else [])
+            # A kept line keeps the day it was said (not the minute: summaries stay short).
+            current = Turn(label=date_only(label), lines=[rest] if rest else [])
             turns.append(current)
             continue
         if is_echo(line):

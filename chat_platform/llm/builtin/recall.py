@@ -59,6 +59,7 @@ from chat_platform.llm.recall_protocol import (
     json_request,
 )
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.transcript import STAMP
 
 MODEL = "builtin/recall"
 RECALL_TOOL = READ_TOOL  # kept for callers of the first version
@@ -100,9 +101,10 @@ INDEX_LINE = re.compile(
 _SUMMARY_HEADER = re.compile(r"^\s*\[Summary of messages (?P<range>\d+\s*[\u2013\u2014-]\s*\d+)\]")
 _BRACKET_LINE = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
 _BLOCK_START = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]")
+# "[12] 2024-03-08 13:56Z user: " (chat_platform.transcript), "[12] 2024-03-08 user: ",
 # "[12] user: ", "user: ", "assistant (#13): ", "[14] tool (read_records): "
 _SPEAKER = re.compile(
-    r"^\s*(?:\[(?P<seq>\d+)\]\s*)?(?P<role>user|assistant|tool|system)"
+    rf"^\s*(?:\[(?P<seq>\d+)\]\s*(?:{STAMP}\s+)?)?(?P<role>user|assistant|tool|system)"
     r"(?:\s*\((?P<extra>[^)\n]{0,60})\))?\s*:(?:\s+|$)",
     re.IGNORECASE,
 )
@@ -117,7 +119,9 @@ _OWN_LINE = re.compile(
 )
 _REMEMBER = re.compile(r"^\s*remember\b[\s,:;-]*(?:that\b\s*)?", re.IGNORECASE)
 # A speaker label inside a line (search excerpts run several transcript lines together).
-_INLINE_SPEAKER = re.compile(r"\s+(?=\[\d+\]\s*(?:user|assistant|tool|system)\b)", re.IGNORECASE)
+_INLINE_SPEAKER = re.compile(
+    rf"\s+(?=\[\d+\]\s*(?:{STAMP}\s+)?(?:user|assistant|tool|system)\b)", re.IGNORECASE
+)
 # First words of questions and requests; a message starting otherwise (and not ending in "?")
 # is a statement, which is acknowledged, not answered.
 _ASKING = frozenset(
