@@ -6,6 +6,7 @@ variables, approved or listed api_base) holds here too: the check cannot be poin
 arbitrary address. Only the bot's owner or staff may run it (``bot_get_for_edit``).
 """
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 
@@ -43,14 +44,8 @@ def bot_model_check(*, user: AbstractBaseUser, bot_id: object) -> ModelCheck:
     exception here but a result (``ok=False`` with the gateway's short, key-free reason).
     """
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
-    config = bot_model_config(bot)
-    config = gateway.ModelConfig(
-        model=config.model,
-        api_base=config.api_base,
-        api_key_env=config.api_key_env,
-        api_base_trusted=config.api_base_trusted,
-        model_trusted=config.model_trusted,
-        temperature=config.temperature,
+    config = dataclasses.replace(
+        bot_model_config(bot),
         max_output_tokens=CHECK_MAX_OUTPUT_TOKENS,
         timeout=CHECK_TIMEOUT_SECONDS,
     )

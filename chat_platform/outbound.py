@@ -31,11 +31,11 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+from chat_platform.provider_policy import DEFAULT_PORTS, endpoint_parse
+
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
@@ -61,22 +61,10 @@ class Policy:
     any_destination: bool = False
 
 
-def endpoint_of(url: str) -> Endpoint | None:
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        return None
-    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
-
-
 def policy_for(*, approved_bases: Iterable[str] = (), any_destination: bool = False) -> Policy:
-    endpoints = {endpoint_of(url) for url in approved_bases if url}
+    endpoints = (endpoint_parse(url) for url in approved_bases if url)
     return Policy(
-        approved=frozenset(e for e in endpoints if e is not None),
+        approved=frozenset((e.scheme, e.host, e.port) for e in endpoints if e is not None),
         any_destination=any_destination,
     )
 
@@ -122,7 +110,7 @@ def _check(request: httpx.Request, policy: Policy) -> None:
     url = request.url
     scheme = url.scheme.lower()
     host = (url.host or "").lower()
-    port = url.port or _DEFAULT_PORTS.get(scheme, 0)
+    port = url.port or DEFAULT_PORTS.get(scheme, 0)
     if policy.any_destination or (scheme, host, port) in policy.approved:
         return
     addresses = _resolve(host, port)

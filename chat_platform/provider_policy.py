@@ -139,7 +139,7 @@ class Endpoint:
     path: str  # without a trailing slash; "" for the root
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f\\]")
 
 
@@ -155,7 +155,7 @@ def endpoint_parse(url: str) -> Endpoint | None:
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
         return None
     if "@" in parts.netloc or parts.query or parts.fragment or "?" in url or "#" in url:
         return None
@@ -163,7 +163,7 @@ def endpoint_parse(url: str) -> Endpoint | None:
     segments = path.split("/")
     if any(s in (".", "..") for s in segments) or "%2e" in path.lower() or "%2f" in path.lower():
         return None
-    return Endpoint(scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme], path)
+    return Endpoint(scheme, parts.hostname.lower(), port or DEFAULT_PORTS[scheme], path)
 
 
 def api_base_is_http(url: str) -> bool:

@@ -377,26 +377,17 @@ def _event(
     found: list[str],
     tokens: int,
 ) -> None:
-    if call.name == READ_TOOL:
-        services.recall_event_write(
-            session=session,
-            message=reply,
-            recall_round=recall_round,
-            tool="read",
-            names=call.arguments["names"],
-            found=found,
-            tokens=tokens,
-        )
-    else:
-        services.recall_event_write(
-            session=session,
-            message=reply,
-            recall_round=recall_round,
-            tool="search",
-            query=call.arguments["query"],
-            found=found,
-            tokens=tokens,
-        )
+    read = call.name == READ_TOOL
+    what = {"names": call.arguments["names"]} if read else {"query": call.arguments["query"]}
+    services.recall_event_write(
+        session=session,
+        message=reply,
+        recall_round=recall_round,
+        tool="read" if read else "search",
+        found=found,
+        tokens=tokens,
+        **what,
+    )
 
 
 def _answer(
