@@ -471,6 +471,25 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
     print(
         "evidence turns, where they were: " + ", ".join(f"{k} {v}" for k, v in states.most_common())
     )
+    reach = {a.question.id: shared_words(corpus, a.question) for a in asked}
+    print(
+        "words in common (the platform's stems, speakers' names left out): every evidence turn "
+        "shares one with its question in "
+        + ", ".join(
+            f"{kind} {percent([all(reach[a.question.id].values()) for a in of_kind]):.1f}%"
+            for kind in (*KINDS, "all")
+            if (of_kind := [a for a in asked if kind in (a.question.kind, "all")])
+        )
+        + " — the most any word-matching search can find"
+    )
+    misses = [a for a in asked if not a.found]
+    unreachable = [a for a in misses if not all(reach[a.question.id].values())]
+    print(
+        f"misses: {len(misses)}; {len(unreachable)} of them have an evidence turn sharing no word "
+        f"but a name with the question (only meaning-based retrieval finds those: an embedding "
+        f"model, issue 16 item 5); {len(misses) - len(unreachable)} share words and were ranked "
+        f"out of the budget"
+    )
     overall = percent(rows["all"]["p"])
     kinds_ok = all(percent(rows[k]["p"]) >= 75 for k in KINDS if k in rows)
     margin = overall - percent(rows["all"]["same"])
@@ -486,13 +505,30 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
     return met
 
 
+def shared_words(corpus: Corpus, question: Question) -> dict[str, bool]:
+    """Per evidence turn: does it share a search term with the question, beyond the speakers'
+    names (every turn of the corpus starts with one)?"""
+    from memory.terms import terms
+
+    names = set(terms(" ".join(retrieval_corpus.PEOPLE.values())))
+    asked = set(terms(question.text)) - names
+    return {
+        turn_id: bool(asked & set(terms(corpus.turn(turn_id).text)))
+        for turn_id in question.evidence
+    }
+
+
 def show_misses(corpus: Corpus, asked: list[Asked], count: int) -> None:
     misses = [a for a in asked if not a.found][:count]
     for a in misses:
         print(f"\n  miss {a.question.id} ({a.question.kind}): {a.question.text}")
         for turn_id, state in a.evidence_state.items():
             turn = corpus.turn(turn_id)
-            print(f"    evidence {turn_id} [{turn.date}] {turn.speaker}: {turn.text}  -> {state}")
+            words = "shares a word" if shared_words(corpus, a.question)[turn_id] else "no word"
+            print(
+                f"    evidence {turn_id} [{turn.date}] {turn.speaker}: {turn.text}  -> {state}"
+                f" ({words} with the question)"
+            )
         print(f"    hits: {', '.join(a.hits) or '(none)'}; tool result {a.tool_tokens} tokens:")
         print("      " + a.tool_result[:600].replace("\n", "\n      "))
 

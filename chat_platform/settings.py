@@ -189,6 +189,12 @@ LOGOUT_REDIRECT_URL = "login"
 # Content over 1 MB is refused with payload_too_large by the service; the request itself may be a
 # little larger than that (JSON escaping), so Django's own cap sits above it.
 MESSAGE_MAX_BYTES = 1024 * 1024
+# The most tokens one search_records result (and one records-API ?q= answer) may fill; a turn
+# also never gives it more than what is left of its budget B (CONTRACT §10).
+SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
+# The memory index (one line per record, newest first) takes at most this share of B; the newest
+# line is always offered. Search finds the records it leaves out.
+MEMORY_INDEX_MAX_PERCENT = env.int("MEMORY_INDEX_MAX_PERCENT", default=10)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 REST_FRAMEWORK = {

@@ -29,6 +29,11 @@ def stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime(STAMP_FORMAT)
 
 
+def line(seq: int, moment: datetime, speaker: str, text: str) -> str:
+    """One transcript line: ``[12] 2024-03-08 13:56Z user: text``."""
+    return f"[{seq}] {stamp(moment)} {speaker}: {text}"
+
+
 def date_only(label: str) -> str:
     """``[12] 2024-03-08 13:56Z user`` -> ``[12] 2024-03-08 user``: a summary keeps the day."""
     return _TIME_OF_DAY.sub("", label, count=1)

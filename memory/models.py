@@ -188,3 +188,35 @@ class RecallEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} round {self.round} {self.tool}"
+
+
+class MessageIndex(models.Model):
+    """One compacted message, indexed for search (CONTRACT §10: search is at message level).
+
+    Written once, when the compaction that replaced the message succeeds
+    (``memory.services.messages_index``), with the snapshot that holds it: the record a hit names.
+    ``terms`` is the message's text as search sees it — lower-case words without stop words,
+    each reduced to its Snowball English stem (``memory.terms``), space-separated in order — so
+    PostgreSQL and SQLite index exactly the same terms and rank the same hits: PostgreSQL keeps a
+    GIN index on ``to_tsvector('simple', terms)``, SQLite an FTS5 table ``memory_message_fts``
+    filled by triggers (``memory/search_schema.py``). ``length`` is the number of terms, for BM25's
+    length normalisation.
+    """
+
+    message = models.OneToOneField(
+        "bots.Message", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    session = models.ForeignKey("bots.ChatSession", on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveIntegerField()
+    # SET_NULL: a hit without its record still names the message's seq.
+    record = models.ForeignKey(
+        MemoryRecord, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    terms = models.TextField()
+    length = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "seq"], name="memory_message_index_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq}"

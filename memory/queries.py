@@ -10,18 +10,23 @@ a name always means one record inside a session.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 
-from bots.models import ChatSession
+from bots.models import ChatSession, Message
 from chat_platform.compiled import CompiledValues
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.transcript import line as transcript_line
 from memory import search
-from memory.models import MemoryRecord
+from memory.models import MemoryRecord, MessageIndex
+from memory.terms import query_terms
+from memory.terms import terms as search_terms
 
 READ_MAX_NAMES = 5
 READ_BODY_MAX_TOKENS = 2000
-SEARCH_MAX_HITS = 5
+# At most this many records per result; the token budget (SEARCH_RESULT_TOKENS) is what fills it.
+SEARCH_MAX_HITS = 20
 EXCERPT_MAX_TOKENS = 300
 # Newest first everywhere (index, list, frame): an edited record counts as new.
 NEWEST_FIRST = ("-updated_at", "-id")
@@ -217,12 +222,29 @@ def records_read(
 @dataclass(frozen=True)
 class SearchHit:
     record: MemoryRecord  # loaded without body and search_vector
-    excerpt: str  # ≤ EXCERPT_MAX_TOKENS tokens around the match, matches wrapped in **…**
+    # Message hits: the record's matching messages, whole, one transcript line each, in seq
+    # order ("[12] 2024-03-08 13:56Z user: …"). Record hits (info records, and snapshots whose
+    # messages are not indexed): ≤ EXCERPT_MAX_TOKENS tokens around the match, matches in **…**.
+    excerpt: str
     rank: float
+    seqs: tuple[int, ...] = ()  # the messages the excerpt carries (empty for a record hit)
 
     @property
     def name(self) -> str:
         return self.record.name
+
+
+# Candidates whose text is read per round of filling the result budget; neighbours come along.
+_FILL_CHUNK = 60
+# A message hit ending in a question brings the next turn (its answer) along, when compacted.
+_QUESTION = "?"
+
+
+@dataclass
+class _Group:
+    record_id: int
+    rank: float
+    lines: dict[int, str]  # seq -> line
 
 
 def records_search(
@@ -232,18 +254,238 @@ def records_search(
     limit: int = SEARCH_MAX_HITS,
     kind: str | None = None,
     scope: str | None = None,
+    budget: int | None = None,
+    model: str = "",
 ) -> list[SearchHit]:
-    """Ranked full-text hits among the records readable from ``session``, best first.
+    """Ranked hits over everything ``session`` may read, best first (CONTRACT §10).
 
-    PostgreSQL full-text search in real mode, SQLite FTS5 in embedded mode (``memory.search``
-    holds both). The query is always data: any text, however shaped, gives hits or none, never
-    an error. All words must match (websearch rules on PostgreSQL); when that finds nothing, any
-    word may match, ranked, so a question phrased in full still finds the record that answers it.
+    The compacted messages themselves (``MessageIndex``), ranked by BM25 over their terms, any
+    query word counting (OR, rarer words weigh more, stop words dropped): a hit is the record
+    that holds them (the snapshot a compaction took them into) with the matching messages whole,
+    dated and attributed, plus the answer after a matching question. Info records are ranked
+    with the messages (BM25 over their name, description and body against the same
+    collection). Snapshots whose messages are not indexed (a fusion's, holding summaries) are
+    searched as records and come after every message and info hit: a copy never outranks its
+    source. The hits fill at most ``budget`` tokens (``SEARCH_RESULT_TOKENS`` and no more), with
+    at most ``limit`` records. The query is always data: any text gives hits or none.
     """
     if limit <= 0 or not isinstance(query, str):
         return []
+    text = search.clean_query(query)
+    wanted = query_terms(text, search.QUERY_MAX_TERMS)
+    room = (
+        settings.SEARCH_RESULT_TOKENS
+        if budget is None
+        else min(budget, settings.SEARCH_RESULT_TOKENS)
+    )
+    if not text or room <= 0:
+        return []
     records = records_for_session(session=session, kind=kind, scope=scope)
-    ranked = search.search_ranked(records=records, query=query, limit=limit)
+    messages = kind in (None, MemoryRecord.Kind.SNAPSHOT) and scope in (
+        None,
+        MemoryRecord.Scope.SESSION,
+    )
+    scored, collection = (
+        search.messages_ranked(session_id=session.pk, query=wanted) if messages else ([], None)
+    )
+    info = _info_scored(records, text, wanted, collection, limit=limit)
+    ranked: list[tuple[float, object]] = [(m.score, m) for m in scored if m.record_id]
+    ranked += [(score, hit) for score, hit in info]
+    ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
+    hits = _fill(session, ranked, room=room, limit=limit, model=model)
+    used = sum(count_tokens(_rendered(hit), model=model) for hit in hits)
+    if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
+        hits += _snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
+    return hits
+
+
+def _rendered(hit: SearchHit) -> str:
+    """What one hit adds to a search result (``memory.recall`` joins hits with a blank line)."""
+    return f"[record {hit.name}]\n{hit.excerpt}\n\n"
+
+
+def _info_scored(
+    records: QuerySet[MemoryRecord],
+    text: str,
+    wanted: list[str],
+    collection: "search.Collection | None",
+    *,
+    limit: int,
+) -> list[tuple[float, SearchHit]]:
+    """Info records matching the query, each with its BM25 score against the messages."""
+    infos = records.filter(kind=MemoryRecord.Kind.INFO)
+    ranked = search.search_ranked(records=infos, query=text, limit=limit)
+    if not ranked:
+        return []
+    rows = {
+        r.pk: r
+        for r in MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).defer(
+            "search_vector"
+        )
+    }
+    if collection is None or not collection.documents:
+        collection = search.Collection(documents=0, mean_length=0.0, frequency={})
+    out = []
+    for position, (pk, _, excerpt) in enumerate(ranked):
+        record = rows.get(pk)
+        if record is None:  # deleted between the two queries
+            continue
+        words = search_terms(f"{record.name} {record.description} {record.body}")
+        score = collection.score(wanted, words) or 1.0 / (position + 2)
+        record.body = ""  # the hit carries the excerpt, not the body
+        out.append(
+            (
+                score,
+                SearchHit(
+                    record=record,
+                    excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS),
+                    rank=score,
+                ),
+            )
+        )
+    return out
+
+
+def _fill(
+    session: ChatSession,
+    ranked: list[tuple[float, object]],
+    *,
+    room: int,
+    limit: int,
+    model: str,
+) -> list[SearchHit]:
+    """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
+    record (a record's first appearance sets its place), each message once."""
+    names = {
+        r.pk: r
+        for r in MemoryRecord.objects.filter(
+            pk__in={i.record_id for _, i in ranked if isinstance(i, search.MessageScore)}
+        ).defer("body", "search_vector")
+    }
+    groups: dict[int, _Group] = {}
+    order: list[object] = []  # _Group or SearchHit, in rank order
+    shown: set[int] = set()
+    used = 0
+    for start in range(0, len(ranked), _FILL_CHUNK):
+        chunk = ranked[start : start + _FILL_CHUNK]
+        lines = _message_lines(
+            session, [item for _, item in chunk if isinstance(item, search.MessageScore)]
+        )
+        for score, item in chunk:
+            if isinstance(item, SearchHit):
+                cost = count_tokens(_rendered(item), model=model)
+                if len(order) < limit and used + cost <= room:
+                    order.append(item)
+                    used += cost
+                continue
+            assert isinstance(item, search.MessageScore) and item.record_id is not None
+            record = names.get(item.record_id)
+            if item.seq in shown or record is None:
+                continue
+            seqs = [item.seq]
+            line = lines.get(item.seq)
+            if line is None:  # deleted meanwhile
+                continue
+            if line.endswith(_QUESTION) and item.seq + 1 in lines and item.seq + 1 not in shown:
+                seqs.append(item.seq + 1)
+            group = groups.get(item.record_id)
+            new_group = group is None
+            if new_group and len(order) >= limit:
+                continue
+            added = "".join(f"{lines[s]}\n" for s in seqs)
+            header = f"[record {record.name}]\n\n" if new_group else ""
+            cost = count_tokens(header + added, model=model)
+            if used + cost > room:
+                if not order and new_group:  # nothing fits yet: the best message, cut
+                    cut = truncate_to_tokens(
+                        lines[item.seq],
+                        max(0, room - count_tokens(header, model=model) - 2),
+                        model=model,
+                    )
+                    if cut:
+                        groups[item.record_id] = _Group(
+                            item.record_id, score, {item.seq: cut + " …"}
+                        )
+                        order.append(groups[item.record_id])
+                        shown.add(item.seq)
+                        used = room
+                continue
+            if group is None:
+                group = groups[item.record_id] = _Group(item.record_id, score, {})
+                order.append(group)
+            for s in seqs:
+                group.lines[s] = lines[s]
+                shown.add(s)
+            used += cost
+        if used >= room:
+            break
+    hits = []
+    for entry in order:
+        if isinstance(entry, SearchHit):
+            hits.append(entry)
+            continue
+        record = names[entry.record_id]
+        seqs = tuple(sorted(entry.lines))
+        hits.append(
+            SearchHit(
+                record=record,
+                excerpt="\n".join(entry.lines[s] for s in seqs),
+                rank=entry.rank,
+                seqs=seqs,
+            )
+        )
+    return _within(hits, room, model=model)
+
+
+def _within(hits: list[SearchHit], room: int, *, model: str) -> list[SearchHit]:
+    """Drop the last hits while the rendered whole is over ``room`` (joins can tokenize a token
+    or two differently from the parts)."""
+    while hits and count_tokens("".join(_rendered(h) for h in hits), model=model) > room:
+        hits = hits[:-1]
+    return hits
+
+
+def _message_lines(session: ChatSession, scored: list["search.MessageScore"]) -> dict[int, str]:
+    """Transcript lines (seq -> line) of ``scored`` and of the turn after each question among
+    them, read in one query."""
+    if not scored:
+        return {}
+    seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
+    rows = Message.objects.filter(
+        session_id=session.pk,
+        seq__in=seqs,
+        compacted_by__isnull=False,
+        role__in=(Message.Role.USER, Message.Role.ASSISTANT),
+    ).values_list("seq", "role", "content", "created_at")
+    asked = {m.seq for m in scored}
+    lines = {}
+    for seq, role, content, created_at in rows:
+        text = content.strip()
+        if not text:
+            continue
+        if seq not in asked and seq - 1 not in asked:
+            continue
+        lines[seq] = transcript_line(seq, created_at, role, text)
+    return lines
+
+
+def _snapshot_hits(
+    session: ChatSession,
+    records: QuerySet[MemoryRecord],
+    text: str,
+    *,
+    room: int,
+    limit: int,
+) -> list[SearchHit]:
+    """Snapshots searched as records: those none of whose messages are indexed (a fusion's,
+    which holds summaries; a snapshot from before message search)."""
+    if room <= 0 or limit <= 0:
+        return []
+    covered = MessageIndex.objects.filter(session_id=session.pk, record__isnull=False).values(
+        "record_id"
+    )
+    snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(pk__in=covered)
+    ranked = search.search_ranked(records=snapshots, query=text, limit=limit)
     if not ranked:
         return []
     by_id = {
@@ -259,9 +501,7 @@ def records_search(
             continue
         hits.append(
             SearchHit(
-                record=record,
-                excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS),
-                rank=rank,
+                record=record, excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS), rank=rank
             )
         )
-    return hits
+    return _within(hits, room, model="")

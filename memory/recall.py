@@ -329,8 +329,14 @@ def _read(session: ChatSession, call: ToolCall, *, model: str) -> tuple[str, lis
     return "\n\n".join(parts) or "[not found]", [r.name for r in reads if r.found]
 
 
-def _search(session: ChatSession, call: ToolCall) -> tuple[str, list[str]]:
-    hits = records_search(session=session, query=call.arguments["query"])
+def _search(
+    session: ChatSession, call: ToolCall, *, room: int, model: str
+) -> tuple[str, list[str]]:
+    """Whole messages (and info records) that fit what is left of B: the search fills ``room``
+    itself, so a hit is never cut mid-message to fit it."""
+    hits = records_search(
+        session=session, query=call.arguments["query"], budget=room, model=model
+    )
     if not hits:
         return "[no matches]", []
     body = "\n\n".join(f"[record {hit.name}]\n{hit.excerpt}" for hit in hits)
@@ -406,7 +412,7 @@ def _answer(
     if call.name == READ_TOOL:
         text, found = _read(session, call, model=model)
     else:
-        text, found = _search(session, call)
+        text, found = _search(session, call, room=room, model=model)
     text, tokens = _fit(text, room, model=model)
     _event(
         session=session,

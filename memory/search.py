@@ -15,7 +15,10 @@ Two passes: every word must match; when nothing does, any word may (ranked), so 
 full sentences still finds the record holding the answer.
 """
 
+import math
 import re
+from collections import Counter
+from dataclasses import dataclass
 
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
 from django.db import connection
@@ -219,3 +222,95 @@ def _sqlite(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
             if rows:
                 return [(pk, float(rank), excerpt or "") for pk, rank, excerpt in rows]
     return []
+
+
+# --- messages ---------------------------------------------------------------------------------
+# Search is at message level (CONTRACT §10): every compacted message is a document of its
+# session (``MessageIndex``), its terms computed once by ``memory.terms``. The database finds the
+# candidates (messages holding any query term; OR semantics), Python ranks them by Okapi BM25
+# from the terms themselves, so both vendors rank identically and rare words weigh more than a
+# name that is in every other message.
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+_STATS = "SELECT count(*), coalesce(avg(length), 0) FROM memory_messageindex WHERE session_id = %s"
+_PG_CANDIDATES = """
+SELECT message_id, seq, record_id, terms
+FROM memory_messageindex
+WHERE session_id = %s AND to_tsvector('simple', terms) @@ ({query})
+"""
+_SQLITE_CANDIDATES = """
+SELECT m.message_id, m.seq, m.record_id, m.terms
+FROM memory_message_fts f JOIN memory_messageindex m ON m.message_id = f.rowid
+WHERE memory_message_fts MATCH %s AND m.session_id = %s
+"""
+
+
+@dataclass(frozen=True)
+class MessageScore:
+    message_id: int
+    seq: int
+    record_id: int | None
+    score: float
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A session's indexed messages as BM25 sees them, for one query."""
+
+    documents: int
+    mean_length: float
+    frequency: dict[str, int]  # query term -> how many messages hold it
+
+    def idf(self, term: str) -> float:
+        found = self.frequency.get(term, 0)
+        return math.log(1 + (self.documents - found + 0.5) / (found + 0.5))
+
+    def score(self, query: list[str], document: list[str]) -> float:
+        counts = Counter(document)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(document) / max(self.mean_length, 1.0))
+        total = 0.0
+        for term in query:
+            tf = counts.get(term, 0)
+            if tf:
+                total += self.idf(term) * tf * (BM25_K1 + 1) / (tf + norm)
+        return total
+
+
+def messages_ranked(*, session_id: int, query: list[str]) -> tuple[list[MessageScore], Collection]:
+    """Every indexed message of the session holding a term of ``query``, best first (ties:
+    newest first), and the statistics they were ranked with."""
+    empty = Collection(documents=0, mean_length=0.0, frequency={})
+    if not query:
+        return [], empty
+    with connection.cursor() as cursor:
+        cursor.execute(_STATS, [session_id])
+        documents, mean_length = cursor.fetchone()
+        if not documents:
+            return [], empty
+        if connection.vendor == "postgresql":
+            # Every term a bound parameter: ``plainto_tsquery`` of one stored-form word.
+            ored = " || ".join(["plainto_tsquery('simple', %s)"] * len(query))
+            cursor.execute(_PG_CANDIDATES.replace("{query}", ored), [session_id, *query])
+        elif connection.vendor == "sqlite":
+            # Each term an FTS5 string literal; a term is word characters, never a quote.
+            cursor.execute(
+                _SQLITE_CANDIDATES, [" OR ".join(f'"{term}"' for term in query), session_id]
+            )
+        else:
+            raise NotImplementedError(f"No message search for {connection.vendor}")
+        rows = [(pk, seq, record_id, text.split()) for pk, seq, record_id, text in cursor]
+    wanted = set(query)
+    frequency: Counter[str] = Counter()
+    for *_, words in rows:
+        frequency.update(wanted.intersection(words))
+    collection = Collection(
+        documents=int(documents), mean_length=float(mean_length), frequency=dict(frequency)
+    )
+    scored = [
+        MessageScore(pk, seq, record_id, collection.score(query, words))
+        for pk, seq, record_id, words in rows
+    ]
+    scored.sort(key=lambda s: (-s.score, -s.seq))
+    return scored, collection

@@ -11,12 +11,18 @@ SQLite: an external-content FTS5 table ``memory_record_fts`` (porter stemming, s
 later migration alters it, and dropping the old table drops its triggers, so ``sqlite_fts_ensure``
 also runs after every ``migrate`` (see ``MemoryConfig.ready``): it recreates anything missing and
 rebuilds the index from the table, which is cheap at embedded-mode sizes.
+
+Messages (``memory_messageindex``, installed by migration 0004): the terms are computed in
+Python (``memory.terms``), so neither database parses language. PostgreSQL: a GIN index on
+``to_tsvector('simple', terms)`` (the ``simple`` configuration only splits on spaces). SQLite: an
+external-content FTS5 table ``memory_message_fts`` over ``terms`` (the ``unicode61`` tokenizer
+without diacritic folding, so a term is one token, as stored), synced by insert and delete
+triggers (an index row is never updated).
 """
 
 from typing import Any
 
 TABLE = "memory_memoryrecord"
-FTS_TABLE = "memory_record_fts"
 
 # Literal SQL (no interpolation): these are DDL, written once, read by humans.
 PG_INSTALL = """
@@ -87,6 +93,67 @@ SQLITE_UNINSTALL = [
 ]
 
 
+MESSAGE_TABLE = "memory_messageindex"
+
+PG_MESSAGE_INSTALL = """
+CREATE INDEX IF NOT EXISTS memory_message_terms_gin
+    ON memory_messageindex USING gin (to_tsvector('simple', terms));
+"""
+
+PG_MESSAGE_UNINSTALL = "DROP INDEX IF EXISTS memory_message_terms_gin;"
+
+SQLITE_MESSAGE_STATEMENTS = [
+    """CREATE VIRTUAL TABLE IF NOT EXISTS memory_message_fts USING fts5(
+        terms,
+        content='memory_messageindex', content_rowid='message_id',
+        tokenize='unicode61 remove_diacritics 0'
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS memory_message_fts_ai AFTER INSERT ON memory_messageindex
+    BEGIN
+        INSERT INTO memory_message_fts(rowid, terms) VALUES (new.message_id, new.terms);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memory_message_fts_ad AFTER DELETE ON memory_messageindex
+    BEGIN
+        INSERT INTO memory_message_fts(memory_message_fts, rowid, terms)
+        VALUES ('delete', old.message_id, old.terms);
+    END""",
+    "INSERT INTO memory_message_fts(memory_message_fts) VALUES ('rebuild')",
+]
+
+SQLITE_MESSAGE_UNINSTALL = [
+    "DROP TRIGGER IF EXISTS memory_message_fts_ai",
+    "DROP TRIGGER IF EXISTS memory_message_fts_ad",
+    "DROP TABLE IF EXISTS memory_message_fts",
+]
+
+
+def message_search_install(connection: Any) -> None:
+    """Create (or re-create) the message index's search objects. Idempotent."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(PG_MESSAGE_INSTALL)
+        elif connection.vendor == "sqlite":
+            for statement in SQLITE_MESSAGE_STATEMENTS:
+                cursor.execute(statement)
+
+
+def message_search_uninstall(connection: Any) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(PG_MESSAGE_UNINSTALL)
+        elif connection.vendor == "sqlite":
+            for statement in SQLITE_MESSAGE_UNINSTALL:
+                cursor.execute(statement)
+
+
+def _migrated(connection: Any, name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM django_migrations WHERE app = %s AND name = %s", ["memory", name]
+        )
+        return cursor.fetchone() is not None
+
+
 def search_schema_install(connection: Any) -> None:
     """Create (or re-create) the vendor's search objects. Idempotent."""
     with connection.cursor() as cursor:
@@ -113,11 +180,8 @@ def sqlite_fts_ensure(connection: Any) -> None:
     tables = connection.introspection.table_names()
     if TABLE not in tables:  # migrated backwards past 0001
         return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 1 FROM django_migrations WHERE app = %s AND name = %s",
-            ["memory", "0003_search"],
-        )
-        if cursor.fetchone() is None:  # not migrated that far (or unapplied): leave it alone
-            return
-    search_schema_install(connection)
+    # Not migrated that far (or unapplied): leave it alone.
+    if _migrated(connection, "0003_search"):
+        search_schema_install(connection)
+    if MESSAGE_TABLE in tables and _migrated(connection, "0004_message_index"):
+        message_search_install(connection)

@@ -29,8 +29,9 @@ from chat_platform.llm.tokens import count_tokens
 from chat_platform.textcheck import text_is_storable
 from memory import realtime
 from memory.descriptions import snapshot_description
-from memory.models import MemoryRecord, RecallEvent
+from memory.models import MemoryRecord, MessageIndex, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
+from memory.terms import terms
 
 # The other records a snapshot's description is measured against: the newest ones, each read
 # only as far as its first OTHERS_BODY_CHARS characters (one bounded query).
@@ -80,8 +81,64 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
     """The compaction succeeded: the snapshot joins the index, and open chats see it (after
     commit, like every ``memory.updated``)."""
     MemoryRecord.objects.filter(pk=snapshot.pk).update(indexed=True, updated_at=timezone.now())
+    assert snapshot.session_id is not None and snapshot.first_seq is not None
+    assert snapshot.last_seq is not None
+    messages_index(
+        session_id=snapshot.session_id,
+        first_seq=snapshot.first_seq,
+        last_seq=snapshot.last_seq,
+        record_id=snapshot.pk,
+    )
     session = ChatSession.objects.select_related("bot").get(pk=snapshot.session_id)
     transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
+
+
+# What search indexes: what people said, not tool traffic, commands or notices.
+INDEXED_ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
+INDEX_BATCH = 500
+
+
+def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id: int) -> int:
+    """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
+    each held by the record ``record_id``; how many were indexed.
+
+    Called when a compaction succeeds (its snapshot joins the index), inside its transaction.
+    A fusion's snapshot spans messages indexed by the passes before it, so they keep the
+    snapshot that holds them verbatim (the fusion's holds summaries): a hit never names a
+    fusion copy when the source message matches. A message without a single search term (all
+    stop words) is not indexed: nothing could find it."""
+    done = MessageIndex.objects.filter(
+        session_id=session_id, seq__gte=first_seq, seq__lte=last_seq
+    ).values("message_id")
+    rows = (
+        Message.objects.filter(
+            session_id=session_id,
+            seq__gte=first_seq,
+            seq__lte=last_seq,
+            compacted_by__isnull=False,
+            role__in=INDEXED_ROLES,
+            kind=Message.Kind.CHAT,
+        )
+        .exclude(content="")
+        .exclude(pk__in=done)
+        .values_list("pk", "seq", "content")
+    )
+    entries = []
+    for pk, seq, content in rows:
+        words = terms(content)
+        if words:
+            entries.append(
+                MessageIndex(
+                    message_id=pk,
+                    session_id=session_id,
+                    seq=seq,
+                    record_id=record_id,
+                    terms=" ".join(words),
+                    length=len(words),
+                )
+            )
+    MessageIndex.objects.bulk_create(entries, batch_size=INDEX_BATCH, ignore_conflicts=True)
+    return len(entries)
 
 
 def snapshots_for(

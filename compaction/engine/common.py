@@ -11,7 +11,7 @@ from bots import realtime
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
-from chat_platform.transcript import stamp
+from chat_platform.transcript import line
 from compaction.models import CompactionEvent
 from compaction.payloads import event_payload
 from compaction.results import RunResult
@@ -170,7 +170,7 @@ def transcript_line(message: Message) -> str:
     if message.role == Message.Role.ASSISTANT and message.tool_calls and not text:
         names = ", ".join(c.get("function", {}).get("name", "?") for c in message.tool_calls)
         text = f"(used {names})"
-    return f"[{message.seq}] {stamp(message.created_at)} {speaker}: {text}"
+    return line(message.seq, message.created_at, speaker, text)
 
 
 def prompt_messages(transcript: str, focus: str) -> list[dict[str, str]]:

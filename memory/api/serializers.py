@@ -30,9 +30,20 @@ class RecordDetailSerializer(RecordSerializer):
 
 
 class RecordSearchHitSerializer(RecordSerializer):
-    """A ``?q=`` hit: the list item plus its excerpt (matches wrapped in ``**``)."""
+    """A ``?q=`` hit: the list item plus its excerpt and the seqs of the messages in it."""
 
-    excerpt = serializers.CharField(required=False, help_text="Only with ?q=.")
+    excerpt = serializers.CharField(
+        required=False,
+        help_text="Only with ?q=: the matching messages, one dated line each "
+        "('[12] 2024-03-08 13:56Z user: …'), or for an info record the text around the match "
+        "(matches in **…**).",
+    )
+    seqs = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="Only with ?q=: the seqs of the messages in the excerpt (empty for a record "
+        "matched as a whole).",
+    )
 
 
 class RecordCreateSerializer(serializers.Serializer):

@@ -60,7 +60,8 @@ class SessionRecordListApi(APIView):
                 "q",
                 str,
                 required=False,
-                description="Full-text search: hits ranked best first, each with an excerpt.",
+                description="Search (as search_records): hits ranked best first, each with an "
+                "excerpt (the record's matching messages, whole and dated) and their seqs.",
             ),
         ],
         responses={
@@ -81,7 +82,12 @@ class SessionRecordListApi(APIView):
             hits = queries.records_search(
                 session=session, query=q, limit=SEARCH_MAX, kind=kind, scope=scope
             )
-            return Response([{**record_payload(h.record), "excerpt": h.excerpt} for h in hits])
+            return Response(
+                [
+                    {**record_payload(h.record), "excerpt": h.excerpt, "seqs": list(h.seqs)}
+                    for h in hits
+                ]
+            )
         records = queries.records_for_session(session=session, kind=kind, scope=scope).defer("body")
         return Response(RecordSerializer(records[:LIST_MAX], many=True).data)
 
