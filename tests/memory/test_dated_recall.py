@@ -138,7 +138,7 @@ def test_extractive_keeps_the_date_of_a_kept_fact_line():
     assert "[1] 2024-03-08 user: My sister Clara moved to Porto." in summary.splitlines()
 
 
-def test_builtin_recall_quotes_the_sentence_of_a_dated_line_not_its_label():
+def test_builtin_recall_quotes_the_sentence_of_a_dated_line_not_its_label_and_says_the_day():
     body = (
         "[1] 2024-03-08 13:56Z user: My sister Clara moved to Porto.\n"
         "[2] 2024-03-08 13:57Z assistant: Noted.\n"
@@ -157,8 +157,8 @@ def test_builtin_recall_quotes_the_sentence_of_a_dated_line_not_its_label():
     reply = generate("recall", messages)
 
     assert reply.text.splitlines()[1:] == [
-        "> My sister Clara moved to Porto. — you said in message 1",
-        "> My sister Clara plays the cello. — you said in message 3",
+        "> My sister Clara moved to Porto. — you said in message 1, on 2024-03-08",
+        "> My sister Clara plays the cello. — you said in message 3, on 2024-03-09",
     ]
 
 
@@ -184,7 +184,7 @@ def test_builtin_recall_quotes_a_dated_line_inside_a_search_excerpt():
     reply = generate("recall", messages)
 
     assert reply.text.splitlines()[1:] == [
-        "> My sister Clara plays the cello. — you said in message 52"
+        "> My sister Clara plays the cello. — you said in message 52, on 2024-03-08"
     ]
 
 

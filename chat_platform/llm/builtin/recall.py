@@ -104,7 +104,8 @@ _BLOCK_START = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]")
 # "[12] 2024-03-08 13:56Z user: " (chat_platform.transcript), "[12] 2024-03-08 user: ",
 # "[12] user: ", "user: ", "assistant (#13): ", "[14] tool (read_records): "
 _SPEAKER = re.compile(
-    rf"^\s*(?:\[(?P<seq>\d+)\]\s*(?:{STAMP}\s+)?)?(?P<role>user|assistant|tool|system)"
+    r"^\s*(?:\[(?P<seq>\d+)\]\s*(?:(?P<date>\d{4}-\d{2}-\d{2})(?:[ T]\d{2}:\d{2}Z?)?\s+)?)?"
+    r"(?P<role>user|assistant|tool|system)"
     r"(?:\s*\((?P<extra>[^)\n]{0,60})\))?\s*:(?:\s+|$)",
     re.IGNORECASE,
 )
@@ -285,21 +286,22 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _speaker(line: str) -> tuple[str | None, str | None, str]:
-    """(role, seq, rest) of a line with a speaker label, else (None, None, line)."""
+def _speaker(line: str) -> tuple[str | None, str | None, str | None, str]:
+    """(role, seq, date, rest) of a line with a speaker label, else (None, None, None, line)."""
     match = _SPEAKER.match(line)
     if match is None:
-        return None, None, line
-    return match.group("role").lower(), match.group("seq"), line[match.end() :]
+        return None, None, None, line
+    return match.group("role").lower(), match.group("seq"), match.group("date"), line[match.end() :]
 
 
-def _said(role: str, seq: str | None, fallback: str) -> str | None:
-    """The attribution of a labelled line; ``None`` for lines never quoted (tool, system)."""
+def _said(role: str, seq: str | None, fallback: str, date: str | None = None) -> str | None:
+    """The attribution of a labelled line; ``None`` for lines never quoted (tool, system).
+    A dated line says the day too, so "when" questions get their answer."""
     if role not in ("user", "assistant"):
         return None
     who = "you said" if role == "user" else "I said"
     if seq:
-        return f"{who} in message {seq}"
+        return f"{who} in message {seq}" + (f", on {date}" if date else "")
     if fallback.startswith("summary of "):
         return f"{who} in {fallback.removeprefix('summary of ')}"
     return who
@@ -341,11 +343,11 @@ class _Collector:
             or _is_echo(stripped)
         ):
             return
-        role, seq, rest = _speaker(stripped)
+        role, seq, date, rest = _speaker(stripped)
         if role is None:
             self.add(label, stripped)
             return
-        said = _said(role, seq, label)
+        said = _said(role, seq, label, date)
         if said is not None and not _is_echo(rest):
             self.add(said, _REMEMBER.sub("", rest) if role == "user" else rest)
 
