@@ -10,6 +10,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e .
 
+bash scripts/ensure_env.sh .env
 export DEBUG="${DEBUG:-true}"
 unset REDIS_URL
 .venv/bin/python manage.py migrate --noinput

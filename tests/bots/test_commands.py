@@ -35,6 +35,28 @@ def test_seed_demo_creates_demo_user_and_two_shared_builtin_bots(settings, djang
     assert "2 shared bots ready" in out.getvalue()
 
 
+def test_seed_demo_seeds_only_what_is_missing(settings, django_user_model):
+    """`make run` seeds on every start: a user's edits to the demo account and bots stay."""
+    settings.DEBUG = True
+    call_command("seed_demo", stdout=StringIO())
+    demo = django_user_model.objects.get(username="demo")
+    demo.set_password("a better password")
+    demo.save()
+    first, second = Bot.objects.filter(owner=demo).order_by("name")
+    Bot.objects.filter(pk=first.pk).update(
+        system_prompt="Answer like a pirate.", context_window=6000
+    )
+    second.delete()
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    demo.refresh_from_db()
+    assert demo.check_password("a better password")
+    first.refresh_from_db()
+    assert (first.system_prompt, first.context_window) == ("Answer like a pirate.", 6000)
+    assert Bot.objects.filter(owner=demo).count() == 2  # the deleted one is seeded again
+    assert "demo user kept; 2 shared bots ready (1 added)" in out.getvalue()
+
+
 def _stuck(session, *, minutes: int, content: str, status: str) -> Message:
     message = message_add(session, role="assistant", content=content, status=status, token_count=0)
     Message.objects.filter(pk=message.pk).update(

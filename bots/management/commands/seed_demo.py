@@ -59,23 +59,27 @@ class Command(BaseCommand):
                 "seed_demo creates a demo/demo account: refused unless DEBUG or --force."
             )
         user_model = get_user_model()
+        # Seed only what is missing: `make run` seeds on every start, and a user's edits (the
+        # demo password, a demo bot's settings) must survive a restart.
         user, created = user_model.objects.get_or_create(username="demo")
-        user.set_password("demo")
+        if created:
+            user.set_password("demo")
         if settings.EMBEDDED:
             user.is_staff = True
         user.save()
         if settings.EMBEDDED:
             user.user_permissions.add(*self._view_permissions())
+        added = 0
         for spec in DEMO_BOTS:
-            # Re-seeding brings a demo bot back to its showcase settings.
-            Bot.objects.update_or_create(
+            _, made = Bot.objects.get_or_create(
                 owner=user, name=spec["name"], defaults={**spec, "is_shared": True}
             )
+            added += made
         staff = "; demo is staff (read-only admin at /admin/)" if settings.EMBEDDED else ""
         self.stdout.write(
             self.style.SUCCESS(
-                f"demo user {'created' if created else 'reset'}; {len(DEMO_BOTS)} shared bots "
-                f"ready{staff}"
+                f"demo user {'created' if created else 'kept'}; {len(DEMO_BOTS)} shared bots "
+                f"ready ({added} added){staff}"
             )
         )
 
