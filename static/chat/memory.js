@@ -145,7 +145,21 @@
         if (range || r.excerpt) {
           var extra = document.createElement("span");
           extra.className = "memory-extra";
-          extra.textContent = r.excerpt ? "… " + r.excerpt + " …" : range;
+          if (r.excerpt) {
+            // Matches come wrapped in **…** (info records); show them marked, never the stars.
+            r.excerpt.split("**").forEach(function (part, i) {
+              if (!part) return;
+              if (i % 2) {
+                var mark = document.createElement("mark");
+                mark.textContent = part;
+                extra.append(mark);
+              } else {
+                extra.append(document.createTextNode(part));
+              }
+            });
+          } else {
+            extra.textContent = range;
+          }
           btn.append(extra);
         }
         btn.setAttribute("aria-label", "Read " + r.name + (r.description ? ": " + r.description : ""));
