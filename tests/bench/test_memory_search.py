@@ -1,0 +1,61 @@
+"""Smoke test of bench/memory_search.py: its seeding at tiny sizes, exact row counts, and one
+search over what it wrote. No timing is asserted."""
+
+import pytest
+
+from bench import memory_search
+from bots.models import ChatSession, Message
+from memory.models import MessageIndex
+from memory.queries import records_search
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return memory_search.build_pool(300)
+
+
+def test_texts_are_varied(pool):
+    for role in ("user", "assistant"):
+        assert len(pool.texts[role]) == 300
+        assert len(set(pool.texts[role])) == 300
+        assert all(pool.terms[role]) and all(n > 0 for n in pool.lengths[role])
+    assert len(set(memory_search.QUESTIONS)) == len(memory_search.QUESTIONS) == 50
+
+
+@pytest.mark.django_db
+def test_grow_in_place_exact_counts(pool):
+    corpus = memory_search.corpus_start(pool=pool, per_session=20, per_snapshot=5)
+    memory_search.grow(corpus, 40)
+    assert memory_search.row_counts(corpus) == {
+        "sessions": 2,
+        "messages": 40,
+        "compacted": 40,
+        "indexed": 40,
+        "indexed_with_record": 40,
+        "summaries": 2,
+        "snapshots": 8,
+        "infos": memory_search.BOT_INFOS + 2 * memory_search.SESSION_INFOS,
+    }
+    memory_search.grow(corpus, 100)
+    assert memory_search.row_counts(corpus) == {
+        "sessions": 5,
+        "messages": 100,
+        "compacted": 100,
+        "indexed": 100,
+        "indexed_with_record": 100,
+        "summaries": 5,
+        "snapshots": 20,
+        "infos": memory_search.BOT_INFOS + 5 * memory_search.SESSION_INFOS,
+    }
+    assert len(corpus.session_ids) == 5
+
+    # Each message is held by the snapshot of its stretch of 5, and search finds messages.
+    row = MessageIndex.objects.select_related("record").get(
+        session_id=corpus.session_ids[-1], seq=7
+    )
+    assert (row.record.first_seq, row.record.last_seq) == (6, 10)
+    assert row.record.name == "snapshot_6_10"
+    session = ChatSession.objects.get(pk=corpus.session_ids[-1])
+    said = Message.objects.get(session=session, seq=7).content
+    hits = records_search(session=session, query=said)
+    assert any(7 in hit.seqs for hit in hits)
