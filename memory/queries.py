@@ -392,9 +392,11 @@ def _fill(
             new_group = group is None
             if new_group and len(order) >= limit:
                 continue
-            added = "".join(f"{lines[s]}\n" for s in seqs)
             header = f"[record {record.name}]\n\n" if new_group else ""
-            cost = count_tokens(header + added, model=model)
+            cost = count_tokens(header + "".join(f"{lines[s]}\n" for s in seqs), model=model)
+            if used + cost > room and len(seqs) > 1:  # the question alone, without its answer
+                seqs = seqs[:1]
+                cost = count_tokens(header + f"{lines[item.seq]}\n", model=model)
             if used + cost > room:
                 if not order and new_group:  # nothing fits yet: the best message, cut
                     cut = truncate_to_tokens(

@@ -271,11 +271,6 @@ def test_the_best_message_is_cut_not_dropped_when_it_alone_does_not_fit(talked):
     assert _rendered_tokens([hit]) <= 30
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: memory.queries._fill cuts the best message (appends ' …') when its question "
-    "+ answer pair does not fit, though the message alone fits whole",
-)
 def test_the_best_message_whole_when_only_its_answer_does_not_fit(talked):
     # line 2 alone costs 37 tokens, with its answer 67: in 50 it fits whole, without the answer
     hits = queries.records_search(session=talked, query="lovely trip", budget=50)
