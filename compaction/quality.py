@@ -190,6 +190,16 @@ _SPEAKER_LABEL = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _LIST_MARKER = re.compile(r"^[ \t]*\d+[.)](?=[ \t])", re.MULTILINE)
+# Tool traffic and talk about the transcript itself are not facts of the conversation: a tool
+# line (its result quotes records whose facts are checked where they were said), "(used
+# search_records)", "you said in message 32", "messages 12–40".
+_TOOL_LINE = re.compile(
+    rf"^[ \t]*\[\d+\][ \t]*(?:{STAMP}[ \t]+)?tool\b[^\n]*$", re.IGNORECASE | re.MULTILINE
+)
+_TOOL_USE = re.compile(r"\(used [a-z0-9_, ]+\)", re.IGNORECASE)
+_MESSAGE_REF = re.compile(
+    r"\bmessages?[ \t]+\d+(?:[ \t]*(?:[-\u2013]|to|and)[ \t]*\d+)?", re.IGNORECASE
+)
 
 
 # (pattern, kind) in priority order: a later pattern never takes characters an earlier one took.
@@ -545,8 +555,9 @@ def extract_facts(text: str) -> list[str]:
         return []
     # Speaker labels ("user:", "[12] tool (read_records):") and list markers are not facts;
     # blank them out (same length, so positions stay valid).
-    masked = _SPEAKER_LABEL.sub(lambda m: " " * len(m.group()), text)
-    masked = _LIST_MARKER.sub(lambda m: " " * len(m.group()), masked)
+    masked = text
+    for noise in (_TOOL_LINE, _TOOL_USE, _MESSAGE_REF, _SPEAKER_LABEL, _LIST_MARKER):
+        masked = noise.sub(lambda m: " " * len(m.group()), masked)
     taken = bytearray(len(masked))
     found: list[tuple[int, str]] = []
     for pattern, kind in _FACT_PATTERNS:

@@ -306,7 +306,15 @@ def test_summary_gate_with_the_real_token_counter() -> None:
         # speaker labels and list markers are not facts
         ("user: Hi, I'm Bob.\nassistant: Hello Bob.", ["Bob"]),
         ("User: hello\nAssistant: hi", []),
-        ("[12] user: Please call Carol.\n[13] tool (read_records): found 3", ["Carol", "3"]),
+        # A tool line is traffic, not talk: its result quotes records checked where said.
+        ("[12] user: Please call Carol.\n[13] tool (read_records): found 3", ["Carol"]),
+        (
+            "[14] 2024-03-08 13:57Z assistant: (used search_records)\n"
+            "[15] 2024-03-08 13:58Z tool (search_records): [record snapshot_1_30] Sin Clara\n"
+            "[16] 2024-03-08 13:59Z assistant: Your code is 4417, you said in message 32 "
+            "(messages 12–40 too).",
+            ["4417"],
+        ),
         ("1. Buy milk\n2. Call Alice\n3) Pay 40", ["Alice", "40"]),
         # numbers, money, percentages
         ("We need 3 seats and 12.5 litres.", ["3", "12.5"]),
