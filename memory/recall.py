@@ -334,9 +334,7 @@ def _search(
 ) -> tuple[str, list[str]]:
     """Whole messages (and info records) that fit what is left of B: the search fills ``room``
     itself, so a hit is never cut mid-message to fit it."""
-    hits = records_search(
-        session=session, query=call.arguments["query"], budget=room, model=model
-    )
+    hits = records_search(session=session, query=call.arguments["query"], budget=room, model=model)
     if not hits:
         return "[no matches]", []
     body = "\n\n".join(f"[record {hit.name}]\n{hit.excerpt}" for hit in hits)
