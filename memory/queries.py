@@ -293,7 +293,7 @@ def records_search(
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
     hits = _fill(session, ranked, room=room, limit=limit, model=model)
-    used = sum(count_tokens(_rendered(hit), model=model) for hit in hits)
+    used = count_tokens("".join(_rendered(hit) for hit in hits), model=model)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
         hits += _snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
     return hits
@@ -487,6 +487,8 @@ def _snapshot_hits(
         "record_id"
     )
     snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(pk__in=covered)
+    if not snapshots.exists():  # the usual case: every snapshot's messages are indexed
+        return []
     ranked = search.search_ranked(records=snapshots, query=text, limit=limit)
     if not ranked:
         return []

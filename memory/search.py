@@ -234,14 +234,19 @@ def _sqlite(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-_STATS = "SELECT count(*), coalesce(avg(length), 0) FROM memory_messageindex WHERE session_id = %s"
+# Each candidate row carries the session's collection size and mean length (one round trip).
+# Literal SQL; every value is a parameter ({query} becomes "%s"-placeholders only).
 _PG_CANDIDATES = """
-SELECT message_id, seq, record_id, terms
+SELECT message_id, seq, record_id, terms,
+       (SELECT count(*) FROM memory_messageindex WHERE session_id = %s),
+       (SELECT coalesce(avg(length), 0) FROM memory_messageindex WHERE session_id = %s)
 FROM memory_messageindex
-WHERE session_id = %s AND to_tsvector('simple', terms) @@ ({query})
+WHERE session_id = %s AND terms_vector @@ ({query})
 """
 _SQLITE_CANDIDATES = """
-SELECT m.message_id, m.seq, m.record_id, m.terms
+SELECT m.message_id, m.seq, m.record_id, m.terms,
+       (SELECT count(*) FROM memory_messageindex WHERE session_id = %s),
+       (SELECT coalesce(avg(length), 0) FROM memory_messageindex WHERE session_id = %s)
 FROM memory_message_fts f JOIN memory_messageindex m ON m.message_id = f.rowid
 WHERE memory_message_fts MATCH %s AND m.session_id = %s
 """
@@ -285,22 +290,24 @@ def messages_ranked(*, session_id: int, query: list[str]) -> tuple[list[MessageS
     if not query:
         return [], empty
     with connection.cursor() as cursor:
-        cursor.execute(_STATS, [session_id])
-        documents, mean_length = cursor.fetchone()
-        if not documents:
-            return [], empty
         if connection.vendor == "postgresql":
             # Every term a bound parameter: ``plainto_tsquery`` of one stored-form word.
             ored = " || ".join(["plainto_tsquery('simple', %s)"] * len(query))
-            cursor.execute(_PG_CANDIDATES.replace("{query}", ored), [session_id, *query])
+            cursor.execute(
+                _PG_CANDIDATES.replace("{query}", ored),
+                [session_id, session_id, session_id, *query],
+            )
         elif connection.vendor == "sqlite":
             # Each term an FTS5 string literal; a term is word characters, never a quote.
-            cursor.execute(
-                _SQLITE_CANDIDATES, [" OR ".join(f'"{term}"' for term in query), session_id]
-            )
+            match = " OR ".join(f'"{term}"' for term in query)
+            cursor.execute(_SQLITE_CANDIDATES, [session_id, session_id, match, session_id])
         else:
             raise NotImplementedError(f"No message search for {connection.vendor}")
-        rows = [(pk, seq, record_id, text.split()) for pk, seq, record_id, text in cursor]
+        fetched = cursor.fetchall()
+    if not fetched:
+        return [], empty
+    documents, mean_length = fetched[0][4], fetched[0][5]
+    rows = [(pk, seq, record_id, text.split()) for pk, seq, record_id, text, _, _ in fetched]
     wanted = set(query)
     frequency: Counter[str] = Counter()
     for *_, words in rows:
