@@ -129,7 +129,7 @@ export function create(deps) {
           r.scope === "bot" && el("span", { class: "tag", text: "all chats" })
         ),
         el("span", { class: "memory-desc", text: r.description || "" }),
-        (range || r.excerpt) && el("span", { class: "memory-extra", text: r.excerpt ? "… " + r.excerpt + " …" : range })
+        range || r.excerpt ? el("span", { class: "memory-extra", text: r.excerpt ? "… " + r.excerpt + " …" : range }) : null
       );
       return el("li", { class: "memory-item", dataset: { name: r.name, kind: r.kind } }, btn);
     });

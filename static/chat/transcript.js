@@ -250,7 +250,7 @@ function renderFailure(node, m) {
           "p",
           null,
           el("code", { class: "msg-error-code", text: err.code || "error" }),
-          err.message && " — " + err.message
+          err.message ? " — " + err.message : null
         )
       )
     );
