@@ -2,6 +2,7 @@
  * REST: the API under /api/v1/ is the source of truth. api() resolves with the parsed body and
  * rejects with an ApiError (status, code, message, details); a 401 goes back to the login page.
  */
+
 import { API, LOGIN_URL } from "./page.js";
 
 function ApiError(status, body) {

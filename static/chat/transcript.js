@@ -153,8 +153,8 @@ function renderTool(node, m) {
   );
 }
 
-// -------------------------------------------------------------------------------------------
-
+// One message's element brought up to date with the message: classes, data-*, meta line, body,
+// failure words and actions.
 export function renderMessage(node, m) {
   var notice = isNotice(m);
   var tool = !notice && isTool(m);
