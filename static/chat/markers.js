@@ -1,0 +1,150 @@
+import { api, asList } from "./api.js";
+import { el } from "./dom.js";
+import { fmtInt } from "./format.js";
+import { ui } from "./page.js";
+import { sessionPath } from "./session.js";
+import { state } from "./state.js";
+import { insertNode, withScroll } from "./transcript.js";
+
+// Compaction markers: one per summary, after the last message it covers, built from the
+// summaries and compaction events over REST, so automatic compactions show too and survive a
+// reload. Expanding one shows the summary text, its retention score and the facts it missed.
+
+const markers = { summaries: [], events: [], loaded: false };
+
+export function markersReset() {
+  markers.summaries = [];
+  markers.events = [];
+  markers.loaded = false;
+}
+
+// Whether this chat's markers were read (a new compaction notice then asks for them again).
+export function markersAreLoaded() {
+  return markers.loaded;
+}
+
+export function loadMarkers(epoch) {
+  if (state.sessionId === null) return Promise.resolve();
+  var sessionId = state.sessionId;
+  return Promise.all([
+    api("GET", sessionPath("summaries/")),
+    api("GET", "compaction-events/?session=" + encodeURIComponent(sessionId)),
+  ]).then(
+    function (results) {
+      if (epoch !== state.epoch) return;
+      markers.loaded = true;
+      markers.summaries = asList(results[0]);
+      markers.events = asList(results[1]);
+      withScroll(renderMarkers);
+    },
+    function () {
+      /* markers are context, not content: the transcript stands without them */
+    }
+  );
+}
+
+const TRIGGER_WORDS = {
+  manual: "manual (/compact)",
+  soft: "automatic (background)",
+  hard: "automatic (before a reply)",
+  fusion: "automatic (summaries merged)",
+};
+
+function renderMarkers() {
+  ui.transcript.querySelectorAll(".compaction-marker").forEach(function (n) {
+    n.remove();
+  });
+  var eventBySummary = new Map();
+  markers.events.forEach(function (e) {
+    if (e.summary !== null && e.summary !== undefined) eventBySummary.set(String(e.summary), e);
+  });
+  markers.summaries
+    .slice()
+    .sort(function (a, b) {
+      return a.last_seq - b.last_seq || a.id - b.id;
+    })
+    .forEach(function (summary) {
+      var node = buildMarker(summary, eventBySummary.get(String(summary.id)));
+      insertNode(node, summary.last_seq + 0.5);
+    });
+}
+
+function buildMarker(summary, event) {
+  var before = event ? event.tokens_before : summary.source_tokens;
+  var after = event ? event.tokens_after : summary.token_count;
+  var bits = [TRIGGER_WORDS[summary.trigger] || summary.trigger || "compaction"];
+  if (typeof summary.retention === "number") bits.push("retention " + Math.round(summary.retention * 100) + "%");
+  if (summary.status === "superseded") bits.push("merged into a later summary");
+  var head = el(
+    "summary",
+    { class: "marker-head" },
+    el("span", {
+      class: "marker-title",
+      text:
+        "Compacted messages " +
+        summary.first_seq +
+        "–" +
+        summary.last_seq +
+        " · " +
+        fmtInt(before) +
+        " → " +
+        fmtInt(after) +
+        " tokens",
+    }),
+    el("span", { class: "marker-meta", text: bits.join(" · ") })
+  );
+
+  var facts = el("dl", { class: "marker-facts" });
+  function fact(name, value) {
+    if (value === null || value === undefined || value === "") return;
+    facts.append(el("dt", { text: name }), el("dd", { text: value }));
+  }
+  fact("Trigger", TRIGGER_WORDS[summary.trigger] || summary.trigger);
+  fact("Level", summary.level > 1 ? summary.level + " (a summary of summaries)" : String(summary.level));
+  fact("Model", summary.model);
+  fact("Focus", summary.focus);
+  fact("Source", fmtInt(summary.source_tokens) + " tokens → summary " + fmtInt(summary.token_count) + " tokens");
+  fact(
+    "Retention",
+    typeof summary.retention === "number"
+      ? Math.round(summary.retention * 100) + "% of the checked facts survived"
+      : "not scored"
+  );
+  if (event) {
+    fact("When", new Date(event.created_at).toLocaleString());
+    if (typeof event.duration_ms === "number") fact("Took", fmtInt(event.duration_ms) + " ms");
+    fact("Snapshot", event.snapshot ? event.snapshot + " (in Memory)" : "");
+  }
+  var text = el(
+    "div",
+    { class: "marker-summary" },
+    el("h3", { text: "Summary the bot now sees" }),
+    el("p", { class: "marker-summary-text", text: summary.text || "" })
+  );
+  var missing = Array.isArray(summary.missing_facts) ? summary.missing_facts : [];
+  var missingBox = el(
+    "div",
+    { class: "marker-missing" },
+    el("h3", {
+      text: missing.length ? "Facts the summary missed (" + missing.length + ")" : "Facts the summary missed",
+    }),
+    missing.length
+      ? el(
+          "ul",
+          null,
+          missing.map(function (f) {
+            return el("li", { text: typeof f === "string" ? f : JSON.stringify(f) });
+          })
+        )
+      : el("p", { class: "muted", text: "None found." })
+  );
+  return el(
+    "details",
+    {
+      class: "compaction-marker" + (summary.status === "superseded" ? " is-superseded" : ""),
+      dataset: { seq: String(summary.last_seq + 0.5), summaryId: String(summary.id), trigger: summary.trigger || "" },
+    },
+    head,
+    el("div", { class: "marker-body" }, facts, text, missingBox)
+  );
+}

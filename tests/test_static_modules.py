@@ -1,0 +1,54 @@
+"""The chat client is native ES modules under static/chat/, with no build step: the page loads
+the entry module as a file (the Content-Security-Policy allows scripts from 'self' only, no
+inline script), and every relative import names a module that exists and exports that name, so a
+rename that misses one importer fails here, not only in a browser."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from tests.factories import UserFactory
+from tests.integration.processes import ROOT
+
+CHAT = ROOT / "static" / "chat"
+SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.S)
+IMPORT = re.compile(r'^import \{([^}]*)\} from "\./([\w-]+\.js)";', re.M)
+EXPORT = re.compile(r"^export (?:function|const|let|class) ([\w$]+)", re.M)
+CLASSIC = {"markdown.js"}  # a classic script beside the vendored libraries it wires together
+
+
+@pytest.fixture
+def member(db):
+    client = Client()
+    client.force_login(UserFactory(username="member"))
+    return client
+
+
+def test_chat_page_loads_the_client_as_one_module_and_no_inline_script(member):
+    body = member.get("/chat/new/").content.decode()
+    scripts = SCRIPT.findall(body)
+    assert scripts, "the chat page loads no script"
+    assert [inline for _attrs, inline in scripts if inline.strip()] == []
+    chat = [s for s in scripts if "chat/" in s[0]]
+    assert [attrs.strip() for attrs, _ in chat] == [
+        'src="/static/chat/markdown.js" defer',
+        'type="module" src="/static/chat/chat.js"',
+    ]
+
+
+def test_every_import_of_a_chat_module_names_one_of_its_exports():
+    modules = {p.name: p.read_text() for p in CHAT.glob("*.js") if p.name not in CLASSIC}
+    assert "chat.js" in modules and "dom.js" in modules
+    exports = {name: set(EXPORT.findall(text)) for name, text in modules.items()}
+    broken = []
+    imported = set()
+    for name, text in modules.items():
+        for names, target in IMPORT.findall(text):
+            imported.add(target)
+            for wanted in (n.strip().split(" as ")[0] for n in names.split(",") if n.strip()):
+                if wanted not in exports.get(target, set()):
+                    broken.append(f"{name}: {wanted} from {target}")
+    assert broken == []
+    # Every module is reached from the entry (none is left over from an earlier layout).
+    assert set(modules) - {"chat.js"} == imported
