@@ -745,7 +745,7 @@ def explain_candidates(corpus: Corpus, question: str) -> list[str]:
     sql = search._PG_CANDIDATES.replace("{query}", ored)
     session_id = corpus.session_ids[len(corpus.session_ids) // 2]
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", [session_id, *wanted])
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", [session_id] * 3 + wanted)
         return [row[0] for row in cursor.fetchall()]
 
 
