@@ -5,6 +5,7 @@ The shared behaviour (answers, errors, retries, stops) is proven on both roads b
 ``test_gateway.py``; here are the parts only the direct road has."""
 
 import dataclasses
+import itertools
 import json
 import threading
 
@@ -80,16 +81,20 @@ def provider(monkeypatch):
 
     class Provider:
         def __init__(self) -> None:
-            self.answers: list[tuple[int, bytes, dict]] = []
+            self.answers: list[tuple[int, bytes | list[bytes], dict]] = []
             self.requests: list[httpx.Request] = []
 
-        def answer(self, status: int, body: bytes, headers: dict | None = None) -> None:
+        def answer(
+            self, status: int, body: bytes | list[bytes], headers: dict | None = None
+        ) -> None:
+            """``body`` as a list: sent as those network chunks, one after another."""
             self.answers.append((status, body, headers or {}))
 
         def handle(self, request: httpx.Request) -> httpx.Response:
             self.requests.append(request)
             status, body, headers = self.answers.pop(0)
-            return httpx.Response(status, content=body, headers=headers)
+            content = iter(body) if isinstance(body, list) else body
+            return httpx.Response(status, content=content, headers=headers)
 
     mock = Provider()
     client = httpx.Client(transport=httpx.MockTransport(mock.handle))
@@ -128,6 +133,41 @@ def test_events_are_read_per_the_sse_rules(provider, monkeypatch):
     assert request.headers["authorization"] == "Bearer no-key-required"
     body = json.loads(request.content)
     assert (body["model"], body["max_tokens"], body["messages"]) == ("qwen2.5", 64, MESSAGES)
+
+
+def test_events_split_across_network_chunks_read_as_whole_events(provider):
+    """httpx-sse's decoder over httpx's lines: a chunk boundary inside "data:", inside the JSON,
+    between an event's two newlines or inside a CRLF changes nothing; a comment, an event with
+    several data lines, no Content-Type header and a last event without its blank line are read
+    as before."""
+    body = _sse(
+        ": ping\r\n\r\n",
+        f"data: {json.dumps(_chunk('Hel'))}\r\n\r\n",
+        'data: {"choices": [{"index": 0,\n',
+        'data: "delta": {"content": "lo"}, "finish_reason": null}]}\n\n',
+        f"id: 7\ndata: {json.dumps(_chunk(' you', 'stop'))}\n\n",
+        f"data: {json.dumps({'choices': [], 'usage': USAGE})}\n\n",
+        "data: [DONE]",  # the server closed without the blank line
+    )
+    cuts = [3, 9, body.index(b"\r\n\r\n") + 1, body.index(b'{"index": 0') + 4]
+    cuts += [body.index(b"}]}\n\n") + 4, body.index(b"id: 7") + 2, len(body) - 3]
+    edges = [0, *sorted(cuts), len(body)]
+    pieces = [body[a:b] for a, b in itertools.pairwise(edges)]
+    assert b"".join(pieces) == body and len(pieces) == 8
+    provider.answer(200, pieces)  # no headers: no Content-Type either
+    stream = gateway.stream(CONFIG, MESSAGES)
+
+    assert list(stream) == ["Hel", "lo", " you"]
+    assert (stream.completion.finish_reason, stream.completion.prompt_tokens) == ("stop", 4)
+
+
+def test_a_last_event_without_its_blank_line_is_still_read(provider):
+    provider.answer(200, _sse(f"data: {json.dumps(_chunk('All of it.', 'stop'))}"))
+
+    stream = gateway.stream(CONFIG, MESSAGES)
+
+    assert list(stream) == ["All of it."]
+    assert stream.completion.finish_reason == "stop"
 
 
 def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):

@@ -265,6 +265,47 @@ def test_http_500_is_retried_then_model_unavailable(fake_openai, config, streami
     assert caught.value.attempts == 3
 
 
+def test_one_retry_policy_serves_both_loops_on_both_roads(
+    fake_openai, config, settings, monkeypatch
+):
+    """complete() and a stream, read directly or through litellm, all take their attempts from
+    the one ``MODEL_CALL_RETRY``: no call counts attempts or sleeps on its own."""
+    used = []
+    attempts = gateway.MODEL_CALL_RETRY.attempts
+
+    def recorded(**kwargs):
+        retrying = attempts(**kwargs)
+        used.append(retrying)
+        return retrying
+
+    monkeypatch.setattr(gateway.MODEL_CALL_RETRY, "attempts", recorded)
+    for call, direct in [("complete", False), ("stream", True), ("stream", False)]:
+        settings.LLM_DIRECT_OPENAI_COMPATIBLE = direct
+        fake_openai.script(Reply(status=503), Reply(text="ok", chunks=["ok"]))
+        if call == "complete":
+            assert gateway.complete(config, MESSAGES).text == "ok"
+        else:
+            assert "".join(gateway.stream(config, MESSAGES)) == "ok"
+        assert used[-1].statistics["attempt_number"] == 2, (call, direct)
+
+    assert len(used) == 3
+    assert len(fake_openai.requests) == 6
+
+
+def test_a_retried_stream_starts_with_a_clean_redactor(fake_openai, make_config):
+    """The failed attempt's only text was the start of the key (held back, never shown): the
+    next attempt's answer must not be prefixed with it."""
+    fake_openai.script(
+        Reply(text=KEY[:6] + "x", chunks=[KEY[:6], "x"], stall_after=1, stall=10),
+        Reply(text="Hello.", chunks=["Hello."]),
+    )
+
+    stream = gateway.stream(make_config(timeout=0.5), MESSAGES)
+
+    assert "".join(stream) == "Hello."
+    assert len(fake_openai.requests) == 2
+
+
 def test_retry_count_follows_settings(fake_openai, config, settings):
     settings.LLM_MAX_RETRIES = 0
     fake_openai.default = Reply(status=503)
