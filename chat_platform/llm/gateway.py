@@ -29,7 +29,7 @@ Rules kept here:
   exponential backoff from ``LLM_RETRY_BACKOFF_SECONDS``: one policy (``MODEL_CALL_RETRY``, on
   tenacity, see ``retries``) for every call on either road. A stream is retried only while it
   has not yielded any text. Everything else fails at once. Every failure reaches callers as
-  ``ModelUnavailable`` with a short human reason.
+  ``ModelCallFailed`` with a short human reason.
 * ``timeout`` bounds each attempt's wait for the provider (for a stream: the wait for each
   chunk), so a hung server costs at most ``(1 + LLM_MAX_RETRIES) * timeout`` plus backoff.
 """
@@ -93,8 +93,11 @@ class Completion:
     tool_calls: list[dict] = field(default_factory=list)
 
 
-class ModelUnavailable(Exception):
+class ModelCallFailed(Exception):
     """The model could not answer (after bounded retries where that made sense).
+
+    The gateway's own failure; callers turn it into the user-facing
+    ``chat_platform.errors.ModelUnavailable`` (code ``model_unavailable``) where one is due.
 
     ``str()`` is a short reason fit to show a user; it never contains a key.
     """
@@ -237,7 +240,7 @@ def _call_kwargs(
         model_trusted=config.model_trusted,
     )
     if refusal:
-        raise ModelUnavailable(f"{config.model}: {refusal}")
+        raise ModelCallFailed(f"{config.model}: {refusal}")
     api_base = provider_policy.call_api_base(
         model=config.model, api_base=config.api_base, model_trusted=config.model_trusted
     )
@@ -275,7 +278,7 @@ def _api_key(config: ModelConfig) -> str | None:
     if config.api_key_env:
         value = os.environ.get(config.api_key_env)
         if not value:
-            raise ModelUnavailable(f"{config.model}: {_KEY_FAILED}", status_code=401)
+            raise ModelCallFailed(f"{config.model}: {_KEY_FAILED}", status_code=401)
         return value
     return _NO_KEY_PLACEHOLDER
 
@@ -392,7 +395,7 @@ def _classify_direct(exc: BaseException) -> tuple[bool, int | None, str] | None:
 
 def _unavailable(
     config: ModelConfig, exc: BaseException, *, attempts: int, kwargs: dict[str, Any]
-) -> ModelUnavailable:
+) -> ModelCallFailed:
     transient, status, reason = _classify(exc)
     message = f"{config.model}: {reason}"
     if reason == "timed out":
@@ -405,7 +408,7 @@ def _unavailable(
             message += f" ({detail})"
     if attempts > 1:
         message += f", after {attempts} attempts"
-    return ModelUnavailable(
+    return ModelCallFailed(
         redaction.redact(message), status_code=status, transient=transient, attempts=attempts
     )
 
@@ -543,7 +546,7 @@ def _log_done(
 
 
 def _log_failed(
-    config: ModelConfig, error: ModelUnavailable, *, started: float, streamed: bool
+    config: ModelConfig, error: ModelCallFailed, *, started: float, streamed: bool
 ) -> None:
     log.warning(
         "llm_call_failed",
@@ -577,11 +580,11 @@ def complete(
     tools: list[dict] | None = None,
     max_tokens: int | None = None,
 ) -> Completion:
-    """One non-streaming call, retried on transient failures; raises ``ModelUnavailable``."""
+    """One non-streaming call, retried on transient failures; raises ``ModelCallFailed``."""
     started = time.monotonic()
     try:
         kwargs = _call_kwargs(config, messages, tools=tools, max_tokens=max_tokens, stream=False)
-    except ModelUnavailable as error:
+    except ModelCallFailed as error:
         _log_failed(config, error, started=started, streamed=False)
         raise
     litellm = _litellm()
@@ -712,7 +715,7 @@ class ChatStream:
             kwargs = _call_kwargs(
                 config, self.messages, tools=self.tools, max_tokens=None, stream=True
             )
-        except ModelUnavailable as error:
+        except ModelCallFailed as error:
             _log_failed(config, error, started=started, streamed=True)
             raise
         direct = openai_compat.is_direct(

@@ -10,7 +10,7 @@ gateway counts attempts or sleeps. The policy:
 * only a failure the gateway classifies as transient is retried (``transient``), and only while
   the caller says it still may (``may_retry``: a stream that has shown text must not restart);
 * the last failure is re-raised as it was (``reraise``), for the gateway to turn into its
-  ``ProviderUnavailable``.
+  ``ModelCallFailed``.
 
 The loop is tenacity's ``for attempt in retrying: with attempt: ...``. ``with attempt`` records
 any exception, ``BaseException`` included; such a one (a ``GeneratorExit`` when a stream is

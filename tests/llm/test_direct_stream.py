@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from chat_platform.llm import gateway, openai_compat
-from chat_platform.llm.gateway import ModelConfig, ModelUnavailable
+from chat_platform.llm.gateway import ModelCallFailed, ModelConfig
 from tests.fakeopenai import Reply
 
 API_BASE = "http://llm.internal:8000/v1"
@@ -180,7 +180,7 @@ def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):
     )
     stream = gateway.stream(CONFIG, MESSAGES)
     seen = []
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         for delta in stream:
             seen.append(delta)
     assert seen == ["Partial"]  # text already sent is never retried
@@ -190,7 +190,7 @@ def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):
 
 def test_an_event_that_is_not_json_fails_clearly(provider):
     provider.answer(200, _sse("data: <html>oops</html>\n\n"))
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: the provider's answer could not be read "
@@ -229,7 +229,7 @@ def test_error_statuses_name_the_reason_and_the_providers_message(
 ):
     for _ in range(attempts):
         provider.answer(status, json.dumps(body).encode(), {"content-type": "application/json"})
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
     suffix = f", after {attempts} attempts" if attempts > 1 else ""
     assert str(caught.value) == f"openai/qwen2.5: {expected}{suffix}"
@@ -242,7 +242,7 @@ def test_a_refused_key_never_reaches_the_message(provider, monkeypatch):
         401, b'{"error": {"message": "Incorrect API key provided: sk-secret-value-1234"}}'
     )
     config = dataclasses.replace(CONFIG, api_key_env="OPENAI_API_KEY")
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(config, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: authentication failed: the provider key is missing or was refused"
@@ -269,7 +269,7 @@ def test_an_endless_error_body_is_read_only_for_its_message(monkeypatch):
     monkeypatch.setattr(openai_compat, "_client", client)
     monkeypatch.setattr(openai_compat, "_client_pid", __import__("os").getpid())
 
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
 
     # the body's first line, cut to 160 characters as every provider message is
@@ -282,7 +282,7 @@ def test_an_endless_error_body_is_read_only_for_its_message(monkeypatch):
 def test_a_redirect_is_not_followed(provider):
     """The provider policy approved this address, not wherever it points to."""
     provider.answer(307, b"", {"location": "http://169.254.169.254/latest/meta-data"})
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: the provider answered with a redirect (HTTP 307) "
@@ -324,7 +324,7 @@ def test_a_stream_cut_before_the_answer_ended_fails_and_keeps_its_text(provider)
     provider.answer(200, _sse(f"data: {json.dumps(_chunk('Half an '))}\n\n"))
     stream = gateway.stream(CONFIG, MESSAGES)
     seen = []
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         for delta in stream:
             seen.append(delta)
     assert seen == ["Half an "]
