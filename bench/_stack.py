@@ -408,6 +408,63 @@ def direct_call(provider_url: str, *, history: int = 0) -> tuple[float, float]:
     return first, total
 
 
+def gateway_call(provider_url: str) -> tuple[float, float]:
+    """The same streaming call through this platform's gateway, in this process (the direct
+    road a worker takes, without web, queue or database): (ttft, total) s."""
+    from chat_platform.llm import gateway
+
+    config = gateway.ModelConfig(
+        model="openai/fake-model", api_base=provider_url, api_base_trusted=True
+    )
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": PROMPT},
+    ]
+    started = time.perf_counter()
+    first = 0.0
+    parts = []
+    for delta in gateway.stream(config, messages):
+        if not first:
+            first = time.perf_counter() - started
+        parts.append(delta)
+    total = time.perf_counter() - started
+    if "".join(parts) != TEXT:
+        raise SystemExit("gateway call: unexpected text")
+    return first, total
+
+
+class ProviderClock:
+    """The provider's own time for one request (``tests.fakeopenai``'s ``/served``): from having
+    read the request to its last byte written. ``mark()`` before a call, ``seconds()`` after it:
+    the time of the one chat request for ``PROMPT`` made in between. A turn's time minus this is
+    the method the issue used for both this platform and Open WebUI (issue 17, item 8)."""
+
+    def __init__(self, provider_url: str) -> None:
+        self.url = provider_url + "/served"
+        self.since = 0
+        self.mark()
+
+    def _rows(self) -> tuple[list[dict], int]:
+        answer = httpx.get(self.url, params={"since": self.since}, timeout=10).json()
+        return answer["served"], answer["count"]
+
+    def mark(self) -> None:
+        self.since = self._rows()[1]
+
+    def seconds(self) -> float | None:
+        """None when no such request finished (a failed turn)."""
+        deadline = time.monotonic() + 2  # the handler records its end just after the last byte
+        while True:
+            rows, _ = self._rows()
+            mine = [r for r in rows if r["last"] == PROMPT]
+            if mine and all(r["seconds"] is not None for r in mine):
+                done = [r["seconds"] for r in mine if r["completed"]]
+                return done[-1] if done else None
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

@@ -14,8 +14,19 @@ counts of anything that did not complete. Never asserts timings; ``--smoke`` exi
 failed, stuck or lost turn.
 
 ``--history 10,200,1000,2000`` adds websocket turns over sessions that already hold that many
-stored messages, each against the direct call sending the same messages: the per-turn overhead
-by history size that the issue compares with Open WebUI's.
+stored messages, each against the direct call sending the same messages.
+
+Two ways to say what a turn costs, both printed:
+
+- **turn − direct call** (the "added" lines): the platform's cost over the same litellm call made
+  from this process, paired call by call;
+- **turn − provider's time** (the "same method" lines): a turn's time minus the provider's own
+  time for that request (from having read it to its last byte written, reported by the fake
+  provider). That is how issue 17 measured this platform and Open WebUI alike (same machine, same
+  hour, two interleaved rounds); Open WebUI's figures from there are printed beside ours, not
+  re-measured here. Beside it, the **floor**: one direct streaming call from this single process,
+  measured the same way — through this platform's gateway (what a worker does for a turn, with
+  no web, queue or database) and as the plain litellm call above.
 
     .venv/bin/python bench/turn_overhead.py [--pairs 30] [--history 10,200,1000,2000] [--smoke]
 """
@@ -98,28 +109,58 @@ def rest_turn(client: Any, stack: _stack.Stack, token: str, session_id: int) -> 
     return {"outcome": "completed", "total": total}
 
 
-def _history_runs(stack: _stack.Stack, fix: Any, args: argparse.Namespace) -> dict:
-    """Websocket turn vs direct call, interleaved, over sessions of each stored-history size."""
-    results: dict[int, tuple[list[float], str]] = {}
+# Open WebUI's per-turn overhead, turn time minus the provider's time, by stored messages: measured
+# outside this repo (issue 17, item 8: same machine, same hour, two interleaved rounds, ms).
+OPEN_WEBUI_MS = {10: (46, 54), 200: (68, 80), 1000: (147, 171), 2000: (225, 241)}
+
+
+def _minus_provider(clock: _stack.ProviderClock, call: Any) -> tuple[Any, float | None]:
+    """``call()``'s result and the provider's time for the request it made."""
+    clock.mark()
+    result = call()
+    return result, clock.seconds()
+
+
+def _history_runs(
+    stack: _stack.Stack, fix: Any, args: argparse.Namespace, clock: _stack.ProviderClock
+) -> dict:
+    """Websocket turn vs direct call, interleaved, over sessions of each stored-history size:
+    (turn - direct call, turn - provider's time, direct call - provider's time, outcomes)."""
+    results: dict[int, tuple[list[float], list[float], list[float], str]] = {}
     for size in [int(n) for n in args.history.split(",") if n.strip()]:
         sids = _stack.sessions_with_history(fix, args.history_pairs + 2, size)
         for _ in range(2):  # warm: the first call of a new size pays its own caches
             _stack.direct_call(stack.provider_url, history=size)
             asyncio.run(ws_turn(stack, fix.token, sids.pop()))
-        added, outcomes = [], {}
+        added: list[float] = []
+        same: list[float] = []
+        floor: list[float] = []
+        outcomes: dict[str, int] = {}
         for i in range(args.history_pairs):
             order = ["direct", "ws"] if i % 2 else ["ws", "direct"]
             pair: dict[str, Any] = {}
             for side in order:
                 if side == "direct":
-                    pair["direct"] = _stack.direct_call(stack.provider_url, history=size)
+                    pair["direct"] = _minus_provider(
+                        clock,
+                        lambda size=size: _stack.direct_call(stack.provider_url, history=size),
+                    )
                 else:
-                    pair["ws"] = asyncio.run(ws_turn(stack, fix.token, sids.pop()))
-            outcome = pair["ws"]["outcome"]
+                    sid = sids.pop()
+                    pair["ws"] = _minus_provider(
+                        clock, lambda sid=sid: asyncio.run(ws_turn(stack, fix.token, sid))
+                    )
+            (turn, turn_provider), ((_, direct_total), direct_provider) = pair["ws"], pair["direct"]
+            outcome = turn["outcome"]
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if direct_provider is not None:
+                floor.append(direct_total - direct_provider)
             if outcome == "completed":
-                added.append(pair["ws"]["total"] - pair["direct"][1])
-        results[size] = (added, ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+                added.append(turn["total"] - direct_total)
+                if turn_provider is not None:
+                    same.append(turn["total"] - turn_provider)
+        summary = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        results[size] = (added, same, floor, summary)
     return results
 
 
@@ -149,6 +190,7 @@ def main() -> None:
             await asyncio.gather(*(ws_turn(stack, fix.token, sids.pop()) for _ in range(6)))
 
         asyncio.run(warm_all())
+        clock = _stack.ProviderClock(stack.provider_url)
         for _ in range(args.warmup):
             _stack.direct_call(stack.provider_url)
             asyncio.run(ws_turn(stack, fix.token, sids.pop()))
@@ -166,24 +208,50 @@ def main() -> None:
         direct: list[tuple[float, float]] = []
         ws: list[dict] = []
         rest: list[dict] = []
+        # the provider's time for each call, in the same order (None: none finished)
+        provider_s: dict[str, list[float | None]] = {"direct": [], "ws": [], "rest": []}
         worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
         for i in range(args.pairs):
             # rotate the order so that drift in the machine's load hits every side alike
             sides = ["direct", "ws", "rest"]
             sides = sides[i % 3 :] + sides[: i % 3]
             for side in sides:
+                # (the provider is asked for its times between calls, outside every clock)
                 if side == "direct":
-                    direct.append(_stack.direct_call(stack.provider_url))
+                    result, seconds = _minus_provider(
+                        clock, lambda: _stack.direct_call(stack.provider_url)
+                    )
+                    direct.append(result)
                 elif side == "ws":
-                    ws.append(asyncio.run(ws_turn(stack, fix.token, sids.pop())))
+                    sid = sids.pop()
+                    result, seconds = _minus_provider(
+                        clock, lambda sid=sid: asyncio.run(ws_turn(stack, fix.token, sid))
+                    )
+                    ws.append(result)
                 else:
-                    rest.append(rest_turn(client, stack, fix.token, sids.pop()))
+                    sid = sids.pop()
+                    result, seconds = _minus_provider(
+                        clock, lambda sid=sid: rest_turn(client, stack, fix.token, sid)
+                    )
+                    rest.append(result)
+                provider_s[side].append(seconds)
         time.sleep(0.5)
         turns = len(ws) + len(rest)
         worker_cpu = (stack.worker.cpu() - worker_cpu0) / turns
         web_cpu = (stack.web.cpu() - web_cpu0) / turns
 
-        by_history = _history_runs(stack, fix, args)
+        # The floor, measured the same way: the gateway's own streaming call from this one
+        # process (what a worker does for a turn, without web, queue and database).
+        gateway_floor: list[float] = []
+        _stack.gateway_call(stack.provider_url)
+        for _ in range(args.pairs):
+            (_, total), seconds = _minus_provider(
+                clock, lambda: _stack.gateway_call(stack.provider_url)
+            )
+            if seconds is not None:
+                gateway_floor.append(total - seconds)
+
+        by_history = _history_runs(stack, fix, args, clock)
 
         # The same direct call with the switches the gateway sets (chat_platform.llm.gateway).
         import litellm
@@ -209,6 +277,15 @@ def main() -> None:
         pairs = zip(results, base, strict=True)
         return [r[key] - b for r, b in pairs if r["outcome"] == "completed"]
 
+    def same_method(results: list[dict], provider: list[float | None]) -> list[float]:
+        pairs = zip(results, provider, strict=True)
+        return [r["total"] - s for r, s in pairs if r["outcome"] == "completed" and s is not None]
+
+    floor = same_method(
+        [{"outcome": "completed", "total": t} for t in d_total], provider_s["direct"]
+    )
+    ws_same = same_method(ws, provider_s["ws"])
+    rest_same = same_method(rest, provider_s["rest"])
     ws_added = added(ws, "total", d_total)
     rest_added = added(rest, "total", d_total)
     ttft_added = added(ws, "ttft", d_ttft)
@@ -238,15 +315,40 @@ def main() -> None:
         f"  direct call CPU: litellm defaults {direct_cpu * 1000:.0f} ms, with the gateway's "
         f"switches {lean_cpu * 1000:.0f} ms ({lean_cpu / direct_cpu:.2f}x)"
     )
-    if by_history:
+    print("  same method as the Open WebUI comparison (turn time - the provider's time for it):")
+    for name, values in (
+        ("floor: gateway call", gateway_floor),
+        ("floor: litellm call", floor),
+        ("websocket turn", ws_same),
+        ("REST wait turn", rest_same),
+    ):
         print(
-            "  per-turn overhead by stored history (websocket added p50 / p95; goal <= 1/4 of "
-            "Open WebUI's 51 / 57 / 97 / 167 ms at 10 / 200 / 1,000 / 2,000):"
+            f"    {name:<23} p50 {p(values, 50) * 1000:6.0f} ms, p95 {p(values, 95) * 1000:6.0f} ms"
+            f"  (n={len(values)})"
         )
-        for size, (values, outcomes) in by_history.items():
+    if by_history:
+        print("  per-turn overhead by stored history, websocket turn - direct call (p50 / p95):")
+        for size, (values, _, _, outcomes) in by_history.items():
             print(
                 f"    {size:>6,} stored: p50 {p(values, 50) * 1000:+6.0f} ms, p95 "
                 f"{p(values, 95) * 1000:+6.0f} ms  ({outcomes})"
+            )
+        print(
+            "  per-turn overhead by stored history, same method (turn - provider's time, p50 / "
+            "p95), beside the floor and Open WebUI's (issue 17, measured there the same way):"
+        )
+        for size, (_, same, floor_h, _) in by_history.items():
+            ours = p(same, 50) * 1000
+            theirs = OPEN_WEBUI_MS.get(size)
+            versus = (
+                f"Open WebUI {theirs[0]}-{theirs[1]} ms -> ours/theirs "
+                f"{ours / theirs[1]:.2f}-{ours / theirs[0]:.2f}x"
+                if theirs
+                else "Open WebUI: not measured at this size"
+            )
+            print(
+                f"    {size:>6,} stored: turn p50 {ours:5.0f} / p95 {p(same, 95) * 1000:5.0f} ms;"
+                f" floor p50 {p(floor_h, 50) * 1000:5.0f} ms; {versus}"
             )
     bad = {}
     for name, results in (("websocket", ws), ("REST", rest)):

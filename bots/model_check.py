@@ -56,7 +56,7 @@ def bot_model_check(*, user: AbstractBaseUser, bot_id: object) -> ModelCheck:
             [{"role": "user", "content": CHECK_PROMPT}],
             max_tokens=CHECK_MAX_OUTPUT_TOKENS,
         )
-    except gateway.ModelUnavailable as exc:
+    except gateway.ModelCallFailed as exc:
         result = ModelCheck(
             ok=False,
             model=bot.model,

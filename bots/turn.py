@@ -272,7 +272,7 @@ def _stream_round(
             if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS:
                 last_checkpoint = time.monotonic()
                 _checkpoint(reply.pk, state.text)
-    except gateway.ModelUnavailable as exc:
+    except gateway.ModelCallFailed as exc:
         raise ModelUnavailable(f"The model did not answer: {exc}") from exc
     finally:
         completion = stream.completion

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -81,6 +81,10 @@ class Served:
     completed: bool = False
     # True when the client closed the connection before the answer was fully written.
     aborted: bool = False
+    # The provider's own time for this request: from having read it to its last byte written
+    # (bench/turn_overhead.py subtracts it from a turn's time). None while serving.
+    started: float = field(default_factory=time.perf_counter)
+    seconds: float | None = None
 
 
 def _usage(body: dict, reply: Reply) -> dict:
@@ -206,6 +210,7 @@ class FakeOpenAI:
     def _end(self, served: Served, *, completed: bool) -> None:
         with self._lock:
             self.in_flight -= 1
+            served.seconds = time.perf_counter() - served.started
             served.completed = completed
             served.aborted = not completed
         if not completed:
@@ -228,7 +233,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes ------------------------------------------------------------------------------
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
+        path, _, query = self.path.partition("?")
+        if path.rstrip("/").endswith("/served"):
+            # For the benchmarks: the chat requests from ``since`` on, with the provider's time
+            # for each and the content of its last message.
+            since = int(query.partition("since=")[2] or 0)
+            with self.fake._lock:
+                rows = [
+                    {
+                        "seconds": s.seconds,
+                        "completed": s.completed,
+                        "last": (s.body.get("messages") or [{}])[-1].get("content"),
+                    }
+                    for s in self.fake.served[since:]
+                ]
+            self._json(200, {"served": rows, "count": since + len(rows)})
+        elif self.path.rstrip("/").endswith("/models"):
             self._json(
                 200,
                 {

@@ -26,9 +26,10 @@ Rules kept here:
   exists.
 * litellm's and the SDK's own retries are off (``num_retries=0``); we retry transient failures
   (connection errors, timeouts, HTTP 429 and 5xx) up to ``LLM_MAX_RETRIES`` extra times with
-  exponential backoff from ``LLM_RETRY_BACKOFF_SECONDS``. A stream is retried only while it has
-  not yielded any text. Everything else fails at once. Every failure reaches callers as
-  ``ModelUnavailable`` with a short human reason.
+  exponential backoff from ``LLM_RETRY_BACKOFF_SECONDS``: one policy (``MODEL_CALL_RETRY``, on
+  tenacity, see ``retries``) for every call on either road. A stream is retried only while it
+  has not yielded any text. Everything else fails at once. Every failure reaches callers as
+  ``ModelCallFailed`` with a short human reason.
 * ``timeout`` bounds each attempt's wait for the provider (for a stream: the wait for each
   chunk), so a hung server costs at most ``(1 + LLM_MAX_RETRIES) * timeout`` plus backoff.
 """
@@ -42,12 +43,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import structlog
+import tenacity
 
 from chat_platform import outbound, provider_policy, redaction
-from chat_platform.llm import openai_compat
+from chat_platform.llm import openai_compat, retries
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from chat_platform.textcheck import text_made_storable
 
@@ -90,8 +93,11 @@ class Completion:
     tool_calls: list[dict] = field(default_factory=list)
 
 
-class ModelUnavailable(Exception):
+class ModelCallFailed(Exception):
     """The model could not answer (after bounded retries where that made sense).
+
+    The gateway's own failure; callers turn it into the user-facing
+    ``chat_platform.errors.ModelUnavailable`` (code ``model_unavailable``) where one is due.
 
     ``str()`` is a short reason fit to show a user; it never contains a key.
     """
@@ -234,7 +240,7 @@ def _call_kwargs(
         model_trusted=config.model_trusted,
     )
     if refusal:
-        raise ModelUnavailable(f"{config.model}: {refusal}")
+        raise ModelCallFailed(f"{config.model}: {refusal}")
     api_base = provider_policy.call_api_base(
         model=config.model, api_base=config.api_base, model_trusted=config.model_trusted
     )
@@ -272,7 +278,7 @@ def _api_key(config: ModelConfig) -> str | None:
     if config.api_key_env:
         value = os.environ.get(config.api_key_env)
         if not value:
-            raise ModelUnavailable(f"{config.model}: {_KEY_FAILED}", status_code=401)
+            raise ModelCallFailed(f"{config.model}: {_KEY_FAILED}", status_code=401)
         return value
     return _NO_KEY_PLACEHOLDER
 
@@ -389,7 +395,7 @@ def _classify_direct(exc: BaseException) -> tuple[bool, int | None, str] | None:
 
 def _unavailable(
     config: ModelConfig, exc: BaseException, *, attempts: int, kwargs: dict[str, Any]
-) -> ModelUnavailable:
+) -> ModelCallFailed:
     transient, status, reason = _classify(exc)
     message = f"{config.model}: {reason}"
     if reason == "timed out":
@@ -402,15 +408,25 @@ def _unavailable(
             message += f" ({detail})"
     if attempts > 1:
         message += f", after {attempts} attempts"
-    return ModelUnavailable(
+    return ModelCallFailed(
         redaction.redact(message), status_code=status, transient=transient, attempts=attempts
     )
 
 
-def _retry_policy() -> tuple[int, float]:
+def _retry_limits() -> tuple[int, float]:
     return max(0, int(_setting("LLM_MAX_RETRIES"))), max(
         0.0, float(_setting("LLM_RETRY_BACKOFF_SECONDS"))
     )
+
+
+# The one retry policy of every model call, on either road (see ``retries``).
+MODEL_CALL_RETRY = retries.RetryPolicy(
+    limits=_retry_limits, transient=lambda exc: _classify(exc)[0]
+)
+
+
+def _attempts(state: tenacity.RetryCallState | None) -> int:
+    return state.attempt_number if state is not None else 0
 
 
 # --- results --------------------------------------------------------------------------------
@@ -530,7 +546,7 @@ def _log_done(
 
 
 def _log_failed(
-    config: ModelConfig, error: ModelUnavailable, *, started: float, streamed: bool
+    config: ModelConfig, error: ModelCallFailed, *, started: float, streamed: bool
 ) -> None:
     log.warning(
         "llm_call_failed",
@@ -543,7 +559,7 @@ def _log_failed(
     )
 
 
-def _log_retry(config: ModelConfig, exc: BaseException, *, attempt: int, wait: float) -> None:
+def _log_retry(config: ModelConfig, exc: BaseException, attempt: int, wait: float) -> None:
     log.warning(
         "llm_retry",
         model=config.model,
@@ -564,33 +580,26 @@ def complete(
     tools: list[dict] | None = None,
     max_tokens: int | None = None,
 ) -> Completion:
-    """One non-streaming call, retried on transient failures; raises ``ModelUnavailable``."""
+    """One non-streaming call, retried on transient failures; raises ``ModelCallFailed``."""
     started = time.monotonic()
     try:
         kwargs = _call_kwargs(config, messages, tools=tools, max_tokens=max_tokens, stream=False)
-    except ModelUnavailable as error:
+    except ModelCallFailed as error:
         _log_failed(config, error, started=started, streamed=False)
         raise
     litellm = _litellm()
-    retries, backoff = _retry_policy()
     policy = _policy(config, kwargs)
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            with outbound.scope(policy):
+    state: tenacity.RetryCallState | None = None
+    try:
+        for attempt in MODEL_CALL_RETRY.attempts(on_retry=partial(_log_retry, config)):
+            state = attempt.retry_state
+            with attempt, outbound.scope(policy):
                 response = litellm.completion(**kwargs)
-            break
-        except Exception as exc:
-            transient = _classify(exc)[0]
-            if transient and attempt <= retries:
-                wait = backoff * 2 ** (attempt - 1)
-                _log_retry(config, exc, attempt=attempt, wait=wait)
-                time.sleep(wait)
-                continue
-            failure = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
-            _log_failed(config, failure, started=started, streamed=False)
-            raise failure from exc
+    except Exception as exc:
+        failure = _unavailable(config, exc, attempts=_attempts(state), kwargs=kwargs)
+        _log_failed(config, failure, started=started, streamed=False)
+        raise failure from exc
+    attempts = _attempts(state)
 
     choice = response.choices[0]
     message = choice.message
@@ -610,7 +619,7 @@ def complete(
         model=config.model,
         tool_calls=tool_calls,
     )
-    _log_done(config, completion, started=started, attempts=attempt, streamed=False)
+    _log_done(config, completion, started=started, attempts=attempts, streamed=False)
     return completion
 
 
@@ -706,107 +715,107 @@ class ChatStream:
             kwargs = _call_kwargs(
                 config, self.messages, tools=self.tools, max_tokens=None, stream=True
             )
-        except ModelUnavailable as error:
+        except ModelCallFailed as error:
             _log_failed(config, error, started=started, streamed=True)
             raise
-        retries, backoff = _retry_policy()
         direct = openai_compat.is_direct(
             config.model,
             kwargs.get("api_base") or "",
             enabled=bool(_setting("LLM_DIRECT_OPENAI_COMPATIBLE")),
         )
         policy = _policy(config, kwargs)
-        cap = _OutputCap(kwargs["max_tokens"], model=config.model)
-        redactor = redaction.StreamRedactor()
-        attempt = 0
+        secrets = redaction.secret_values()
+        state: tenacity.RetryCallState | None = None
+        retrying = MODEL_CALL_RETRY.attempts(
+            # A stream that has shown text is not started again: the user has read it.
+            may_retry=lambda: not self._parts,
+            # A stop during the back-off ends the wait (and, below, the call).
+            sleep=self._closed.wait,
+            on_retry=partial(_log_retry, config),
+        )
         try:
-            while True:
-                attempt += 1
+            for attempt in retrying:
+                state = attempt.retry_state
                 if self.closed:
                     return
+                # Each attempt starts clean: nothing of a failed one was shown, so what its
+                # redactor held or its cap counted is not part of the next one.
+                cap = _OutputCap(kwargs["max_tokens"], model=config.model)
+                redactor = redaction.StreamRedactor(secrets)
                 calls: dict[int, dict] = {}
                 finish_reason: str | None = None
                 usage: Any = None
-                try:
-                    with outbound.scope(policy):
-                        response = _open_stream(kwargs, direct=direct)
-                    with self._lock:
-                        self._response = response
-                    if self.closed:
-                        return
-                    self._opened()
-                    chunks = iter(response)
-                    while True:
-                        # Only the reads are in the policy's scope: a yield leaves this frame,
-                        # and the caller's code between chunks must not run inside it.
+                with attempt:
+                    try:
                         with outbound.scope(policy):
-                            chunk = next(chunks, _END)
-                        if chunk is _END:
-                            break
-                        chunk_usage = _get(chunk, "usage")
-                        if chunk_usage is not None:
-                            usage = chunk_usage
-                            if finish_reason is not None and not direct:
-                                # The provider's usage chunk follows the last choice: the
-                                # answer is whole. Reading on only makes litellm rebuild the
-                                # full response for its logging (a quarter of a call's CPU).
-                                # (The direct road reads on to [DONE]: its connection goes
-                                # back to the pool.)
-                                break
-                        choices = _get(chunk, "choices")
-                        if not choices:
-                            continue
-                        choice = choices[0]
-                        finish_reason = _get(choice, "finish_reason") or finish_reason
-                        delta = _get(choice, "delta")
-                        if _get(delta, "tool_calls"):
-                            for call in _get(delta, "tool_calls"):
-                                _merge_tool_call_delta(calls, call)
-                        content = _get(delta, "content")
-                        if content:
-                            content = cap.take(text_made_storable(str(content)))
-                            shown = redactor.feed(content)
-                            if shown:
-                                self._parts.append(shown)
-                                yield shown
-                            if cap.reached:
-                                # Far past max_tokens: the provider ignores the cap. Stop
-                                # reading; what arrived is the reply, cut at the cap.
-                                finish_reason = "length"
-                                self._close_response()
-                                break
-                    if self.closed:
-                        # Stopped: a closed socket can read as the body's end (HTTP/1.0), so
-                        # the loop may finish normally; it is still a stop, not an answer.
-                        return
-                    if (
-                        direct
-                        and finish_reason is None
-                        and not cap.reached
-                        and not getattr(response, "done", True)
-                    ):
-                        raise openai_compat.ProviderProtocolError(
-                            "the provider's stream ended before the answer did"
-                        )
-                    break
-                except Exception as exc:
-                    if self.closed:
-                        return
-                    self._close_response()
-                    transient = _classify(exc)[0]
-                    if transient and not self._parts and attempt <= retries:
-                        wait = backoff * 2 ** (attempt - 1)
-                        _log_retry(config, exc, attempt=attempt, wait=wait)
-                        if self._closed.wait(wait):
+                            response = _open_stream(kwargs, direct=direct)
+                        with self._lock:
+                            self._response = response
+                        if self.closed:
                             return
-                        # Nothing was shown: what the redactor held or the cap counted of the
-                        # failed attempt is not part of the next one.
-                        cap = _OutputCap(kwargs["max_tokens"], model=config.model)
-                        redactor = redaction.StreamRedactor(redactor.secrets)
-                        continue
-                    failure = _unavailable(config, exc, attempts=attempt, kwargs=kwargs)
-                    _log_failed(config, failure, started=started, streamed=True)
-                    raise failure from exc
+                        self._opened()
+                        chunks = iter(response)
+                        while True:
+                            # Only the reads are in the policy's scope: a yield leaves this frame,
+                            # and the caller's code between chunks must not run inside it.
+                            with outbound.scope(policy):
+                                chunk = next(chunks, _END)
+                            if chunk is _END:
+                                break
+                            chunk_usage = _get(chunk, "usage")
+                            if chunk_usage is not None:
+                                usage = chunk_usage
+                                if finish_reason is not None and not direct:
+                                    # The provider's usage chunk follows the last choice: the
+                                    # answer is whole. Reading on only makes litellm rebuild the
+                                    # full response for its logging (a quarter of a call's CPU).
+                                    # (The direct road reads on to [DONE]: its connection goes
+                                    # back to the pool.)
+                                    break
+                            choices = _get(chunk, "choices")
+                            if not choices:
+                                continue
+                            choice = choices[0]
+                            finish_reason = _get(choice, "finish_reason") or finish_reason
+                            delta = _get(choice, "delta")
+                            if _get(delta, "tool_calls"):
+                                for call in _get(delta, "tool_calls"):
+                                    _merge_tool_call_delta(calls, call)
+                            content = _get(delta, "content")
+                            if content:
+                                content = cap.take(text_made_storable(str(content)))
+                                shown = redactor.feed(content)
+                                if shown:
+                                    self._parts.append(shown)
+                                    yield shown
+                                if cap.reached:
+                                    # Far past max_tokens: the provider ignores the cap. Stop
+                                    # reading; what arrived is the reply, cut at the cap.
+                                    finish_reason = "length"
+                                    self._close_response()
+                                    break
+                        if self.closed:
+                            # Stopped: a closed socket can read as the body's end (HTTP/1.0), so
+                            # the loop may finish normally; it is still a stop, not an answer.
+                            return
+                        if (
+                            direct
+                            and finish_reason is None
+                            and not cap.reached
+                            and not getattr(response, "done", True)
+                        ):
+                            raise openai_compat.ProviderProtocolError(
+                                "the provider's stream ended before the answer did"
+                            )
+                    except Exception:
+                        if self.closed:
+                            return
+                        self._close_response()
+                        raise
+        except Exception as exc:
+            failure = _unavailable(config, exc, attempts=_attempts(state), kwargs=kwargs)
+            _log_failed(config, failure, started=started, streamed=True)
+            raise failure from exc
         finally:
             self._close_response()
 
@@ -827,7 +836,9 @@ class ChatStream:
             model=config.model,
             tool_calls=tool_calls,
         )
-        _log_done(config, self.completion, started=started, attempts=attempt, streamed=True)
+        _log_done(
+            config, self.completion, started=started, attempts=_attempts(state), streamed=True
+        )
 
 
 def _open_stream(kwargs: dict[str, Any], *, direct: bool) -> Any:

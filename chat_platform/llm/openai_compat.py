@@ -17,6 +17,7 @@ message) or httpx's transport errors and timeouts, which the gateway classifies 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from httpx_sse._decoders import SSEDecoder  # see SSEStream for why not EventSource
 
 OPENAI_PREFIX = "openai/"
 # OpenAI's own API: litellm maps parameters per model family (o-series, reasoning models).
@@ -132,38 +134,32 @@ def _error_message(response: httpx.Response, body: bytes) -> str:
 
 
 class SSEStream:
-    """The chunks (dicts) of one streamed chat completion, read as server-sent events."""
+    """The chunks (dicts) of one streamed chat completion, read as server-sent events.
+
+    The SSE rules (comments, ``event:``/``id:`` fields, an event's data over several lines, the
+    optional space after the colon) are httpx-sse's ``SSEDecoder``, fed with httpx's lines. Its
+    ``EventSource.iter_sse`` is not used: it refuses a response whose Content-Type is not
+    ``text/event-stream`` and drops a last event that the server ended without its blank line,
+    and OpenAI-compatible servers do both (this road has always read them)."""
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         self.done = False  # the server's "[DONE]" arrived: the stream ended whole
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        data: list[str] = []
+        decoder = SSEDecoder()
         lines = self.response.iter_lines()
-        for line in lines:
-            if line:
-                if line.startswith(":"):
-                    continue  # an SSE comment (keep-alive)
-                name, _, value = line.partition(":")
-                if name == "data":
-                    data.append(value[1:] if value.startswith(" ") else value)
+        # "": the end of the body ends a last event that had no blank line after it.
+        for line in itertools.chain(lines, ("",)):
+            event = decoder.decode(line)
+            if event is None or not event.data:
                 continue
-            if not data:
-                continue
-            payload, data = "\n".join(data), []
-            if payload == "[DONE]":
+            if event.data == "[DONE]":
                 self.done = True
                 for _ in lines:  # read to the end: the connection goes back to the pool
                     pass
                 return
-            yield _chunk(payload)
-        if data:  # the last event, without its blank line
-            payload = "\n".join(data)
-            if payload == "[DONE]":
-                self.done = True
-            else:
-                yield _chunk(payload)
+            yield _chunk(event.data)
 
     def close(self) -> None:
         self.response.close()

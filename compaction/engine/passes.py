@@ -147,7 +147,7 @@ def summarise(
             prompt_messages(transcript, plan.focus),
             max_tokens=min(MAX_SUMMARY_TOKENS, max(1, window // 10)),
         )
-    except gateway.ModelUnavailable as exc:
+    except gateway.ModelCallFailed as exc:
         event = event_write(
             session,
             trigger=plan.trigger,

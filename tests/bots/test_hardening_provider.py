@@ -367,7 +367,7 @@ def test_a_listed_default_is_passed_explicitly_so_the_environment_cannot_redirec
     config = gateway.ModelConfig(model="ollama/llama3", max_output_tokens=5, timeout=2)
     kwargs = gateway._call_kwargs(config, [], tools=None, max_tokens=None, stream=False)
     assert (kwargs["api_base"], kwargs["api_key"]) == ("http://localhost:11434", "no-key-required")
-    with pytest.raises(gateway.ModelUnavailable):
+    with pytest.raises(gateway.ModelCallFailed):
         gateway.complete(config, [{"role": "user", "content": "hi"}])
     _internal_untouched(internal)
 

@@ -6,7 +6,7 @@ import pytest
 
 from chat_platform.llm import gateway
 from chat_platform.llm.builtin import generate
-from chat_platform.llm.gateway import Completion, ModelConfig, ModelUnavailable
+from chat_platform.llm.gateway import Completion, ModelCallFailed, ModelConfig
 from tests.llm.test_builtin_extractive import PROMPT, SYSTEM
 from tests.llm.test_builtin_recall import BOT, HISTORY, INDEX, RECALL_TOOL, SAVE, SEARCH, SUMMARY
 
@@ -167,7 +167,7 @@ def test_extractive_complete_max_tokens_argument_wins():
 
 
 def test_unknown_builtin_model_is_model_unavailable_without_retry():
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         gateway.complete(ModelConfig(model="builtin/nope"), BUDGET_QUESTION)
 
     assert caught.value.attempts == 1

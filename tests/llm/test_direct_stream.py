@@ -5,6 +5,7 @@ The shared behaviour (answers, errors, retries, stops) is proven on both roads b
 ``test_gateway.py``; here are the parts only the direct road has."""
 
 import dataclasses
+import itertools
 import json
 import threading
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from chat_platform.llm import gateway, openai_compat
-from chat_platform.llm.gateway import ModelConfig, ModelUnavailable
+from chat_platform.llm.gateway import ModelCallFailed, ModelConfig
 from tests.fakeopenai import Reply
 
 API_BASE = "http://llm.internal:8000/v1"
@@ -80,16 +81,20 @@ def provider(monkeypatch):
 
     class Provider:
         def __init__(self) -> None:
-            self.answers: list[tuple[int, bytes, dict]] = []
+            self.answers: list[tuple[int, bytes | list[bytes], dict]] = []
             self.requests: list[httpx.Request] = []
 
-        def answer(self, status: int, body: bytes, headers: dict | None = None) -> None:
+        def answer(
+            self, status: int, body: bytes | list[bytes], headers: dict | None = None
+        ) -> None:
+            """``body`` as a list: sent as those network chunks, one after another."""
             self.answers.append((status, body, headers or {}))
 
         def handle(self, request: httpx.Request) -> httpx.Response:
             self.requests.append(request)
             status, body, headers = self.answers.pop(0)
-            return httpx.Response(status, content=body, headers=headers)
+            content = iter(body) if isinstance(body, list) else body
+            return httpx.Response(status, content=content, headers=headers)
 
     mock = Provider()
     client = httpx.Client(transport=httpx.MockTransport(mock.handle))
@@ -130,6 +135,41 @@ def test_events_are_read_per_the_sse_rules(provider, monkeypatch):
     assert (body["model"], body["max_tokens"], body["messages"]) == ("qwen2.5", 64, MESSAGES)
 
 
+def test_events_split_across_network_chunks_read_as_whole_events(provider):
+    """httpx-sse's decoder over httpx's lines: a chunk boundary inside "data:", inside the JSON,
+    between an event's two newlines or inside a CRLF changes nothing; a comment, an event with
+    several data lines, no Content-Type header and a last event without its blank line are read
+    as before."""
+    body = _sse(
+        ": ping\r\n\r\n",
+        f"data: {json.dumps(_chunk('Hel'))}\r\n\r\n",
+        'data: {"choices": [{"index": 0,\n',
+        'data: "delta": {"content": "lo"}, "finish_reason": null}]}\n\n',
+        f"id: 7\ndata: {json.dumps(_chunk(' you', 'stop'))}\n\n",
+        f"data: {json.dumps({'choices': [], 'usage': USAGE})}\n\n",
+        "data: [DONE]",  # the server closed without the blank line
+    )
+    cuts = [3, 9, body.index(b"\r\n\r\n") + 1, body.index(b'{"index": 0') + 4]
+    cuts += [body.index(b"}]}\n\n") + 4, body.index(b"id: 7") + 2, len(body) - 3]
+    edges = [0, *sorted(cuts), len(body)]
+    pieces = [body[a:b] for a, b in itertools.pairwise(edges)]
+    assert b"".join(pieces) == body and len(pieces) == 8
+    provider.answer(200, pieces)  # no headers: no Content-Type either
+    stream = gateway.stream(CONFIG, MESSAGES)
+
+    assert list(stream) == ["Hel", "lo", " you"]
+    assert (stream.completion.finish_reason, stream.completion.prompt_tokens) == ("stop", 4)
+
+
+def test_a_last_event_without_its_blank_line_is_still_read(provider):
+    provider.answer(200, _sse(f"data: {json.dumps(_chunk('All of it.', 'stop'))}"))
+
+    stream = gateway.stream(CONFIG, MESSAGES)
+
+    assert list(stream) == ["All of it."]
+    assert stream.completion.finish_reason == "stop"
+
+
 def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):
     provider.answer(
         200,
@@ -140,7 +180,7 @@ def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):
     )
     stream = gateway.stream(CONFIG, MESSAGES)
     seen = []
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         for delta in stream:
             seen.append(delta)
     assert seen == ["Partial"]  # text already sent is never retried
@@ -150,7 +190,7 @@ def test_an_error_event_mid_stream_fails_with_the_providers_words(provider):
 
 def test_an_event_that_is_not_json_fails_clearly(provider):
     provider.answer(200, _sse("data: <html>oops</html>\n\n"))
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: the provider's answer could not be read "
@@ -189,7 +229,7 @@ def test_error_statuses_name_the_reason_and_the_providers_message(
 ):
     for _ in range(attempts):
         provider.answer(status, json.dumps(body).encode(), {"content-type": "application/json"})
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
     suffix = f", after {attempts} attempts" if attempts > 1 else ""
     assert str(caught.value) == f"openai/qwen2.5: {expected}{suffix}"
@@ -202,7 +242,7 @@ def test_a_refused_key_never_reaches_the_message(provider, monkeypatch):
         401, b'{"error": {"message": "Incorrect API key provided: sk-secret-value-1234"}}'
     )
     config = dataclasses.replace(CONFIG, api_key_env="OPENAI_API_KEY")
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(config, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: authentication failed: the provider key is missing or was refused"
@@ -229,7 +269,7 @@ def test_an_endless_error_body_is_read_only_for_its_message(monkeypatch):
     monkeypatch.setattr(openai_compat, "_client", client)
     monkeypatch.setattr(openai_compat, "_client_pid", __import__("os").getpid())
 
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
 
     # the body's first line, cut to 160 characters as every provider message is
@@ -242,7 +282,7 @@ def test_an_endless_error_body_is_read_only_for_its_message(monkeypatch):
 def test_a_redirect_is_not_followed(provider):
     """The provider policy approved this address, not wherever it points to."""
     provider.answer(307, b"", {"location": "http://169.254.169.254/latest/meta-data"})
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         list(gateway.stream(CONFIG, MESSAGES))
     assert str(caught.value) == (
         "openai/qwen2.5: the provider answered with a redirect (HTTP 307) "
@@ -284,7 +324,7 @@ def test_a_stream_cut_before_the_answer_ended_fails_and_keeps_its_text(provider)
     provider.answer(200, _sse(f"data: {json.dumps(_chunk('Half an '))}\n\n"))
     stream = gateway.stream(CONFIG, MESSAGES)
     seen = []
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         for delta in stream:
             seen.append(delta)
     assert seen == ["Half an "]

@@ -115,3 +115,30 @@ def test_standalone_process_serves_a_fixed_reply():
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_served_reports_the_providers_own_time_per_request(fake_openai):
+    """bench/turn_overhead.py subtracts this from a turn's time (issue 17, item 8)."""
+    fake_openai.script(
+        Reply(text="a", status=500),
+        Reply(text="one two", chunks=["one ", "two"], delay_between_chunks=0.1),
+    )
+    with pytest.raises(urllib.error.HTTPError):
+        post(fake_openai.url, {"messages": [{"role": "user", "content": "first"}]})
+    post(fake_openai.url, {"stream": True, "messages": [{"role": "user", "content": "second"}]})
+
+    def served(since):
+        with urllib.request.urlopen(f"{fake_openai.url}/served?since={since}", timeout=5) as r:
+            return json.loads(r.read())
+
+    every = served(0)
+    assert every["count"] == 2
+    assert [(row["last"], row["completed"]) for row in every["served"]] == [
+        ("first", True),
+        ("second", True),
+    ]
+    # role chunk, two deltas, the finish chunk and [DONE]: four pauses of 0.1 s between them
+    assert 0.4 <= every["served"][1]["seconds"] < 1.0
+    assert every["served"][0]["seconds"] < 0.2
+    assert served(1)["served"] == every["served"][1:]
+    assert served(2) == {"served": [], "count": 2}

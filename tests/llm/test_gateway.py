@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chat_platform.llm import gateway
-from chat_platform.llm.gateway import ModelConfig, ModelUnavailable
+from chat_platform.llm.gateway import ModelCallFailed, ModelConfig
 from tests.fakeopenai import Reply
 
 KEY_ENV = "CHAT_PLATFORM_TEST_GATEWAY_KEY"
@@ -194,7 +194,7 @@ def test_on_open_runs_once_across_retries(fake_openai, config):
 def test_on_open_does_not_run_when_the_provider_never_answers(fake_openai, config):
     fake_openai.stop()
     calls = []
-    with pytest.raises(ModelUnavailable):
+    with pytest.raises(ModelCallFailed):
         list(gateway.stream(config, MESSAGES, on_open=lambda: calls.append(1)))
     assert calls == []
 
@@ -250,7 +250,7 @@ def test_tool_calls_are_returned_in_openai_shape(fake_openai, config, streaming)
 def test_http_500_is_retried_then_model_unavailable(fake_openai, config, streaming):
     fake_openai.default = Reply(status=500)
 
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         if streaming:
             list(gateway.stream(config, MESSAGES))
         else:
@@ -265,11 +265,52 @@ def test_http_500_is_retried_then_model_unavailable(fake_openai, config, streami
     assert caught.value.attempts == 3
 
 
+def test_one_retry_policy_serves_both_loops_on_both_roads(
+    fake_openai, config, settings, monkeypatch
+):
+    """complete() and a stream, read directly or through litellm, all take their attempts from
+    the one ``MODEL_CALL_RETRY``: no call counts attempts or sleeps on its own."""
+    used = []
+    attempts = gateway.MODEL_CALL_RETRY.attempts
+
+    def recorded(**kwargs):
+        retrying = attempts(**kwargs)
+        used.append(retrying)
+        return retrying
+
+    monkeypatch.setattr(gateway.MODEL_CALL_RETRY, "attempts", recorded)
+    for call, direct in [("complete", False), ("stream", True), ("stream", False)]:
+        settings.LLM_DIRECT_OPENAI_COMPATIBLE = direct
+        fake_openai.script(Reply(status=503), Reply(text="ok", chunks=["ok"]))
+        if call == "complete":
+            assert gateway.complete(config, MESSAGES).text == "ok"
+        else:
+            assert "".join(gateway.stream(config, MESSAGES)) == "ok"
+        assert used[-1].statistics["attempt_number"] == 2, (call, direct)
+
+    assert len(used) == 3
+    assert len(fake_openai.requests) == 6
+
+
+def test_a_retried_stream_starts_with_a_clean_redactor(fake_openai, make_config):
+    """The failed attempt's only text was the start of the key (held back, never shown): the
+    next attempt's answer must not be prefixed with it."""
+    fake_openai.script(
+        Reply(text=KEY[:6] + "x", chunks=[KEY[:6], "x"], stall_after=1, stall=10),
+        Reply(text="Hello.", chunks=["Hello."]),
+    )
+
+    stream = gateway.stream(make_config(timeout=0.5), MESSAGES)
+
+    assert "".join(stream) == "Hello."
+    assert len(fake_openai.requests) == 2
+
+
 def test_retry_count_follows_settings(fake_openai, config, settings):
     settings.LLM_MAX_RETRIES = 0
     fake_openai.default = Reply(status=503)
 
-    with pytest.raises(ModelUnavailable):
+    with pytest.raises(ModelCallFailed):
         gateway.complete(config, MESSAGES)
 
     assert len(fake_openai.requests) == 1
@@ -280,7 +321,7 @@ def test_retry_backoff_is_exponential(fake_openai, config, settings):
     fake_openai.default = Reply(status=502)
 
     started = time.monotonic()
-    with pytest.raises(ModelUnavailable):
+    with pytest.raises(ModelCallFailed):
         gateway.complete(config, MESSAGES)
 
     assert len(fake_openai.requests) == 3
@@ -314,7 +355,7 @@ def test_transient_failure_then_success(fake_openai, config, streaming):
 def test_client_errors_are_not_retried(fake_openai, config, status, reason, streaming):
     fake_openai.default = Reply(status=status)
 
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         if streaming:
             list(gateway.stream(config, MESSAGES))
         else:
@@ -334,7 +375,7 @@ def test_hung_server_ends_in_model_unavailable_within_timeout(
     config = make_config(timeout=1.0)
 
     started = time.monotonic()
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         if streaming:
             list(gateway.stream(config, MESSAGES))
         else:
@@ -352,7 +393,7 @@ def test_hung_server_is_retried_with_bounded_total_time(fake_openai, make_config
     config = make_config(timeout=0.5)
 
     started = time.monotonic()
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         gateway.complete(config, MESSAGES)
     elapsed = time.monotonic() - started
 
@@ -367,7 +408,7 @@ def test_timeout_defaults_to_setting(fake_openai, make_config, settings):
     fake_openai.default = Reply(hang=30)
 
     started = time.monotonic()
-    with pytest.raises(ModelUnavailable):
+    with pytest.raises(ModelCallFailed):
         gateway.complete(make_config(timeout=None), MESSAGES)
 
     assert time.monotonic() - started < 2.0
@@ -388,7 +429,7 @@ def test_stall_after_text_keeps_partial_text_and_is_not_retried(fake_openai, mak
     received = []
 
     started = time.monotonic()
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         for delta in stream:
             received.append(delta)
 
@@ -417,7 +458,7 @@ KEY_FAILED = "openai/fake-model: authentication failed: the provider key is miss
 
 
 def _call(config, streaming):
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         if streaming:
             list(gateway.stream(config, MESSAGES))
         else:
@@ -488,7 +529,7 @@ def test_a_trusted_api_base_must_still_be_plain_http(fake_openai, make_config):
 def test_error_messages_and_logs_never_contain_the_key(fake_openai, config, caplog):
     fake_openai.default = Reply(status=401, error_message=f"Incorrect API key provided: {KEY}")
 
-    with caplog.at_level("DEBUG"), pytest.raises(ModelUnavailable) as caught:
+    with caplog.at_level("DEBUG"), pytest.raises(ModelCallFailed) as caught:
         gateway.complete(config, MESSAGES)
 
     assert "llm_call_failed" in caplog.text
@@ -519,7 +560,7 @@ def test_api_base_without_api_key_env_never_sends_the_servers_openai_key(fake_op
 def test_connection_refused_is_retried_then_model_unavailable(fake_openai, config):
     fake_openai.stop()  # nothing listens on the port any more
 
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         gateway.complete(config, MESSAGES)
 
     assert caught.value.transient is True
@@ -530,7 +571,7 @@ def test_connection_refused_is_retried_then_model_unavailable(fake_openai, confi
 
 
 def test_unknown_provider_is_not_retried():
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         gateway.complete(ModelConfig(model="nosuchprovider/model-x", model_trusted=True), MESSAGES)
 
     assert caught.value.attempts == 1
@@ -539,7 +580,7 @@ def test_unknown_provider_is_not_retried():
 
 
 def test_a_provider_outside_the_user_list_is_refused_before_any_attempt_unless_staff_approved():
-    with pytest.raises(ModelUnavailable) as caught:
+    with pytest.raises(ModelCallFailed) as caught:
         gateway.complete(ModelConfig(model="nosuchprovider/model-x"), MESSAGES)
 
     assert caught.value.attempts == 0

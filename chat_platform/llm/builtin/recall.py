@@ -62,7 +62,6 @@ from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from chat_platform.transcript import STAMP
 
 MODEL = "builtin/recall"
-RECALL_TOOL = READ_TOOL  # kept for callers of the first version
 MAX_RECORDS_PER_REQUEST = 3
 MAX_QUOTES = 3
 # A quote must score at least this share of the best quote's score.
