@@ -630,7 +630,7 @@ def row_counts(corpus: Corpus) -> dict[str, int]:
         "sessions": sessions.count(),
         "messages": Message.objects.filter(session__bot=corpus.bot).count(),
         "compacted": Message.objects.filter(
-            session__bot=corpus.bot, compacted_by__isnull=False
+            session__bot=corpus.bot, compacted_by_id__isnull=False
         ).count(),
         "indexed": MessageIndex.objects.filter(session__bot=corpus.bot).count(),
         "indexed_with_record": MessageIndex.objects.filter(

@@ -456,7 +456,7 @@ def _message_lines(session: ChatSession, scored: list["search.MessageScore"]) ->
     rows = Message.objects.filter(
         session_id=session.pk,
         seq__in=seqs,
-        compacted_by__isnull=False,
+        compacted_by_id__isnull=False,
         role__in=(Message.Role.USER, Message.Role.ASSISTANT),
     ).values_list("seq", "role", "content", "created_at")
     asked = {m.seq for m in scored}

@@ -115,7 +115,7 @@ def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id:
             session_id=session_id,
             seq__gte=first_seq,
             seq__lte=last_seq,
-            compacted_by__isnull=False,
+            compacted_by_id__isnull=False,
             role__in=INDEXED_ROLES,
             kind=Message.Kind.CHAT,
         )

@@ -32,7 +32,7 @@ def install(apps, schema_editor):
                 session_id=session_id,
                 seq__gte=first_seq,
                 seq__lte=last_seq,
-                compacted_by__isnull=False,
+                compacted_by_id__isnull=False,
                 role__in=["user", "assistant"],
                 kind="chat",
             )

@@ -125,7 +125,7 @@ def compact(session: ChatSession, first_seq: int, last_seq: int) -> MemoryRecord
         trigger="manual",
         retention=1.0,
     )
-    Message.objects.filter(pk__in=[m.pk for m in messages]).update(compacted_by=summary)
+    Message.objects.filter(pk__in=[m.pk for m in messages]).update(compacted_by_id=summary.pk)
     snapshot = services.snapshot_write(
         session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
     )
@@ -163,7 +163,7 @@ def fuse(session: ChatSession, first_seq: int, last_seq: int) -> MemoryRecord:
         retention=1.0,
     )
     fused.parents.set(parents)
-    Message.objects.filter(compacted_by__in=parents).update(compacted_by=fused)
+    Message.objects.filter(compacted_by_id__in=[p.pk for p in parents]).update(compacted_by_id=fused.pk)
     snapshot = services.snapshot_write(
         session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
     )

@@ -404,7 +404,7 @@ def test_messages_index_takes_only_compacted_chat_turns_with_terms(chat_session)
         trigger="manual",
         retention=1.0,
     )
-    Message.objects.filter(session=chat_session).exclude(seq=9).update(compacted_by=summary)
+    Message.objects.filter(session=chat_session).exclude(seq=9).update(compacted_by_id=summary.pk)
     snapshot = services.snapshot_write(
         session=chat_session, first_seq=1, last_seq=9, body="[1] boat"
     )
