@@ -11,8 +11,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from bots import queries, realtime, services
+from bots import queries, services
 from bots.command_check import check_send
+from chat_platform import realtime
 from chat_platform.api import OUTAGE_ERRORS
 from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
 from chat_platform.jsontext import JSONTooDeep, json_loads

@@ -22,6 +22,7 @@ from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
 from bots.services import allocate_seqs, message_finish, reply_claim, session_context_add
+from chat_platform import realtime as transport
 from chat_platform.errors import (
     ContextTooLarge,
     InternalError,
@@ -110,7 +111,7 @@ def _finish(
     """Conditional ``streaming -> final`` write (with the context totals when ``counted``);
     returns the fresh row, or None if we lost it. ``completed``: send its ``message.completed``
     frame, without waiting for Redis, before waking the REST waiters, so that both go out at
-    once (frames of a session still leave in order, see ``realtime.send_frames``)."""
+    once (frames of a session still leave in order, see ``chat_platform.realtime.send_frames``)."""
     message = message_finish(
         message_id=reply.pk,
         from_status=Message.Status.STREAMING,
@@ -495,7 +496,7 @@ def _notify_context(session_id: int) -> None:
     on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits."""
     session = ChatSession.objects.select_related("bot").get(pk=session_id)
     report = context_report(session=session)
-    realtime.notify_context_updated(session_id, report)
+    transport.notify_context_updated(session_id, report)
     compaction = report["compaction"]
     if (
         compaction["enabled"]

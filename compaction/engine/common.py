@@ -7,8 +7,8 @@ import structlog
 from django.conf import settings
 from django.db import transaction
 
-from bots import realtime
 from bots.models import Bot, ChatSession, Message
+from chat_platform import realtime
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.transcript import stamp

@@ -9,8 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from bots import realtime
 from bots.models import ChatSession, Message
+from chat_platform import realtime
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.common import (

@@ -12,6 +12,7 @@ from django.utils import timezone
 from bots import realtime, turn, watchdog
 from bots.models import ChatSession, Message
 from bots.services import session_context_add, session_context_recount
+from chat_platform import realtime as transport
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline
 from tests.factories import message_add
@@ -24,13 +25,13 @@ MODEL = "openai/fake-model"
 def frames(monkeypatch):
     """Every frame the platform sends to any session group, in order."""
     sent: list[dict] = []
-    real = realtime.send_frames
+    real = transport.send_frames
 
     def record(session_id, frames, **kwargs):
         sent.extend(frames)
         real(session_id, frames, **kwargs)
 
-    monkeypatch.setattr(realtime, "send_frames", record)
+    monkeypatch.setattr(transport, "send_frames", record)
     return sent
 
 
@@ -118,13 +119,13 @@ def test_the_completed_frame_leaves_before_the_rest_waiters_are_woken(
     """The final frame is handed to the channel layer without waiting for Redis, then the REST
     waiters are woken: websocket and REST clients hear of the finish at once."""
     events: list[tuple] = []
-    real = realtime.send_frames
+    real = transport.send_frames
 
     def record(session_id, frames, *, wait=True):
         events.extend((frame["type"], wait) for frame in frames)
         real(session_id, frames, wait=wait)
 
-    monkeypatch.setattr(realtime, "send_frames", record)
+    monkeypatch.setattr(transport, "send_frames", record)
     monkeypatch.setattr(
         realtime, "publish_reply_finished", lambda message_id: events.append(("woken", message_id))
     )
@@ -516,19 +517,19 @@ def test_frames_to_the_redis_layer_go_out_on_one_loop_per_process():
     layer = get_channel_layer()
     assert isinstance(layer, RedisChannelLayer)
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.session_group(987_654), channel)
+    async_to_sync(layer.group_add)(transport.session_group(987_654), channel)
 
-    realtime.send_frame(987_654, {"type": "probe", "n": 1})
-    loop = realtime._layer_loop._loop
-    realtime.send_frame(987_654, {"type": "probe", "n": 2})
+    transport.send_frame(987_654, {"type": "probe", "n": 1})
+    loop = transport._layer_loop._loop
+    transport.send_frame(987_654, {"type": "probe", "n": 2})
 
-    assert loop is not None and realtime._layer_loop._loop is loop
+    assert loop is not None and transport._layer_loop._loop is loop
 
     async def receive_two():
         return [(await layer.receive(channel))["frame"]["n"] for _ in range(2)]
 
     assert async_to_sync(receive_two)() == [1, 2]
-    async_to_sync(layer.group_discard)(realtime.session_group(987_654), channel)
+    async_to_sync(layer.group_discard)(transport.session_group(987_654), channel)
 
 
 # --- issue 10: what the first token and the completed frame wait for ------------------------------
@@ -649,15 +650,15 @@ def test_frames_sent_without_waiting_still_arrive_in_order():
 
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.session_group(987_655), channel)
+    async_to_sync(layer.group_add)(transport.session_group(987_655), channel)
 
-    realtime.send_frames(
+    transport.send_frames(
         987_655, [{"type": "probe", "n": 1}, {"type": "probe", "n": 2}], wait=False
     )
-    realtime.send_frame(987_655, {"type": "probe", "n": 3})
+    transport.send_frame(987_655, {"type": "probe", "n": 3})
 
     async def receive_three():
         return [(await layer.receive(channel))["frame"]["n"] for _ in range(3)]
 
     assert async_to_sync(receive_three)() == [1, 2, 3]
-    async_to_sync(layer.group_discard)(realtime.session_group(987_655), channel)
+    async_to_sync(layer.group_discard)(transport.session_group(987_655), channel)

@@ -407,7 +407,7 @@ async def test_an_open_socket_already_receives_the_sessions_frames(fake_session,
     # to the session the moment the client sees the socket open reaches it.
     from channels.layers import get_channel_layer
 
-    from bots import realtime
+    from chat_platform import realtime
 
     communicator = await _connect(fake_session.pk, ws_token)
     await get_channel_layer().group_send(

@@ -1085,7 +1085,7 @@ def test_summaries_are_system_blocks_after_the_system_prompt(session, small_bot,
 
 
 def test_the_soft_task_sends_the_meter_after_it_compacted(session, fake_openai, monkeypatch):
-    from bots import realtime
+    from chat_platform import realtime
     from compaction.tasks import compact_soft as soft_task
 
     sent = []
