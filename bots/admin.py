@@ -89,7 +89,7 @@ class BotAdmin(admin.ModelAdmin):
 
 # Counters, statuses and coverage are written by the services alone (seqs by one conditional
 # UPDATE, the running context totals with every message, status by compare-and-set claims,
-# compacted_by by the engine): an edit here would corrupt them, so they are read-only. Sessions
+# compacted_by_id by the engine): an edit here would corrupt them, so they are read-only. Sessions
 # and messages are made by chatting, never added here.
 
 
@@ -147,10 +147,10 @@ class MessageAdmin(admin.ModelAdmin):
         "status",
         "token_count",
         "pinned",
-        "compacted_by",
+        "compacted_by_id",
     ]
     list_filter = ["role", "kind", "status", "pinned"]
-    list_select_related = ["session", "compacted_by"]
+    list_select_related = ["session"]
     search_fields = ["content"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:

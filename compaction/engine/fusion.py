@@ -129,7 +129,7 @@ def fuse_commit(
         level=max(p.level for p in parents) + 1,
     )
     summary.parents.set(parents)
-    Message.objects.filter(compacted_by_id__in=parent_ids).update(compacted_by=summary)
+    Message.objects.filter(compacted_by_id__in=parent_ids).update(compacted_by_id=summary.pk)
     tokens_after, event = record_success(
         session,
         "fusion",

@@ -340,10 +340,10 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
             claimed = Message.objects.filter(
                 pk__in=ids,
-                compacted_by__isnull=True,
+                compacted_by_id__isnull=True,
                 status=Message.Status.COMPLETE,
                 pinned=False,
-            ).update(compacted_by=summary)
+            ).update(compacted_by_id=summary.pk)
             if claimed != len(ids):
                 raise Conflict()
             ChatSession.objects.filter(pk=session.pk).update(

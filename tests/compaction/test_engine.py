@@ -140,7 +140,7 @@ def message_rows(session) -> list[tuple]:
 
 def compacted_seqs(session) -> list[int]:
     return list(
-        Message.objects.filter(session=session, compacted_by__isnull=False)
+        Message.objects.filter(session=session, compacted_by_id__isnull=False)
         .order_by("seq")
         .values_list("seq", flat=True)
     )
@@ -469,7 +469,7 @@ def test_message_pinned_while_being_summarised_is_not_compacted(session, fake_op
     engine.compaction_manual(session=session)
 
     pinned = Message.objects.get(session=session, seq=2)
-    assert (pinned.pinned, pinned.compacted_by) == (True, None)
+    assert (pinned.pinned, pinned.compacted_by_id) == (True, None)
     assert counters(session) == recount(session)
     new, reply = add_turn(session, "What did I pin?", tokens=10)
     recount(session)
@@ -903,7 +903,7 @@ def test_fallback_extractive_when_the_summariser_fails_under_hard_pressure(
         1,
         1,
     )
-    covered = Message.objects.filter(session=session, compacted_by=summary)
+    covered = Message.objects.filter(session=session, compacted_by_id=summary.pk)
     assert list(covered.values_list("seq", flat=True)) == list(range(1, summary.last_seq + 1))
     assert summary.source_tokens == sum(covered.values_list("token_count", flat=True))
     assert count_tokens(summary.text, model="builtin/extractive") < summary.source_tokens
@@ -1002,7 +1002,9 @@ def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_ope
         assert parent.superseded_at is not None
     assert compacted_seqs(session) == list(range(1, 11))
     assert set(
-        Message.objects.filter(session=session, seq__lte=10).values_list("compacted_by", flat=True)
+        Message.objects.filter(session=session, seq__lte=10).values_list(
+            "compacted_by_id", flat=True
+        )
     ) == {fused.pk}
     assert counters(session) == (600, 4) == recount(session)
     event = CompactionEvent.objects.get(session=session, trigger="fusion")
@@ -1047,11 +1049,13 @@ def test_fusion_is_atomic(session, fake_openai, monkeypatch):
         (b.pk, "active", 1),
     }
     assert set(
-        Message.objects.filter(session=session, seq__lte=4).values_list("compacted_by", flat=True)
+        Message.objects.filter(session=session, seq__lte=4).values_list(
+            "compacted_by_id", flat=True
+        )
     ) == {a.pk}
     assert set(
         Message.objects.filter(session=session, seq__gte=5, seq__lte=10).values_list(
-            "compacted_by", flat=True
+            "compacted_by_id", flat=True
         )
     ) == {b.pk}
     assert not CompactionEvent.objects.filter(session=session, trigger="fusion").exists()
