@@ -6,7 +6,7 @@ from django.http import HttpRequest
 
 from bots.bot_validation import check_bot_settings
 from bots.models import Bot, ChatSession, Message
-from bots.services import BOT_FIELDS
+from bots.services.bot import BOT_FIELDS
 from chat_platform.errors import ValidationFailed
 
 

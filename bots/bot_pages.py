@@ -1,6 +1,6 @@
 """The bot pages (CONTRACT §14): list, create, edit, delete, and the Check model endpoint.
 
-The form only checks shapes and types; saving goes through ``bots.services`` (``bot_create`` /
+The form only checks shapes and types; saving goes through ``bots.services.bot`` (``bot_create`` /
 ``bot_update`` / ``bot_delete``), which run the model's full validation and the provider and
 budget checks of ``bots.bot_validation`` — the very code the REST API and the admin run — and
 the service's ``validation_error`` details are shown inline, field by field.
@@ -27,7 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from bots.model_check import bot_model_check
 from bots.models import Bot
 from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
-from bots.services import BOT_FIELDS, bot_create, bot_delete, bot_update
+from bots.services.bot import BOT_FIELDS, bot_create, bot_delete, bot_update
 from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
 from chat_platform.llm import gateway
 from compaction.budget import Budget, budget_compute

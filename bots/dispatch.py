@@ -11,9 +11,8 @@ import threading
 
 import structlog
 from django.db import DatabaseError
-from django.utils import timezone
 
-from bots.models import Message
+from bots.transitions import reply_dispatched
 from chat_platform.celery_app import app as celery_app
 
 log = structlog.get_logger(__name__)
@@ -62,7 +61,7 @@ def turn_dispatch(message_id: int) -> bool:
         log.exception("turn_dispatch_failed", message_id=message_id)
         return False
     try:
-        Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
+        reply_dispatched(message_id=message_id)
     except DatabaseError:
         # Handed over but not stamped (the database is saturated): the send itself committed and
         # must not fail now. The watchdog hands it over again later; the duplicate finds

@@ -21,7 +21,7 @@ from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
-from bots.services import allocate_seqs, message_finish, reply_claim, session_context_add
+from bots.transitions import message_finish, recall_exchange_store, reply_checkpoint, reply_claim
 from chat_platform import realtime as transport
 from chat_platform.errors import (
     ContextTooLarge,
@@ -90,9 +90,7 @@ class DeltaBatcher:
 
 def _checkpoint(message_id: int, partial_text: str) -> None:
     """Save the partial text: if the worker dies, the watchdog keeps it."""
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
-        content=partial_text, updated_at=timezone.now()
-    )
+    reply_checkpoint(message_id=message_id, content=partial_text)
     _release_connection()
 
 
@@ -329,41 +327,23 @@ def _recall_round(
     )
     with transaction.atomic():
         # seqs: the request takes the reply's place, results follow, the reply moves last
-        count = len(results) + 1
-        first = allocate_seqs(session_id=session.pk, count=count).last_seq - count + 1
-        old_seq = reply.seq
-        Message.objects.filter(pk=reply.pk).update(seq=first + len(results))
-        stored = [
-            Message.objects.create(
-                session=session,
-                seq=old_seq,
-                role=Message.Role.ASSISTANT,
-                kind=Message.Kind.TOOL,
-                content=call_content,
-                tool_calls=[c.as_openai() for c in calls],
-                status=Message.Status.COMPLETE,
-                token_count=call_tokens,
-                model=model,
-            )
-        ]
-        for offset, result in enumerate(results):
-            stored.append(
-                Message.objects.create(
-                    session=session,
-                    seq=first + offset,
-                    role=Message.Role.TOOL,
-                    kind=Message.Kind.TOOL,
-                    content=result.content,
-                    tool_call_id=result.call.id,
-                    tool_name=result.call.name,
-                    status=Message.Status.COMPLETE,
-                    token_count=count_message_tokens(result.content, model=model),
-                )
-            )
-        session_context_add(
-            session_id=session.pk,
-            tokens=sum(m.token_count for m in stored),
-            messages=len(stored),
+        stored = recall_exchange_store(
+            reply=reply,
+            call={
+                "content": call_content,
+                "tool_calls": [c.as_openai() for c in calls],
+                "token_count": call_tokens,
+                "model": model,
+            },
+            results=[
+                {
+                    "content": result.content,
+                    "tool_call_id": result.call.id,
+                    "tool_name": result.call.name,
+                    "token_count": count_message_tokens(result.content, model=model),
+                }
+                for result in results
+            ],
         )
         for message in stored:
             transaction.on_commit(partial(realtime.notify_message_created, message))

@@ -6,7 +6,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from bots.models import ChatSession, Message
+from bots import transitions
+from bots.models import ChatSession
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.budget import Budget
 from compaction.engine.common import (
@@ -129,7 +130,7 @@ def fuse_commit(
         level=max(p.level for p in parents) + 1,
     )
     summary.parents.set(parents)
-    Message.objects.filter(compacted_by_id__in=parent_ids).update(compacted_by_id=summary.pk)
+    transitions.messages_compaction_move(from_summary_ids=parent_ids, to_summary_id=summary.pk)
     tokens_after, event = record_success(
         session,
         "fusion",

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 
+from bots import transitions
 from bots.models import ChatSession, Message
 from chat_platform import realtime
 from chat_platform.llm import gateway
@@ -338,17 +338,11 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
                 level=1,
             )
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
-            claimed = Message.objects.filter(
-                pk__in=ids,
-                compacted_by_id__isnull=True,
-                status=Message.Status.COMPLETE,
-                pinned=False,
-            ).update(compacted_by_id=summary.pk)
+            claimed = transitions.messages_compact(message_ids=ids, summary_id=summary.pk)
             if claimed != len(ids):
                 raise Conflict()
-            ChatSession.objects.filter(pk=session.pk).update(
-                context_tokens=F("context_tokens") - source_tokens,
-                context_messages=F("context_messages") - len(ids),
+            transitions.session_context_remove(
+                session_id=session.pk, tokens=source_tokens, messages=len(ids)
             )
             tokens_after, event = record_success(
                 session,

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from bots import realtime, turn, watchdog
 from bots.models import ChatSession, Message
-from bots.services import session_context_add, session_context_recount
+from bots.transitions import session_context_add, session_context_recount
 from chat_platform import realtime as transport
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline
@@ -415,8 +415,10 @@ def test_a_turn_handed_over_but_not_stamped_still_counts_as_dispatched(monkeypat
     def saturated(**fields):
         raise OperationalError("couldn't get a connection after 10.00 sec")
 
+    from bots import transitions
+
     monkeypatch.setattr(
-        dispatch,
+        transitions,
         "Message",
         SimpleNamespace(
             objects=SimpleNamespace(filter=lambda **kw: SimpleNamespace(update=saturated))
@@ -458,7 +460,7 @@ def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
 def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
     from django.test.utils import CaptureQueriesContext
 
-    from bots.services import message_wait_finished
+    from bots.services.send import message_wait_finished
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
@@ -589,7 +591,7 @@ def test_the_admission_is_recorded_when_the_provider_never_answers(
 def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
     fake_session, django_assert_num_queries, counted, token_count, expected_totals
 ):
-    from bots.services import message_finish
+    from bots.transitions import message_finish
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
@@ -617,7 +619,7 @@ def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
 
 @pytest.mark.django_db(transaction=True)
 def test_message_finish_that_loses_its_race_changes_nothing(fake_session):
-    from bots.services import message_finish
+    from bots.transitions import message_finish
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="failed")

@@ -3,7 +3,7 @@
 import pytest
 
 from bots.models import Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from compaction.models import CompactionEvent, Summary
 from memory.models import MemoryRecord
 from tests.factories import message_add

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from bots.dispatch import compact_soft_dispatch
 from bots.models import Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from bots.turn import turn_run
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from chat_platform.transcript import stamp
