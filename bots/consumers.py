@@ -15,9 +15,9 @@ from bots import queries
 from bots.command_check import check_send
 from bots.services import send as send_services
 from chat_platform import realtime
-from chat_platform.api import OUTAGE_ERRORS
 from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
 from chat_platform.jsontext import JSONTooDeep, json_loads
+from chat_platform.outage import OUTAGE_ERRORS
 
 log = structlog.get_logger(__name__)
 

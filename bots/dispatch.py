@@ -14,29 +14,12 @@ from django.db import DatabaseError
 
 from bots.transitions import reply_dispatched
 from chat_platform.celery_app import app as celery_app
+from chat_platform.outage import BROKER_ERRORS
 
 log = structlog.get_logger(__name__)
 
 TURN_TASK = "bots.tasks.turn_run"
 COMPACT_SOFT_TASK = "compaction.tasks.compact_soft"
-
-# What a broker outage raises when publishing: kombu wraps connection errors in OperationalError;
-# redis-py's own errors can surface directly from the Redis transport.
-try:
-    from kombu.exceptions import OperationalError as _KombuOperationalError
-    from redis.exceptions import ConnectionError as _RedisConnectionError
-    from redis.exceptions import TimeoutError as _RedisTimeoutError
-
-    BROKER_ERRORS: tuple[type[BaseException], ...] = (
-        _KombuOperationalError,
-        _RedisConnectionError,
-        _RedisTimeoutError,
-        ConnectionError,
-        TimeoutError,
-    )
-except ImportError:  # pragma: no cover - both ship with celery[redis]
-    BROKER_ERRORS = (ConnectionError, TimeoutError)
-
 
 _discovery_lock = threading.Lock()
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
+from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
 from bots.transitions import message_finish, recall_exchange_store, reply_checkpoint, reply_claim
@@ -33,7 +34,13 @@ from chat_platform.errors import (
 )
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
-from compaction.pipeline import BuiltContext, context_build, context_report
+from compaction.pipeline import (
+    BuiltContext,
+    context_build,
+    context_report,
+    context_state,
+    soft_compaction_due,
+)
 from memory.recall import (
     RECALL_MAX_ROUNDS,
     ToolCall,
@@ -50,19 +57,6 @@ log = structlog.get_logger(__name__)
 # Slack per recalled result under what is left of B: joined text can cost a token or two more
 # than its parts.
 RECALL_MARGIN_TOKENS = 8
-
-
-def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
-    chosen = model or bot.model
-    return gateway.ModelConfig(
-        model=chosen,
-        api_base=bot.api_base,
-        api_key_env=bot.api_key_env,
-        api_base_trusted=bot.api_base_trusted,
-        model_trusted=bot.model_trusted(chosen),
-        temperature=bot.temperature,
-        max_output_tokens=bot.max_output_tokens,
-    )
 
 
 class DeltaBatcher:
@@ -475,14 +469,7 @@ def _notify_context(session_id: int) -> None:
     """After every turn: the context report (same numbers as the endpoint), and a soft compaction
     on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits."""
     session = ChatSession.objects.select_related("bot").get(pk=session_id)
-    report = context_report(session=session)
-    transport.notify_context_updated(session_id, report)
-    compaction = report["compaction"]
-    if (
-        compaction["enabled"]
-        and report["soft"]
-        and report["pressure"] >= report["soft"]
-        and not compaction["cooldown_until"]
-        and not compaction["in_flight"]
-    ):
+    state = context_state(session=session)
+    transport.notify_context_updated(session_id, context_report(session=session, state=state))
+    if soft_compaction_due(state):
         transaction.on_commit(partial(dispatch.compact_soft_dispatch, session_id))

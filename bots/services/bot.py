@@ -13,7 +13,9 @@ from chat_platform.errors import ValidationFailed
 
 log = structlog.get_logger(__name__)
 
-BOT_FIELDS = (
+# A bot's settings, the one list, in the sections every form shows them in (the bot page, the
+# admin): the API, the page and the admin all take their fields from here.
+BOT_BASIC_FIELDS = (
     "name",
     "system_prompt",
     "model",
@@ -23,14 +25,16 @@ BOT_FIELDS = (
     "max_output_tokens",
     "context_window",
     "is_shared",
+)
+BOT_COMPACTION_FIELDS = (
     "compaction_enabled",
     "compaction_threshold",
     "compaction_kept_percent",
     "compaction_model",
     "compaction_fallback_extractive",
-    "memory_index_size",
-    "recall_enabled",
 )
+BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled")
+BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
 
 
 def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
