@@ -71,19 +71,18 @@ def _interrupt(*, message_id: int, still: Q, error_message: str) -> bool:
     """Mark one unfinished reply interrupted if it still matches ``still`` (a racing turn that
     finished meanwhile wins); its partial text joins the context like any finished text."""
     message = reply_interrupt(message_id=message_id, still=still, error_message=error_message)
-    claimed = message is not None
-    if message is not None:
-        transaction.on_commit(partial(realtime.publish_reply_finished, message_id))
-    if claimed:
-        message.refresh_from_db()
-        log.warning(
-            "turn_interrupted_by_watchdog",
-            message_id=message_id,
-            session_id=message.session_id,
-            reason=error_message,
-        )
-        realtime.notify_message_failed(message)
-    return claimed
+    if message is None:
+        return False
+    transaction.on_commit(partial(realtime.publish_reply_finished, message_id))
+    message.refresh_from_db()
+    log.warning(
+        "turn_interrupted_by_watchdog",
+        message_id=message_id,
+        session_id=message.session_id,
+        reason=error_message,
+    )
+    realtime.notify_message_failed(message)
+    return True
 
 
 def replies_interrupt_dead(*, now=None) -> int:
