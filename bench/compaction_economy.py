@@ -32,7 +32,8 @@ setup()
 from django.contrib.auth import get_user_model  # noqa: E402
 
 from bots.models import Bot, ChatSession  # noqa: E402
-from bots.services import session_create, session_message_send  # noqa: E402
+from bots.services.send import session_message_send  # noqa: E402
+from bots.services.session import session_create  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402

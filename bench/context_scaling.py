@@ -28,7 +28,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bots.models import Bot, ChatSession, Message  # noqa: E402
-from bots.services import session_context_recount  # noqa: E402
+from bots.transitions import session_context_recount  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
 from compaction.pipeline import context_build  # noqa: E402
 

@@ -6,7 +6,12 @@ from django.http import HttpRequest
 
 from bots.bot_validation import check_bot_settings
 from bots.models import Bot, ChatSession, Message
-from bots.services import BOT_FIELDS
+from bots.services.bot import (
+    BOT_BASIC_FIELDS,
+    BOT_COMPACTION_FIELDS,
+    BOT_FIELDS,
+    BOT_MEMORY_FIELDS,
+)
 from chat_platform.errors import ValidationFailed
 
 
@@ -50,46 +55,15 @@ class BotAdmin(admin.ModelAdmin):
     raw_id_fields = ["owner"]
     # The same sections as the bot page (bots/bot_pages.py): basic, then Advanced.
     fieldsets = [
-        (
-            "Basic settings",
-            {
-                "fields": [
-                    "owner",
-                    "name",
-                    "system_prompt",
-                    "model",
-                    "api_base",
-                    "api_key_env",
-                    "temperature",
-                    "max_output_tokens",
-                    "context_window",
-                    "is_shared",
-                ]
-            },
-        ),
-        (
-            "Advanced: Compaction",
-            {
-                "classes": ["collapse"],
-                "fields": [
-                    "compaction_enabled",
-                    "compaction_threshold",
-                    "compaction_kept_percent",
-                    "compaction_model",
-                    "compaction_fallback_extractive",
-                ],
-            },
-        ),
-        (
-            "Advanced: Memory",
-            {"classes": ["collapse"], "fields": ["memory_index_size", "recall_enabled"]},
-        ),
+        ("Basic settings", {"fields": ["owner", *BOT_BASIC_FIELDS]}),
+        ("Advanced: Compaction", {"classes": ["collapse"], "fields": [*BOT_COMPACTION_FIELDS]}),
+        ("Advanced: Memory", {"classes": ["collapse"], "fields": [*BOT_MEMORY_FIELDS]}),
     ]
 
 
 # Counters, statuses and coverage are written by the services alone (seqs by one conditional
 # UPDATE, the running context totals with every message, status by compare-and-set claims,
-# compacted_by by the engine): an edit here would corrupt them, so they are read-only. Sessions
+# compacted_by_id by the engine): an edit here would corrupt them, so they are read-only. Sessions
 # and messages are made by chatting, never added here.
 
 
@@ -147,10 +121,10 @@ class MessageAdmin(admin.ModelAdmin):
         "status",
         "token_count",
         "pinned",
-        "compacted_by",
+        "compacted_by_id",
     ]
     list_filter = ["role", "kind", "status", "pinned"]
-    list_select_related = ["session", "compacted_by"]
+    list_select_related = ["session"]
     search_fields = ["content"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:

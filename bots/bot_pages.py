@@ -1,6 +1,6 @@
 """The bot pages (CONTRACT §14): list, create, edit, delete, and the Check model endpoint.
 
-The form only checks shapes and types; saving goes through ``bots.services`` (``bot_create`` /
+The form only checks shapes and types; saving goes through ``bots.services.bot`` (``bot_create`` /
 ``bot_update`` / ``bot_delete``), which run the model's full validation and the provider and
 budget checks of ``bots.bot_validation`` — the very code the REST API and the admin run — and
 the service's ``validation_error`` details are shown inline, field by field.
@@ -27,7 +27,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from bots.model_check import bot_model_check
 from bots.models import Bot
 from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
-from bots.services import BOT_FIELDS, bot_create, bot_delete, bot_update
+from bots.services.bot import (
+    BOT_BASIC_FIELDS,
+    BOT_COMPACTION_FIELDS,
+    BOT_FIELDS,
+    BOT_MEMORY_FIELDS,
+    bot_create,
+    bot_delete,
+    bot_update,
+)
 from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
 from chat_platform.llm import gateway
 from compaction.budget import Budget, budget_compute
@@ -42,25 +50,9 @@ MODEL_SUGGESTIONS = [
 ]
 COMPACTION_MODEL_SUGGESTIONS = ["builtin/extractive", "openai/gpt-4o-mini"]
 
-BASIC_FIELDS = [
-    "name",
-    "system_prompt",
-    "model",
-    "api_base",
-    "api_key_env",
-    "temperature",
-    "max_output_tokens",
-    "context_window",
-    "is_shared",
-]
-COMPACTION_FIELDS = [
-    "compaction_enabled",
-    "compaction_threshold",
-    "compaction_kept_percent",
-    "compaction_model",
-    "compaction_fallback_extractive",
-]
-MEMORY_FIELDS = ["memory_index_size", "recall_enabled"]
+BASIC_FIELDS = list(BOT_BASIC_FIELDS)
+COMPACTION_FIELDS = list(BOT_COMPACTION_FIELDS)
+MEMORY_FIELDS = list(BOT_MEMORY_FIELDS)
 PRIVATE_FIELDS = ("api_base", "api_key_env")
 
 

@@ -18,7 +18,7 @@ from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
 from compaction.budget import Budget
-from compaction.pipeline import bot_budget
+from compaction.measure import bot_budget
 
 
 def _is_staff(user: AbstractBaseUser | None) -> bool:

@@ -6,7 +6,7 @@ the same ``validation_error`` on ``focus``, with nothing stored. REST and websoc
 the chat page, which uses them) call ``check_send`` first.
 """
 
-from bots.services import COMPACT_COMMAND, check_message_content
+from bots.services.send import COMPACT_COMMAND, check_message_content
 from chat_platform.errors import ValidationFailed
 from compaction.models import Summary
 

@@ -11,11 +11,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from bots import queries, realtime, services
+from bots import queries
 from bots.command_check import check_send
-from chat_platform.api import OUTAGE_ERRORS
+from bots.services import send as send_services
+from chat_platform import realtime
 from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
 from chat_platform.jsontext import JSONTooDeep, json_loads
+from chat_platform.outage import OUTAGE_ERRORS
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +40,7 @@ def _send_in_thread(**kwargs: Any) -> Any:
     close_old_connections()
     try:
         check_send(content=kwargs["content"], client_id=kwargs["client_id"])
-        return services.session_message_send(**kwargs)
+        return send_services.session_message_send(**kwargs)
     finally:
         close_old_connections()
 
@@ -164,7 +166,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.pending.add(task)
             task.add_done_callback(self.pending.discard)
         elif kind == "generation.stop":
-            await self._call(services.generation_stop, session_id=self.session_id)
+            await self._call(send_services.generation_stop, session_id=self.session_id)
         else:
             await self._send_error(
                 ValidationFailed(f"Unknown frame type {kind!r}.", details={"type": kind})

@@ -11,33 +11,15 @@ import threading
 
 import structlog
 from django.db import DatabaseError
-from django.utils import timezone
 
-from bots.models import Message
+from bots.transitions import reply_dispatched
 from chat_platform.celery_app import app as celery_app
+from chat_platform.outage import BROKER_ERRORS
 
 log = structlog.get_logger(__name__)
 
 TURN_TASK = "bots.tasks.turn_run"
 COMPACT_SOFT_TASK = "compaction.tasks.compact_soft"
-
-# What a broker outage raises when publishing: kombu wraps connection errors in OperationalError;
-# redis-py's own errors can surface directly from the Redis transport.
-try:
-    from kombu.exceptions import OperationalError as _KombuOperationalError
-    from redis.exceptions import ConnectionError as _RedisConnectionError
-    from redis.exceptions import TimeoutError as _RedisTimeoutError
-
-    BROKER_ERRORS: tuple[type[BaseException], ...] = (
-        _KombuOperationalError,
-        _RedisConnectionError,
-        _RedisTimeoutError,
-        ConnectionError,
-        TimeoutError,
-    )
-except ImportError:  # pragma: no cover - both ship with celery[redis]
-    BROKER_ERRORS = (ConnectionError, TimeoutError)
-
 
 _discovery_lock = threading.Lock()
 
@@ -62,7 +44,7 @@ def turn_dispatch(message_id: int) -> bool:
         log.exception("turn_dispatch_failed", message_id=message_id)
         return False
     try:
-        Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
+        reply_dispatched(message_id=message_id)
     except DatabaseError:
         # Handed over but not stamped (the database is saturated): the send itself committed and
         # must not fail now. The watchdog hands it over again later; the duplicate finds

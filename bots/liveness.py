@@ -17,9 +17,9 @@ import time
 import structlog
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from bots.models import Message
+from bots.transitions import replies_heartbeat
 from chat_platform.llm import gateway
 
 log = structlog.get_logger(__name__)
@@ -98,9 +98,7 @@ class TurnWatcher:
                 try:
                     if time.monotonic() - last_beat >= settings.CHAT_HEARTBEAT_SECONDS:
                         last_beat = time.monotonic()
-                        Message.objects.filter(
-                            pk__in=list(handles), status=Message.Status.STREAMING
-                        ).update(heartbeat_at=timezone.now())
+                        replies_heartbeat(message_ids=list(handles))
                     stopped = Message.objects.filter(
                         pk__in=list(handles), stop_requested=True
                     ).values_list("pk", flat=True)

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from bots.model_config import bot_model_config
 from bots.queries import bot_get_for_edit
-from bots.turn import bot_model_config
 from chat_platform.llm import gateway
 
 log = structlog.get_logger(__name__)

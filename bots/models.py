@@ -181,15 +181,13 @@ class Message(models.Model):
     # streaming reply whose heartbeat went stale belongs to a dead worker: the watchdog marks it
     # interrupted, keeping its partial text.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # The active summary that replaced this message in the model's context (one at most).
-    # RESTRICT: a summary cannot vanish from under its messages, except with its session.
-    compacted_by = models.ForeignKey(
-        "compaction.Summary",
-        null=True,
-        blank=True,
-        on_delete=models.RESTRICT,
-        related_name="messages",
-    )
+    # The id of the active summary that replaced this message in the model's context (one at
+    # most; NULL: the message is in context verbatim). The chat core only asks "compacted or
+    # not"; which summary it is belongs to compaction, which sits above the core: so this is a
+    # plain column here, and compaction's migration 0003 owns the foreign key that keeps it
+    # pointing at a real summary (deferred, like Django's own: a summary cannot vanish from under
+    # its messages, except with its session).
+    compacted_by_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -244,7 +242,7 @@ class Message(models.Model):
             kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
             status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
             token_count__gt=0,
-            compacted_by__isnull=True,
+            compacted_by_id__isnull=True,
         )
 
     @property

@@ -19,9 +19,11 @@ from django.utils import timezone
 
 from bots import dispatch, liveness, realtime
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
+from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
-from bots.services import allocate_seqs, message_finish, reply_claim, session_context_add
+from bots.transitions import message_finish, recall_exchange_store, reply_checkpoint, reply_claim
+from chat_platform import realtime as transport
 from chat_platform.errors import (
     ContextTooLarge,
     InternalError,
@@ -32,7 +34,13 @@ from chat_platform.errors import (
 )
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
-from compaction.pipeline import BuiltContext, context_build, context_report
+from compaction.pipeline import (
+    BuiltContext,
+    context_build,
+    context_report,
+    context_state,
+    soft_compaction_due,
+)
 from memory.recall import (
     RECALL_MAX_ROUNDS,
     ToolCall,
@@ -49,19 +57,6 @@ log = structlog.get_logger(__name__)
 # Slack per recalled result under what is left of B: joined text can cost a token or two more
 # than its parts.
 RECALL_MARGIN_TOKENS = 8
-
-
-def bot_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
-    chosen = model or bot.model
-    return gateway.ModelConfig(
-        model=chosen,
-        api_base=bot.api_base,
-        api_key_env=bot.api_key_env,
-        api_base_trusted=bot.api_base_trusted,
-        model_trusted=bot.model_trusted(chosen),
-        temperature=bot.temperature,
-        max_output_tokens=bot.max_output_tokens,
-    )
 
 
 class DeltaBatcher:
@@ -89,9 +84,7 @@ class DeltaBatcher:
 
 def _checkpoint(message_id: int, partial_text: str) -> None:
     """Save the partial text: if the worker dies, the watchdog keeps it."""
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
-        content=partial_text, updated_at=timezone.now()
-    )
+    reply_checkpoint(message_id=message_id, content=partial_text)
     _release_connection()
 
 
@@ -110,7 +103,7 @@ def _finish(
     """Conditional ``streaming -> final`` write (with the context totals when ``counted``);
     returns the fresh row, or None if we lost it. ``completed``: send its ``message.completed``
     frame, without waiting for Redis, before waking the REST waiters, so that both go out at
-    once (frames of a session still leave in order, see ``realtime.send_frames``)."""
+    once (frames of a session still leave in order, see ``chat_platform.realtime.send_frames``)."""
     message = message_finish(
         message_id=reply.pk,
         from_status=Message.Status.STREAMING,
@@ -328,41 +321,23 @@ def _recall_round(
     )
     with transaction.atomic():
         # seqs: the request takes the reply's place, results follow, the reply moves last
-        count = len(results) + 1
-        first = allocate_seqs(session_id=session.pk, count=count).last_seq - count + 1
-        old_seq = reply.seq
-        Message.objects.filter(pk=reply.pk).update(seq=first + len(results))
-        stored = [
-            Message.objects.create(
-                session=session,
-                seq=old_seq,
-                role=Message.Role.ASSISTANT,
-                kind=Message.Kind.TOOL,
-                content=call_content,
-                tool_calls=[c.as_openai() for c in calls],
-                status=Message.Status.COMPLETE,
-                token_count=call_tokens,
-                model=model,
-            )
-        ]
-        for offset, result in enumerate(results):
-            stored.append(
-                Message.objects.create(
-                    session=session,
-                    seq=first + offset,
-                    role=Message.Role.TOOL,
-                    kind=Message.Kind.TOOL,
-                    content=result.content,
-                    tool_call_id=result.call.id,
-                    tool_name=result.call.name,
-                    status=Message.Status.COMPLETE,
-                    token_count=count_message_tokens(result.content, model=model),
-                )
-            )
-        session_context_add(
-            session_id=session.pk,
-            tokens=sum(m.token_count for m in stored),
-            messages=len(stored),
+        stored = recall_exchange_store(
+            reply=reply,
+            call={
+                "content": call_content,
+                "tool_calls": [c.as_openai() for c in calls],
+                "token_count": call_tokens,
+                "model": model,
+            },
+            results=[
+                {
+                    "content": result.content,
+                    "tool_call_id": result.call.id,
+                    "tool_name": result.call.name,
+                    "token_count": count_message_tokens(result.content, model=model),
+                }
+                for result in results
+            ],
         )
         for message in stored:
             transaction.on_commit(partial(realtime.notify_message_created, message))
@@ -494,14 +469,7 @@ def _notify_context(session_id: int) -> None:
     """After every turn: the context report (same numbers as the endpoint), and a soft compaction
     on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits."""
     session = ChatSession.objects.select_related("bot").get(pk=session_id)
-    report = context_report(session=session)
-    realtime.notify_context_updated(session_id, report)
-    compaction = report["compaction"]
-    if (
-        compaction["enabled"]
-        and report["soft"]
-        and report["pressure"] >= report["soft"]
-        and not compaction["cooldown_until"]
-        and not compaction["in_flight"]
-    ):
+    state = context_state(session=session)
+    transport.notify_context_updated(session_id, context_report(session=session, state=state))
+    if soft_compaction_due(state):
         transaction.on_commit(partial(dispatch.compact_soft_dispatch, session_id))

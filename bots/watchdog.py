@@ -30,12 +30,9 @@ from django.utils import timezone
 
 from bots import dispatch, realtime
 from bots.models import Message
-from bots.services import session_context_add
-from chat_platform.llm.tokens import count_message_tokens
+from bots.transitions import UNFINISHED, reply_interrupt
 
 log = structlog.get_logger(__name__)
-
-UNFINISHED = [Message.Status.PENDING, Message.Status.STREAMING]
 
 INTERRUPTED_TEXT = "The reply was interrupted before it finished."
 DEAD_WORKER_TEXT = (
@@ -73,37 +70,19 @@ class WatchdogResult:
 def _interrupt(*, message_id: int, still: Q, error_message: str) -> bool:
     """Mark one unfinished reply interrupted if it still matches ``still`` (a racing turn that
     finished meanwhile wins); its partial text joins the context like any finished text."""
-    with transaction.atomic():
-        message = Message.objects.filter(pk=message_id).first()
-        if message is None:
-            return False
-        tokens = (
-            count_message_tokens(message.content, model=message.model) if message.content else 0
-        )
-        claimed = (
-            Message.objects.filter(still, pk=message_id, status__in=UNFINISHED).update(
-                status=Message.Status.INTERRUPTED,
-                token_count=tokens,
-                error_code="interrupted",
-                error_message=error_message,
-                finish_reason="error",
-                updated_at=timezone.now(),
-            )
-            > 0
-        )
-        if claimed:
-            session_context_add(session_id=message.session_id, tokens=tokens)
-            transaction.on_commit(partial(realtime.publish_reply_finished, message_id))
-    if claimed:
-        message.refresh_from_db()
-        log.warning(
-            "turn_interrupted_by_watchdog",
-            message_id=message_id,
-            session_id=message.session_id,
-            reason=error_message,
-        )
-        realtime.notify_message_failed(message)
-    return claimed
+    message = reply_interrupt(message_id=message_id, still=still, error_message=error_message)
+    if message is None:
+        return False
+    transaction.on_commit(partial(realtime.publish_reply_finished, message_id))
+    message.refresh_from_db()
+    log.warning(
+        "turn_interrupted_by_watchdog",
+        message_id=message_id,
+        session_id=message.session_id,
+        reason=error_message,
+    )
+    realtime.notify_message_failed(message)
+    return True
 
 
 def replies_interrupt_dead(*, now=None) -> int:

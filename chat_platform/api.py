@@ -13,34 +13,24 @@ from typing import Any
 import structlog
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
-from kombu.exceptions import OperationalError as KombuOperationalError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import exceptions as drf
 from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from chat_platform import errors
+from chat_platform.outage import OUTAGE_ERRORS
 
 log = structlog.get_logger(__name__)
 
 API_PREFIX = "/api/"
 
-# A service the request needs is down or saturated (Redis: broker, lock, channel layer;
-# PostgreSQL: unreachable, or no pooled connection within DATABASE_POOL_TIMEOUT under a burst).
+# OUTAGE_ERRORS (chat_platform.outage): a service the request needs is down or saturated.
 # Answered 503 service_unavailable like the services' own ServiceUnavailable, and logged with the
 # traceback. The failed request's transaction was rolled back: nothing was changed.
-OUTAGE_ERRORS: tuple[type[Exception], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    KombuOperationalError,
-    DatabaseOperationalError,
-)
 
 _DRF_CODES: list[tuple[type[Exception], str]] = [
     (drf.NotAuthenticated, "not_authenticated"),

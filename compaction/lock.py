@@ -11,12 +11,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 
 import structlog
 from django.conf import settings
 
 from chat_platform.errors import ServiceUnavailable
+from chat_platform.realtime import redis_client
 
 log = structlog.get_logger(__name__)
 
@@ -30,13 +30,6 @@ class Flight:
 
 def lock_key(session_id: int) -> str:
     return f"chat-platform:compaction:session:{session_id}"
-
-
-@lru_cache(maxsize=1)
-def _redis():
-    import redis
-
-    return redis.Redis.from_url(settings.REDIS_URL)
 
 
 _local_guard = threading.Lock()
@@ -84,7 +77,7 @@ def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
         return
 
     lease = settings.COMPACTION_LOCK_LEASE_SECONDS
-    lock = _redis().lock(lock_key(session_id), timeout=lease, thread_local=False)
+    lock = redis_client().lock(lock_key(session_id), timeout=lease, thread_local=False)
     waited = False
     with _redis_required():
         acquired = lock.acquire(blocking=False)
@@ -111,7 +104,7 @@ def in_flight(session_id: int) -> bool:
     if not settings.REDIS_URL:
         return _local_lock(session_id).locked()
     with _redis_required():
-        return bool(_redis().exists(lock_key(session_id)))
+        return bool(redis_client().exists(lock_key(session_id)))
 
 
 @contextmanager

@@ -22,12 +22,12 @@ from django.db.models.functions import Cast
 from bots.models import Bot, ChatSession, Message
 from chat_platform.compiled import CompiledValues
 from chat_platform.llm import gateway
+from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Entry, HistoryRow, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
 from compaction.models import Summary
 from memory.queries import IndexLine, memory_index_lines
-from memory.recall import INDEX_HEADER, INDEX_HELP
 
 # Rows per keyset page when walking history newest-first (ids and counts only, no text).
 HISTORY_PAGE_SIZE = 500

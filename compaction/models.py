@@ -8,7 +8,8 @@ TRIGGERS = ["soft", "hard", "manual", "fusion", "fallback"]
 class Summary(models.Model):
     """An audited distillation of a contiguous stretch of a session's history.
 
-    Coverage is recorded on the messages (``Message.compacted_by``): a message row holds one
+    Coverage is recorded on the messages (``Message.compacted_by_id``, a column of the chat core
+    whose foreign key compaction's migration 0003 adds): a message row holds one
     summary at most, so no message can be covered by two active summaries. Fusion re-points the
     messages of its parents to the fused summary and marks the parents superseded, atomically.
     """

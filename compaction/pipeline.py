@@ -24,6 +24,7 @@ from django.db.models import Q
 from bots.models import ChatSession, Message
 from chat_platform.errors import ContextTooLarge
 from chat_platform.isotime import iso_utc
+from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Admission, HistoryRow, admission_decide
 from compaction.engine import compaction_blocked_until, compaction_hard
@@ -40,7 +41,6 @@ from compaction.measure import (
     tool_calls_text,
 )
 from compaction.models import Summary
-from memory.recall import INDEX_HEADER, INDEX_HELP
 
 # Re-exported: callers that only build or report contexts need not know the measure module.
 __all__ = [
@@ -351,12 +351,46 @@ def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -
     return ""
 
 
-def context_report(*, session: ChatSession) -> dict[str, Any]:
-    """What the next call would carry: the numbers behind the context meter (CONTRACT §11)."""
+@dataclass(frozen=True)
+class ContextState:
+    """The session's context as measured now, with compaction's own state: what the meter shows
+    and what decides a soft compaction, read once for both."""
+
+    session: ChatSession
+    measure: Measure
+    cooldown_until: Any  # datetime | None: when automatic compaction may run again
+    in_flight: bool
+
+
+def context_state(*, session: ChatSession) -> ContextState:
     session.refresh_from_db(fields=["context_tokens", "context_messages", "last_admission"])
-    measure = context_measure(session=session)
+    return ContextState(
+        session=session,
+        measure=context_measure(session=session),
+        cooldown_until=compaction_blocked_until(session.pk, hard=False),
+        in_flight=in_flight(session.pk),
+    )
+
+
+def soft_compaction_due(state: ContextState) -> bool:
+    """The soft trigger (CONTRACT §7): compaction on, pressure at or past S, no cool-down and no
+    run in flight. The one place that says so; the turn asks it after every reply."""
+    soft = state.measure.budget.soft
+    return bool(
+        state.session.bot.compaction_enabled
+        and soft
+        and state.measure.pressure >= soft
+        and state.cooldown_until is None
+        and not state.in_flight
+    )
+
+
+def context_report(*, session: ChatSession, state: ContextState | None = None) -> dict[str, Any]:
+    """What the next call would carry: the numbers behind the context meter (CONTRACT §11)."""
+    if state is None:
+        state = context_state(session=session)
+    measure = state.measure
     budget = measure.budget
-    cooldown_until = compaction_blocked_until(session.pk, hard=False)
     return {
         "window": budget.window,
         "reserve": budget.reserve,
@@ -369,7 +403,7 @@ def context_report(*, session: ChatSession) -> dict[str, Any]:
         "last_admission": session.last_admission,
         "compaction": {
             "enabled": session.bot.compaction_enabled,
-            "in_flight": in_flight(session.pk),
-            "cooldown_until": iso_utc(cooldown_until),
+            "in_flight": state.in_flight,
+            "cooldown_until": iso_utc(state.cooldown_until),
         },
     }

@@ -2,9 +2,9 @@
 
 from django.contrib.auth.base_user import AbstractBaseUser
 
-from bots import realtime
 from bots.models import ChatSession
 from bots.queries import session_get_for_use
+from chat_platform import realtime
 from chat_platform.errors import ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft

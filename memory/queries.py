@@ -75,12 +75,6 @@ class IndexLine:
     tokens: int  # count_tokens(text + "\n"): what the line adds to the index block
 
 
-def index_line_text(record: MemoryRecord) -> str:
-    return _line_text(
-        record.name, record.kind, record.first_seq, record.last_seq, record.description
-    )
-
-
 def _line_text(
     name: str, kind: str, first_seq: int | None, last_seq: int | None, description: str
 ) -> str:

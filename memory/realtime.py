@@ -1,13 +1,11 @@
 """Memory's frames (CONTRACT §12): ``memory.updated {records}`` and ``recall {…}``.
 
-Transport and group names stay in ``bots.realtime`` (the one place that knows them). Importing it
-from here keeps the arrows pointing down: ``bots.realtime`` depends only on ``bots.models`` and the
-channel layer, never on compaction or memory, so memory -> bots.realtime -> bots.models closes no
-cycle, and no group name is written twice.
+Transport and group names are the platform's (``chat_platform.realtime``, the one place that
+knows them): memory publishes through it without importing ``bots``'s turn or frames.
 """
 
 from bots.models import ChatSession
-from bots.realtime import send_frame
+from chat_platform.realtime import send_frame
 from memory.models import MemoryRecord, RecallEvent
 from memory.payloads import recall_payload, record_payload
 from memory.queries import memory_index_records

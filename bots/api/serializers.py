@@ -7,7 +7,7 @@ from rest_framework.utils import html
 
 from bots.models import Bot, ChatSession, Message
 from bots.realtime import message_payload
-from bots.services import BOT_FIELDS
+from bots.services.bot import BOT_FIELDS
 
 
 class BotOutputSerializer(serializers.ModelSerializer):

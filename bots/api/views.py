@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from bots import queries, services
+from bots import queries
 from bots.api.serializers import (
     BotInputSerializer,
     BotOutputSerializer,
@@ -21,6 +21,9 @@ from bots.api.serializers import (
 )
 from bots.command_check import check_send
 from bots.models import Message
+from bots.services import bot as bot_services
+from bots.services import send as send_services
+from bots.services import session as session_services
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
 from compaction.payloads import result_payload
@@ -42,7 +45,7 @@ class BotListApi(APIView):
     @extend_schema(request=BotInputSerializer, responses={201: BotOutputSerializer})
     def post(self, request: Request) -> Response:
         data = _valid(BotInputSerializer, request.data)
-        bot = services.bot_create(owner=request.user, **data)
+        bot = bot_services.bot_create(owner=request.user, **data)
         return Response(
             BotOutputSerializer(bot, context={"request": request}).data,
             status=status.HTTP_201_CREATED,
@@ -61,12 +64,12 @@ class BotDetailApi(APIView):
     def patch(self, request: Request, bot_id: int) -> Response:
         queries.bot_get_for_edit(user=request.user, bot_id=bot_id)  # 404/403 before 400
         data = _valid(BotInputSerializer, request.data, partial=True)
-        bot = services.bot_update(user=request.user, bot_id=bot_id, **data)
+        bot = bot_services.bot_update(user=request.user, bot_id=bot_id, **data)
         return Response(BotOutputSerializer(bot, context={"request": request}).data)
 
     @extend_schema(responses={204: None, **api_errors(403)})
     def delete(self, request: Request, bot_id: int) -> Response:
-        services.bot_delete(user=request.user, bot_id=bot_id)
+        bot_services.bot_delete(user=request.user, bot_id=bot_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -87,7 +90,7 @@ class SessionListApi(APIView):
     )
     def post(self, request: Request) -> Response:
         data = _valid(SessionInputSerializer, request.data)
-        session = services.session_create(
+        session = session_services.session_create(
             user=request.user, bot_id=data["bot"], title=data.get("title", "")
         )
         return Response(SessionOutputSerializer(session).data, status=status.HTTP_201_CREATED)
@@ -104,14 +107,14 @@ class SessionDetailApi(APIView):
         # Access first: another user's session is not_found even when the body is bad.
         queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(SessionRenameSerializer, request.data)
-        session = services.session_rename(
+        session = session_services.session_rename(
             user=request.user, session_id=session_id, title=data["title"]
         )
         return Response(SessionOutputSerializer(session).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, session_id: int) -> Response:
-        services.session_delete(user=request.user, session_id=session_id)
+        session_services.session_delete(user=request.user, session_id=session_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -148,7 +151,7 @@ class SessionMessagesApi(APIView):
         queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(MessageInputSerializer, request.data)
         check_send(content=data["content"], client_id=data.get("client_id"))
-        result = services.session_message_send(
+        result = send_services.session_message_send(
             user=request.user,
             session_id=session_id,
             content=data["content"],
@@ -182,7 +185,7 @@ class SessionMessagesApi(APIView):
                     errors.ServiceUnavailable.http_status,
                 )
         if data["wait"] and reply is not None and not reply.is_finished:
-            reply = services.message_wait_finished(
+            reply = send_services.message_wait_finished(
                 message_id=reply.pk, timeout=settings.CHAT_WAIT_TIMEOUT_SECONDS
             )
         body = {
@@ -211,7 +214,7 @@ class MessagePinApi(APIView):
 
     @extend_schema(request=None, responses=MessageOutputSerializer)
     def post(self, request: Request, message_id: int) -> Response:
-        message = services.message_pin_set(
+        message = send_services.message_pin_set(
             user=request.user, message_id=message_id, pinned=self.pinned
         )
         return Response(MessageOutputSerializer(message).data)

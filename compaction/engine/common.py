@@ -1,14 +1,15 @@
 """What every part of the engine shares: limits, the summary prompt, model and window
 resolution, the run result, events, and the transcript the summariser reads."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 from django.conf import settings
 from django.db import transaction
 
-from bots import realtime
+from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
+from chat_platform import realtime
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.transcript import line
@@ -67,18 +68,20 @@ class Conflict(Exception):
 
 
 def compaction_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
-    """CONTRACT §8: compaction_model, else the chat model (built-in chat -> builtin/extractive)."""
+    """CONTRACT §8: compaction_model, else the chat model (built-in chat -> builtin/extractive),
+    with the bot's provider settings (``bot_model_config``) at the summariser's temperature; a
+    built-in summariser is called with no api_base or key."""
     chosen = model or bot.compaction_model or bot.model
     if chosen.startswith("builtin/") and chosen != EXTRACTIVE_MODEL:
         chosen = EXTRACTIVE_MODEL
     builtin = chosen.startswith("builtin/")
-    return gateway.ModelConfig(
-        model=chosen,
-        api_base="" if builtin else bot.api_base,
-        api_key_env="" if builtin else bot.api_key_env,
-        api_base_trusted=bot.api_base_trusted,
-        model_trusted=bot.model_trusted(chosen),
+    config = bot_model_config(bot, model=chosen)
+    return replace(
+        config,
+        api_base="" if builtin else config.api_base,
+        api_key_env="" if builtin else config.api_key_env,
         temperature=0.2,
+        max_output_tokens=gateway.ModelConfig.max_output_tokens,
     )
 
 

@@ -1,12 +1,14 @@
 """Frontier fusion (CONTRACT §8): once >= 2 active summaries exceed 20 % of B, fuse them (with
 their snapshots where they fit) into one of level max+1, superseding the parents atomically."""
 
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from bots.models import ChatSession, Message
+from bots import transitions
+from bots.models import ChatSession
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.budget import Budget
 from compaction.engine.common import (
@@ -21,7 +23,13 @@ from compaction.engine.common import (
     event_write,
     summariser_window,
 )
-from compaction.engine.passes import record_success, run_pass, summarise, summary_create
+from compaction.engine.passes import (
+    enveloped,
+    record_success,
+    run_pass,
+    summarise,
+    summary_create,
+)
 from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
 from memory import services as memory_services
@@ -129,7 +137,7 @@ def fuse_commit(
         level=max(p.level for p in parents) + 1,
     )
     summary.parents.set(parents)
-    Message.objects.filter(compacted_by_id__in=parent_ids).update(compacted_by=summary)
+    transitions.messages_compaction_move(from_summary_ids=parent_ids, to_summary_id=summary.pk)
     tokens_after, event = record_success(
         session,
         "fusion",
@@ -145,5 +153,6 @@ def fuse_commit(
 def pass_or_fuse(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
     parents = fusion_due(session, budget)
     if parents:
-        return fuse(session, parents, Plan(trigger="fusion", target=plan.target, model=plan.model))
-    return run_pass(session, plan)
+        fusion = Plan(trigger="fusion", target=plan.target, model=plan.model)
+        return enveloped(session, fusion, partial(fuse, session, parents, fusion))
+    return enveloped(session, plan, partial(run_pass, session, plan))

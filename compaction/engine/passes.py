@@ -3,14 +3,17 @@ transaction that creates the summary, claims exactly the chosen messages and low
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
+import structlog
 from django.db import transaction
-from django.db.models import F
 
-from bots import realtime
+from bots import transitions
 from bots.models import ChatSession, Message
+from chat_platform import realtime
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.common import (
@@ -37,6 +40,30 @@ from compaction.models import CompactionEvent, Summary
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from memory import services as memory_services
+
+log = structlog.get_logger("compaction.engine")
+
+
+def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]) -> RunResult:
+    """Run one attempt (a pass, a fusion, the fallback) so that *any* error it raises ends as a
+    failed attempt on record: its transaction is rolled back, a ``CompactionEvent`` says so,
+    and the caller arms cool-down/back-off as for any failure. A bug in a pass must not leave
+    a session retrying its summariser after every turn, or fail the turn that needed room."""
+    try:
+        return attempt()
+    except Exception as exc:
+        log.exception("compaction_attempt_crashed", session_id=session.pk, trigger=plan.trigger)
+        pressure = context_measure(session=session_fresh(session)).pressure
+        event = event_write(
+            session,
+            trigger=plan.trigger,
+            outcome=CompactionEvent.Outcome.FAILED,
+            reason="internal_error",
+            error=(str(exc) or type(exc).__name__)[:2000],
+            tokens_before=pressure,
+            tokens_after=pressure,
+        )
+        return RunResult("failed", "internal_error", pressure, pressure, None, event)
 
 
 def range_rows(session: ChatSession, *, before_seq: int | None, want_tokens: int) -> list[RangeRow]:
@@ -132,7 +159,12 @@ def summarise(
     snapshot = memory_services.snapshot_write(
         session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
     )
-    realtime.send_frame(session.pk, {"type": "compaction.started", "trigger": plan.trigger})
+    # On commit, like every frame: a caller's transaction may still roll the snapshot back.
+    transaction.on_commit(
+        partial(
+            realtime.send_frame, session.pk, {"type": "compaction.started", "trigger": plan.trigger}
+        )
+    )
     started = time.monotonic()
     common = {
         "tokens_before": tokens_before,
@@ -147,7 +179,9 @@ def summarise(
             prompt_messages(transcript, plan.focus),
             max_tokens=min(MAX_SUMMARY_TOKENS, max(1, window // 10)),
         )
-    except gateway.ModelCallFailed as exc:
+    except Exception as exc:  # whatever the summariser raised: a failed attempt, on record
+        if not isinstance(exc, gateway.ModelCallFailed):
+            log.exception("compaction_summariser_crashed", session_id=session.pk)
         event = event_write(
             session,
             trigger=plan.trigger,
@@ -338,17 +372,11 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
                 level=1,
             )
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
-            claimed = Message.objects.filter(
-                pk__in=ids,
-                compacted_by__isnull=True,
-                status=Message.Status.COMPLETE,
-                pinned=False,
-            ).update(compacted_by=summary)
+            claimed = transitions.messages_compact(message_ids=ids, summary_id=summary.pk)
             if claimed != len(ids):
                 raise Conflict()
-            ChatSession.objects.filter(pk=session.pk).update(
-                context_tokens=F("context_tokens") - source_tokens,
-                context_messages=F("context_messages") - len(ids),
+            transitions.session_context_remove(
+                session_id=session.pk, tokens=source_tokens, messages=len(ids)
             )
             tokens_after, event = record_success(
                 session,

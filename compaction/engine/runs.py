@@ -1,6 +1,8 @@
 """The entry points: soft (Celery, after a turn), hard (in the context pipeline, before a model
 call) and manual (/compact, the API, the command), each behind the session's single flight."""
 
+from functools import partial
+
 from django.conf import settings
 from django.db.models import Max
 
@@ -16,7 +18,7 @@ from compaction.engine.common import (
     skipped,
 )
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
-from compaction.engine.passes import run_pass
+from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
 from compaction.lock import single_flight
 from compaction.measure import Measure, bot_budget, context_measure
@@ -42,7 +44,8 @@ def compaction_soft(*, session_id: int) -> RunResult | None:
                 return last  # landed: a further pass would do nothing
             if compaction_blocked_until(session_id, hard=False):
                 return skipped(session, "soft", "cooldown", pressure)
-            result = pass_or_fuse(session, Plan(trigger="soft", target=budget.target), budget)
+            plan = Plan(trigger="soft", target=budget.target)
+            result = pass_or_fuse(session, plan, budget)
             if result.outcome in ("failed", "rejected"):
                 arm_failure(session_id, hard=False)
             if not result.compacted:
@@ -67,9 +70,8 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
         result: RunResult | None = None
         blocked = compaction_blocked_until(session.pk, hard=True)
         if blocked is None:
-            result = pass_or_fuse(
-                session, Plan(trigger="hard", target=budget.target_blocking), budget
-            )
+            plan = Plan(trigger="hard", target=budget.target_blocking)
+            result = pass_or_fuse(session, plan, budget)
             if result.compacted:
                 clear_failures(session.pk)
                 return result
@@ -81,11 +83,9 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
             if result is None:
                 result = skipped(session, "hard", "backoff", pressure)
             return result  # admission trims; never more than B, never the full history
-        return pass_or_fuse(
-            session_fresh(session),
-            Plan(trigger="fallback", target=budget.target_blocking, model=EXTRACTIVE_MODEL),
-            budget,
-        )
+        session = session_fresh(session)
+        plan = Plan(trigger="fallback", target=budget.target_blocking, model=EXTRACTIVE_MODEL)
+        return pass_or_fuse(session, plan, budget)
 
 
 def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
@@ -127,13 +127,12 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
             # pass that finds them past 20 % of B.
             parents = fusion_due(session, budget) if i == 0 else []
             if parents:
-                last = fuse(session, parents, Plan(trigger="fusion", target=0))
+                plan = Plan(trigger="fusion", target=0)
+                last = enveloped(session, plan, partial(fuse, session, parents, plan))
             else:
-                last = run_pass(
-                    session,
-                    Plan(trigger="manual", target=0, focus=focus, min_tokens=0),
-                    record_noop=not done,
-                )
+                plan = Plan(trigger="manual", target=0, focus=focus, min_tokens=0)
+                attempt = partial(run_pass, session, plan, record_noop=not done)
+                last = enveloped(session, plan, attempt)
             session = session_fresh(session)
             if not last.compacted:
                 break

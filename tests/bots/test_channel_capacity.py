@@ -9,7 +9,7 @@ import asyncio
 
 from channels.layers import channel_layers
 
-from bots import realtime
+from chat_platform import realtime
 
 SOCKETS = 150  # websockets of one web process
 FRAMES = 12  # frames per turn, sent before the process gets round to reading any

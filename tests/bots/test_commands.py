@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from chat_platform.celery_app import app as celery_app
 from chat_platform.llm.tokens import count_message_tokens
 from tests.factories import message_add

@@ -6,7 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bots import turn
 from bots.models import Bot, ChatSession, Message
-from bots.services import reply_claim, session_context_recount
+from bots.transitions import reply_claim, session_context_recount
 from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
 

@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 
 from bots.models import ChatSession, Message
-from bots.services import session_title_from_text
+from bots.services.session import session_title_from_text
 from tests.factories import SessionFactory, message_add
 
 pytestmark = pytest.mark.django_db

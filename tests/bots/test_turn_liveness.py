@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from bots import realtime, turn, watchdog
 from bots.models import ChatSession, Message
-from bots.services import session_context_add, session_context_recount
+from bots.transitions import session_context_add, session_context_recount
+from chat_platform import realtime as transport
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline
 from tests.factories import message_add
@@ -24,13 +25,13 @@ MODEL = "openai/fake-model"
 def frames(monkeypatch):
     """Every frame the platform sends to any session group, in order."""
     sent: list[dict] = []
-    real = realtime.send_frames
+    real = transport.send_frames
 
     def record(session_id, frames, **kwargs):
         sent.extend(frames)
         real(session_id, frames, **kwargs)
 
-    monkeypatch.setattr(realtime, "send_frames", record)
+    monkeypatch.setattr(transport, "send_frames", record)
     return sent
 
 
@@ -118,13 +119,13 @@ def test_the_completed_frame_leaves_before_the_rest_waiters_are_woken(
     """The final frame is handed to the channel layer without waiting for Redis, then the REST
     waiters are woken: websocket and REST clients hear of the finish at once."""
     events: list[tuple] = []
-    real = realtime.send_frames
+    real = transport.send_frames
 
     def record(session_id, frames, *, wait=True):
         events.extend((frame["type"], wait) for frame in frames)
         real(session_id, frames, wait=wait)
 
-    monkeypatch.setattr(realtime, "send_frames", record)
+    monkeypatch.setattr(transport, "send_frames", record)
     monkeypatch.setattr(
         realtime, "publish_reply_finished", lambda message_id: events.append(("woken", message_id))
     )
@@ -414,8 +415,10 @@ def test_a_turn_handed_over_but_not_stamped_still_counts_as_dispatched(monkeypat
     def saturated(**fields):
         raise OperationalError("couldn't get a connection after 10.00 sec")
 
+    from bots import transitions
+
     monkeypatch.setattr(
-        dispatch,
+        transitions,
         "Message",
         SimpleNamespace(
             objects=SimpleNamespace(filter=lambda **kw: SimpleNamespace(update=saturated))
@@ -457,7 +460,7 @@ def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
 def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
     from django.test.utils import CaptureQueriesContext
 
-    from bots.services import message_wait_finished
+    from bots.services.send import message_wait_finished
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
@@ -516,19 +519,19 @@ def test_frames_to_the_redis_layer_go_out_on_one_loop_per_process():
     layer = get_channel_layer()
     assert isinstance(layer, RedisChannelLayer)
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.session_group(987_654), channel)
+    async_to_sync(layer.group_add)(transport.session_group(987_654), channel)
 
-    realtime.send_frame(987_654, {"type": "probe", "n": 1})
-    loop = realtime._layer_loop._loop
-    realtime.send_frame(987_654, {"type": "probe", "n": 2})
+    transport.send_frame(987_654, {"type": "probe", "n": 1})
+    loop = transport._layer_loop._loop
+    transport.send_frame(987_654, {"type": "probe", "n": 2})
 
-    assert loop is not None and realtime._layer_loop._loop is loop
+    assert loop is not None and transport._layer_loop._loop is loop
 
     async def receive_two():
         return [(await layer.receive(channel))["frame"]["n"] for _ in range(2)]
 
     assert async_to_sync(receive_two)() == [1, 2]
-    async_to_sync(layer.group_discard)(realtime.session_group(987_654), channel)
+    async_to_sync(layer.group_discard)(transport.session_group(987_654), channel)
 
 
 # --- issue 10: what the first token and the completed frame wait for ------------------------------
@@ -588,7 +591,7 @@ def test_the_admission_is_recorded_when_the_provider_never_answers(
 def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
     fake_session, django_assert_num_queries, counted, token_count, expected_totals
 ):
-    from bots.services import message_finish
+    from bots.transitions import message_finish
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
@@ -616,7 +619,7 @@ def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
 
 @pytest.mark.django_db(transaction=True)
 def test_message_finish_that_loses_its_race_changes_nothing(fake_session):
-    from bots.services import message_finish
+    from bots.transitions import message_finish
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="failed")
@@ -649,15 +652,15 @@ def test_frames_sent_without_waiting_still_arrive_in_order():
 
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.session_group(987_655), channel)
+    async_to_sync(layer.group_add)(transport.session_group(987_655), channel)
 
-    realtime.send_frames(
+    transport.send_frames(
         987_655, [{"type": "probe", "n": 1}, {"type": "probe", "n": 2}], wait=False
     )
-    realtime.send_frame(987_655, {"type": "probe", "n": 3})
+    transport.send_frame(987_655, {"type": "probe", "n": 3})
 
     async def receive_three():
         return [(await layer.receive(channel))["frame"]["n"] for _ in range(3)]
 
     assert async_to_sync(receive_three)() == [1, 2, 3]
-    async_to_sync(layer.group_discard)(realtime.session_group(987_655), channel)
+    async_to_sync(layer.group_discard)(transport.session_group(987_655), channel)

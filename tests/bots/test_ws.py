@@ -381,7 +381,7 @@ async def test_a_send_that_cannot_be_stored_says_why_and_the_socket_stays_usable
     def fail(**kwargs):
         raise exc
 
-    monkeypatch.setattr(consumers.services, "session_message_send", fail)
+    monkeypatch.setattr(consumers.send_services, "session_message_send", fail)
     communicator = await _connect(fake_session.pk, ws_token)
     with caplog.at_level(logging.ERROR):
         await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "hi"}))
@@ -407,7 +407,7 @@ async def test_an_open_socket_already_receives_the_sessions_frames(fake_session,
     # to the session the moment the client sees the socket open reaches it.
     from channels.layers import get_channel_layer
 
-    from bots import realtime
+    from chat_platform import realtime
 
     communicator = await _connect(fake_session.pk, ws_token)
     await get_channel_layer().group_send(

@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
-from bots import realtime
+from chat_platform import realtime
 from chat_platform.asgi import application
 
 pytestmark = [

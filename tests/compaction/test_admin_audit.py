@@ -194,7 +194,7 @@ def test_session_counters_and_message_status_are_read_only(admin_web, audited):
     assert 'name="token_count"' not in page.content.decode()
     forged = admin_web.post(
         f"/admin/bots/message/{message.pk}/change/",
-        {"token_count": "1", "status": "failed", "seq": "50", "compacted_by": str(summary.pk)},
+        {"token_count": "1", "status": "failed", "seq": "50", "compacted_by_id": str(summary.pk)},
     )
     assert forged.status_code == 403
     message.refresh_from_db()

@@ -8,7 +8,7 @@ from channels.testing import WebsocketCommunicator
 from rest_framework.authtoken.models import Token
 
 from bots.models import ChatSession, Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from chat_platform.asgi import application
 from chat_platform.llm.tokens import count_message_tokens
 from tests.factories import SessionFactory

@@ -3,7 +3,7 @@
 import pytest
 
 from bots.models import Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from compaction.models import CompactionEvent, Summary
 from memory.models import MemoryRecord
 from tests.factories import message_add
@@ -48,11 +48,11 @@ def test_compact_command_with_builtin_extractive(owner_client, chat_session, eag
         "tokens (messages 1–22)."
     )
     assert (body["notice"]["role"], body["notice"]["kind"]) == ("system", "notice")
-    covered = Message.objects.filter(session=chat_session, compacted_by=summary)
+    covered = Message.objects.filter(session=chat_session, compacted_by_id=summary.pk)
     assert covered.count() == 22
     assert set(
         Message.objects.filter(session=chat_session, seq__in=[23, 24]).values_list(
-            "compacted_by", flat=True
+            "compacted_by_id", flat=True
         )
     ) == {None}
     chat_session.refresh_from_db()

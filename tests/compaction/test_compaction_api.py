@@ -484,7 +484,7 @@ def test_compact_session_command(session, fake_openai):
 def test_the_meter_catches_up_after_a_manual_compaction(
     owner_client, session, fake_openai, monkeypatch, path
 ):
-    from bots import realtime
+    from chat_platform import realtime
 
     sent = []
     monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: sent.append(frame))

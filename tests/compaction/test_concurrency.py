@@ -52,15 +52,15 @@ def assert_coverage_consistent(session) -> None:
         for earlier, later in zip(group, group[1:], strict=False):
             assert earlier.last_seq < later.first_seq, (earlier, later)
     by_id = {s.pk: s for s in summaries}
-    covered = Message.objects.filter(session=session, compacted_by__isnull=False)
-    for seq, summary_id in covered.values_list("seq", "compacted_by"):
+    covered = Message.objects.filter(session=session, compacted_by_id__isnull=False)
+    for seq, summary_id in covered.values_list("seq", "compacted_by_id"):
         owner = by_id[summary_id]
         assert owner.status == "active"
         assert owner.first_seq <= seq <= owner.last_seq
     for summary in level_one:
         members = Message.objects.filter(
             session=session, seq__gte=summary.first_seq, seq__lte=summary.last_seq
-        ).exclude(compacted_by=None)
+        ).exclude(compacted_by_id=None)
         if summary.status == "active":
             assert sum(members.values_list("token_count", flat=True)) == summary.source_tokens
     assert counters(session) == recount(session)

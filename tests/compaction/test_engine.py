@@ -16,12 +16,12 @@ from django.utils import timezone
 
 from bots.dispatch import compact_soft_dispatch
 from bots.models import Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from bots.turn import turn_run
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from chat_platform.transcript import stamp
 from compaction import engine
-from compaction.engine import fusion, policy
+from compaction.engine import fusion, passes, policy
 from compaction.models import CompactionEvent, CompactionState, Summary
 from compaction.pipeline import context_build, context_measure
 from memory.models import MemoryRecord
@@ -140,7 +140,7 @@ def message_rows(session) -> list[tuple]:
 
 def compacted_seqs(session) -> list[int]:
     return list(
-        Message.objects.filter(session=session, compacted_by__isnull=False)
+        Message.objects.filter(session=session, compacted_by_id__isnull=False)
         .order_by("seq")
         .values_list("seq", flat=True)
     )
@@ -469,7 +469,7 @@ def test_message_pinned_while_being_summarised_is_not_compacted(session, fake_op
     engine.compaction_manual(session=session)
 
     pinned = Message.objects.get(session=session, seq=2)
-    assert (pinned.pinned, pinned.compacted_by) == (True, None)
+    assert (pinned.pinned, pinned.compacted_by_id) == (True, None)
     assert counters(session) == recount(session)
     new, reply = add_turn(session, "What did I pin?", tokens=10)
     recount(session)
@@ -797,6 +797,83 @@ def test_cooldown_after_a_soft_failure(session, fake_openai, clock):
     assert engine.compaction_blocked_until(session.pk, hard=False) is None
 
 
+def _summariser_bug(*args, **kwargs):
+    raise RuntimeError("summariser bug")
+
+
+def test_a_summariser_raising_any_error_is_a_failure_on_record_with_its_cooldown(
+    session, fake_openai, clock, monkeypatch
+):
+    """Not only the gateway's ModelUnavailable: whatever the summariser raises is a failed
+    attempt, with its event and the soft cool-down (issue 17, item 3)."""
+    _soft_ready(session)
+    t0 = clock.now
+    monkeypatch.setattr(passes.gateway, "complete", _summariser_bug)
+    failed = engine.compaction_soft(session_id=session.pk)
+    assert (failed.outcome, failed.reason) == ("failed", "summariser_error")
+    [event] = CompactionEvent.objects.filter(session=session)
+    assert (event.trigger, event.outcome, event.reason, event.error, event.summary) == (
+        "soft",
+        "failed",
+        "summariser_error",
+        "summariser bug",
+        None,
+    )
+    assert event.snapshot is not None  # the transcript it was given is kept, as on any failure
+    state = CompactionState.objects.get(session=session)
+    assert state.cooldown_until == t0 + timedelta(seconds=300)
+    assert (state.backoff_until, state.backoff_step) == (None, 0)
+    assert compacted_seqs(session) == []
+    assert not Summary.objects.filter(session=session).exists()
+
+
+def test_a_summariser_raising_any_error_arms_the_hard_backoff(
+    session, small_bot, fake_openai, clock, monkeypatch
+):
+    small_bot.compaction_fallback_extractive = False
+    small_bot.save()
+    reply = _hard_ready(session)
+    monkeypatch.setattr(passes.gateway, "complete", _summariser_bug)
+    context_build(session=session, reply=reply)
+    state = CompactionState.objects.get(session=session)
+    assert (state.backoff_until - clock.now, state.backoff_step) == (timedelta(seconds=30), 1)
+    assert list(
+        CompactionEvent.objects.filter(session=session).values_list("trigger", "outcome", "reason")
+    ) == [("hard", "failed", "summariser_error")]
+
+
+def test_a_crash_after_the_summariser_rolls_back_and_is_on_record(
+    session, fake_openai, clock, monkeypatch
+):
+    """A bug between the summariser's answer and the commit (here: the claim of the messages)
+    leaves nothing half-done, an ``internal_error`` event, and the cool-down."""
+    _soft_ready(session)
+    t0 = clock.now
+    fake_openai.script(Reply(text=GOOD))
+
+    def crash(**kwargs):
+        raise RuntimeError("crash inside the pass commit")
+
+    monkeypatch.setattr(passes.transitions, "messages_compact", crash)
+    failed = engine.compaction_soft(session_id=session.pk)
+    assert (failed.outcome, failed.reason) == ("failed", "internal_error")
+    [event] = CompactionEvent.objects.filter(session=session)
+    assert (event.trigger, event.outcome, event.reason, event.error, event.summary) == (
+        "soft",
+        "failed",
+        "internal_error",
+        "crash inside the pass commit",
+        None,
+    )
+    assert (event.tokens_before, event.tokens_after) == (1050, 1050)
+    assert not Summary.objects.filter(session=session).exists()
+    assert compacted_seqs(session) == []
+    assert counters(session) == recount(session)
+    assert CompactionState.objects.get(session=session).cooldown_until == t0 + timedelta(
+        seconds=300
+    )
+
+
 def test_manual_bypasses_the_cooldown_and_its_success_clears_it(
     session, fake_openai, clock, owner_client
 ):
@@ -903,7 +980,7 @@ def test_fallback_extractive_when_the_summariser_fails_under_hard_pressure(
         1,
         1,
     )
-    covered = Message.objects.filter(session=session, compacted_by=summary)
+    covered = Message.objects.filter(session=session, compacted_by_id=summary.pk)
     assert list(covered.values_list("seq", flat=True)) == list(range(1, summary.last_seq + 1))
     assert summary.source_tokens == sum(covered.values_list("token_count", flat=True))
     assert count_tokens(summary.text, model="builtin/extractive") < summary.source_tokens
@@ -1002,7 +1079,9 @@ def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_ope
         assert parent.superseded_at is not None
     assert compacted_seqs(session) == list(range(1, 11))
     assert set(
-        Message.objects.filter(session=session, seq__lte=10).values_list("compacted_by", flat=True)
+        Message.objects.filter(session=session, seq__lte=10).values_list(
+            "compacted_by_id", flat=True
+        )
     ) == {fused.pk}
     assert counters(session) == (600, 4) == recount(session)
     event = CompactionEvent.objects.get(session=session, trigger="fusion")
@@ -1039,22 +1118,33 @@ def test_fusion_is_atomic(session, fake_openai, monkeypatch):
         raise RuntimeError("crash inside the fusion commit")
 
     monkeypatch.setattr(engine.memory_services, "snapshot_mark_indexed", crash)
-    with pytest.raises(RuntimeError):
-        engine.compaction_soft(session_id=session.pk)
+    # The engine's envelope (issue 17, item 3): the crash rolls the fusion back and ends as a
+    # failed attempt on record with its cool-down, instead of escaping the engine unrecorded.
+    result = engine.compaction_soft(session_id=session.pk)
+    assert (result.outcome, result.reason) == ("failed", "internal_error")
 
     assert set(Summary.objects.filter(session=session).values_list("pk", "status", "level")) == {
         (a.pk, "active", 1),
         (b.pk, "active", 1),
     }
     assert set(
-        Message.objects.filter(session=session, seq__lte=4).values_list("compacted_by", flat=True)
+        Message.objects.filter(session=session, seq__lte=4).values_list(
+            "compacted_by_id", flat=True
+        )
     ) == {a.pk}
     assert set(
         Message.objects.filter(session=session, seq__gte=5, seq__lte=10).values_list(
-            "compacted_by", flat=True
+            "compacted_by_id", flat=True
         )
     ) == {b.pk}
-    assert not CompactionEvent.objects.filter(session=session, trigger="fusion").exists()
+    event = CompactionEvent.objects.get(session=session, trigger="fusion")
+    assert (event.outcome, event.reason, event.error, event.summary) == (
+        "failed",
+        "internal_error",
+        "crash inside the fusion commit",
+        None,
+    )
+    assert engine.compaction_blocked_until(session.pk, hard=False) is not None
 
 
 # --- 7. summaries reach the model as labelled system blocks -----------------------------------
@@ -1085,7 +1175,7 @@ def test_summaries_are_system_blocks_after_the_system_prompt(session, small_bot,
 
 
 def test_the_soft_task_sends_the_meter_after_it_compacted(session, fake_openai, monkeypatch):
-    from bots import realtime
+    from chat_platform import realtime
     from compaction.tasks import compact_soft as soft_task
 
     sent = []

@@ -5,7 +5,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from bots.models import Message
-from bots.services import session_context_recount
+from bots.transitions import session_context_recount
 from chat_platform.errors import ContextTooLarge
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline

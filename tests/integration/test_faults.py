@@ -22,7 +22,7 @@ from rest_framework.authtoken.models import Token
 
 from bots import watchdog
 from bots.models import Message
-from bots.services import session_message_send
+from bots.services.send import session_message_send
 from compaction.lock import lock_key, single_flight
 from compaction.models import CompactionEvent
 from tests.factories import BotFactory, SessionFactory, UserFactory

@@ -9,7 +9,8 @@ from django.db.models import Max
 
 from bots.management.commands.seed_demo import TIGHT_BOT
 from bots.models import Bot, Message
-from bots.services import session_create, session_message_send
+from bots.services.send import session_message_send
+from bots.services.session import session_create
 from compaction.models import CompactionEvent, Summary
 
 pytestmark = pytest.mark.django_db(transaction=True)

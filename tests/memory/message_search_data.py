@@ -163,7 +163,9 @@ def fuse(session: ChatSession, first_seq: int, last_seq: int) -> MemoryRecord:
         retention=1.0,
     )
     fused.parents.set(parents)
-    Message.objects.filter(compacted_by_id__in=[p.pk for p in parents]).update(compacted_by_id=fused.pk)
+    Message.objects.filter(compacted_by_id__in=[p.pk for p in parents]).update(
+        compacted_by_id=fused.pk
+    )
     snapshot = services.snapshot_write(
         session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
     )

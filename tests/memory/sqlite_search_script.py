@@ -4,8 +4,13 @@ migrates, writes records through the services and prints what the queries answer
 import json
 import os
 import sys
+from pathlib import Path
 
-import django
+# The code under test, not whatever checkout the venv's editable install points at: run as a
+# script, sys.path[0] is this directory, not the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import django  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 django.setup()

@@ -9,7 +9,7 @@ import pytest
 
 from bots import turn
 from bots.models import Message
-from bots.services import session_context_add, session_context_recount
+from bots.transitions import session_context_add, session_context_recount
 from chat_platform.llm.builtin import generate
 from chat_platform.llm.builtin.extractive import summarise
 from compaction.engine import compaction_manual

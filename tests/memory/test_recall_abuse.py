@@ -9,7 +9,7 @@ import pytest
 
 from bots import turn
 from bots.models import Message
-from bots.services import session_context_add
+from bots.transitions import session_context_add
 from memory import services
 from memory.models import MemoryRecord, RecallEvent
 from tests.factories import message_add

@@ -7,7 +7,7 @@ import pytest
 
 from bots import turn
 from bots.models import Message
-from bots.services import session_context_add, session_context_recount
+from bots.transitions import session_context_add, session_context_recount
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.pipeline import bot_budget
 from memory import services

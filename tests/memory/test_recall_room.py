@@ -13,7 +13,7 @@ import pytest
 
 from bots import turn
 from bots.models import Message
-from bots.services import session_context_add
+from bots.transitions import session_context_add
 from memory import services
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply

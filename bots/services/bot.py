@@ -1,0 +1,70 @@
+"""Bot CRUD: create, update, delete, with the settings checks of ``bots.bot_validation``."""
+
+from typing import Any
+
+import structlog
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from bots.bot_validation import check_bot_settings
+from bots.models import Bot
+from bots.queries import bot_get_for_edit
+from bots.services.checks import full_clean
+from chat_platform.errors import ValidationFailed
+
+log = structlog.get_logger(__name__)
+
+# A bot's settings, the one list, in the sections every form shows them in (the bot page, the
+# admin): the API, the page and the admin all take their fields from here.
+BOT_BASIC_FIELDS = (
+    "name",
+    "system_prompt",
+    "model",
+    "api_base",
+    "api_key_env",
+    "temperature",
+    "max_output_tokens",
+    "context_window",
+    "is_shared",
+)
+BOT_COMPACTION_FIELDS = (
+    "compaction_enabled",
+    "compaction_threshold",
+    "compaction_kept_percent",
+    "compaction_model",
+    "compaction_fallback_extractive",
+)
+BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled")
+BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
+
+
+def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
+    """The owner is the acting user: what they may set (api_base) depends on them."""
+    unknown = set(fields) - set(BOT_FIELDS)
+    if unknown:
+        raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
+    bot = Bot(owner=owner, **fields)
+    full_clean(bot, exclude=["owner"])
+    check_bot_settings(user=owner, bot=bot, previous_api_base=None, changed=set(fields))
+    bot.save()
+    log.info("bot_created", bot_id=bot.pk, owner_id=owner.pk, model=bot.model)
+    return bot
+
+
+def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
+    unknown = set(fields) - set(BOT_FIELDS)
+    if unknown:
+        raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
+    bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    previous_api_base = bot.api_base
+    changed = {name for name, value in fields.items() if getattr(bot, name) != value}
+    for name, value in fields.items():
+        setattr(bot, name, value)
+    full_clean(bot, exclude=["owner"])
+    check_bot_settings(user=user, bot=bot, previous_api_base=previous_api_base, changed=changed)
+    bot.save(update_fields=[*fields, "api_base_approved", "models_approved", "updated_at"])
+    return bot
+
+
+def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
+    bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    bot.delete()

@@ -1,0 +1,282 @@
+"""A user's message: write it and its pending reply, hand the turn over after commit; the
+``/compact`` command; pins and stop requests. Every message write goes through
+``bots.transitions``."""
+
+import re
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import IntegrityError, transaction
+
+from bots import dispatch, realtime, transitions
+from bots.models import ChatSession, Message
+from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
+from bots.services.session import do_session_title_default
+from chat_platform.errors import (
+    CompactionBusy,
+    ContextTooLarge,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    ValidationFailed,
+)
+from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from compaction.engine import RunResult, compaction_manual
+from compaction.pipeline import context_fixed_fits, context_measure, context_precheck
+from compaction.services import compaction_notice_text, context_notify
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class SendResult:
+    user_message: Message
+    assistant_message: Message | None
+    created: bool
+    # /compact: the notice answering the command and the compaction it ran.
+    notice: Message | None = None
+    compaction: Any = None
+    # Whether the reply's turn reached the task queue: None until the send commits (or when
+    # there is no turn to hand over), False when the broker was down (the watchdog hands it over
+    # once the broker answers again).
+    dispatched: bool | None = None
+
+    @property
+    def is_command(self) -> bool:
+        return self.user_message.kind == Message.Kind.COMMAND
+
+
+COMPACT_COMMAND = re.compile(r"^/compact(?:\s+(?P<focus>.*))?$", re.DOTALL)
+
+
+def check_message_content(*, content: object, client_id: object = None) -> tuple[str, str | None]:
+    if not isinstance(content, str):
+        raise ValidationFailed(details={"content": ["This field is required and must be text."]})
+    # Before measuring: a lone surrogate cannot even be encoded to count its bytes.
+    if not text_is_storable(content):
+        raise ValidationFailed(details={"content": [UNSTORABLE_MESSAGE]})
+    if len(content.encode("utf-8")) > settings.MESSAGE_MAX_BYTES:
+        raise PayloadTooLarge(details={"max_bytes": settings.MESSAGE_MAX_BYTES})
+    if not content.strip():
+        raise ValidationFailed(details={"content": ["This field may not be blank."]})
+    if client_id is not None and client_id != "":
+        if not isinstance(client_id, str) or len(client_id) > 100:
+            raise ValidationFailed(details={"client_id": ["Must be a string of ≤ 100 chars."]})
+        if not text_is_storable(client_id):
+            raise ValidationFailed(details={"client_id": [UNSTORABLE_MESSAGE]})
+        return content, client_id
+    return content, None
+
+
+def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None:
+    user_message = Message.objects.filter(session=session, client_id=client_id).first()
+    if user_message is None:
+        return None
+    reply = Message.objects.filter(reply_to=user_message).first()
+    if user_message.kind == Message.Kind.COMMAND:
+        return SendResult(
+            user_message=user_message, assistant_message=None, created=False, notice=reply
+        )
+    return SendResult(user_message=user_message, assistant_message=reply, created=False)
+
+
+def _exchange_open(
+    *, session: ChatSession, content: str, kind: str, client_id: str | None
+) -> Message | SendResult:
+    """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer
+    (``transitions.exchange_open``); a repeated client_id returns the first result instead."""
+    return transitions.exchange_open(
+        session=session,
+        content=content,
+        kind=kind,
+        client_id=client_id,
+        tokens=count_message_tokens(content, model=session.bot.model),
+        existing=partial(_existing_send, session=session, client_id=client_id or ""),
+    )
+
+
+def do_message_pair_create(
+    *, session: ChatSession, content: str, client_id: str | None
+) -> SendResult:
+    """Write the user message and its pending reply in one transaction (seqs n, n+1).
+
+    With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
+    recover and return the first result. Without one nothing can, and the savepoint's two round
+    trips are skipped."""
+    model = session.bot.model
+    with transaction.atomic(savepoint=bool(client_id)):
+        opened = _exchange_open(
+            session=session, content=content, kind=Message.Kind.CHAT, client_id=client_id
+        )
+        if isinstance(opened, SendResult):
+            return opened
+        user_message = opened
+        reply = transitions.reply_pending_create(user_message=user_message, model=model)
+    return SendResult(user_message=user_message, assistant_message=reply, created=True)
+
+
+def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
+    """Fail the reply at once, without a model call, if the new message can never fit.
+
+    The user message stays stored. Returns the failed reply, or None when the turn may run.
+    """
+    reply = result.assistant_message
+    assert reply is not None
+    # ``session`` carries the running totals the exchange's own statement returned. Whether the
+    # fixed part fits is told without the memory index; a refusal, rare, is measured whole for
+    # its record (log, ``last_admission``).
+    measure = context_measure(
+        session=session, new_message=result.user_message, before_seq=reply.seq, with_index=False
+    )
+    if context_fixed_fits(measure):
+        return None
+    measure = context_measure(
+        session=session, new_message=result.user_message, before_seq=reply.seq
+    )
+    try:
+        context_precheck(measure, path="send")
+    except ContextTooLarge as exc:
+        transitions.reply_refuse(message_id=reply.pk, code=exc.code, message=exc.message)
+        reply.refresh_from_db()
+        return reply
+    return None
+
+
+def session_message_send(
+    *, user: AbstractBaseUser, session_id: object, content: object, client_id: object = None
+) -> SendResult:
+    """Send a user message: write it and a pending reply, then run the turn after commit.
+
+    The same ``client_id`` twice returns the first result and writes nothing.
+    """
+    session = session_get_for_use(user=user, session_id=session_id)
+    text, cid = check_message_content(content=content, client_id=client_id)
+    command = COMPACT_COMMAND.match(text.strip())
+    if command:
+        return session_compact_command(
+            session=session, text=text, client_id=cid, focus=command["focus"] or ""
+        )
+    with transaction.atomic():
+        try:
+            result = do_message_pair_create(session=session, content=text, client_id=cid)
+        except IntegrityError:
+            # A concurrent request with the same client_id won the race.
+            existing = _existing_send(session=session, client_id=cid) if cid else None
+            if existing is None:
+                raise
+            result = existing
+        if result.created:
+            reply = result.assistant_message
+            assert reply is not None
+            if not session.title:
+                do_session_title_default(session=session, text=text)
+            rejected = _check_fits(session=session, result=result)
+            # After commit: the exchange's message.created frames, then the hand-over to a worker,
+            # which does not wait for those frames' round trips (a refusal's message.failed must
+            # follow them, so it does).
+            transaction.on_commit(
+                partial(
+                    realtime.notify_exchange_created,
+                    [result.user_message, reply],
+                    wait=rejected is not None,
+                )
+            )
+            if rejected is None:
+                transaction.on_commit(partial(_dispatch_turn, result))
+            else:
+                transaction.on_commit(partial(realtime.notify_message_failed, rejected))
+    if not result.created:
+        result = _redispatch_if_undelivered(result)
+    log.info(
+        "message_sent",
+        session_id=session.pk,
+        message_id=result.user_message.pk,
+        created=result.created,
+    )
+    return result
+
+
+def _dispatch_turn(result: SendResult) -> None:
+    """After commit: hand the pending reply (the outbox row) to the task queue."""
+    assert result.assistant_message is not None
+    result.dispatched = dispatch.turn_dispatch(result.assistant_message.pk)
+
+
+def _redispatch_if_undelivered(result: SendResult) -> SendResult:
+    """A repeated client_id whose reply never reached the queue (the broker was down): try the
+    hand-over again now, so a client's retry is also the way to get the reply going."""
+    reply = result.assistant_message
+    if reply is None:
+        return result
+    reply.refresh_from_db()
+    if reply.status == Message.Status.PENDING and reply.dispatched_at is None:
+        result.dispatched = dispatch.turn_dispatch(reply.pk)
+        reply.refresh_from_db()
+    return result
+
+
+def session_compact_command(
+    *, session: ChatSession, text: str, client_id: str | None, focus: str
+) -> SendResult:
+    """``/compact [focus]`` typed in chat: no bot turn. Compact now, answer with a notice.
+
+    The command and its notice stay in the transcript; neither is ever sent to a model (only
+    chat/tool kinds are).
+    """
+    with transaction.atomic():
+        opened = _exchange_open(
+            session=session, content=text, kind=Message.Kind.COMMAND, client_id=client_id
+        )
+        if isinstance(opened, SendResult):
+            return opened
+        command = opened
+        transaction.on_commit(partial(realtime.notify_message_created, command))
+    try:
+        result = compaction_manual(session=session, focus=focus.strip())
+    except CompactionBusy:
+        result = RunResult("failed", "busy")
+    except ServiceUnavailable:
+        result = RunResult("failed", "service_unavailable")
+    except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless
+        log.exception("compact_command_crashed", session_id=session.pk)
+        result = RunResult("failed", "internal_error")
+    notice = transitions.notice_create(command=command, content=compaction_notice_text(result))
+    realtime.notify_message_created(notice)
+    if result.compacted:
+        context_notify(session_id=session.pk)
+    log.info("compact_command", session_id=session.pk, outcome=result.outcome, reason=result.reason)
+    return SendResult(
+        user_message=command, assistant_message=None, created=True, notice=notice, compaction=result
+    )
+
+
+def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:
+    message = message_get_for_user(user=user, message_id=message_id)
+    if message.pinned != pinned:
+        transitions.message_pinned_set(message_id=message.pk, pinned=pinned)
+        message.refresh_from_db()
+    return message
+
+
+def generation_stop(*, user: AbstractBaseUser, session_id: object) -> int:
+    """Ask the session's running replies to stop; the turn keeps the partial text."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    return transitions.replies_stop_request(session=session)
+
+
+def message_wait_finished(*, message_id: int, timeout: float) -> Message:
+    """Block until a reply leaves pending/streaming (or the timeout passes); return it. Woken by
+    the turn's finish (Redis pub/sub), not by polling the database."""
+    latest: list[Message] = []
+
+    def is_finished() -> bool:
+        latest[:] = [Message.objects.get(pk=message_id)]
+        return latest[0].is_finished
+
+    realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
+    # The last check read the row: on a wake-up it is the finished reply, no second read.
+    return latest[0] if latest else Message.objects.get(pk=message_id)

@@ -1,0 +1,369 @@
+"""The one module that changes a message's state (and the session counters that move with it).
+
+Every status, seq and stamp write of a message goes through here, like Zulip's ``do_*``
+functions are the only writers of their rows: the turn's claim and checkpoints, its finish,
+failure and interruption, seq allocation (a send's exchange, a recall exchange moving the reply
+after its results), the outbox stamp, the heartbeat, stop requests, pins and compaction coverage
+(``compacted_by_id``). Callers decide *when*; this module knows *how*: compare-and-set updates
+(a lost race returns None or 0, never overwrites), and on PostgreSQL the raw CTEs that do a
+write and its reads in one statement.
+
+Part of the chat core: it imports only the models and the platform, so compaction and memory may
+ask it too.
+"""
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import connection, transaction
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from bots.models import Bot, ChatSession, Message
+from chat_platform.dbwrite import (
+    instance_from_row,
+    raw_rows,
+    select_columns,
+    update_returning,
+    update_returning_sql,
+)
+from chat_platform.llm.tokens import count_message_tokens
+
+T = TypeVar("T")
+
+UNFINISHED = [Message.Status.PENDING, Message.Status.STREAMING]
+
+
+# --- seqs and the session's running totals ---------------------------------------------------
+
+
+def allocate_seqs(
+    *, session_id: int, count: int, context_tokens: int = 0, context_messages: int = 0
+) -> ChatSession:
+    """Reserve ``count`` consecutive seqs: ``last_seq - count + 1`` to ``last_seq`` of the row
+    returned (the UPDATE's row lock serialises concurrent senders). What the new messages add to
+    the context goes into the running totals in the same statement. Returns the session row as
+    it now stands, read back by that statement (no second query)."""
+    values: dict[str, Any] = {"last_seq": F("last_seq") + count, "updated_at": timezone.now()}
+    if context_tokens > 0:
+        values["context_tokens"] = F("context_tokens") + context_tokens
+        values["context_messages"] = F("context_messages") + context_messages
+    (row,) = update_returning(ChatSession.objects.filter(pk=session_id), **values)
+    return row
+
+
+def session_context_add(*, session_id: int, tokens: int, messages: int = 1) -> None:
+    """Add a message that now counts toward the context to the session's running totals."""
+    if tokens <= 0:
+        return
+    ChatSession.objects.filter(pk=session_id).update(
+        context_tokens=F("context_tokens") + tokens,
+        context_messages=F("context_messages") + messages,
+    )
+
+
+def session_context_recount(*, session_id: int) -> tuple[int, int]:
+    """Recompute the running totals from the messages (repair tool; tests check they agree)."""
+    totals = Message.objects.filter(Message.in_context_q(), session_id=session_id).aggregate(
+        tokens=Sum("token_count"), messages=Count("id")
+    )
+    tokens, messages = totals["tokens"] or 0, totals["messages"]
+    ChatSession.objects.filter(pk=session_id).update(
+        context_tokens=tokens, context_messages=messages
+    )
+    return tokens, messages
+
+
+def session_context_remove(*, session_id: int, tokens: int, messages: int) -> None:
+    """Take messages that left the context (compacted) out of the session's running totals."""
+    ChatSession.objects.filter(pk=session_id).update(
+        context_tokens=F("context_tokens") - tokens,
+        context_messages=F("context_messages") - messages,
+    )
+
+
+# --- a send: the user's message, its pending reply, a command's notice ------------------------
+
+
+def exchange_open(
+    *,
+    session: ChatSession,
+    content: str,
+    kind: str,
+    client_id: str | None,
+    tokens: int,
+    existing: Callable[[], T | None],
+) -> Message | T:
+    """In the caller's transaction: reserve seqs n and n+1 and write the user's message at n
+    (its answer takes n+1). A chat message joins the context: the session's running totals (on
+    ``session`` too, as the same statement returns them) count it. A repeated client_id returns
+    what ``existing()`` finds instead, and gives the two seqs back (seqs stay gap-free)."""
+    counted = tokens if kind == Message.Kind.CHAT else 0
+    row = allocate_seqs(session_id=session.pk, count=2, context_tokens=counted, context_messages=1)
+    if client_id:
+        found = existing()
+        if found is not None:
+            transaction.set_rollback(True)  # give the two seqs back: seqs stay gap-free
+            return found
+    session.last_seq = row.last_seq
+    session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
+    return Message.objects.create(
+        session=session,
+        seq=row.last_seq - 1,
+        role=Message.Role.USER,
+        kind=kind,
+        content=content,
+        status=Message.Status.COMPLETE,
+        token_count=tokens,
+        client_id=client_id or "",
+    )
+
+
+def reply_pending_create(*, user_message: Message, model: str) -> Message:
+    """The pending reply at the seq its user message reserved (the outbox row of the turn)."""
+    return Message.objects.create(
+        session=user_message.session,
+        seq=user_message.seq + 1,
+        role=Message.Role.ASSISTANT,
+        kind=Message.Kind.CHAT,
+        status=Message.Status.PENDING,
+        reply_to=user_message,
+        model=model,
+    )
+
+
+def notice_create(*, command: Message, content: str) -> Message:
+    """The notice answering a command, at the seq the command reserved."""
+    return Message.objects.create(
+        session=command.session,
+        seq=command.seq + 1,
+        role=Message.Role.SYSTEM,
+        kind=Message.Kind.NOTICE,
+        content=content,
+        status=Message.Status.COMPLETE,
+        reply_to=command,
+    )
+
+
+def reply_dispatched(*, message_id: int) -> None:
+    """The outbox stamp: the reply's turn reached the task queue."""
+    Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
+
+
+def reply_refuse(*, message_id: int, code: str, message: str) -> bool:
+    """``pending -> failed`` without a model call (the message can never fit)."""
+    return bool(
+        Message.objects.filter(pk=message_id, status=Message.Status.PENDING).update(
+            status=Message.Status.FAILED,
+            error_code=code,
+            error_message=message,
+            finish_reason="error",
+            updated_at=timezone.now(),
+        )
+    )
+
+
+# --- the turn: claim, heartbeat, checkpoint, finish, recall exchange, stop --------------------
+
+
+def message_finish(
+    *, message_id: int, from_status: str, counted: bool, **values: Any
+) -> Message | None:
+    """Move a message from ``from_status`` to where ``values`` say (a conditional update) and,
+    if that won and ``counted`` (its text now counts toward the context), add its tokens to the
+    session's running totals, atomically. Returns the fresh row, or None if the update lost.
+
+    On PostgreSQL both writes are one statement: one round trip and one commit, the last write
+    of a turn before its ``message.completed`` frame. Elsewhere (SQLite, embedded mode) they are
+    the same two writes in one transaction."""
+    queryset = Message.objects.filter(pk=message_id, status=from_status)
+    if counted and connection.vendor == "postgresql":
+        compiled = update_returning_sql(queryset, **values)
+        if compiled is None:
+            return None
+        sql, params = compiled
+        quote = connection.ops.quote_name
+        table = quote(ChatSession._meta.db_table)
+        tokens, messages = quote("context_tokens"), quote("context_messages")
+        # Identifiers from the models, values in ``params``: nothing here comes from a user.
+        rows = raw_rows(
+            queryset,
+            f"WITH finished AS ({sql}), counted AS ("  # noqa: S608
+            f"UPDATE {table} SET {tokens} = {table}.{tokens} + finished.{quote('token_count')}, "
+            f"{messages} = {table}.{messages} + 1 FROM finished "
+            f"WHERE {table}.{quote('id')} = finished.{quote('session_id')} "
+            f"AND finished.{quote('token_count')} > 0"
+            ") SELECT * FROM finished",
+            params,
+        )
+    elif counted:
+        with transaction.atomic():
+            rows = update_returning(queryset, **values)
+            if rows:
+                session_context_add(session_id=rows[0].session_id, tokens=rows[0].token_count)
+    else:
+        rows = update_returning(queryset, **values)
+    return rows[0] if rows else None
+
+
+def reply_claim(*, message_id: int) -> Message | None:
+    """Claim a pending reply for its turn (``pending -> streaming``, heartbeat stamped) and
+    return it with its session, bot and user message loaded; None if it is not pending (already
+    claimed by a duplicate delivery, finished, or gone).
+
+    On PostgreSQL this is one statement, the turn's first: the conditional update and the reads
+    the turn needs, joined in a CTE. Elsewhere (SQLite) it is the update, then the read."""
+    now = timezone.now()
+    queryset = Message.objects.filter(pk=message_id, status=Message.Status.PENDING)
+    values = {"status": Message.Status.STREAMING, "updated_at": now, "heartbeat_at": now}
+    if connection.vendor != "postgresql":
+        if not queryset.update(**values):
+            return None
+        return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)
+    compiled = update_returning_sql(queryset, **values)
+    if compiled is None:
+        return None
+    sql, params = compiled
+    quote = connection.ops.quote_name
+    sessions, bots = ChatSession._meta.db_table, Bot._meta.db_table
+    # Identifiers from the models, values in ``params``: nothing here comes from a user.
+    sql = (
+        f"WITH claimed AS ({sql}) SELECT "  # noqa: S608
+        f"{select_columns(Message, 'claimed')}, {select_columns(ChatSession, 's')}, "
+        f"{select_columns(Bot, 'b')}, {select_columns(Message, 'r')} FROM claimed "
+        f"JOIN {quote(sessions)} s ON s.{quote('id')} = claimed.{quote('session_id')} "
+        f"JOIN {quote(bots)} b ON b.{quote('id')} = s.{quote('bot_id')} "
+        f"LEFT JOIN {quote(Message._meta.db_table)} r "
+        f"ON r.{quote('id')} = claimed.{quote('reply_to_id')}"
+    )
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    sizes = [len(model._meta.concrete_fields) for model in (Message, ChatSession, Bot)]
+    ends = [sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    reply = instance_from_row(Message, row[: ends[0]])
+    session = instance_from_row(ChatSession, row[ends[0] : ends[1]])
+    session.bot = instance_from_row(Bot, row[ends[1] : ends[2]])
+    reply.session = session
+    reply.reply_to = (
+        instance_from_row(Message, row[ends[2] :]) if reply.reply_to_id is not None else None
+    )
+    return reply
+
+
+def reply_checkpoint(*, message_id: int, content: str) -> None:
+    """Save a streaming reply's partial text: if the worker dies, the watchdog keeps it."""
+    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
+        content=content, updated_at=timezone.now()
+    )
+
+
+def replies_heartbeat(*, message_ids: list[int]) -> None:
+    """The running turns of this process are alive."""
+    Message.objects.filter(pk__in=message_ids, status=Message.Status.STREAMING).update(
+        heartbeat_at=timezone.now()
+    )
+
+
+def recall_exchange_store(
+    *, reply: Message, call: dict[str, Any], results: list[dict[str, Any]]
+) -> list[Message]:
+    """Store a recall exchange before its reply (caller's transaction): the request (``call``:
+    the assistant ``tool`` message's fields) takes the reply's seq, one ``tool`` message per
+    result follows, and the reply moves after them; the stored messages join the context."""
+    session = reply.session
+    count = len(results) + 1
+    first = allocate_seqs(session_id=session.pk, count=count).last_seq - count + 1
+    old_seq = reply.seq
+    Message.objects.filter(pk=reply.pk).update(seq=first + len(results))
+    stored = [
+        Message.objects.create(
+            session=session,
+            seq=old_seq,
+            role=Message.Role.ASSISTANT,
+            kind=Message.Kind.TOOL,
+            status=Message.Status.COMPLETE,
+            **call,
+        )
+    ]
+    for offset, result in enumerate(results):
+        stored.append(
+            Message.objects.create(
+                session=session,
+                seq=first + offset,
+                role=Message.Role.TOOL,
+                kind=Message.Kind.TOOL,
+                status=Message.Status.COMPLETE,
+                **result,
+            )
+        )
+    session_context_add(
+        session_id=session.pk,
+        tokens=sum(m.token_count for m in stored),
+        messages=len(stored),
+    )
+    return stored
+
+
+def reply_interrupt(*, message_id: int, still: Q, error_message: str) -> Message | None:
+    """Mark one unfinished reply interrupted if it still matches ``still`` (a racing turn that
+    finished meanwhile wins); its partial text joins the context like any finished text.
+    Returns the message as it was read (caller refreshes), or None if it did not change."""
+    with transaction.atomic():
+        message = Message.objects.filter(pk=message_id).first()
+        if message is None:
+            return None
+        tokens = (
+            count_message_tokens(message.content, model=message.model) if message.content else 0
+        )
+        claimed = (
+            Message.objects.filter(still, pk=message_id, status__in=UNFINISHED).update(
+                status=Message.Status.INTERRUPTED,
+                token_count=tokens,
+                error_code="interrupted",
+                error_message=error_message,
+                finish_reason="error",
+                updated_at=timezone.now(),
+            )
+            > 0
+        )
+        if not claimed:
+            return None
+        session_context_add(session_id=message.session_id, tokens=tokens)
+        return message
+
+
+def replies_stop_request(*, session: ChatSession) -> int:
+    """Ask the session's running replies to stop; the turn keeps the partial text."""
+    return Message.objects.filter(
+        session=session,
+        role=Message.Role.ASSISTANT,
+        status__in=UNFINISHED,
+    ).update(stop_requested=True)
+
+
+def message_pinned_set(*, message_id: int, pinned: bool) -> None:
+    Message.objects.filter(pk=message_id).update(pinned=pinned, updated_at=timezone.now())
+
+
+# --- compaction coverage ----------------------------------------------------------------------
+
+
+def messages_compact(*, message_ids: list[int], summary_id: int) -> int:
+    """Conditional claim of exactly these messages for a new summary: one pinned, compacted or
+    changed meanwhile is left alone (the caller compares the count and rolls back)."""
+    return Message.objects.filter(
+        pk__in=message_ids,
+        compacted_by_id__isnull=True,
+        status=Message.Status.COMPLETE,
+        pinned=False,
+    ).update(compacted_by_id=summary_id)
+
+
+def messages_compaction_move(*, from_summary_ids: list[int], to_summary_id: int) -> int:
+    """Fusion: the messages of the parents are now covered by the fused summary."""
+    return Message.objects.filter(compacted_by_id__in=from_summary_ids).update(
+        compacted_by_id=to_summary_id
+    )
