@@ -20,7 +20,7 @@ from django.test import override_settings
 
 from bots import turn
 from bots.models import Message
-from bots.services import session_context_add
+from bots.transitions import session_context_add
 from chat_platform.llm.tokens import count_tokens
 from compaction.engine import compaction_manual
 from compaction.models import Summary
@@ -455,7 +455,7 @@ def test_a_real_compaction_indexes_its_messages(chat_session):
     for i in range(5):
         data.said(chat_session, "assistant" if i % 2 else "user", f"{filler}Chat {i}.", when)
     message_add(chat_session, role="user", content="latest")
-    from bots.services import session_context_recount
+    from bots.transitions import session_context_recount
 
     session_context_recount(session_id=chat_session.pk)
     result = compaction_manual(session=chat_session, focus="")
