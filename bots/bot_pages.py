@@ -194,8 +194,11 @@ def _page_values(form: BotForm | None, bot: Bot) -> dict[str, Any]:
     return values
 
 
-def model_warning(model: str) -> str:
-    """A warning for a model litellm does not know (its window falls back to the cap)."""
+def model_warning(model: str, *, context_window: int = 0) -> str:
+    """A warning for a model litellm does not know (its window falls back to the cap) — none
+    once a context window is set, since the cap then does not apply."""
+    if context_window > 0:
+        return ""
     if not model or model.startswith(gateway.BUILTIN_PREFIX) or _model_max(model):
         return ""
     cap = settings.CONTEXT_ABSOLUTE_CAP_TOKENS
@@ -206,8 +209,12 @@ def model_warning(model: str) -> str:
     )
 
 
-def budget_note(budget: Budget | None, *, context_window: int, model_max: int | None) -> str:
-    """The line under the numbers; static/bots/bot_form.js writes the same sentences."""
+def budget_note(
+    budget: Budget | None, *, context_window: int, model_max: int | None, threshold: int = 0
+) -> str:
+    """The line under the numbers; static/bots/bot_form.js writes the same sentences. A soft
+    threshold above the hard one is kept as entered and said to act as the hard one, never
+    changed silently."""
     if budget is None:
         return "Enter whole numbers (max output tokens at least 1, kept 1–99) to see them."
     if budget.budget == 0:
@@ -218,7 +225,14 @@ def budget_note(budget: Budget | None, *, context_window: int, model_max: int | 
         source = "W is the model's window according to litellm."
     else:
         source = "W is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known."
-    return f"{source} B = min(W − max output tokens, cap)."
+    note = f"{source} B = min(W − max output tokens, cap)."
+    if threshold > budget.hard:
+        note += (
+            f" The soft threshold ({threshold:,}) is above the hard one ({budget.hard:,}): "
+            f"compaction will run before replying at {budget.hard:,} tokens, never in the "
+            "background. Lower it to compact in the background first."
+        )
+    return note
 
 
 def _form_context(
@@ -242,9 +256,15 @@ def _form_context(
         "budget_display": {
             name: f"{getattr(budget, name):,}" if budget else "—" for name in display_names
         },
-        "budget_note": budget_note(budget, context_window=context_window, model_max=model_max),
+        "budget_note": budget_note(
+            budget,
+            context_window=context_window,
+            model_max=model_max,
+            threshold=_as_int(values.get("compaction_threshold"), 0),
+        ),
         "model_max": model_max,
-        "model_warning": model_warning(model),
+        "model_warning": model_warning(model, context_window=context_window),
+        "model_warning_text": model_warning(model),
         "cap": settings.CONTEXT_ABSOLUTE_CAP_TOKENS,
         "model_suggestions": MODEL_SUGGESTIONS,
         "compaction_model_suggestions": COMPACTION_MODEL_SUGGESTIONS,

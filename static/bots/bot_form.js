@@ -34,14 +34,22 @@ export function budgetCompute({ contextWindow, modelMax, maxOutput, threshold, k
 }
 
 // The same sentences as bots/bot_pages.py: budget_note.
-function budgetNote(result, contextWindow, modelMax) {
+function budgetNote(result, contextWindow, modelMax, threshold) {
   if (!result) return "Enter whole numbers (max output tokens at least 1, kept 1–99) to see them.";
   if (result.budget === 0) return "No budget: max output tokens must be smaller than the window.";
   let source;
   if (contextWindow > 0) source = "W is the context window set above.";
   else if (modelMax) source = "W is the model's window according to litellm.";
   else source = "W is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known.";
-  return `${source} B = min(W − max output tokens, cap).`;
+  let note = `${source} B = min(W − max output tokens, cap).`;
+  if (threshold > result.hard) {
+    const t = NUMBER_FORMAT.format(threshold);
+    const h = NUMBER_FORMAT.format(result.hard);
+    note +=
+      ` The soft threshold (${t}) is above the hard one (${h}): compaction will run before ` +
+      `replying at ${h} tokens, never in the background. Lower it to compact in the background first.`;
+  }
+  return note;
 }
 
 const NUMBER_FORMAT = new Intl.NumberFormat("en-US");
@@ -65,7 +73,15 @@ function render() {
     output.textContent = result ? NUMBER_FORMAT.format(result[name]) : "—";
   }
   const note = document.getElementById("budget-note");
-  if (note) note.textContent = budgetNote(result, contextWindow, modelMax);
+  if (note) note.textContent = budgetNote(result, contextWindow, modelMax, threshold);
+  // The unknown-model warning is about the cap, which a set context window replaces.
+  const warning = document.getElementById("model-warning");
+  if (warning) {
+    const text = warning.dataset.text || "";
+    const show = Boolean(text) && !(contextWindow > 0);
+    warning.textContent = show ? text : "";
+    warning.hidden = !show;
+  }
 }
 
 // The model's window comes from litellm's local map on the server (no network): ask again when
@@ -86,10 +102,7 @@ function modelChanged() {
       if (modelAsked !== model) return;
       form.dataset.modelMax = info.max_input_tokens ? String(info.max_input_tokens) : "";
       const warning = document.getElementById("model-warning");
-      if (warning) {
-        warning.textContent = info.warning || "";
-        warning.hidden = !info.warning;
-      }
+      if (warning) warning.dataset.text = info.warning || "";
       render();
     } catch {
       // Offline or server gone: keep the last answer; saving still validates on the server.

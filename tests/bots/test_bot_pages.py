@@ -317,7 +317,9 @@ def test_a_model_litellm_does_not_know_gets_a_warning(owner_web, owner):
     # staff: a bare model string names no provider, which only staff may approve
     owner.is_staff = True
     owner.save(update_fields=["is_staff"])
-    response = owner_web.post("/bots/new/", post_data(model="not a model at all"))
+    response = owner_web.post(
+        "/bots/new/", post_data(model="not a model at all", context_window="0")
+    )
     assert response.status_code == 302  # any litellm model string is accepted (CONTRACT §4)...
 
     page = owner_web.get(response["Location"])
@@ -334,6 +336,45 @@ def test_a_model_litellm_does_not_know_gets_a_warning(owner_web, owner):
     assert unknown["warning"].startswith('litellm does not know the model "not a model at all"')
     builtin = owner_web.get("/bots/model-info/", {"model": "builtin/recall"}).json()
     assert builtin["warning"] == ""
+
+
+def test_a_set_context_window_silences_the_cap_warning(owner_web, owner):
+    """Issue 18, defect 4: the warning said the window falls back to the cap "unless you set
+    Context window" and stayed after it was set. The page keeps the text for the live form
+    (data-text: clearing the window brings it back) but does not show it."""
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+    response = owner_web.post(
+        "/bots/new/", post_data(model="not a model at all", context_window="8000")
+    )
+    page = owner_web.get(response["Location"])
+    html = page.content.decode()
+    assert page.context["model_warning"] == ""
+    assert page.context["model_warning_text"].startswith(
+        'litellm does not know the model "not a model at all"'
+    )
+    assert 'id="model-warning" role="status" data-text="litellm does not know' in html
+    assert 'data-text="litellm does not know the model &quot;not a model at all&quot;' in html
+    assert html.count("falls back to the cap") == 1  # in data-text only, not shown
+
+
+def test_a_soft_threshold_above_the_hard_one_is_kept_and_explained(owner_web):
+    """Issue 18, defect 4: 5000 on a 4096-window bot was saved silently as 2,880. It is kept as
+    entered, and the page says what it does."""
+    response = owner_web.post(
+        "/bots/new/",
+        post_data(context_window="4096", max_output_tokens="256", compaction_threshold="5000"),
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    bot = Bot.objects.get(name="Planner")
+    assert bot.compaction_threshold == 5000
+    page = owner_web.get(response["Location"])
+    assert page.context["budget"].hard == 2880
+    assert page.context["budget_note"] == (
+        "W is the context window set above. B = min(W − max output tokens, cap). The soft "
+        "threshold (5,000) is above the hard one (2,880): compaction will run before replying "
+        "at 2,880 tokens, never in the background. Lower it to compact in the background first."
+    )
 
 
 def test_model_info_needs_sign_in(client):

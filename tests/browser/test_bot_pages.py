@@ -188,10 +188,20 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     page.wait_for_selector("#check-result.is-ok")
     assert "builtin/recall answered in" in page.inner_text("#check-result")
 
-    # An unknown model is flagged while typing.
+    # An unknown model is flagged while typing (with no context window set, its window would
+    # fall back to the cap)...
+    window = page.input_value("#id_context_window")
+    page.fill("#id_context_window", "0")
     page.fill("#id_model", "not a model at all")
     page.wait_for_selector("#model-warning:not([hidden])")
     assert "falls back to the cap" in page.inner_text("#model-warning")
+    # ...but not once a context window is set (the cap no longer applies; issue 18, defect 4),
+    # and again when it is cleared.
+    page.fill("#id_context_window", "8000")
+    page.wait_for_selector("#model-warning", state="hidden")
+    page.fill("#id_context_window", "0")
+    page.wait_for_selector("#model-warning:not([hidden])")
+    page.fill("#id_context_window", window)
     page.fill("#id_model", "builtin/recall")
     page.wait_for_selector("#model-warning", state="hidden")
 
