@@ -58,5 +58,11 @@ def compaction_notice_text(result: RunResult) -> str:
         )
     if result.outcome in ("noop", "skipped"):
         return "Nothing to compact right now."
+    if result.reason == "not_shorter":
+        # Not a failure: what is left since the last compaction is too little to shorten.
+        return (
+            "Nothing worth compacting yet: a summary would not be shorter than the messages "
+            "since the last compaction. Nothing was changed."
+        )
     reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
     return f"Compaction failed: {reason}. Nothing was changed."

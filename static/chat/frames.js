@@ -113,6 +113,19 @@ function markFailed(messageId, error, stored) {
   if (!m) resync(false);
 }
 
+// The same plain words as compaction/services.py REASON_TEXT, for the header chip.
+var COMPACTION_REASONS = {
+  summariser_error: "the summariser did not answer",
+  empty: "the summary came back empty",
+  finish_reason: "the summary was cut off before it finished",
+  too_short: "the summary was too short to be useful",
+  tool_syntax: "the summary contained tool-call syntax",
+  conflict: "the messages changed while they were being summarised",
+  busy: "another compaction of this session did not finish in time",
+  internal_error: "an internal error stopped it",
+  service_unavailable: "Redis, which guards compaction, is not answering",
+};
+
 function compactionFinished(event) {
   var outcome = event.outcome || "";
   if (outcome === "compacted") {
@@ -124,8 +137,14 @@ function compactionFinished(event) {
     // Compaction flips `compacted` on older messages, which after_seq would not return.
     resync(true);
     loadMarkers(state.epoch);
+  } else if (event.reason === "not_shorter") {
+    // Not a failure: too little since the last compaction to shorten. Said once for /compact
+    // (its notice says it too); an automatic attempt that found nothing to gain shows nothing.
+    if (event.trigger === "manual") setCompaction("Nothing worth compacting yet", "done", 8000);
+    else setCompaction("", "");
   } else if (outcome === "failed" || outcome === "rejected") {
-    setCompaction("Compaction " + outcome + (event.reason ? ": " + event.reason : ""), "failed", 12000);
+    var why = COMPACTION_REASONS[event.reason] || event.reason || "";
+    setCompaction("Compaction did not happen" + (why ? ": " + why : ""), "failed", 12000);
   } else {
     setCompaction("", "");
   }

@@ -502,3 +502,19 @@ def test_the_meter_catches_up_after_a_manual_compaction(
     [update] = [f for f in sent if f["type"] == "context.updated"]
     assert update["context"]["parts"]["summaries"] == summary.token_count
     assert update["context"] == owner_client.get(f"/api/v1/sessions/{session.pk}/context/").json()
+
+
+def test_a_summary_no_shorter_is_nothing_worth_compacting_not_a_failure():
+    """Issue 18, defect 3: `/compact` two turns after a `/compact` answered "Compaction failed:
+    the summary was not shorter than the messages it would replace"; too little is left since
+    the last compaction, which is not a failure."""
+    from compaction.results import RunResult
+    from compaction.services import compaction_notice_text
+
+    assert compaction_notice_text(RunResult(outcome="rejected", reason="not_shorter")) == (
+        "Nothing worth compacting yet: a summary would not be shorter than the messages since "
+        "the last compaction. Nothing was changed."
+    )
+    assert compaction_notice_text(RunResult(outcome="rejected", reason="too_short")) == (
+        "Compaction failed: the summary was too short to be useful. Nothing was changed."
+    )
