@@ -23,6 +23,12 @@ triggers (an index row is never updated).
 
 from typing import Any
 
+from memory.terms import terms
+
+# What search indexes: what people said, not tool traffic, commands or notices.
+INDEXED_ROLES = ("user", "assistant")
+INDEX_BATCH = 500
+
 TABLE = "memory_memoryrecord"
 
 # Literal SQL (no interpolation): these are DDL, written once, read by humans.
@@ -194,3 +200,51 @@ def sqlite_fts_ensure(connection: Any) -> None:
         search_schema_install(connection)
     if MESSAGE_TABLE in tables and _migrated(connection, "0004_message_index"):
         message_search_install(connection)
+
+
+def messages_index_rows(
+    message_model: Any,
+    index_model: Any,
+    *,
+    session_id: int,
+    first_seq: int,
+    last_seq: int,
+    record_id: int,
+) -> int:
+    """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
+    each held by the record ``record_id``; how many were indexed. The models are passed in, so
+    ``memory.services.messages_index`` (the app's models) and migration 0004's backfill (the
+    historical ones) write the same rows. A message without a single search term (all stop
+    words) is not indexed: nothing could find it."""
+    done = index_model.objects.filter(
+        session_id=session_id, seq__gte=first_seq, seq__lte=last_seq
+    ).values("message_id")
+    rows = (
+        message_model.objects.filter(
+            session_id=session_id,
+            seq__gte=first_seq,
+            seq__lte=last_seq,
+            compacted_by_id__isnull=False,
+            role__in=INDEXED_ROLES,
+            kind="chat",
+        )
+        .exclude(content="")
+        .exclude(pk__in=done)
+        .values_list("pk", "seq", "content")
+    )
+    entries = []
+    for pk, seq, content in rows:
+        words = terms(content)
+        if words:
+            entries.append(
+                index_model(
+                    message_id=pk,
+                    session_id=session_id,
+                    seq=seq,
+                    record_id=record_id,
+                    terms=" ".join(words),
+                    length=len(words),
+                )
+            )
+    index_model.objects.bulk_create(entries, batch_size=INDEX_BATCH, ignore_conflicts=True)
+    return len(entries)

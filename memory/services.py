@@ -31,7 +31,7 @@ from memory import realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
-from memory.terms import terms
+from memory.search_schema import messages_index_rows
 
 # The other records a snapshot's description is measured against: the newest ones, each read
 # only as far as its first OTHERS_BODY_CHARS characters (one bounded query).
@@ -93,11 +93,6 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
     transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
 
 
-# What search indexes: what people said, not tool traffic, commands or notices.
-INDEXED_ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
-INDEX_BATCH = 500
-
-
 def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id: int) -> int:
     """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
     each held by the record ``record_id``; how many were indexed.
@@ -105,40 +100,15 @@ def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id:
     Called when a compaction succeeds (its snapshot joins the index), inside its transaction.
     A fusion's snapshot spans messages indexed by the passes before it, so they keep the
     snapshot that holds them verbatim (the fusion's holds summaries): a hit never names a
-    fusion copy when the source message matches. A message without a single search term (all
-    stop words) is not indexed: nothing could find it."""
-    done = MessageIndex.objects.filter(
-        session_id=session_id, seq__gte=first_seq, seq__lte=last_seq
-    ).values("message_id")
-    rows = (
-        Message.objects.filter(
-            session_id=session_id,
-            seq__gte=first_seq,
-            seq__lte=last_seq,
-            compacted_by_id__isnull=False,
-            role__in=INDEXED_ROLES,
-            kind=Message.Kind.CHAT,
-        )
-        .exclude(content="")
-        .exclude(pk__in=done)
-        .values_list("pk", "seq", "content")
+    fusion copy when the source message matches."""
+    return messages_index_rows(
+        Message,
+        MessageIndex,
+        session_id=session_id,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        record_id=record_id,
     )
-    entries = []
-    for pk, seq, content in rows:
-        words = terms(content)
-        if words:
-            entries.append(
-                MessageIndex(
-                    message_id=pk,
-                    session_id=session_id,
-                    seq=seq,
-                    record_id=record_id,
-                    terms=" ".join(words),
-                    length=len(words),
-                )
-            )
-    MessageIndex.objects.bulk_create(entries, batch_size=INDEX_BATCH, ignore_conflicts=True)
-    return len(entries)
 
 
 def snapshots_for(

@@ -8,8 +8,11 @@ import django.db.models.deletion
 from django.db import migrations, models
 from django.db.models import F
 
-from memory.search_schema import message_search_install, message_search_uninstall
-from memory.terms import terms
+from memory.search_schema import (
+    message_search_install,
+    message_search_uninstall,
+    messages_index_rows,
+)
 
 
 def install(apps, schema_editor):
@@ -24,37 +27,14 @@ def install(apps, schema_editor):
         .values_list("pk", "session_id", "first_seq", "last_seq")
     )
     for record_id, session_id, first_seq, last_seq in snapshots.iterator():
-        done = MessageIndex.objects.filter(
-            session_id=session_id, seq__gte=first_seq, seq__lte=last_seq
-        ).values("message_id")
-        rows = (
-            Message.objects.filter(
-                session_id=session_id,
-                seq__gte=first_seq,
-                seq__lte=last_seq,
-                compacted_by_id__isnull=False,
-                role__in=["user", "assistant"],
-                kind="chat",
-            )
-            .exclude(content="")
-            .exclude(pk__in=done)
-            .values_list("pk", "seq", "content")
+        messages_index_rows(
+            Message,
+            MessageIndex,
+            session_id=session_id,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            record_id=record_id,
         )
-        entries = []
-        for pk, seq, content in rows:
-            words = terms(content)
-            if words:
-                entries.append(
-                    MessageIndex(
-                        message_id=pk,
-                        session_id=session_id,
-                        seq=seq,
-                        record_id=record_id,
-                        terms=" ".join(words),
-                        length=len(words),
-                    )
-                )
-        MessageIndex.objects.bulk_create(entries, batch_size=500, ignore_conflicts=True)
 
 
 def uninstall(apps, schema_editor):
