@@ -137,8 +137,9 @@ def test_served_reports_the_providers_own_time_per_request(fake_openai):
         ("first", True),
         ("second", True),
     ]
-    # role chunk, two deltas, the finish chunk and [DONE]: four pauses of 0.1 s between them
-    assert 0.4 <= every["served"][1]["seconds"] < 1.0
+    # role chunk, two deltas, the finish chunk and [DONE]: four pauses of 0.1 s between them,
+    # so the time served covers at least those (no upper bound: a test asserts no timing)
+    assert every["served"][1]["seconds"] >= 0.4
     assert every["served"][0]["seconds"] < 0.2
     assert served(1)["served"] == every["served"][1:]
     assert served(2) == {"served": [], "count": 2}
