@@ -12,7 +12,8 @@ import threading
 import structlog
 from django.db import DatabaseError
 
-from bots.transitions import reply_dispatched
+from bots.models import Message
+from bots.transitions import reply_dispatched, reply_running_first
 from chat_platform.celery_app import app as celery_app
 from chat_platform.outage import BROKER_ERRORS
 
@@ -51,6 +52,17 @@ def turn_dispatch(message_id: int) -> bool:
         # nothing to claim.
         log.exception("turn_dispatch_stamp_failed", message_id=message_id)
     return True
+
+
+def turn_dispatch_next(session_id: int) -> bool:
+    """Hand the session's next queued reply to the queue, if the one before it has ended.
+    Replies of a session run one at a time, in seq order: a reply whose claim found an earlier
+    one unfinished waits for this call (made when that one ends, by its turn or the watchdog).
+    Returns whether a reply was handed over."""
+    first = reply_running_first(session_id=session_id)
+    if first is None or first[1] != Message.Status.PENDING:
+        return False
+    return turn_dispatch(first[0])
 
 
 def compact_soft_dispatch(session_id: int) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
@@ -32,6 +32,32 @@ from chat_platform.llm.tokens import count_message_tokens
 T = TypeVar("T")
 
 UNFINISHED = [Message.Status.PENDING, Message.Status.STREAMING]
+
+
+def earlier_reply_unfinished() -> Exists:
+    """An earlier reply of the same session is still pending or streaming (for a filter on
+    ``Message``): replies of one session run one at a time, in seq order (CONTRACT §15)."""
+    return Exists(
+        Message.objects.filter(
+            session_id=OuterRef("session_id"),
+            role=Message.Role.ASSISTANT,
+            status__in=UNFINISHED,
+            seq__lt=OuterRef("seq"),
+        )
+    )
+
+
+def reply_running_first(*, session_id: int) -> tuple[int, str] | None:
+    """The session's earliest unfinished reply ``(id, status)``: the one running, or the one to
+    run next; None when every reply has ended."""
+    return (
+        Message.objects.filter(
+            session_id=session_id, role=Message.Role.ASSISTANT, status__in=UNFINISHED
+        )
+        .order_by("seq")
+        .values_list("pk", "status")
+        .first()
+    )
 
 
 # --- seqs and the session's running totals ---------------------------------------------------
@@ -209,12 +235,17 @@ def message_finish(
 def reply_claim(*, message_id: int) -> Message | None:
     """Claim a pending reply for its turn (``pending -> streaming``, heartbeat stamped) and
     return it with its session, bot and user message loaded; None if it is not pending (already
-    claimed by a duplicate delivery, finished, or gone).
+    claimed by a duplicate delivery, finished, or gone) or if it is queued: an earlier reply of
+    its session is still pending or streaming (that one's end hands this one over,
+    ``bots.dispatch.turn_dispatch_next``). So a message sent while a reply streams is answered
+    after it, seeing it.
 
     On PostgreSQL this is one statement, the turn's first: the conditional update and the reads
     the turn needs, joined in a CTE. Elsewhere (SQLite) it is the update, then the read."""
     now = timezone.now()
-    queryset = Message.objects.filter(pk=message_id, status=Message.Status.PENDING)
+    queryset = Message.objects.filter(pk=message_id, status=Message.Status.PENDING).exclude(
+        earlier_reply_unfinished()
+    )
     values = {"status": Message.Status.STREAMING, "updated_at": now, "heartbeat_at": now}
     if connection.vendor != "postgresql":
         if not queryset.update(**values):
@@ -269,15 +300,30 @@ def replies_heartbeat(*, message_ids: list[int]) -> None:
 
 def recall_exchange_store(
     *, reply: Message, call: dict[str, Any], results: list[dict[str, Any]]
-) -> list[Message]:
+) -> tuple[list[Message], list[Message]]:
     """Store a recall exchange before its reply (caller's transaction): the request (``call``:
     the assistant ``tool`` message's fields) takes the reply's seq, one ``tool`` message per
-    result follows, and the reply moves after them; the stored messages join the context."""
+    result follows, and the reply moves after them; the stored messages join the context.
+
+    Messages sent while the reply ran (queued exchanges, after it by seq) move up by as many
+    seqs, so they stay after the reply they wait for: seqs stay gap-free and in the order the
+    model sees them. Returns the stored messages and the moved ones (re-read, for their frames).
+    """
     session = reply.session
     count = len(results) + 1
-    first = allocate_seqs(session_id=session.pk, count=count).last_seq - count + 1
+    # The session row stays locked until the caller commits: no send slips in meanwhile.
+    allocate_seqs(session_id=session.pk, count=count)
     old_seq = reply.seq
-    Message.objects.filter(pk=reply.pk).update(seq=first + len(results))
+    later = list(
+        Message.objects.filter(session_id=session.pk, seq__gt=old_seq)
+        .order_by("-seq")
+        .values_list("pk", flat=True)
+    )
+    # Highest first, one row at a time: each move lands on a seq already free, so the unique
+    # (session, seq) constraint holds after every statement.
+    for pk in later:
+        Message.objects.filter(pk=pk).update(seq=F("seq") + count)
+    Message.objects.filter(pk=reply.pk).update(seq=old_seq + count)
     stored = [
         Message.objects.create(
             session=session,
@@ -292,7 +338,7 @@ def recall_exchange_store(
         stored.append(
             Message.objects.create(
                 session=session,
-                seq=first + offset,
+                seq=old_seq + 1 + offset,
                 role=Message.Role.TOOL,
                 kind=Message.Kind.TOOL,
                 status=Message.Status.COMPLETE,
@@ -304,7 +350,8 @@ def recall_exchange_store(
         tokens=sum(m.token_count for m in stored),
         messages=len(stored),
     )
-    return stored
+    moved = list(Message.objects.filter(pk__in=later).order_by("seq")) if later else []
+    return stored, moved
 
 
 def reply_interrupt(*, message_id: int, still: Q, error_message: str) -> Message | None:
@@ -336,12 +383,13 @@ def reply_interrupt(*, message_id: int, still: Q, error_message: str) -> Message
 
 
 def replies_stop_request(*, session: ChatSession) -> int:
-    """Ask the session's running replies to stop; the turn keeps the partial text."""
-    return Message.objects.filter(
-        session=session,
-        role=Message.Role.ASSISTANT,
-        status__in=UNFINISHED,
-    ).update(stop_requested=True)
+    """Ask the session's running reply to stop (the earliest unfinished one: replies run one at
+    a time); the turn keeps the partial text. Replies queued behind it stay queued and run
+    next."""
+    first = reply_running_first(session_id=session.pk)
+    if first is None:
+        return 0
+    return Message.objects.filter(pk=first[0], status__in=UNFINISHED).update(stop_requested=True)
 
 
 def message_pinned_set(*, message_id: int, pinned: bool) -> None:

@@ -170,7 +170,8 @@ def turn_run(*, message_id: int) -> None:
     or ``failed``/``interrupted`` with a ``message.failed`` frame and a logged traceback."""
     reply = reply_claim(message_id=message_id)
     if reply is None:
-        # A duplicate delivery (or a reply already ended by a stop or the watchdog).
+        # Queued behind an earlier reply of its session (whose end hands this one over), a
+        # duplicate delivery, or a reply already ended by a stop or the watchdog.
         status = Message.objects.filter(pk=message_id).values_list("status", flat=True).first()
         log.info("turn_skipped", message_id=message_id, status=status)
         return
@@ -207,6 +208,15 @@ def turn_run(*, message_id: int) -> None:
         raise
     finally:
         liveness.watcher.unregister(handle)
+    _hand_over_next(reply.session_id)
+
+
+def _hand_over_next(session_id: int) -> None:
+    """The reply has ended: a reply queued behind it (a message sent meanwhile) runs now."""
+    try:
+        dispatch.turn_dispatch_next(session_id)
+    except Exception:  # the watchdog hands a queued reply over if this cannot
+        log.exception("turn_hand_over_failed", session_id=session_id)
 
 
 def _safe_fail(reply: Message, error: PlatformError, state: _TurnState) -> None:
@@ -320,8 +330,9 @@ def _recall_round(
         model=model,
     )
     with transaction.atomic():
-        # seqs: the request takes the reply's place, results follow, the reply moves last
-        stored = recall_exchange_store(
+        # seqs: the request takes the reply's place, results follow, then the reply, then what
+        # was sent meanwhile (queued behind this reply)
+        stored, moved = recall_exchange_store(
             reply=reply,
             call={
                 "content": call_content,
@@ -339,7 +350,8 @@ def _recall_round(
                 for result in results
             ],
         )
-        for message in stored:
+        for message in [*stored, *moved]:
+            # A moved message's frame carries its new seq: the page re-sorts it.
             transaction.on_commit(partial(realtime.notify_message_created, message))
     return stored
 

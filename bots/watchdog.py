@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from bots import dispatch, realtime
 from bots.models import Message
-from bots.transitions import UNFINISHED, reply_interrupt
+from bots.transitions import UNFINISHED, earlier_reply_unfinished, reply_interrupt
 
 log = structlog.get_logger(__name__)
 
@@ -82,6 +82,8 @@ def _interrupt(*, message_id: int, still: Q, error_message: str) -> bool:
         reason=error_message,
     )
     realtime.notify_message_failed(message)
+    # A reply queued behind this one (a message sent meanwhile) runs now.
+    transaction.on_commit(partial(dispatch.turn_dispatch_next, message.session_id))
     return True
 
 
@@ -106,8 +108,11 @@ def replies_redispatch(*, now=None) -> int:
     lost = Q(
         dispatched_at__lt=now - timedelta(seconds=settings.CHAT_REDISPATCH_AFTER_SECONDS),
     )
+    # A reply queued behind an unfinished one of its session is not lost: that one's end hands
+    # it over (and if that hand-over fails, its stamp ages into ``lost`` here).
     ids = list(
         Message.objects.filter(never | lost, status=Message.Status.PENDING)
+        .exclude(earlier_reply_unfinished())
         .order_by("pk")
         .values_list("pk", flat=True)
     )
@@ -132,7 +137,13 @@ def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
     age = settings.CHAT_ORPHAN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
     cutoff = timezone.now() - timedelta(seconds=age)
     old = Q(updated_at__lt=cutoff)
-    stuck = list(Message.objects.filter(old, status__in=UNFINISHED).values_list("pk", "status"))
+    # A reply queued behind a running one waits as long as that one runs (which ends visibly,
+    # by its turn or the watchdog, and then hands it over): it is not stuck.
+    stuck = list(
+        Message.objects.filter(old, status__in=UNFINISHED)
+        .exclude(earlier_reply_unfinished())
+        .values_list("pk", "status")
+    )
     swept = sum(
         _interrupt(
             message_id=pk,

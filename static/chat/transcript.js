@@ -181,7 +181,7 @@ export function renderMessage(node, m) {
   p.when.dateTime = m.created_at || "";
   if (m.created_at) p.when.title = new Date(m.created_at).toLocaleString();
 
-  var statusLabel = stopped ? "Stopped" : STATUS_LABELS[m.status] || "";
+  var statusLabel = stopped ? "Stopped" : isQueued(m) ? QUEUED_LABEL : STATUS_LABELS[m.status] || "";
   p.status.textContent = statusLabel;
   p.status.hidden = !statusLabel;
   p.status.className = "msg-status" + (stopped ? " msg-status-stopped" : "");
@@ -408,7 +408,32 @@ export function removeMessage(id) {
   messages.delete(id);
 }
 
+// Replies of a chat run one at a time: a message sent while a reply is written is answered after
+// it. Its pending reply says so until the one before it ends.
+const QUEUED_LABEL = "Queued — answers after the reply above";
+
+function isQueued(m) {
+  if (m.role !== "assistant" || m.status !== "pending" || typeof m.seq !== "number") return false;
+  var earlier = false;
+  messages.forEach(function (other) {
+    if (other.role === "assistant" && ACTIVE_STATUSES[other.status] && typeof other.seq === "number" && other.seq < m.seq) earlier = true;
+  });
+  return earlier;
+}
+
+// A queued reply's label changes when the reply before it ends.
+function refreshQueued() {
+  messages.forEach(function (m, id) {
+    var node = nodes.get(id);
+    if (!node || m.role !== "assistant" || m.status !== "pending") return;
+    var label = isQueued(m) ? QUEUED_LABEL : STATUS_LABELS.pending;
+    var status = node.querySelector(".msg-status");
+    if (status && status.textContent !== label) renderMessage(node, m);
+  });
+}
+
 export function afterMessagesChanged() {
+  refreshQueued();
   ui.transcriptEmpty.hidden = true;
   if (state.sessionId !== null && !ui.transcript.querySelector(".msg")) {
     ui.transcriptEmpty.textContent = "No messages yet. Say hello!";

@@ -65,7 +65,9 @@ def _stuck(session, *, minutes: int, content: str, status: str) -> Message:
     return message
 
 
-def test_sweep_marks_stuck_replies_interrupted_and_keeps_partial_text(chat_session):
+def test_sweep_marks_stuck_replies_interrupted_and_keeps_partial_text(
+    chat_session, django_capture_on_commit_callbacks
+):
     message_add(chat_session, role="user", content="tell me a story")
     old = _stuck(chat_session, minutes=11, content="Once upon a", status="streaming")
     never_started = _stuck(chat_session, minutes=30, content="", status="pending")
@@ -73,8 +75,11 @@ def test_sweep_marks_stuck_replies_interrupted_and_keeps_partial_text(chat_sessi
     session_context_recount(session_id=chat_session.pk)
 
     out = StringIO()
-    call_command("sweep_orphans", stdout=out)
-    assert out.getvalue().strip() == "2 message(s) marked interrupted"
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("sweep_orphans", stdout=out)
+    # ``never_started`` is queued behind ``old`` (replies run one at a time): the sweep ends
+    # ``old`` and hands ``never_started`` over, which gets its chance to run...
+    assert out.getvalue().strip() == "1 message(s) marked interrupted"
 
     old.refresh_from_db()
     never_started.refresh_from_db()
@@ -82,8 +87,14 @@ def test_sweep_marks_stuck_replies_interrupted_and_keeps_partial_text(chat_sessi
     assert (old.status, old.content) == ("interrupted", "Once upon a")
     assert old.error_code == "interrupted"
     assert old.token_count == count_message_tokens("Once upon a", model="builtin/recall")
-    assert (never_started.status, never_started.token_count) == ("interrupted", 0)
+    assert (never_started.status, never_started.dispatched_at is not None) == ("pending", True)
     assert recent.status == "streaming"
+    # ...and, never started by the next sweep (no worker here), it is ended visibly then.
+    out = StringIO()
+    call_command("sweep_orphans", stdout=out)
+    assert out.getvalue().strip() == "1 message(s) marked interrupted"
+    never_started.refresh_from_db()
+    assert (never_started.status, never_started.token_count) == ("interrupted", 0)
     # the partial text now counts toward the context, exactly as a recount says
     session = ChatSession.objects.get(pk=chat_session.pk)
     assert session.context_tokens == session_context_recount(session_id=chat_session.pk)[0]

@@ -117,5 +117,6 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         "UPDATE",  # last_admission, once the provider answered
         "WITH",  # finish + running totals
         *["SELECT", "SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
+        "SELECT",  # a reply queued behind this one, to hand over
     ]
     assert "memory_memoryrecord" in sqls[2] and '"content"' in sqls[3]

@@ -15,7 +15,7 @@ from bots.transitions import session_context_add, session_context_recount
 from chat_platform import realtime as transport
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline
-from tests.factories import message_add
+from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
 
 MODEL = "openai/fake-model"
@@ -61,7 +61,11 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
     and sees more than the totals counted. B must still answer, within budget."""
     session = fake_session
     message_add(session, role="user", content="first question")
-    earlier = message_add(session, role="assistant", content="", status="streaming", token_count=0)
+    # Two turns of one session no longer overlap (they queue: test_reply_queue.py), but rows can
+    # still join the context between the totals and the walk (an earlier reply ended by the
+    # watchdog keeps its partial text, a recall exchange, a compaction): the pipeline must not
+    # strand the reply then. ``earlier`` starts out of the context (ended, empty) and joins it.
+    earlier = message_add(session, role="assistant", content="", status="complete", token_count=0)
     session_context_recount(session_id=session.pk)
     _, reply = _turn(session, "second question")
     session.refresh_from_db()
@@ -385,7 +389,9 @@ def test_watchdog_hands_a_never_dispatched_reply_to_the_queue(
 ):
     _, never = _turn(fake_session, "sent while the broker was down")
     Message.objects.filter(pk=never.pk).update(created_at=timezone.now() - timedelta(seconds=6))
-    _, just_sent = _turn(fake_session, "sent a moment ago")  # its own dispatch is still due
+    # In another chat: one of this chat would be handed over when ``never`` ends (it is next).
+    elsewhere = SessionFactory(user=fake_session.user, bot=fake_session.bot)
+    _, just_sent = _turn(elsewhere, "sent a moment ago")  # its own dispatch is still due
     fake_openai.script(Reply(text="Here at last."))
 
     result = watchdog.turns_watchdog()
