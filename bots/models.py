@@ -228,6 +228,13 @@ class Message(models.Model):
                 condition=Q(status__in=["pending", "streaming"]),
                 name="message_unfinished",
             ),
+            # Replies of a session run one at a time: the claim and the hand-over ask for the
+            # session's earliest unfinished reply on every turn, without walking its history.
+            models.Index(
+                fields=["session", "seq"],
+                condition=Q(status__in=["pending", "streaming"]),
+                name="message_session_unfinished",
+            ),
         ]
 
     def __str__(self) -> str:
