@@ -115,12 +115,27 @@ class ChatSession(models.Model):
     context_messages = models.PositiveIntegerField(default=0)
     # The fields of the last context_admission decision, for the context report.
     last_admission = models.JSONField(null=True, blank=True)
+    # A branch (an edited message or a regenerated reply): a chat holding copies of
+    # ``branch_of``'s messages before ``branch_seq``, its own from there on. The versions of the
+    # message at ``branch_seq`` are ``branch_of``'s and those of its branches at that seq.
+    branch_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="branches"
+    )
+    branch_seq = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-updated_at", "-id"]
         indexes = [models.Index(fields=["user", "bot", "-updated_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(branch_of__isnull=True, branch_seq__isnull=True)
+                | Q(branch_of__isnull=False, branch_seq__gte=1)
+                | Q(branch_of__isnull=True, branch_seq__gte=1),
+                name="session_branch_seq_with_parent",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Session {self.pk}"

@@ -415,3 +415,66 @@ def messages_compaction_move(*, from_summary_ids: list[int], to_summary_id: int)
     return Message.objects.filter(compacted_by_id__in=from_summary_ids).update(
         compacted_by_id=to_summary_id
     )
+
+
+# --- branches: a chat that starts as a copy of another's first messages ------------------------
+
+
+def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int) -> int:
+    """Copy ``source_id``'s messages before ``before_seq`` into the empty chat ``target``, as
+    they are (seqs, text, counts, timestamps, pins), in one INSERT … SELECT: no message text
+    passes through Python, so a long history copies in one statement. A copy's ``reply_to``
+    points to the copied message; coverage (``compacted_by_id``) starts empty (the caller
+    carries over the summaries that cover only copied messages). The target's ``last_seq`` is
+    the last copied seq. Returns how many were copied."""
+    quote = connection.ops.quote_name
+    table = quote(Message._meta.db_table)
+    columns = [f.column for f in Message._meta.concrete_fields if not f.primary_key]
+    replaced = {
+        "session_id": "%s",
+        "client_id": "''",
+        "compacted_by_id": "NULL",
+        # One reply per message: the copy answers the copy, set below.
+        "reply_to_id": "NULL",
+    }
+    selected = ", ".join(replaced.get(c, quote(c)) for c in columns)
+    seq, session_col, pk, reply_to = (
+        quote("seq"),
+        quote("session_id"),
+        quote("id"),
+        quote("reply_to_id"),
+    )
+    with connection.cursor() as cursor:
+        # Identifiers from the model, values in params: nothing here comes from a user.
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) "  # noqa: S608
+            f"SELECT {selected} FROM {table} WHERE {session_col} = %s "
+            f"AND {seq} < %s ORDER BY {seq}",
+            [target.pk, source_id, before_seq],
+        )
+        copied = cursor.rowcount
+        # reply_to: the copy of the message the original answered (same seqs, in the target).
+        cursor.execute(
+            f"UPDATE {table} SET {reply_to} = ("  # noqa: S608
+            f"SELECT n.{pk} FROM {table} o JOIN {table} r ON r.{pk} = o.{reply_to} "
+            f"JOIN {table} n ON n.{seq} = r.{seq} AND n.{session_col} = %s "
+            f"WHERE o.{session_col} = %s AND o.{seq} = {table}.{seq}) "
+            f"WHERE {session_col} = %s",
+            [target.pk, source_id, target.pk],
+        )
+    last = before_seq - 1 if copied else 0
+    ChatSession.objects.filter(pk=target.pk).update(last_seq=last)
+    target.last_seq = last
+    return copied
+
+
+def messages_coverage_copy(
+    *, source_id: int, target_id: int, from_summary_id: int, to_summary_id: int
+) -> int:
+    """A carried-over summary covers, in the branch, the copies of what it covered."""
+    seqs = Message.objects.filter(session_id=source_id, compacted_by_id=from_summary_id).values(
+        "seq"
+    )
+    return Message.objects.filter(session_id=target_id, seq__in=seqs).update(
+        compacted_by_id=to_summary_id
+    )

@@ -66,3 +66,32 @@ def compaction_notice_text(result: RunResult) -> str:
         )
     reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
     return f"Compaction failed: {reason}. Nothing was changed."
+
+
+def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
+    """A branch carries over the active summaries that cover only messages before its branch
+    point (with the audit fields as they are), and they cover the copies of those messages. A
+    summary reaching the branch point or beyond is not carried: it speaks of messages the
+    branch does not have, so the branch sees those messages raw (compacted again as needed)."""
+    from bots.transitions import messages_coverage_copy
+    from compaction.models import Summary
+
+    carried = 0
+    kept = Summary.objects.filter(
+        session=source, status=Summary.Status.ACTIVE, last_seq__lt=before_seq
+    ).order_by("first_seq")
+    for summary in kept:
+        old_id = summary.pk
+        created_at = summary.created_at
+        summary.pk = None
+        summary.session = target
+        summary.save(force_insert=True)
+        Summary.objects.filter(pk=summary.pk).update(created_at=created_at)
+        messages_coverage_copy(
+            source_id=source.pk,
+            target_id=target.pk,
+            from_summary_id=old_id,
+            to_summary_id=summary.pk,
+        )
+        carried += 1
+    return carried

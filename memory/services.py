@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.db.models.functions import Substr
 from django.utils import timezone
 
@@ -403,3 +404,29 @@ def recall_event_write(
         event.save()
         transaction.on_commit(partial(realtime.notify_recall, event=event))
     return event
+
+
+def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
+    """A branch carries over the chat's own records: its notes (info records of the session),
+    and the snapshots of compactions that covered only messages before the branch point, with
+    their copied messages indexed for search. Bot- and user-wide records are shared anyway."""
+    records = MemoryRecord.objects.filter(session=source, scope=MemoryRecord.Scope.SESSION).filter(
+        Q(kind=MemoryRecord.Kind.INFO) | Q(kind=MemoryRecord.Kind.SNAPSHOT, last_seq__lt=before_seq)
+    )
+    copied = 0
+    for record in records.order_by("pk"):
+        stamps = (record.created_at, record.updated_at)
+        record.pk = None
+        record.session = target
+        record.save(force_insert=True)
+        MemoryRecord.objects.filter(pk=record.pk).update(created_at=stamps[0], updated_at=stamps[1])
+        if record.kind == MemoryRecord.Kind.SNAPSHOT and record.indexed:
+            assert record.first_seq is not None and record.last_seq is not None
+            messages_index(
+                session_id=target.pk,
+                first_seq=record.first_seq,
+                last_seq=record.last_seq,
+                record_id=record.pk,
+            )
+        copied += 1
+    return copied

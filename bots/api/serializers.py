@@ -45,12 +45,20 @@ class BotInputSerializer(serializers.ModelSerializer):
 class SessionOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ChatSession
-        fields = ["id", "bot", "title", "created_at"]
+        # A branch (an edited message or a regenerated reply) names the chat it branched from
+        # and the seq where it differs.
+        fields = ["id", "bot", "title", "created_at", "branch_of", "branch_seq"]
 
 
 class SessionInputSerializer(serializers.Serializer):
     bot = serializers.IntegerField(min_value=1)
     title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class BranchPointSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    versions = serializers.ListField(child=serializers.IntegerField())
+    current = serializers.IntegerField()
 
 
 class SessionRenameSerializer(serializers.Serializer):
@@ -111,6 +119,11 @@ class MessageInputSerializer(serializers.Serializer):
         max_length=100, required=False, allow_null=True, allow_blank=True
     )
     wait = serializers.BooleanField(required=False, default=False)
+
+
+class MessageEditSerializer(serializers.Serializer):
+    # Checked like any sent message (text only, NUL, size, blank) by the send service.
+    content = MessageContentField()
 
 
 class SendOutputSerializer(serializers.Serializer):

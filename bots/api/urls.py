@@ -17,6 +17,17 @@ urlpatterns = [
         views.SessionContextApi.as_view(),
         name="session-context",
     ),
+    path(
+        "sessions/<int:session_id>/branches/",
+        views.SessionBranchesApi.as_view(),
+        name="session-branches",
+    ),
+    path("messages/<int:message_id>/edit/", views.MessageEditApi.as_view(), name="message-edit"),
+    path(
+        "messages/<int:message_id>/regenerate/",
+        views.MessageRegenerateApi.as_view(),
+        name="message-regenerate",
+    ),
     path("messages/<int:message_id>/pin/", views.MessagePinApi.as_view(), name="message-pin"),
     path("messages/<int:message_id>/unpin/", views.MessageUnpinApi.as_view(), name="message-unpin"),
 ]

@@ -11,7 +11,9 @@ from bots import queries
 from bots.api.serializers import (
     BotInputSerializer,
     BotOutputSerializer,
+    BranchPointSerializer,
     ContextReportSerializer,
+    MessageEditSerializer,
     MessageInputSerializer,
     MessageOutputSerializer,
     SendOutputSerializer,
@@ -22,6 +24,7 @@ from bots.api.serializers import (
 from bots.command_check import check_send
 from bots.models import Message
 from bots.services import bot as bot_services
+from bots.services import branch as branch_services
 from bots.services import send as send_services
 from bots.services import session as session_services
 from chat_platform import errors
@@ -222,6 +225,47 @@ class MessagePinApi(APIView):
 
 class MessageUnpinApi(MessagePinApi):
     pinned = False
+
+
+def _branch_body(result: branch_services.BranchResult) -> dict:
+    reply = result.send.assistant_message
+    return {
+        "session": SessionOutputSerializer(result.session).data,
+        "user_message": MessageOutputSerializer(result.send.user_message).data,
+        "assistant_message": MessageOutputSerializer(reply).data if reply else None,
+    }
+
+
+class MessageEditApi(APIView):
+    """Edit a sent message: a new branch (201) with the new text and its pending reply."""
+
+    @extend_schema(request=MessageEditSerializer, responses={201: None, **api_errors(400, 404)})
+    def post(self, request: Request, message_id: int) -> Response:
+        queries.message_get_for_user(user=request.user, message_id=message_id)
+        data = _valid(MessageEditSerializer, request.data)
+        check_send(content=data["content"], client_id=None)
+        result = branch_services.message_edit(
+            user=request.user, message_id=message_id, content=data["content"]
+        )
+        return Response(_branch_body(result), status=status.HTTP_201_CREATED)
+
+
+class MessageRegenerateApi(APIView):
+    """Regenerate a reply: a new branch (201) with a new pending reply to the same message."""
+
+    @extend_schema(request=None, responses={201: None, **api_errors(400, 404)})
+    def post(self, request: Request, message_id: int) -> Response:
+        result = branch_services.reply_regenerate(user=request.user, message_id=message_id)
+        return Response(_branch_body(result), status=status.HTTP_201_CREATED)
+
+
+class SessionBranchesApi(APIView):
+    """Where this chat's messages have other versions, and which one it continues."""
+
+    @extend_schema(responses=BranchPointSerializer(many=True))
+    def get(self, request: Request, session_id: int) -> Response:
+        points = branch_services.session_branch_points(user=request.user, session_id=session_id)
+        return Response({"points": [point.as_dict() for point in points]})
 
 
 class SessionContextApi(APIView):

@@ -1,0 +1,171 @@
+"""Branches: edit a sent message or regenerate a reply without losing what was there.
+
+A branch is a chat of its own (``ChatSession.branch_of`` / ``branch_seq``) that starts as a copy
+of the original's messages before the branch point, with the summaries and snapshots that cover
+only those messages and the chat's notes; from the branch point on it has its own messages. So
+everything that follows a chat — the context, the running totals, compaction, memory, search —
+follows the branch being continued, through the one pipeline, and a summary of messages the
+branch does not have is never shown on it. The original stays as it was: the user flips between
+the versions of the message at the branch point (‹ 1/2 ›) and may continue any of them.
+
+The versions of the message at seq ``k`` of a chat are those of the chat where that message was
+first written (its *origin* at ``k``: the chat itself, or the ancestor it copied the message from)
+and of that origin's branches at ``k``; a new branch at ``k`` is made a branch of that origin, so
+all versions of one message are siblings.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+
+from bots import transitions
+from bots.models import ChatSession, Message
+from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
+from bots.services.send import (
+    COMPACT_COMMAND,
+    SendResult,
+    check_message_content,
+    reply_again_open,
+    session_message_send,
+)
+from chat_platform.errors import ValidationFailed
+from compaction.services import summaries_copy_prefix
+from memory.services import records_copy_prefix
+
+log = structlog.get_logger(__name__)
+
+STILL_WRITING = (
+    "A reply in this chat is still being written. Stop it or wait for it to finish, then "
+    "edit or regenerate."
+)
+
+
+@dataclass
+class BranchResult:
+    session: ChatSession
+    send: SendResult
+
+
+def _origin(session: ChatSession, seq: int) -> ChatSession:
+    """The chat whose branches hold the versions of the message at ``seq`` of ``session``: the
+    oldest chat on its line that has that seq as its own (not copied, not a branch point)."""
+    origin = session
+    while origin.branch_seq is not None and seq <= origin.branch_seq and origin.branch_of_id:
+        parent = ChatSession.objects.filter(pk=origin.branch_of_id).first()
+        if parent is None:  # the original was deleted: this chat is the oldest version left
+            break
+        origin = parent
+    return origin
+
+
+def _check_idle(session: ChatSession) -> None:
+    if transitions.reply_running_first(session_id=session.pk) is not None:
+        raise ValidationFailed(STILL_WRITING, details={"message": [STILL_WRITING]})
+
+
+def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
+    """A new chat holding ``session``'s messages before ``at_seq`` (and what covers only them),
+    made a branch of the origin of the message at ``at_seq``."""
+    origin = _origin(session, at_seq)
+    branch = ChatSession.objects.create(
+        user=session.user,
+        bot=session.bot,
+        title=session.title,
+        branch_of=origin,
+        branch_seq=at_seq,
+    )
+    transitions.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
+    summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
+    records_copy_prefix(source=session, target=branch, before_seq=at_seq)
+    tokens, messages = transitions.session_context_recount(session_id=branch.pk)
+    branch.context_tokens, branch.context_messages = tokens, messages
+    return branch
+
+
+def message_edit(*, user: AbstractBaseUser, message_id: object, content: object) -> BranchResult:
+    """Edit a sent message: a branch with the messages before it, then the new text sent there
+    (answered through the one pipeline). The original message and its reply stay, as the other
+    version."""
+    message = message_get_for_user(user=user, message_id=message_id)
+    if message.role != Message.Role.USER or message.kind != Message.Kind.CHAT:
+        raise ValidationFailed(details={"message": ["Only a message you sent can be edited."]})
+    text, _ = check_message_content(content=content)
+    if COMPACT_COMMAND.match(text.strip()):
+        raise ValidationFailed(
+            details={"content": ["An edit cannot be a command: send /compact as a new message."]}
+        )
+    session = session_get_for_use(user=user, session_id=message.session_id)
+    _check_idle(session)
+    with transaction.atomic():
+        branch = do_branch_create(session=session, at_seq=message.seq)
+    log.info("message_edited", session_id=session.pk, branch_id=branch.pk, seq=message.seq)
+    sent = session_message_send(user=user, session_id=branch.pk, content=text)
+    return BranchResult(session=branch, send=sent)
+
+
+def reply_regenerate(*, user: AbstractBaseUser, message_id: object) -> BranchResult:
+    """Regenerate a reply: a branch with everything up to the message it answered, and a new
+    pending reply there (the turn runs as for any message). The old reply stays as the other
+    version."""
+    reply = message_get_for_user(user=user, message_id=message_id)
+    if reply.role != Message.Role.ASSISTANT or reply.kind != Message.Kind.CHAT:
+        raise ValidationFailed(details={"message": ["Only a reply can be regenerated."]})
+    if reply.reply_to_id is None:
+        raise ValidationFailed(details={"message": ["This reply answers no message."]})
+    question = Message.objects.get(pk=reply.reply_to_id)
+    session = session_get_for_use(user=user, session_id=reply.session_id)
+    _check_idle(session)
+    with transaction.atomic():
+        branch = do_branch_create(session=session, at_seq=question.seq + 1)
+        copied = Message.objects.get(session=branch, seq=question.seq)
+        result = reply_again_open(session=branch, user_message=copied)
+    pending = result.assistant_message
+    assert pending is not None
+    log.info("reply_regenerated", session_id=session.pk, branch_id=branch.pk, seq=pending.seq)
+    return BranchResult(session=branch, send=result)
+
+
+@dataclass
+class BranchPoint:
+    seq: int
+    versions: list[int] = field(default_factory=list)  # chat ids, oldest first
+    current: int = 0  # index in ``versions`` of the version this chat continues
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "versions": self.versions, "current": self.current}
+
+
+def session_branch_points(*, user: AbstractBaseUser, session_id: object) -> list[BranchPoint]:
+    """Where this chat's messages have other versions: for each such seq, the chats holding
+    each version (oldest first) and which one this chat continues. Reads one chat row per
+    ancestor and one query per ancestor for its branches."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    points: dict[int, BranchPoint] = {}
+    current = session
+    limit: int | None = None  # seqs this far up the chain are what the chat copied
+    line = session.pk  # the version on this chat's line, at the level being read
+    while True:
+        branches = ChatSession.objects.filter(branch_of=current, user=session.user)
+        if limit is not None:
+            branches = branches.filter(branch_seq__lte=limit)
+        by_seq: dict[int, list[int]] = {}
+        for pk, seq in branches.order_by("created_at", "pk").values_list("pk", "branch_seq"):
+            by_seq.setdefault(seq, []).append(pk)
+        for seq, ids in by_seq.items():
+            if seq in points:
+                continue
+            versions = [current.pk, *ids]
+            chosen = line if line in versions else current.pk
+            points[seq] = BranchPoint(seq=seq, versions=versions, current=versions.index(chosen))
+        if current.branch_of_id is None or current.branch_seq is None:
+            break
+        parent = ChatSession.objects.filter(pk=current.branch_of_id, user=session.user).first()
+        if parent is None:
+            break
+        limit = current.branch_seq if limit is None else min(limit, current.branch_seq)
+        line = current.pk
+        current = parent
+    return [points[seq] for seq in sorted(points)]
