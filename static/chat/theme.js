@@ -29,7 +29,10 @@
 
   function label(button, theme) {
     if (!button) return;
-    button.textContent = "Theme: " + WORDS[theme];
+    var prefix = document.createElement("span");
+    prefix.className = "theme-prefix";
+    prefix.textContent = "Theme: ";
+    button.replaceChildren(prefix, WORDS[theme]); // the prefix gives way on narrow screens
     button.dataset.theme = theme;
     button.setAttribute(
       "aria-label",

@@ -211,21 +211,21 @@ def test_theme_toggle_is_remembered_and_applied_before_the_first_paint(server_ur
         page.wait_for_selector("#composer:enabled")
         toggle = page.locator("#theme-toggle")
         # System (the emulated OS says dark), then light, then dark, then system again.
-        assert toggle.inner_text() == "Theme: System"
+        assert toggle.text_content() == "Theme: System"
         assert body_background(page) == DARK_BG
         toggle.click()
-        assert toggle.inner_text() == "Theme: Light"
+        assert toggle.text_content() == "Theme: Light"
         assert page.evaluate("document.documentElement.dataset.theme") == "light"
         assert body_background(page) == LIGHT_BG
         assert page.evaluate("localStorage.getItem('chat-theme')") == "light"
         toggle.click()
-        assert toggle.inner_text() == "Theme: Dark"
+        assert toggle.text_content() == "Theme: Dark"
         assert body_background(page) == DARK_BG
 
         page.reload()
         page.wait_for_selector("#composer:enabled")
         assert page.evaluate("window.__themeAtBody") == "dark"
-        assert page.locator("#theme-toggle").inner_text() == "Theme: Dark"
+        assert page.locator("#theme-toggle").text_content() == "Theme: Dark"
         shot(page, "theme-dark-1280")
         page.set_viewport_size({"width": 390, "height": 844})
         shot(page, "theme-dark-390")
@@ -234,14 +234,14 @@ def test_theme_toggle_is_remembered_and_applied_before_the_first_paint(server_ur
         # The d key (focus outside a text box) cycles on to system.
         page.locator("#theme-toggle").focus()
         page.keyboard.press("d")
-        assert page.locator("#theme-toggle").inner_text() == "Theme: System"
+        assert page.locator("#theme-toggle").text_content() == "Theme: System"
         assert page.evaluate("localStorage.getItem('chat-theme')") is None
         assert page.evaluate("document.documentElement.hasAttribute('data-theme')") is False
         # Typed into the composer, d is a letter.
         page.focus("#composer")
         page.keyboard.press("d")
         assert page.input_value("#composer") == "d"
-        assert page.locator("#theme-toggle").inner_text() == "Theme: System"
+        assert page.locator("#theme-toggle").text_content() == "Theme: System"
 
         # ? lists the shortcuts; Escape closes the list.
         page.fill("#composer", "")
