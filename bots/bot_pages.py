@@ -79,8 +79,8 @@ class BotForm(forms.ModelForm):
             "context_window": "Context window (tokens)",
             "is_shared": "Shared with every signed-in user",
             "compaction_enabled": "Compact long conversations",
-            "compaction_threshold": "Soft threshold (tokens)",
-            "compaction_kept_percent": "Kept after compaction (% of budget)",
+            "compaction_threshold": "Compact in the background at (tokens)",
+            "compaction_kept_percent": "Kept after compaction (% of what a call may send)",
             "compaction_model": "Compaction model",
             "compaction_fallback_extractive": "Fall back to builtin/extractive under pressure",
             "memory_index_size": "Memory index size (records)",
@@ -94,8 +94,8 @@ class BotForm(forms.ModelForm):
             ),
             "context_window": "0 = the model's own window (or the cap when litellm does not "
             "know the model).",
-            "compaction_threshold": "0 = automatic (50 % of the budget).",
-            "compaction_kept_percent": "1–99: where a soft compaction lands.",
+            "compaction_threshold": "0 = automatic (half of what a call may send).",
+            "compaction_kept_percent": "1–99: where background compaction lands.",
             "compaction_model": 'Empty = follow the chat model ("builtin/extractive" for '
             "built-in models).",
             "memory_index_size": "0–200; 0 turns the index and recall off.",
@@ -212,25 +212,31 @@ def model_warning(model: str, *, context_window: int = 0) -> str:
 def budget_note(
     budget: Budget | None, *, context_window: int, model_max: int | None, threshold: int = 0
 ) -> str:
-    """The line under the numbers; static/bots/bot_form.js writes the same sentences. A soft
-    threshold above the hard one is kept as entered and said to act as the hard one, never
-    changed silently."""
+    """The line under the numbers; static/bots/bot_form.js writes the same sentences, in words a
+    person reads (no W, B, S, H). A soft threshold above the hard one is kept as entered and
+    said to act as the hard one, never changed silently."""
     if budget is None:
         return "Enter whole numbers (max output tokens at least 1, kept 1–99) to see them."
     if budget.budget == 0:
         return "No budget: max output tokens must be smaller than the window."
     if context_window > 0:
-        source = "W is the context window set above."
+        source = "The window is the one set above."
     elif model_max:
-        source = "W is the model's window according to litellm."
+        source = "The window is the model's, according to litellm."
     else:
-        source = "W is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known."
-    note = f"{source} B = min(W − max output tokens, cap)."
+        source = (
+            "The window is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known."
+        )
+    note = (
+        f"{source} A call sends at most the window minus the max output tokens "
+        "(never more than the cap)."
+    )
     if threshold > budget.hard:
         note += (
-            f" The soft threshold ({threshold:,}) is above the hard one ({budget.hard:,}): "
-            f"compaction will run before replying at {budget.hard:,} tokens, never in the "
-            "background. Lower it to compact in the background first."
+            f" Compacting in the background is set to start at {threshold:,}, above where it "
+            f"compacts before replying ({budget.hard:,}): it will compact before replying at "
+            f"{budget.hard:,} tokens, never in the background. Lower it to compact in the "
+            "background first."
         )
     return note
 

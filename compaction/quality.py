@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
+from chat_platform.stopwords import STOPWORDS
 from chat_platform.transcript import STAMP
 
 # --- reasoning --------------------------------------------------------------------------------
@@ -197,6 +199,11 @@ _TOOL_LINE = re.compile(
     rf"^[ \t]*\[\d+\][ \t]*(?:{STAMP}[ \t]+)?tool\b[^\n]*$", re.IGNORECASE | re.MULTILINE
 )
 _TOOL_USE = re.compile(r"\(used [a-z0-9_, ]+\)", re.IGNORECASE)
+# The recall tools' names: a transcript that mentions them talks about its own machinery.
+_TOOL_NAME = re.compile(
+    rf"(?<![A-Za-z0-9_])(?:{READ_TOOL}|{SEARCH_TOOL}|{SAVE_TOOL}|read_files)(?![A-Za-z0-9_])",
+    re.IGNORECASE,
+)
 _MESSAGE_REF = re.compile(
     r"\bmessages?[ \t]+\d+(?:[ \t]*(?:[-\u2013]|to|and)[ \t]*\d+)?", re.IGNORECASE
 )
@@ -403,10 +410,18 @@ def _trim_url(value: str) -> str:
     return value
 
 
+# A whole number of one or two digits with nothing around it ("1", "32": a count, a list item,
+# a seq) is no fact a reader could check a summary for; longer ones (4471, 2025), decimals,
+# money, percentages, times and identifiers are.
+_BARE_NUMBER = re.compile(r"\d{1,2}")
+
+
 def _keep_pattern_match(kind: str, value: str) -> bool:
     if kind == "compound":
         has_letter = re.search(r"[A-Za-z]", value) is not None
         return has_letter and ("_" in value or re.search(r"\d", value) is not None)
+    if kind == "number":
+        return _BARE_NUMBER.fullmatch(value) is None
     return True
 
 
@@ -501,15 +516,36 @@ def _is_stop(word: _Word) -> bool:
 
 
 def _names(text: str, masked: str) -> list[tuple[int, str]]:
-    """Capitalised words and multi-word names. A lone capitalised word that starts a sentence is
+    """Capitalised words and multi-word names. A run that starts a sentence loses its first word
+    when that word is an ordinary one (a stop word, or written in lower case elsewhere in the
+    text): "Maybe Alice" is "Alice". A lone capitalised word that starts a sentence is
     only a name when something says so: capitals inside it (NASA, OpenAI), a possessive, the
     same word capitalised mid-sentence elsewhere, or a following word that names take
     ("Alice said", "Paris is"); otherwise it is taken for an ordinary sentence-initial word."""
     words = _words(masked)
+    # Words this text also writes in lower case: ordinary words, whatever case a sentence's
+    # start gives them ("Honestly Bob was late … I honestly think so").
+    lower_here = {word.text.casefold() for word in words if not word.capitalised}
+
+    def ordinary_opener(index: int, first: int, last: int) -> bool:
+        word = words[index]
+        key = word.text.casefold().replace("\u2019", "'")
+        return (
+            index == first
+            and index < last
+            and word.sentence_start
+            and not word.marked
+            and (key in STOPWORDS or key in lower_here)
+        )
+
     candidates: list[tuple[int, int, bool]] = []  # (first, last, lone sentence-initial word)
     for first, last in _name_runs(masked, words):
         start = first
-        while start <= last and (_is_stop(words[start]) or not words[start].capitalised):
+        while start <= last and (
+            _is_stop(words[start])
+            or not words[start].capitalised
+            or ordinary_opener(start, first, last)
+        ):
             start += 1
         end = last
         while end >= start and not words[end].capitalised:
@@ -556,7 +592,7 @@ def extract_facts(text: str) -> list[str]:
     # Speaker labels ("user:", "[12] tool (read_records):") and list markers are not facts;
     # blank them out (same length, so positions stay valid).
     masked = text
-    for noise in (_TOOL_LINE, _TOOL_USE, _MESSAGE_REF, _SPEAKER_LABEL, _LIST_MARKER):
+    for noise in (_TOOL_LINE, _TOOL_USE, _TOOL_NAME, _MESSAGE_REF, _SPEAKER_LABEL, _LIST_MARKER):
         masked = noise.sub(lambda m: " " * len(m.group()), masked)
     taken = bytearray(len(masked))
     found: list[tuple[int, str]] = []

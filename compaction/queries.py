@@ -1,10 +1,15 @@
 """Reads of the compaction app, always through the session access chokepoint."""
 
+from typing import Any
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 
-from bots.queries import session_get_for_user
+from bots.models import Message
+from bots.queries import message_get_for_user, session_get_for_user
+from chat_platform.errors import ValidationFailed
 from compaction.models import CompactionEvent, Summary
+from compaction.pipeline import context_fixed_fits, context_measure
 
 
 def summary_list_for_user(*, user: AbstractBaseUser, session_id: object) -> QuerySet[Summary]:
@@ -23,3 +28,32 @@ def event_list_for_user(
     if session_id not in (None, ""):
         events = events.filter(session=session_get_for_user(user=user, session_id=session_id))
     return events.select_related("snapshot").order_by("-created_at", "-id")
+
+
+def message_fit_for_user(*, user: AbstractBaseUser, message_id: object) -> dict[str, Any]:
+    """Would this user message fit if it were sent again now? The part that is sent whatever
+    happens (system prompt, the message, pins, active summaries: CONTRACT §7) against the budget
+    B, read from stored token counts only, as the send path decides ``context_too_large``.
+
+    What a failed reply offers instead of a plain Retry (issue 18, defect 8) reads this: how
+    many tokens over, and, after ``/compact``, whether a retry can now succeed. Someone else's
+    message is ``not_found``; anything but a chat message of the user's is ``validation_error``.
+    """
+    message = message_get_for_user(user=user, message_id=message_id)
+    if message.role != Message.Role.USER or message.kind != Message.Kind.CHAT:
+        raise ValidationFailed(
+            details={"message": ["Only a chat message you wrote can be checked."]}
+        )
+    session = message.session
+    measure = context_measure(
+        session=session, new_message=message, before_seq=session.last_seq + 1, with_index=False
+    )
+    budget = measure.budget.budget
+    required = measure.fixed_tokens
+    return {
+        "message": message.pk,
+        "budget_tokens": budget,
+        "required_tokens": required,
+        "over_tokens": max(0, required - budget),
+        "fits": context_fixed_fits(measure),
+    }

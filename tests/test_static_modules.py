@@ -15,7 +15,9 @@ CHAT = ROOT / "static" / "chat"
 SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.S)
 IMPORT = re.compile(r'^import \{([^}]*)\} from "\./([\w-]+\.js)";', re.M)
 EXPORT = re.compile(r"^export (?:function|const|let|class) ([\w$]+)", re.M)
-CLASSIC = {"markdown.js"}  # a classic script beside the vendored libraries it wires together
+# Classic scripts: markdown.js beside the vendored libraries it wires together; theme.js in
+# <head>, not deferred, so the remembered theme is applied before the first paint.
+CLASSIC = {"markdown.js", "theme.js"}
 
 
 @pytest.fixture
@@ -32,6 +34,7 @@ def test_chat_page_loads_the_client_as_one_module_and_no_inline_script(member):
     assert [inline for _attrs, inline in scripts if inline.strip()] == []
     chat = [s for s in scripts if "chat/" in s[0]]
     assert [attrs.strip() for attrs, _ in chat] == [
+        'src="/static/chat/theme.js"',
         'src="/static/chat/markdown.js" defer',
         'type="module" src="/static/chat/chat.js"',
     ]

@@ -13,5 +13,6 @@ urlpatterns = [
         views.SessionSummariesApi.as_view(),
         name="session-summaries",
     ),
+    path("messages/<int:message_id>/fit/", views.MessageFitApi.as_view(), name="message-fit"),
     path("compaction-events/", views.CompactionEventsApi.as_view(), name="compaction-events"),
 ]

@@ -63,3 +63,23 @@ class CompactionEventsApi(APIView):
             user=request.user, session_id=request.query_params.get("session")
         )
         return Response([event_payload(e) for e in events[:500]])
+
+
+MessageFitSerializer = inline_serializer(
+    "MessageFit",
+    {
+        "message": serializers.IntegerField(),
+        "budget_tokens": serializers.IntegerField(),
+        "required_tokens": serializers.IntegerField(),
+        "over_tokens": serializers.IntegerField(),
+        "fits": serializers.BooleanField(),
+    },
+)
+
+
+class MessageFitApi(APIView):
+    """Whether a user message would fit if sent again now, and by how much it does not."""
+
+    @extend_schema(responses={200: MessageFitSerializer, **api_errors(400, 404)})
+    def get(self, request: Request, message_id: int) -> Response:
+        return Response(queries.message_fit_for_user(user=request.user, message_id=message_id))

@@ -38,16 +38,16 @@ function budgetNote(result, contextWindow, modelMax, threshold) {
   if (!result) return "Enter whole numbers (max output tokens at least 1, kept 1–99) to see them.";
   if (result.budget === 0) return "No budget: max output tokens must be smaller than the window.";
   let source;
-  if (contextWindow > 0) source = "W is the context window set above.";
-  else if (modelMax) source = "W is the model's window according to litellm.";
-  else source = "W is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known.";
-  let note = `${source} B = min(W − max output tokens, cap).`;
+  if (contextWindow > 0) source = "The window is the one set above.";
+  else if (modelMax) source = "The window is the model's, according to litellm.";
+  else source = "The window is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known.";
+  let note = `${source} A call sends at most the window minus the max output tokens (never more than the cap).`;
   if (threshold > result.hard) {
     const t = NUMBER_FORMAT.format(threshold);
     const h = NUMBER_FORMAT.format(result.hard);
     note +=
-      ` The soft threshold (${t}) is above the hard one (${h}): compaction will run before ` +
-      `replying at ${h} tokens, never in the background. Lower it to compact in the background first.`;
+      ` Compacting in the background is set to start at ${t}, above where it compacts before replying (${h}): ` +
+      `it will compact before replying at ${h} tokens, never in the background. Lower it to compact in the background first.`;
   }
   return note;
 }

@@ -15,6 +15,9 @@
  *   gauge.js            the context gauge                   markers.js   compaction markers
  *   bots.js, sidebar.js the bot picker; chats, rename, drawer
  *   memory.js           the memory panel                    status.js    banner and chips
+ *   keyboard.js         focus, roving focus, shortcuts      copy.js      copy a message
+ *   toolong.js          a message too long: compact or shorten
+ * theme.js (a classic script in <head> of every page) applies the remembered colour theme.
  * markdown.js (a classic script, with the vendored libraries) renders replies.
  *
  * User-supplied text is only ever written with textContent, never innerHTML.
@@ -22,6 +25,7 @@
 import { api } from "./api.js";
 import { botsBind, loadBots } from "./bots.js";
 import { composerBind, updateComposer } from "./composer.js";
+import { keyboardBind } from "./keyboard.js";
 import { create as memoryPanelCreate } from "./memory.js";
 import { root } from "./page.js";
 import { sessionBind, sessionIdFromPath } from "./session.js";
@@ -39,6 +43,7 @@ if (root) {
   composerBind();
   sidebarBind();
   memorySet(memoryPanelCreate({ api: api }));
+  keyboardBind();
   updateComposer();
   loadBots(root.dataset.botId || null, root.dataset.sessionId || sessionIdFromPath());
 }

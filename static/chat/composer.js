@@ -53,7 +53,7 @@ function startSessionThenSend() {
     });
 }
 
-function requestStop() {
+export function requestStop() {
   if (!hasActiveReply() || state.stopRequested) return;
   if (sendFrame({ type: "generation.stop" })) {
     state.stopRequested = true;

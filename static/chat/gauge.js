@@ -12,8 +12,8 @@ import { state } from "./state.js";
 let contextTimer = null; // the REST fallback for a context.updated that may not come
 
 // The gauge is a stacked bar over the budget B: one segment per part of what the next model
-// call would send, with the soft/hard/target marks drawn on it and a legend with the numbers,
-// so nothing needs a hover to be read.
+// call would send, with the compaction marks drawn on it (CONTRACT's target, soft and hard, said
+// as a person would) and a legend with the numbers, so nothing needs a hover to be read.
 const GAUGE_PARTS = [
   ["system", "System prompt"],
   ["pinned", "Pinned"],
@@ -22,9 +22,9 @@ const GAUGE_PARTS = [
   ["history", "History"],
 ];
 const GAUGE_MARKS = [
-  ["target", "target", "compaction aims to get down to this"],
-  ["soft", "soft", "background compaction starts here"],
-  ["hard", "hard", "the next call waits for compaction here"],
+  ["target", "Compaction lands at", "compaction aims to get down to this"],
+  ["soft", "Compacts in the background at", "past this the bot compacts older messages after replying"],
+  ["hard", "Compacts before replying at", "past this the next reply waits until older messages are compacted"],
 ];
 
 function pct(n, of) {

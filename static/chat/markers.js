@@ -69,6 +69,12 @@ function renderMarkers() {
     });
 }
 
+// What the bot does with a summary, by its status (CONTRACT §8): only an active one is sent.
+const SUMMARY_HEADINGS = {
+  active: "Summary the bot now sees",
+  superseded: "Earlier summary, merged into a later one (the bot no longer sees it)",
+};
+
 function buildMarker(summary, event) {
   var before = event ? event.tokens_before : summary.source_tokens;
   var after = event ? event.tokens_after : summary.token_count;
@@ -118,7 +124,7 @@ function buildMarker(summary, event) {
   var text = el(
     "div",
     { class: "marker-summary" },
-    el("h3", { text: "Summary the bot now sees" }),
+    el("h3", { text: SUMMARY_HEADINGS[summary.status] || "Summary (" + summary.status + ")" }),
     el("p", { class: "marker-summary-text", text: summary.text || "" })
   );
   var missing = Array.isArray(summary.missing_facts) ? summary.missing_facts : [];

@@ -31,12 +31,14 @@ export function create(deps) {
     formTitle: byId("memory-form-title"),
     formError: byId("memory-form-error"),
     name: byId("memory-name"),
+    nameHint: byId("memory-name-hint"),
     description: byId("memory-description"),
     body: byId("memory-body"),
     scope: byId("memory-scope"),
     cancel: byId("memory-cancel"),
   };
   var st = { sessionId: null, query: "", current: null, editing: null, epoch: 0, stale: true };
+  var NAME_HINT = ui.nameHint.textContent;
 
   function base() {
     return "sessions/" + encodeURIComponent(st.sessionId) + "/records/";
@@ -186,6 +188,8 @@ export function create(deps) {
     ui.body.value = record ? record.body || "" : "";
     ui.scope.value = record ? record.scope : "session";
     ui.scope.disabled = !!record;
+    ui.nameHint.hidden = !!record;
+    updateNameHint();
     ui.list.hidden = true;
     ui.record.hidden = true;
     ui.add.hidden = true;
@@ -194,18 +198,34 @@ export function create(deps) {
     (record ? ui.description : ui.name).focus();
   }
 
+  // The saved name under the Name field, as it is typed (the API takes only the derived form).
+  function updateNameHint() {
+    if (st.editing) return;
+    var typed = ui.name.value.trim();
+    var name = recordNameFrom(typed);
+    ui.nameHint.replaceChildren();
+    if (!typed) {
+      ui.nameHint.append(NAME_HINT);
+    } else if (name) {
+      ui.nameHint.append("Saved as ", el("code", { class: "memory-name-derived", text: name }));
+    } else {
+      ui.nameHint.append("Use at least one letter a–z or digit: “" + typed + "” has none.");
+    }
+  }
+
+  // Says what was wrong, field by field, in the form's words (the API's details), never only
+  // "The request is not valid".
   function formErrors(err) {
     ui.formError.replaceChildren();
-    ui.formError.append(el("p", { text: err.message || "Could not save." }));
-    var details = err.details;
-    if (details && typeof details === "object") {
-      Object.keys(details).forEach(function (field) {
-        var texts = [].concat(details[field]).map(function (t) {
-          return typeof t === "string" ? t : JSON.stringify(t);
-        });
-        ui.formError.append(el("p", { text: field + ": " + texts.join(" ") }));
+    var details = err.details && typeof err.details === "object" ? err.details : null;
+    var fields = details ? Object.keys(details).filter((field) => field !== "max_bytes") : [];
+    ui.formError.append(el("p", { text: fields.length ? "Not saved:" : "Not saved: " + (err.message || "error") }));
+    fields.forEach(function (field) {
+      var texts = [].concat(details[field]).map(function (t) {
+        return typeof t === "string" ? t : JSON.stringify(t);
       });
-    }
+      ui.formError.append(el("p", { dataset: { field: field }, text: (FIELD_LABELS[field] || field) + ": " + texts.join(" ") }));
+    });
     ui.formError.hidden = false;
     ui.formError.focus();
   }
@@ -218,8 +238,15 @@ export function create(deps) {
     if (editing) {
       request = api("PATCH", base() + encodeURIComponent(editing) + "/", payload);
     } else {
-      payload.name = ui.name.value.trim();
+      var typed = ui.name.value.trim();
+      payload.name = recordNameFrom(typed);
       payload.scope = ui.scope.value;
+      if (!payload.name) {
+        formErrors({
+          details: { name: [typed ? "Use at least one letter a–z or digit: “" + typed + "” has none." : "Give the note a name."] },
+        });
+        return;
+      }
       request = api("POST", base(), payload);
     }
     request.then(
@@ -234,6 +261,7 @@ export function create(deps) {
     );
   });
 
+  ui.name.addEventListener("input", updateNameHint);
   ui.cancel.addEventListener("click", function () {
     if (st.editing && st.current) read(st.current.name);
     else {
@@ -311,4 +339,22 @@ export function create(deps) {
 // wrapped in **…** and are shown marked, never as stars.
 function excerptParts(excerpt) {
   return excerpt.split("**").map((part, i) => (i % 2 ? el("mark", { text: part }) : part)).filter((p) => p !== "");
+}
+
+const FIELD_LABELS = { name: "Name", description: "Description", body: "Text", scope: "Visible in", kind: "Kind" };
+
+// A record name (CONTRACT §10: [a-z0-9_-]{1,80}) from whatever the user typed, as the built-in
+// "remember" names its notes: "Dentist Appointment" -> "dentist_appointment", accents dropped
+// ("Café" -> "cafe"), every other run of characters one "_". "" when nothing is left. A name the
+// snapshots own ("snapshot_…") becomes "note_snapshot_…".
+export function recordNameFrom(text) {
+  var name = String(text || "")
+    .normalize("NFKD")
+    .replace(/\p{M}+/gu, "")
+    .toLowerCase()
+    .replace(/[^a-z0-9_-]+/g, "_")
+    .replace(/_{2,}/g, "_")
+    .replace(/^[_-]+|[_-]+$/g, "");
+  if (name.indexOf("snapshot_") === 0) name = "note_" + name;
+  return name.slice(0, 80).replace(/[_-]+$/, "");
 }

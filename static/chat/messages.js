@@ -63,7 +63,7 @@ export function failureWords(code) {
       return {
         title: "This message is too long for the bot's context.",
         advice:
-          "Even after compaction it would not fit in the model's window. Shorten the message (or split it), unpin messages you no longer need, or send /compact — then Retry.",
+          "With what is always sent (system prompt, pinned messages, summaries) it does not fit. Shorten the message (or split it), unpin messages you no longer need, or compact: “Compact and retry” runs /compact and sends it again only if it then fits.",
       };
     case "model_unavailable":
       return {

@@ -47,6 +47,7 @@ export const ui = {
   transcriptEmpty: byId("transcript-empty"),
   composerForm: byId("composer-form"),
   composer: byId("composer"),
+  composerNote: byId("composer-note"),
   send: byId("send"),
   stop: byId("stop"),
 };

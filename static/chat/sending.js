@@ -35,7 +35,7 @@ export function sendingReset() {
 }
 
 // The user message a reply answers: the nearest user chat message before it.
-function questionOf(reply) {
+export function questionOf(reply) {
   var best = null;
   messages.forEach(function (m) {
     if (m.role !== "user" || m.kind !== "chat" || typeof m.seq !== "number") return;
@@ -159,6 +159,7 @@ export function confirmSocketSendsSoon() {
 }
 
 function sendOverHttp(clientId, wait) {
+  ui.composerNote.hidden = true;
   var pending = pendingSends.get(clientId);
   if (!pending) return;
   pending.transport = "http";

@@ -15,6 +15,7 @@ import { cancelRename, closeDrawer, dropSession, findSession, renderSessions } f
 import { connect, disconnect, socketIsOpen, socketLastFrameAt } from "./socket.js";
 import { memory, state } from "./state.js";
 import { setCompaction, setConnection, showError } from "./status.js";
+import { tooLongReset } from "./toolong.js";
 import {
   afterMessagesChanged,
   hasActiveReply,
@@ -108,6 +109,7 @@ export function closeSession() {
   disconnect();
   state.sessionId = null;
   transcriptReset();
+  tooLongReset();
   markersReset();
   cancelRename();
   sendingReset();

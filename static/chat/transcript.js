@@ -24,10 +24,12 @@ import {
   toolRequests,
 } from "./messages.js";
 import { ui } from "./page.js";
+import { copyMessage } from "./copy.js";
 import { discardSend, pendingSends, retryReply, retrySend } from "./sending.js";
 import { scheduleStaleCheck } from "./session.js";
 import { state } from "./state.js";
 import { showError } from "./status.js";
+import { compactAndRetry, editToShorten, showFit } from "./toolong.js";
 
 // The open chat's messages as this page holds them, and their elements. Cleared on a switch.
 export const messages = new Map(); // id -> message
@@ -255,6 +257,11 @@ function renderFailure(node, m) {
       )
     );
   }
+  if (err.code === "context_too_large" && m.role === "assistant") {
+    var fit = el("p", { class: "msg-error-fit", hidden: true });
+    box.append(fit);
+    showFit(m, fit);
+  }
   box.dataset.code = err.code || "";
   box.hidden = false;
 }
@@ -279,6 +286,18 @@ function renderActions(node, m, quiet) {
         discardSend(m._clientId);
       })
     );
+  } else if (!quiet && m.role === "assistant" && m.status === "failed" && failureOf(m).code === "context_too_large") {
+    // Retrying as it is would fail the same way: offer the fix.
+    var compact = actionButton("Compact and retry", "button-primary msg-compact-retry", function () {
+      compactAndRetry(m, compact);
+    });
+    compact.title = "Run /compact, then send the message again if it fits";
+    actions.append(
+      compact,
+      actionButton("Edit to shorten", "msg-edit-shorten", function () {
+        editToShorten(m);
+      })
+    );
   } else if (!quiet && m.role === "assistant" && (m.status === "failed" || m.status === "interrupted")) {
     var retry = actionButton("Retry", "button-primary msg-retry", function () {
       retryReply(m, retry);
@@ -295,6 +314,13 @@ function renderActions(node, m, quiet) {
       ? "Stop always keeping this message in the bot's context"
       : "Always keep this message in the bot's context";
     actions.append(pin);
+  }
+  if (m.content && m.status !== "sending" && !ACTIVE_STATUSES[m.status] && !isTool(m)) {
+    var copy = actionButton("Copy", "button-quiet msg-copy", function () {
+      copyMessage(m, copy);
+    });
+    copy.title = "Copy this message as markdown";
+    actions.append(copy);
   }
   actions.hidden = !actions.childElementCount;
 }

@@ -371,9 +371,11 @@ def test_a_soft_threshold_above_the_hard_one_is_kept_and_explained(owner_web):
     page = owner_web.get(response["Location"])
     assert page.context["budget"].hard == 2880
     assert page.context["budget_note"] == (
-        "W is the context window set above. B = min(W − max output tokens, cap). The soft "
-        "threshold (5,000) is above the hard one (2,880): compaction will run before replying "
-        "at 2,880 tokens, never in the background. Lower it to compact in the background first."
+        "The window is the one set above. A call sends at most the window minus the max output "
+        "tokens (never more than the cap). Compacting in the background is set to start at "
+        "5,000, above where it compacts before replying (2,880): it will compact before "
+        "replying at 2,880 tokens, never in the background. Lower it to compact in the "
+        "background first."
     )
 
 

@@ -142,6 +142,22 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
         "target-blocking": 4646,
     }
     assert page.inner_text("#budget-hard") == "11,616"
+    # Said as a person would (issue 18, defect 7): no W, B, S, H, T, Ts on the page.
+    assert page.locator("#budget dt").all_inner_texts() == [
+        "Context window",
+        "A call sends at most",
+        "Compacts in the background at",
+        "Compacts before replying at",
+        "Background compaction lands at",
+        "Compaction before a reply lands at",
+    ]
+    assert page.inner_text("#budget-note") == (
+        "The window is the one set above. A call sends at most the window minus the max output "
+        "tokens (never more than the cap)."
+    )
+    assert page.inner_text("label[for=id_compaction_threshold]") == (
+        "Compact in the background at (tokens)"
+    )
     page.fill("#id_compaction_threshold", "0")
     assert thresholds(page)["soft"] == 7744  # 0 = automatic: 50 % of B
     page.fill("#id_compaction_threshold", "3000")

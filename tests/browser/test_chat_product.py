@@ -89,9 +89,18 @@ def test_markdown_reply_renders_while_streaming_with_gauge_and_title(server_url,
         item = page.locator(f'#gauge-legend [data-part="{part}"]')
         assert item.is_visible(), part
         assert re.fullmatch(r"\D+\s+[\d,]+", item.inner_text().strip()), item.inner_text()
-    for mark in ("soft", "hard", "target"):
-        assert page.locator(f'#gauge-legend [data-mark="{mark}"]').is_visible(), mark
+    # The marks in a person's words (issue 18, defect 7), each with its exact number.
+    words = {
+        "target": "Compaction lands at",
+        "soft": "Compacts in the background at",
+        "hard": "Compacts before replying at",
+    }
+    for mark, label in words.items():
+        item = page.locator(f'#gauge-legend [data-mark="{mark}"]')
+        assert item.is_visible(), mark
+        assert re.fullmatch(re.escape(label) + r"\s+[\d,]+", item.inner_text().strip()), mark
         assert page.locator(f'#gauge-bar [data-mark="{mark}"]').count() == 1
+    assert not re.search(r"\b(soft|hard|target)\b", page.inner_text("#context-gauge"))
     before = gauge_pressure(page)
 
     send(page, "Plan a camping trip for Saturday\nwith two friends")

@@ -359,7 +359,7 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
             "trigger": "manual",
             "status": "active",
             "parents": [],
-            "retention": 0.6,
+            "retention": 0.5,  # 2024-05-01, Bob kept; "42" alone is no fact
             "missing_facts": ["4,500", "EUR"],
             "focus": "dates",
             "created_at": body["summary"]["created_at"],
