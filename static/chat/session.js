@@ -2,6 +2,7 @@
  * The open chat: opening and closing it, the address bar, and reading its messages over REST
  * (the full load and the resync that recovers whatever the socket dropped).
  */
+import { loadBranches } from "./branches.js";
 import { api, asList } from "./api.js";
 import { selectBot } from "./bots.js";
 import { updateComposer } from "./composer.js";
@@ -155,6 +156,7 @@ export function openSession(sessionId) {
       if (epoch !== state.epoch) return;
       ui.transcript.setAttribute("aria-busy", "false");
       scrollToBottom(true);
+      return loadBranches(epoch);
     })
     .catch(function (err) {
       if (epoch !== state.epoch) return;

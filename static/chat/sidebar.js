@@ -2,6 +2,7 @@
  * The sidebar: this bot's chats (list, new, delete, the title filter), renaming the open chat,
  * and the drawer it becomes on narrow screens.
  */
+import { visibleSessions } from "./branches.js";
 import { api, asList } from "./api.js";
 import { el } from "./dom.js";
 import { fmtTime, sameId, sessionLabel } from "./format.js";
@@ -51,7 +52,7 @@ export function findSession(id) {
 }
 
 export function renderSessions() {
-  var items = state.sessions.map(function (session) {
+  var items = visibleSessions(state.sessions).map(function (session) {
     var current = sameId(session.id, state.sessionId);
     var open = el(
       "button",

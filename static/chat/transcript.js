@@ -24,6 +24,7 @@ import {
   toolRequests,
 } from "./messages.js";
 import { ui } from "./page.js";
+import { regenerate, startEdit } from "./branches.js";
 import { copyMessage } from "./copy.js";
 import { discardSend, pendingSends, retryReply, retrySend } from "./sending.js";
 import { scheduleStaleCheck } from "./session.js";
@@ -314,6 +315,22 @@ function renderActions(node, m, quiet) {
       ? "Stop always keeping this message in the bot's context"
       : "Always keep this message in the bot's context";
     actions.append(pin);
+  }
+  if (!quiet && m.id !== undefined && m.id !== null && m.status === "complete" && m.kind === "chat") {
+    // A new version of the message, as a branch: the old one stays, one flip away.
+    if (m.role === "user") {
+      var edit = actionButton("Edit", "button-quiet msg-edit", function () {
+        startEdit(node, m);
+      });
+      edit.title = "Edit this message: the bot answers the new version; the old one stays as a branch";
+      actions.append(edit);
+    } else if (m.role === "assistant") {
+      var again = actionButton("Regenerate", "button-quiet msg-regenerate", function () {
+        regenerate(m, again);
+      });
+      again.title = "Write this reply again: the old one stays as a branch";
+      actions.append(again);
+    }
   }
   if (m.content && m.status !== "sending" && !ACTIVE_STATUSES[m.status] && !isTool(m)) {
     var copy = actionButton("Copy", "button-quiet msg-copy", function () {
