@@ -15,6 +15,7 @@
  *   gauge.js            the context gauge                   markers.js   compaction markers
  *   bots.js, sidebar.js the bot picker; chats, rename, drawer
  *   memory.js           the memory panel                    status.js    banner and chips
+ *   search.js           search all my chats                 transfer.js  export and import
  * markdown.js (a classic script, with the vendored libraries) renders replies.
  *
  * User-supplied text is only ever written with textContent, never innerHTML.
@@ -24,11 +25,13 @@ import { botsBind, loadBots } from "./bots.js";
 import { composerBind, updateComposer } from "./composer.js";
 import { create as memoryPanelCreate } from "./memory.js";
 import { root } from "./page.js";
+import { searchBind } from "./search.js";
 import { sessionBind, sessionIdFromPath } from "./session.js";
 import { sidebarBind } from "./sidebar.js";
 import { socketBind } from "./socket.js";
 import { memorySet } from "./state.js";
 import { statusBind } from "./status.js";
+import { transferBind } from "./transfer.js";
 
 if (root) {
   // Listeners in the order the page has always added them (Escape is handled innermost first).
@@ -38,6 +41,8 @@ if (root) {
   socketBind();
   composerBind();
   sidebarBind();
+  searchBind();
+  transferBind();
   memorySet(memoryPanelCreate({ api: api }));
   updateComposer();
   loadBots(root.dataset.botId || null, root.dataset.sessionId || sessionIdFromPath());
