@@ -79,10 +79,10 @@ class SessionExportApi(APIView):
         operation_id="v1_sessions_export",
         parameters=[OpenApiParameter("format", str, enum=list(FORMATS), required=False)],
         responses={
-            (200, "application/json"): OpenApiResponse(
-                description="The lossless JSON (format chat-platform.session, version 1)."
+            200: OpenApiResponse(
+                description="A download: the lossless JSON (format chat-platform.session, "
+                "version 1), or with format=markdown the transcript as Markdown."
             ),
-            (200, "text/markdown"): OpenApiResponse(description="The transcript as Markdown."),
             **api_errors(400, 401, 404),
         },
     )
@@ -110,8 +110,9 @@ class ExportAllApi(APIView):
     @extend_schema(
         operation_id="v1_export_all",
         responses={
-            (200, "application/zip"): OpenApiResponse(
-                description="Every chat of the user: chat-<id>-<title>.json and .md each."
+            200: OpenApiResponse(
+                description="A zip download: every chat of the user, chat-<id>-<title>.json "
+                "and .md each."
             ),
             **api_errors(401),
         },
