@@ -427,14 +427,15 @@ class _Lossless:
         if kind == MemoryRecord.Kind.SNAPSHOT and first is None:
             raise refused(f"{where}: a snapshot needs first_seq and last_seq.")
         body = f.text(raw.get("body"), f"{where}.body", max_bytes=settings.MESSAGE_MAX_BYTES * 8)
+        description = f.text(raw.get("description"), f"{where}.description", max_bytes=560)
+        if len(description) > 140 or "\n" in description:
+            raise refused(f"{where}.description: one line of at most 140 characters.")
         record = MemoryRecord.objects.create(
             session=session,
             scope=MemoryRecord.Scope.SESSION,
             name=name,
             kind=kind,
-            description=" ".join(
-                f.text(raw.get("description"), f"{where}.description", max_bytes=560).split()
-            )[:140],
+            description=description,
             body=body,
             token_count=count_tokens(body, model=self.bot.model),
             first_seq=first,
