@@ -478,3 +478,32 @@ def messages_coverage_copy(
     return Message.objects.filter(session_id=target_id, seq__in=seqs).update(
         compacted_by_id=to_summary_id
     )
+# --- an imported history (transfer) -------------------------------------------------------------
+
+
+def messages_import(
+    *, session_id: int, messages: list[Message], reply_to_seqs: list[int | None]
+) -> list[Message]:
+    """Write one batch of an imported history at the seqs its messages carry (ascending, above
+    the session's last seq), keeping their own ``created_at``/``updated_at`` (auto_now would
+    stamp them now), each ``reply_to`` resolved by seq (an earlier message of the session), and
+    raise the session's ``last_seq`` to the batch's highest. The importer recounts the running
+    totals once at the end (``session_context_recount``): messages come finished, so no claim
+    races them."""
+    if not messages:
+        return []
+    stamps = [(m.created_at, m.updated_at) for m in messages]
+    created = Message.objects.bulk_create(messages)
+    for message, (created_at, updated_at) in zip(created, stamps, strict=True):
+        message.created_at, message.updated_at = created_at, updated_at
+    wanted = {seq for seq in reply_to_seqs if seq is not None}
+    ids = dict(
+        Message.objects.filter(session_id=session_id, seq__in=wanted).values_list("seq", "pk")
+    )
+    for message, seq in zip(created, reply_to_seqs, strict=True):
+        message.reply_to_id = ids.get(seq) if seq is not None else None
+    Message.objects.bulk_update(created, ["created_at", "updated_at", "reply_to"])
+    ChatSession.objects.filter(pk=session_id, last_seq__lt=created[-1].seq).update(
+        last_seq=created[-1].seq
+    )
+    return created

@@ -49,6 +49,7 @@ from memory.recall import (
     recall_execute,
 )
 from memory.recall import TOOLS as RECALL_TOOLS
+from memory.services import messages_index_written
 
 log = structlog.get_logger(__name__)
 
@@ -117,7 +118,18 @@ def _finish(
     if completed:
         realtime.notify_message_completed(message, wait=False)
     transaction.on_commit(partial(realtime.publish_reply_finished, reply.pk))
+    _index_for_search(message)
     return message
+
+
+def _index_for_search(message: Message) -> None:
+    """The reply and the message it answers become searchable across the user's chats at once
+    (after the frames: nobody waits for it). Search is never worth a turn: a failure is logged,
+    and compaction indexes the messages later anyway."""
+    try:
+        messages_index_written(message_ids=[m for m in (message.reply_to_id, message.pk) if m])
+    except Exception:
+        log.exception("turn_search_index_failed", message_id=message.pk)
 
 
 def _end_unfinished(

@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "bots",
     "compaction",
     "memory",
+    "transfer",
 ]
 
 MIDDLEWARE = [
@@ -196,6 +197,10 @@ SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
 # line is always offered. Search finds the records it leaves out.
 MEMORY_INDEX_MAX_PERCENT = env.int("MEMORY_INDEX_MAX_PERCENT", default=10)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
+# Import (transfer app): the largest file accepted (a request claiming more is refused before a
+# byte is read) and the deepest JSON nesting a file may have (ChatGPT's own is about 10).
+IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
+IMPORT_MAX_DEPTH = env.int("IMPORT_MAX_DEPTH", default=64)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -248,6 +253,9 @@ else:
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "throttle": _throttle_cache,
+    # An import's progress, which the page polls while the upload is processed: shared by every
+    # web process in real mode (Redis), in-process in embedded mode (one process).
+    "progress": {**_throttle_cache, "KEY_PREFIX": "progress"},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "chat-platform API",

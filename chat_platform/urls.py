@@ -13,6 +13,7 @@ api_v1 = [
     path("", include("bots.api.urls")),
     path("", include("compaction.api.urls")),
     path("", include("memory.api.urls")),
+    path("", include("transfer.urls")),
 ]
 
 urlpatterns = [

@@ -4,6 +4,7 @@ from typing import Any
 
 from chat_platform.isotime import iso_utc
 from memory.models import MemoryRecord, RecallEvent
+from memory.queries import MessageHit
 
 
 def record_payload(record: MemoryRecord) -> dict[str, Any]:
@@ -29,4 +30,24 @@ def recall_payload(event: RecallEvent) -> dict[str, Any]:
         "names": event.names,
         "query": event.query,
         "found": event.found,
+    }
+
+
+def message_hit_payload(hit: MessageHit) -> dict[str, Any]:
+    """One result of ``GET /api/v1/search/`` (search all my chats)."""
+    session = hit.session
+    return {
+        "session": {
+            "id": session.pk,
+            "title": session.title,
+            "bot": {"id": session.bot_id, "name": session.bot.name},
+        },
+        "message": {
+            "id": hit.message_id,
+            "seq": hit.seq,
+            "role": hit.role,
+            "created_at": iso_utc(hit.created_at),
+        },
+        "excerpt": hit.excerpt,
+        "rank": hit.rank,
     }

@@ -503,3 +503,65 @@ def _snapshot_hits(
             )
         )
     return _within(hits, room, model="")
+
+
+# --- search all my chats ----------------------------------------------------------------------
+
+USER_SEARCH_MAX_HITS = 50
+
+
+@dataclass(frozen=True)
+class MessageHit:
+    """One message of the user's chats matching a search, for the sidebar and the REST API."""
+
+    session: ChatSession  # with its bot loaded
+    message_id: int
+    seq: int
+    role: str
+    created_at: object
+    excerpt: str  # one line around the match, matched words in **…**
+    rank: float
+
+
+def messages_search_for_user(
+    *, user_id: int, query: object, limit: int = USER_SEARCH_MAX_HITS
+) -> list[MessageHit]:
+    """The messages of ``user_id``'s own sessions best matching ``query`` (the memory search
+    function, BM25 over ``MessageIndex``, in one query over all of them), at most ``limit``,
+    best first. Every indexed message counts, compacted or not. The query is data: any text
+    gives hits or none; another user's messages are never candidates."""
+    if limit <= 0 or not isinstance(query, str):
+        return []
+    wanted = query_terms(search.clean_query(query), search.QUERY_MAX_TERMS)
+    if not wanted:
+        return []
+    scored, _ = search.messages_ranked(user_id=user_id, query=wanted)
+    top = scored[:limit]
+    if not top:
+        return []
+    rows = {
+        row["pk"]: row
+        for row in Message.objects.filter(
+            pk__in=[m.message_id for m in top], session__user_id=user_id
+        ).values("pk", "session_id", "seq", "role", "content", "created_at")
+    }
+    sessions = ChatSession.objects.select_related("bot").in_bulk(
+        {row["session_id"] for row in rows.values()}
+    )
+    hits = []
+    for scored_message in top:
+        row = rows.get(scored_message.message_id)
+        if row is None:  # deleted between the two queries
+            continue
+        hits.append(
+            MessageHit(
+                session=sessions[row["session_id"]],
+                message_id=row["pk"],
+                seq=row["seq"],
+                role=row["role"],
+                created_at=row["created_at"],
+                excerpt=search.message_excerpt(row["content"], wanted),
+                rank=round(scored_message.score, 4),
+            )
+        )
+    return hits

@@ -28,6 +28,7 @@ from chat_platform.llm.builtin.text import STOPWORDS
 from chat_platform.textcheck import text_is_storable
 from chat_platform.transcript import LINE_LABEL
 from memory.models import MemoryRecord
+from memory.terms import terms as message_terms
 
 QUERY_MAX_CHARS = 1000
 QUERY_MAX_TERMS = 16
@@ -234,21 +235,25 @@ def _sqlite(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-# Each candidate row carries the session's collection size and mean length (one round trip).
-# Literal SQL; every value is a parameter ({query} becomes "%s"-placeholders only).
+# Each candidate row carries its collection's size and mean length (one round trip). The
+# collection is one session's compacted messages (recall: what left the model's context) or every
+# indexed message of one user's sessions (search all my chats). Literal SQL; every value is a
+# parameter ({scope} and {query} become "%s"-placeholders only).
+_SCOPE_SESSION = "{t}session_id = %s AND {t}record_id IS NOT NULL"
+_SCOPE_USER = "{t}session_id IN (SELECT id FROM bots_chatsession WHERE user_id = %s)"
 _PG_CANDIDATES = """
-SELECT message_id, seq, record_id, terms,
-       (SELECT count(*) FROM memory_messageindex WHERE session_id = %s),
-       (SELECT coalesce(avg(length), 0) FROM memory_messageindex WHERE session_id = %s)
+SELECT message_id, seq, record_id, terms, session_id,
+       (SELECT count(*) FROM memory_messageindex WHERE {scope}),
+       (SELECT coalesce(avg(length), 0) FROM memory_messageindex WHERE {scope})
 FROM memory_messageindex
-WHERE session_id = %s AND terms_vector @@ ({query})
+WHERE {scope} AND terms_vector @@ ({query})
 """
 _SQLITE_CANDIDATES = """
-SELECT m.message_id, m.seq, m.record_id, m.terms,
-       (SELECT count(*) FROM memory_messageindex WHERE session_id = %s),
-       (SELECT coalesce(avg(length), 0) FROM memory_messageindex WHERE session_id = %s)
+SELECT m.message_id, m.seq, m.record_id, m.terms, m.session_id,
+       (SELECT count(*) FROM memory_messageindex WHERE {scope}),
+       (SELECT coalesce(avg(length), 0) FROM memory_messageindex WHERE {scope})
 FROM memory_message_fts f JOIN memory_messageindex m ON m.message_id = f.rowid
-WHERE memory_message_fts MATCH %s AND m.session_id = %s
+WHERE memory_message_fts MATCH %s AND {m_scope}
 """
 
 
@@ -258,6 +263,7 @@ class MessageScore:
     seq: int
     record_id: int | None
     score: float
+    session_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -283,41 +289,92 @@ class Collection:
         return total
 
 
-def messages_ranked(*, session_id: int, query: list[str]) -> tuple[list[MessageScore], Collection]:
-    """Every indexed message of the session holding a term of ``query``, best first (ties:
-    newest first), and the statistics they were ranked with."""
+def messages_ranked(
+    *, query: list[str], session_id: int | None = None, user_id: int | None = None
+) -> tuple[list[MessageScore], Collection]:
+    """Every indexed message holding a term of ``query``, best first (ties: newest first), and
+    the statistics they were ranked with. Exactly one scope: ``session_id``, that session's
+    compacted messages (recall); ``user_id``, every indexed message of that user's sessions,
+    compacted or not (search all my chats: one query over all of them)."""
+    if (session_id is None) == (user_id is None):
+        raise ValueError("messages_ranked needs exactly one of session_id and user_id")
     empty = Collection(documents=0, mean_length=0.0, frequency={})
     if not query:
         return [], empty
+    scope, owner = (
+        (_SCOPE_SESSION, session_id) if session_id is not None else (_SCOPE_USER, user_id)
+    )
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # Every term a bound parameter: ``plainto_tsquery`` of one stored-form word.
             ored = " || ".join(["plainto_tsquery('simple', %s)"] * len(query))
-            cursor.execute(
-                _PG_CANDIDATES.replace("{query}", ored),
-                [session_id, session_id, session_id, *query],
+            sql = _PG_CANDIDATES.replace("{scope}", scope.replace("{t}", "")).replace(
+                "{query}", ored
             )
+            cursor.execute(sql, [owner, owner, owner, *query])
         elif connection.vendor == "sqlite":
             # Each term an FTS5 string literal; a term is word characters, never a quote.
             match = " OR ".join(f'"{term}"' for term in query)
-            cursor.execute(_SQLITE_CANDIDATES, [session_id, session_id, match, session_id])
+            sql = _SQLITE_CANDIDATES.replace("{scope}", scope.replace("{t}", "")).replace(
+                "{m_scope}", scope.replace("{t}", "m.")
+            )
+            cursor.execute(sql, [owner, owner, match, owner])
         else:
             raise NotImplementedError(f"No message search for {connection.vendor}")
         fetched = cursor.fetchall()
     if not fetched:
         return [], empty
-    documents, mean_length = fetched[0][4], fetched[0][5]
-    rows = [(pk, seq, record_id, text.split()) for pk, seq, record_id, text, _, _ in fetched]
+    documents, mean_length = fetched[0][5], fetched[0][6]
+    rows = [
+        (pk, seq, record_id, text.split(), sid) for pk, seq, record_id, text, sid, _, _ in fetched
+    ]
     wanted = set(query)
     frequency: Counter[str] = Counter()
-    for *_, words in rows:
+    for _, _, _, words, _ in rows:
         frequency.update(wanted.intersection(words))
     collection = Collection(
         documents=int(documents), mean_length=float(mean_length), frequency=dict(frequency)
     )
     scored = [
-        MessageScore(pk, seq, record_id, collection.score(query, words))
-        for pk, seq, record_id, words in rows
+        MessageScore(pk, seq, record_id, collection.score(query, words), sid)
+        for pk, seq, record_id, words, sid in rows
     ]
     scored.sort(key=lambda s: (-s.score, -s.seq))
     return scored, collection
+
+
+# --- excerpts of one message ------------------------------------------------------------------
+
+EXCERPT_BEFORE_CHARS = 80
+EXCERPT_MAX_CHARS = 320
+_WORD_SPAN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+
+
+def message_excerpt(text: str, wanted: list[str]) -> str:
+    """A one-line excerpt of a message around its first word whose search term is in
+    ``wanted``, every such word in the window wrapped in ``**`` (the HIGHLIGHT convention the
+    memory panel renders as <mark>). The message's own ``**`` are dropped first, so every pair
+    in the excerpt is a hit."""
+    flat = " ".join(text.replace(HIGHLIGHT[0], "").split())
+    wanted_set = set(wanted)
+    hits = [
+        (m.start(), m.end())
+        for m in _WORD_SPAN.finditer(flat)
+        if wanted_set.intersection(message_terms(m.group()))
+    ]
+    start = 0
+    if hits and hits[0][0] > EXCERPT_BEFORE_CHARS:
+        start = flat.rfind(" ", 0, hits[0][0] - EXCERPT_BEFORE_CHARS) + 1
+    end = len(flat)
+    if end - start > EXCERPT_MAX_CHARS:
+        end = flat.rfind(" ", start, start + EXCERPT_MAX_CHARS)
+        if end <= start:
+            end = start + EXCERPT_MAX_CHARS
+    out, at = [], start
+    for hit_start, hit_end in hits:
+        if hit_start < start or hit_end > end:
+            continue
+        out += [flat[at:hit_start], HIGHLIGHT[0], flat[hit_start:hit_end], HIGHLIGHT[1]]
+        at = hit_end
+    out.append(flat[at:end])
+    return ("\u2026 " if start else "") + "".join(out) + (" \u2026" if end < len(flat) else "")

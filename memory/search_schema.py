@@ -215,7 +215,22 @@ def messages_index_rows(
     each held by the record ``record_id``; how many were indexed. The models are passed in, so
     ``memory.services.messages_index`` (the app's models) and migration 0004's backfill (the
     historical ones) write the same rows. A message without a single search term (all stop
-    words) is not indexed: nothing could find it."""
+    words) is not indexed: nothing could find it.
+
+    Messages indexed when they were written (``record`` NULL: searchable across the user's
+    chats, not yet recall material) are taken into the record, not indexed twice."""
+    held = index_model.objects.filter(
+        session_id=session_id,
+        seq__gte=first_seq,
+        seq__lte=last_seq,
+        record_id__isnull=True,
+        message_id__in=message_model.objects.filter(
+            session_id=session_id,
+            seq__gte=first_seq,
+            seq__lte=last_seq,
+            compacted_by_id__isnull=False,
+        ).values("pk"),
+    ).update(record_id=record_id)
     done = index_model.objects.filter(
         session_id=session_id, seq__gte=first_seq, seq__lte=last_seq
     ).values("message_id")
@@ -242,6 +257,43 @@ def messages_index_rows(
                     session_id=session_id,
                     seq=seq,
                     record_id=record_id,
+                    terms=" ".join(words),
+                    length=len(words),
+                )
+            )
+    index_model.objects.bulk_create(entries, batch_size=INDEX_BATCH, ignore_conflicts=True)
+    return held + len(entries)
+
+
+def messages_index_written_rows(
+    message_model: Any, index_model: Any, *, message_ids: list[int]
+) -> int:
+    """Index finished messages when they are written (``record`` NULL until a compaction takes
+    them into its snapshot): what people said, with at least one search term, not indexed yet.
+    One read and one insert for any number of messages; how many were indexed."""
+    if not message_ids:
+        return 0
+    rows = (
+        message_model.objects.filter(
+            pk__in=message_ids,
+            role__in=INDEXED_ROLES,
+            kind="chat",
+            status__in=("complete", "interrupted"),
+        )
+        .exclude(content="")
+        .exclude(pk__in=index_model.objects.filter(message_id__in=message_ids).values("pk"))
+        .values_list("pk", "session_id", "seq", "content")
+    )
+    entries = []
+    for pk, session_id, seq, content in rows:
+        words = terms(content)
+        if words:
+            entries.append(
+                index_model(
+                    message_id=pk,
+                    session_id=session_id,
+                    seq=seq,
+                    record_id=None,
                     terms=" ".join(words),
                     length=len(words),
                 )

@@ -32,7 +32,7 @@ from memory import realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
-from memory.search_schema import messages_index_rows
+from memory.search_schema import messages_index_rows, messages_index_written_rows
 
 # The other records a snapshot's description is measured against: the newest ones, each read
 # only as far as its first OTHERS_BODY_CHARS characters (one bounded query).
@@ -110,6 +110,13 @@ def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id:
         last_seq=last_seq,
         record_id=record_id,
     )
+
+
+def messages_index_written(*, message_ids: list[int]) -> int:
+    """Make just-written messages searchable across the user's chats at once (the turn calls
+    it when a reply ends, for the reply and the message it answers; an import, for everything it
+    wrote). Compaction later takes them into its snapshot (``messages_index``)."""
+    return messages_index_written_rows(Message, MessageIndex, message_ids=message_ids)
 
 
 def snapshots_for(

@@ -33,7 +33,7 @@ from bots.services.send import (
 )
 from chat_platform.errors import ValidationFailed
 from compaction.services import summaries_copy_prefix
-from memory.services import records_copy_prefix
+from memory.services import messages_index_written, records_copy_prefix
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +80,11 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
     transitions.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
     summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
     records_copy_prefix(source=session, target=branch, before_seq=at_seq)
+    # Searchable across the user's chats at once, like the original (compacted copies are
+    # already indexed with their snapshot's copy).
+    messages_index_written(
+        message_ids=list(Message.objects.filter(session=branch).values_list("pk", flat=True))
+    )
     tokens, messages = transitions.session_context_recount(session_id=branch.pk)
     branch.context_tokens, branch.context_messages = tokens, messages
     return branch

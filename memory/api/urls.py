@@ -3,6 +3,7 @@ from django.urls import path
 from memory.api import views
 
 urlpatterns = [
+    path("search/", views.MessageSearchApi.as_view(), name="search"),
     path(
         "sessions/<int:session_id>/records/",
         views.SessionRecordListApi.as_view(),

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from bots.queries import session_get_for_user
 from chat_platform.api import api_errors
 from chat_platform.errors import ValidationFailed
-from memory import queries, services
+from memory import queries, search, services
 from memory.api.serializers import (
     RecordCreateSerializer,
     RecordDetailSerializer,
@@ -22,7 +22,7 @@ from memory.api.serializers import (
     RecordUpdateSerializer,
 )
 from memory.models import MemoryRecord
-from memory.payloads import record_payload
+from memory.payloads import message_hit_payload, record_payload
 
 LIST_MAX = 500
 SEARCH_MAX = 50
@@ -136,3 +136,33 @@ class SessionRecordDetailApi(APIView):
         session = session_get_for_user(user=request.user, session_id=session_id)
         services.record_delete(session=session, name=name)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MessageSearchApi(APIView):
+    """Search all my chats: the signed-in user's own messages, by content."""
+
+    @extend_schema(
+        operation_id="v1_search",
+        parameters=[
+            OpenApiParameter(
+                "q",
+                str,
+                required=True,
+                description="Words to find (natural language; no operator syntax). At most "
+                f"{search.QUERY_MAX_CHARS} characters are read.",
+            )
+        ],
+        responses={
+            200: OpenApiResponse(
+                description="{results: [{session: {id, title, bot}, message: {id, seq, role, "
+                "created_at}, excerpt, rank}]}, best first; matched words in **…**."
+            ),
+            **_errors(400, 401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        q = request.query_params.get("q")
+        if q is None or not q.strip():
+            raise ValidationFailed(details={"q": ["Give the words to search for."]})
+        hits = queries.messages_search_for_user(user_id=request.user.pk, query=q)
+        return Response({"results": [message_hit_payload(hit) for hit in hits]})

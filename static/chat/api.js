@@ -16,7 +16,7 @@ function ApiError(status, body) {
   this.details = err.details === undefined ? null : err.details;
 }
 
-function csrfToken() {
+export function csrfToken() {
   var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
   if (match) return decodeURIComponent(match[1]);
   var meta = document.querySelector('meta[name="csrf-token"]');

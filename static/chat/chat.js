@@ -18,6 +18,7 @@
  *   keyboard.js         focus, roving focus, shortcuts      copy.js      copy a message
  *   toolong.js          a message too long: compact or shorten
  * theme.js (a classic script in <head> of every page) applies the remembered colour theme.
+ *   search.js           search all my chats                 transfer.js  export and import
  * markdown.js (a classic script, with the vendored libraries) renders replies.
  *
  * User-supplied text is only ever written with textContent, never innerHTML.
@@ -28,11 +29,13 @@ import { composerBind, updateComposer } from "./composer.js";
 import { keyboardBind } from "./keyboard.js";
 import { create as memoryPanelCreate } from "./memory.js";
 import { root } from "./page.js";
+import { searchBind } from "./search.js";
 import { sessionBind, sessionIdFromPath } from "./session.js";
 import { sidebarBind } from "./sidebar.js";
 import { socketBind } from "./socket.js";
 import { memorySet } from "./state.js";
 import { statusBind } from "./status.js";
+import { transferBind } from "./transfer.js";
 
 if (root) {
   // Listeners in the order the page has always added them (Escape is handled innermost first).
@@ -42,6 +45,8 @@ if (root) {
   socketBind();
   composerBind();
   sidebarBind();
+  searchBind();
+  transferBind();
   memorySet(memoryPanelCreate({ api: api }));
   keyboardBind();
   updateComposer();

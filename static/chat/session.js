@@ -17,11 +17,13 @@ import { connect, disconnect, socketIsOpen, socketLastFrameAt } from "./socket.j
 import { memory, state } from "./state.js";
 import { setCompaction, setConnection, showError } from "./status.js";
 import { tooLongReset } from "./toolong.js";
+import { exportLinksSet } from "./transfer.js";
 import {
   afterMessagesChanged,
   hasActiveReply,
   messages,
   removeMessage,
+  revealMessage,
   scrollToBottom,
   transcriptReset,
   upsertMessage,
@@ -61,6 +63,10 @@ export function writeUrl(replace) {
 }
 
 export function sessionBind() {
+  // A hit of the chat search in the open chat only changes the address's #m<seq>.
+  window.addEventListener("hashchange", function () {
+    revealMessage(location.hash);
+  });
   window.addEventListener("popstate", function () {
     var wanted = sessionIdFromPath();
     if (sameId(wanted, state.sessionId) || (wanted === null && state.sessionId === null)) return;
@@ -128,6 +134,7 @@ export function closeSession() {
   setCompaction("");
   setConnection("");
   if (memory) memory.setSession(null);
+  exportLinksSet(null);
   updateComposer();
   renderSessions();
 }
@@ -147,6 +154,7 @@ export function openSession(sessionId) {
   writeUrl(false);
   closeDrawer(false);
   if (memory) memory.setSession(state.sessionId);
+  exportLinksSet(state.sessionId);
   updateComposer();
   // The socket opens alongside the first read; its onopen resync covers anything in between.
   connect(epoch);
@@ -155,7 +163,8 @@ export function openSession(sessionId) {
     .then(function () {
       if (epoch !== state.epoch) return;
       ui.transcript.setAttribute("aria-busy", "false");
-      scrollToBottom(true);
+      // A search hit's link names a message (#m<seq>): show it rather than the newest.
+      if (!revealMessage(location.hash)) scrollToBottom(true);
       return loadBranches(epoch);
     })
     .catch(function (err) {

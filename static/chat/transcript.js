@@ -535,3 +535,23 @@ export function hasActiveReply() {
   });
   return active;
 }
+
+// A search hit's target (/chat/<id>/#m<seq>): that message scrolled into view, marked and
+// focused. False when this chat holds no such message.
+const HASH_SEQ = /^#m(\d+)$/;
+
+export function revealMessage(hash) {
+  var match = HASH_SEQ.exec(hash || "");
+  var m = match && bySeq.get(Number(match[1]));
+  var node = m && nodes.get(String(m.id));
+  if (!node) return false;
+  nodes.forEach(function (other) {
+    delete other.dataset.found;
+  });
+  node.dataset.found = "true";
+  node.id = "m" + m.seq;
+  node.setAttribute("tabindex", "-1");
+  node.scrollIntoView({ block: "center" });
+  node.focus({ preventScroll: true });
+  return true;
+}

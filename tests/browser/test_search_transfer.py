@@ -1,0 +1,111 @@
+"""Search all my chats, and export/import, in headless Chromium (issue 18, Deliver 2 and 3)."""
+
+import json
+import re
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.support import api_headers, create_bot, log_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+
+def _chat_with(base, headers, bot, title, texts):
+    session = httpx.post(
+        f"{base}/api/v1/sessions/", json={"bot": bot["id"], "title": title}, headers=headers
+    ).json()
+    for text in texts:
+        sent = httpx.post(
+            f"{base}/api/v1/sessions/{session['id']}/messages/",
+            json={"content": text, "wait": True},
+            headers=headers,
+            timeout=30,
+        )
+        assert sent.status_code == 201, sent.text
+    return session
+
+
+def test_search_across_chats_opens_the_chat_at_the_message(desktop, server_url):
+    page, base = desktop, server_url
+    headers = api_headers(base)
+    bot = create_bot(base, headers, name="Finder", model="builtin/recall")
+    other_bot = create_bot(base, headers, name="Other finder", model="builtin/recall")
+    _chat_with(base, headers, bot, "Gym", ["My gym locker is number 12."])
+    target = _chat_with(
+        base,
+        headers,
+        other_bot,
+        "Teeth",
+        ["The dentist appointment is on Friday at nine."]
+        + [f"Filler message number {i} about the weather." for i in range(12)],
+    )
+    log_in(page, base)
+    page.fill("#chat-search", "dentist")
+    hit = page.locator("#chat-search-results .chat-search-hit").first
+    hit.wait_for()
+    assert page.locator("#chat-search-results .chat-search-hit").count() == 1
+    assert hit.locator(".chat-search-title").inner_text() == "Teeth"
+    assert hit.locator("mark").all_inner_texts() == ["dentist"]
+    assert page.locator("#chat-search-status").inner_text() == "1 message found"
+    hit.locator("a").click()
+    page.wait_for_url(f"**/chat/{target['id']}/#m1")
+    found = page.locator("#transcript article.msg[data-found]")
+    found.wait_for()
+    assert found.get_attribute("data-seq") == "1"
+    assert "dentist appointment" in found.inner_text()
+    in_view = found.evaluate(
+        "n => { const r = n.getBoundingClientRect(), t = document.getElementById('transcript')"
+        ".getBoundingClientRect(); return r.top >= t.top && r.top < t.bottom; }"
+    )
+    assert in_view
+    # the sidebar shows the hit's chat with its own bot
+    assert page.locator("#bot-select").input_value() == str(other_bot["id"])
+    assert page.js_errors == []
+
+
+def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
+    page, base = desktop, server_url
+    headers = api_headers(base)
+    bot = create_bot(base, headers, name="Porter", model="builtin/recall")
+    session = _chat_with(base, headers, bot, "Moving day", ["The van comes at eight on Monday."])
+    log_in(page, base, next_path=f"/chat/{session['id']}/")
+    page.wait_for_selector("#export-links:not([hidden])")
+    with page.expect_download() as info:
+        page.click("#export-json")
+    exported = tmp_path / "moving.json"
+    info.value.save_as(exported)
+    data = json.loads(exported.read_text())
+    assert data["format"] == "chat-platform.session"
+    assert [m["content"] for m in data["messages"]][0] == "The van comes at eight on Monday."
+    with page.expect_download() as md:
+        page.click("#export-markdown")
+    assert md.value.suggested_filename == f"chat-{session['id']}-moving-day.md"
+
+    page.click("#transfer-panel summary")
+    page.set_input_files("#import-file", str(exported))
+    page.click("#import-submit")
+    expect(page.locator("#import-status")).to_have_text("Imported 1 chat.")
+    assert page.locator("#import-progress").evaluate("p => p.value") == 100
+    # the imported chat opens, with the same history
+    page.wait_for_url(re.compile(rf"/chat/(?!{session['id']}/)\d+/$"))
+    page.wait_for_selector("#transcript article.msg[data-seq='1']")
+    assert (
+        "The van comes at eight"
+        in page.locator("#transcript article.msg[data-seq='1']").inner_text()
+    )
+    # the same file again: nothing new
+    page.click("#import-submit")
+    expect(page.locator("#import-status")).to_have_text(
+        "Imported 0 chats; 1 already imported before, skipped."
+    )
+    # a bad file says what was wrong
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "chat-platform.session", "version": 1, "session": ')
+    page.set_input_files("#import-file", str(bad))
+    page.click("#import-submit")
+    expect(page.locator("#import-status")).to_have_text(
+        re.compile(r"^Import failed: The file ends early, after \d+ bytes")
+    )
+    assert page.js_errors == []

@@ -1,0 +1,495 @@
+"""Export and import (issue 18, Deliver 3): the lossless JSON round-trips exactly, a ChatGPT tree
+imports as transcript + branches, bad files fail cleanly with nothing stored, re-import is
+idempotent, and a large file never sits in memory whole."""
+
+import io
+import json
+import tracemalloc
+import zipfile
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from bots.models import ChatSession, Message
+from bots.services.send import session_message_send
+from compaction.models import CompactionEvent, Summary
+from compaction.services import session_compact
+from memory.models import MemoryRecord, MessageIndex
+from memory.queries import messages_search_for_user
+from memory.services import record_create
+from tests.factories import BotFactory, SessionFactory
+from transfer.models import ImportedBranch, ImportedConversation
+from transfer.services import chats_import
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _strip_ids(value):
+    if isinstance(value, dict):
+        return {k: _strip_ids(v) for k, v in value.items() if k != "id"}
+    if isinstance(value, list):
+        return [_strip_ids(v) for v in value]
+    return value
+
+
+def _body(response) -> bytes:
+    return b"".join(response.streaming_content)
+
+
+def _import(client, bot, data: bytes, name="chats.json", **extra):
+    upload = SimpleUploadedFile(name, data, content_type="application/json")
+    return client.post(
+        "/api/v1/import/", {"file": upload, "bot": bot.pk}, format="multipart", **extra
+    )
+
+
+def _stored_counts():
+    return (
+        ChatSession.objects.count(),
+        Message.objects.count(),
+        Summary.objects.count(),
+        MemoryRecord.objects.count(),
+        CompactionEvent.objects.count(),
+        ImportedConversation.objects.count(),
+        ImportedBranch.objects.count(),
+        MessageIndex.objects.count(),
+    )
+
+
+@pytest.fixture
+def lived_session(owner, eager_tasks):
+    """A chat with real history: turns of the built-in bot, a pin, a compaction (summary,
+    snapshot, event), a note, and a command with its notice."""
+    bot = BotFactory(owner=owner, name="Recall", compaction_enabled=True)
+    session = SessionFactory(user=owner, bot=bot, title="Trip to Brindisi")
+    for i in range(6):
+        session_message_send(
+            user=owner,
+            session_id=session.pk,
+            content=(
+                f"The ferry number {i} to Brindisi leaves from pier {i + 3} with Aurelio. "
+                "I keep thinking about how lovely it would be to just sit and watch the sea "
+                "for a while, and honestly that sounds like the nicest part of the whole plan. "
+                "We could also wander around without any real hurry and see what happens."
+            ),
+        )
+    first = Message.objects.get(session=session, seq=1)
+    from bots.services.send import message_pin_set
+
+    message_pin_set(user=owner, message_id=first.pk, pinned=True)
+    result = session_compact(user=owner, session_id=session.pk)
+    assert result.outcome == "compacted", result
+    record_create(session=session, name="locker", description="Locker code", body="It is 4711.")
+    session_message_send(user=owner, session_id=session.pk, content="/compact")
+    session.refresh_from_db()
+    return session
+
+
+def test_lossless_json_round_trips_exactly_except_ids(owner, owner_client, lived_session):
+    url = f"/api/v1/sessions/{lived_session.pk}/export/?format=json"
+    response = owner_client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == (
+        f'attachment; filename="chat-{lived_session.pk}-trip-to-brindisi.json"'
+    )
+    first = _body(response)
+    exported = json.loads(first)
+    assert (exported["format"], exported["version"]) == ("chat-platform.session", 1)
+    assert exported["branches"] == []
+    assert len(exported["summaries"]) >= 1 and exported["compaction_events"]
+    assert any(m["compacted_by"] == 1 for m in exported["messages"])
+    assert any(m["pinned"] for m in exported["messages"])
+    assert {r["name"] for r in exported["records"]} >= {"locker"}
+
+    imported = _import(owner_client, lived_session.bot, first)
+    assert imported.status_code == 201, imported.json()
+    new_id = imported.json()["imported"][0]["session"]
+    assert new_id != lived_session.pk
+    again = json.loads(_body(owner_client.get(f"/api/v1/sessions/{new_id}/export/?format=json")))
+    assert _strip_ids(again) == _strip_ids(exported)
+    # the running totals agree with the messages, and everything is searchable at once
+    new = ChatSession.objects.get(pk=new_id)
+    original = ChatSession.objects.get(pk=lived_session.pk)
+    assert (new.last_seq, new.context_tokens, new.context_messages) == (
+        original.last_seq,
+        original.context_tokens,
+        original.context_messages,
+    )
+    hits = messages_search_for_user(user_id=owner.pk, query="Aurelio")
+    assert {h.session.pk for h in hits} == {new_id, lived_session.pk}
+    assert MessageIndex.objects.filter(session_id=new_id).count() == (
+        MessageIndex.objects.filter(session_id=lived_session.pk).count()
+    )
+    # re-importing the same file (or this export of the import) creates nothing
+    before = _stored_counts()
+    for data in (first, json.dumps(again).encode()):
+        repeat = _import(owner_client, lived_session.bot, data)
+        assert repeat.status_code == 201
+        assert repeat.json()["imported"] == []
+        assert repeat.json()["skipped"] == [
+            {
+                "title": "Trip to Brindisi",
+                "session": new_id,
+                "reason": "Imported before: this conversation is already a chat.",
+            }
+        ]
+    assert _stored_counts() == before
+
+
+def test_markdown_export(owner, owner_client, bot):
+    session = SessionFactory(user=owner, bot=bot, title="Notes")
+    from tests.factories import message_add
+
+    m = message_add(session, role="user", content="Hello **there**")
+    message_add(session, role="assistant", content="Hi.", model="builtin/recall", pinned=True)
+    response = owner_client.get(f"/api/v1/sessions/{session.pk}/export/?format=markdown")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/markdown; charset=utf-8"
+    stamp = m.created_at.isoformat().replace("+00:00", "Z")
+    text = _body(response).decode()
+    assert text.startswith(f"# Notes\n\nBot: {bot.name} (builtin/recall) · started ")
+    assert f"\n## 1. User · {stamp}\n\nHello **there**\n" in text
+    assert "\n## 2. Assistant · " in text and " · builtin/recall · pinned\n\nHi.\n" in text
+    bad = owner_client.get(f"/api/v1/sessions/{session.pk}/export/?format=pdf")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["details"] == {"format": ["Must be one of: json, markdown."]}
+
+
+def test_exports_never_show_another_users_chat(owner, other_user, owner_client, other_client, bot):
+    mine = SessionFactory(user=owner, bot=bot, title="Mine")
+    theirs = SessionFactory(user=other_user, title="Theirs")
+    response = other_client.get(f"/api/v1/sessions/{mine.pk}/export/?format=json")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    archive = zipfile.ZipFile(io.BytesIO(_body(owner_client.get("/api/v1/export/"))))
+    assert sorted(archive.namelist()) == [f"chat-{mine.pk}-mine.json", f"chat-{mine.pk}-mine.md"]
+    assert json.loads(archive.read(f"chat-{mine.pk}-mine.json"))["session"]["title"] == "Mine"
+    theirs_zip = zipfile.ZipFile(io.BytesIO(_body(other_client.get("/api/v1/export/"))))
+    assert [n for n in theirs_zip.namelist() if n.endswith(".json")] == [
+        f"chat-{theirs.pk}-theirs.json"
+    ]
+
+
+# --- ChatGPT ------------------------------------------------------------------------------------
+
+
+def _node(node_id, parent, children, role=None, text=None, t=None, model=None, **extra):
+    message = None
+    if role is not None:
+        message = {
+            "id": node_id,
+            "author": {"role": role, **extra.pop("author", {})},
+            "content": extra.pop("content", {"content_type": "text", "parts": [text]}),
+            "create_time": t,
+            "metadata": {"model_slug": model} if model else {},
+        }
+    return {"id": node_id, "message": message, "parent": parent, "children": children}
+
+
+def chatgpt_conversation():
+    """root -> empty system -> sys2 (custom text) -> u1 -> a1 (gpt-4o) -> u2 -> {a2 (current),
+    a2b (regenerated sibling)}; u1 also has an edited sibling u1b -> a1b; a tool node between."""
+    mapping = {
+        "root": _node("root", None, ["sys"]),
+        "sys": _node("sys", "root", ["sys2"], "system", "", 1700000000.0),
+        "sys2": _node("sys2", "sys", ["u1", "u1b"], "system", "Be brief.", 1700000001.0),
+        "u1": _node("u1", "sys2", ["a1"], "user", "Plan a ferry trip", 1700000010.0),
+        "a1": _node("a1", "u1", ["tool1"], "assistant", "Looking it up.", 1700000020.5, "gpt-4o"),
+        "tool1": _node(
+            "tool1",
+            "a1",
+            ["u2"],
+            "tool",
+            "Ferry leaves 07:00",
+            1700000021.0,
+            author={"name": "browser"},
+        ),
+        "u2": _node("u2", "tool1", ["a2", "a2b"], "user", "And back?", 1700000030.0),
+        "a2": _node("a2", "u2", [], "assistant", "Back at 19:00.", 1700000040.0, "gpt-4o"),
+        "a2b": _node("a2b", "u2", [], "assistant", "Return 7pm.", 1700000041.0, "gpt-4o-mini"),
+        "u1b": _node("u1b", "sys2", ["a1b"], "user", "Plan a train trip", 1700000050.0),
+        "a1b": _node("a1b", "u1b", [], "assistant", "Trains run hourly.", 1700000060.0, "o1"),
+    }
+    return {
+        "title": "Ferry plans",
+        "create_time": 1700000000.0,
+        "conversation_id": "conv-1",
+        "current_node": "a2",
+        "mapping": mapping,
+    }
+
+
+def test_chatgpt_tree_imports_current_branch_and_keeps_the_others(
+    owner, owner_client, bot, monkeypatch
+):
+    data = json.dumps([chatgpt_conversation()]).encode()
+    scheduled = []
+
+    def dispatched(session_id):
+        # after commit: the whole history is there for the compaction to read
+        scheduled.append((session_id, Message.objects.filter(session_id=session_id).count()))
+        return True
+
+    monkeypatch.setattr("transfer.services.compact_soft_dispatch", dispatched)
+    response = _import(owner_client, bot, data, name="conversations.json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    (entry,) = body["imported"]
+    assert body["format"] == "chatgpt"
+    assert (entry["title"], entry["messages"], entry["branches"], entry["skipped_nodes"]) == (
+        "Ferry plans",
+        6,
+        2,
+        2,  # the mapping's root and the empty system message
+    )
+    session = ChatSession.objects.get(pk=entry["session"])
+    assert session.bot == bot and session.user == owner and session.title == "Ferry plans"
+    rows = list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("seq", "role", "kind", "content", "model", "pinned", "status")
+    )
+    assert rows == [
+        (1, "system", "chat", "Be brief.", "", True, "complete"),
+        (2, "user", "chat", "Plan a ferry trip", "", False, "complete"),
+        (3, "assistant", "chat", "Looking it up.", "gpt-4o", False, "complete"),
+        (4, "assistant", "chat", "[browser output]\nFerry leaves 07:00", "", False, "complete"),
+        (5, "user", "chat", "And back?", "", False, "complete"),
+        (6, "assistant", "chat", "Back at 19:00.", "gpt-4o", False, "complete"),
+    ]
+    stamps = [
+        m.created_at.timestamp() for m in Message.objects.filter(session=session).order_by("seq")
+    ]
+    assert stamps == [
+        1700000001.0,
+        1700000010.0,
+        1700000020.5,
+        1700000021.0,
+        1700000030.0,
+        1700000040.0,
+    ]
+    assert session.created_at.timestamp() == 1700000000.0
+    assert all(m.token_count > 0 for m in Message.objects.filter(session=session))
+    session.refresh_from_db()
+    assert session.last_seq == 6
+    assert session.context_tokens == sum(
+        m.token_count for m in Message.objects.filter(session=session)
+    )
+    branches = list(
+        ImportedBranch.objects.filter(session=session).values_list("fork_seq", "messages")
+    )
+    assert [
+        (fork, [(m["role"], m["content"], m["model"]) for m in ms]) for fork, ms in branches
+    ] == [
+        (5, [("assistant", "Return 7pm.", "gpt-4o-mini")]),
+        (1, [("user", "Plan a train trip", ""), ("assistant", "Trains run hourly.", "o1")]),
+    ]
+    # searchable at once; a soft compaction scheduled after commit
+    assert [h.seq for h in messages_search_for_user(user_id=owner.pk, query="ferry")] == [2, 4]
+    assert scheduled == [(session.pk, 6)]
+    # the branches travel with the lossless export
+    exported = json.loads(_body(owner_client.get(f"/api/v1/sessions/{session.pk}/export/")))
+    assert [b["fork_seq"] for b in exported["branches"]] == [5, 1]
+    # re-import: nothing new
+    before = _stored_counts()
+    again = _import(owner_client, bot, data, name="conversations.json").json()
+    assert again["imported"] == [] and again["skipped"][0]["session"] == session.pk
+    assert _stored_counts() == before
+
+
+# --- bad files ----------------------------------------------------------------------------------
+
+
+def _good_lossless(bot_id: int) -> dict:
+    return {
+        "format": "chat-platform.session",
+        "version": 1,
+        "session": {"title": "T", "created_at": "2024-03-08T13:56:00Z", "bot": {"id": bot_id}},
+        "summaries": [],
+        "records": [],
+        "compaction_events": [],
+        "messages": [
+            {"seq": 1, "role": "user", "content": "hi", "created_at": "2024-03-08T13:56:00Z"},
+            {"seq": 2, "role": "assistant", "content": "yo", "created_at": "2024-03-08T13:57:00Z"},
+        ],
+        "branches": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("mutate", "status", "message"),
+    [
+        (lambda d: json.dumps(d)[:-30], 400, "The file ends early, after "),
+        (lambda d: "[" * 100 + "]" * 100, 400, "The file nests deeper than 64 levels (at item."),
+        (lambda d: "", 400, "The file is empty."),
+        (lambda d: "[]", 400, "The file holds an empty list: no conversations to import."),
+        (lambda d: '{"title": "x"}', 400, "The file is a JSON object but not a chat export"),
+        (
+            lambda d: json.dumps(
+                {**d, "messages": [*d["messages"], {**d["messages"][1], "seq": 3, "role": 5}]}
+            ),
+            400,
+            "messages[2].role: must be one of system, user, assistant, tool, not 5.",
+        ),
+        (
+            lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "content": "a\x00b"}]}),
+            400,
+            "messages[0].content: holds a NUL character",
+        ),
+        (
+            lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "seq": "1"}]}),
+            400,
+            "messages[0].seq: must be a whole number, not text.",
+        ),
+        (
+            lambda d: json.dumps({**d, "messages": [d["messages"][1], d["messages"][0]]}),
+            400,
+            "messages[1].seq: 1 does not follow 2: seqs must rise.",
+        ),
+        (
+            lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "compacted_by": 7}]}),
+            400,
+            "messages[0].compacted_by: names no summary listed before the messages.",
+        ),
+        (
+            lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "token_count": 10**12}]}),
+            400,
+            "messages[0].token_count: must be between 0 and 100,000,000",
+        ),
+        (
+            lambda d: json.dumps([{"mapping": {"a": {"parent": "zz", "children": []}}}]),
+            400,
+            "conversations[0].mapping[a].parent: names no node of the mapping.",
+        ),
+        (
+            lambda d: json.dumps(
+                [
+                    {
+                        "mapping": {
+                            "a": {
+                                "message": {"author": {"role": "user"}, "content": {"parts": [5]}},
+                                "parent": None,
+                                "children": [],
+                            }
+                        }
+                    }
+                ]
+            ),
+            400,
+            "conversations[0].mapping[a].message.content.parts: holds int, not text.",
+        ),
+    ],
+)
+def test_bad_files_fail_cleanly_with_nothing_stored(
+    owner, owner_client, bot, mutate, status, message
+):
+    before = _stored_counts()
+    response = _import(owner_client, bot, mutate(_good_lossless(bot.pk)).encode())
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["message"].startswith(message), error["message"]
+    assert error["details"]["file"] == [error["message"]]
+    assert _stored_counts() == before
+
+
+def test_a_bad_conversation_late_in_the_file_leaves_nothing_of_the_earlier_ones(
+    owner, owner_client, bot
+):
+    good = chatgpt_conversation()
+    bad = {**chatgpt_conversation(), "conversation_id": "conv-2", "current_node": "nope"}
+    before = _stored_counts()
+    response = _import(owner_client, bot, json.dumps([good, bad]).encode())
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "conversations[1].current_node: names no node of the mapping."
+    )
+    assert _stored_counts() == before
+
+
+def test_claimed_and_real_sizes_over_the_limit_are_refused_unread(
+    owner, owner_client, bot, settings
+):
+    before = _stored_counts()
+    data = json.dumps(_good_lossless(bot.pk)).encode()
+    claimed = _import(owner_client, bot, data, CONTENT_LENGTH=str(2**30))
+    assert claimed.status_code == 413
+    assert claimed.json()["error"]["code"] == "payload_too_large"
+    assert claimed.json()["error"]["details"]["size"] == 2**30
+    settings.IMPORT_MAX_BYTES = 100
+    real = _import(owner_client, bot, data)
+    assert real.status_code == 413
+    assert real.json()["error"]["details"]["max_bytes"] == 100
+    assert _stored_counts() == before
+
+
+def test_another_users_bot_or_ids_in_the_file_never_reach_them(
+    owner, other_user, owner_client, other_client
+):
+    theirs = BotFactory(owner=other_user, is_shared=False)
+    mine = BotFactory(owner=owner)
+    their_session = SessionFactory(user=other_user, bot=theirs)
+    before = _stored_counts()
+    data = json.dumps(_good_lossless(theirs.pk)).encode()
+    refused = _import(owner_client, theirs, data)
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found"
+    assert _stored_counts() == before
+    # ids in the file (the other user's bot and session) are data, never looked up
+    tampered = _good_lossless(theirs.pk)
+    tampered["session"]["id"] = their_session.pk
+    done = _import(owner_client, mine, json.dumps(tampered).encode())
+    assert done.status_code == 201
+    new = ChatSession.objects.get(pk=done.json()["imported"][0]["session"])
+    assert (new.user, new.bot) == (owner, mine)
+    assert Message.objects.filter(session=their_session).count() == 0
+    missing = other_client.post("/api/v1/import/", {"bot": theirs.pk}, format="multipart")
+    assert missing.json()["error"]["details"] == {
+        "file": ["Attach the file to import (field 'file')."]
+    }
+
+
+def test_progress_is_reported_for_the_key_the_page_chose(owner, owner_client, other_client, bot):
+    data = json.dumps(_good_lossless(bot.pk)).encode()
+    upload = SimpleUploadedFile("c.json", data)
+    response = owner_client.post(
+        "/api/v1/import/", {"file": upload, "bot": bot.pk, "progress": "k-1"}, format="multipart"
+    )
+    assert response.status_code == 201
+    assert owner_client.get("/api/v1/import/progress/", {"key": "k-1"}).json() == {
+        "phase": "done",
+        "bytes_read": len(data),
+        "bytes_total": len(data),
+    }
+    assert other_client.get("/api/v1/import/progress/", {"key": "k-1"}).json()["phase"] == "unknown"
+    assert owner_client.get("/api/v1/import/progress/", {"key": "../x"}).status_code == 400
+
+
+def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
+    """About 24 MB of conversations: the import's peak Python allocation stays a small fraction
+    of the file (one conversation and one batch of messages at a time)."""
+    path = tmp_path / "conversations.json"
+    line = "The ferry to Brindisi leaves at seven from pier nine. " * 40  # ~2 KB
+    count = 600
+    with path.open("w") as out:
+        out.write("[")
+        for c in range(count):
+            conv = chatgpt_conversation()
+            conv["conversation_id"] = f"conv-{c}"
+            for key in ("u1", "a1", "u2", "a2", "a2b", "u1b", "a1b"):
+                parts = conv["mapping"][key]["message"]["content"]["parts"]
+                parts[0] = f"{c} {key} " + line * 1
+            conv["mapping"]["tool1"]["message"]["content"]["parts"] = [line * 10]
+            out.write(("," if c else "") + json.dumps(conv))
+        out.write("]")
+    size = path.stat().st_size
+    assert size > 20 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with path.open("rb") as raw:
+            result = chats_import(user=owner, bot_id=bot.pk, raw=raw, size=size)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(result.imported) == count
+    assert Message.objects.filter(session__user=owner).count() == count * 6
+    assert peak < size / 4, (peak, size)

@@ -1,0 +1,107 @@
+"""Export: one chat as Markdown or as the lossless JSON (``transfer.lossless``), and all of a
+user's chats as one zip (each chat's JSON and Markdown), every one of them produced piece by piece
+so a response can stream it."""
+
+import re
+import zipfile
+from collections.abc import Iterator
+from typing import IO
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from bots.models import ChatSession, Message
+from bots.queries import session_list_for_user
+from chat_platform.isotime import iso_utc
+from transfer.lossless import EXPORT_CHUNK, session_json_chunks
+
+ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+_UNSAFE = re.compile(r"[^a-z0-9]+")
+
+
+def session_filename(session: ChatSession, extension: str) -> str:
+    slug = _UNSAFE.sub("-", (session.title or "chat").lower()).strip("-")[:60] or "chat"
+    return f"chat-{session.pk}-{slug}.{extension}"
+
+
+def session_markdown_chunks(session: ChatSession) -> Iterator[str]:
+    """A readable transcript: a heading per message (who, when, and what became of it)."""
+    title = session.title or f"Chat {session.pk}"
+    yield f"# {title}\n\n"
+    yield f"Bot: {session.bot.name} ({session.bot.model}) · started {iso_utc(session.created_at)}\n"
+    messages = Message.objects.filter(session=session).order_by("seq")
+    for m in messages.iterator(chunk_size=EXPORT_CHUNK):
+        who = ROLE_NAMES.get(m.role, m.role)
+        if m.kind == Message.Kind.NOTICE:
+            who = "Notice"
+        elif m.kind == Message.Kind.COMMAND:
+            who = "Command"
+        notes = [iso_utc(m.created_at) or ""]
+        if m.model and m.role == Message.Role.ASSISTANT:
+            notes.append(m.model)
+        if m.pinned:
+            notes.append("pinned")
+        if m.compacted_by_id:
+            notes.append("summarised")
+        if m.status != Message.Status.COMPLETE:
+            notes.append(m.status)
+        yield f"\n## {m.seq}. {who} · {' · '.join(notes)}\n\n"
+        if m.kind == Message.Kind.TOOL:
+            fence = "````" if "```" in m.content else "```"
+            yield f"{fence}\n{m.content}\n{fence}\n"
+        else:
+            yield f"{m.content}\n" if m.content else "_(no text)_\n"
+        if m.error_message:
+            yield f"\n> Failed: {m.error_message}\n"
+
+
+class _Sink:
+    """A write-only file that keeps what ``zipfile`` wrote until the response takes it."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.offset = 0
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        self.offset += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.offset
+
+    def flush(self) -> None:
+        return None
+
+    def take(self) -> bytes:
+        data = b"".join(self.parts)
+        self.parts = []
+        return data
+
+
+def _write_entry(
+    archive: zipfile.ZipFile, sink: _Sink, name: str, chunks: Iterator[str]
+) -> Iterator[bytes]:
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    target: IO[bytes]
+    with archive.open(info, "w", force_zip64=True) as target:
+        for chunk in chunks:
+            target.write(chunk.encode("utf-8", "surrogatepass"))
+            if sink.offset and sink.parts:
+                yield sink.take()
+    yield sink.take()
+
+
+def user_zip_chunks(*, user: AbstractBaseUser) -> Iterator[bytes]:
+    """All of ``user``'s chats as one zip, streamed: each chat's ``.json`` and ``.md`` in turn
+    (an unseekable stream: zipfile writes data descriptors)."""
+    sink = _Sink()
+    with zipfile.ZipFile(sink, "w") as archive:  # type: ignore[arg-type]
+        for session in session_list_for_user(user=user).order_by("pk").iterator(chunk_size=100):
+            yield from _write_entry(
+                archive, sink, session_filename(session, "json"), session_json_chunks(session)
+            )
+            yield from _write_entry(
+                archive, sink, session_filename(session, "md"), session_markdown_chunks(session)
+            )
+    yield sink.take()
