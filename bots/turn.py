@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from bots import dispatch, liveness, realtime
+from bots import dispatch, liveness, realtime, turn_hooks
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
@@ -400,7 +400,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         return
 
     _check_bot_usable(session)
-    config = bot_model_config(bot)
+    # Per-call overrides an interface registered for this reply (the OpenAI-compatible API's
+    # temperature / max_tokens / stop); a reply nobody registered runs on the bot's settings.
+    config = turn_hooks.config_with(bot_model_config(bot), turn_hooks.options_for(reply))
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
@@ -447,7 +449,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
-    _finish(reply, counted=True, completed=True, **fields)
+    finished = _finish(reply, counted=True, completed=True, **fields)
+    if finished is not None:
+        turn_hooks.notify_completed(finished)
     log.info(
         "turn_completed",
         message_id=reply.pk,
