@@ -111,3 +111,26 @@ def test_expired_key_is_refused_and_last_used_is_stamped(owner):
     assert _bearer(raw).get("/api/v1/bots/").status_code == 401
     assert _bearer(raw + "x").get("/api/v1/bots/").status_code == 401
     assert _bearer("nodot").get("/api/v1/bots/").status_code == 401
+
+
+def test_chats_an_api_client_started_are_marked_with_the_keys_name(owner_client, owner, bot):
+    from bots.models import ChatSession
+    from openai_api.identity import conversation_resolve
+    from openai_api.keys import key_create
+
+    ui_session = ChatSession.objects.create(user=owner, bot=bot)
+    key, _ = key_create(user=owner, name="zed editor")
+    api_session = conversation_resolve(
+        key=key, bot=bot, history=[], explicit_session_id=None
+    ).session
+    listing = {s["id"]: s["origin"] for s in owner_client.get("/api/v1/sessions/").json()}
+    assert listing == {
+        ui_session.pk: None,
+        api_session.pk: {"kind": "api", "key_name": "zed editor"},
+    }
+    # Revoking (or deleting) the key keeps the mark: the chat still says where it came from.
+    key.delete()
+    assert owner_client.get(f"/api/v1/sessions/{api_session.pk}/").json()["origin"] == {
+        "kind": "api",
+        "key_name": "zed editor",
+    }
