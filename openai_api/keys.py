@@ -37,7 +37,7 @@ def key_authenticate(*, raw: str) -> ApiKey:
     if not raw or len(raw) > 200 or not text_is_storable(raw) or "." not in raw:
         raise KeyRefused()
     try:
-        key = ApiKey.objects.select_related("user").get_from_key(raw)
+        key = ApiKey.objects.get_from_key(raw)
     except ApiKey.DoesNotExist:
         raise KeyRefused() from None
     if key.has_expired or not key.user.is_active:
