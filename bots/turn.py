@@ -345,7 +345,7 @@ def _recall_round(
 
 
 def _context_with_rounds(
-    reply: Message, rounds: list[list[Message]], *, recall_open: bool
+    reply: Message, rounds: list[list[Message]], *, recall_open: bool, extra_system: str = ""
 ) -> BuiltContext:
     """The call's context with the turn's recall rounds. Each round's results were cut to what
     was left of B when it ran, but the fixed part can grow before the next call (the user pins
@@ -361,6 +361,7 @@ def _context_with_rounds(
                 recalled=[m for exchange in kept for m in exchange],
                 recall_open=recall_open,
                 record=False,
+                extra_system=extra_system,
             )
         except ContextTooLarge:
             if not kept:
@@ -402,7 +403,8 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     _check_bot_usable(session)
     # Per-call overrides an interface registered for this reply (the OpenAI-compatible API's
     # temperature / max_tokens / stop); a reply nobody registered runs on the bot's settings.
-    config = turn_hooks.config_with(bot_model_config(bot), turn_hooks.options_for(reply))
+    options = turn_hooks.options_for(reply)
+    config = turn_hooks.config_with(bot_model_config(bot), options)
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
@@ -410,7 +412,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     recall_round = 0
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
-        context = _context_with_rounds(reply, rounds, recall_open=may_recall)
+        context = _context_with_rounds(
+            reply, rounds, recall_open=may_recall, extra_system=options.system
+        )
         stream = _stream_round(
             reply,
             handle,

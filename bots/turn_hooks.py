@@ -31,6 +31,8 @@ class TurnOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
+    # A system part of this call only, after the bot's own prompt (counted, never compacted).
+    system: str = ""
 
 
 OptionsProvider = Callable[[Message], TurnOptions | None]

@@ -216,13 +216,18 @@ def check_request(body: object, *, header_session_id: str | None) -> ChatRequest
         session_id = _session_id(metadata["session_id"], "metadata.session_id")
 
     transcript: list[ClientMessage] = []
+    systems: list[str] = []
     for i, message in enumerate(messages):
         param = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid("Each message must be an object.", param)
         role = message.get("role")
         if role in ("system", "developer"):
-            _text_of(message.get("content"), f"{param}.content")  # checked, not stored
+            # A call parameter, not transcript: sent after the bot's prompt on this call only
+            # (kept with the call's options, never as a message).
+            text = _text_of(message.get("content"), f"{param}.content")
+            if text.strip():
+                systems.append(text)
             continue
         if role not in ("user", "assistant"):
             raise invalid(
@@ -241,6 +246,8 @@ def check_request(body: object, *, header_session_id: str | None) -> ChatRequest
         raise invalid(
             "A message starting with /compact is a chat command, not available here.", "messages"
         )
+    if systems:
+        options["system"] = "\n\n".join(systems)
     return ChatRequest(
         model=model,
         history=transcript[:-1],

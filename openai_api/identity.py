@@ -308,6 +308,7 @@ def turn_options(reply: Message) -> TurnOptions | None:
         temperature=options.get("temperature"),
         max_tokens=options.get("max_tokens"),
         stop=tuple(stop),
+        system=options.get("system") or "",
     )
 
 

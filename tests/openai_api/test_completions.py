@@ -84,8 +84,10 @@ def test_completion_runs_the_bots_turn_and_answers_in_openai_json(
     api = ApiSession.objects.get(session=session)
     assert (api.key_id, api.key_name) == (key_row.pk, "my editor")
     (sent,) = fake_openai.requests
+    # The client's system message follows the bot's prompt, on this call only (not stored).
     assert sent["messages"] == [
         {"role": "system", "content": "You are Writer."},
+        {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hello"},
     ]
     assert (sent["temperature"], sent["max_tokens"], sent["stop"]) == (0.2, 50, ["END"])
@@ -342,3 +344,25 @@ def test_a_spent_daily_budget_is_rate_limit_exceeded(stack, user, fake_bot, fake
     assert caught.value.body["code"] == "rate_limit_exceeded"
     assert len(fake_openai.requests) == 1
     assert not Message.objects.filter(content="two").exists()
+
+
+def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):
+    BotFactory(
+        owner=user,
+        name="Tiny",
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        context_window=600,
+        max_output_tokens=100,
+    )
+    _, key = new_key(user)
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk(stack, key).chat.completions.create(
+            model="tiny",
+            messages=[
+                {"role": "system", "content": "rule " * 2000},
+                {"role": "user", "content": "short question"},
+            ],
+        )
+    assert caught.value.body["code"] == "context_length_exceeded"
+    assert fake_openai.requests == []
