@@ -455,7 +455,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         fields["completion_tokens"] = completion.completion_tokens
     finished = _finish(reply, counted=True, completed=True, **fields)
     if finished is not None:
-        turn_hooks.notify_completed(finished)
+        turn_hooks.notify_completed(finished, user_message=reply.reply_to)
     log.info(
         "turn_completed",
         message_id=reply.pk,

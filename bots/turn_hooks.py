@@ -4,9 +4,12 @@ The OpenAI-compatible API (``openai_api``) sits above the turn, so the turn cann
 anything directly. Instead it registers here, once, at start-up (its ``AppConfig.ready``):
 
 - an **options provider**: ``reply -> TurnOptions | None``, read once when the turn starts
-  (per-call ``temperature``, ``max_tokens``, ``stop``);
-- a **completion listener**: told, in the worker, when a reply has completed (the API writes
-  the conversation's fingerprint chain there, so it is written even when the client went away).
+  (per-call ``temperature``, ``max_tokens``, ``stop``, an extra system part). The reply comes
+  with its user message loaded (the claim reads it), so a provider can tell its own turns from
+  that row (the API marks them by ``client_id``) and a chat page's turn costs no statement;
+- a **completion listener**: ``(reply, user_message)``, told in the worker when a reply has
+  completed (the API writes the conversation's fingerprint chain there, so it is written even
+  when the client went away).
 
 A turn of a reply no provider knows runs exactly as before (``TurnOptions()``). A listener that
 raises is logged and never fails the turn: the reply is already complete.
@@ -36,7 +39,7 @@ class TurnOptions:
 
 
 OptionsProvider = Callable[[Message], TurnOptions | None]
-CompletionListener = Callable[[Message], None]
+CompletionListener = Callable[[Message, Message | None], None]
 
 _providers: list[OptionsProvider] = []
 _listeners: list[CompletionListener] = []
@@ -72,9 +75,9 @@ def config_with(config: ModelConfig, options: TurnOptions) -> ModelConfig:
     return replace(config, **changes) if changes else config
 
 
-def notify_completed(reply: Message) -> None:
+def notify_completed(reply: Message, *, user_message: Message | None) -> None:
     for listener in _listeners:
         try:
-            listener(reply)
+            listener(reply, user_message)
         except Exception:
             log.exception("turn_completion_listener_failed", message_id=reply.pk)

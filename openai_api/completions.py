@@ -10,6 +10,7 @@ the chat's own turn (admission, compaction, memory, recall), with the call's ``t
 """
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,7 +304,10 @@ def completion_send(
     user_message = identity.ClientMessage(role="user", content=request.content)
     with transaction.atomic():
         result = session_message_send(
-            user=key.user, session_id=conversation.session.pk, content=request.content
+            user=key.user,
+            session_id=conversation.session.pk,
+            content=request.content,
+            client_id=f"{identity.API_CLIENT_ID_PREFIX}{uuid.uuid4().hex}",
         )
         reply = result.assistant_message
         assert reply is not None  # commands were refused in check_request

@@ -299,7 +299,18 @@ def conversation_fork(*, source: ChatSession, at: ChainLink, key: ApiKey) -> Cha
 # --- the turn's side: options, and the links of a completed reply ------------------------------
 
 
+# The user message of every API call carries a client_id with this prefix: the turn's hooks tell
+# an API turn from that row, which the claim has already read (no statement for other turns).
+API_CLIENT_ID_PREFIX = "openai-"
+
+
+def is_api_turn(user_message: Message | None) -> bool:
+    return user_message is not None and user_message.client_id.startswith(API_CLIENT_ID_PREFIX)
+
+
 def turn_options(reply: Message) -> TurnOptions | None:
+    if not is_api_turn(reply.reply_to):
+        return None
     options = ApiTurn.objects.filter(reply_id=reply.pk).values_list("options", flat=True).first()
     if options is None:
         return None
@@ -312,8 +323,10 @@ def turn_options(reply: Message) -> TurnOptions | None:
     )
 
 
-def turn_completed(reply: Message) -> None:
+def turn_completed(reply: Message, user_message: Message | None) -> None:
     """The turn's completion listener (``bots.turn_hooks``): write the call's links."""
+    if not is_api_turn(user_message):
+        return
     turn = ApiTurn.objects.filter(reply_id=reply.pk).first()
     if turn is not None:
         links_write(turn=turn, reply=reply)
