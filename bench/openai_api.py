@@ -106,7 +106,8 @@ def main() -> int:
     budget = bot_budget(bot).budget
     _, key = key_create(user=user, name="bench")
     logdir = Path(tempfile.mkdtemp(prefix="bench-openai-"))
-    env = process_env(LOG_JSON="true", LOG_LEVEL="WARNING")
+    # INFO: the worker says "ready" at that level (the start-up waits for it).
+    env = process_env(LOG_JSON="true", LOG_LEVEL="INFO")
     faults: list[str] = []
     rows = []
     with celery_worker(env, logdir / "worker.log"), web_server(env, logdir / "web.log") as base:
@@ -168,14 +169,23 @@ def main() -> int:
     provider.stop()
 
     print(f"OpenAI-compatible API, full history resent each call ({calls} timed calls per size)")
-    print(f"{'prior messages':>15} {'platform p50 ms':>16} {'direct p50 ms':>14}")
+    print(
+        f"{'prior messages':>15} {'platform p50 ms':>16} {'direct p50 ms':>14} {'added p50 ms':>13}"
+    )
     for size, ours_p50, theirs_p50 in rows:
-        print(f"{size:>15} {ours_p50 * 1000:>16.1f} {theirs_p50 * 1000:>14.1f}")
-    by_size = {size: ours_p50 for size, ours_p50, _ in rows}
-    if 10 in by_size and 1000 in by_size:
-        ratio = by_size[1000] / by_size[10]
+        added = (ours_p50 - theirs_p50) * 1000
+        print(f"{size:>15} {ours_p50 * 1000:>16.1f} {theirs_p50 * 1000:>14.1f} {added:>13.1f}")
+    # "added" is what the platform puts on top of the same call made directly: the client's own
+    # cost of encoding and sending N messages grows with N on both roads alike.
+    added_by = {size: ours - theirs for size, ours, theirs in rows}
+    raw_by = {size: ours for size, ours, _ in rows}
+    if 10 in added_by and 1000 in added_by:
+        ratio = added_by[1000] / added_by[10]
         verdict = "meets" if ratio <= GOAL_RATIO else "misses"
-        print(f"overhead at 1,000 / at 10: {ratio:.2f}x ({verdict} the goal <= {GOAL_RATIO}x)")
+        print(
+            f"added overhead at 1,000 / at 10: {ratio:.2f}x ({verdict} the goal <= {GOAL_RATIO}x); "
+            f"whole-call overhead ratio {raw_by[1000] / raw_by[10]:.2f}x"
+        )
     print(f"largest request to the provider: {largest} tokens; budget B = {budget}")
     print(
         f"sessions: {sessions_made} (one per size); longest stored transcript: {last_seq} messages"
