@@ -366,3 +366,45 @@ def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):
         )
     assert caught.value.body["code"] == "context_length_exceeded"
     assert fake_openai.requests == []
+
+
+def test_a_client_that_leaves_mid_stream_still_finds_its_conversation(
+    stack, user, fake_bot, fake_openai
+):
+    """The worker writes the chain when the reply completes (bots.turn_hooks), so a client
+    that hung up mid-stream and resends the reply it would have got continues the session."""
+    import time
+
+    _, key = new_key(user)
+    chunks = ["one ", "two ", "three ", "four."]
+    fake_openai.script(
+        Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.3), "Next."
+    )
+    client = sdk(stack, key)
+    with client.chat.completions.with_streaming_response.create(
+        model="writer", messages=[{"role": "user", "content": "Count"}], stream=True
+    ) as response:
+        session_id = response.headers["X-Session-Id"]
+        for event in response.parse():
+            if event.choices and event.choices[0].delta.content:
+                break  # hang up after the first words
+    reply = Message.objects.get(session_id=int(session_id), role="assistant")
+    deadline = time.monotonic() + 30
+    while reply.status != "complete" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        reply.refresh_from_db()
+    assert reply.content == "one two three four."
+    deadline = time.monotonic() + 10
+    while ChainLink.objects.filter(session_id=int(session_id)).count() < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    again = client.chat.completions.with_raw_response.create(
+        model="writer",
+        messages=[
+            {"role": "user", "content": "Count"},
+            {"role": "assistant", "content": "one two three four."},
+            {"role": "user", "content": "Again"},
+        ],
+    )
+    assert again.headers["X-Session-Id"] == session_id
+    assert ChatSession.objects.filter(user=user).count() == 1
