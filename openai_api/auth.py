@@ -3,6 +3,7 @@ a ``read`` key may only read (GET, HEAD, OPTIONS)."""
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -38,3 +39,17 @@ class ApiKeyAccess(BasePermission):
         if isinstance(key, ApiKey) and key.access == ApiKey.Access.READ:
             return request.method in SAFE_METHODS
         return True
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """The key in the OpenAPI schema (drf-spectacular finds it by the class it extends)."""
+
+    target_class = "openai_api.auth.ApiKeyAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key from /api/v1/api-keys/ (read keys may only read).",
+        }

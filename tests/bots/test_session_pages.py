@@ -84,6 +84,7 @@ def test_rename(owner_client, chat_session):
         "bot": chat_session.bot_id,
         "title": "Trip notes",
         "created_at": response.json()["created_at"],
+        "origin": None,
     }
     chat_session.refresh_from_db()
     assert chat_session.title == "Trip notes"
