@@ -408,3 +408,45 @@ def test_a_client_that_leaves_mid_stream_still_finds_its_conversation(
     )
     assert again.headers["X-Session-Id"] == session_id
     assert ChatSession.objects.filter(user=user).count() == 1
+
+
+def _recall_call(name, arguments):
+    import json
+
+    return {
+        "id": f"call_{name}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_recall_rounds_run_server_side_and_never_reach_the_client(
+    stack, user, fake_bot, fake_openai, stream
+):
+    _, key = new_key(user)
+    fake_openai.script(
+        Reply(text="", tool_calls=[_recall_call("search_records", {"query": "depot"})]),
+        Reply(text="The depot is in Leeds."),
+    )
+    client = sdk(stack, key)
+    messages = [{"role": "user", "content": "Where is the depot?"}]
+    if stream:
+        events = list(
+            client.chat.completions.create(model="writer", messages=messages, stream=True)
+        )
+        deltas = [e.choices[0].delta for e in events if e.choices]
+        assert all(d.tool_calls is None for d in deltas)
+        assert "".join(d.content or "" for d in deltas) == "The depot is in Leeds."
+        assert [e.choices[0].finish_reason for e in events if e.choices][-1] == "stop"
+    else:
+        completion = client.chat.completions.create(model="writer", messages=messages)
+        assert completion.choices[0].message.content == "The depot is in Leeds."
+        assert completion.choices[0].message.tool_calls is None
+        assert completion.choices[0].finish_reason == "stop"
+    # The platform offered its recall tools to the model and answered the search itself.
+    assert len(fake_openai.requests) == 2
+    assert "search_records" in {t["function"]["name"] for t in fake_openai.requests[0]["tools"]}
+    assert fake_openai.requests[1]["messages"][-1]["role"] == "tool"
+    session = ChatSession.objects.get(user=user)
+    assert Message.objects.filter(session=session, kind="tool").count() == 2
