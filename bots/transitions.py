@@ -478,6 +478,8 @@ def messages_coverage_copy(
     return Message.objects.filter(session_id=target_id, seq__in=seqs).update(
         compacted_by_id=to_summary_id
     )
+
+
 # --- an imported history (transfer) -------------------------------------------------------------
 
 
@@ -507,3 +509,94 @@ def messages_import(
         last_seq=created[-1].seq
     )
     return created
+
+
+# --- history a client already holds (the OpenAI-compatible API) -------------------------------
+
+
+def history_append(*, session: ChatSession, messages: list[dict[str, Any]]) -> list[Message]:
+    """Store finished turns an API client sent as its conversation's history (``role``,
+    ``content``, ``token_count`` each), after the session's last message: consecutive seqs from
+    one ``allocate_seqs``, counted in the running totals like any finished chat message."""
+    if not messages:
+        return []
+    tokens = sum(m["token_count"] for m in messages)
+    row = allocate_seqs(
+        session_id=session.pk,
+        count=len(messages),
+        context_tokens=tokens,
+        context_messages=len(messages),
+    )
+    first = row.last_seq - len(messages) + 1
+    session.last_seq = row.last_seq
+    session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
+    return Message.objects.bulk_create(
+        [
+            Message(
+                session=session,
+                seq=first + i,
+                role=m["role"],
+                kind=Message.Kind.CHAT,
+                content=m["content"],
+                status=Message.Status.COMPLETE,
+                token_count=m["token_count"],
+            )
+            for i, m in enumerate(messages)
+        ]
+    )
+
+
+_COPIED_FIELDS = [
+    "seq",
+    "role",
+    "kind",
+    "content",
+    "status",
+    "token_count",
+    "pinned",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "model",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "error_code",
+    "error_message",
+    "compacted_by_id",
+    "created_at",
+]
+
+
+def messages_copy(
+    *, source_session_id: int, target: ChatSession, through_seq: int, summary_map: dict[int, int]
+) -> dict[int, int]:
+    """A fork: copy messages 1..``through_seq`` of a session into ``target`` (a new, empty
+    session) with their seqs. Coverage follows ``summary_map`` (old summary id -> its copy); a
+    message whose summary was not copied (it reaches past the cut) is uncompacted in the copy.
+    Unfinished messages are copied ``interrupted`` (no turn will ever finish them there).
+    ``client_id`` and ``reply_to`` stay behind: they belong to the sends of the source. Sets the
+    target's ``last_seq`` and recounts its running totals. Returns old id -> new id."""
+    rows = list(
+        Message.objects.filter(session_id=source_session_id, seq__lte=through_seq)
+        .order_by("seq")
+        .values("id", *_COPIED_FIELDS)
+    )
+    copies = []
+    for row in rows:
+        fields = {name: row[name] for name in _COPIED_FIELDS}
+        covered = fields["compacted_by_id"]
+        fields["compacted_by_id"] = summary_map.get(covered) if covered is not None else None
+        if fields["status"] in UNFINISHED:
+            fields["status"] = Message.Status.INTERRUPTED
+        copies.append(Message(session=target, **fields))
+    created = Message.objects.bulk_create(copies, batch_size=500)
+    # created_at is auto_now_add: bulk_create stamped now; the copy keeps the original times.
+    for copy, row in zip(created, rows, strict=True):
+        copy.created_at = row["created_at"]
+    Message.objects.bulk_update(created, ["created_at"], batch_size=500)
+    last = rows[-1]["seq"] if rows else 0
+    ChatSession.objects.filter(pk=target.pk).update(last_seq=last)
+    target.last_seq = last
+    target.context_tokens, target.context_messages = session_context_recount(session_id=target.pk)
+    return {row["id"]: copy.pk for row, copy in zip(rows, created, strict=True)}

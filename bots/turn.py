@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from bots import dispatch, liveness, realtime
+from bots import dispatch, liveness, realtime, turn_hooks
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
@@ -369,7 +369,7 @@ def _recall_round(
 
 
 def _context_with_rounds(
-    reply: Message, rounds: list[list[Message]], *, recall_open: bool
+    reply: Message, rounds: list[list[Message]], *, recall_open: bool, extra_system: str = ""
 ) -> BuiltContext:
     """The call's context with the turn's recall rounds. Each round's results were cut to what
     was left of B when it ran, but the fixed part can grow before the next call (the user pins
@@ -385,6 +385,7 @@ def _context_with_rounds(
                 recalled=[m for exchange in kept for m in exchange],
                 recall_open=recall_open,
                 record=False,
+                extra_system=extra_system,
             )
         except ContextTooLarge:
             if not kept:
@@ -424,7 +425,10 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         return
 
     _check_bot_usable(session)
-    config = bot_model_config(bot)
+    # Per-call overrides an interface registered for this reply (the OpenAI-compatible API's
+    # temperature / max_tokens / stop); a reply nobody registered runs on the bot's settings.
+    options = turn_hooks.options_for(reply)
+    config = turn_hooks.config_with(bot_model_config(bot), options)
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
@@ -432,7 +436,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     recall_round = 0
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
-        context = _context_with_rounds(reply, rounds, recall_open=may_recall)
+        context = _context_with_rounds(
+            reply, rounds, recall_open=may_recall, extra_system=options.system
+        )
         stream = _stream_round(
             reply,
             handle,
@@ -471,7 +477,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
-    _finish(reply, counted=True, completed=True, **fields)
+    finished = _finish(reply, counted=True, completed=True, **fields)
+    if finished is not None:
+        turn_hooks.notify_completed(finished, user_message=reply.reply_to)
     log.info(
         "turn_completed",
         message_id=reply.pk,

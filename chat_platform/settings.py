@@ -88,6 +88,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    # The API-key library (its hashing; our ApiKey model extends its abstract one).
+    "rest_framework_api_key",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
@@ -95,6 +97,7 @@ INSTALLED_APPS = [
     "compaction",
     "memory",
     "transfer",
+    "openai_api",
 ]
 
 MIDDLEWARE = [
@@ -206,8 +209,13 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # API keys (openai_api): ``Authorization: Bearer <key>``; a read key may only read.
+        "openai_api.auth.ApiKeyAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "openai_api.auth.ApiKeyAccess",
+    ],
     "DEFAULT_SCHEMA_CLASS": "chat_platform.api.AutoSchema",
     # JSON only: errors too are JSON for browsers (Swagger UI at /api/docs/ is the explorer).
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -14,6 +14,7 @@ api_v1 = [
     path("", include("compaction.api.urls")),
     path("", include("memory.api.urls")),
     path("", include("transfer.urls")),
+    path("", include("openai_api.api_urls")),
 ]
 
 urlpatterns = [
@@ -31,6 +32,8 @@ urlpatterns = [
     path("admin/login/", sign_in_throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
+    # The OpenAI-compatible API (openai_api): base URL <server>/v1.
+    path("v1/", include("openai_api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI under the Content-Security-Policy: the split view serves its start-up script as
     # a file (``?script=``), and its page keeps one inline <style>, allowed here and nowhere else.

@@ -187,12 +187,16 @@ def context_measure(
     before_seq: int | None = None,
     recalled: Sequence[Message] = (),
     with_index: bool = True,
+    extra_system: str = "",
 ) -> Measure:
     """Stored token counts of every part of the next call. Bounded queries, no message text.
 
     ``with_index=False`` leaves the memory index out (one query fewer): enough to tell whether
     the fixed part fits (``compaction.pipeline.context_fixed_fits``), which the index, shortened
-    first, never decides."""
+    first, never decides.
+
+    ``extra_system``: a system part of this call only (an API client's own system message),
+    counted with the bot's system prompt: part of the fixed part, never history."""
     bot = session.bot
     if before_seq is None:
         before_seq = new_message.seq + 1 if new_message else session.last_seq + 1
@@ -219,7 +223,8 @@ def context_measure(
         session=session,
         budget=budget,
         before_seq=before_seq,
-        system_tokens=_system_tokens(bot.system_prompt, bot.model),
+        system_tokens=_system_tokens(bot.system_prompt, bot.model)
+        + _system_tokens(extra_system, bot.model),
         new_message=new_entry,
         pinned=pinned,
         summaries=summaries,

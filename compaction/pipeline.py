@@ -281,8 +281,13 @@ def context_build(
     recall_open: bool = True,
     path: str = "turn",
     record: bool = True,
+    extra_system: str = "",
 ) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
+
+    ``extra_system`` is a system part of this call only (an API client's ``system`` message):
+    sent right after the bot's system prompt, counted in the fixed part (so it is kept whole
+    for the call, like the prompt, and never compacted: it is not stored as history).
 
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:
@@ -300,7 +305,11 @@ def context_build(
     """
     new_message = reply.reply_to
     measure = context_measure(
-        session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
+        session=session,
+        new_message=new_message,
+        before_seq=reply.seq,
+        recalled=recalled,
+        extra_system=extra_system,
     )
     if (
         session.bot.compaction_enabled
@@ -310,7 +319,11 @@ def context_build(
         compaction_hard(session=session, measure=measure)
         session.refresh_from_db(fields=["context_tokens", "context_messages"])
         measure = context_measure(
-            session=session, new_message=new_message, before_seq=reply.seq, recalled=recalled
+            session=session,
+            new_message=new_message,
+            before_seq=reply.seq,
+            recalled=recalled,
+            extra_system=extra_system,
         )
     if _fits_whole(measure):
         history, texts = _whole_history(measure, new_message)
@@ -322,6 +335,8 @@ def context_build(
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})
+    if extra_system:
+        messages.append({"role": "system", "content": extra_system})
     # Summaries are labelled system blocks naming what they cover, never user messages.
     summaries = Summary.objects.filter(pk__in=[s.id for s in measure.summaries]).order_by(
         "first_seq"

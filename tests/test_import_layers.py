@@ -8,7 +8,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("chat_platform", "bots", "compaction", "memory")
+PACKAGES = ("chat_platform", "bots", "compaction", "memory", "openai_api")
 
 
 def _layers_contract() -> dict:

@@ -1,5 +1,6 @@
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
@@ -43,11 +44,23 @@ class BotInputSerializer(serializers.ModelSerializer):
 
 
 class SessionOutputSerializer(serializers.ModelSerializer):
+    # Where the chat came from: null for the chat page and this API, or
+    # ``{"kind": "api", "key_name"}`` for a chat an OpenAI-compatible client started (the
+    # ``api_origin`` row the openai_api app keeps; read by relation, so no import of it).
+    origin = serializers.SerializerMethodField()
+
     class Meta:
         model = ChatSession
         # A branch (an edited message or a regenerated reply) names the chat it branched from
-        # and the seq where it differs.
-        fields = ["id", "bot", "title", "created_at", "branch_of", "branch_seq"]
+        # and the seq where it differs; ``origin`` marks a chat the OpenAI-compatible API made.
+        fields = ["id", "bot", "title", "created_at", "branch_of", "branch_seq", "origin"]
+
+    def get_origin(self, session: ChatSession) -> dict | None:
+        try:
+            api = session.api_origin  # type: ignore[attr-defined]
+        except ObjectDoesNotExist:
+            return None
+        return {"kind": "api", "key_name": api.key_name}
 
 
 class SessionInputSerializer(serializers.Serializer):

@@ -84,7 +84,7 @@ class SessionListApi(APIView):
     def get(self, request: Request) -> Response:
         sessions = queries.session_list_for_user(
             user=request.user, bot_id=request.query_params.get("bot")
-        )
+        ).select_related("api_origin")
         return Response(SessionOutputSerializer(sessions, many=True).data)
 
     # 404: the bot is unknown or not visible to the caller.

@@ -81,6 +81,8 @@ class ModelConfig:
     temperature: float = 0.7
     max_output_tokens: int = 1024
     timeout: float | None = None
+    # Stop sequences of the call (an API client's ``stop``); none by default.
+    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -264,6 +266,8 @@ def _call_kwargs(
         kwargs["api_key"] = api_key
     if tools:
         kwargs["tools"] = tools
+    if config.stop:
+        kwargs["stop"] = list(config.stop)
     if stream:
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}

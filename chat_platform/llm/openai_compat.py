@@ -84,6 +84,8 @@ def open_stream(kwargs: dict[str, Any]) -> SSEStream:
     }
     if kwargs.get("tools"):
         body["tools"] = kwargs["tools"]
+    if kwargs.get("stop"):
+        body["stop"] = kwargs["stop"]
     # Exactly the key the gateway chose (the bot's variable, or the placeholder local servers
     # accept): never the server's own OPENAI_API_KEY.
     key = kwargs.get("api_key")

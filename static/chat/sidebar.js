@@ -68,6 +68,13 @@ export function renderSessions() {
         },
       },
       el("span", { class: "session-title", text: sessionLabel(session) }),
+      session.origin && session.origin.kind === "api"
+        ? el("span", {
+            class: "session-origin",
+            title: "Started through the OpenAI-compatible API with the key “" + session.origin.key_name + "”",
+            text: "API · " + session.origin.key_name,
+          })
+        : null,
       el("time", { class: "session-time", dateTime: session.created_at || "", text: fmtTime(session.created_at) })
     );
     var del = el("button", {

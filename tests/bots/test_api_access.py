@@ -123,7 +123,9 @@ def test_session_create_list_and_filter(owner_client, owner):
     b = BotFactory(owner=owner)
     first = owner_client.post("/api/v1/sessions/", {"bot": a.pk, "title": "one"}, format="json")
     assert first.status_code == 201
-    assert set(first.json()) == {"id", "bot", "title", "created_at", "branch_of", "branch_seq"}
+    assert set(first.json()) == {
+        "id", "bot", "title", "created_at", "branch_of", "branch_seq", "origin"
+    }  # fmt: skip
     owner_client.post("/api/v1/sessions/", {"bot": b.pk}, format="json")
     listed = owner_client.get(f"/api/v1/sessions/?bot={a.pk}").json()
     assert [(s["bot"], s["title"]) for s in listed] == [(a.pk, "one")]

@@ -86,6 +86,7 @@ def test_rename(owner_client, chat_session):
         "created_at": response.json()["created_at"],
         "branch_of": None,
         "branch_seq": None,
+        "origin": None,
     }
     chat_session.refresh_from_db()
     assert chat_session.title == "Trip notes"

@@ -1,0 +1,83 @@
+"""What another interface may add to a turn without writing a second one.
+
+The OpenAI-compatible API (``openai_api``) sits above the turn, so the turn cannot ask it
+anything directly. Instead it registers here, once, at start-up (its ``AppConfig.ready``):
+
+- an **options provider**: ``reply -> TurnOptions | None``, read once when the turn starts
+  (per-call ``temperature``, ``max_tokens``, ``stop``, an extra system part). The reply comes
+  with its user message loaded (the claim reads it), so a provider can tell its own turns from
+  that row (the API marks them by ``client_id``) and a chat page's turn costs no statement;
+- a **completion listener**: ``(reply, user_message)``, told in the worker when a reply has
+  completed (the API writes the conversation's fingerprint chain there, so it is written even
+  when the client went away).
+
+A turn of a reply no provider knows runs exactly as before (``TurnOptions()``). A listener that
+raises is logged and never fails the turn: the reply is already complete.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import structlog
+
+from bots.models import Message
+from chat_platform.llm.gateway import ModelConfig
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """Per-call overrides of the bot's settings. ``max_tokens`` can only lower the bot's output
+    reserve (B is computed with it), never raise it."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    # A system part of this call only, after the bot's own prompt (counted, never compacted).
+    system: str = ""
+
+
+OptionsProvider = Callable[[Message], TurnOptions | None]
+CompletionListener = Callable[[Message, Message | None], None]
+
+_providers: list[OptionsProvider] = []
+_listeners: list[CompletionListener] = []
+
+
+def register(
+    *, options: OptionsProvider | None = None, completed: CompletionListener | None = None
+) -> None:
+    """Register once per process (idempotent: the same function twice is kept once)."""
+    if options is not None and options not in _providers:
+        _providers.append(options)
+    if completed is not None and completed not in _listeners:
+        _listeners.append(completed)
+
+
+def options_for(reply: Message) -> TurnOptions:
+    for provider in _providers:
+        found = provider(reply)
+        if found is not None:
+            return found
+    return TurnOptions()
+
+
+def config_with(config: ModelConfig, options: TurnOptions) -> ModelConfig:
+    """The bot's model config with the call's overrides (output only ever capped lower)."""
+    changes: dict = {}
+    if options.temperature is not None:
+        changes["temperature"] = options.temperature
+    if options.max_tokens is not None:
+        changes["max_output_tokens"] = max(1, min(options.max_tokens, config.max_output_tokens))
+    if options.stop:
+        changes["stop"] = options.stop
+    return replace(config, **changes) if changes else config
+
+
+def notify_completed(reply: Message, *, user_message: Message | None) -> None:
+    for listener in _listeners:
+        try:
+            listener(reply, user_message)
+        except Exception:
+            log.exception("turn_completion_listener_failed", message_id=reply.pk)

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class OpenaiApiConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "openai_api"
+    verbose_name = "OpenAI-compatible API"
+
+    def ready(self) -> None:
+        # The turn asks its registered hooks (bots.turn_hooks) for a reply's per-call options
+        # and tells them when it completed: the API sits above the turn, so it registers itself.
+        from bots import turn_hooks
+        from openai_api import identity
+
+        turn_hooks.register(options=identity.turn_options, completed=identity.turn_completed)

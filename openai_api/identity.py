@@ -1,0 +1,366 @@
+"""Conversation identity: which stored session an OpenAI request continues.
+
+A stateless client resends its whole transcript every call. Each message the client sees (its
+user turns, the replies it got, and assistant turns it wrote itself) has a fingerprint, and the
+session keeps a **chain** of them (``ChainLink``): the hash at position k covers positions 1..k,
+rooted in the user and the bot. A request whose history (everything before its last message)
+hashes to a session's newest link extends that session: one indexed lookup, whatever the length
+of the history. Anything else is matched by its longest common prefix (a binary search over the
+request's own hashes, O(log n) lookups: a prefix of a stored chain is stored too), and gets a
+**fork**: a new session holding that prefix (messages, and the summaries and snapshots that cover
+only it), never an overwrite. Client ``system`` messages are call parameters, not transcript:
+they take no part in the chain.
+
+Links are written when the client's history is stored, and for the call's own message and its
+reply once the reply completes (``turn_completed``, in the worker; the view writes them too, so
+the client's next call finds them at once). A reply that failed writes none: the client's retry
+continues from before it.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+
+from bots import transitions
+from bots.models import Bot, ChatSession, Message
+from bots.queries import session_get_for_use
+from bots.turn_hooks import TurnOptions
+from chat_platform.errors import ValidationFailed
+from chat_platform.llm.tokens import count_message_tokens
+from compaction.models import Summary
+from memory.models import MemoryRecord
+from memory.services import messages_index
+from openai_api.models import ApiKey, ApiSession, ApiTurn, ChainLink
+
+log = structlog.get_logger(__name__)
+
+
+def message_fingerprint(role: str, content: str) -> str:
+    """What identifies one message of a transcript: its role and its text (outer whitespace
+    aside: clients trim differently)."""
+    data = json.dumps([role, content.strip()], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def chain_root(*, user_id: int, bot_id: int) -> str:
+    return hashlib.sha256(f"chat-platform/chain/v1:{user_id}:{bot_id}".encode()).hexdigest()
+
+
+def chain_next(previous: str, fingerprint: str) -> str:
+    return hashlib.sha256(f"{previous}:{fingerprint}".encode()).hexdigest()
+
+
+def chain_of(root: str, fingerprints: list[str]) -> list[str]:
+    hashes, current = [], root
+    for fingerprint in fingerprints:
+        current = chain_next(current, fingerprint)
+        hashes.append(current)
+    return hashes
+
+
+@dataclass(frozen=True)
+class ClientMessage:
+    role: str  # user | assistant
+    content: str
+
+    @property
+    def fingerprint(self) -> str:
+        return message_fingerprint(self.role, self.content)
+
+
+@dataclass
+class Conversation:
+    session: ChatSession
+    # Where the chain stands once the request's history is stored: the call's own message and
+    # its reply follow from here.
+    base_position: int
+    base_hash: str
+    created: bool = False
+    forked_from: int | None = None
+    stored_history: list[Message] = field(default_factory=list)
+
+
+def _links(*, user_id: int, bot_id: int) -> Any:
+    return ChainLink.objects.filter(session__user_id=user_id, session__bot_id=bot_id)
+
+
+def _tip_link(session: ChatSession) -> ChainLink | None:
+    return ChainLink.objects.filter(session=session).order_by("-position").first()
+
+
+def _find_tip(*, user_id: int, bot_id: int, chain_hash: str) -> ChainLink | None:
+    """The session whose newest link is ``chain_hash`` (the newest such session if several)."""
+    later = ChainLink.objects.filter(session=OuterRef("session"), position__gt=OuterRef("position"))
+    return (
+        _links(user_id=user_id, bot_id=bot_id)
+        .filter(chain_hash=chain_hash)
+        .filter(~Exists(later))
+        .select_related("session", "session__bot")
+        .order_by("-session__updated_at", "-session_id")
+        .first()
+    )
+
+
+def _longest_prefix(*, user_id: int, bot_id: int, hashes: list[str]) -> ChainLink | None:
+    """The stored link of the longest prefix of ``hashes`` (binary search: a stored chain holds
+    every prefix of itself)."""
+    links = _links(user_id=user_id, bot_id=bot_id)
+    low, high, best = 1, len(hashes), None
+    while low <= high:
+        middle = (low + high) // 2
+        found = (
+            links.filter(chain_hash=hashes[middle - 1])
+            .select_related("session", "message")
+            .order_by("-session__updated_at", "-session_id")
+            .first()
+        )
+        if found is not None:
+            best, low = found, middle + 1
+        else:
+            high = middle - 1
+    return best
+
+
+def _history_rows(messages: list[ClientMessage], *, model: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": m.role,
+            "content": m.content,
+            "token_count": count_message_tokens(m.content, model=model),
+        }
+        for m in messages
+    ]
+
+
+def _store_history(
+    *, session: ChatSession, messages: list[ClientMessage], position: int, chain_hash: str
+) -> tuple[list[Message], int, str]:
+    """Append the client's history and its links; returns the rows and where the chain ends."""
+    stored = transitions.history_append(
+        session=session, messages=_history_rows(messages, model=session.bot.model)
+    )
+    links = []
+    for message, client in zip(stored, messages, strict=True):
+        position += 1
+        chain_hash = chain_next(chain_hash, client.fingerprint)
+        links.append(
+            ChainLink(session=session, position=position, message=message, chain_hash=chain_hash)
+        )
+    ChainLink.objects.bulk_create(links)
+    return stored, position, chain_hash
+
+
+def _session_new(*, user: Any, bot: Bot, key: ApiKey) -> ChatSession:
+    session = ChatSession.objects.create(user=user, bot=bot, title="")
+    ApiSession.objects.create(session=session, key=key, key_name=key.name)
+    return session
+
+
+def conversation_resolve(
+    *,
+    key: ApiKey,
+    bot: Bot,
+    history: list[ClientMessage],
+    explicit_session_id: str | None,
+) -> Conversation:
+    """Find (or make) the session the request continues and store the history it lacks. In the
+    caller's transaction."""
+    user = key.user
+    root = chain_root(user_id=user.pk, bot_id=bot.pk)
+    hashes = chain_of(root, [m.fingerprint for m in history])
+
+    if explicit_session_id is not None:
+        session = session_get_for_use(user=user, session_id=explicit_session_id)
+        if session.bot_id != bot.pk:
+            raise ValidationFailed(
+                "This session belongs to another model.", details={"param": "model"}
+            )
+        tip = _tip_link(session)
+        position, chain_hash = (tip.position, tip.chain_hash) if tip else (0, root)
+        new: list[ClientMessage] = []
+        if tip is not None and len(hashes) >= tip.position:
+            if hashes[tip.position - 1] == tip.chain_hash:
+                new = history[tip.position :]  # the full transcript again: store what is new
+        elif tip is None and not ChatSession.objects.filter(pk=session.pk, last_seq__gt=0).exists():
+            new = history  # an empty session: the history is its start
+        stored, position, chain_hash = _store_history(
+            session=session, messages=new, position=position, chain_hash=chain_hash
+        )
+        return Conversation(session, position, chain_hash, stored_history=stored)
+
+    if not history:
+        session = _session_new(user=user, bot=bot, key=key)
+        return Conversation(session, 0, root, created=True)
+
+    tip = _find_tip(user_id=user.pk, bot_id=bot.pk, chain_hash=hashes[-1])
+    if tip is not None:
+        return Conversation(tip.session, tip.position, tip.chain_hash)
+
+    prefix = _longest_prefix(user_id=user.pk, bot_id=bot.pk, hashes=hashes)
+    if prefix is None:
+        session = _session_new(user=user, bot=bot, key=key)
+        stored, position, chain_hash = _store_history(
+            session=session, messages=history, position=0, chain_hash=root
+        )
+        return Conversation(session, position, chain_hash, created=True, stored_history=stored)
+
+    session = conversation_fork(source=prefix.session, at=prefix, key=key)
+    stored, position, chain_hash = _store_history(
+        session=session,
+        messages=history[prefix.position :],
+        position=prefix.position,
+        chain_hash=prefix.chain_hash,
+    )
+    log.info(
+        "api_conversation_forked",
+        source_session_id=prefix.session_id,
+        session_id=session.pk,
+        common_prefix=prefix.position,
+        stored=len(stored),
+    )
+    return Conversation(
+        session,
+        position,
+        chain_hash,
+        created=True,
+        forked_from=prefix.session_id,
+        stored_history=stored,
+    )
+
+
+def conversation_fork(*, source: ChatSession, at: ChainLink, key: ApiKey) -> ChatSession:
+    """A new session holding ``source`` up to the message of link ``at``: its messages, its
+    active summaries and snapshots that cover only those, and its chain up to there. The
+    source is left exactly as it was."""
+    through_seq = at.message.seq
+    fork = ChatSession.objects.create(user=source.user, bot=source.bot, title=source.title)
+    ApiSession.objects.create(
+        session=fork,
+        key=key,
+        key_name=key.name,
+        forked_from=source,
+        forked_at_seq=through_seq,
+    )
+    summary_map: dict[int, int] = {}
+    for summary in Summary.objects.filter(
+        session=source, status=Summary.Status.ACTIVE, last_seq__lte=through_seq
+    ).order_by("first_seq"):
+        old_id = summary.pk
+        summary.pk = None
+        summary.session = fork
+        summary.save(force_insert=True)
+        summary_map[old_id] = summary.pk
+    ids = transitions.messages_copy(
+        source_session_id=source.pk, target=fork, through_seq=through_seq, summary_map=summary_map
+    )
+    snapshots = MemoryRecord.objects.filter(
+        session=source,
+        kind=MemoryRecord.Kind.SNAPSHOT,
+        last_seq__lte=through_seq,
+    )
+    info = MemoryRecord.objects.filter(
+        session=source,
+        kind=MemoryRecord.Kind.INFO,
+        created_at__lte=at.message.updated_at,
+    )
+    for record in [*snapshots, *info]:
+        record.pk = None
+        record.session = fork
+        record.save(force_insert=True)
+        if record.kind == MemoryRecord.Kind.SNAPSHOT and record.indexed:
+            assert record.first_seq is not None and record.last_seq is not None
+            messages_index(
+                session_id=fork.pk,
+                first_seq=record.first_seq,
+                last_seq=record.last_seq,
+                record_id=record.pk,
+            )
+    ChainLink.objects.bulk_create(
+        [
+            ChainLink(
+                session=fork,
+                position=link.position,
+                message_id=ids[link.message_id],
+                chain_hash=link.chain_hash,
+            )
+            for link in ChainLink.objects.filter(session=source, position__lte=at.position)
+            if link.message_id in ids
+        ],
+        batch_size=500,
+    )
+    return fork
+
+
+# --- the turn's side: options, and the links of a completed reply ------------------------------
+
+
+# The user message of every API call carries a client_id with this prefix: the turn's hooks tell
+# an API turn from that row, which the claim has already read (no statement for other turns).
+API_CLIENT_ID_PREFIX = "openai-"
+
+
+def is_api_turn(user_message: Message | None) -> bool:
+    return user_message is not None and user_message.client_id.startswith(API_CLIENT_ID_PREFIX)
+
+
+def turn_options(reply: Message) -> TurnOptions | None:
+    if not is_api_turn(reply.reply_to):
+        return None
+    options = ApiTurn.objects.filter(reply_id=reply.pk).values_list("options", flat=True).first()
+    if options is None:
+        return None
+    stop = options.get("stop") or ()
+    return TurnOptions(
+        temperature=options.get("temperature"),
+        max_tokens=options.get("max_tokens"),
+        stop=tuple(stop),
+        system=options.get("system") or "",
+    )
+
+
+def turn_completed(reply: Message, user_message: Message | None) -> None:
+    """The turn's completion listener (``bots.turn_hooks``): write the call's links."""
+    if not is_api_turn(user_message):
+        return
+    turn = ApiTurn.objects.filter(reply_id=reply.pk).first()
+    if turn is not None:
+        links_write(turn=turn, reply=reply)
+
+
+def links_write(*, turn: ApiTurn, reply: Message) -> None:
+    """The links of the call's own messages and its completed reply. Idempotent (the worker
+    and the view both call it); a reply that did not complete writes nothing."""
+    if reply.status != Message.Status.COMPLETE or not reply.content:
+        return
+    position, chain_hash = turn.base_position, turn.base_hash
+    links = []
+    for message_id, fingerprint in turn.pending:
+        position += 1
+        chain_hash = chain_next(chain_hash, fingerprint)
+        links.append(
+            ChainLink(
+                session_id=turn.session_id,
+                position=position,
+                message_id=message_id,
+                chain_hash=chain_hash,
+            )
+        )
+    position += 1
+    chain_hash = chain_next(chain_hash, message_fingerprint("assistant", reply.content))
+    links.append(
+        ChainLink(
+            session_id=turn.session_id,
+            position=position,
+            message_id=reply.pk,
+            chain_hash=chain_hash,
+        )
+    )
+    with transaction.atomic():
+        # A concurrent call on the same session may have taken these positions: the first
+        # writer's chain stands, this one is left unlinked (its messages stay stored).
+        ChainLink.objects.bulk_create(links, ignore_conflicts=True)

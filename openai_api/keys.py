@@ -1,0 +1,235 @@
+"""API keys: create (shown once), list, revoke, authenticate, and what a key may use.
+
+Hashing and verification are djangorestframework-api-key's (``ApiKey.objects``): only the
+hash and an 8-character prefix are stored; the prefix is the key's public id. A key's text
+never reaches a log line, an error message or an answer other than the one that created it.
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+
+import structlog
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.text import slugify
+
+from bots.models import Bot, Message
+from bots.queries import bot_list_for_user
+from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from openai_api.models import ApiKey
+
+log = structlog.get_logger(__name__)
+
+# last_used_at is written at most this often per key: a busy key must not write on every call.
+LAST_USED_RESOLUTION = dt.timedelta(seconds=60)
+NAME_MAX_CHARS = 50
+
+
+class KeyRefused(Exception):
+    """No such key, revoked, expired, or its user is inactive: one answer for all of them."""
+
+
+def key_authenticate(*, raw: str) -> ApiKey:
+    if not raw or len(raw) > 200 or not text_is_storable(raw) or "." not in raw:
+        raise KeyRefused()
+    try:
+        key = ApiKey.objects.get_from_key(raw)
+    except ApiKey.DoesNotExist:
+        raise KeyRefused() from None
+    if key.has_expired or not key.user.is_active:
+        raise KeyRefused()
+    now = timezone.now()
+    if key.last_used_at is None or key.last_used_at < now - LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+        ).update(last_used_at=now)
+        key.last_used_at = now
+    return key
+
+
+# --- what a key may use -----------------------------------------------------------------------
+
+
+def bot_slug(bot: Bot) -> str:
+    """A bot's model id: its name as a slug (``[a-z0-9-]``)."""
+    return slugify(bot.name).replace("_", "-").strip("-") or "bot"
+
+
+def key_bots(*, key: ApiKey) -> list[Bot]:
+    """The bots the key may use now: the user's usable bots (own or shared; un-sharing revokes
+    at once), narrowed to the key's list unless it covers all."""
+    bots = bot_list_for_user(user=key.user).order_by("created_at", "id")
+    if not key.all_bots:
+        bots = bots.filter(pk__in=key.bots.values("pk"))
+    return list(bots)
+
+
+def key_models(*, key: ApiKey) -> dict[str, Bot]:
+    """Model id -> bot. Two bots with one slug are told apart by their id (``<slug>-<id>``)."""
+    bots = key_bots(key=key)
+    counts: dict[str, int] = {}
+    for bot in bots:
+        counts[bot_slug(bot)] = counts.get(bot_slug(bot), 0) + 1
+    return {
+        (bot_slug(bot) if counts[bot_slug(bot)] == 1 else f"{bot_slug(bot)}-{bot.pk}"): bot
+        for bot in bots
+    }
+
+
+def key_bot_for_model(*, key: ApiKey, model: str) -> Bot:
+    models = key_models(key=key)
+    bot = models.get(model)
+    if bot is None:
+        # ``<slug>-<id>`` always names its bot, even when the slug alone is unambiguous.
+        bot = next((b for b in models.values() if f"{bot_slug(b)}-{b.pk}" == model), None)
+    if bot is None:
+        raise NotFound(f"The model {model!r} does not exist or this key may not use it.")
+    return bot
+
+
+def model_id_of(*, key: ApiKey, bot: Bot) -> str:
+    return next((mid for mid, b in key_models(key=key).items() if b.pk == bot.pk), bot_slug(bot))
+
+
+# --- the daily token budget -------------------------------------------------------------------
+
+
+def day_start(now: dt.datetime | None = None) -> dt.datetime:
+    now = now or timezone.now()
+    return now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def key_tokens_today(*, key: ApiKey) -> int:
+    """Tokens the key's turns used since 00:00 UTC: the provider's reported prompt and
+    completion tokens of their replies."""
+    total = Message.objects.filter(
+        api_turn__key=key, api_turn__created_at__gte=day_start()
+    ).aggregate(
+        used=Sum(Coalesce("prompt_tokens", 0) + Coalesce("completion_tokens", 0)),
+    )["used"]
+    return int(total or 0)
+
+
+@dataclass(frozen=True)
+class BudgetExhausted(Exception):
+    limit: int
+    used: int
+    resets_at: dt.datetime
+
+
+def key_budget_check(*, key: ApiKey) -> None:
+    if key.daily_token_limit is None:
+        return
+    used = key_tokens_today(key=key)
+    if used >= key.daily_token_limit:
+        raise BudgetExhausted(
+            limit=key.daily_token_limit,
+            used=used,
+            resets_at=day_start() + dt.timedelta(days=1),
+        )
+
+
+# --- management (the user's own keys) ----------------------------------------------------------
+
+
+def check_key_fields(
+    *,
+    user: AbstractBaseUser,
+    name: object,
+    bots: object,
+    expires_at: dt.datetime | None,
+    daily_token_limit: object,
+    access: object,
+) -> tuple[str, list[Bot] | None]:
+    errors: dict[str, list[str]] = {}
+    if not isinstance(name, str) or not name.strip():
+        errors["name"] = ["A key needs a name."]
+    elif not text_is_storable(name):
+        errors["name"] = [UNSTORABLE_MESSAGE]
+    elif len(name.strip()) > NAME_MAX_CHARS:
+        errors["name"] = [f"At most {NAME_MAX_CHARS} characters."]
+    chosen: list[Bot] | None = None
+    if bots is not None:
+        if not isinstance(bots, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in bots
+        ):
+            errors["bots"] = ["A list of bot ids."]
+        else:
+            usable = {b.pk: b for b in bot_list_for_user(user=user).filter(pk__in=bots)}
+            unknown = sorted({b for b in bots if b not in usable})
+            if unknown:
+                # The same answer for a missing bot and another user's private one.
+                errors["bots"] = [f"Unknown bot id {b}." for b in unknown]
+            elif not bots:
+                errors["bots"] = ["Name at least one bot, or leave the field out for all."]
+            else:
+                chosen = [usable[b] for b in dict.fromkeys(bots)]
+    if expires_at is not None and expires_at <= timezone.now():
+        errors["expires_at"] = ["The expiry must be in the future."]
+    if daily_token_limit is not None and (
+        not isinstance(daily_token_limit, int)
+        or isinstance(daily_token_limit, bool)
+        or not 1 <= daily_token_limit <= 2_000_000_000
+    ):
+        errors["daily_token_limit"] = ["A whole number of tokens from 1 to 2,000,000,000."]
+    if access not in ApiKey.Access.values:
+        errors["access"] = ['"full" or "read".']
+    if errors:
+        raise ValidationFailed(details=errors)
+    assert isinstance(name, str)
+    return name.strip(), chosen
+
+
+def key_create(
+    *,
+    user: AbstractBaseUser,
+    name: object,
+    bots: object = None,
+    expires_at: dt.datetime | None = None,
+    daily_token_limit: object = None,
+    access: object = ApiKey.Access.FULL,
+) -> tuple[ApiKey, str]:
+    """A new key; its text is returned here once and never stored."""
+    clean_name, chosen = check_key_fields(
+        user=user,
+        name=name,
+        bots=bots,
+        expires_at=expires_at,
+        daily_token_limit=daily_token_limit,
+        access=access,
+    )
+    with transaction.atomic():
+        key, raw = ApiKey.objects.create_key(
+            user=user,
+            name=clean_name,
+            all_bots=chosen is None,
+            expiry_date=expires_at,
+            daily_token_limit=daily_token_limit,
+            access=access,
+        )
+        if chosen:
+            key.bots.set(chosen)
+    log.info("api_key_created", user_id=user.pk, prefix=key.prefix, all_bots=chosen is None)
+    return key, raw
+
+
+def key_list_for_user(*, user: AbstractBaseUser) -> list[ApiKey]:
+    return list(
+        ApiKey.objects.filter(user=user, revoked=False)
+        .prefetch_related("bots")
+        .order_by("-created", "prefix")
+    )
+
+
+def key_revoke(*, user: AbstractBaseUser, prefix: object) -> None:
+    """Revoke (for good: the library refuses to un-revoke). Another user's key is not_found."""
+    if not isinstance(prefix, str) or not prefix:
+        raise NotFound("API key not found.")
+    updated = ApiKey.objects.filter(user=user, prefix=prefix, revoked=False).update(revoked=True)
+    if not updated:
+        raise NotFound("API key not found.")
+    log.info("api_key_revoked", user_id=user.pk, prefix=prefix)

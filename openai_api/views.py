@@ -1,0 +1,405 @@
+"""``/v1/``: the OpenAI-compatible interface (CONTRACT §16). Async views: a call waits for its
+reply (or streams it) without holding the server's one thread for sync views; every database
+step runs in a worker thread. Authentication is ``Authorization: Bearer <key>`` only (no
+cookies, hence no CSRF). Every error is OpenAI's shape; every 500 is logged with its traceback,
+and a key's text is never logged.
+"""
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import structlog
+from asgiref.sync import sync_to_async
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from bots.models import Message
+from bots.services.send import message_wait_finished
+from chat_platform import errors
+from chat_platform.jsontext import json_loads
+from chat_platform.outage import OUTAGE_ERRORS
+from chat_platform.realtime import session_group
+from openai_api import completions, keys, shapes
+from openai_api.completions import OpenAIError, Started
+from openai_api.models import ApiKey
+
+log = structlog.get_logger(__name__)
+
+SESSION_HEADER = "X-Session-Id"
+# How often a stream without news looks at the reply in the database (frames are lossy).
+STREAM_RECHECK_SECONDS = 1.0
+
+
+def _error(exc: OpenAIError) -> JsonResponse:
+    response = JsonResponse(
+        shapes.error_body(exc.message, type_=exc.type_, code=exc.code, param=exc.param),
+        status=exc.status,
+    )
+    if exc.status == 401:
+        response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+def _in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a database step off the event loop, on a pooled connection given back afterwards."""
+
+    def run(**kwargs: Any) -> Any:
+        close_old_connections()
+        try:
+            return func(**kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
+def _authenticate(request: HttpRequest) -> ApiKey:
+    header = request.headers.get("Authorization", "")
+    scheme, _, raw = header.partition(" ")
+    if scheme.lower() != "bearer" or not raw.strip():
+        raise OpenAIError(
+            "Send your API key as 'Authorization: Bearer <key>'.",
+            status=401,
+            code="invalid_api_key",
+        )
+    try:
+        return keys.key_authenticate(raw=raw.strip())
+    except keys.KeyRefused:
+        raise OpenAIError(
+            "Incorrect, revoked or expired API key.", status=401, code="invalid_api_key"
+        ) from None
+
+
+def _guarded(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Every failure of a /v1/ view, answered in OpenAI's shape."""
+
+    async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return await view(request, *args, **kwargs)
+        except OpenAIError as exc:
+            return _error(exc)
+        except errors.PlatformError as exc:
+            return _error(completions.from_platform(exc))
+        except OUTAGE_ERRORS:
+            log.exception("openai_api_service_unavailable", path=request.path)
+            return _error(
+                OpenAIError(
+                    "A service the platform needs is unavailable. Try again in a moment.",
+                    status=503,
+                    type_="server_error",
+                    code="service_unavailable",
+                )
+            )
+        except Exception:
+            log.exception("openai_api_internal_error", path=request.path)
+            return _error(
+                OpenAIError(
+                    "Something went wrong on the server.",
+                    status=500,
+                    type_="server_error",
+                    code="internal_error",
+                )
+            )
+
+    return csrf_exempt(wrapped)
+
+
+def _method(request: HttpRequest, allowed: str) -> None:
+    if request.method != allowed:
+        raise OpenAIError(
+            f"Method {request.method} is not allowed here; use {allowed}.",
+            status=405,
+            code="method_not_allowed",
+        )
+
+
+# --- GET /v1/models -------------------------------------------------------------------------
+
+
+def _model_list(*, request: HttpRequest) -> dict[str, Any]:
+    key = _authenticate(request)
+    return shapes.model_list(
+        [
+            (model_id, int(bot.created_at.timestamp()), bot.owner.get_username())
+            for model_id, bot in keys.key_models(key=key).items()
+        ]
+    )
+
+
+@_guarded
+async def models_view(request: HttpRequest) -> HttpResponse:
+    _method(request, "GET")
+    return JsonResponse(await _in_thread(_model_list)(request=request))
+
+
+# --- POST /v1/chat/completions ----------------------------------------------------------------
+
+
+def _body(request: HttpRequest) -> Any:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise OpenAIError(
+            "The request body is too large.", status=413, code="payload_too_large"
+        ) from None
+    try:
+        return json_loads(raw)
+    except ValueError as exc:
+        raise completions.invalid(f"The body is not valid JSON: {exc}", None) from None
+
+
+def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
+    key = _authenticate(request)
+    chat = completions.check_request(
+        _body(request), header_session_id=request.headers.get(SESSION_HEADER)
+    )
+    bot = completions.completion_bot(key=key, request=chat)
+    try:
+        keys.key_budget_check(key=key)
+    except keys.BudgetExhausted as exc:
+        raise OpenAIError(
+            f"This key's daily budget of {exc.limit} tokens is spent ({exc.used} used); it "
+            f"resets at {exc.resets_at.isoformat()}.",
+            status=429,
+            type_="tokens",
+            code="rate_limit_exceeded",
+        ) from None
+    conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
+    return key, bot, chat, conversation
+
+
+def _send(**kwargs: Any) -> Started:
+    return completions.completion_send(**kwargs)
+
+
+def _refused_at_send(started: Started) -> OpenAIError | None:
+    reply = completions.reply_read(reply_id=started.reply.pk)
+    started.reply = reply
+    if reply.status == Message.Status.FAILED:
+        return completions.reply_error(reply)
+    if started.dispatched is False and not reply.is_finished:
+        return OpenAIError(
+            "The message is saved, but the task queue is unavailable: the reply starts by itself "
+            "when it is back.",
+            status=503,
+            type_="server_error",
+            code="service_unavailable",
+        )
+    return None
+
+
+def _wait(*, started: Started) -> Message:
+    reply = message_wait_finished(
+        message_id=started.reply.pk, timeout=settings.CHAT_WAIT_TIMEOUT_SECONDS
+    )
+    if reply.status == Message.Status.COMPLETE:
+        completions.reply_links_write(reply=reply)
+    return reply
+
+
+def _completion_id(reply: Message) -> str:
+    return f"chatcmpl-{reply.pk}"
+
+
+def _with_session(response: HttpResponse, started: Started) -> HttpResponse:
+    response[SESSION_HEADER] = str(started.session.pk)
+    return response
+
+
+@_guarded
+async def chat_completions_view(request: HttpRequest) -> HttpResponse:
+    _method(request, "POST")
+    key, bot, chat, conversation = await _in_thread(_prepare)(request=request)
+    listener = FrameListener() if chat.stream else None
+    if listener is not None:
+        # Joined before the send: no delta of the reply can go by unheard.
+        await listener.open(conversation.session.pk)
+    try:
+        started: Started = await _in_thread(_send)(
+            key=key, bot=bot, request=chat, conversation=conversation
+        )
+        refused = await _in_thread(_refused_at_send)(started=started)
+        if refused is not None:
+            return _with_session(_error(refused), started)
+    except BaseException:
+        if listener is not None:
+            await listener.close()
+        raise
+    if listener is not None:
+        response = StreamingHttpResponse(
+            _stream(started, listener, include_usage=chat.include_usage),
+            content_type="text/event-stream",
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return _with_session(response, started)
+
+    reply = await _in_thread(_wait)(started=started)
+    if not reply.is_finished:
+        raise OpenAIError(
+            "The reply is taking too long; it is still being written.",
+            status=504,
+            type_="server_error",
+            code="timeout",
+        )
+    if reply.status != Message.Status.COMPLETE:
+        return _with_session(_error(completions.reply_error(reply)), started)
+    body = shapes.completion(
+        completion_id=_completion_id(reply),
+        created=int(reply.created_at.timestamp()),
+        model=started.model_id,
+        content=reply.content,
+        finish=shapes.finish_reason(reply.finish_reason),
+        prompt_tokens=reply.prompt_tokens or 0,
+        completion_tokens=reply.completion_tokens or 0,
+    )
+    return _with_session(JsonResponse(body), started)
+
+
+class FrameListener:
+    """The session group's frames for this process (the chat's own realtime path). Without a
+    cross-process layer (embedded mode, in-memory layer) it hears nothing and the stream reads
+    the reply from the database instead."""
+
+    def __init__(self) -> None:
+        self.layer: Any = None
+        self.channel = ""
+        self.group = ""
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    async def open(self, session_id: int) -> None:
+        layer = get_channel_layer()
+        if layer is None or isinstance(layer, InMemoryChannelLayer):
+            return
+        self.layer, self.group = layer, session_group(session_id)
+        self.channel = await layer.new_channel()
+        await layer.group_add(self.group, self.channel)
+        self.task = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        while True:
+            message = await self.layer.receive(self.channel)
+            frame = message.get("frame")
+            if isinstance(frame, dict):
+                await self.queue.put(frame)
+
+    async def next(self, timeout: float) -> dict[str, Any] | None:
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.task
+            self.task = None
+        if self.layer is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(self.group, self.channel)
+            self.layer = None
+
+
+def _sse(data: Any) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+def _frame_of(frame: dict[str, Any], reply_id: int) -> str | None:
+    kind = frame.get("type")
+    if kind == "message.delta" and frame.get("message_id") == reply_id:
+        return "delta"
+    if kind == "message.completed" and (frame.get("message") or {}).get("id") == reply_id:
+        return "end"
+    if kind == "message.failed" and frame.get("message_id") == reply_id:
+        return "end"
+    return None
+
+
+def _finished_reply(*, reply_id: int) -> Message | None:
+    reply = completions.reply_read(reply_id=reply_id)
+    return reply if reply.is_finished else None
+
+
+async def _stream(
+    started: Started, listener: FrameListener, *, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """OpenAI's chunk stream: the role first, the content as it comes, the finish reason, the
+    usage when asked, then ``[DONE]``. A reply that fails mid-way ends with an error event."""
+    reply_id = started.reply.pk
+    meta = {
+        "completion_id": _completion_id(started.reply),
+        "created": int(time.time()),
+        "model": started.model_id,
+        "with_usage_field": include_usage,
+    }
+    sent: list[str] = []
+    try:
+        yield _sse(shapes.chunk(delta={"role": "assistant", "content": ""}, **meta))
+        reply: Message | None = None
+        while reply is None:
+            frame = await listener.next(STREAM_RECHECK_SECONDS)
+            what = _frame_of(frame, reply_id) if frame is not None else None
+            if what == "delta":
+                assert frame is not None
+                delta = str(frame.get("delta") or "")
+                if delta:
+                    sent.append(delta)
+                    yield _sse(shapes.chunk(delta={"content": delta}, **meta))
+                continue
+            if frame is None or what == "end":
+                # The database is the truth (frames are lossy): the finished reply, or wait on.
+                reply = await _in_thread(_finished_reply)(reply_id=reply_id)
+        if reply.status != Message.Status.COMPLETE:
+            exc = completions.reply_error(reply)
+            yield _sse(shapes.error_body(exc.message, type_=exc.type_, code=exc.code))
+            yield b"data: [DONE]\n\n"
+            return
+        text = "".join(sent)
+        if reply.content != text:
+            if reply.content.startswith(text):
+                rest = reply.content[len(text) :]
+                yield _sse(shapes.chunk(delta={"content": rest}, **meta))
+            else:
+                log.warning("openai_stream_diverged", message_id=reply_id)
+        yield _sse(shapes.chunk(delta={}, finish=shapes.finish_reason(reply.finish_reason), **meta))
+        if include_usage:
+            yield _sse(
+                shapes.chunk(
+                    delta=None,
+                    usage_value=shapes.usage(
+                        reply.prompt_tokens or 0, reply.completion_tokens or 0
+                    ),
+                    **meta,
+                )
+            )
+        await _in_thread(completions.reply_links_write)(reply=reply)
+        yield b"data: [DONE]\n\n"
+    except Exception:
+        # The answer has begun (200): the failure can only be told in the stream.
+        log.exception("openai_stream_failed", message_id=reply_id)
+        yield _sse(
+            shapes.error_body(
+                "Something went wrong on the server.", type_="server_error", code="internal_error"
+            )
+        )
+        yield b"data: [DONE]\n\n"
+    finally:
+        await listener.close()
+
+
+# --- anything else under /v1/ -----------------------------------------------------------------
+
+
+@_guarded
+async def not_found_view(request: HttpRequest, rest: str = "") -> HttpResponse:
+    raise OpenAIError(f"Unknown path {request.path}.", status=404, code="not_found")

@@ -1,0 +1,147 @@
+"""Conversation identity through its services: the chain, continuation and the fork (what is
+carried over, what is left behind, the source untouched)."""
+
+import pytest
+
+from bots.models import ChatSession, Message
+from compaction.models import Summary
+from memory.models import MemoryRecord, MessageIndex
+from openai_api.identity import ClientMessage, conversation_resolve
+from openai_api.keys import key_create
+from openai_api.models import ApiSession, ChainLink
+
+pytestmark = pytest.mark.django_db
+
+
+def _m(role, content):
+    return ClientMessage(role=role, content=content)
+
+
+HISTORY = [
+    _m("user", "u1 the depot is in Leeds"),
+    _m("assistant", "a2 noted Leeds"),
+    _m("user", "u3 order 4411 ships Monday"),
+    _m("assistant", "a4 noted Monday"),
+]
+
+
+def _rows(session):
+    return list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("seq", "role", "content", "compacted_by_id")
+    )
+
+
+def test_history_is_stored_once_and_its_tip_is_found_by_one_hash(owner, bot):
+    key, _ = key_create(user=owner, name="k")
+    first = conversation_resolve(key=key, bot=bot, history=HISTORY, explicit_session_id=None)
+    assert first.created and first.base_position == 4
+    again = conversation_resolve(key=key, bot=bot, history=HISTORY, explicit_session_id=None)
+    assert (again.session.pk, again.created, again.stored_history) == (first.session.pk, False, [])
+    assert [(r[1], r[2]) for r in _rows(first.session)] == [(m.role, m.content) for m in HISTORY]
+    # Outer whitespace aside, the same text is the same message.
+    spaced = [*HISTORY[:3], _m("assistant", "  a4 noted Monday\n")]
+    assert (
+        conversation_resolve(key=key, bot=bot, history=spaced, explicit_session_id=None).session.pk
+        == first.session.pk
+    )
+    # Another user's identical history is another conversation.
+    other_key, _ = key_create(user=bot.owner.__class__.objects.create(username="x"), name="k")
+    bot.is_shared = True
+    bot.save()
+    theirs = conversation_resolve(key=other_key, bot=bot, history=HISTORY, explicit_session_id=None)
+    assert theirs.session.pk != first.session.pk and theirs.created
+
+
+def test_a_fork_carries_the_prefix_its_summaries_and_snapshots_and_leaves_the_source(owner, bot):
+    key, _ = key_create(user=owner, name="k")
+    source = conversation_resolve(key=key, bot=bot, history=HISTORY, explicit_session_id=None)
+    session = source.session
+    inside = Summary.objects.create(
+        session=session,
+        text="Leeds depot.",
+        token_count=5,
+        first_seq=1,
+        last_seq=2,
+        source_tokens=20,
+        model="builtin/extractive",
+        trigger="soft",
+        retention=1.0,
+    )
+    crossing = Summary.objects.create(
+        session=session,
+        text="Order 4411 Monday.",
+        token_count=5,
+        first_seq=3,
+        last_seq=4,
+        source_tokens=20,
+        model="builtin/extractive",
+        trigger="soft",
+        retention=1.0,
+    )
+    Message.objects.filter(session=session, seq__in=[1, 2]).update(compacted_by_id=inside.pk)
+    Message.objects.filter(session=session, seq__in=[3, 4]).update(compacted_by_id=crossing.pk)
+    MemoryRecord.objects.create(
+        session=session,
+        name="snapshot_1_2",
+        kind="snapshot",
+        description="Pre-compaction snapshot of messages 1–2",
+        body="u1 the depot is in Leeds\na2 noted Leeds",
+        first_seq=1,
+        last_seq=2,
+    )
+    MemoryRecord.objects.create(
+        session=session,
+        name="snapshot_3_4",
+        kind="snapshot",
+        description="Pre-compaction snapshot of messages 3–4",
+        body="u3 a4",
+        first_seq=3,
+        last_seq=4,
+    )
+    before = _rows(session)
+
+    edited = [*HISTORY[:3], _m("assistant", "a4 actually Tuesday")]
+    fork = conversation_resolve(key=key, bot=bot, history=edited, explicit_session_id=None)
+
+    assert fork.created and fork.forked_from == session.pk and fork.base_position == 4
+    (copied,) = Summary.objects.filter(session=fork.session)
+    assert (copied.first_seq, copied.last_seq, copied.text) == (1, 2, "Leeds depot.")
+    assert _rows(fork.session) == [
+        (1, "user", "u1 the depot is in Leeds", copied.pk),
+        (2, "assistant", "a2 noted Leeds", copied.pk),
+        (3, "user", "u3 order 4411 ships Monday", None),  # its summary reached past the cut
+        (4, "assistant", "a4 actually Tuesday", None),
+    ]
+    assert list(
+        MemoryRecord.objects.filter(session=fork.session).values_list("name", flat=True)
+    ) == ["snapshot_1_2"]
+    # The copied snapshot holds its messages in the search index of the fork.
+    assert MessageIndex.objects.filter(message__session=fork.session).count() == 2
+    forked = ChatSession.objects.get(pk=fork.session.pk)
+    third, fourth = Message.objects.filter(session=forked, seq__in=[3, 4]).order_by("seq")
+    assert forked.last_seq == 4
+    assert (forked.context_tokens, forked.context_messages) == (
+        third.token_count + fourth.token_count,
+        2,
+    )
+    assert list(ChainLink.objects.filter(session=forked).values_list("position", flat=True)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert ApiSession.objects.get(session=forked).forked_at_seq == 3
+    # The source is exactly as it was.
+    assert _rows(session) == before
+    assert Summary.objects.filter(session=session).count() == 2
+    # Resending the fork's history continues the fork, the source's continues the source.
+    assert (
+        conversation_resolve(key=key, bot=bot, history=edited, explicit_session_id=None).session.pk
+        == forked.pk
+    )
+    assert (
+        conversation_resolve(key=key, bot=bot, history=HISTORY, explicit_session_id=None).session.pk
+        == session.pk
+    )

@@ -1,0 +1,136 @@
+"""API keys: the REST endpoints (CONTRACT §16) and keys on /api/v1/ (read or full)."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from openai_api.models import ApiKey
+from tests.factories import BotFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _bearer(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def test_create_shows_the_key_once_and_stores_only_its_hash(owner_client, owner, bot):
+    response = owner_client.post(
+        "/api/v1/api-keys/",
+        {"name": "editor", "bots": [bot.pk], "daily_token_limit": 5000, "access": "read"},
+        format="json",
+    )
+    assert response.status_code == 201
+    body = response.json()
+    raw = body.pop("key")
+    prefix = raw.split(".")[0]
+    assert body == {
+        "id": prefix,
+        "name": "editor",
+        "prefix": prefix,
+        "bots": [bot.pk],
+        "expires_at": None,
+        "daily_token_limit": 5000,
+        "access": "read",
+        "last_used_at": None,
+        "created_at": body["created_at"],
+    }
+    row = ApiKey.objects.get(prefix=prefix)
+    assert raw not in row.hashed_key and raw not in row.id
+    assert row.hashed_key.startswith("sha512$$")
+    listing = owner_client.get("/api/v1/api-keys/").json()
+    assert [k["id"] for k in listing] == [prefix]
+    assert "key" not in listing[0]
+
+
+def test_bad_fields_are_refused_and_nothing_is_created(owner_client, other_user):
+    foreign = BotFactory(owner=other_user)  # private bot of another user
+    cases = [
+        ({"name": ""}, "name"),
+        ({"name": "a\x00b"}, "name"),
+        ({"name": "x" * 51}, "name"),
+        ({"name": "k", "bots": [foreign.pk]}, "bots"),
+        ({"name": "k", "bots": []}, "bots"),
+        ({"name": "k", "bots": "1"}, "bots"),
+        ({"name": "k", "daily_token_limit": 0}, "daily_token_limit"),
+        ({"name": "k", "access": "admin"}, "access"),
+        ({"name": "k", "expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),
+    ]
+    for data, field in cases:
+        response = owner_client.post("/api/v1/api-keys/", data, format="json")
+        assert response.status_code == 400, data
+        assert response.json()["error"]["code"] == "validation_error"
+        assert field in response.json()["error"]["details"], data
+    assert ApiKey.objects.count() == 0
+
+
+def test_revoke_is_for_good_and_another_users_key_is_not_found(owner_client, other_client, owner):
+    raw = owner_client.post("/api/v1/api-keys/", {"name": "k"}, format="json").json()["key"]
+    prefix = raw.split(".")[0]
+    assert _bearer(raw).get("/api/v1/bots/").status_code == 200
+    assert other_client.delete(f"/api/v1/api-keys/{prefix}/").status_code == 404
+    assert ApiKey.objects.get(prefix=prefix).revoked is False
+    assert owner_client.delete(f"/api/v1/api-keys/{prefix}/").status_code == 204
+    response = _bearer(raw).get("/api/v1/bots/")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "not_authenticated"
+    assert owner_client.delete(f"/api/v1/api-keys/{prefix}/").status_code == 404
+    assert owner_client.get("/api/v1/api-keys/").json() == []
+
+
+def test_read_key_reads_full_key_writes_and_no_key_manages_keys(owner_client, owner):
+    read = owner_client.post("/api/v1/api-keys/", {"name": "r", "access": "read"}, format="json")
+    full = owner_client.post("/api/v1/api-keys/", {"name": "f"}, format="json")
+    read_client, full_client = _bearer(read.json()["key"]), _bearer(full.json()["key"])
+    assert read_client.get("/api/v1/bots/").status_code == 200
+    refused = read_client.post("/api/v1/bots/", {"name": "New"}, format="json")
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "permission_denied"
+    assert owner.bots.count() == 0
+    assert full_client.post("/api/v1/bots/", {"name": "New"}, format="json").status_code == 201
+    assert owner.bots.count() == 1
+    # A key never mints or revokes keys, full or not.
+    minted = full_client.post("/api/v1/api-keys/", {"name": "x"}, format="json")
+    assert minted.status_code == 403
+    assert ApiKey.objects.count() == 2
+    assert full_client.delete(f"/api/v1/api-keys/{read.json()['id']}/").status_code == 403
+
+
+def test_expired_key_is_refused_and_last_used_is_stamped(owner):
+    from openai_api.keys import key_create
+
+    key, raw = key_create(user=owner, name="soon", expires_at=timezone.now() + dt.timedelta(1))
+    assert _bearer(raw).get("/api/v1/bots/").status_code == 200
+    key.refresh_from_db()
+    assert key.last_used_at is not None
+    ApiKey.objects.filter(pk=key.pk).update(expiry_date=timezone.now() - dt.timedelta(seconds=1))
+    assert _bearer(raw).get("/api/v1/bots/").status_code == 401
+    assert _bearer(raw + "x").get("/api/v1/bots/").status_code == 401
+    assert _bearer("nodot").get("/api/v1/bots/").status_code == 401
+
+
+def test_chats_an_api_client_started_are_marked_with_the_keys_name(owner_client, owner, bot):
+    from bots.models import ChatSession
+    from openai_api.identity import conversation_resolve
+    from openai_api.keys import key_create
+
+    ui_session = ChatSession.objects.create(user=owner, bot=bot)
+    key, _ = key_create(user=owner, name="zed editor")
+    api_session = conversation_resolve(
+        key=key, bot=bot, history=[], explicit_session_id=None
+    ).session
+    listing = {s["id"]: s["origin"] for s in owner_client.get("/api/v1/sessions/").json()}
+    assert listing == {
+        ui_session.pk: None,
+        api_session.pk: {"kind": "api", "key_name": "zed editor"},
+    }
+    # Revoking (or deleting) the key keeps the mark: the chat still says where it came from.
+    key.delete()
+    assert owner_client.get(f"/api/v1/sessions/{api_session.pk}/").json()["origin"] == {
+        "kind": "api",
+        "key_name": "zed editor",
+    }
