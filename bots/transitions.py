@@ -462,6 +462,10 @@ def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int
             f"WHERE {session_col} = %s",
             [target.pk, source_id, target.pk],
         )
+    # No turn will ever finish an unfinished copy: it ends interrupted there.
+    Message.objects.filter(session_id=target.pk, status__in=UNFINISHED).update(
+        status=Message.Status.INTERRUPTED
+    )
     last = before_seq - 1 if copied else 0
     ChatSession.objects.filter(pk=target.pk).update(last_seq=last)
     target.last_seq = last
@@ -544,59 +548,3 @@ def history_append(*, session: ChatSession, messages: list[dict[str, Any]]) -> l
             for i, m in enumerate(messages)
         ]
     )
-
-
-_COPIED_FIELDS = [
-    "seq",
-    "role",
-    "kind",
-    "content",
-    "status",
-    "token_count",
-    "pinned",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "model",
-    "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
-    "error_code",
-    "error_message",
-    "compacted_by_id",
-    "created_at",
-]
-
-
-def messages_copy(
-    *, source_session_id: int, target: ChatSession, through_seq: int, summary_map: dict[int, int]
-) -> dict[int, int]:
-    """A fork: copy messages 1..``through_seq`` of a session into ``target`` (a new, empty
-    session) with their seqs. Coverage follows ``summary_map`` (old summary id -> its copy); a
-    message whose summary was not copied (it reaches past the cut) is uncompacted in the copy.
-    Unfinished messages are copied ``interrupted`` (no turn will ever finish them there).
-    ``client_id`` and ``reply_to`` stay behind: they belong to the sends of the source. Sets the
-    target's ``last_seq`` and recounts its running totals. Returns old id -> new id."""
-    rows = list(
-        Message.objects.filter(session_id=source_session_id, seq__lte=through_seq)
-        .order_by("seq")
-        .values("id", *_COPIED_FIELDS)
-    )
-    copies = []
-    for row in rows:
-        fields = {name: row[name] for name in _COPIED_FIELDS}
-        covered = fields["compacted_by_id"]
-        fields["compacted_by_id"] = summary_map.get(covered) if covered is not None else None
-        if fields["status"] in UNFINISHED:
-            fields["status"] = Message.Status.INTERRUPTED
-        copies.append(Message(session=target, **fields))
-    created = Message.objects.bulk_create(copies, batch_size=500)
-    # created_at is auto_now_add: bulk_create stamped now; the copy keeps the original times.
-    for copy, row in zip(created, rows, strict=True):
-        copy.created_at = row["created_at"]
-    Message.objects.bulk_update(created, ["created_at"], batch_size=500)
-    last = rows[-1]["seq"] if rows else 0
-    ChatSession.objects.filter(pk=target.pk).update(last_seq=last)
-    target.last_seq = last
-    target.context_tokens, target.context_messages = session_context_recount(session_id=target.pk)
-    return {row["id"]: copy.pk for row, copy in zip(rows, created, strict=True)}

@@ -29,12 +29,10 @@ from django.db.models import Exists, OuterRef
 from bots import transitions
 from bots.models import Bot, ChatSession, Message
 from bots.queries import session_get_for_use
+from bots.services.branch import branch_origin, do_branch_copy
 from bots.turn_hooks import TurnOptions
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
-from compaction.models import Summary
-from memory.models import MemoryRecord
-from memory.services import messages_index
 from openai_api.models import ApiKey, ApiSession, ApiTurn, ChainLink
 
 log = structlog.get_logger(__name__)
@@ -238,7 +236,13 @@ def conversation_fork(*, source: ChatSession, at: ChainLink, key: ApiKey) -> Cha
     active summaries and snapshots that cover only those, and its chain up to there. The
     source is left exactly as it was."""
     through_seq = at.message.seq
-    fork = ChatSession.objects.create(user=source.user, bot=source.bot, title=source.title)
+    fork = ChatSession.objects.create(
+        user=source.user,
+        bot=source.bot,
+        title=source.title,
+        branch_of=branch_origin(source, through_seq + 1),
+        branch_seq=through_seq + 1,
+    )
     ApiSession.objects.create(
         session=fork,
         key=key,
@@ -246,40 +250,17 @@ def conversation_fork(*, source: ChatSession, at: ChainLink, key: ApiKey) -> Cha
         forked_from=source,
         forked_at_seq=through_seq,
     )
-    summary_map: dict[int, int] = {}
-    for summary in Summary.objects.filter(
-        session=source, status=Summary.Status.ACTIVE, last_seq__lte=through_seq
-    ).order_by("first_seq"):
-        old_id = summary.pk
-        summary.pk = None
-        summary.session = fork
-        summary.save(force_insert=True)
-        summary_map[old_id] = summary.pk
-    ids = transitions.messages_copy(
-        source_session_id=source.pk, target=fork, through_seq=through_seq, summary_map=summary_map
-    )
-    snapshots = MemoryRecord.objects.filter(
-        session=source,
-        kind=MemoryRecord.Kind.SNAPSHOT,
-        last_seq__lte=through_seq,
-    )
-    info = MemoryRecord.objects.filter(
-        session=source,
-        kind=MemoryRecord.Kind.INFO,
-        created_at__lte=at.message.updated_at,
-    )
-    for record in [*snapshots, *info]:
-        record.pk = None
-        record.session = fork
-        record.save(force_insert=True)
-        if record.kind == MemoryRecord.Kind.SNAPSHOT and record.indexed:
-            assert record.first_seq is not None and record.last_seq is not None
-            messages_index(
-                session_id=fork.pk,
-                first_seq=record.first_seq,
-                last_seq=record.last_seq,
-                record_id=record.pk,
-            )
+    # The one way a chat is copied up to a point (bots.services.branch): the messages, the
+    # summaries and snapshots that cover only those, the chat's notes, the search index. A client
+    # that edited its history made a branch of the conversation, as an edit in the page does.
+    do_branch_copy(session=source, branch=fork, at_seq=through_seq + 1)
+    copies = dict(Message.objects.filter(session=fork).values_list("seq", "pk"))
+    ids = {
+        pk: copies[seq]
+        for pk, seq in Message.objects.filter(session=source, seq__lte=through_seq).values_list(
+            "pk", "seq"
+        )
+    }
     ChainLink.objects.bulk_create(
         [
             ChainLink(

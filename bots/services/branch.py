@@ -49,7 +49,7 @@ class BranchResult:
     send: SendResult
 
 
-def _origin(session: ChatSession, seq: int) -> ChatSession:
+def branch_origin(session: ChatSession, seq: int) -> ChatSession:
     """The chat whose branches hold the versions of the message at ``seq`` of ``session``: the
     oldest chat on its line that has that seq as its own (not copied, not a branch point)."""
     origin = session
@@ -69,7 +69,7 @@ def _check_idle(session: ChatSession) -> None:
 def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
     """A new chat holding ``session``'s messages before ``at_seq`` (and what covers only them),
     made a branch of the origin of the message at ``at_seq``."""
-    origin = _origin(session, at_seq)
+    origin = branch_origin(session, at_seq)
     branch = ChatSession.objects.create(
         user=session.user,
         bot=session.bot,
@@ -77,6 +77,14 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
         branch_of=origin,
         branch_seq=at_seq,
     )
+    do_branch_copy(session=session, branch=branch, at_seq=at_seq)
+    return branch
+
+
+def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) -> None:
+    """Fill the new, empty chat ``branch`` with ``session`` before ``at_seq``: the messages, the
+    summaries and snapshots that cover only those, the chat's notes, the search index and the
+    running totals. Also how the OpenAI-compatible API forks a conversation a client edited."""
     transitions.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
     summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
     records_copy_prefix(source=session, target=branch, before_seq=at_seq)
@@ -87,7 +95,6 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
     )
     tokens, messages = transitions.session_context_recount(session_id=branch.pk)
     branch.context_tokens, branch.context_messages = tokens, messages
-    return branch
 
 
 def message_edit(*, user: AbstractBaseUser, message_id: object, content: object) -> BranchResult:

@@ -116,6 +116,7 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         "SELECT",  # history with its text
         "UPDATE",  # last_admission, once the provider answered
         "WITH",  # finish + running totals
+        "SELECT",  # the reply and its message, for search (no term here: nothing to insert)
         *["SELECT", "SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
         "SELECT",  # a reply queued behind this one, to hand over
     ]
