@@ -97,7 +97,7 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         )
         == 0
     )
-    # From the skip link: 16 presses, whatever the length of the chat (it was 84 with every
+    # From the skip link: 20 presses, whatever the length of the chat (it was 84 with every
     # message's Pin button in the way); the transcript is one stop.
     assert tab_stops_to_composer(page) == [
         "chat-platform",
@@ -105,13 +105,17 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         "Bots",
         "Admin",
         "Log out",
+        "chat-search",
         "bot-select",
         "new-session",
         "session-search",
         "Note 0: the locker of room 100 is blue. (open)",
         "Delete chat “Note 0: the locker of room 100 is blue.”",
+        "Export and import",
         "New bot",
         "rename-session",
+        "export-markdown",
+        "export-json",
         "memory-toggle",
         "shortcuts-open",
         "transcript",
@@ -137,6 +141,8 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
     assert active_seq(page) == "2"
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.textContent") == "Pin"
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.textContent") == "Regenerate"
     page.keyboard.press("ArrowRight")
     assert page.evaluate("document.activeElement.textContent") == "Copy"
     page.keyboard.press("Escape")
