@@ -27,12 +27,12 @@ function opened(body) {
 // Edit a sent message in place: a text box with Save and Cancel; Save makes the new branch.
 export function startEdit(node, m) {
   var text = node.querySelector(".msg-text");
-  if (!text || node.querySelector(".msg-edit")) return;
+  if (!text || node.querySelector(".msg-editor")) return;
   var box = el("textarea", { class: "msg-edit-box", rows: "3", "aria-label": "Edit your message" });
   box.value = m.content || "";
   var save = el("button", { type: "button", class: "button button-small button-primary msg-edit-save", text: "Save and send" });
   var cancel = el("button", { type: "button", class: "button button-small button-quiet msg-edit-cancel", text: "Cancel" });
-  var form = el("div", { class: "msg-edit" }, box, el("div", { class: "msg-edit-actions" }, save, cancel));
+  var form = el("div", { class: "msg-editor" }, box, el("div", { class: "msg-edit-actions" }, save, cancel));
   text.hidden = true;
   text.after(form);
   box.focus();

@@ -1,0 +1,90 @@
+"""Edit a sent message, regenerate a reply and flip between the versions, in headless Chromium
+against the embedded platform (issue 18, Deliver 1)."""
+
+import pytest
+
+from tests.browser.support import (
+    api_headers,
+    create_streamer,
+    current_session_id,
+    log_in,
+    open_new_chat,
+    send,
+)
+from tests.fakeopenai import Reply
+
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+
+def _texts(page):
+    return [
+        t.strip()
+        for t in page.locator(
+            '#transcript article.msg[data-kind="chat"] .msg-text'
+        ).all_inner_texts()
+    ]
+
+
+def _flip(page):
+    return page.locator("#transcript .msg-branches .branch-count")
+
+
+def test_edit_regenerate_and_flip_between_versions(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Brancher")
+    fake.script(
+        Reply(text="Paris is lovely."),
+        Reply(text="Rome is lovely."),
+        Reply(text="Rome is ancient."),
+        Reply(text="Back in Paris."),
+    )
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    original = current_session_id(page)
+    send(page, "Tell me about Paris")
+    page.locator("#transcript .msg-text", has_text="Paris is lovely.").wait_for()
+
+    # Edit the question: a new version, answered; the old one is one flip away.
+    question = page.locator('#transcript article.msg[data-role="user"][data-seq="1"]')
+    question.locator(".msg-edit").click()
+    page.fill("#transcript .msg-edit-box", "Tell me about Rome")
+    page.click("#transcript .msg-edit-save")
+    page.locator("#transcript .msg-text", has_text="Rome is lovely.").wait_for()
+    edited = current_session_id(page)
+    assert edited != original
+    assert _texts(page) == ["Tell me about Rome", "Rome is lovely."]
+    _flip(page).wait_for()
+    assert _flip(page).inner_text() == "2/2"
+    asked = [
+        (m["role"], m["content"]) for m in fake.requests[-1]["messages"] if m["role"] != "system"
+    ]
+    assert asked == [("user", "Tell me about Rome")]
+
+    # Regenerate the reply on the new branch: versions of the reply, not of the question.
+    reply = page.locator('#transcript article.msg[data-role="assistant"][data-seq="2"]')
+    reply.locator(".msg-regenerate").click()
+    page.locator("#transcript .msg-text", has_text="Rome is ancient.").wait_for()
+    assert _texts(page) == ["Tell me about Rome", "Rome is ancient."]
+    page.wait_for_function("document.querySelectorAll('#transcript .msg-branches').length === 2")
+    assert _flip(page).all_inner_texts() == ["2/2", "2/2"]
+
+    # Flip the question back to the first version and continue that one.
+    page.locator('#transcript article.msg[data-seq="1"] .branch-prev').click()
+    page.locator("#transcript .msg-text", has_text="Paris is lovely.").wait_for()
+    assert current_session_id(page) == original
+    assert _texts(page) == ["Tell me about Paris", "Paris is lovely."]
+    _flip(page).first.wait_for()  # the versions are read after the messages
+    assert _flip(page).all_inner_texts() == ["1/2"]
+    send(page, "And the food?")
+    page.locator("#transcript .msg-text", has_text="Back in Paris.").wait_for()
+    asked = [
+        (m["role"], m["content"]) for m in fake.requests[-1]["messages"] if m["role"] != "system"
+    ]
+    assert asked == [
+        ("user", "Tell me about Paris"),
+        ("assistant", "Paris is lovely."),
+        ("user", "And the food?"),
+    ]
+    # One chat per family of branches in the list: the open one.
+    assert page.locator("#session-list li.session-item").count() == 1
+    assert page.js_errors == []
