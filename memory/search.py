@@ -240,7 +240,14 @@ BM25_B = 0.75
 # indexed message of one user's sessions (search all my chats). Literal SQL; every value is a
 # parameter ({scope} and {query} become "%s"-placeholders only).
 _SCOPE_SESSION = "{t}session_id = %s AND {t}record_id IS NOT NULL"
-_SCOPE_USER = "{t}session_id IN (SELECT id FROM bots_chatsession WHERE user_id = %s)"
+# A branch chat's messages before its branch point are copies of its original's (which is
+# searched itself): they are left out, so a hit is never listed once per branch. A branch whose
+# original was deleted has no ``branch_of`` any more, and its messages are its own.
+_SCOPE_USER = (
+    "{t}session_id IN (SELECT id FROM bots_chatsession WHERE user_id = %s) AND NOT EXISTS ("
+    "SELECT 1 FROM bots_chatsession b WHERE b.id = {t}session_id "
+    "AND b.branch_of_id IS NOT NULL AND {t}seq < b.branch_seq)"
+)
 _PG_CANDIDATES = """
 SELECT message_id, seq, record_id, terms, session_id,
        (SELECT count(*) FROM memory_messageindex WHERE {scope}),
@@ -308,16 +315,16 @@ def messages_ranked(
         if connection.vendor == "postgresql":
             # Every term a bound parameter: ``plainto_tsquery`` of one stored-form word.
             ored = " || ".join(["plainto_tsquery('simple', %s)"] * len(query))
-            sql = _PG_CANDIDATES.replace("{scope}", scope.replace("{t}", "")).replace(
-                "{query}", ored
-            )
+            sql = _PG_CANDIDATES.replace(
+                "{scope}", scope.replace("{t}", "memory_messageindex.")
+            ).replace("{query}", ored)
             cursor.execute(sql, [owner, owner, owner, *query])
         elif connection.vendor == "sqlite":
             # Each term an FTS5 string literal; a term is word characters, never a quote.
             match = " OR ".join(f'"{term}"' for term in query)
-            sql = _SQLITE_CANDIDATES.replace("{scope}", scope.replace("{t}", "")).replace(
-                "{m_scope}", scope.replace("{t}", "m.")
-            )
+            sql = _SQLITE_CANDIDATES.replace(
+                "{scope}", scope.replace("{t}", "memory_messageindex.")
+            ).replace("{m_scope}", scope.replace("{t}", "m."))
             cursor.execute(sql, [owner, owner, match, owner])
         else:
             raise NotImplementedError(f"No message search for {connection.vendor}")

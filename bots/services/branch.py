@@ -33,7 +33,7 @@ from bots.services.send import (
 )
 from chat_platform.errors import ValidationFailed
 from compaction.services import summaries_copy_prefix
-from memory.services import messages_index_written, records_copy_prefix
+from memory.services import records_copy_prefix
 
 log = structlog.get_logger(__name__)
 
@@ -87,12 +87,10 @@ def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) ->
     running totals. Also how the OpenAI-compatible API forks a conversation a client edited."""
     transitions.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
     summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
+    # The copies of compacted messages are indexed with their snapshot's copy (recall in the
+    # branch); the rest are not indexed again: search across the user's chats finds them in the
+    # original, and leaves a branch's copies out so a hit is listed once.
     records_copy_prefix(source=session, target=branch, before_seq=at_seq)
-    # Searchable across the user's chats at once, like the original (compacted copies are
-    # already indexed with their snapshot's copy).
-    messages_index_written(
-        message_ids=list(Message.objects.filter(session=branch).values_list("pk", flat=True))
-    )
     tokens, messages = transitions.session_context_recount(session_id=branch.pk)
     branch.context_tokens, branch.context_messages = tokens, messages
 

@@ -346,3 +346,21 @@ def test_branch_points_do_not_list_another_users_chats(chat, owner_client):
     stranger = UserFactory(username="stranger")
     SessionFactory(user=stranger, bot=chat.bot, branch_of=chat, branch_seq=3)
     assert owner_client.get(f"/api/v1/sessions/{chat.pk}/branches/").json() == {"points": []}
+
+
+def test_search_of_all_chats_lists_a_branch_copy_once(chat, owner_client, fake_openai):
+    fake_openai.script(Reply(text="Edited answer."))
+    question_two = Message.objects.get(session=chat, seq=3)
+    branch_id = owner_client.post(
+        f"/api/v1/messages/{question_two.pk}/edit/", {"content": "Question two, edited"}, "json"
+    ).json()["session"]["id"]
+
+    hits = owner_client.get("/api/v1/search/", {"q": "question"}).json()["results"]
+
+    # the original's two questions, and the branch's own edited one; not the branch's copy of
+    # question one
+    assert sorted((h["session"]["id"], h["message"]["seq"]) for h in hits) == [
+        (chat.pk, 1),
+        (chat.pk, 3),
+        (branch_id, 3),
+    ]
