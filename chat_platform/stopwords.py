@@ -4,7 +4,9 @@ A plain module (no Django, no apps, no built-in model): memory's snapshot descri
 ``ENGLISH`` is a general English function-word list (articles, pronouns, auxiliaries, prepositions,
 conjunctions, common adverbs and quantifiers, contractions); ``CHAT_FILLER`` is what chat turns
 say without saying anything (greetings, acknowledgements, politeness, talk about the talk).
-``STOPWORDS`` is both. Entries are lower case; apostrophes are ASCII.
+``STOPWORDS`` is both. ``QUERY_STOPWORDS`` is the shorter list a question's search words are
+picked with (the built-in models and memory's record search): it keeps words such as "answer" or
+"back" that can be what a question is about. Entries are lower case; apostrophes are ASCII.
 """
 
 ENGLISH = frozenset(
@@ -46,3 +48,22 @@ CHAT_FILLER = frozenset(
 )
 
 STOPWORDS = ENGLISH | CHAT_FILLER
+
+QUERY_STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't
+    doing don't down during each few for from further had hadn't has hasn't have haven't having
+    he he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've
+    if in into is isn't it it's its itself let's me more most mustn't my myself no nor not of off
+    on once only or other ought our ours ourselves out over own same shan't she she'd she'll
+    she's should shouldn't so some such than that that's the their theirs them themselves then
+    there there's these they they'd they'll they're they've this those through to too under until
+    up very was wasn't we we'd we'll we're we've were weren't what what's when when's where
+    where's which while who who's whom why why's with won't would wouldn't you you'd you'll you're
+    you've your yours yourself yourselves
+    also just tell told say said says know remember recall please thanks thank hi hello hey ok okay
+    yes yeah sure again earlier before mentioned mention talk talked conversation chat us anything
+    something thing things get got like want wanted one much many
+    """.split()  # noqa: SIM905 - a word list reads better as prose
+)

@@ -24,7 +24,7 @@ from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRa
 from django.db import connection
 from django.db.models import F, QuerySet
 
-from chat_platform.llm.builtin.text import STOPWORDS
+from chat_platform.stopwords import QUERY_STOPWORDS as STOPWORDS
 from chat_platform.textcheck import text_is_storable
 from chat_platform.transcript import LINE_LABEL
 from memory.models import MemoryRecord
