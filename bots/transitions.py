@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.dbwrite import (
+    fast_paths,
     instance_from_row,
     raw_rows,
     select_columns,
@@ -203,7 +204,7 @@ def message_finish(
     of a turn before its ``message.completed`` frame. Elsewhere (SQLite, embedded mode) they are
     the same two writes in one transaction."""
     queryset = Message.objects.filter(pk=message_id, status=from_status)
-    if counted and connection.vendor == "postgresql":
+    if counted and connection.vendor == "postgresql" and fast_paths():
         compiled = update_returning_sql(queryset, **values)
         if compiled is None:
             return None
@@ -247,7 +248,7 @@ def reply_claim(*, message_id: int) -> Message | None:
         earlier_reply_unfinished()
     )
     values = {"status": Message.Status.STREAMING, "updated_at": now, "heartbeat_at": now}
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not fast_paths():
         if not queryset.update(**values):
             return None
         return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)

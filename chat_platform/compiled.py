@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connections
 from django.db.models import QuerySet
 
@@ -58,6 +59,9 @@ class CompiledValues:
         self._compiled: dict[tuple[Any, ...], _Compiled] = {}
 
     def rows(self, *, using: str = "default", **params: Any) -> list[tuple[Any, ...]]:
+        if not getattr(settings, "DB_FAST_PATHS", True):
+            # The plain ORM (``DB_FAST_PATHS`` false): built and compiled on every call.
+            return [tuple(row) for row in self._build(**params).using(using)]
         shape = {name: params[name] for name in self._shape}
         binds = {name: value for name, value in params.items() if name not in shape}
         for name, value in binds.items():

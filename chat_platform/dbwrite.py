@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
 from django.db.models import Model, QuerySet
@@ -28,10 +29,32 @@ def update_returning(queryset: QuerySet[M], **values: Any) -> list[M]:
     longer matches (a conditional update that lost its race) are simply not returned. Updates that
     would touch a parent model's table (multi-table inheritance) are refused.
     """
+    if not fast_paths():
+        return _update_then_read(queryset, **values)
     compiled = update_returning_sql(queryset, **values)
     if compiled is None:
         return []
     return raw_rows(queryset, *compiled)
+
+
+def fast_paths() -> bool:
+    """Whether the hand-written fast paths run (``DB_FAST_PATHS``, default true); false: the
+    plain ORM, same results, more round trips."""
+    return bool(getattr(settings, "DB_FAST_PATHS", True))
+
+
+def _update_then_read(queryset: QuerySet[M], **values: Any) -> list[M]:
+    """The plain-ORM ``update_returning``: lock the rows the filter matches, update exactly
+    those (the filter still holds: they are locked), read them back."""
+    model = queryset.model
+    with transaction.atomic(using=queryset.db):
+        pks = list(queryset.select_for_update().values_list("pk", flat=True))
+        if not pks:
+            return []
+        queryset.filter(pk__in=pks).update(**values)
+        return list(
+            model._default_manager.db_manager(queryset.db).filter(pk__in=pks).order_by("pk")
+        )
 
 
 def update_returning_sql(queryset: QuerySet[Any], **values: Any) -> tuple[str, tuple] | None:

@@ -384,6 +384,11 @@ LLM_DIRECT_OPENAI_COMPATIBLE = env.bool("LLM_DIRECT_OPENAI_COMPATIBLE", default=
 CHAT_STREAM_FLUSH_SECONDS = env.float("CHAT_STREAM_FLUSH_SECONDS", default=0.05)
 # Turns stuck in pending/streaming for longer than this are marked interrupted by the sweep.
 CHAT_ORPHAN_AFTER_SECONDS = env.int("CHAT_ORPHAN_AFTER_SECONDS", default=600)
+# The hand-written fast paths of the hot queries (chat_platform/dbwrite.py: UPDATE … RETURNING and
+# the PostgreSQL CTEs that do a write and its reads in one statement; chat_platform/compiled.py:
+# queries compiled once per process). false: the plain ORM does the same work in more round
+# trips — the way to rule them out when something looks wrong, and what CI runs a turn through.
+DB_FAST_PATHS = env.bool("DB_FAST_PATHS", default=True)
 # A running turn stamps its reply's heartbeat this often; the watchdog (beat, every
 # CHAT_WATCHDOG_SECONDS) marks a streaming reply whose heartbeat is older than
 # CHAT_HEARTBEAT_TIMEOUT_SECONDS interrupted (its worker died), and hands pending replies that
