@@ -287,10 +287,17 @@ class SessionBranchesApi(APIView):
 
 
 class SessionContextApi(APIView):
-    @extend_schema(responses={200: ContextReportSerializer, **api_errors(503)})
+    @extend_schema(
+        parameters=[OpenApiParameter("bot", int, required=False)],
+        responses={200: ContextReportSerializer, **api_errors(404, 503)},
+    )
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
-        return Response(context_report(session=session))
+        # Rooms: ``?bot=`` the report from that participant's seat (its budget, its view).
+        bot = participant_services.participant_bot(
+            session=session, bot_id=request.query_params.get("bot")
+        )
+        return Response(context_report(session=queries.session_seat(session, bot)))
 
 
 def _room_body(session_id: int, request: Request) -> dict:

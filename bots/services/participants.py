@@ -162,3 +162,15 @@ def reply_as_bot(*, session: ChatSession, bot_id: object):
                 raise ValidationFailed(details={"reply_as": ["This bot is no longer available."]})
             return participant.bot
     raise ValidationFailed(details={"reply_as": ["Must be the id of a bot in this chat."]})
+
+
+def participant_bot(*, session: ChatSession, bot_id: object):
+    """``?bot=``: a participant of the session (removed ones too: their view stays readable);
+    none given, the default bot; anything else is not found."""
+    if bot_id in (None, ""):
+        return session.bot
+    number = _as_id(bot_id)
+    for participant in participants_of(session=session, include_removed=True):
+        if participant.bot_id == number:
+            return participant.bot
+    raise NotFound("This bot is not in the chat.")

@@ -457,3 +457,17 @@ def test_a_one_bot_session_without_participant_rows_renders_as_before(
         {"role": "user", "content": "@nobody hello"},
     ]
     assert SessionFactory._meta.model.objects.get(pk=fake_session.pk).is_room is False
+
+
+def test_the_context_report_takes_bot_for_each_participants_budget(
+    owner, owner_client, room, other_user
+):
+    session, planner, critic = room
+    url = f"/api/v1/sessions/{session.pk}/context/"
+    assert owner_client.get(url).json()["budget"] == 3500
+    assert owner_client.get(f"{url}?bot={planner.pk}").json()["budget"] == 3500
+    assert owner_client.get(f"{url}?bot={critic.pk}").json()["budget"] == 7500
+    stranger = BotFactory(owner=other_user, name="Stranger", is_shared=True)
+    for value in (stranger.pk, "x", 0, -1):
+        response = owner_client.get(f"{url}?bot={value}")
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
