@@ -1,7 +1,10 @@
+import re
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.text import slugify
 
 from chat_platform.textcheck import validate_storable_text
 
@@ -13,11 +16,26 @@ env_var_name_validator = RegexValidator(
 )
 
 
+slug_validator = RegexValidator(
+    r"^[a-z0-9](?:[a-z0-9-]{0,58}[a-z0-9])?$",
+    "A slug is 1–60 lowercase letters, digits and inner hyphens.",
+)
+
+
+def slug_from_name(name: str) -> str:
+    """A bot's default slug: its name folded to ``[a-z0-9-]`` (``bot`` when nothing is left)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", slugify(name).lower()).strip("-")[:60].strip("-")
+    return slug or "bot"
+
+
 class Bot(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bots"
     )
     name = models.CharField(max_length=120, validators=[validate_storable_text])
+    # How a room mentions the bot (``@slug``): lowercase ``[a-z0-9-]``, unique per owner. Filled
+    # from the name when left blank (``bot_slug_default``), so every bot has one.
+    slug = models.CharField(max_length=60, blank=True, default="", validators=[slug_validator])
     system_prompt = models.TextField(blank=True, default="", validators=[validate_storable_text])
     model = models.CharField(
         max_length=200, default=DEFAULT_MODEL, validators=[validate_storable_text]
@@ -84,10 +102,22 @@ class Bot(models.Model):
             models.CheckConstraint(
                 condition=Q(memory_index_size__lte=200), name="bot_memory_index_size_le_200"
             ),
+            models.UniqueConstraint(
+                fields=["owner", "slug"], condition=~Q(slug=""), name="bot_owner_slug_unique"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        # Every bot has a slug (rooms mention bots by it): a bot written without one, by any
+        # path (the API, the pages, the admin, a fixture), takes a free one from its name.
+        if not self.slug:
+            self.slug = bot_slug_free(owner_id=self.owner_id, base=slug_from_name(self.name))
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "slug"}
+        super().save(*args, **kwargs)
 
     @property
     def api_base_trusted(self) -> bool:
@@ -99,11 +129,39 @@ class Bot(models.Model):
         return bool(model) and model in self.models_approved.split("\n")
 
 
+def bot_slug_free(*, owner_id: int, base: str, exclude_id: int | None = None) -> str:
+    """``base``, or ``base-2``, ``base-3``… : the first slug none of the owner's bots has."""
+    taken = set(
+        Bot.objects.filter(owner_id=owner_id, slug__startswith=base)
+        .exclude(pk=exclude_id)
+        .values_list("slug", flat=True)
+    )
+    if base not in taken:
+        return base
+    number = 2
+    while f"{base[: 60 - len(str(number)) - 1]}-{number}" in taken:
+        number += 1
+    return f"{base[: 60 - len(str(number)) - 1]}-{number}"
+
+
 class ChatSession(models.Model):
+    class ReplyMode(models.TextChoices):
+        MENTIONED = "mentioned"  # the bots a message @mentions answer, else the default bot
+        ALL = "all"  # every participant answers, in participant order
+        MANUAL = "manual"  # the user picks who answers (``reply_as``), else the default bot
+
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
     )
+    # The room's default bot (its default participant: kept equal to it); the only bot of a
+    # one-bot session.
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="sessions")
+    reply_mode = models.CharField(
+        max_length=16, choices=ReplyMode.choices, default=ReplyMode.MENTIONED
+    )
+    # Set once a second bot joins, never cleared (its turns stay in the transcript): a one-bot
+    # session skips every room step (who answers, the room's rendering) without a query.
+    is_room = models.BooleanField(default=False)
     title = models.CharField(
         max_length=200, blank=True, default="", validators=[validate_storable_text]
     )
@@ -130,15 +188,53 @@ class ChatSession(models.Model):
         indexes = [models.Index(fields=["user", "bot", "-updated_at"])]
         constraints = [
             models.CheckConstraint(
+                condition=Q(reply_mode__in=["mentioned", "all", "manual"]),
+                name="session_reply_mode_valid",
+            ),
+            models.CheckConstraint(
                 condition=Q(branch_of__isnull=True, branch_seq__isnull=True)
                 | Q(branch_of__isnull=False, branch_seq__gte=1)
                 | Q(branch_of__isnull=True, branch_seq__gte=1),
                 name="session_branch_seq_with_parent",
-            )
+            ),
         ]
 
     def __str__(self) -> str:
         return self.title or f"Session {self.pk}"
+
+
+class SessionParticipant(models.Model):
+    """A bot taking part in a session (a room). A session made with ``{bot}`` has that bot as
+    its one default participant. A removed participant keeps its row (``removed_at``) so its
+    messages stay attributed; it no longer answers."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="participants")
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="participations")
+    # The session's last seq when the bot joined: with ``sees_from_join`` its context starts
+    # after it (it never sees what was said before it came in).
+    joined_seq = models.PositiveIntegerField(default=0)
+    sees_from_join = models.BooleanField(default=False)
+    is_default = models.BooleanField(default=False)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "bot"], name="participant_session_bot"),
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(is_default=True, removed_at__isnull=True),
+                name="participant_one_default",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}:{self.bot_id}"
+
+    @property
+    def active(self) -> bool:
+        return self.removed_at is None
 
 
 class Message(models.Model):
@@ -182,6 +278,15 @@ class Message(models.Model):
     reply_to = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reply"
     )
+    # The bot that spoke (assistant messages, and a recall exchange's messages); null for the
+    # user's messages and notices. A removed or deleted bot's messages keep their text.
+    bot = models.ForeignKey(Bot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Rooms: the user message whose answers this reply belongs to (the chain a hop counts in),
+    # and how many bot-to-bot hand-overs led to it (0: it answers the user).
+    prompted_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    hop = models.PositiveSmallIntegerField(default=0)
     model = models.CharField(max_length=200, blank=True, default="")
     finish_reason = models.CharField(max_length=32, blank=True, default="")
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)

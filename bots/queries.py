@@ -4,10 +4,12 @@ Every ``*_get_for_user`` raises the same ``NotFound`` whether the object does no
 belongs to someone else, so the API never reveals what exists.
 """
 
+import copy
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
-from bots.models import Bot, ChatSession, Message
+from bots.models import Bot, ChatSession, Message, SessionParticipant
 from chat_platform.errors import NotFound, PermissionDenied
 
 
@@ -84,7 +86,7 @@ def session_get_for_use(*, user: AbstractBaseUser, session_id: object) -> ChatSe
 
 
 def message_list(*, session: ChatSession, after_seq: int | None = None) -> QuerySet[Message]:
-    messages = Message.objects.filter(session=session)
+    messages = Message.objects.filter(session=session).select_related("bot")
     if after_seq is not None:
         messages = messages.filter(seq__gt=after_seq)
     return messages.order_by("seq")
@@ -99,3 +101,39 @@ def message_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Messa
     if message is None:
         raise NotFound("Message not found.")
     return message
+
+
+def participants_of(
+    *, session: ChatSession, include_removed: bool = False
+) -> list[SessionParticipant]:
+    """The session's participants in the order they joined, with their bots. A session written
+    without participant rows (made before rooms, or by a fixture) has its bot as its one
+    default participant (an unsaved row)."""
+    rows = list(
+        SessionParticipant.objects.filter(session=session).select_related("bot").order_by("id")
+    )
+    if not rows:
+        rows = [SessionParticipant(session=session, bot=session.bot, is_default=True)]
+    return [p for p in rows if include_removed or p.removed_at is None]
+
+
+def participant_seat(*, session: ChatSession, bot_id: int) -> SessionParticipant | None:
+    """The bot's participation in the session (removed or not), None if it never took part."""
+    return next(
+        (p for p in participants_of(session=session, include_removed=True) if p.bot_id == bot_id),
+        None,
+    )
+
+
+def session_seat(session: ChatSession, bot: Bot) -> ChatSession:
+    """The session as ``bot`` sits in it: the same row with ``bot`` as its bot, so everything
+    downstream (the one pipeline's budget, system prompt, thresholds, memory index; the model
+    config; the compaction model) is that bot's. The session itself is left as it was; the seat
+    is never saved (its writes are conditional updates of named fields, like every turn's)."""
+    if bot.pk == session.bot_id:
+        return session
+    seat = copy.copy(session)
+    seat._state = copy.copy(session._state)
+    seat._state.fields_cache = dict(session._state.fields_cache)
+    seat.bot = bot
+    return seat

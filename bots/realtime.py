@@ -19,6 +19,20 @@ from chat_platform.isotime import iso_utc
 log = structlog.get_logger(__name__)
 
 
+def message_speaker(message: Message) -> dict[str, Any] | None:
+    """The bot that spoke an assistant message, ``{id, slug, name}`` (CONTRACT §15); None for
+    the user's messages, notices, and a bot since deleted. Read from what is loaded: the
+    message's own bot, else its session's when it is the same bot (the one-bot case)."""
+    if message.role != Message.Role.ASSISTANT or message.bot_id is None:
+        return None
+    bot = message._state.fields_cache.get("bot")
+    if bot is None:
+        session = message._state.fields_cache.get("session")
+        cached = session._state.fields_cache.get("bot") if session is not None else None
+        bot = cached if cached is not None and cached.pk == message.bot_id else message.bot
+    return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
+
+
 def message_payload(message: Message) -> dict[str, Any]:
     """The one public shape of a message (REST and websocket)."""
     payload: dict[str, Any] = {
@@ -33,6 +47,7 @@ def message_payload(message: Message) -> dict[str, Any]:
         "compacted": getattr(message, "compacted_by_id", None) is not None,
         "created_at": iso_utc(message.created_at),
         "finish_reason": message.finish_reason,
+        "bot": message_speaker(message),
     }
     # Recall steps in the transcript: what was asked (assistant) and which tool answered (tool).
     if message.tool_calls:

@@ -120,13 +120,19 @@ def exchange_open(
     client_id: str | None,
     tokens: int,
     existing: Callable[[], T | None],
+    replies: int = 1,
 ) -> Message | T:
     """In the caller's transaction: reserve seqs n and n+1 and write the user's message at n
     (its answer takes n+1). A chat message joins the context: the session's running totals (on
     ``session`` too, as the same statement returns them) count it. A repeated client_id returns
-    what ``existing()`` finds instead, and gives the two seqs back (seqs stay gap-free)."""
+    what ``existing()`` finds instead, and gives the two seqs back (seqs stay gap-free).
+
+    ``replies``: how many answers to reserve (a room where several bots answer): seqs n+1 to
+    n+replies."""
     counted = tokens if kind == Message.Kind.CHAT else 0
-    row = allocate_seqs(session_id=session.pk, count=2, context_tokens=counted, context_messages=1)
+    row = allocate_seqs(
+        session_id=session.pk, count=1 + replies, context_tokens=counted, context_messages=1
+    )
     if client_id:
         found = existing()
         if found is not None:
@@ -136,7 +142,7 @@ def exchange_open(
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
     return Message.objects.create(
         session=session,
-        seq=row.last_seq - 1,
+        seq=row.last_seq - replies,
         role=Message.Role.USER,
         kind=kind,
         content=content,
@@ -146,16 +152,58 @@ def exchange_open(
     )
 
 
-def reply_pending_create(*, user_message: Message, model: str) -> Message:
-    """The pending reply at the seq its user message reserved (the outbox row of the turn)."""
-    return Message.objects.create(
-        session=user_message.session,
-        seq=user_message.seq + 1,
+def reply_pending_create(
+    *, user_message: Message, model: str, bot: Bot | None = None, offset: int = 1
+) -> Message:
+    """The pending reply at the seq its user message reserved (the outbox row of the turn),
+    spoken by ``bot`` (default: the session's). In a room where several bots answer, the first
+    (``offset`` 1) is *the* reply to the message; the others follow it at the next reserved
+    seqs, answering the same message with the replies before them in view."""
+    session = user_message.session
+    reply = Message(
+        session=session,
+        seq=user_message.seq + offset,
         role=Message.Role.ASSISTANT,
         kind=Message.Kind.CHAT,
         status=Message.Status.PENDING,
-        reply_to=user_message,
+        reply_to=user_message if offset == 1 else None,
+        prompted_by=user_message,
         model=model,
+    )
+    reply.bot = bot if bot is not None else session.bot
+    reply.save(force_insert=True)
+    return reply
+
+
+def reply_handover_create(*, after: Message, bot: Bot, hop: int, prompted_by_id: int) -> Message:
+    """Rooms: a pending reply of ``bot`` at the session's next seq, handed the floor by the
+    reply ``after`` (which mentioned it): the ``hop``-th bot-triggered reply of its chain."""
+    row = allocate_seqs(session_id=after.session_id, count=1)
+    reply = Message(
+        session_id=after.session_id,
+        seq=row.last_seq,
+        role=Message.Role.ASSISTANT,
+        kind=Message.Kind.CHAT,
+        status=Message.Status.PENDING,
+        prompted_by_id=prompted_by_id,
+        hop=hop,
+        model=bot.model,
+    )
+    reply.bot = bot
+    reply.save(force_insert=True)
+    return reply
+
+
+def room_notice_create(*, session_id: int, content: str) -> Message:
+    """Rooms: a notice at the session's next seq (a bound stopped a chain of hand-overs)."""
+    row = allocate_seqs(session_id=session_id, count=1)
+    return Message.objects.create(
+        session_id=session_id,
+        seq=row.last_seq,
+        role=Message.Role.SYSTEM,
+        kind=Message.Kind.NOTICE,
+        content=content,
+        status=Message.Status.COMPLETE,
     )
 
 
@@ -332,6 +380,7 @@ def recall_exchange_store(
             role=Message.Role.ASSISTANT,
             kind=Message.Kind.TOOL,
             status=Message.Status.COMPLETE,
+            bot_id=reply.bot_id,
             **call,
         )
     ]
@@ -343,6 +392,7 @@ def recall_exchange_store(
                 role=Message.Role.TOOL,
                 kind=Message.Kind.TOOL,
                 status=Message.Status.COMPLETE,
+                bot_id=reply.bot_id,
                 **result,
             )
         )

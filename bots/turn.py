@@ -21,8 +21,16 @@ from bots import dispatch, liveness, realtime, turn_hooks
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
-from bots.queries import BOT_UNAVAILABLE, bot_usable_in
-from bots.transitions import message_finish, recall_exchange_store, reply_checkpoint, reply_claim
+from bots.queries import BOT_UNAVAILABLE, bot_usable_in, participants_of, session_seat
+from bots.room import handovers
+from bots.transitions import (
+    message_finish,
+    recall_exchange_store,
+    reply_checkpoint,
+    reply_claim,
+    reply_handover_create,
+    room_notice_create,
+)
 from chat_platform import realtime as transport
 from chat_platform.errors import (
     ContextTooLarge,
@@ -408,8 +416,19 @@ def _check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
         raise NotFound(BOT_UNAVAILABLE)
 
 
-def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
+def _speaker_seat(reply: Message) -> ChatSession:
+    """The session as the reply's bot sits in it (``bots.queries.session_seat``): in a room a
+    reply may be another participant's than the default bot the claim loaded."""
     session = reply.session
+    if reply.bot_id is None or reply.bot_id == session.bot_id:
+        return session
+    seat = session_seat(session, Bot.objects.get(pk=reply.bot_id))
+    reply.session = seat
+    return seat
+
+
+def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
+    session = _speaker_seat(reply)
     bot = session.bot
     started = time.monotonic()
 
@@ -480,6 +499,8 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     finished = _finish(reply, counted=True, completed=True, **fields)
     if finished is not None:
         turn_hooks.notify_completed(finished, user_message=reply.reply_to)
+        if session.is_room and "@" in text:
+            _room_hand_over(finished, speaker=bot)
     log.info(
         "turn_completed",
         message_id=reply.pk,
@@ -495,6 +516,54 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         _notify_context(session.pk)
     except Exception:  # the reply is complete and sent; the meter and soft trigger can wait
         log.exception("turn_context_notify_failed", session_id=session.pk)
+
+
+def _room_hand_over(reply: Message, *, speaker: Bot) -> None:
+    """A bot's finished reply that mentions other participants hands them the floor: a pending
+    reply each, after what is queued (``bots.room.handovers`` says who, within the bounds); a
+    bound that stopped someone leaves a notice in the transcript. Best effort: the reply is
+    complete and sent whatever happens here."""
+    try:
+        with transaction.atomic():
+            _room_hand_over_write(reply, speaker=speaker)
+    except Exception:
+        log.exception("room_hand_over_failed", message_id=reply.pk, session_id=reply.session_id)
+
+
+def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
+    root_id = reply.prompted_by_id or reply.reply_to_id
+    if root_id is None:
+        return
+    participants = [
+        p
+        for p in participants_of(session=reply.session)
+        if bot_usable_in(session=reply.session, bot=p.bot)
+    ]
+    chain = list(
+        Message.objects.filter(
+            session_id=reply.session_id, prompted_by_id=root_id, role=Message.Role.ASSISTANT
+        ).values_list("bot_id", "status", "hop", "pk")
+    )
+    waiting = {b for b, status, _, pk in chain if status == Message.Status.PENDING and b}
+    answered = {b for b, status, _, pk in chain if status != Message.Status.PENDING and b}
+    decided = handovers(
+        reply=reply,
+        speaker=speaker,
+        participants=participants,
+        answered_bot_ids=answered | {speaker.pk},
+        waiting_bot_ids=waiting,
+        hops_so_far=max((hop for _, _, hop, _ in chain), default=0),
+    )
+    hop = max((h for _, _, h, _ in chain), default=0)
+    for bot in decided.bots:
+        hop += 1
+        created = reply_handover_create(after=reply, bot=bot, hop=hop, prompted_by_id=root_id)
+        transaction.on_commit(partial(realtime.notify_message_created, created))
+        log.info("room_hand_over", message_id=created.pk, from_bot=speaker.pk, to_bot=bot.pk)
+    for text in decided.notices:
+        notice = room_notice_create(session_id=reply.session_id, content=text)
+        transaction.on_commit(partial(realtime.notify_message_created, notice))
+        log.info("room_hand_over_stopped", message_id=reply.pk, notice=text)
 
 
 def _notify_context(session_id: int) -> None:

@@ -199,6 +199,11 @@ SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
 # The memory index (one line per record, newest first) takes at most this share of B; the newest
 # line is always offered. Search finds the records it leaves out.
 MEMORY_INDEX_MAX_PERCENT = env.int("MEMORY_INDEX_MAX_PERCENT", default=10)
+# Rooms: at most this many bot-triggered replies (one bot handing the floor to another) per user
+# message (CONTRACT §15).
+ROOM_MAX_HOPS = env.int("ROOM_MAX_HOPS", default=3)
+if ROOM_MAX_HOPS < 0:
+    raise ImproperlyConfigured("ROOM_MAX_HOPS must be 0 or more")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 # Import (transfer app): the largest file accepted (a request claiming more is refused before a
 # byte is read) and the deepest JSON nesting a file may have (ChatGPT's own is about 10).

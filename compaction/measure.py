@@ -11,6 +11,7 @@ length of the conversation; history is read newest first in bounded keyset pages
 """
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -20,10 +21,11 @@ from django.db.models import IntegerField, Q, QuerySet, TextField, Value
 from django.db.models.functions import Cast
 
 from bots.models import Bot, ChatSession, Message
+from bots.queries import participants_of
 from chat_platform.compiled import CompiledValues
 from chat_platform.llm import gateway
 from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
-from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.admission import Entry, HistoryRow, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
 from compaction.models import Summary
@@ -31,6 +33,67 @@ from memory.queries import IndexLine, memory_index_lines
 
 # Rows per keyset page when walking history newest-first (ids and counts only, no text).
 HISTORY_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class RoomView:
+    """A room as one participant sees it (CONTRACT §15): its own turns are ``assistant``, every
+    other speaker's arrive as ``user`` messages carrying the speaker (``name`` and a ``Name: ``
+    prefix); other bots' recall exchanges are never shown; with ``sees_from_join`` nothing
+    before it joined is. ``prefix_tokens``: what the speaker's label adds to a message, so
+    admission counts what is really sent."""
+
+    bot_id: int
+    from_seq: int  # history, pins and summaries start at this seq (1: everything)
+    header: str  # who is present: a short system block after the bot's prompt
+    speakers: dict[int | None, tuple[str, str]]  # bot id (None: the user) -> (slug, name)
+    prefix_tokens: dict[int | None, int]
+
+    def where(self) -> Q:
+        seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
+        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id))
+
+    def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
+        if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
+            return tokens
+        return tokens + self.prefix_tokens.get(None if role == Message.Role.USER else bot_id, 0)
+
+    @property
+    def max_prefix_tokens(self) -> int:
+        return max(self.prefix_tokens.values(), default=0)
+
+
+def room_view(session: ChatSession) -> RoomView | None:
+    """The room from the session's bot's seat (``bots.queries.session_seat``); None for a
+    one-bot session (no query)."""
+    if not session.is_room:
+        return None
+    participants = participants_of(session=session, include_removed=True)
+    bot = session.bot
+    seat = next((p for p in participants if p.bot_id == bot.pk), None)
+    from_seq = seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
+    user_name = session.user.get_username() if session.user_id else "User"
+    speakers: dict[int | None, tuple[str, str]] = {None: (_name_slug(user_name), user_name)}
+    for participant in participants:
+        speakers[participant.bot_id] = (participant.bot.slug or "bot", participant.bot.name)
+    present = [p.bot for p in participants if p.removed_at is None and p.bot_id != bot.pk]
+    others = ", ".join(f"{b.name} (@{b.slug})" for b in present) or "nobody else"
+    header = (
+        f"You are {bot.name} (@{bot.slug}) in a group chat with {user_name} and {others}. "
+        "Messages from the others start with the speaker's name."
+    )
+    prefix = {
+        key: count_tokens(f"{name}: ", model=bot.model) + count_tokens(slug, model=bot.model) + 1
+        for key, (slug, name) in speakers.items()
+    }
+    return RoomView(
+        bot_id=bot.pk, from_seq=from_seq, header=header, speakers=speakers, prefix_tokens=prefix
+    )
+
+
+def _name_slug(name: str) -> str:
+    """An OpenAI ``name`` (``[a-zA-Z0-9_-]{1,64}``) for a speaker."""
+    return re.sub(r"[^a-zA-Z0-9_-]+", "-", name).strip("-")[:64] or "user"
 
 
 @dataclass(frozen=True)
@@ -49,6 +112,8 @@ class Measure:
     history_totals: HistoryTotals  # unpinned history, excluding the new message and recalled
     # This turn's recall exchange (the model's requests and what it got back): sent whole.
     recalled: list[Entry] = field(default_factory=list)
+    # A room, as this bot sees it; None in a one-bot session.
+    room: RoomView | None = None
 
     @property
     def index_line_tokens(self) -> list[int]:
@@ -103,13 +168,17 @@ def bot_budget(bot: Bot) -> Budget:
     )
 
 
-def in_context_before(session: ChatSession | int, before_seq: int) -> Q:
-    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq."""
-    return Message.in_context_q() & Q(session=session, seq__lt=before_seq)
+def in_context_before(
+    session: ChatSession | int, before_seq: int, room: RoomView | None = None
+) -> Q:
+    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq;
+    in a room, those its bot may see."""
+    where = Message.in_context_q() & Q(session=session, seq__lt=before_seq)
+    return where & room.where() if room is not None else where
 
 
-def _in_context(session: ChatSession | int, before_seq: int):
-    return Message.objects.filter(in_context_before(session, before_seq))
+def _in_context(session: ChatSession | int, before_seq: int, room: RoomView | None = None):
+    return Message.objects.filter(in_context_before(session, before_seq, room))
 
 
 _PINNED, _SUMMARY = 0, 1
@@ -138,7 +207,7 @@ _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
 
 
 def _pins_and_summaries(
-    session: ChatSession, before_seq: int, *, exclude_id: int | None
+    session: ChatSession, before_seq: int, *, exclude_id: int | None, room: RoomView | None = None
 ) -> tuple[list[PinnedEntry], list[Entry]]:
     """The pinned messages before ``before_seq`` and the active summaries, each in seq order,
     in one query (a UNION ALL, compiled once): both are read before every model call and every
@@ -151,7 +220,11 @@ def _pins_and_summaries(
         exclude_id=0 if exclude_id is None else exclude_id,  # no message has id 0
     )
     for kind, pk, seq, tokens in rows:
+        if room is not None and seq < room.from_seq:
+            continue  # before this bot joined the room, and it sees from its join
         if kind == _PINNED:
+            if room is not None:
+                tokens += room.max_prefix_tokens
             pins.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
         else:
             active.append(Entry(id=pk, tokens=tokens))
@@ -198,12 +271,22 @@ def context_measure(
     ``extra_system``: a system part of this call only (an API client's own system message),
     counted with the bot's system prompt: part of the fixed part, never history."""
     bot = session.bot
+    room = room_view(session)
     if before_seq is None:
         before_seq = new_message.seq + 1 if new_message else session.last_seq + 1
-    new_entry = Entry(id=new_message.pk, tokens=new_message.token_count) if new_message else None
+    new_entry = (
+        Entry(
+            id=new_message.pk,
+            tokens=room.row_tokens(new_message.token_count, new_message.role, new_message.bot_id)
+            if room is not None
+            else new_message.token_count,
+        )
+        if new_message
+        else None
+    )
     recalled_entries = [Entry(id=m.pk, tokens=m.token_count) for m in recalled]
     pinned, summaries = _pins_and_summaries(
-        session, before_seq, exclude_id=new_entry.id if new_entry else None
+        session, before_seq, exclude_id=new_entry.id if new_entry else None, room=room
     )
     excluded_tokens = (
         sum(p.tokens for p in pinned)
@@ -224,7 +307,8 @@ def context_measure(
         budget=budget,
         before_seq=before_seq,
         system_tokens=_system_tokens(bot.system_prompt, bot.model)
-        + _system_tokens(extra_system, bot.model),
+        + _system_tokens(extra_system, bot.model)
+        + (_system_tokens(room.header, bot.model) if room is not None else 0),
         new_message=new_entry,
         pinned=pinned,
         summaries=summaries,
@@ -239,6 +323,7 @@ def context_measure(
         index_block_tokens=block_tokens,
         history_totals=totals,
         recalled=recalled_entries,
+        room=room,
     )
 
 
@@ -256,13 +341,21 @@ def tool_calls_load(text: str | None) -> list[dict]:
 
 
 def history_row(
-    pk: int, seq: int, tokens: int, role: str, tool_call_id: str | None, calls: str | None
+    pk: int,
+    seq: int,
+    tokens: int,
+    role: str,
+    tool_call_id: str | None,
+    calls: str | None,
+    room: RoomView | None = None,
+    bot_id: int | None = None,
 ) -> HistoryRow:
-    """A history row for admission from the stored columns (``calls``: ``tool_calls_text``)."""
+    """A history row for admission from the stored columns (``calls``: ``tool_calls_text``);
+    in a room, with what its speaker's label adds."""
     return HistoryRow(
         id=pk,
         seq=seq,
-        tokens=tokens,
+        tokens=room.row_tokens(tokens, role, bot_id) if room is not None else tokens,
         role=role,
         tool_call_id=tool_call_id or None,
         tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
@@ -271,18 +364,19 @@ def history_row(
 
 def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
     """Unpinned history as (ids, counts), newest first, in keyset pages; stops when not pulled."""
+    room = measure.room
     rows = (
-        _in_context(measure.session, measure.before_seq)
+        _in_context(measure.session, measure.before_seq, room)
         .filter(pinned=False)
         .annotate(calls=tool_calls_text())
         .order_by("-seq")
-        .values_list("pk", "seq", "token_count", "role", "tool_call_id", "calls")
+        .values_list("pk", "seq", "token_count", "role", "tool_call_id", "calls", "bot_id")
     )
     cursor = measure.before_seq
     while True:
         page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
-        for pk, seq, tokens, role, tool_call_id, calls in page:
-            yield history_row(pk, seq, tokens, role, tool_call_id, calls)
+        for pk, seq, tokens, role, tool_call_id, calls, bot_id in page:
+            yield history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id)
         if len(page) < HISTORY_PAGE_SIZE:
             return
         cursor = page[-1][1]

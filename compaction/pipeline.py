@@ -32,6 +32,7 @@ from compaction.lock import in_flight
 from compaction.measure import (
     HISTORY_PAGE_SIZE,
     Measure,
+    RoomView,
     bot_budget,
     context_measure,
     history_newest_first,
@@ -167,7 +168,7 @@ def admission_record(measure: Measure, admission: Admission, *, path: str) -> No
     ChatSession.objects.filter(pk=measure.session.pk).update(last_admission=fields)
 
 
-_CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id")
+_CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id", "bot_id")
 
 
 def _fits_whole(measure: Measure) -> bool:
@@ -186,7 +187,7 @@ def _whole_history(
     The running totals are read before the rows: if a concurrent turn made the history grow past
     the budget meanwhile, admission still decides on the rows read, and trims."""
     outside = _sent_whole_ids(measure, new_message)
-    where = in_context_before(measure.session, measure.before_seq)
+    where = in_context_before(measure.session, measure.before_seq, measure.room)
     if outside:
         where |= Q(pk__in=outside)
     rows = (
@@ -197,10 +198,11 @@ def _whole_history(
     )
     history: list[HistoryRow] = []
     texts: dict[int, tuple[Any, ...]] = {}
-    for pk, role, content, calls, tool_call_id, seq, tokens, pinned in rows:
-        texts[pk] = (pk, role, content, calls, tool_call_id)
+    room = measure.room
+    for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in rows:
+        texts[pk] = (pk, role, content, calls, tool_call_id, bot_id)
         if not pinned and pk not in outside:
-            history.append(history_row(pk, seq, tokens, role, tool_call_id, calls))
+            history.append(history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id))
     return history, texts
 
 
@@ -262,8 +264,19 @@ def _chosen_rows(
     return [row for row in rows if row[0] in wanted]
 
 
-def _render(row: tuple[Any, ...]) -> dict[str, Any]:
-    _, role, content, calls, tool_call_id = row
+def _render(row: tuple[Any, ...], room: RoomView | None = None) -> dict[str, Any]:
+    _, role, content, calls, tool_call_id, bot_id = row
+    if room is not None and not (role == Message.Role.ASSISTANT and bot_id == room.bot_id):
+        if role == Message.Role.TOOL or (
+            role == Message.Role.ASSISTANT and calls not in (None, "[]")
+        ):
+            pass  # this bot's own recall exchange (others' never reach it: RoomView.where)
+        else:
+            # Another speaker (the user, another bot): a named user message (CONTRACT §15).
+            slug, name = room.speakers.get(
+                None if role == Message.Role.USER else bot_id, ("bot", "Another bot")
+            )
+            return {"role": "user", "name": slug, "content": f"{name}: {content}"}
     rendered: dict[str, Any] = {"role": role, "content": content}
     tool_calls = tool_calls_load(calls) if role == Message.Role.ASSISTANT else []
     if tool_calls:
@@ -335,6 +348,8 @@ def context_build(
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})
+    if measure.room is not None:
+        messages.append({"role": "system", "content": measure.room.header})
     if extra_system:
         messages.append({"role": "system", "content": extra_system})
     # Summaries are labelled system blocks naming what they cover, never user messages.
@@ -345,7 +360,7 @@ def context_build(
     index_block = _index_block(measure, admission, recall_open=recall_open)
     if index_block:
         messages.append({"role": "system", "content": index_block})
-    messages.extend(_render(m) for m in chosen)
+    messages.extend(_render(m, measure.room) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission, path=path)
 
 

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.utils import html
 
-from bots.models import Bot, ChatSession, Message
+from bots.models import Bot, ChatSession, Message, SessionParticipant
 from bots.realtime import message_payload
 from bots.services.bot import BOT_FIELDS
 
@@ -80,6 +80,38 @@ class SessionRenameSerializer(serializers.Serializer):
     title = serializers.CharField(max_length=200, allow_blank=True, trim_whitespace=False)
 
 
+class SessionPatchSerializer(SessionRenameSerializer):
+    """A rename, a room's reply mode, or both (at least one of them)."""
+
+    title = serializers.CharField(
+        max_length=200, allow_blank=True, trim_whitespace=False, required=False
+    )
+    reply_mode = serializers.ChoiceField(choices=ChatSession.ReplyMode.choices, required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError({"title": ["This field is required."]})
+        return attrs
+
+
+class ParticipantOutputSerializer(serializers.Serializer):
+    bot = serializers.SerializerMethodField()
+    joined_seq = serializers.IntegerField()
+    sees_from_join = serializers.BooleanField()
+    is_default = serializers.BooleanField()
+    removed_at = serializers.DateTimeField(allow_null=True)
+
+    def get_bot(self, participant: SessionParticipant) -> dict:
+        bot = participant.bot
+        return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
+
+
+class ParticipantInputSerializer(serializers.Serializer):
+    bot = serializers.IntegerField(min_value=1)
+    sees_from_join = serializers.BooleanField(required=False, default=False)
+    is_default = serializers.BooleanField(required=False, default=False)
+
+
 class MessageOutputSerializer(serializers.ModelSerializer):
     """Documents the shape; ``to_representation`` defers to the one payload function."""
 
@@ -132,6 +164,8 @@ class MessageInputSerializer(serializers.Serializer):
         max_length=100, required=False, allow_null=True, allow_blank=True
     )
     wait = serializers.BooleanField(required=False, default=False)
+    # Rooms: the participant that answers (manual mode's "reply as …").
+    reply_as = serializers.IntegerField(min_value=1, required=False, allow_null=True)
 
 
 class MessageEditSerializer(serializers.Serializer):

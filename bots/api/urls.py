@@ -18,6 +18,16 @@ urlpatterns = [
         name="session-context",
     ),
     path(
+        "sessions/<int:session_id>/participants/",
+        views.SessionParticipantsApi.as_view(),
+        name="session-participants",
+    ),
+    path(
+        "sessions/<int:session_id>/participants/<int:bot_id>/",
+        views.SessionParticipantDetailApi.as_view(),
+        name="session-participant-detail",
+    ),
+    path(
         "sessions/<int:session_id>/branches/",
         views.SessionBranchesApi.as_view(),
         name="session-branches",

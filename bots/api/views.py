@@ -16,15 +16,18 @@ from bots.api.serializers import (
     MessageEditSerializer,
     MessageInputSerializer,
     MessageOutputSerializer,
+    ParticipantInputSerializer,
+    ParticipantOutputSerializer,
     SendOutputSerializer,
     SessionInputSerializer,
     SessionOutputSerializer,
-    SessionRenameSerializer,
+    SessionPatchSerializer,
 )
 from bots.command_check import check_send
 from bots.models import Message
 from bots.services import bot as bot_services
 from bots.services import branch as branch_services
+from bots.services import participants as participant_services
 from bots.services import send as send_services
 from bots.services import session as session_services
 from chat_platform import errors
@@ -105,15 +108,23 @@ class SessionDetailApi(APIView):
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
         return Response(SessionOutputSerializer(session).data)
 
-    @extend_schema(request=SessionRenameSerializer, responses={200: SessionOutputSerializer})
+    @extend_schema(request=SessionPatchSerializer, responses={200: SessionOutputSerializer})
     def patch(self, request: Request, session_id: int) -> Response:
         # Access first: another user's session is not_found even when the body is bad.
-        queries.session_get_for_user(user=request.user, session_id=session_id)
-        data = _valid(SessionRenameSerializer, request.data)
-        session = session_services.session_rename(
-            user=request.user, session_id=session_id, title=data["title"]
-        )
-        return Response(SessionOutputSerializer(session).data)
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
+        data = _valid(SessionPatchSerializer, request.data)
+        if "reply_mode" in data:
+            session = participant_services.session_reply_mode_set(
+                user=request.user, session_id=session_id, reply_mode=data["reply_mode"]
+            )
+        if "title" in data:
+            session = session_services.session_rename(
+                user=request.user, session_id=session_id, title=data["title"]
+            )
+        body = SessionOutputSerializer(session).data
+        if "reply_mode" in data:
+            body["reply_mode"] = session.reply_mode
+        return Response(body)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, session_id: int) -> Response:
@@ -159,6 +170,7 @@ class SessionMessagesApi(APIView):
             session_id=session_id,
             content=data["content"],
             client_id=data.get("client_id"),
+            reply_as=data.get("reply_as"),
         )
         if result.is_command:
             return Response(
@@ -195,6 +207,12 @@ class SessionMessagesApi(APIView):
             "user_message": MessageOutputSerializer(result.user_message).data,
             "assistant_message": MessageOutputSerializer(reply).data if reply else None,
         }
+        if len(result.replies) > 1:
+            # A room where several bots answer: every reply, in answer order (the first is
+            # ``assistant_message``, as the wait above saw it).
+            body["replies"] = [body["assistant_message"]] + [
+                MessageOutputSerializer(m).data for m in result.replies[1:]
+            ]
         # A reply that failed before any model call (context_too_large) is an error even without
         # wait; with wait, any failure is.
         if (
@@ -269,7 +287,56 @@ class SessionBranchesApi(APIView):
 
 
 class SessionContextApi(APIView):
-    @extend_schema(responses={200: ContextReportSerializer, **api_errors(503)})
+    @extend_schema(
+        parameters=[OpenApiParameter("bot", int, required=False)],
+        responses={200: ContextReportSerializer, **api_errors(404, 503)},
+    )
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
-        return Response(context_report(session=session))
+        # Rooms: ``?bot=`` the report from that participant's seat (its budget, its view).
+        bot = participant_services.participant_bot(
+            session=session, bot_id=request.query_params.get("bot")
+        )
+        return Response(context_report(session=queries.session_seat(session, bot)))
+
+
+def _room_body(session_id: int, request: Request) -> dict:
+    session = queries.session_get_for_user(user=request.user, session_id=session_id)
+    participants = participant_services.participant_list(user=request.user, session_id=session_id)
+    return {
+        "reply_mode": session.reply_mode,
+        "participants": ParticipantOutputSerializer(participants, many=True).data,
+    }
+
+
+class SessionParticipantsApi(APIView):
+    """The bots in a session (a room): every participant, removed ones too (their messages
+    stay attributed), in the order they joined; and the room's reply mode."""
+
+    @extend_schema(responses={200: None})
+    def get(self, request: Request, session_id: int) -> Response:
+        return Response(_room_body(session_id, request))
+
+    @extend_schema(request=ParticipantInputSerializer, responses={201: None, **api_errors(404)})
+    def post(self, request: Request, session_id: int) -> Response:
+        queries.session_get_for_user(user=request.user, session_id=session_id)
+        data = _valid(ParticipantInputSerializer, request.data)
+        participant = participant_services.participant_add(
+            user=request.user,
+            session_id=session_id,
+            bot_id=data["bot"],
+            sees_from_join=data["sees_from_join"],
+            is_default=data["is_default"],
+        )
+        return Response(
+            ParticipantOutputSerializer(participant).data, status=status.HTTP_201_CREATED
+        )
+
+
+class SessionParticipantDetailApi(APIView):
+    @extend_schema(responses={204: None, **api_errors(400, 404)})
+    def delete(self, request: Request, session_id: int, bot_id: int) -> Response:
+        participant_services.participant_remove(
+            user=request.user, session_id=session_id, bot_id=bot_id
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -3,7 +3,7 @@
 ``bots.transitions``."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -13,8 +13,17 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from bots import dispatch, realtime, transitions
-from bots.models import ChatSession, Message
-from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
+from bots.models import Bot, ChatSession, Message
+from bots.queries import (
+    bot_usable_in,
+    message_get_for_user,
+    participants_of,
+    session_get_for_use,
+    session_get_for_user,
+    session_seat,
+)
+from bots.room import answering_bots
+from bots.services.participants import reply_as_bot
 from bots.services.session import do_session_title_default
 from chat_platform.errors import (
     CompactionBusy,
@@ -44,6 +53,9 @@ class SendResult:
     # there is no turn to hand over), False when the broker was down (the watchdog hands it over
     # once the broker answers again).
     dispatched: bool | None = None
+    # Rooms: every reply the message asked for, in answer order (``assistant_message`` is the
+    # first); empty in a one-bot session.
+    replies: list[Message] = field(default_factory=list)
 
     @property
     def is_command(self) -> bool:
@@ -85,7 +97,7 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
 
 
 def _exchange_open(
-    *, session: ChatSession, content: str, kind: str, client_id: str | None
+    *, session: ChatSession, content: str, kind: str, client_id: str | None, replies: int = 1
 ) -> Message | SendResult:
     """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer
     (``transitions.exchange_open``); a repeated client_id returns the first result instead."""
@@ -96,30 +108,72 @@ def _exchange_open(
         client_id=client_id,
         tokens=count_message_tokens(content, model=session.bot.model),
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
+        replies=replies,
     )
 
 
 def do_message_pair_create(
-    *, session: ChatSession, content: str, client_id: str | None
+    *,
+    session: ChatSession,
+    content: str,
+    client_id: str | None,
+    answering: list[Bot] | None = None,
 ) -> SendResult:
-    """Write the user message and its pending reply in one transaction (seqs n, n+1).
+    """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
+    room, one pending reply per answering bot (seqs n+1…, the order they answer in).
 
     With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
     recover and return the first result. Without one nothing can, and the savepoint's two round
     trips are skipped."""
-    model = session.bot.model
+    bots = answering or [session.bot]
     with transaction.atomic(savepoint=bool(client_id)):
         opened = _exchange_open(
-            session=session, content=content, kind=Message.Kind.CHAT, client_id=client_id
+            session=session,
+            content=content,
+            kind=Message.Kind.CHAT,
+            client_id=client_id,
+            replies=len(bots),
         )
         if isinstance(opened, SendResult):
             return opened
         user_message = opened
-        reply = transitions.reply_pending_create(user_message=user_message, model=model)
-    return SendResult(user_message=user_message, assistant_message=reply, created=True)
+        replies = [
+            transitions.reply_pending_create(
+                user_message=user_message, model=bot.model, bot=bot, offset=offset
+            )
+            for offset, bot in enumerate(bots, start=1)
+        ]
+    return SendResult(
+        user_message=user_message,
+        assistant_message=replies[0],
+        created=True,
+        replies=replies if answering else [],
+    )
+
+
+def _answering(*, session: ChatSession, text: str, reply_as: object) -> list[Bot] | None:
+    """Rooms: the bots that answer ``text``, in order; None in a one-bot session (its bot
+    answers, and no participant is read)."""
+    if reply_as is not None:
+        bot = reply_as_bot(session=session, bot_id=reply_as)
+        return [bot] if session.is_room or bot.pk != session.bot_id else None
+    if not session.is_room:
+        return None
+    participants = [
+        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
+    ]
+    return answering_bots(session=session, text=text, participants=participants) or None
 
 
 def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
+    reply = result.assistant_message
+    assert reply is not None
+    if reply.bot_id not in (None, session.bot_id):
+        session = session_seat(session, reply.bot)
+    return _check_fits_seat(session=session, result=result)
+
+
+def _check_fits_seat(*, session: ChatSession, result: SendResult) -> Message | None:
     """Fail the reply at once, without a model call, if the new message can never fit.
 
     The user message stays stored. Returns the failed reply, or None when the turn may run.
@@ -147,9 +201,16 @@ def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
 
 
 def session_message_send(
-    *, user: AbstractBaseUser, session_id: object, content: object, client_id: object = None
+    *,
+    user: AbstractBaseUser,
+    session_id: object,
+    content: object,
+    client_id: object = None,
+    reply_as: object = None,
 ) -> SendResult:
-    """Send a user message: write it and a pending reply, then run the turn after commit.
+    """Send a user message: write it and a pending reply, then run the turn after commit. In a
+    room, one pending reply per bot that answers (``bots.room``: mentions, ``all``, or
+    ``reply_as``), run one at a time in that order.
 
     The same ``client_id`` twice returns the first result and writes nothing.
     """
@@ -160,9 +221,12 @@ def session_message_send(
         return session_compact_command(
             session=session, text=text, client_id=cid, focus=command["focus"] or ""
         )
+    answering = _answering(session=session, text=text, reply_as=reply_as)
     with transaction.atomic():
         try:
-            result = do_message_pair_create(session=session, content=text, client_id=cid)
+            result = do_message_pair_create(
+                session=session, content=text, client_id=cid, answering=answering
+            )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
             existing = _existing_send(session=session, client_id=cid) if cid else None
@@ -181,7 +245,7 @@ def session_message_send(
             transaction.on_commit(
                 partial(
                     realtime.notify_exchange_created,
-                    [result.user_message, reply],
+                    [result.user_message, *(result.replies or [reply])],
                     wait=rejected is not None,
                 )
             )
@@ -189,6 +253,9 @@ def session_message_send(
                 transaction.on_commit(partial(_dispatch_turn, result))
             else:
                 transaction.on_commit(partial(realtime.notify_message_failed, rejected))
+                if len(result.replies) > 1:
+                    # The next bot's reply does not wait for a turn that never runs.
+                    transaction.on_commit(partial(dispatch.turn_dispatch_next, session.pk))
     if not result.created:
         result = _redispatch_if_undelivered(result)
     log.info(

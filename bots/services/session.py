@@ -1,8 +1,9 @@
 """Sessions: create, rename (and the default title from a first message), delete."""
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 
-from bots.models import ChatSession
+from bots.models import ChatSession, SessionParticipant
 from bots.queries import bot_get_for_user, session_get_for_user
 from bots.services.checks import full_clean
 from chat_platform.errors import ValidationFailed
@@ -12,7 +13,10 @@ def session_create(*, user: AbstractBaseUser, bot_id: object, title: str = "") -
     bot = bot_get_for_user(user=user, bot_id=bot_id)
     session = ChatSession(user=user, bot=bot, title=title or "")
     full_clean(session, exclude=["user", "bot"])
-    session.save()
+    with transaction.atomic():
+        session.save()
+        # Its bot is its one default participant (a room of one).
+        SessionParticipant.objects.create(session=session, bot=bot, is_default=True)
     return session
 
 
