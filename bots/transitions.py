@@ -485,8 +485,10 @@ def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int
         "session_id": "%s",
         "client_id": "''",
         "compacted_by_id": "NULL",
-        # One reply per message: the copy answers the copy, set below.
+        # One reply per message: the copy answers the copy, set below (and a room's reply
+        # belongs to the copy of the message that prompted it).
         "reply_to_id": "NULL",
+        "prompted_by_id": "NULL",
     }
     selected = ", ".join(replaced.get(c, quote(c)) for c in columns)
     seq, session_col, pk, reply_to = (
@@ -504,15 +506,17 @@ def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int
             [target.pk, source_id, before_seq],
         )
         copied = cursor.rowcount
-        # reply_to: the copy of the message the original answered (same seqs, in the target).
-        cursor.execute(
-            f"UPDATE {table} SET {reply_to} = ("  # noqa: S608
-            f"SELECT n.{pk} FROM {table} o JOIN {table} r ON r.{pk} = o.{reply_to} "
-            f"JOIN {table} n ON n.{seq} = r.{seq} AND n.{session_col} = %s "
-            f"WHERE o.{session_col} = %s AND o.{seq} = {table}.{seq}) "
-            f"WHERE {session_col} = %s",
-            [target.pk, source_id, target.pk],
-        )
+        # reply_to, prompted_by: the copy of the message the original pointed to (same seqs,
+        # in the target).
+        for column in (reply_to, quote("prompted_by_id")):
+            cursor.execute(
+                f"UPDATE {table} SET {column} = ("  # noqa: S608
+                f"SELECT n.{pk} FROM {table} o JOIN {table} r ON r.{pk} = o.{column} "
+                f"JOIN {table} n ON n.{seq} = r.{seq} AND n.{session_col} = %s "
+                f"WHERE o.{session_col} = %s AND o.{seq} = {table}.{seq}) "
+                f"WHERE {session_col} = %s",
+                [target.pk, source_id, target.pk],
+            )
     # No turn will ever finish an unfinished copy: it ends interrupted there.
     Message.objects.filter(session_id=target.pk, status__in=UNFINISHED).update(
         status=Message.Status.INTERRUPTED

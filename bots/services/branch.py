@@ -22,7 +22,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from bots import transitions
-from bots.models import ChatSession, Message
+from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
 from bots.services.send import (
     COMPACT_COMMAND,
@@ -76,6 +76,8 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
         title=session.title,
         branch_of=origin,
         branch_seq=at_seq,
+        reply_mode=session.reply_mode,
+        is_room=session.is_room,
     )
     do_branch_copy(session=session, branch=branch, at_seq=at_seq)
     return branch
@@ -85,6 +87,20 @@ def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) ->
     """Fill the new, empty chat ``branch`` with ``session`` before ``at_seq``: the messages, the
     summaries and snapshots that cover only those, the chat's notes, the search index and the
     running totals. Also how the OpenAI-compatible API forks a conversation a client edited."""
+    # A room's branch is the same room: its participants as they stand.
+    SessionParticipant.objects.bulk_create(
+        [
+            SessionParticipant(
+                session=branch,
+                bot_id=p.bot_id,
+                joined_seq=min(p.joined_seq, at_seq - 1),
+                sees_from_join=p.sees_from_join,
+                is_default=p.is_default,
+                removed_at=p.removed_at,
+            )
+            for p in SessionParticipant.objects.filter(session=session)
+        ]
+    )
     transitions.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
     summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
     # The copies of compacted messages are indexed with their snapshot's copy (recall in the

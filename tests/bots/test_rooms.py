@@ -471,3 +471,22 @@ def test_the_context_report_takes_bot_for_each_participants_budget(
     for value in (stranger.pk, "x", 0, -1):
         response = owner_client.get(f"{url}?bot={value}")
         assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_a_branch_of_a_room_is_the_same_room(room, owner_client, fake_openai, eager_tasks):
+    """Editing a message of a room (bots.services.branch): the branch keeps the room's
+    participants and reply mode, and a reply there answers with the room's view."""
+    session, planner, critic = room
+    fake_openai.script(Reply(text="Plan A."), Reply(text="Looks risky."), Reply(text="Plan B."))
+    assert _send(owner_client, session, "Plan the trip, @critic check it").status_code == 201
+    question = Message.objects.get(session=session, seq=1)
+
+    body = owner_client.post(
+        f"/api/v1/messages/{question.pk}/edit/", {"content": "Plan a cheaper trip"}, "json"
+    ).json()
+
+    branch = ChatSession.objects.get(pk=body["session"]["id"])
+    assert (branch.is_room, branch.reply_mode) == (True, session.reply_mode)
+    assert sorted(
+        SessionParticipant.objects.filter(session=branch).values_list("bot_id", "is_default")
+    ) == sorted([(planner.pk, True), (critic.pk, False)])
