@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from accounts import services
 from accounts.forms import SignInForm
+from chat_platform import oidc
 from chat_platform.signin import sign_in_password_accepted, sign_in_throttled
 
 
@@ -34,7 +35,7 @@ class SignInView(auth_views.LoginView):
         if settings.OIDC_ISSUER:
             context["sso"] = {
                 "name": settings.OIDC_NAME,
-                "url": reverse("openid_connect_login", kwargs={"provider_id": "sso"}),
+                "url": reverse("openid_connect_login", kwargs={"provider_id": oidc.PROVIDER_ID}),
             }
         return context
 

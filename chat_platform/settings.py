@@ -11,7 +11,7 @@ import environ
 from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from chat_platform import content_security, provider_policy
+from chat_platform import content_security, oidc, provider_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -240,9 +240,7 @@ MFA_TOTP_ISSUER = env.str("MFA_TOTP_ISSUER", default="chat-platform")
 EMAIL_URL = env.str("EMAIL_URL", default="consolemail://" if EMBEDDED else "smtp://localhost:25")
 globals().update(env.email_url_config(EMAIL_URL))
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="chat-platform <noreply@localhost>")
-# Single sign-on with any OpenID Connect provider (allauth's openid_connect). The expected
-# issuer is the configured one, whatever the discovery document says; claims come from the
-# verified ID token (audience = the client id, expiry, issuer).
+# Single sign-on with any OpenID Connect provider (allauth's openid_connect, chat_platform/oidc.py).
 OIDC_ISSUER = env.str("OIDC_ISSUER", default="").rstrip("/")
 OIDC_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
 OIDC_CLIENT_SECRET = env.str("OIDC_CLIENT_SECRET", default="")
@@ -251,26 +249,9 @@ OIDC_ALLOWED_DOMAINS = [d.strip().lower() for d in env.list("OIDC_ALLOWED_DOMAIN
 OIDC_CREATE_ACCOUNTS = env.bool("OIDC_CREATE_ACCOUNTS", default=False)
 if OIDC_ISSUER and not (OIDC_ISSUER.startswith(("https://", "http://")) and OIDC_CLIENT_ID):
     raise ImproperlyConfigured("OIDC_ISSUER must be an http(s) URL, and needs OIDC_CLIENT_ID")
-SOCIALACCOUNT_PROVIDERS = {
-    "openid_connect": {
-        "OAUTH_PKCE_ENABLED": True,
-        "APPS": [
-            {
-                "provider_id": "sso",
-                "name": OIDC_NAME,
-                "client_id": OIDC_CLIENT_ID,
-                "secret": OIDC_CLIENT_SECRET,
-                "settings": {
-                    "server_url": OIDC_ISSUER,
-                    "fetch_userinfo": False,
-                    "openid_configuration_overrides": {"issuer": OIDC_ISSUER},
-                },
-            }
-        ]
-        if OIDC_ISSUER
-        else [],
-    }
-}
+SOCIALACCOUNT_PROVIDERS = oidc.providers_setting(
+    issuer=OIDC_ISSUER, client_id=OIDC_CLIENT_ID, secret=OIDC_CLIENT_SECRET, name=OIDC_NAME
+)
 SOCIALACCOUNT_AUTO_SIGNUP = True
 # An existing account whose email the provider vouches for (email_verified) signs in as itself.
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
