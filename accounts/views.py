@@ -3,7 +3,8 @@ for the TOTP code of an account that has one, and applies email verification).""
 
 from typing import Any
 
-from allauth.account.utils import perform_login
+from allauth.account.internal.flows.login import perform_password_login
+from allauth.account.models import Login
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
@@ -27,7 +28,14 @@ class SignInView(auth_views.LoginView):
         # The password is right: the throttle gives its slots back even if a TOTP code is asked
         # for next (allauth counts wrong codes with its own "login_failed" limit).
         sign_in_password_accepted(self.request)
-        return perform_login(self.request, form.get_user(), redirect_url=self.get_success_url())
+        # What allauth's own login form does with a right password (records the password as
+        # this session's authentication, which its re-authentication asks for, then runs the
+        # login stages). An internal function of allauth: the version is pinned below 66.
+        return perform_password_login(
+            self.request,
+            {"username": form.get_user().get_username()},
+            Login(user=form.get_user(), redirect_url=self.get_success_url()),
+        )
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
