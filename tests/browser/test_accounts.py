@@ -1,0 +1,95 @@
+"""Accounts in headless Chromium (docs/accounts.md): staff make an invitation in the admin, a new
+person signs up with the link and lands in the chat, signs out and in again on the login page; the
+same link is refused the second time."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.browser.support import manage
+from tests.integration.processes import process_env, web_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+NEW_PASSWORD = "a-long-pass-phrase-9"
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory) -> Iterator[str]:
+    """An embedded platform in invite mode, with a staff account."""
+    tmp = tmp_path_factory.mktemp("accounts")
+    env = process_env(
+        REDIS_URL=None,
+        SECRET_KEY=None,
+        DEBUG="true",
+        DATABASE_URL=f"sqlite:///{tmp / 'accounts.sqlite3'}",
+        ACCOUNT_SIGNUP_MODE="invite",
+    )
+    manage(env, "migrate", "--noinput")
+    manage(env, "seed_demo")
+    manage(
+        env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; "
+        "get_user_model().objects.create_superuser('boss', 'boss@example.com', 'boss-pass-123')",
+    )
+    log = tmp / "web.log"
+    try:
+        with web_server(env, log) as base:
+            yield base
+    finally:
+        if log.exists():
+            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
+
+
+def _sign_in(page, base, username, password):
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+
+
+def test_sign_up_with_an_invitation_then_sign_in(server_url, chromium):
+    base = server_url
+    staff_context = chromium.new_context()
+    staff = staff_context.new_page()
+    _sign_in(staff, base, "boss", "boss-pass-123")
+    staff.goto(f"{base}/admin/accounts/invitation/add/")
+    staff.fill("#id_note", "for Ann")
+    with staff.expect_navigation():
+        staff.click("input[name=_save]")
+    message = staff.locator(".messagelist .success", has_text="Invitation link").inner_text()
+    assert "Invitation link (single use, shown only now" in message
+    link = next(word for word in message.split() if "/accounts/signup/?invite=" in word)
+    assert link.startswith(f"{base}/accounts/signup/?invite=")
+    staff_context.close()
+
+    context = chromium.new_context()
+    page = context.new_page()
+    page.goto(link)
+    page.fill("input[name=username]", "ann")
+    page.fill("input[name=email]", "ann@example.com")
+    page.fill("input[name=password1]", NEW_PASSWORD)
+    page.fill("input[name=password2]", NEW_PASSWORD)
+    with page.expect_navigation():
+        page.click("main form button[type=submit]")
+    page.wait_for_selector(".app-user-name")
+    assert page.locator(".app-user-name").inner_text() == "Signed in as ann"
+
+    with page.expect_navigation():
+        page.click(".logout-form button[type=submit]")
+    page.wait_for_url("**/accounts/login/**")
+    _sign_in(page, base, "ann", NEW_PASSWORD)
+    assert page.locator(".app-user-name").inner_text() == "Signed in as ann"
+    context.close()
+
+    again = chromium.new_context()
+    refused = again.new_page()
+    response = refused.goto(link)
+    assert response.status == 403
+    assert refused.locator("#refused-message").inner_text() == (
+        "This invitation link has already been used. Ask for a new one."
+    )
+    again.close()
