@@ -171,3 +171,14 @@ def test_mail_goes_to_the_console_in_embedded_mode_and_to_smtp_in_real_mode(env,
         timeout=60,
     )
     assert done.stdout.strip().splitlines()[-1] == backend
+
+
+def test_the_admin_login_still_refuses_a_non_staff_account(owner):
+    client = Client()
+    page = client.get("/admin/login/")
+    assert page.status_code == 200
+    assert 'name="username"' in page.content.decode()
+    refused = client.post("/admin/login/", {"username": "owner", "password": PASSWORD})
+    assert refused.status_code == 200
+    assert "_auth_user_id" not in client.session
+    assert "staff account" in refused.content.decode()
