@@ -182,3 +182,48 @@ def test_the_admin_login_still_refuses_a_non_staff_account(owner):
     assert refused.status_code == 200
     assert "_auth_user_id" not in client.session
     assert "staff account" in refused.content.decode()
+
+
+def test_wrong_totp_codes_are_limited_by_allauth_and_the_right_one_then_waits(totp_user):
+    _user, secret = totp_user
+    client = Client()
+    client.post("/accounts/login/", {"username": "ann", "password": PASSWORD})
+    pages = [
+        client.post("/accounts/2fa/authenticate/", {"code": "000000"}).content.decode()
+        for _ in range(5)
+    ]
+    assert all("Too many failed login attempts" not in page for page in pages)
+    # allauth's own limit on codes (5 per account per 5 minutes): even the right code waits.
+    right = client.post("/accounts/2fa/authenticate/", {"code": _code(secret)})
+    assert right.status_code == 200
+    assert "Too many failed login attempts. Try again later." in right.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.parametrize(
+    ("issuer", "debug", "ok"),
+    [
+        ("https://id.example.com", "false", True),
+        ("http://id.example.com", "false", False),
+        ("http://127.0.0.1:9000", "true", True),
+        ("ftp://id.example.com", "true", False),
+    ],
+)
+def test_the_issuer_must_be_https_unless_debug(issuer, debug, ok):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OIDC_")}
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", "import chat_platform.settings"],
+        env={
+            **env,
+            "DEBUG": debug,
+            "SECRET_KEY": "x" * 50,
+            "OIDC_ISSUER": issuer,
+            "OIDC_CLIENT_ID": "chat",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode == 0) is ok, done.stderr[-2000:]
+    if not ok:
+        assert "OIDC_ISSUER must be an https:// URL (http:// only with DEBUG)" in done.stderr
