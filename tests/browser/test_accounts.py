@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.support import manage
+from tests.browser.support import ARTIFACTS, manage
 from tests.integration.processes import process_env, web_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
@@ -73,6 +73,8 @@ def test_sign_up_with_an_invitation_then_sign_in(server_url, chromium):
     page.fill("input[name=email]", "ann@example.com")
     page.fill("input[name=password1]", NEW_PASSWORD)
     page.fill("input[name=password2]", NEW_PASSWORD)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "accounts-signup.png"))
     with page.expect_navigation():
         page.click("main form button[type=submit]")
     page.wait_for_selector(".app-user-name")
