@@ -21,12 +21,14 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
 from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions as drf
+from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.request import Request
@@ -36,6 +38,13 @@ from rest_framework.throttling import SimpleRateThrottle
 from chat_platform.api import api_errors
 
 THROTTLE_CACHE = "throttle"
+_PASSWORD_ACCEPTED = "_sign_in_password_accepted"
+
+
+def sign_in_password_accepted(request: HttpRequest) -> None:
+    """The login view saw the right password (the account may still be asked for its TOTP code):
+    the attempt is not a failure."""
+    setattr(request, _PASSWORD_ACCEPTED, True)
 
 
 class _FailureThrottle(SimpleRateThrottle):
@@ -141,20 +150,30 @@ def sign_in_throttle_clear() -> None:
 
 
 class TokenSignInApi(ObtainAuthToken):
-    """``POST /api/v1/auth/token/``: DRF's token view, throttled."""
+    """``POST /api/v1/auth/token/``: DRF's token view, throttled. An account with two-factor
+    authentication gets no token from its password alone (403): it signs in on the page and
+    makes an API key there."""
 
     @extend_schema(
         request=AuthTokenSerializer,
-        responses={200: AuthTokenSerializer, **api_errors(429)},
+        responses={200: AuthTokenSerializer, **api_errors(403, 429)},
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = request.data
         attempt = SignInAttempt(request, data.get("username") if hasattr(data, "get") else None)
         if attempt.refused:
             raise attempt.exception()
-        response = super().post(request, *args, **kwargs)  # a wrong password raises: counted
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)  # a wrong password raises: counted
         attempt.succeeded()
-        return response
+        user = serializer.validated_data["user"]
+        if is_mfa_enabled(user):
+            raise drf.PermissionDenied(
+                "This account uses two-factor authentication: a password alone cannot make a "
+                "token. Sign in on the page and create an API key instead."
+            )
+        token, _created = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})
 
 
 def sign_in_throttled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -176,7 +195,9 @@ def sign_in_throttled(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
             response["Retry-After"] = str(int(attempt.exception().wait or 0))
             return response
         response = view(request, *args, **kwargs)
-        if response.status_code in (301, 302, 303) and request.user.is_authenticated:
+        if response.status_code in (301, 302, 303) and (
+            request.user.is_authenticated or getattr(request, _PASSWORD_ACCEPTED, False)
+        ):
             attempt.succeeded()
         return response
 

@@ -1,12 +1,12 @@
 from csp.constants import UNSAFE_INLINE
 from csp.decorators import csp_update
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from accounts import views as account_views
 from bots import pages
-from chat_platform.signin import TokenSignInApi, sign_in_throttled
+from chat_platform.signin import TokenSignInApi
 
 api_v1 = [
     path("auth/token/", TokenSignInApi.as_view(), name="auth-token"),
@@ -21,15 +21,12 @@ urlpatterns = [
     path("", pages.chat_home, name="chat"),
     path("chat/new/", pages.chat_new_page, name="chat-new"),
     path("chat/<int:session_id>/", pages.chat_session_page, name="chat-session"),
-    path(
-        "accounts/login/",
-        sign_in_throttled(auth_views.LoginView.as_view(template_name="registration/login.html")),
-        name="login",
-    ),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Sign-in, sign-up, password reset, TOTP and SSO (accounts app + django-allauth).
+    path("accounts/", include("accounts.urls")),
     path("bots/", include("bots.bot_urls")),
-    # The admin's own login, throttled like the others (before admin.site.urls, which has it too).
-    path("admin/login/", sign_in_throttled(admin.site.login)),
+    # The admin's own login, throttled like the others and through the same flow (TOTP), before
+    # admin.site.urls, which has it too.
+    path("admin/login/", account_views.admin_login),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     # The OpenAI-compatible API (openai_api): base URL <server>/v1.

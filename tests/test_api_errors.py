@@ -221,7 +221,7 @@ def test_every_operation_documents_its_error_responses(schema):
 @pytest.mark.parametrize(
     ("method", "path", "expected"),
     [
-        ("POST", "/api/v1/auth/token/", {200, 400, 413, 429}),
+        ("POST", "/api/v1/auth/token/", {200, 400, 403, 413, 429}),
         ("GET", "/api/v1/bots/", {200, 401}),
         ("POST", "/api/v1/bots/", {201, 400, 401, 413}),
         ("GET", "/api/v1/bots/{bot_id}/", {200, 401, 404}),

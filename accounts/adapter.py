@@ -1,0 +1,160 @@
+"""django-allauth adapters: the sign-up mode, invitations, approvals and the SSO rules.
+
+``ACCOUNT_SIGNUP_MODE`` decides who may use ``/accounts/signup/`` (``is_open_for_signup``); the
+account is made in one transaction with its invitation claim or its approval request
+(``save_user``), so a refused claim leaves no account behind. SSO sign-ins must carry a verified
+email in ``OIDC_ALLOWED_DOMAINS`` (when set); they create accounts only with
+``OIDC_CREATE_ACCOUNTS``; in ``approval`` mode those accounts wait like any other.
+"""
+
+import logging
+from typing import Any
+
+import jwt
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.core.exceptions import ImmediateHttpResponse
+from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from django.conf import settings
+from django.db import transaction
+from django.http import HttpRequest
+from django.shortcuts import render
+
+from accounts import services
+
+logger = logging.getLogger(__name__)
+
+INVITE_SESSION_KEY = "accounts_invite"
+
+
+def _refusal(request: HttpRequest, *, title: str, message: str, status: int = 403) -> Any:
+    return ImmediateHttpResponse(
+        render(
+            request, "accounts/refused.html", {"title": title, "message": message}, status=status
+        )
+    )
+
+
+def _invite_refused(request: HttpRequest, exc: services.InvitationRefused) -> Any:
+    request.session.pop(INVITE_SESSION_KEY, None)
+    return _refusal(request, title="Invitation refused", message=str(exc))
+
+
+class AccountAdapter(DefaultAccountAdapter):
+    def is_open_for_signup(self, request: HttpRequest) -> bool:
+        mode = services.signup_mode()
+        if mode in ("open", "approval"):
+            return True
+        if mode != "invite":
+            return False
+        # The link's token, kept in the session from the GET that opened the form to its POST.
+        token = request.GET.get("invite") or request.session.get(INVITE_SESSION_KEY)
+        if not token:
+            raise _refusal(
+                request,
+                title="Sign-up by invitation",
+                message=(
+                    "Accounts here are by invitation only: open the invitation link you were sent."
+                ),
+            )
+        try:
+            services.invitation_check(token=token)
+        except services.InvitationRefused as exc:
+            raise _invite_refused(request, exc) from None
+        request.session[INVITE_SESSION_KEY] = token
+        return True
+
+    def save_user(self, request: HttpRequest, user: Any, form: Any, commit: bool = True) -> Any:
+        mode = services.signup_mode()
+        with transaction.atomic():
+            if mode == "approval":
+                user.is_active = False
+            user = super().save_user(request, user, form, commit=commit)
+            if mode == "invite":
+                token = request.session.get(INVITE_SESSION_KEY)
+                try:
+                    services.invitation_claim(token=token, user=user)
+                except services.InvitationRefused as exc:
+                    # Rolls the new account back with the transaction.
+                    raise _invite_refused(request, exc) from None
+            elif mode == "approval":
+                services.approval_request(user=user)
+        request.session.pop(INVITE_SESSION_KEY, None)
+        return user
+
+
+_TOKEN_ERRORS = (
+    (jwt.ExpiredSignatureError, "the identity token has expired"),
+    (jwt.InvalidAudienceError, "the identity token was issued for another application"),
+    (jwt.InvalidIssuerError, "the identity token was issued by another provider"),
+    (jwt.ImmatureSignatureError, "the identity token is not valid yet"),
+)
+
+
+def _email_domain_allowed(email: str) -> bool:
+    allowed = settings.OIDC_ALLOWED_DOMAINS
+    if not allowed:
+        return True
+    _, at, domain = email.rpartition("@")
+    return bool(at) and domain.lower() in allowed
+
+
+class SocialAccountAdapter(DefaultSocialAccountAdapter):
+    def pre_social_login(self, request: HttpRequest, sociallogin: Any) -> None:
+        """Every SSO sign-in, new account or not: a verified address in an allowed domain."""
+        if not settings.OIDC_ALLOWED_DOMAINS:
+            return
+        verified = [a.email for a in sociallogin.email_addresses if a.verified and a.email]
+        if not any(_email_domain_allowed(email) for email in verified):
+            shown = ", ".join(verified) or "no verified email address"
+            logger.info("sso sign-in refused: domain not allowed", extra={"emails": shown})
+            raise _refusal(
+                request,
+                title="Sign-in refused",
+                message=(
+                    f"The identity provider vouched for {shown}; this site accepts only "
+                    f"verified addresses at {', '.join(settings.OIDC_ALLOWED_DOMAINS)}."
+                ),
+            )
+
+    def is_open_for_signup(self, request: HttpRequest, sociallogin: Any) -> bool:
+        if settings.OIDC_CREATE_ACCOUNTS:
+            return True
+        raise _refusal(
+            request,
+            title="No account here",
+            message=(
+                "You signed in with the identity provider, but there is no account here for "
+                "you and this site does not create accounts at first sign-in. Ask an "
+                "administrator to create one with your email address."
+            ),
+        )
+
+    def save_user(self, request: HttpRequest, sociallogin: Any, form: Any = None) -> Any:
+        with transaction.atomic():
+            if services.signup_mode() == "approval":
+                sociallogin.user.is_active = False
+            user = super().save_user(request, sociallogin, form)
+            if services.signup_mode() == "approval":
+                services.approval_request(user=user)
+        return user
+
+    def on_authentication_error(
+        self,
+        request: HttpRequest,
+        provider: Any,
+        error: Any = None,
+        exception: Any = None,
+        extra_context: Any = None,
+    ) -> None:
+        cause = getattr(exception, "__cause__", None)
+        reason = "the identity provider's answer could not be verified"
+        for kind, text in _TOKEN_ERRORS:
+            if isinstance(cause, kind):
+                reason = text
+                break
+        logger.warning(
+            "sso sign-in failed",
+            extra={"error": str(error), "reason": reason, "exception": repr(exception)},
+        )
+        if extra_context is not None:
+            extra_context["sso_reason"] = reason

@@ -1,0 +1,149 @@
+"""Sign-up modes, invitations and approvals: every write of this app (docs/accounts.md)."""
+
+import hashlib
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import AccountApproval, Invitation
+from chat_platform.textcheck import text_is_storable
+
+TOKEN_MAX_LENGTH = 100
+
+
+class InvitationRefused(Exception):
+    """An invitation that cannot be used: ``reason`` is ``unknown``, ``used`` or ``expired``."""
+
+    MESSAGES = {
+        "unknown": "This invitation link is not valid. Ask for a new one.",
+        "used": "This invitation link has already been used. Ask for a new one.",
+        "expired": "This invitation link has expired. Ask for a new one.",
+    }
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(self.MESSAGES[reason])
+
+
+def signup_mode() -> str:
+    return str(settings.ACCOUNT_SIGNUP_MODE)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def invitation_create(
+    *, created_by: Any, note: str = "", days: int | None = None
+) -> tuple[Invitation, str]:
+    """A new single-use invitation; returns it and its token (never stored, shown once)."""
+    token = secrets.token_urlsafe(32)
+    now = timezone.now()
+    invitation = Invitation(
+        token_digest=_digest(token),
+        note=note,
+        created_by=created_by,
+        created_at=now,
+        expires_at=now + timedelta(days=days or settings.ACCOUNT_INVITE_DAYS),
+    )
+    invitation.full_clean()
+    invitation.save()
+    return invitation, token
+
+
+def invitation_check(*, token: object) -> Invitation:
+    """The usable invitation for ``token``, or InvitationRefused saying why not."""
+    if (
+        not isinstance(token, str)
+        or not token
+        or len(token) > TOKEN_MAX_LENGTH
+        or not text_is_storable(token)
+    ):
+        raise InvitationRefused("unknown")
+    invitation = Invitation.objects.filter(token_digest=_digest(token)).first()
+    if invitation is None:
+        raise InvitationRefused("unknown")
+    if invitation.state != "open":
+        raise InvitationRefused(invitation.state)
+    return invitation
+
+
+def invitation_claim(*, token: str, user: Any) -> Invitation:
+    """Mark the invitation used by ``user``: a conditional update, so of two sign-ups racing with
+    one link exactly one wins. Call inside the transaction that creates the user."""
+    invitation = invitation_check(token=token)
+    now = timezone.now()
+    claimed = Invitation.objects.filter(
+        pk=invitation.pk, used_at__isnull=True, expires_at__gt=now
+    ).update(used_at=now, used_by=user)
+    if claimed != 1:
+        invitation.refresh_from_db()
+        raise InvitationRefused(invitation.state if invitation.state != "open" else "used")
+    invitation.refresh_from_db()
+    return invitation
+
+
+def invitation_revoke(*, invitation_ids: list[int]) -> int:
+    """Expire unused invitations now; returns how many."""
+    return Invitation.objects.filter(
+        pk__in=invitation_ids, used_at__isnull=True, expires_at__gt=timezone.now()
+    ).update(expires_at=timezone.now())
+
+
+def approval_request(*, user: Any) -> AccountApproval:
+    """The new account waits for staff: inactive until approved. ``user`` is not yet saved or is
+    saved inactive by the caller, in the same transaction."""
+    if user.is_active:
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+    return AccountApproval.objects.create(user=user)
+
+
+def approval_decide(*, approval_ids: list[int], approve: bool, by: Any) -> int:
+    """Approve (activate) or reject pending accounts; returns how many were decided. Only pending
+    ones change: a decision is never taken twice."""
+    status = AccountApproval.Status.APPROVED if approve else AccountApproval.Status.REJECTED
+    with transaction.atomic():
+        pending = list(
+            AccountApproval.objects.select_for_update()
+            .filter(pk__in=approval_ids, status=AccountApproval.Status.PENDING)
+            .values_list("pk", "user_id")
+        )
+        if not pending:
+            return 0
+        AccountApproval.objects.filter(pk__in=[pk for pk, _ in pending]).update(
+            status=status, decided_at=timezone.now(), decided_by=by
+        )
+        if approve:
+            get_user_model().objects.filter(pk__in=[uid for _, uid in pending]).update(
+                is_active=True
+            )
+    return len(pending)
+
+
+def approval_pending(*, user: Any) -> bool:
+    return AccountApproval.objects.filter(user=user, status=AccountApproval.Status.PENDING).exists()
+
+
+def pending_user_for_credentials(*, username: object, password: object) -> Any | None:
+    """The pending account these credentials belong to (for the login page to say "waiting for
+    approval" instead of "wrong password"); None otherwise."""
+    if not isinstance(username, str) or not isinstance(password, str) or not username:
+        return None
+    user = (
+        get_user_model()
+        .objects.filter(
+            username=username,
+            is_active=False,
+            approval__status=AccountApproval.Status.PENDING,
+        )
+        .first()
+    )
+    if user is None or not user.check_password(password):
+        return None
+    return user

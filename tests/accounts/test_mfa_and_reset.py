@@ -1,0 +1,229 @@
+"""Two-factor sign-in (allauth.mfa TOTP) through the login page, the admin login and the token
+endpoint; password reset by email through the console backend's outbox."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from allauth.mfa.totp.internal.auth import (
+    TOTP,
+    format_hotp_value,
+    generate_totp_secret,
+    hotp_value,
+)
+from django.core import mail
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "pw-123456"  # the factories' password
+
+
+def _code(secret):
+    return format_hotp_value(hotp_value(secret, int(time.time()) // 30))
+
+
+@pytest.fixture
+def totp_user():
+    user = UserFactory(username="ann", email="ann@example.com", is_staff=True)
+    secret = generate_totp_secret()
+    TOTP.activate(user, secret)
+    return user, secret
+
+
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
+def test_a_password_alone_does_not_sign_in_an_account_with_totp(totp_user, path):
+    user, secret = totp_user
+    client = Client()
+    response = client.post(path, {"username": "ann", "password": PASSWORD})
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/2fa/authenticate/"
+    assert "_auth_user_id" not in client.session
+    wrong = client.post("/accounts/2fa/authenticate/", {"code": "000000"})
+    assert wrong.status_code == 200
+    assert "_auth_user_id" not in client.session
+    done = client.post("/accounts/2fa/authenticate/", {"code": _code(secret)})
+    assert done.status_code == 302
+    assert client.session["_auth_user_id"] == str(user.pk)
+
+
+def test_a_right_password_before_the_code_does_not_count_as_a_failed_sign_in(totp_user, settings):
+    settings.LOGIN_RATE_PER_ACCOUNT = "2/min"
+    for _ in range(3):
+        response = Client().post("/accounts/login/", {"username": "ann", "password": PASSWORD})
+        assert response.status_code == 302
+
+
+def test_the_token_endpoint_refuses_a_password_alone_for_an_account_with_totp(totp_user):
+    user, _secret = totp_user
+    response = APIClient().post(
+        "/api/v1/auth/token/", {"username": "ann", "password": PASSWORD}, format="json"
+    )
+    assert response.status_code == 403
+    assert response.json()["error"] == {
+        "code": "permission_denied",
+        "message": (
+            "This account uses two-factor authentication: a password alone cannot make a "
+            "token. Sign in on the page and create an API key instead."
+        ),
+        "details": {},
+    }
+    assert not Token.objects.filter(user=user).exists()
+
+
+def test_an_account_without_totp_still_gets_its_token(owner):
+    response = APIClient().post(
+        "/api/v1/auth/token/", {"username": "owner", "password": PASSWORD}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json() == {"token": Token.objects.get(user=owner).key}
+
+
+def test_a_signed_in_user_sets_up_totp_after_confirming_their_password(owner):
+    client = Client()
+    login = client.post("/accounts/login/", {"username": "owner", "password": PASSWORD})
+    assert login.status_code == 302
+    asked = client.get("/accounts/2fa/totp/activate/")
+    assert asked.status_code == 302
+    assert asked["Location"].startswith("/accounts/reauthenticate/")
+    confirmed = client.post(asked["Location"], {"password": PASSWORD})
+    assert confirmed.status_code == 302
+    page = client.get("/accounts/2fa/totp/activate/")
+    assert page.status_code == 200
+    assert 'name="code"' in page.content.decode()
+    secret = client.session["mfa.totp.secret"]
+    activated = client.post("/accounts/2fa/totp/activate/", {"code": _code(secret)})
+    assert activated.status_code == 302
+    assert owner.authenticator_set.filter(type="totp").count() == 1
+
+
+# --- password reset -----------------------------------------------------------------------------
+
+
+def test_password_reset_by_email_sets_a_new_password(settings):
+    user = UserFactory(username="bob", email="bob@example.com")
+    client = Client()
+    asked = client.post("/accounts/password/reset/", {"email": "bob@example.com"})
+    assert asked.status_code == 302
+    [message] = mail.outbox
+    assert message.to == ["bob@example.com"]
+    link = re.search(r"http://testserver(/accounts/password/reset/key/\S+/)", message.body)
+    assert link, message.body
+    form = client.get(link.group(1), follow=True)
+    assert form.status_code == 200
+    new = "a-brand-new-pass-77"
+    done = client.post(form.redirect_chain[-1][0], {"password1": new, "password2": new})
+    assert done.status_code == 302
+    user.refresh_from_db()
+    assert user.check_password(new)
+    signed_in = Client()
+    assert (
+        signed_in.post("/accounts/login/", {"username": "bob", "password": new}).status_code == 302
+    )
+    # The link is single use.
+    again = client.get(link.group(1), follow=True)
+    assert 'name="password1"' not in again.content.decode()
+
+
+def test_password_reset_for_an_unknown_address_sends_nothing_and_tells_nothing():
+    UserFactory(username="bob", email="bob@example.com")
+    response = Client().post("/accounts/password/reset/", {"email": "nobody@example.com"})
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/password/reset/done/"
+    assert len(mail.outbox) <= 1
+    assert all("/accounts/password/reset/key/" not in m.body for m in mail.outbox)
+
+
+@pytest.mark.parametrize(
+    ("env", "backend"),
+    [
+        ({}, "django.core.mail.backends.console.EmailBackend"),
+        ({"REDIS_URL": "redis://127.0.0.1:6379/9"}, "django.core.mail.backends.smtp.EmailBackend"),
+        (
+            {
+                "REDIS_URL": "redis://127.0.0.1:6379/9",
+                "EMAIL_URL": "smtp+tls://u:p@mail.example:587",
+            },
+            "django.core.mail.backends.smtp.EmailBackend mail.example 587 True",
+        ),
+    ],
+)
+def test_mail_goes_to_the_console_in_embedded_mode_and_to_smtp_in_real_mode(env, backend):
+    """Read from a fresh process: the settings module reads the environment once."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "EMAIL_URL")}
+    code = (
+        "from chat_platform import settings as s; "
+        "print(s.EMAIL_BACKEND, *([s.EMAIL_HOST, s.EMAIL_PORT, s.EMAIL_USE_TLS] "
+        "if getattr(s, 'EMAIL_HOST', None) != 'localhost' and s.EMAIL_HOST else []))"
+    )
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", code],
+        env={**clean, "DEBUG": "true", "DJANGO_SETTINGS_MODULE": "chat_platform.settings", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stdout.strip().splitlines()[-1] == backend
+
+
+def test_the_admin_login_still_refuses_a_non_staff_account(owner):
+    client = Client()
+    page = client.get("/admin/login/")
+    assert page.status_code == 200
+    assert 'name="username"' in page.content.decode()
+    refused = client.post("/admin/login/", {"username": "owner", "password": PASSWORD})
+    assert refused.status_code == 200
+    assert "_auth_user_id" not in client.session
+    assert "staff account" in refused.content.decode()
+
+
+def test_wrong_totp_codes_are_limited_by_allauth_and_the_right_one_then_waits(totp_user):
+    _user, secret = totp_user
+    client = Client()
+    client.post("/accounts/login/", {"username": "ann", "password": PASSWORD})
+    pages = [
+        client.post("/accounts/2fa/authenticate/", {"code": "000000"}).content.decode()
+        for _ in range(5)
+    ]
+    assert all("Too many failed login attempts" not in page for page in pages)
+    # allauth's own limit on codes (5 per account per 5 minutes): even the right code waits.
+    right = client.post("/accounts/2fa/authenticate/", {"code": _code(secret)})
+    assert right.status_code == 200
+    assert "Too many failed login attempts. Try again later." in right.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.parametrize(
+    ("issuer", "debug", "ok"),
+    [
+        ("https://id.example.com", "false", True),
+        ("http://id.example.com", "false", False),
+        ("http://127.0.0.1:9000", "true", True),
+        ("ftp://id.example.com", "true", False),
+    ],
+)
+def test_the_issuer_must_be_https_unless_debug(issuer, debug, ok):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OIDC_")}
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", "import chat_platform.settings"],
+        env={
+            **env,
+            "DEBUG": debug,
+            "SECRET_KEY": "x" * 50,
+            "OIDC_ISSUER": issuer,
+            "OIDC_CLIENT_ID": "chat",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode == 0) is ok, done.stderr[-2000:]
+    if not ok:
+        assert "OIDC_ISSUER must be an https:// URL (http:// only with DEBUG)" in done.stderr
