@@ -37,6 +37,7 @@ from compaction.measure import (
     history_newest_first,
     history_row,
     in_context_before,
+    session_budget,
     tool_calls_load,
     tool_calls_text,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "admission_record",
     "Measure",
     "bot_budget",
+    "session_budget",
     "context_admit",
     "context_build",
     "context_fixed_fits",
@@ -335,6 +337,8 @@ def context_build(
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})
+    if session.extra_instruction:
+        messages.append({"role": "system", "content": session.extra_instruction})
     if extra_system:
         messages.append({"role": "system", "content": extra_system})
     # Summaries are labelled system blocks naming what they cover, never user messages.
@@ -354,7 +358,7 @@ def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -
     with the lines admission kept. Tokens of joined text can exceed the sum of its parts by a
     merge or two: drop further lines until the block costs no more than admission reserved."""
     kept = list(measure.index_lines[: admission.kept_index_lines])
-    model = measure.session.bot.model
+    model = measure.session.chat_model
     while kept:
         # Reserved with the help line; without it (recall closed) the block only costs less.
         head = f"{INDEX_HEADER}\n{INDEX_HELP}\n" if recall_open else f"{INDEX_HEADER}\n"

@@ -53,7 +53,18 @@ class SessionOutputSerializer(serializers.ModelSerializer):
         model = ChatSession
         # A branch (an edited message or a regenerated reply) names the chat it branched from
         # and the seq where it differs; ``origin`` marks a chat the OpenAI-compatible API made.
-        fields = ["id", "bot", "title", "created_at", "branch_of", "branch_seq", "origin"]
+        # Per-chat settings: ``model_override`` ("" = the bot's model) and ``extra_instruction``.
+        fields = [
+            "id",
+            "bot",
+            "title",
+            "created_at",
+            "branch_of",
+            "branch_seq",
+            "origin",
+            "model_override",
+            "extra_instruction",
+        ]
 
     def get_origin(self, session: ChatSession) -> dict | None:
         try:
@@ -77,7 +88,14 @@ class BranchPointSerializer(serializers.Serializer):
 class SessionRenameSerializer(serializers.Serializer):
     # Blank clears the title (the page then shows the chat's date); NUL and lone surrogates are
     # refused by the model's validator in the service.
-    title = serializers.CharField(max_length=200, allow_blank=True, trim_whitespace=False)
+    title = serializers.CharField(
+        max_length=200, allow_blank=True, trim_whitespace=False, required=False
+    )
+    # Per-chat settings, checked by the service (types included, so every caller gets the same
+    # validation_error): a model among the bot's (its ``model`` or ``allowed_models``; "" = the
+    # bot's model), and an instruction sent after the bot's system prompt.
+    model = serializers.JSONField(required=False)
+    extra_instruction = serializers.JSONField(required=False)
 
 
 class MessageOutputSerializer(serializers.ModelSerializer):

@@ -110,8 +110,16 @@ class SessionDetailApi(APIView):
         # Access first: another user's session is not_found even when the body is bad.
         queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(SessionRenameSerializer, request.data)
-        session = session_services.session_rename(
-            user=request.user, session_id=session_id, title=data["title"]
+        if not data:
+            raise errors.ValidationFailed(
+                details={
+                    "non_field_errors": [
+                        "Nothing to change: send title, model or extra_instruction."
+                    ]
+                }
+            )
+        session = session_services.session_settings_update(
+            user=request.user, session_id=session_id, **data
         )
         return Response(SessionOutputSerializer(session).data)
 

@@ -94,7 +94,7 @@ def _exchange_open(
         content=content,
         kind=kind,
         client_id=client_id,
-        tokens=count_message_tokens(content, model=session.bot.model),
+        tokens=count_message_tokens(content, model=session.chat_model),
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
     )
 
@@ -107,7 +107,7 @@ def do_message_pair_create(
     With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
     recover and return the first result. Without one nothing can, and the savepoint's two round
     trips are skipped."""
-    model = session.bot.model
+    model = session.chat_model
     with transaction.atomic(savepoint=bool(client_id)):
         opened = _exchange_open(
             session=session, content=content, kind=Message.Kind.CHAT, client_id=client_id
@@ -211,7 +211,7 @@ def reply_again_open(*, session: ChatSession, user_message: Message) -> SendResu
         )
     session.last_seq = row.last_seq
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
-    reply = transitions.reply_pending_create(user_message=user_message, model=session.bot.model)
+    reply = transitions.reply_pending_create(user_message=user_message, model=session.chat_model)
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)
     transaction.on_commit(
