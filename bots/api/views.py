@@ -112,11 +112,7 @@ class SessionDetailApi(APIView):
         data = _valid(SessionRenameSerializer, request.data)
         if not data:
             raise errors.ValidationFailed(
-                details={
-                    "non_field_errors": [
-                        "Nothing to change: send title, model or extra_instruction."
-                    ]
-                }
+                details={"title": ["Nothing to change: send title, model or extra_instruction."]}
             )
         session = session_services.session_settings_update(
             user=request.user, session_id=session_id, **data

@@ -73,7 +73,12 @@ def test_instruction_counted_in_system_part_and_model_sets_budget(owner_client, 
     prompt = count_message_tokens("You are a test bot.", model="openai/fake-model")
     assert before["parts"]["system"] == prompt
 
-    assert _patch(owner_client, session, {"model": OTHER, "extra_instruction": "Be brief."}).status_code == 200
+    assert (
+        _patch(
+            owner_client, session, {"model": OTHER, "extra_instruction": "Be brief."}
+        ).status_code
+        == 200
+    )
     session = ChatSession.objects.select_related("bot").get(pk=multi_session.pk)
     after = context_report(session=session)
     assert (after["window"], after["budget"]) == (128000, 128000 - 1024)
@@ -110,7 +115,7 @@ def test_model_not_allowed_is_validation_error_and_changes_nothing(owner_client,
         ({"extra_instruction": ["x"]}, "extra_instruction"),
         ({"extra_instruction": "a\x00b"}, "extra_instruction"),
         ({"extra_instruction": "x" * 4001}, "extra_instruction"),
-        ({}, "non_field_errors"),
+        ({}, "title"),
     ],
 )
 def test_bad_settings_are_refused(owner_client, multi_session, body, field):
