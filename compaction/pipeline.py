@@ -21,9 +21,12 @@ from typing import Any
 import structlog
 from django.db.models import Q
 
+from attachments.queries import images_for_messages
+from attachments.services import IMAGE_MARKER
 from bots.models import ChatSession, Message
 from chat_platform.errors import ContextTooLarge
 from chat_platform.isotime import iso_utc
+from chat_platform.llm import gateway
 from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Admission, HistoryRow, admission_decide
@@ -264,9 +267,25 @@ def _chosen_rows(
     return [row for row in rows if row[0] in wanted]
 
 
-def _render(row: tuple[Any, ...]) -> dict[str, Any]:
+def _images_of(session: ChatSession, chosen: list[tuple[Any, ...]]) -> dict[int, list[str]]:
+    """The images attached to the chosen user messages, as data URLs, when the chat's model
+    accepts images (else the message's marker line is all it reads). Counted already: the
+    message's stored token count includes them (``attachments.services``). One query, and
+    only when a chosen message names an image."""
+    ids = [row[0] for row in chosen if row[1] == Message.Role.USER and IMAGE_MARKER in row[2]]
+    if not ids or not gateway.model_supports_images(session.chat_model):
+        return {}
+    return images_for_messages(ids)
+
+
+def _render(row: tuple[Any, ...], images: Sequence[str] = ()) -> dict[str, Any]:
     _, role, content, calls, tool_call_id = row
     rendered: dict[str, Any] = {"role": role, "content": content}
+    if images:  # OpenAI image content parts, after the text
+        rendered["content"] = [
+            {"type": "text", "text": content},
+            *({"type": "image_url", "image_url": {"url": url}} for url in images),
+        ]
     tool_calls = tool_calls_load(calls) if role == Message.Role.ASSISTANT else []
     if tool_calls:
         rendered["tool_calls"] = tool_calls
@@ -349,7 +368,8 @@ def context_build(
     index_block = _index_block(measure, admission, recall_open=recall_open)
     if index_block:
         messages.append({"role": "system", "content": index_block})
-    messages.extend(_render(m) for m in chosen)
+    images = _images_of(session, chosen)
+    messages.extend(_render(m, images.get(m[0], ())) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission, path=path)
 
 

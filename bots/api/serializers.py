@@ -150,6 +150,9 @@ class MessageInputSerializer(serializers.Serializer):
         max_length=100, required=False, allow_null=True, allow_blank=True
     )
     wait = serializers.BooleanField(required=False, default=False)
+    # Ids of files uploaded to this chat (POST /api/v1/sessions/{id}/attachments/), checked by
+    # the service (types included).
+    attachments = serializers.JSONField(required=False)
 
 
 class MessageEditSerializer(serializers.Serializer):

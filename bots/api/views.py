@@ -157,12 +157,17 @@ class SessionMessagesApi(APIView):
         # Access first: another user's session is not_found even when the body is bad.
         queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(MessageInputSerializer, request.data)
-        check_send(content=data["content"], client_id=data.get("client_id"))
+        check_send(
+            content=data["content"],
+            client_id=data.get("client_id"),
+            allow_blank=bool(data.get("attachments")),
+        )
         result = send_services.session_message_send(
             user=request.user,
             session_id=session_id,
             content=data["content"],
             client_id=data.get("client_id"),
+            attachments=data.get("attachments"),
         )
         if result.is_command:
             return Response(

@@ -3,6 +3,7 @@
 ``bots.transitions``."""
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -12,6 +13,13 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
+from attachments.models import Attachment
+from attachments.services import (
+    attachments_extra_tokens,
+    check_attachments_for_send,
+    do_attachments_claim,
+    message_text_with,
+)
 from bots import dispatch, realtime, transitions
 from bots.models import ChatSession, Message
 from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
@@ -53,7 +61,10 @@ class SendResult:
 COMPACT_COMMAND = re.compile(r"^/compact(?:\s+(?P<focus>.*))?$", re.DOTALL)
 
 
-def check_message_content(*, content: object, client_id: object = None) -> tuple[str, str | None]:
+def check_message_content(
+    *, content: object, client_id: object = None, allow_blank: bool = False
+) -> tuple[str, str | None]:
+    """``allow_blank``: a message that carries attachments may have no text of its own."""
     if not isinstance(content, str):
         raise ValidationFailed(details={"content": ["This field is required and must be text."]})
     # Before measuring: a lone surrogate cannot even be encoded to count its bytes.
@@ -61,7 +72,7 @@ def check_message_content(*, content: object, client_id: object = None) -> tuple
         raise ValidationFailed(details={"content": [UNSTORABLE_MESSAGE]})
     if len(content.encode("utf-8")) > settings.MESSAGE_MAX_BYTES:
         raise PayloadTooLarge(details={"max_bytes": settings.MESSAGE_MAX_BYTES})
-    if not content.strip():
+    if not content.strip() and not allow_blank:
         raise ValidationFailed(details={"content": ["This field may not be blank."]})
     if client_id is not None and client_id != "":
         if not isinstance(client_id, str) or len(client_id) > 100:
@@ -85,24 +96,32 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
 
 
 def _exchange_open(
-    *, session: ChatSession, content: str, kind: str, client_id: str | None
+    *, session: ChatSession, content: str, kind: str, client_id: str | None, extra_tokens: int = 0
 ) -> Message | SendResult:
     """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer
-    (``transitions.exchange_open``); a repeated client_id returns the first result instead."""
+    (``transitions.exchange_open``); a repeated client_id returns the first result instead.
+    ``extra_tokens``: what the message's images add to its text's count."""
     return transitions.exchange_open(
         session=session,
         content=content,
         kind=kind,
         client_id=client_id,
-        tokens=count_message_tokens(content, model=session.chat_model),
+        tokens=count_message_tokens(content, model=session.chat_model) + extra_tokens,
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
     )
 
 
 def do_message_pair_create(
-    *, session: ChatSession, content: str, client_id: str | None
+    *,
+    session: ChatSession,
+    content: str,
+    client_id: str | None,
+    attachments: Sequence[Attachment] = (),
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1).
+
+    ``attachments`` (checked, unsent files of the session) become part of the message: their
+    text in its content, so in its token count, and they are claimed by it.
 
     With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
     recover and return the first result. Without one nothing can, and the savepoint's two round
@@ -110,11 +129,16 @@ def do_message_pair_create(
     model = session.chat_model
     with transaction.atomic(savepoint=bool(client_id)):
         opened = _exchange_open(
-            session=session, content=content, kind=Message.Kind.CHAT, client_id=client_id
+            session=session,
+            content=message_text_with(content, attachments) if attachments else content,
+            kind=Message.Kind.CHAT,
+            client_id=client_id,
+            extra_tokens=attachments_extra_tokens(attachments),
         )
         if isinstance(opened, SendResult):
             return opened
         user_message = opened
+        do_attachments_claim(attachments=attachments, message=user_message)
         reply = transitions.reply_pending_create(user_message=user_message, model=model)
     return SendResult(user_message=user_message, assistant_message=reply, created=True)
 
@@ -147,22 +171,40 @@ def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
 
 
 def session_message_send(
-    *, user: AbstractBaseUser, session_id: object, content: object, client_id: object = None
+    *,
+    user: AbstractBaseUser,
+    session_id: object,
+    content: object,
+    client_id: object = None,
+    attachments: object = None,
 ) -> SendResult:
     """Send a user message: write it and a pending reply, then run the turn after commit.
 
-    The same ``client_id`` twice returns the first result and writes nothing.
+    The same ``client_id`` twice returns the first result and writes nothing. ``attachments``:
+    ids of files uploaded to this chat (``attachments.services.attachment_upload``), sent as
+    part of the message.
     """
     session = session_get_for_use(user=user, session_id=session_id)
-    text, cid = check_message_content(content=content, client_id=client_id)
+    text, cid = check_message_content(
+        content=content, client_id=client_id, allow_blank=bool(attachments)
+    )
+    if cid and attachments:
+        existing = _existing_send(session=session, client_id=cid)
+        if existing is not None:  # a retry of a send whose files it already claimed
+            return _redispatch_if_undelivered(existing)
+    files = check_attachments_for_send(session=session, attachments=attachments)
     command = COMPACT_COMMAND.match(text.strip())
+    if command and files:
+        raise ValidationFailed(details={"attachments": ["/compact takes no attachments."]})
     if command:
         return session_compact_command(
             session=session, text=text, client_id=cid, focus=command["focus"] or ""
         )
     with transaction.atomic():
         try:
-            result = do_message_pair_create(session=session, content=text, client_id=cid)
+            result = do_message_pair_create(
+                session=session, content=text, client_id=cid, attachments=files
+            )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
             existing = _existing_send(session=session, client_id=cid) if cid else None
@@ -173,7 +215,9 @@ def session_message_send(
             reply = result.assistant_message
             assert reply is not None
             if not session.title:
-                do_session_title_default(session=session, text=text)
+                do_session_title_default(
+                    session=session, text=text if text.strip() else files[0].name
+                )
             rejected = _check_fits(session=session, result=result)
             # After commit: the exchange's message.created frames, then the hand-over to a worker,
             # which does not wait for those frames' round trips (a refusal's message.failed must
