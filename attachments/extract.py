@@ -11,7 +11,6 @@ import io
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any
 
 # The extensions read as text (UTF-8). Code files are text: the model reads them as written.
 TEXT_EXTENSIONS = frozenset(
@@ -217,7 +216,6 @@ def _pdf_text(name: str, data: bytes, limits: Limits) -> str:
     if not data.startswith(b"%PDF-"):
         raise AttachmentRefused(f"{name} is named as a PDF but is not one.")
     import pypdf  # only when a PDF is attached: the web process need not load it at start-up
-    from pypdf.errors import FileNotDecryptedError, LimitReachedError
 
     # A stream that claims or unpacks to more than this is refused (a "zip bomb" PDF). The
     # limits hold for this call only (pypdf keeps them in a context variable).
@@ -232,12 +230,13 @@ def _pdf_text(name: str, data: bytes, limits: Limits) -> str:
         brotli_maximum_output_length=most,
     )
     with config:
-        return _pdf_read(pypdf, name, data, limits, FileNotDecryptedError, LimitReachedError)
+        return _pdf_read(name, data, limits)
 
 
-def _pdf_read(
-    pypdf: Any, name: str, data: bytes, limits: Limits, not_decrypted: type, limit_reached: type
-) -> str:
+def _pdf_read(name: str, data: bytes, limits: Limits) -> str:
+    import pypdf
+    from pypdf.errors import FileNotDecryptedError, LimitReachedError
+
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -257,12 +256,12 @@ def _pdf_read(
             parts.append(part)
     except AttachmentRefused:
         raise
-    except limit_reached:
+    except LimitReachedError:
         raise AttachmentRefused(
             f"{name} holds a compressed stream larger than "
             f"{limits.pdf_max_stream_bytes:,} bytes once unpacked: it is refused."
         ) from None
-    except not_decrypted:
+    except FileNotDecryptedError:
         raise AttachmentRefused(
             f"{name} is password-protected: attach an unprotected copy."
         ) from None

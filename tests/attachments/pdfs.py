@@ -17,8 +17,10 @@ def pdf_bytes(pages: list[str], *, compress: bool = False, stream: bytes | None 
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {content_id} 0 R "
             f"/Resources << /Font << /F1 {font_id} 0 R >> >> >>".encode()
         )
-        body = stream if (stream is not None and i == 0) else (
-            f"BT /F1 12 Tf 72 712 Td ({text}) Tj ET".encode()
+        body = (
+            stream
+            if (stream is not None and i == 0)
+            else (f"BT /F1 12 Tf 72 712 Td ({text}) Tj ET".encode())
         )
         if compress or (stream is not None and i == 0):
             data = zlib.compress(body, 9)
@@ -39,5 +41,7 @@ def pdf_bytes(pages: list[str], *, compress: bool = False, stream: bytes | None 
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     for offset in offsets:
         out += f"{offset:010d} 00000 n \n".encode()
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
     return bytes(out)
