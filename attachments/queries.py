@@ -2,6 +2,7 @@
 model call carries (the context pipeline renders them as image content parts)."""
 
 import base64
+import re
 
 from django.contrib.auth.base_user import AbstractBaseUser
 
@@ -21,17 +22,27 @@ def attachment_get_for_user(*, user: AbstractBaseUser, attachment_id: object) ->
     return found
 
 
-def images_for_messages(message_ids: list[int]) -> dict[int, list[str]]:
-    """The images attached to these messages as data URLs, per message id, in upload order."""
-    if not message_ids:
+IMAGE_ID = re.compile(r"\[Attached image #(\d+): ")
+
+
+def images_for_messages(*, user_id: int, contents: dict[int, str]) -> dict[int, list[str]]:
+    """The images the messages name (``[Attached image #<id>: …]`` lines), as data URLs, per
+    message id in the order named. Found by the id in the text, so a branch's or an import's
+    copy of a message carries its images too; only ``user_id``'s own files are ever read (a
+    marker typed by hand naming someone else's file finds nothing)."""
+    wanted = {mid: [int(i) for i in IMAGE_ID.findall(text)] for mid, text in contents.items()}
+    ids = {i for named in wanted.values() for i in named}
+    if not ids:
         return {}
-    rows = (
-        Attachment.objects.filter(message_id__in=message_ids, kind=Attachment.Kind.IMAGE)
-        .order_by("id")
-        .values_list("message_id", "content_type", "data")
-    )
-    images: dict[int, list[str]] = {}
-    for message_id, content_type, data in rows:
-        encoded = base64.b64encode(bytes(data)).decode("ascii")
-        images.setdefault(message_id, []).append(f"data:{content_type};base64,{encoded}")
-    return images
+    rows = Attachment.objects.filter(
+        pk__in=ids, user_id=user_id, kind=Attachment.Kind.IMAGE
+    ).values_list("pk", "content_type", "data")
+    urls = {
+        pk: f"data:{content_type};base64,{base64.b64encode(bytes(data)).decode('ascii')}"
+        for pk, content_type, data in rows
+    }
+    return {
+        mid: [urls[i] for i in named if i in urls]
+        for mid, named in wanted.items()
+        if any(i in urls for i in named)
+    }

@@ -272,10 +272,12 @@ def _images_of(session: ChatSession, chosen: list[tuple[Any, ...]]) -> dict[int,
     accepts images (else the message's marker line is all it reads). Counted already: the
     message's stored token count includes them (``attachments.services``). One query, and
     only when a chosen message names an image."""
-    ids = [row[0] for row in chosen if row[1] == Message.Role.USER and IMAGE_MARKER in row[2]]
-    if not ids or not gateway.model_supports_images(session.chat_model):
+    named = {
+        row[0]: row[2] for row in chosen if row[1] == Message.Role.USER and IMAGE_MARKER in row[2]
+    }
+    if not named or not gateway.model_supports_images(session.chat_model):
         return {}
-    return images_for_messages(ids)
+    return images_for_messages(user_id=session.user_id, contents=named)
 
 
 def _render(row: tuple[Any, ...], images: Sequence[str] = ()) -> dict[str, Any]:
