@@ -244,6 +244,15 @@ def test_image_goes_to_a_vision_model_as_an_image_part(
         ],
     }
 
+    # regenerated on a branch (a copy of the message): the image still goes with it
+    fake_openai.script(Reply(text="Again a picture."))
+    reply_id = sent.json()["assistant_message"]["id"]
+    regenerated = owner_client.post(f"/api/v1/messages/{reply_id}/regenerate/", {}, "json")
+    assert regenerated.status_code == 201, regenerated.json()
+    assert regenerated.json()["session"]["id"] != session.pk
+    assert len(fake_openai.requests) == 2
+    assert fake_openai.requests[1]["messages"][-1] == fake_openai.requests[0]["messages"][-1]
+
 
 def test_five_megabyte_text_file_that_can_never_fit_is_context_too_large(
     owner_client, chat_session, eager_tasks
