@@ -351,3 +351,25 @@ def test_a_typed_marker_naming_someone_elses_image_sends_no_image(
     sent = _send(owner_client, mine, content=forged, wait=True)
     assert sent.status_code == 201
     assert fake_openai.requests[0]["messages"][-1] == {"role": "user", "content": forged}
+
+
+def test_a_retried_send_with_the_same_client_id_returns_the_first_result(
+    owner_client, chat_session, eager_tasks
+):
+    attachment_id = _upload(owner_client, chat_session, "a.txt", b"alpha beta").json()["id"]
+    body = {"content": "see file", "attachments": [attachment_id], "client_id": "c-1"}
+    first = _send(owner_client, chat_session, **body)
+    again = _send(owner_client, chat_session, **body)
+    assert first.status_code == again.status_code == 202
+    assert again.json()["user_message"]["id"] == first.json()["user_message"]["id"]
+    assert Message.objects.filter(session=chat_session, role="user").count() == 1
+
+
+def test_compact_command_takes_no_attachments(owner_client, chat_session):
+    attachment_id = _upload(owner_client, chat_session, "a.txt", b"alpha").json()["id"]
+    response = _send(owner_client, chat_session, content="/compact", attachments=[attachment_id])
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "attachments": ["/compact takes no attachments."]
+    }
+    assert Message.objects.filter(session=chat_session).count() == 0
