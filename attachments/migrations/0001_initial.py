@@ -6,34 +6,71 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('bots', '0012_chat_settings'),
+        ("bots", "0012_chat_settings"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Attachment',
+            name="Attachment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('kind', models.CharField(choices=[('text', 'Text'), ('pdf', 'Pdf'), ('image', 'Image')], max_length=8)),
-                ('content_type', models.CharField(max_length=100)),
-                ('size', models.PositiveBigIntegerField()),
-                ('data', models.BinaryField()),
-                ('text', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('message', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='attachments', to='bots.message')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attachments', to='bots.chatsession')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attachments', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("text", "Text"), ("pdf", "Pdf"), ("image", "Image")], max_length=8
+                    ),
+                ),
+                ("content_type", models.CharField(max_length=100)),
+                ("size", models.PositiveBigIntegerField()),
+                ("data", models.BinaryField()),
+                ("text", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "message",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attachments",
+                        to="bots.message",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attachments",
+                        to="bots.chatsession",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attachments",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
-                'indexes': [models.Index(fields=['message'], name='attachment_message')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('kind__in', ['text', 'pdf', 'image'])), name='attachment_kind_valid')],
+                "ordering": ["id"],
+                "indexes": [models.Index(fields=["message"], name="attachment_message")],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("kind__in", ["text", "pdf", "image"])),
+                        name="attachment_kind_valid",
+                    )
+                ],
             },
         ),
     ]
