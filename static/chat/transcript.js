@@ -5,8 +5,8 @@
  *
  * User-supplied text is only ever written with textContent, never innerHTML.
  */
-import { attachmentLinks, splitAttachments } from "./attachlinks.js";
 import { api } from "./api.js";
+import { attachmentLinks, splitAttachments } from "./attachlinks.js";
 import { updateComposer } from "./composer.js";
 import { el } from "./dom.js";
 import { fmtInt, fmtTime } from "./format.js";

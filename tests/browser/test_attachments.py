@@ -63,3 +63,41 @@ def test_chat_settings_panel_saves_the_instruction(server_url, desktop):
     session_id = page.url.rstrip("/").rsplit("/", 1)[1]
     stored = httpx.get(f"{server_url}/api/v1/sessions/{session_id}/", headers=headers).json()
     assert (stored["extra_instruction"], stored["model_override"]) == ("Answer in one line.", "")
+
+
+def test_editing_a_message_with_a_file_keeps_the_file(server_url, desktop, tmp_path):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(server_url, headers, name="Editor", model="builtin/recall")
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    plan = tmp_path / "plan.md"
+    plan.write_text("Step one: book the venue for 40 people.\n")
+    page.set_input_files("#attach-input", str(plan))
+    page.locator("#attach-list .attach-chip").wait_for()
+    page.fill("#composer", "Read the plan.")
+    page.press("#composer", "Enter")
+    user = page.locator('#transcript article.msg[data-role="user"][data-status="complete"]').first
+    user.locator(".attach-links a").wait_for()
+    page.locator(
+        '#transcript article.msg[data-role="assistant"][data-kind="chat"][data-status="complete"]'
+    ).first.wait_for(timeout=20000)
+    first_chat = page.url
+    user.hover()
+    user.locator("button.msg-edit").click()
+    box = page.locator(".msg-edit-box")
+    assert box.input_value() == "Read the plan."  # the typed text only, not the file's
+    box.fill("Summarise the plan.")
+    page.click(".msg-edit-save")
+    page.wait_for_url(lambda url: url != first_chat)
+    edited = page.locator('#transcript article.msg[data-role="user"]').first
+    edited.locator(".attach-links a").wait_for()
+    assert edited.locator(".attach-links a").inner_text() == "📎 plan.md"
+    assert edited.locator(".msg-bubble").inner_text().startswith("Summarise the plan.")
+    session_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    messages = httpx.get(
+        f"{server_url}/api/v1/sessions/{session_id}/messages/", headers=headers
+    ).json()
+    content = [m for m in messages if m["role"] == "user"][-1]["content"]
+    assert content.startswith("Summarise the plan.\n\n[Attached file #")
+    assert content.endswith("Step one: book the venue for 40 people.\n\n[End of plan.md]")
