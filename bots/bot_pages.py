@@ -67,6 +67,13 @@ class BotForm(forms.ModelForm):
         assume_scheme="https",
         widget=forms.URLInput(attrs={"list": "api-base-suggestions"}),
     )
+    # One model per line on the page; a list for the service (which checks each like ``model``).
+    allowed_models = forms.CharField(
+        label="Other models a chat may use",
+        help_text="Optional, one per line: a user may pick one in a chat's settings.",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "autocomplete": "off", "spellcheck": "false"}),
+    )
 
     class Meta:
         model = Bot
@@ -111,6 +118,9 @@ class BotForm(forms.ModelForm):
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
+        models = self.initial.get("allowed_models")
+        if isinstance(models, list):
+            self.initial["allowed_models"] = "\n".join(str(m) for m in models)
         # Only allow-listed names can be picked (the service refuses any other anyway). A stored
         # name no longer on the list stays selectable so the page shows it and says why it fails.
         allowed = list(settings.PROVIDER_KEY_ENV_ALLOWED)
@@ -127,6 +137,13 @@ class BotForm(forms.ModelForm):
         self.fields["compaction_kept_percent"].widget.attrs.update({"min": "1", "max": "99"})
         self.fields["memory_index_size"].widget.attrs.update({"min": "0", "max": "200"})
         self.fields["max_output_tokens"].widget.attrs.update({"min": "1"})
+
+    def clean_allowed_models(self) -> list[str]:
+        return [
+            line.strip()
+            for line in self.cleaned_data["allowed_models"].splitlines()
+            if line.strip()
+        ]
 
     def _post_clean(self) -> None:
         # ModelForm would copy the values onto the instance and run full_clean here; the

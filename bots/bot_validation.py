@@ -17,6 +17,7 @@ from bots.models import Bot
 from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.budget import Budget
 from compaction.measure import bot_budget
 
@@ -51,7 +52,8 @@ def check_bot_provider(
                 "Not an allowed provider address (PROVIDER_API_BASES): ask an administrator."
             ]
         bot.api_base_approved = ""
-    _check_models(user=user, bot=bot, errors=errors)
+    if _check_allowed_models_shape(bot=bot, errors=errors):
+        _check_models(user=user, bot=bot, errors=errors)
     if errors:
         raise ValidationFailed(details=errors)
 
@@ -66,18 +68,45 @@ _DEFAULT_NOT_LISTED = (
 )
 
 
+ALLOWED_MODELS_MAX = 20
+
+
+def _check_allowed_models_shape(*, bot: Bot, errors: dict) -> bool:
+    """``allowed_models``: a list of at most ``ALLOWED_MODELS_MAX`` distinct model names (text of
+    at most 200 characters, no NUL). Refused whole, never trimmed."""
+    value = bot.allowed_models
+    problem = None
+    if not isinstance(value, list):
+        problem = "Must be a list of model names."
+    elif len(value) > ALLOWED_MODELS_MAX:
+        problem = f"At most {ALLOWED_MODELS_MAX} models."
+    elif not all(isinstance(m, str) and m.strip() == m and 0 < len(m) <= 200 for m in value):
+        problem = "Each model must be a non-empty name of at most 200 characters, no spaces."
+    elif not all(text_is_storable(m) and "\n" not in m for m in value):
+        problem = UNSTORABLE_MESSAGE
+    elif len(set(value)) != len(value):
+        problem = "A model is listed twice."
+    if problem:
+        errors["allowed_models"] = [problem]
+        return False
+    return True
+
+
 def _check_models(*, user: AbstractBaseUser | None, bot: Bot, errors: dict) -> None:
-    """Staff approve what they save; anyone else's models (chat and compaction) must name a
-    provider of ``USER_PROVIDERS``, and without an api_base its default must be listed. A model
-    staff approved stays usable while the owner edits other fields."""
-    models = [m for m in (bot.model, bot.compaction_model) if m]
+    """Staff approve what they save; anyone else's models (chat, compaction and the models a
+    chat may pick) must name a provider of ``USER_PROVIDERS``, and without an api_base its
+    default must be listed. A model staff approved stays usable while the owner edits other
+    fields."""
+    models = [m for m in (bot.model, bot.compaction_model, *bot.allowed_models) if m]
     if _is_staff(user):
-        bot.models_approved = "\n".join(models)
+        bot.models_approved = "\n".join(dict.fromkeys(models))
         return
     approved = [
         m for m in models if bot.model_trusted(m) and (bot.api_base_trusted or not bot.api_base)
     ]
-    for field, model in (("model", bot.model), ("compaction_model", bot.compaction_model)):
+    checked = [("model", bot.model), ("compaction_model", bot.compaction_model)]
+    checked += [("allowed_models", m) for m in bot.allowed_models]
+    for field, model in checked:
         if not model or model in approved:
             continue
         refusal = provider_policy.provider_refusal(model=model, api_base=bot.api_base)
@@ -86,7 +115,7 @@ def _check_models(*, user: AbstractBaseUser | None, bot: Bot, errors: dict) -> N
             errors.setdefault(field, []).append(_PROVIDER_NOT_ALLOWED.format(providers=providers))
         elif refusal is not None and "api_base" not in errors:
             errors.setdefault(field, []).append(_DEFAULT_NOT_LISTED)
-    bot.models_approved = "\n".join(approved)
+    bot.models_approved = "\n".join(dict.fromkeys(approved))
 
 
 def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
@@ -98,6 +127,7 @@ def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
     budget = bot_budget(bot)
     if budget.budget > 0:
         check_bot_system_prompt(bot=bot, budget=budget, changed=changed)
+        _check_allowed_budgets(bot=bot)
         return
     changed = changed or set()
     if "max_output_tokens" in changed or not ("context_window" in changed or bot.context_window):
@@ -109,6 +139,21 @@ def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
         f"({budget.window} tokens), or no message could ever be sent."
     )
     raise ValidationFailed(details={field: [message]})
+
+
+def _check_allowed_budgets(*, bot: Bot) -> None:
+    """Every model a chat may pick leaves a budget B > 0 (its own window; see ``bot_budget``)."""
+    for model in bot.chat_models[1:]:
+        budget = bot_budget(bot, model=model)
+        if budget.budget <= 0:
+            raise ValidationFailed(
+                details={
+                    "allowed_models": [
+                        f"{model}: max_output_tokens ({budget.reserve}) must be smaller than "
+                        f"its context window ({budget.window} tokens)."
+                    ]
+                }
+            )
 
 
 def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | None = None) -> None:

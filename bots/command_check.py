@@ -13,9 +13,10 @@ from compaction.models import Summary
 FOCUS_MAX_CHARS: int = Summary._meta.get_field("focus").max_length or 500
 
 
-def check_send(*, content: object, client_id: object = None) -> None:
-    """Refuse a message the service would refuse, and a ``/compact`` whose focus is too long."""
-    text, _ = check_message_content(content=content, client_id=client_id)
+def check_send(*, content: object, client_id: object = None, allow_blank: bool = False) -> None:
+    """Refuse a message the service would refuse, and a ``/compact`` whose focus is too long.
+    ``allow_blank``: the message carries attachments (it may have no text of its own)."""
+    text, _ = check_message_content(content=content, client_id=client_id, allow_blank=allow_blank)
     command = COMPACT_COMMAND.match(text.strip())
     if command and len((command["focus"] or "").strip()) > FOCUS_MAX_CHARS:
         # The words of the REST endpoint's own check (DRF's CharField max_length).

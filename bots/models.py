@@ -50,7 +50,12 @@ class Bot(models.Model):
     # The models (chat and compaction, one per line) a staff member set or approved for this
     # bot. Only those may use a provider outside USER_PROVIDERS, or a provider's default
     # endpoint that PROVIDER_API_BASES does not list (checked again at call time).
-    models_approved = models.CharField(max_length=402, blank=True, default="", editable=False)
+    # (One per line; with ``allowed_models`` it can hold up to 23 names.)
+    models_approved = models.TextField(blank=True, default="", editable=False)
+    # Further models a user may pick for one chat (``ChatSession.model_override``) without
+    # editing the bot, called with the bot's provider settings; the staff rules for ``model``
+    # apply to each (``bots.bot_validation``). Empty: the chat always uses ``model``.
+    allowed_models = models.JSONField(default=list, blank=True)
     api_key_env = models.CharField(
         max_length=128,
         blank=True,
@@ -128,6 +133,12 @@ class Bot(models.Model):
         """Staff set or approved ``model`` for this bot (and the api_base it is called with)."""
         return bool(model) and model in self.models_approved.split("\n")
 
+    @property
+    def chat_models(self) -> list[str]:
+        """The models a chat with this bot may use: ``model`` first, then ``allowed_models``."""
+        extra = self.allowed_models if isinstance(self.allowed_models, list) else []
+        return [self.model, *(m for m in extra if isinstance(m, str) and m != self.model)]
+
 
 def bot_slug_free(*, owner_id: int, base: str, exclude_id: int | None = None) -> str:
     """``base``, or ``base-2``, ``base-3``… : the first slug none of the owner's bots has."""
@@ -180,6 +191,15 @@ class ChatSession(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="branches"
     )
     branch_seq = models.PositiveIntegerField(null=True, blank=True)
+    # Per-chat settings (PATCH /api/v1/sessions/{id}/), changed without editing the bot: a model
+    # among the bot's ``chat_models`` ("" = the bot's model) and an instruction sent after the
+    # bot's system prompt, counted with it in the fixed part.
+    model_override = models.CharField(
+        max_length=200, blank=True, default="", validators=[validate_storable_text]
+    )
+    extra_instruction = models.TextField(
+        max_length=4000, blank=True, default="", validators=[validate_storable_text]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -201,6 +221,15 @@ class ChatSession(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Session {self.pk}"
+
+    @property
+    def chat_model(self) -> str:
+        """The model this chat's turns call: its override while the bot still allows it, else
+        the bot's model (a model the bot no longer lists is never called)."""
+        chosen = self.model_override
+        if chosen and chosen in self.bot.chat_models:
+            return chosen
+        return self.bot.model
 
 
 class SessionParticipant(models.Model):

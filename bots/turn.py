@@ -329,7 +329,7 @@ def _recall_round(
 
     Everything recalled fits in what is left of B once the turn's fixed part is sent."""
     session = reply.session
-    model = session.bot.model
+    model = session.chat_model
     # A JSON request is stored as the tool call it became, not as text as well.
     call_content = "" if calls_from_text(text, call_id="-") else text
     call_tokens = count_message_tokens(
@@ -447,7 +447,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     # Per-call overrides an interface registered for this reply (the OpenAI-compatible API's
     # temperature / max_tokens / stop); a reply nobody registered runs on the bot's settings.
     options = turn_hooks.options_for(reply)
-    config = turn_hooks.config_with(bot_model_config(bot), options)
+    # The chat's model (its per-chat override, among the bot's chat_models, else the bot's).
+    model = session.chat_model
+    config = turn_hooks.config_with(bot_model_config(bot, model=model), options)
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
@@ -489,9 +491,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         "status": Message.Status.COMPLETE,
         "content": text,
         # An empty reply (stopped before the first token) takes no part in the context.
-        "token_count": count_message_tokens(text, model=bot.model) if text else 0,
+        "token_count": count_message_tokens(text, model=model) if text else 0,
         "finish_reason": "stopped" if stopped else (completion.finish_reason if completion else ""),
-        "model": bot.model,
+        "model": model,
     }
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
@@ -506,7 +508,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         message_id=reply.pk,
         session_id=session.pk,
         bot_id=bot.pk,
-        model=bot.model,
+        model=model,
         finish_reason=fields["finish_reason"],
         context_tokens=context.admission.selected_tokens,
         reply_tokens=fields["token_count"],

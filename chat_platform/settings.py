@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "allauth.socialaccount.providers.openid_connect",
     "allauth.mfa",
     "accounts",
+    "attachments",
 ]
 
 MIDDLEWARE = [
@@ -281,6 +282,21 @@ ROOM_MAX_HOPS = env.int("ROOM_MAX_HOPS", default=3)
 if ROOM_MAX_HOPS < 0:
     raise ImproperlyConfigured("ROOM_MAX_HOPS must be 0 or more")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
+# Attachments (attachments app): the largest file, the most bytes and files one message may
+# carry, the most text one file may add (characters), the most pages a PDF may have and the most
+# bytes one of its compressed streams may unpack to; an image counts this many tokens (the
+# provider's own count depends on its size and detail; this is the estimate admission uses).
+ATTACHMENT_MAX_BYTES = env.int("ATTACHMENT_MAX_BYTES", default=10 * 1024 * 1024)
+ATTACHMENT_MESSAGE_MAX_BYTES = env.int("ATTACHMENT_MESSAGE_MAX_BYTES", default=20 * 1024 * 1024)
+ATTACHMENT_MESSAGE_MAX_FILES = env.int("ATTACHMENT_MESSAGE_MAX_FILES", default=10)
+ATTACHMENT_TEXT_MAX_CHARS = env.int("ATTACHMENT_TEXT_MAX_CHARS", default=10 * 1024 * 1024)
+ATTACHMENT_PDF_MAX_PAGES = env.int("ATTACHMENT_PDF_MAX_PAGES", default=1000)
+ATTACHMENT_PDF_MAX_STREAM_BYTES = env.int(
+    "ATTACHMENT_PDF_MAX_STREAM_BYTES", default=50 * 1024 * 1024
+)
+ATTACHMENT_IMAGE_TOKENS = env.int("ATTACHMENT_IMAGE_TOKENS", default=1000)
+# Uploaded but not yet sent, per chat: more are refused until some are sent.
+ATTACHMENT_UNSENT_MAX = env.int("ATTACHMENT_UNSENT_MAX", default=20)
 # Import (transfer app): the largest file accepted (a request claiming more is refused before a
 # byte is read) and the deepest JSON nesting a file may have (ChatGPT's own is about 10).
 IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=512 * 1024 * 1024)

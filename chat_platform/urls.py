@@ -15,6 +15,7 @@ api_v1 = [
     path("", include("memory.api.urls")),
     path("", include("transfer.urls")),
     path("", include("openai_api.api_urls")),
+    path("", include("attachments.urls")),
 ]
 
 urlpatterns = [

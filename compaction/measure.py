@@ -155,17 +155,31 @@ def _system_tokens(prompt: str, model: str) -> int:
     return count_message_tokens(prompt, model=model) if prompt else 0
 
 
-def bot_budget(bot: Bot) -> Budget:
-    """CONTRACT §5: W from the bot, else litellm's model info, else the absolute cap."""
-    model_max = None if bot.context_window else gateway.model_max_input_tokens(bot.model)
+def bot_budget(bot: Bot, *, model: str | None = None) -> Budget:
+    """CONTRACT §5: W from the bot, else litellm's model info, else the absolute cap.
+
+    ``model``: another of the bot's ``chat_models`` (a chat's override). Its own window counts:
+    litellm's ``max_input_tokens`` for it, else the bot's context_window, else the cap (the
+    bot's context_window describes the bot's own model)."""
+    if model and model != bot.model:
+        model_max = gateway.model_max_input_tokens(model)
+        window = 0 if model_max else bot.context_window
+    else:
+        window = bot.context_window
+        model_max = None if window else gateway.model_max_input_tokens(bot.model)
     return budget_compute(
-        context_window=bot.context_window,
+        context_window=window,
         model_max_input_tokens=model_max,
         max_output_tokens=bot.max_output_tokens,
         compaction_threshold=bot.compaction_threshold,
         compaction_kept_percent=bot.compaction_kept_percent,
         absolute_cap=settings.CONTEXT_ABSOLUTE_CAP_TOKENS,
     )
+
+
+def session_budget(session: ChatSession) -> Budget:
+    """The budget of ``session``'s chat model (its per-chat override, else the bot's)."""
+    return bot_budget(session.bot, model=session.chat_model)
 
 
 def in_context_before(
@@ -300,15 +314,19 @@ def context_measure(
         count=max(0, session.context_messages - excluded_count),
         tokens=max(0, session.context_tokens - excluded_tokens),
     )
-    budget = bot_budget(bot)
-    block_tokens = index_block_tokens(bot.model)
+    model = session.chat_model
+    budget = session_budget(session)
+    block_tokens = index_block_tokens(model)
     return Measure(
         session=session,
         budget=budget,
         before_seq=before_seq,
-        system_tokens=_system_tokens(bot.system_prompt, bot.model)
-        + _system_tokens(extra_system, bot.model)
-        + (_system_tokens(room.header, bot.model) if room is not None else 0),
+        # The chat's own instruction (sent after the bot's prompt), an API client's system part
+        # and a room's header are all part of the system part.
+        system_tokens=_system_tokens(bot.system_prompt, model)
+        + _system_tokens(session.extra_instruction, model)
+        + _system_tokens(extra_system, model)
+        + (_system_tokens(room.header, model) if room is not None else 0),
         new_message=new_entry,
         pinned=pinned,
         summaries=summaries,

@@ -21,9 +21,12 @@ from typing import Any
 import structlog
 from django.db.models import Q
 
+from attachments.queries import images_for_messages
+from attachments.services import IMAGE_MARKER
 from bots.models import ChatSession, Message
 from chat_platform.errors import ContextTooLarge
 from chat_platform.isotime import iso_utc
+from chat_platform.llm import gateway
 from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Admission, HistoryRow, admission_decide
@@ -38,6 +41,7 @@ from compaction.measure import (
     history_newest_first,
     history_row,
     in_context_before,
+    session_budget,
     tool_calls_load,
     tool_calls_text,
 )
@@ -50,6 +54,7 @@ __all__ = [
     "admission_record",
     "Measure",
     "bot_budget",
+    "session_budget",
     "context_admit",
     "context_build",
     "context_fixed_fits",
@@ -264,7 +269,32 @@ def _chosen_rows(
     return [row for row in rows if row[0] in wanted]
 
 
-def _render(row: tuple[Any, ...], room: RoomView | None = None) -> dict[str, Any]:
+def _images_of(session: ChatSession, chosen: list[tuple[Any, ...]]) -> dict[int, list[str]]:
+    """The images attached to the chosen user messages, as data URLs, when the chat's model
+    accepts images (else the message's marker line is all it reads). Counted already: the
+    message's stored token count includes them (``attachments.services``). One query, and
+    only when a chosen message names an image."""
+    named = {
+        row[0]: row[2] for row in chosen if row[1] == Message.Role.USER and IMAGE_MARKER in row[2]
+    }
+    if not named or not gateway.model_supports_images(session.chat_model):
+        return {}
+    return images_for_messages(user_id=session.user_id, contents=named)
+
+
+def _with_images(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:
+    """OpenAI image content parts after the text, or the text alone."""
+    if not images:
+        return text
+    return [
+        {"type": "text", "text": text},
+        *({"type": "image_url", "image_url": {"url": url}} for url in images),
+    ]
+
+
+def _render(
+    row: tuple[Any, ...], room: RoomView | None = None, images: Sequence[str] = ()
+) -> dict[str, Any]:
     _, role, content, calls, tool_call_id, bot_id = row
     if room is not None and not (role == Message.Role.ASSISTANT and bot_id == room.bot_id):
         if role == Message.Role.TOOL or (
@@ -276,8 +306,12 @@ def _render(row: tuple[Any, ...], room: RoomView | None = None) -> dict[str, Any
             slug, name = room.speakers.get(
                 None if role == Message.Role.USER else bot_id, ("bot", "Another bot")
             )
-            return {"role": "user", "name": slug, "content": f"{name}: {content}"}
-    rendered: dict[str, Any] = {"role": role, "content": content}
+            return {
+                "role": "user",
+                "name": slug,
+                "content": _with_images(f"{name}: {content}", images),
+            }
+    rendered: dict[str, Any] = {"role": role, "content": _with_images(content, images)}
     tool_calls = tool_calls_load(calls) if role == Message.Role.ASSISTANT else []
     if tool_calls:
         rendered["tool_calls"] = tool_calls
@@ -348,6 +382,8 @@ def context_build(
     messages: list[dict[str, Any]] = []
     if session.bot.system_prompt:
         messages.append({"role": "system", "content": session.bot.system_prompt})
+    if session.extra_instruction:
+        messages.append({"role": "system", "content": session.extra_instruction})
     if measure.room is not None:
         messages.append({"role": "system", "content": measure.room.header})
     if extra_system:
@@ -360,7 +396,8 @@ def context_build(
     index_block = _index_block(measure, admission, recall_open=recall_open)
     if index_block:
         messages.append({"role": "system", "content": index_block})
-    messages.extend(_render(m, measure.room) for m in chosen)
+    images = _images_of(session, chosen)
+    messages.extend(_render(m, measure.room, images.get(m[0], ())) for m in chosen)
     return BuiltContext(messages=messages, measure=measure, admission=admission, path=path)
 
 
@@ -369,7 +406,7 @@ def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -
     with the lines admission kept. Tokens of joined text can exceed the sum of its parts by a
     merge or two: drop further lines until the block costs no more than admission reserved."""
     kept = list(measure.index_lines[: admission.kept_index_lines])
-    model = measure.session.bot.model
+    model = measure.session.chat_model
     while kept:
         # Reserved with the help line; without it (recall closed) the block only costs less.
         head = f"{INDEX_HEADER}\n{INDEX_HELP}\n" if recall_open else f"{INDEX_HEADER}\n"

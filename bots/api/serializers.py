@@ -53,7 +53,18 @@ class SessionOutputSerializer(serializers.ModelSerializer):
         model = ChatSession
         # A branch (an edited message or a regenerated reply) names the chat it branched from
         # and the seq where it differs; ``origin`` marks a chat the OpenAI-compatible API made.
-        fields = ["id", "bot", "title", "created_at", "branch_of", "branch_seq", "origin"]
+        # Per-chat settings: ``model_override`` ("" = the bot's model) and ``extra_instruction``.
+        fields = [
+            "id",
+            "bot",
+            "title",
+            "created_at",
+            "branch_of",
+            "branch_seq",
+            "origin",
+            "model_override",
+            "extra_instruction",
+        ]
 
     def get_origin(self, session: ChatSession) -> dict | None:
         try:
@@ -77,11 +88,18 @@ class BranchPointSerializer(serializers.Serializer):
 class SessionRenameSerializer(serializers.Serializer):
     # Blank clears the title (the page then shows the chat's date); NUL and lone surrogates are
     # refused by the model's validator in the service.
-    title = serializers.CharField(max_length=200, allow_blank=True, trim_whitespace=False)
+    title = serializers.CharField(
+        max_length=200, allow_blank=True, trim_whitespace=False, required=False
+    )
+    # Per-chat settings, checked by the service (types included, so every caller gets the same
+    # validation_error): a model among the bot's (its ``model`` or ``allowed_models``; "" = the
+    # bot's model), and an instruction sent after the bot's system prompt.
+    model = serializers.JSONField(required=False)
+    extra_instruction = serializers.JSONField(required=False)
 
 
 class SessionPatchSerializer(SessionRenameSerializer):
-    """A rename, a room's reply mode, or both (at least one of them)."""
+    """A rename, the chat's settings, a room's reply mode (at least one of them)."""
 
     title = serializers.CharField(
         max_length=200, allow_blank=True, trim_whitespace=False, required=False
@@ -90,7 +108,13 @@ class SessionPatchSerializer(SessionRenameSerializer):
 
     def validate(self, attrs: dict) -> dict:
         if not attrs:
-            raise serializers.ValidationError({"title": ["This field is required."]})
+            raise serializers.ValidationError(
+                {
+                    "title": [
+                        "Nothing to change: send title, model, extra_instruction or reply_mode."
+                    ]
+                }
+            )
         return attrs
 
 
@@ -166,6 +190,9 @@ class MessageInputSerializer(serializers.Serializer):
     wait = serializers.BooleanField(required=False, default=False)
     # Rooms: the participant that answers (manual mode's "reply as …").
     reply_as = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    # Ids of files uploaded to this chat (POST /api/v1/sessions/{id}/attachments/), checked by
+    # the service (types included).
+    attachments = serializers.JSONField(required=False)
 
 
 class MessageEditSerializer(serializers.Serializer):

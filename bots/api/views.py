@@ -111,16 +111,20 @@ class SessionDetailApi(APIView):
     @extend_schema(request=SessionPatchSerializer, responses={200: SessionOutputSerializer})
     def patch(self, request: Request, session_id: int) -> Response:
         # Access first: another user's session is not_found even when the body is bad.
-        session = queries.session_get_for_user(user=request.user, session_id=session_id)
+        queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(SessionPatchSerializer, request.data)
+        changes = {k: data[k] for k in ("title", "model", "extra_instruction") if k in data}
+        session = None
+        if changes:
+            # All checked before any is written; a bad reply_mode never reaches here.
+            session = session_services.session_settings_update(
+                user=request.user, session_id=session_id, **changes
+            )
         if "reply_mode" in data:
             session = participant_services.session_reply_mode_set(
                 user=request.user, session_id=session_id, reply_mode=data["reply_mode"]
             )
-        if "title" in data:
-            session = session_services.session_rename(
-                user=request.user, session_id=session_id, title=data["title"]
-            )
+        assert session is not None
         body = SessionOutputSerializer(session).data
         if "reply_mode" in data:
             body["reply_mode"] = session.reply_mode
@@ -164,13 +168,18 @@ class SessionMessagesApi(APIView):
         # Access first: another user's session is not_found even when the body is bad.
         queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(MessageInputSerializer, request.data)
-        check_send(content=data["content"], client_id=data.get("client_id"))
+        check_send(
+            content=data["content"],
+            client_id=data.get("client_id"),
+            allow_blank=bool(data.get("attachments")),
+        )
         result = send_services.session_message_send(
             user=request.user,
             session_id=session_id,
             content=data["content"],
             client_id=data.get("client_id"),
             reply_as=data.get("reply_as"),
+            attachments=data.get("attachments"),
         )
         if result.is_command:
             return Response(

@@ -19,6 +19,7 @@ BOT_BASIC_FIELDS = (
     "name",
     "system_prompt",
     "model",
+    "allowed_models",
     "api_base",
     "api_key_env",
     "temperature",

@@ -3,6 +3,7 @@
 ``bots.transitions``."""
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -12,6 +13,13 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
+from attachments.models import Attachment
+from attachments.services import (
+    attachments_extra_tokens,
+    check_attachments_for_send,
+    do_attachments_claim,
+    message_text_with,
+)
 from bots import dispatch, realtime, transitions
 from bots.models import Bot, ChatSession, Message
 from bots.queries import (
@@ -65,7 +73,10 @@ class SendResult:
 COMPACT_COMMAND = re.compile(r"^/compact(?:\s+(?P<focus>.*))?$", re.DOTALL)
 
 
-def check_message_content(*, content: object, client_id: object = None) -> tuple[str, str | None]:
+def check_message_content(
+    *, content: object, client_id: object = None, allow_blank: bool = False
+) -> tuple[str, str | None]:
+    """``allow_blank``: a message that carries attachments may have no text of its own."""
     if not isinstance(content, str):
         raise ValidationFailed(details={"content": ["This field is required and must be text."]})
     # Before measuring: a lone surrogate cannot even be encoded to count its bytes.
@@ -73,7 +84,7 @@ def check_message_content(*, content: object, client_id: object = None) -> tuple
         raise ValidationFailed(details={"content": [UNSTORABLE_MESSAGE]})
     if len(content.encode("utf-8")) > settings.MESSAGE_MAX_BYTES:
         raise PayloadTooLarge(details={"max_bytes": settings.MESSAGE_MAX_BYTES})
-    if not content.strip():
+    if not content.strip() and not allow_blank:
         raise ValidationFailed(details={"content": ["This field may not be blank."]})
     if client_id is not None and client_id != "":
         if not isinstance(client_id, str) or len(client_id) > 100:
@@ -97,16 +108,23 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
 
 
 def _exchange_open(
-    *, session: ChatSession, content: str, kind: str, client_id: str | None, replies: int = 1
+    *,
+    session: ChatSession,
+    content: str,
+    kind: str,
+    client_id: str | None,
+    replies: int = 1,
+    extra_tokens: int = 0,
 ) -> Message | SendResult:
     """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer
-    (``transitions.exchange_open``); a repeated client_id returns the first result instead."""
+    (``transitions.exchange_open``); a repeated client_id returns the first result instead.
+    ``extra_tokens``: what the message's images add to its text's count."""
     return transitions.exchange_open(
         session=session,
         content=content,
         kind=kind,
         client_id=client_id,
-        tokens=count_message_tokens(content, model=session.bot.model),
+        tokens=count_message_tokens(content, model=session.chat_model) + extra_tokens,
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
         replies=replies,
     )
@@ -118,9 +136,13 @@ def do_message_pair_create(
     content: str,
     client_id: str | None,
     answering: list[Bot] | None = None,
+    attachments: Sequence[Attachment] = (),
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
     room, one pending reply per answering bot (seqs n+1…, the order they answer in).
+
+    ``attachments`` (checked, unsent files of the session) become part of the message: their
+    text in its content, so in its token count, and they are claimed by it.
 
     With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
     recover and return the first result. Without one nothing can, and the savepoint's two round
@@ -129,17 +151,23 @@ def do_message_pair_create(
     with transaction.atomic(savepoint=bool(client_id)):
         opened = _exchange_open(
             session=session,
-            content=content,
+            content=message_text_with(content, attachments) if attachments else content,
             kind=Message.Kind.CHAT,
             client_id=client_id,
             replies=len(bots),
+            extra_tokens=attachments_extra_tokens(attachments),
         )
         if isinstance(opened, SendResult):
             return opened
         user_message = opened
+        do_attachments_claim(attachments=attachments, message=user_message)
         replies = [
             transitions.reply_pending_create(
-                user_message=user_message, model=bot.model, bot=bot, offset=offset
+                user_message=user_message,
+                # The chat's own model choice (per-chat settings) is its default bot's.
+                model=session.chat_model if bot.pk == session.bot_id else bot.model,
+                bot=bot,
+                offset=offset,
             )
             for offset, bot in enumerate(bots, start=1)
         ]
@@ -207,16 +235,28 @@ def session_message_send(
     content: object,
     client_id: object = None,
     reply_as: object = None,
+    attachments: object = None,
 ) -> SendResult:
     """Send a user message: write it and a pending reply, then run the turn after commit. In a
     room, one pending reply per bot that answers (``bots.room``: mentions, ``all``, or
     ``reply_as``), run one at a time in that order.
 
-    The same ``client_id`` twice returns the first result and writes nothing.
+    The same ``client_id`` twice returns the first result and writes nothing. ``attachments``:
+    ids of files uploaded to this chat (``attachments.services.attachment_upload``), sent as
+    part of the message.
     """
     session = session_get_for_use(user=user, session_id=session_id)
-    text, cid = check_message_content(content=content, client_id=client_id)
+    text, cid = check_message_content(
+        content=content, client_id=client_id, allow_blank=bool(attachments)
+    )
+    if cid and attachments:
+        existing = _existing_send(session=session, client_id=cid)
+        if existing is not None:  # a retry of a send whose files it already claimed
+            return _redispatch_if_undelivered(existing)
+    files = check_attachments_for_send(session=session, attachments=attachments)
     command = COMPACT_COMMAND.match(text.strip())
+    if command and files:
+        raise ValidationFailed(details={"attachments": ["/compact takes no attachments."]})
     if command:
         return session_compact_command(
             session=session, text=text, client_id=cid, focus=command["focus"] or ""
@@ -225,7 +265,11 @@ def session_message_send(
     with transaction.atomic():
         try:
             result = do_message_pair_create(
-                session=session, content=text, client_id=cid, answering=answering
+                session=session,
+                content=text,
+                client_id=cid,
+                answering=answering,
+                attachments=files,
             )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
@@ -237,7 +281,9 @@ def session_message_send(
             reply = result.assistant_message
             assert reply is not None
             if not session.title:
-                do_session_title_default(session=session, text=text)
+                do_session_title_default(
+                    session=session, text=text if text.strip() else files[0].name
+                )
             rejected = _check_fits(session=session, result=result)
             # After commit: the exchange's message.created frames, then the hand-over to a worker,
             # which does not wait for those frames' round trips (a refusal's message.failed must
@@ -278,7 +324,7 @@ def reply_again_open(*, session: ChatSession, user_message: Message) -> SendResu
         )
     session.last_seq = row.last_seq
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
-    reply = transitions.reply_pending_create(user_message=user_message, model=session.bot.model)
+    reply = transitions.reply_pending_create(user_message=user_message, model=session.chat_model)
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)
     transaction.on_commit(

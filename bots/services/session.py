@@ -1,5 +1,7 @@
-"""Sessions: create, rename (and the default title from a first message), delete."""
+"""Sessions: create, rename (and the default title from a first message), per-chat settings
+(model, extra instruction), delete."""
 
+import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
@@ -7,6 +9,11 @@ from bots.models import ChatSession, SessionParticipant
 from bots.queries import bot_get_for_user, session_get_for_user
 from bots.services.checks import full_clean
 from chat_platform.errors import ValidationFailed
+from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from compaction.measure import bot_budget
+
+log = structlog.get_logger(__name__)
 
 
 def session_create(*, user: AbstractBaseUser, bot_id: object, title: str = "") -> ChatSession:
@@ -43,6 +50,96 @@ def session_rename(*, user: AbstractBaseUser, session_id: object, title: object)
     session.title = " ".join(title.split())
     full_clean(session, exclude=["user", "bot"])
     session.save(update_fields=["title"])  # a rename is not activity: the chat keeps its place
+    return session
+
+
+EXTRA_INSTRUCTION_MAX_CHARS = 4000
+
+
+def check_session_settings(
+    *, session: ChatSession, model: object, extra_instruction: object
+) -> dict[str, str]:
+    """The per-chat settings a user may change without editing the bot: ``model`` among the
+    bot's ``chat_models`` ("" = the bot's model), ``extra_instruction`` (text sent after the bot's
+    system prompt, counted with it: the two must stay under the hard threshold of the chosen
+    model's budget, as the bot's prompt alone must). ``None``: leave as is. Returns the fields
+    to write; refuses the whole change, writing nothing."""
+    changes: dict[str, str] = {}
+    errors: dict[str, list[str]] = {}
+    bot = session.bot
+    if model is not None:
+        if not isinstance(model, str):
+            errors["model"] = ["A model name must be text."]
+        elif model and model not in bot.chat_models:
+            listed = ", ".join(bot.chat_models)
+            errors["model"] = [f"Not one of this bot's models: choose one of {listed}."]
+        else:
+            changes["model_override"] = "" if model == bot.model else model
+    if extra_instruction is not None:
+        if not isinstance(extra_instruction, str):
+            errors["extra_instruction"] = ["The instruction must be text."]
+        elif not text_is_storable(extra_instruction):
+            errors["extra_instruction"] = [UNSTORABLE_MESSAGE]
+        elif len(extra_instruction) > EXTRA_INSTRUCTION_MAX_CHARS:
+            errors["extra_instruction"] = [
+                f"At most {EXTRA_INSTRUCTION_MAX_CHARS:,} characters "
+                f"(this one has {len(extra_instruction):,})."
+            ]
+        else:
+            changes["extra_instruction"] = extra_instruction.strip()
+    if errors:
+        raise ValidationFailed(details=errors)
+    _check_system_part_fits(session=session, changes=changes)
+    return changes
+
+
+def _check_system_part_fits(*, session: ChatSession, changes: dict[str, str]) -> None:
+    bot = session.bot
+    trial = ChatSession(
+        bot=bot,
+        model_override=changes.get("model_override", session.model_override),
+        extra_instruction=changes.get("extra_instruction", session.extra_instruction),
+    )
+    if not trial.extra_instruction:
+        return
+    model = trial.chat_model
+    hard = bot_budget(bot, model=model).hard
+    tokens = count_message_tokens(trial.extra_instruction, model=model) + (
+        count_message_tokens(bot.system_prompt, model=model) if bot.system_prompt else 0
+    )
+    if tokens >= hard:
+        raise ValidationFailed(
+            details={
+                "extra_instruction": [
+                    f"With the bot's system prompt it is {tokens:,} tokens; it must stay under "
+                    f"{hard:,} (75 % of this chat's budget), or no room is left for the "
+                    "conversation."
+                ]
+            }
+        )
+
+
+def session_settings_update(
+    *,
+    user: AbstractBaseUser,
+    session_id: object,
+    title: object = None,
+    model: object = None,
+    extra_instruction: object = None,
+) -> ChatSession:
+    """PATCH a chat: its title, model and extra instruction; all checked before any is written."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    changes = check_session_settings(
+        session=session, model=model, extra_instruction=extra_instruction
+    )
+    if title is not None:
+        session = session_rename(user=user, session_id=session.pk, title=title)
+    for name, value in changes.items():
+        setattr(session, name, value)
+    if changes:
+        full_clean(session, exclude=["user", "bot"])
+        session.save(update_fields=list(changes))
+        log.info("session_settings_changed", session_id=session.pk, fields=sorted(changes))
     return session
 
 

@@ -920,3 +920,15 @@ def model_max_input_tokens(
         return None
     _max_input_cache[key] = value
     return value
+
+
+def model_supports_images(model: str) -> bool:
+    """Does ``model`` accept image content parts? litellm's capability lookup
+    (``supports_vision``, from its local model map); built-in models and models litellm does not
+    know do not."""
+    if not model or model.startswith(BUILTIN_PREFIX):
+        return False
+    try:
+        return bool(_litellm().supports_vision(model=model))
+    except Exception:  # unknown to litellm's map
+        return False

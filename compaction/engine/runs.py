@@ -21,7 +21,7 @@ from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
 from compaction.lock import single_flight
-from compaction.measure import Measure, bot_budget, context_measure
+from compaction.measure import Measure, context_measure, session_budget
 from compaction.models import CompactionEvent
 
 
@@ -30,7 +30,7 @@ def compaction_soft(*, session_id: int) -> RunResult | None:
     session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
     if session is None or not session.bot.compaction_enabled or not bot_usable_in(session=session):
         return None  # (a bot un-shared since the turn: its owner's model is not run for others)
-    budget = bot_budget(session.bot)
+    budget = session_budget(session)
     with single_flight(session_id, wait=0) as flight:
         if not flight.acquired:
             return None  # a run is in flight: it is doing this work already
@@ -118,7 +118,7 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
                     joined.summary,
                     joined,
                 )
-        budget = bot_budget(session.bot)
+        budget = session_budget(session)
         tokens_before = context_measure(session=session).pressure
         done: list[RunResult] = []
         last: RunResult | None = None

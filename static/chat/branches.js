@@ -4,6 +4,7 @@
  * between the versions of a message (‹ 2/3 ›) and keeps one chat per family in the sidebar.
  */
 import { api } from "./api.js";
+import { splitAttachments } from "./attachlinks.js";
 import { el } from "./dom.js";
 import { ui } from "./page.js";
 import { openSession } from "./session.js";
@@ -29,7 +30,16 @@ export function startEdit(node, m) {
   var text = node.querySelector(".msg-text");
   if (!text || node.querySelector(".msg-editor")) return;
   var box = el("textarea", { class: "msg-edit-box", rows: "3", "aria-label": "Edit your message" });
-  box.value = m.content || "";
+  // A message with files: the box holds the typed text; the files go with the edit unchanged.
+  var content = m.content || "";
+  var attached = m.role === "user" ? splitAttachments(content) : null;
+  var files = attached ? content.slice(attached.text.length).replace(/^\n\n/, "") : "";
+  box.value = attached ? attached.text : content;
+  function edited() {
+    var typed = box.value.replace(/\s+$/, "");
+    if (!files) return box.value;
+    return typed ? typed + "\n\n" + files : files;
+  }
   var save = el("button", { type: "button", class: "button button-small button-primary msg-edit-save", text: "Save and send" });
   var cancel = el("button", { type: "button", class: "button button-small button-quiet msg-edit-cancel", text: "Cancel" });
   var form = el("div", { class: "msg-editor" }, box, el("div", { class: "msg-edit-actions" }, save, cancel));
@@ -51,9 +61,9 @@ export function startEdit(node, m) {
     }
   };
   save.onclick = function () {
-    if (!box.value.trim() || box.value === m.content) return close();
+    if (!edited().trim() || edited() === m.content) return close();
     save.disabled = true;
-    api("POST", "messages/" + encodeURIComponent(m.id) + "/edit/", { content: box.value }).then(opened, function (err) {
+    api("POST", "messages/" + encodeURIComponent(m.id) + "/edit/", { content: edited() }).then(opened, function (err) {
       save.disabled = false;
       showError(err);
     });

@@ -17,6 +17,8 @@
  *   memory.js           the memory panel                    status.js    banner and chips
  *   keyboard.js         focus, roving focus, shortcuts      copy.js      copy a message
  *   toolong.js          a message too long: compact or shorten
+ *   attach.js           files in the composer (attachlinks.js: shown on a message)
+ *   chatsettings.js     the chat's own model and extra instruction
  * theme.js (a classic script in <head> of every page) applies the remembered colour theme.
  *   search.js           search all my chats                 transfer.js  export and import
  * markdown.js (a classic script, with the vendored libraries) renders replies.
@@ -24,7 +26,9 @@
  * User-supplied text is only ever written with textContent, never innerHTML.
  */
 import { api } from "./api.js";
+import { attachBind } from "./attach.js";
 import { botsBind, loadBots } from "./bots.js";
+import { chatSettingsBind } from "./chatsettings.js";
 import { composerBind, updateComposer } from "./composer.js";
 import { keyboardBind } from "./keyboard.js";
 import { create as memoryPanelCreate } from "./memory.js";
@@ -47,6 +51,8 @@ if (root) {
   sidebarBind();
   searchBind();
   transferBind();
+  attachBind();
+  chatSettingsBind();
   memorySet(memoryPanelCreate({ api: api }));
   keyboardBind();
   updateComposer();

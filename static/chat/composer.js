@@ -2,6 +2,7 @@
  * The composer: the text box, Enter to send, Esc or the button to stop a reply, the slash-command
  * hint; with no chat open, typing starts one with the selected bot.
  */
+import { attachmentsWaiting, renderAttachments, sendWithAttachments } from "./attach.js";
 import { el } from "./dom.js";
 import { ui } from "./page.js";
 import { sendContent } from "./sending.js";
@@ -16,7 +17,8 @@ export function updateComposer() {
   var hasSession = state.sessionId !== null;
   var canWrite = hasSession || (state.botId !== null && !state.creatingSession);
   ui.composer.disabled = !canWrite;
-  ui.send.disabled = !canWrite || !ui.composer.value.trim();
+  ui.send.disabled = !canWrite || (!ui.composer.value.trim() && !attachmentsWaiting());
+  renderAttachments();
   var streaming = hasSession && hasActiveReply();
   ui.stop.hidden = !streaming;
   ui.stop.disabled = !socketIsOpen() || state.stopRequested;
@@ -30,6 +32,13 @@ function submitComposer() {
     return;
   }
   var content = ui.composer.value.replace(/\s+$/, "");
+  if (attachmentsWaiting()) {
+    ui.composer.value = "";
+    autoResize();
+    updateCommandHint();
+    sendWithAttachments(content).finally(updateComposer);
+    return;
+  }
   if (!content.trim()) return;
   ui.composer.value = "";
   autoResize();

@@ -5,6 +5,7 @@
  * if it now fits) and "Edit to shorten" (the text back in the composer, with the numbers).
  */
 import { api, describeError } from "./api.js";
+import { splitAttachments } from "./attachlinks.js";
 import { autoResize, updateComposer } from "./composer.js";
 import { fmtInt } from "./format.js";
 import { scheduleContextRefresh } from "./gauge.js";
@@ -111,11 +112,19 @@ export function editToShorten(reply) {
     showError("Could not find the message this reply answered; type it again.");
     return;
   }
-  ui.composer.value = question.content || "";
+  // A message with files: the typed text comes back; the files' text is what made it too long.
+  var attached = splitAttachments(question.content || "");
+  ui.composer.value = attached ? attached.text : question.content || "";
   autoResize();
   updateComposer();
-  ui.composerNote.textContent = "Shorten it before sending.";
+  ui.composerNote.textContent = attached
+    ? "The attached files make it too long: attach a shorter part of them."
+    : "Shorten it before sending.";
   ui.composerNote.hidden = false;
+  if (attached) {
+    ui.composer.focus();
+    return;
+  }
   var epoch = state.epoch;
   fitOf(question, false).then(function (fit) {
     if (epoch === state.epoch && !ui.composerNote.hidden && !fit.fits) {

@@ -6,6 +6,7 @@
  * User-supplied text is only ever written with textContent, never innerHTML.
  */
 import { api } from "./api.js";
+import { attachmentLinks, splitAttachments } from "./attachlinks.js";
 import { updateComposer } from "./composer.js";
 import { el } from "./dom.js";
 import { fmtInt, fmtTime } from "./format.js";
@@ -93,7 +94,13 @@ function renderBody(node, m) {
   var key = content + "\u0000" + final;
   if (node._bodyKey === key) return;
   node._bodyKey = key;
-  if (isMarkdown(m) && content && window.chatMarkdown) {
+  var attached = m.role === "user" ? splitAttachments(content) : null;
+  if (attached) {
+    // The files' text is what the model reads; the page shows the typed text and the files.
+    p.text.classList.remove("markdown");
+    p.text.textContent = attached.text;
+    p.text.append(attachmentLinks(attached.files));
+  } else if (isMarkdown(m) && content && window.chatMarkdown) {
     window.chatMarkdown.render(p.text, content, { final: final });
   } else {
     p.text.classList.remove("markdown");

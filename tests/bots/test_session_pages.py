@@ -87,6 +87,8 @@ def test_rename(owner_client, chat_session):
         "branch_of": None,
         "branch_seq": None,
         "origin": None,
+        "model_override": "",
+        "extra_instruction": "",
     }
     chat_session.refresh_from_db()
     assert chat_session.title == "Trip notes"

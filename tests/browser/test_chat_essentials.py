@@ -116,6 +116,7 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         "rename-session",
         "export-markdown",
         "export-json",
+        "Chat settings",
         "memory-toggle",
         "shortcuts-open",
         "transcript",

@@ -1,0 +1,48 @@
+"""Reads of attachments: one file for its owner (the download), and the images of messages a
+model call carries (the context pipeline renders them as image content parts)."""
+
+import base64
+import re
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from attachments.models import Attachment
+from chat_platform.errors import NotFound
+
+
+def attachment_get_for_user(*, user: AbstractBaseUser, attachment_id: object) -> Attachment:
+    """The owner's file; anyone else's (or none) is the same ``not_found``."""
+    try:
+        pk = int(str(attachment_id))
+    except ValueError:
+        pk = 0
+    found = Attachment.objects.filter(pk=pk, user_id=user.pk).first()
+    if found is None:
+        raise NotFound("Attachment not found.")
+    return found
+
+
+IMAGE_ID = re.compile(r"\[Attached image #(\d+): ")
+
+
+def images_for_messages(*, user_id: int, contents: dict[int, str]) -> dict[int, list[str]]:
+    """The images the messages name (``[Attached image #<id>: …]`` lines), as data URLs, per
+    message id in the order named. Found by the id in the text, so a branch's or an import's
+    copy of a message carries its images too; only ``user_id``'s own files are ever read (a
+    marker typed by hand naming someone else's file finds nothing)."""
+    wanted = {mid: [int(i) for i in IMAGE_ID.findall(text)] for mid, text in contents.items()}
+    ids = {i for named in wanted.values() for i in named}
+    if not ids:
+        return {}
+    rows = Attachment.objects.filter(
+        pk__in=ids, user_id=user_id, kind=Attachment.Kind.IMAGE
+    ).values_list("pk", "content_type", "data")
+    urls = {
+        pk: f"data:{content_type};base64,{base64.b64encode(bytes(data)).decode('ascii')}"
+        for pk, content_type, data in rows
+    }
+    return {
+        mid: [urls[i] for i in named if i in urls]
+        for mid, named in wanted.items()
+        if any(i in urls for i in named)
+    }

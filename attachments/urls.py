@@ -1,0 +1,16 @@
+from django.urls import path
+
+from attachments import api
+
+urlpatterns = [
+    path(
+        "sessions/<int:session_id>/attachments/",
+        api.SessionAttachmentsApi.as_view(),
+        name="session-attachments",
+    ),
+    path(
+        "attachments/<int:attachment_id>/",
+        api.AttachmentDownloadApi.as_view(),
+        name="attachment-download",
+    ),
+]
