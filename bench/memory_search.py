@@ -535,6 +535,7 @@ def _add_sessions(corpus: Corpus, count: int) -> None:
                         summary,
                         moment,
                         moment,
+                        0,
                     )
 
         _copy(
@@ -560,6 +561,7 @@ def _add_sessions(corpus: Corpus, count: int) -> None:
                 "compacted_by_id",
                 "created_at",
                 "updated_at",
+                "hop",
             ],
             message_rows(),
         )
