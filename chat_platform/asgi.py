@@ -8,6 +8,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 # Django must be set up before anything imports models (routing -> consumers -> services).
 django_asgi_app = get_asgi_application()
 
+from chat_platform.startup import startup_checks_run  # noqa: E402
+
+# Fails loudly (the server does not start) when stored connection keys cannot be opened.
+startup_checks_run()
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from bots.routing import websocket_urlpatterns  # noqa: E402

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from bots import pages
 from chat_platform.signin import TokenSignInApi, sign_in_throttled
+from connections import pages as usage_pages
 
 api_v1 = [
     path("auth/token/", TokenSignInApi.as_view(), name="auth-token"),
@@ -15,6 +16,7 @@ api_v1 = [
     path("", include("memory.api.urls")),
     path("", include("transfer.urls")),
     path("", include("openai_api.api_urls")),
+    path("", include("connections.urls")),
 ]
 
 urlpatterns = [
@@ -28,6 +30,8 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("bots/", include("bots.bot_urls")),
+    path("usage/", usage_pages.usage_page, name="usage"),
+    path("usage/all/", usage_pages.usage_all_page, name="usage-all"),
     # The admin's own login, throttled like the others (before admin.site.urls, which has it too).
     path("admin/login/", sign_in_throttled(admin.site.login)),
     path("admin/", admin.site.urls),
