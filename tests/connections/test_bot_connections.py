@@ -132,3 +132,19 @@ def test_the_builtin_connection_serves_the_builtin_models(owner_client):
     response = _bot(owner_client, connection=builtin.pk, model="recall")
     assert response.status_code == 201, response.json()
     assert response.json()["model"] == "builtin/recall"
+
+
+def test_the_decrypted_key_never_shows_in_a_config_repr(staff, fake_connection):
+    from bots.model_config import bot_model_config
+
+    bot = Bot.objects.create(
+        owner=staff, name="b", model="openai/fake-model", connection=fake_connection
+    )
+    config = bot_model_config(bot)
+    assert config.api_key == SECRET_API_KEY
+    assert SECRET_API_KEY not in repr(config)
+    assert (config.api_base, config.api_base_trusted, config.refusal) == (
+        fake_connection.base_url,
+        True,
+        "",
+    )
