@@ -433,7 +433,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     # The daily token limits of the session's user (and of the API key that asked for this
     # reply): what the turn may spend is reserved before the first call, the spent tokens
     # counted when it ends, however it ends (connections.usage).
-    limits = [*usage.user_limits(session.user), *options.quota]
+    limits = [*usage.user_limits(session.user_id), *options.quota]
     reservation = usage.quota_reserve(
         limits, tokens=session.context_tokens + config.max_output_tokens
     )

@@ -275,10 +275,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Two "kind" choice sets (messages, memory records): name each enum after its model.
+    # Three "kind" choice sets (messages, memory records, connections): name each enum after its model.
     "ENUM_NAME_OVERRIDES": {
         "MessageKindEnum": "bots.models.Message.Kind",
         "RecordKindEnum": "memory.models.MemoryRecord.Kind",
+        "ConnectionKindEnum": "connections.models.Connection.Kind",
     },
 }
 

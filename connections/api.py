@@ -49,21 +49,23 @@ def _body(request: Request) -> dict[str, Any]:
     return dict(request.data)
 
 
-_ConnectionSchema = inline_serializer(
-    "Connection",
-    {
-        "id": serializers.IntegerField(),
-        "name": serializers.CharField(),
-        "kind": serializers.ChoiceField(choices=Connection.Kind.choices),
-        "provider": serializers.CharField(),
-        "models": serializers.ListField(child=serializers.DictField()),
-        "base_url": serializers.CharField(required=False),
-        "api_key_env": serializers.CharField(required=False),
-        "has_key": serializers.BooleanField(required=False),
-        "public": serializers.BooleanField(required=False),
-        "groups": serializers.ListField(child=serializers.IntegerField(), required=False),
-    },
-)
+class ConnectionSchema(serializers.Serializer):
+    """The documented shape (``connection_payload`` writes it; staff see the last six)."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=Connection.Kind.choices)
+    provider = serializers.CharField()
+    models = serializers.ListField(child=serializers.DictField())
+    models_refreshed_at = serializers.DateTimeField(allow_null=True)
+    base_url = serializers.CharField(required=False)
+    api_key_env = serializers.CharField(required=False)
+    has_key = serializers.BooleanField(required=False)
+    public = serializers.BooleanField(required=False)
+    groups = serializers.ListField(child=serializers.IntegerField(), required=False)
+    created_at = serializers.DateTimeField(required=False)
+
+
 _ConnectionInput = inline_serializer(
     "ConnectionInput",
     {
@@ -80,31 +82,32 @@ _ConnectionInput = inline_serializer(
 
 
 class ConnectionListApi(APIView):
-    @extend_schema(responses=_ConnectionSchema)
+    @extend_schema(operation_id="v1_connections_list", responses=ConnectionSchema(many=True))
     def get(self, request: Request) -> Response:
         staff = _is_staff(request)
         found = queries.connection_list_for_user(user=request.user).prefetch_related("groups")
         return Response([connection_payload(c, staff=staff) for c in found])
 
-    @extend_schema(request=_ConnectionInput, responses={201: _ConnectionSchema})
+    @extend_schema(request=_ConnectionInput, responses={201: ConnectionSchema})
     def post(self, request: Request) -> Response:
         connection = services.connection_create(user=request.user, **_body(request))
         return Response(connection_payload(connection, staff=True), status=status.HTTP_201_CREATED)
 
 
 class ConnectionDetailApi(APIView):
-    @extend_schema(responses=_ConnectionSchema)
+    @extend_schema(responses=ConnectionSchema)
     def get(self, request: Request, connection_id: int) -> Response:
         connection = queries.connection_get_for_user(user=request.user, connection_id=connection_id)
         return Response(connection_payload(connection, staff=_is_staff(request)))
 
-    @extend_schema(request=_ConnectionInput, responses=_ConnectionSchema)
+    @extend_schema(request=_ConnectionInput, responses=ConnectionSchema)
     def patch(self, request: Request, connection_id: int) -> Response:
         connection = services.connection_update(
             user=request.user, connection_id=connection_id, **_body(request)
         )
         return Response(connection_payload(connection, staff=True))
 
+    @extend_schema(responses={204: None})
     def delete(self, request: Request, connection_id: int) -> Response:
         services.connection_delete(user=request.user, connection_id=connection_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -110,7 +110,7 @@ def usage_report(*, user_filter: Q, group_by: str) -> dict[str, Any]:
 @login_required
 def usage_page(request: HttpRequest) -> HttpResponse:
     report = usage_report(user_filter=Q(session__user=request.user), group_by="session__bot__name")
-    limit = usage.user_limit(request.user)
+    limit = usage.user_limit(request.user.pk)
     used, reserved = usage.tokens_today(f"user:{request.user.pk}")
     return render(
         request,

@@ -28,9 +28,9 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, Q, Value
+from django.db.models import F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -60,18 +60,34 @@ def resets_at(day: dt.date | None = None) -> dt.datetime:
     return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC)
 
 
-def user_limit(user: AbstractBaseUser) -> int | None:
-    own = UserQuota.objects.filter(user_id=user.pk).values_list("daily_token_limit", flat=True)
-    found = own.first()
-    if found is not None:
-        return int(found)
-    best = GroupQuota.objects.filter(group__user=user.pk).aggregate(m=Max("daily_token_limit"))
-    return int(best["m"]) if best["m"] is not None else None
+def user_limit(user_id: int) -> int | None:
+    """The user's own daily limit, else the most generous of their groups' (one statement)."""
+    User = get_user_model()
+    row = (
+        User.objects.filter(pk=user_id)
+        .annotate(
+            own=Subquery(
+                UserQuota.objects.filter(user_id=OuterRef("pk")).values("daily_token_limit")[:1]
+            ),
+            best_group=Subquery(
+                GroupQuota.objects.filter(group__user=OuterRef("pk"))
+                .order_by("-daily_token_limit")
+                .values("daily_token_limit")[:1]
+            ),
+        )
+        .values_list("own", "best_group")
+        .first()
+    )
+    if row is None:
+        return None
+    own, best_group = row
+    found = own if own is not None else best_group
+    return int(found) if found is not None else None
 
 
-def user_limits(user: AbstractBaseUser) -> list[Limit]:
-    limit = user_limit(user)
-    return [] if limit is None else [Limit(f"user:{user.pk}", limit)]
+def user_limits(user_id: int) -> list[Limit]:
+    limit = user_limit(user_id)
+    return [] if limit is None else [Limit(f"user:{user_id}", limit)]
 
 
 def key_limit(*, key_id: object, limit: int | None) -> list[Limit]:

@@ -102,7 +102,7 @@ def key_limits(*, key: ApiKey) -> list[usage.Limit]:
     (one counter design for both, ``connections.usage``)."""
     return [
         *usage.key_limit(key_id=key.pk, limit=key.daily_token_limit),
-        *usage.user_limits(key.user),
+        *usage.user_limits(key.user_id),
     ]
 
 

@@ -161,7 +161,7 @@ def session_message_send(
         return session_compact_command(
             session=session, text=text, client_id=cid, focus=command["focus"] or ""
         )
-    limits = usage.user_limits(user)
+    limits = usage.user_limits(user.pk)
     if limits and not (cid and _existing_send(session=session, client_id=cid)):
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).

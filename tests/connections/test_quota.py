@@ -54,7 +54,7 @@ def test_the_counter_survives_a_restart(owner):
     UserQuota.objects.create(user=owner, daily_token_limit=100)
     TokenCounter.objects.create(subject=f"user:{owner.pk}", day=usage.today(), used=100)
     with pytest.raises(QuotaExceeded) as caught:
-        usage.quota_check(usage.user_limits(owner))
+        usage.quota_check(usage.user_limits(owner.pk))
     assert caught.value.details["used"] == 100
 
 
@@ -64,9 +64,9 @@ def test_a_group_limit_applies_and_the_users_own_wins(owner):
     owner.groups.add(team, big)
     GroupQuota.objects.create(group=team, daily_token_limit=50)
     GroupQuota.objects.create(group=big, daily_token_limit=500)
-    assert usage.user_limits(owner) == [usage.Limit(f"user:{owner.pk}", 500)]
+    assert usage.user_limits(owner.pk) == [usage.Limit(f"user:{owner.pk}", 500)]
     UserQuota.objects.create(user=owner, daily_token_limit=10)
-    assert usage.user_limits(owner) == [usage.Limit(f"user:{owner.pk}", 10)]
+    assert usage.user_limits(owner.pk) == [usage.Limit(f"user:{owner.pk}", 10)]
 
 
 def test_concurrent_turns_cannot_overshoot_by_more_than_one_turn():
