@@ -275,7 +275,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Three "kind" choice sets (messages, memory records, connections): name each enum after its model.
+    # Three "kind" choice sets (messages, memory records, connections): each enum named by model.
     "ENUM_NAME_OVERRIDES": {
         "MessageKindEnum": "bots.models.Message.Kind",
         "RecordKindEnum": "memory.models.MemoryRecord.Kind",

@@ -5,16 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('bots', '0011_session_branches'),
-        ('connections', '0001_connections'),
+        ("bots", "0011_session_branches"),
+        ("connections", "0001_connections"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='bot',
-            name='connection',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='bots', to='connections.connection'),
+            model_name="bot",
+            name="connection",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="bots",
+                to="connections.connection",
+            ),
         ),
     ]

@@ -8,72 +8,200 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("auth", "0012_alter_user_first_name_max_length"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TokenCounter',
+            name="TokenCounter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('subject', models.CharField(max_length=200)),
-                ('day', models.DateField()),
-                ('used', models.PositiveBigIntegerField(default=0)),
-                ('reserved', models.PositiveBigIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("subject", models.CharField(max_length=200)),
+                ("day", models.DateField()),
+                ("used", models.PositiveBigIntegerField(default=0)),
+                ("reserved", models.PositiveBigIntegerField(default=0)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('subject', 'day'), name='token_counter_subject_day')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("subject", "day"), name="token_counter_subject_day"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Connection',
+            name="Connection",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=120, unique=True, validators=[chat_platform.textcheck.validate_storable_text])),
-                ('kind', models.CharField(choices=[('openai', 'OpenAI-compatible'), ('ollama', 'Ollama'), ('anthropic', 'Anthropic'), ('litellm', 'litellm provider'), ('builtin', 'Built-in models')], max_length=16)),
-                ('provider', models.CharField(blank=True, default='', max_length=40)),
-                ('base_url', models.CharField(blank=True, default='', max_length=500, validators=[chat_platform.textcheck.validate_storable_text])),
-                ('api_key_encrypted', models.TextField(blank=True, default='', editable=False)),
-                ('api_key_env', models.CharField(blank=True, default='', max_length=128, validators=[chat_platform.textcheck.validate_storable_text])),
-                ('public', models.BooleanField(default=False)),
-                ('model_list', models.JSONField(blank=True, default=list)),
-                ('models_refreshed_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('groups', models.ManyToManyField(blank=True, related_name='provider_connections', to='auth.group')),
-                ('users', models.ManyToManyField(blank=True, related_name='provider_connections', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=120,
+                        unique=True,
+                        validators=[chat_platform.textcheck.validate_storable_text],
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("openai", "OpenAI-compatible"),
+                            ("ollama", "Ollama"),
+                            ("anthropic", "Anthropic"),
+                            ("litellm", "litellm provider"),
+                            ("builtin", "Built-in models"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("provider", models.CharField(blank=True, default="", max_length=40)),
+                (
+                    "base_url",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        max_length=500,
+                        validators=[chat_platform.textcheck.validate_storable_text],
+                    ),
+                ),
+                ("api_key_encrypted", models.TextField(blank=True, default="", editable=False)),
+                (
+                    "api_key_env",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        max_length=128,
+                        validators=[chat_platform.textcheck.validate_storable_text],
+                    ),
+                ),
+                ("public", models.BooleanField(default=False)),
+                ("model_list", models.JSONField(blank=True, default=list)),
+                ("models_refreshed_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "groups",
+                    models.ManyToManyField(
+                        blank=True, related_name="provider_connections", to="auth.group"
+                    ),
+                ),
+                (
+                    "users",
+                    models.ManyToManyField(
+                        blank=True, related_name="provider_connections", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', 'id'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('kind__in', ['openai', 'ollama', 'anthropic', 'litellm', 'builtin'])), name='connection_kind_valid'), models.CheckConstraint(condition=models.Q(('api_key_encrypted', ''), ('api_key_env', ''), _connector='OR'), name='connection_one_key_source')],
+                "ordering": ["name", "id"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("kind__in", ["openai", "ollama", "anthropic", "litellm", "builtin"])
+                        ),
+                        name="connection_kind_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("api_key_encrypted", ""), ("api_key_env", ""), _connector="OR"
+                        ),
+                        name="connection_one_key_source",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='GroupQuota',
+            name="GroupQuota",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('daily_token_limit', models.PositiveIntegerField(validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(2000000000)])),
-                ('group', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='token_quota', to='auth.group')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "daily_token_limit",
+                    models.PositiveIntegerField(
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(2000000000),
+                        ]
+                    ),
+                ),
+                (
+                    "group",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="token_quota",
+                        to="auth.group",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(('daily_token_limit__gte', 1)), name='group_quota_ge_1')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("daily_token_limit__gte", 1)), name="group_quota_ge_1"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='UserQuota',
+            name="UserQuota",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('daily_token_limit', models.PositiveIntegerField(validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(2000000000)])),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='token_quota', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "daily_token_limit",
+                    models.PositiveIntegerField(
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(2000000000),
+                        ]
+                    ),
+                ),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="token_quota",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(('daily_token_limit__gte', 1)), name='user_quota_ge_1')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("daily_token_limit__gte", 1)), name="user_quota_ge_1"
+                    )
+                ],
             },
         ),
     ]
