@@ -7,6 +7,9 @@ class ConnectionsConfig(AppConfig):
     verbose_name = "Provider connections and usage"
 
     def ready(self) -> None:
-        # The start-up check of CONNECTION_ENCRYPTION_KEY (connections.checks): registered
-        # with Django's system checks, so runserver, migrate and `manage.py check` fail loudly.
-        from connections import checks  # noqa: F401
+        # The start-up check of CONNECTION_ENCRYPTION_KEY (connections.checks): the ASGI server
+        # and the Celery worker run it at start (chat_platform.startup), `check --deploy` too.
+        from chat_platform.startup import startup_check_register
+        from connections import checks
+
+        startup_check_register(checks.encryption_key_problems)

@@ -1,8 +1,9 @@
 """Start-up check: stored connection keys can be opened with ``CONNECTION_ENCRYPTION_KEY``.
 
 A wrong or missing setting must not surface as "the provider refused the key" on every turn
-hours later: ``runserver``, ``migrate``, ``check`` (and the worker, ``celery_app``) stop with the
-reason. A database without the table yet (before ``migrate``) passes.
+hours later: the ASGI server (uvicorn, daphne, ``runserver``) and the Celery worker stop at start
+with the reason (``chat_platform.startup``), and ``manage.py check --deploy`` reports it. A
+database without the table yet (before ``migrate``) passes.
 """
 
 from django.core import checks
@@ -57,7 +58,13 @@ def encryption_key_errors() -> list[checks.CheckMessage]:
     return []
 
 
-# Tagged so the ASGI app and the worker can run just this one at start (run_checks(tags=…)).
-@checks.register(CHECK_TAG)
+def encryption_key_problems() -> list[str]:
+    """The start-up check (``chat_platform.startup``): the errors as text lines."""
+    return [f"{error.id}: {error.msg}" for error in encryption_key_errors()]
+
+
+# A deploy check (``manage.py check --deploy``), not an ordinary one: those run on every
+# management command and in Celery's Django fixup, each then querying the database.
+@checks.register(CHECK_TAG, deploy=True)
 def encryption_key_check(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     return encryption_key_errors()

@@ -136,8 +136,8 @@ def test_a_wrong_or_missing_encryption_key_fails_loudly_at_start_up(staff, setti
     assert [e.id for e in encryption_key_errors()] == ["connections.E002"]
     with pytest.raises(ImproperlyConfigured, match="connections.E002"):
         startup_checks_run()
-    with pytest.raises(SystemCheckError):
-        call_command("check")
+    with pytest.raises(SystemCheckError, match="connections.E002"):
+        call_command("check", deploy=True)
 
     settings.CONNECTION_ENCRYPTION_KEY = ""
     assert [e.id for e in encryption_key_errors()] == ["connections.E001"]
