@@ -60,7 +60,7 @@ class ConnectionAdminForm(forms.ModelForm):
                     self.add_error(target, error)
 
     def save(self, commit: bool = True) -> Connection:
-        services._store_key(self.instance, getattr(self, "new_key", None))
+        services.connection_key_store(self.instance, getattr(self, "new_key", None))
         return super().save(commit=commit)
 
 

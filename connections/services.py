@@ -154,7 +154,8 @@ def check_connection_fields(
     return new_key, groups
 
 
-def _store_key(connection: Connection, new_key: str | None) -> None:
+def connection_key_store(connection: Connection, new_key: str | None) -> None:
+    """Encrypt ``new_key`` onto the (unsaved) row: ``None`` keeps the stored key, "" clears it."""
     if new_key is None:
         return
     connection.api_key_encrypted = crypto.key_encrypt(new_key) if new_key else ""
@@ -168,7 +169,7 @@ def connection_create(*, user: AbstractBaseUser, **fields: Any) -> Connection:
             raise ValidationFailed(details={required: ["This field is required."]})
     connection = Connection(created_by=user)  # type: ignore[misc]
     new_key, groups = check_connection_fields(fields=fields, connection=connection)
-    _store_key(connection, new_key)
+    connection_key_store(connection, new_key)
     connection.save()
     if groups is not None:
         connection.groups.set(groups)
@@ -186,7 +187,7 @@ def connection_update(
             details={"kind": ["The built-in connection only changes who may use it."]}
         )
     new_key, groups = check_connection_fields(fields=fields, connection=connection)
-    _store_key(connection, new_key)
+    connection_key_store(connection, new_key)
     connection.save()
     if groups is not None:
         connection.groups.set(groups)

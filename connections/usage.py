@@ -170,13 +170,3 @@ def quota_settle(reservation: Reservation | None, *, used: int) -> None:
         reserved=Greatest(F("reserved") - reservation.tokens, Value(0)),
         used=F("used") + max(0, int(used)),
     )
-
-
-def usage_record(limits: Sequence[Limit], *, used: int) -> None:
-    """Count tokens spent outside a reservation (no turn of ours ran them)."""
-    if not limits or used <= 0:
-        return
-    day = today()
-    subjects = [limit.subject for limit in limits]
-    _ensure_rows(subjects, day)
-    TokenCounter.objects.filter(subject__in=subjects, day=day).update(used=F("used") + used)
