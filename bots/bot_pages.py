@@ -39,6 +39,11 @@ from bots.services.bot import (
 from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
 from chat_platform.llm import gateway
 from compaction.budget import Budget, budget_compute
+from connections.queries import (
+    connection_list_for_user,
+    connection_model_ids,
+    connection_model_string,
+)
 
 # Suggestions only (a <datalist>): any litellm model string is accepted.
 MODEL_SUGGESTIONS = [
@@ -80,6 +85,7 @@ class BotForm(forms.ModelForm):
         fields = list(BOT_FIELDS)
         labels = {
             "system_prompt": "System prompt",
+            "connection": "Provider connection",
             "api_base": "API base URL",
             "api_key_env": "API key variable",
             "max_output_tokens": "Max output tokens",
@@ -94,7 +100,10 @@ class BotForm(forms.ModelForm):
             "recall_enabled": "Let the bot recall records",
         }
         help_texts = {
-            "model": "Any litellm model string, e.g. openai/gpt-4o-mini or ollama/llama3.1.",
+            "connection": "A provider an administrator set up: pick it, then one of its models. "
+            "Its base URL and key are used; leave API base URL and key variable empty.",
+            "model": "One of the connection's models, or (without a connection) any litellm model "
+            "string, e.g. openai/gpt-4o-mini or ollama/llama3.1.",
             "api_base": "Optional: an Ollama or OpenAI-compatible server.",
             "api_key_env": (
                 "The NAME of the environment variable holding the key; keys are never stored."
@@ -133,6 +142,9 @@ class BotForm(forms.ModelForm):
             choices=[("", "— none —"), *[(name, name) for name in allowed]],
             required=False,
         )
+        # Only the connections this user may use (the service refuses any other anyway).
+        self.fields["connection"].queryset = connection_list_for_user(user=user)
+        self.fields["connection"].empty_label = "— none: the model string and api_base below —"
         self.fields["temperature"].widget.attrs.update({"step": "0.1", "min": "0", "max": "2"})
         self.fields["compaction_kept_percent"].widget.attrs.update({"min": "1", "max": "99"})
         self.fields["memory_index_size"].widget.attrs.update({"min": "0", "max": "200"})
@@ -289,13 +301,25 @@ def _form_context(
         "model_warning": model_warning(model, context_window=context_window),
         "model_warning_text": model_warning(model),
         "cap": settings.CONTEXT_ABSOLUTE_CAP_TOKENS,
-        "model_suggestions": MODEL_SUGGESTIONS,
+        "model_suggestions": connection_model_suggestions(request.user) + MODEL_SUGGESTIONS,
         "compaction_model_suggestions": COMPACTION_MODEL_SUGGESTIONS,
         "api_base_suggestions": list(settings.PROVIDER_API_BASES),
         "is_staff": bool(request.user.is_staff),
         # Advanced opens by itself when something in it needs attention.
         "advanced_open": any(name in form.errors for name in (*COMPACTION_FIELDS, *MEMORY_FIELDS)),
     }
+
+
+def connection_model_suggestions(user: Any) -> list[str]:
+    """Every model of the connections ``user`` may use, as the litellm strings a bot stores
+    (the model list the bot form offers once a connection is picked)."""
+    found: list[str] = []
+    for connection in connection_list_for_user(user=user):
+        for model_id in connection_model_ids(connection):
+            model = connection_model_string(connection, model_id)
+            if model not in found:
+                found.append(model)
+    return found
 
 
 def _public(names: list[str]) -> list[str]:

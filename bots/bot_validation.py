@@ -13,6 +13,7 @@
 
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from bots.model_config import connection_serves
 from bots.models import Bot
 from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
@@ -20,10 +21,67 @@ from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_toke
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.budget import Budget
 from compaction.measure import bot_budget
+from connections.queries import (
+    connection_model_ids,
+    connection_model_string,
+    connection_model_window,
+    connection_usable_by,
+)
 
 
 def _is_staff(user: AbstractBaseUser | None) -> bool:
     return bool(getattr(user, "is_staff", False))
+
+
+def check_bot_connection(
+    *, user: AbstractBaseUser | None, bot: Bot, changed: set[str] | None = None
+) -> None:
+    """A bot on a provider connection: the acting user may use it (staff: any), it replaces
+    ``api_base`` / ``api_key_env`` (not both), and the model is one the connection lists
+    (staff may name any model of its provider). A listed id (``fake-model``) is stored as the
+    litellm string (``openai/fake-model``); the context window fills in from what discovery
+    reported when the caller left it at 0."""
+    connection = bot.connection
+    assert connection is not None
+    errors: dict[str, list[str]] = {}
+    changed = changed if changed is not None else set()
+    touched = bot.pk is None or "connection" in changed
+    if touched and (user is None or not connection_usable_by(connection=connection, user=user)):
+        raise ValidationFailed(
+            details={"connection": ["No such connection, or you may not use it."]}
+        )
+    if bot.api_base or bot.api_key_env:
+        errors["connection"] = [
+            "A bot uses either a connection or its own api_base / api_key_env, not both."
+        ]
+    bot.model = connection_model_string(connection, bot.model)
+    listed = [connection_model_string(connection, m) for m in connection_model_ids(connection)]
+    if not connection_serves(connection, bot.model):
+        errors["model"] = [f"Not a model of the connection {connection.name}."]
+    elif (
+        listed
+        and bot.model not in listed
+        and not _is_staff(user)
+        and (touched or "model" in changed)
+    ):
+        shown = ", ".join(m.partition("/")[2] or m for m in listed[:20])
+        errors["model"] = [f"Not a model of the connection {connection.name}: pick one of {shown}."]
+    if bot.compaction_model and not (
+        bot.compaction_model.startswith("builtin/")
+        or connection_serves(connection, bot.compaction_model)
+    ):
+        errors["compaction_model"] = [
+            "With a connection, the compaction model is a built-in one or one of the connection's."
+        ]
+    if errors:
+        raise ValidationFailed(details=errors)
+    if "context_window" not in changed and not bot.context_window:
+        window = connection_model_window(connection, bot.model)
+        if window:
+            bot.context_window = window
+    # The connection is what staff approved: no per-bot approvals are kept beside it.
+    bot.api_base_approved = ""
+    bot.models_approved = ""
 
 
 def check_bot_provider(
@@ -197,5 +255,8 @@ def check_bot_settings(
     previous_api_base: str | None,
     changed: set[str] | None = None,
 ) -> None:
-    check_bot_provider(user=user, bot=bot, previous_api_base=previous_api_base)
+    if bot.connection_id is not None:
+        check_bot_connection(user=user, bot=bot, changed=changed)
+    else:
+        check_bot_provider(user=user, bot=bot, previous_api_base=previous_api_base)
     check_bot_budget(bot=bot, changed=changed)

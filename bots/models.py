@@ -40,6 +40,15 @@ class Bot(models.Model):
     model = models.CharField(
         max_length=200, default=DEFAULT_MODEL, validators=[validate_storable_text]
     )
+    # A provider connection staff set up (app ``connections``): its base URL and key are used
+    # for the bot's model calls instead of ``api_base`` / ``api_key_env``.
+    connection = models.ForeignKey(
+        "connections.Connection",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="bots",
+    )
     api_base = models.URLField(
         max_length=500, blank=True, default="", validators=[validate_storable_text]
     )

@@ -49,6 +49,7 @@ from compaction.pipeline import (
     context_state,
     soft_compaction_due,
 )
+from connections import usage
 from memory.recall import (
     RECALL_MAX_ROUNDS,
     ToolCall,
@@ -450,6 +451,32 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     # The chat's model (its per-chat override, among the bot's chat_models, else the bot's).
     model = session.chat_model
     config = turn_hooks.config_with(bot_model_config(bot, model=model), options)
+    # The daily token limits of the session's user (and of the API key that asked for this
+    # reply): what the turn may spend is reserved before the first call, the spent tokens
+    # counted when it ends, however it ends (connections.usage).
+    limits = [*usage.user_limits(session.user_id), *options.quota]
+    reservation = usage.quota_reserve(
+        limits, tokens=session.context_tokens + config.max_output_tokens
+    )
+    spent = [0]
+    try:
+        _turn_calls(reply, handle, state, session, bot, model, config, options, started, spent)
+    finally:
+        usage.quota_settle(reservation, used=spent[0])
+
+
+def _turn_calls(
+    reply: Message,
+    handle: TurnHandle,
+    state: _TurnState,
+    session: ChatSession,
+    bot: Bot,
+    model: str,
+    config: gateway.ModelConfig,
+    options: turn_hooks.TurnOptions,
+    started: float,
+    spent: list[int],
+) -> None:
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
@@ -469,6 +496,8 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
             tools=RECALL_TOOLS if may_recall else None,
         )
         completion = stream.completion
+        if completion is not None:
+            spent[0] += completion.prompt_tokens + completion.completion_tokens
         if not may_recall or completion is None or handle.stopped.is_set():
             break
         calls = calls_from_completion(completion.tool_calls) or calls_from_text(

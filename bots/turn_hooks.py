@@ -22,6 +22,7 @@ import structlog
 
 from bots.models import Message
 from chat_platform.llm.gateway import ModelConfig
+from connections.usage import Limit
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +37,8 @@ class TurnOptions:
     stop: tuple[str, ...] = ()
     # A system part of this call only, after the bot's own prompt (counted, never compacted).
     system: str = ""
+    # Daily token limits beyond the user's own that this call counts against (an API key's).
+    quota: tuple[Limit, ...] = ()
 
 
 OptionsProvider = Callable[[Message], TurnOptions | None]

@@ -1,12 +1,21 @@
 """ASGI entry point: HTTP through Django, websockets through Channels."""
 
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 # Django must be set up before anything imports models (routing -> consumers -> services).
 django_asgi_app = get_asgi_application()
+
+from chat_platform.startup import startup_checks_run  # noqa: E402
+from chat_platform.warmup import is_web_server  # noqa: E402
+
+# An ASGI server (uvicorn, daphne…) fails loudly at start when stored connection keys cannot be
+# opened; a test or a script importing this module checks nothing.
+if is_web_server(sys.argv, os.environ):
+    startup_checks_run()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

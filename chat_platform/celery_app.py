@@ -2,7 +2,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init, worker_ready
+from celery.signals import setup_logging, worker_init, worker_process_init, worker_ready
 from django.conf import settings
 
 from chat_platform.log_config import configure_logging
@@ -69,6 +69,14 @@ def _warm_gateway_on_ready(**kwargs: Any) -> None:
     background. With the thread pool (the Makefile's ``-P threads``) the tasks run in this very
     process; prefork children are warmed by ``worker_process_init`` below."""
     warm_in_background("worker")
+
+
+@worker_init.connect
+def _startup_checks(**kwargs: Any) -> None:
+    """A worker whose CONNECTION_ENCRYPTION_KEY cannot open the stored keys stops at start."""
+    from chat_platform.startup import startup_checks_run
+
+    startup_checks_run()
 
 
 @worker_process_init.connect

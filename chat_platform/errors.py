@@ -69,6 +69,15 @@ class CompactionBusy(PlatformError):
     default_message = "Another compaction of this session did not finish in time."
 
 
+class QuotaExceeded(PlatformError):
+    """A daily token limit (the user's, a group's or an API key's) is spent; ``details`` carry
+    ``resets_at`` (ISO 8601, the next 00:00 UTC), ``limit`` and ``used``."""
+
+    code = "quota_exceeded"
+    http_status = 429
+    default_message = "The daily token limit is spent."
+
+
 class ServiceUnavailable(PlatformError):
     code = "service_unavailable"
     http_status = 503

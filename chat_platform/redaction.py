@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from urllib.parse import urlsplit
 
 MASK = "***"
@@ -43,10 +44,23 @@ def _settings_secret() -> str:
         return ""
 
 
+# Secrets that live outside the environment (a provider connection's key, decrypted from the
+# database): registered by whoever holds them (``register_secret``), masked like the others.
+_registered: set[str] = set()
+_registered_lock = threading.Lock()
+
+
+def register_secret(value: str) -> None:
+    """Mask ``value`` in every text that passes ``redact`` from now on, in this process."""
+    if value and len(value) >= MIN_SECRET_LENGTH and value not in _registered:
+        with _registered_lock:
+            _registered.add(value)
+
+
 def secret_values() -> tuple[str, ...]:
     """Every configured secret, longest first (a secret containing another is masked whole)."""
     listed = _listed_names()
-    values: set[str] = set()
+    values: set[str] = set(_registered)
     for name, value in os.environ.items():
         if name in listed or _SECRET_NAME.search(name):
             values.add(value)

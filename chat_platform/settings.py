@@ -107,6 +107,7 @@ INSTALLED_APPS = [
     "allauth.mfa",
     "accounts",
     "attachments",
+    "connections",
 ]
 
 MIDDLEWARE = [
@@ -371,10 +372,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Two "kind" choice sets (messages, memory records): name each enum after its model.
+    # Three "kind" choice sets (messages, memory records, connections): each enum named by model.
     "ENUM_NAME_OVERRIDES": {
         "MessageKindEnum": "bots.models.Message.Kind",
         "RecordKindEnum": "memory.models.MemoryRecord.Kind",
+        "ConnectionKindEnum": "connections.models.Connection.Kind",
     },
 }
 
@@ -471,6 +473,10 @@ if _bad_bases:
     raise ImproperlyConfigured(
         f"PROVIDER_API_BASES: not plain http(s) URLs: {', '.join(_bad_bases)}"
     )
+# Provider connections (app ``connections``): the secret their stored keys are encrypted with
+# (≥ 32 characters; comma-separated values rotate: the first encrypts, all decrypt). Unset:
+# keys cannot be stored; start-up fails if encrypted keys exist (connections/checks.py).
+CONNECTION_ENCRYPTION_KEY = env.str("CONNECTION_ENCRYPTION_KEY", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=120.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 LLM_RETRY_BACKOFF_SECONDS = env.float("LLM_RETRY_BACKOFF_SECONDS", default=1.0)

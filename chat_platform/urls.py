@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from accounts import views as account_views
 from bots import pages
 from chat_platform.signin import TokenSignInApi
+from connections import pages as usage_pages
 
 api_v1 = [
     path("auth/token/", TokenSignInApi.as_view(), name="auth-token"),
@@ -16,6 +17,7 @@ api_v1 = [
     path("", include("transfer.urls")),
     path("", include("openai_api.api_urls")),
     path("", include("attachments.urls")),
+    path("", include("connections.urls")),
 ]
 
 urlpatterns = [
@@ -25,6 +27,8 @@ urlpatterns = [
     # Sign-in, sign-up, password reset, TOTP and SSO (accounts app + django-allauth).
     path("accounts/", include("accounts.urls")),
     path("bots/", include("bots.bot_urls")),
+    path("usage/", usage_pages.usage_page, name="usage"),
+    path("usage/all/", usage_pages.usage_all_page, name="usage-all"),
     # The admin's own login, throttled like the others and through the same flow (TOTP), before
     # admin.site.urls, which has it too.
     path("admin/login/", account_views.admin_login),

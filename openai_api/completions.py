@@ -89,6 +89,8 @@ def reply_error(reply: Message) -> OpenAIError:
         return OpenAIError(message, status=503, type_="server_error", code=code)
     if code == errors.NotFound.code:
         return OpenAIError(message, status=404, code="model_not_found", param="model")
+    if code == errors.QuotaExceeded.code:
+        return OpenAIError(message, status=429, type_="tokens", code=code)
     return OpenAIError(message, status=500, type_="server_error", code=code)
 
 

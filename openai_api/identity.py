@@ -33,6 +33,7 @@ from bots.services.branch import branch_origin, do_branch_copy
 from bots.turn_hooks import TurnOptions
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
+from connections import usage
 from openai_api.models import ApiKey, ApiSession, ApiTurn, ChainLink
 
 log = structlog.get_logger(__name__)
@@ -292,15 +293,22 @@ def is_api_turn(user_message: Message | None) -> bool:
 def turn_options(reply: Message) -> TurnOptions | None:
     if not is_api_turn(reply.reply_to):
         return None
-    options = ApiTurn.objects.filter(reply_id=reply.pk).values_list("options", flat=True).first()
-    if options is None:
+    row = (
+        ApiTurn.objects.filter(reply_id=reply.pk)
+        .values_list("options", "key_id", "key__daily_token_limit")
+        .first()
+    )
+    if row is None:
         return None
+    options, key_id, key_limit = row
     stop = options.get("stop") or ()
     return TurnOptions(
         temperature=options.get("temperature"),
         max_tokens=options.get("max_tokens"),
         stop=tuple(stop),
         system=options.get("system") or "",
+        # The key's daily limit counts this turn too (the user's own is the turn's to add).
+        quota=tuple(usage.key_limit(key_id=key_id, limit=key_limit)) if key_id else (),
     )
 
 

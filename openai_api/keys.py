@@ -6,20 +6,19 @@ never reaches a log line, an error message or an answer other than the one that 
 """
 
 import datetime as dt
-from dataclasses import dataclass
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
-from bots.models import Bot, Message
+from bots.models import Bot
 from bots.queries import bot_list_for_user
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from connections import usage
 from openai_api.models import ApiKey
 
 log = structlog.get_logger(__name__)
@@ -98,39 +97,18 @@ def model_id_of(*, key: ApiKey, bot: Bot) -> str:
 # --- the daily token budget -------------------------------------------------------------------
 
 
-def day_start(now: dt.datetime | None = None) -> dt.datetime:
-    now = now or timezone.now()
-    return now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def key_tokens_today(*, key: ApiKey) -> int:
-    """Tokens the key's turns used since 00:00 UTC: the provider's reported prompt and
-    completion tokens of their replies."""
-    total = Message.objects.filter(
-        api_turn__key=key, api_turn__created_at__gte=day_start()
-    ).aggregate(
-        used=Sum(Coalesce("prompt_tokens", 0) + Coalesce("completion_tokens", 0)),
-    )["used"]
-    return int(total or 0)
-
-
-@dataclass(frozen=True)
-class BudgetExhausted(Exception):
-    limit: int
-    used: int
-    resets_at: dt.datetime
+def key_limits(*, key: ApiKey) -> list[usage.Limit]:
+    """The daily limits a call with ``key`` counts against: the key's own and its user's
+    (one counter design for both, ``connections.usage``)."""
+    return [
+        *usage.key_limit(key_id=key.pk, limit=key.daily_token_limit),
+        *usage.user_limits(key.user_id),
+    ]
 
 
 def key_budget_check(*, key: ApiKey) -> None:
-    if key.daily_token_limit is None:
-        return
-    used = key_tokens_today(key=key)
-    if used >= key.daily_token_limit:
-        raise BudgetExhausted(
-            limit=key.daily_token_limit,
-            used=used,
-            resets_at=day_start() + dt.timedelta(days=1),
-        )
+    """``QuotaExceeded`` when the key's or its user's daily limit is spent."""
+    usage.quota_check(key_limits(key=key))
 
 
 # --- management (the user's own keys) ----------------------------------------------------------

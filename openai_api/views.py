@@ -164,14 +164,8 @@ def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
     bot = completions.completion_bot(key=key, request=chat)
     try:
         keys.key_budget_check(key=key)
-    except keys.BudgetExhausted as exc:
-        raise OpenAIError(
-            f"This key's daily budget of {exc.limit} tokens is spent ({exc.used} used); it "
-            f"resets at {exc.resets_at.isoformat()}.",
-            status=429,
-            type_="tokens",
-            code="rate_limit_exceeded",
-        ) from None
+    except errors.QuotaExceeded as exc:
+        raise OpenAIError(exc.message, status=429, type_="tokens", code=exc.code) from None
     conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
     return key, bot, chat, conversation
 

@@ -37,6 +37,10 @@ class BotOutputSerializer(serializers.ModelSerializer):
 class BotInputSerializer(serializers.ModelSerializer):
     """Shape and types only; the service runs the model's full validation."""
 
+    # An id, resolved (and access-checked) by the service: the same error whether a connection
+    # does not exist or is not the user's to use.
+    connection = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
     class Meta:
         model = Bot
         fields = list(BOT_FIELDS)

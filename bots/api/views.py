@@ -232,6 +232,7 @@ class SessionMessagesApi(APIView):
             exc_class = {
                 "context_too_large": errors.ContextTooLarge,
                 "model_unavailable": errors.ModelUnavailable,
+                "quota_exceeded": errors.QuotaExceeded,
             }.get(reply.error_code, errors.ModelUnavailable)
             return error_response(exc_class.code, reply.error_message, body, exc_class.http_status)
         finished = reply is None or reply.is_finished

@@ -9,7 +9,9 @@ from bots.bot_validation import check_bot_settings
 from bots.models import Bot
 from bots.queries import bot_get_for_edit
 from bots.services.checks import full_clean
-from chat_platform.errors import ValidationFailed
+from chat_platform.errors import NotFound, ValidationFailed
+from connections.models import Connection
+from connections.queries import connection_get_for_user
 
 log = structlog.get_logger(__name__)
 
@@ -18,6 +20,7 @@ log = structlog.get_logger(__name__)
 BOT_BASIC_FIELDS = (
     "name",
     "system_prompt",
+    "connection",
     "model",
     "allowed_models",
     "api_base",
@@ -38,11 +41,31 @@ BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled")
 BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
 
 
+def _connection_resolved(*, user: AbstractBaseUser, fields: dict[str, Any]) -> None:
+    """``connection`` given as an id becomes the row, if ``user`` may use it: one error whether
+    it does not exist or is not theirs to use."""
+    if "connection" not in fields:
+        return
+    value = fields["connection"]
+    if value is None or value == "" or isinstance(value, Connection):
+        fields["connection"] = value or None
+        return
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValidationFailed(details={"connection": ["A connection id."]})
+    try:
+        fields["connection"] = connection_get_for_user(user=user, connection_id=value)
+    except NotFound:
+        raise ValidationFailed(
+            details={"connection": ["No such connection, or you may not use it."]}
+        ) from None
+
+
 def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
     """The owner is the acting user: what they may set (api_base) depends on them."""
     unknown = set(fields) - set(BOT_FIELDS)
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
+    _connection_resolved(user=owner, fields=fields)
     bot = Bot(owner=owner, **fields)
     full_clean(bot, exclude=["owner"])
     check_bot_settings(user=owner, bot=bot, previous_api_base=None, changed=set(fields))
@@ -56,13 +79,20 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    _connection_resolved(user=user, fields=fields)
     previous_api_base = bot.api_base
     changed = {name for name, value in fields.items() if getattr(bot, name) != value}
     for name, value in fields.items():
         setattr(bot, name, value)
     full_clean(bot, exclude=["owner"])
     check_bot_settings(user=user, bot=bot, previous_api_base=previous_api_base, changed=changed)
-    bot.save(update_fields=[*fields, "api_base_approved", "models_approved", "updated_at"])
+    # The connection check may fill model (listed id -> litellm string) and context_window.
+    extra = ["model", "context_window"] if bot.connection_id else []
+    bot.save(
+        update_fields=sorted(
+            {*fields, *extra, "api_base_approved", "models_approved", "updated_at"}
+        )
+    )
     return bot
 
 

@@ -45,6 +45,7 @@ from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
 from compaction.pipeline import context_fixed_fits, context_measure, context_precheck
 from compaction.services import compaction_notice_text, context_notify
+from connections import usage
 
 log = structlog.get_logger(__name__)
 
@@ -261,6 +262,11 @@ def session_message_send(
         return session_compact_command(
             session=session, text=text, client_id=cid, focus=command["focus"] or ""
         )
+    limits = usage.user_limits(user.pk)
+    if limits and not (cid and _existing_send(session=session, client_id=cid)):
+        # A spent daily limit refuses before anything is stored (a retry of a message already
+        # sent still gets its first result).
+        usage.quota_check(limits)
     answering = _answering(session=session, text=text, reply_as=reply_as)
     with transaction.atomic():
         try:

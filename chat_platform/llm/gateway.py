@@ -78,6 +78,12 @@ class ModelConfig:
     # True when staff approved this model for the bot (Bot.model_trusted): only then may a call
     # without an api_base go wherever litellm's default for the provider is.
     model_trusted: bool = False
+    # The key itself, for a call through a provider connection (decrypted from the database by
+    # the connections app): used instead of ``api_key_env``. Never shown in a repr or a log.
+    api_key: str = field(default="", repr=False)
+    # Why this call must not be made (e.g. the bot's owner may no longer use its connection):
+    # refused before anything is read or sent, like a provider-policy refusal.
+    refusal: str = ""
     temperature: float = 0.7
     max_output_tokens: int = 1024
     timeout: float | None = None
@@ -241,6 +247,7 @@ def _call_kwargs(
         model=config.model,
         model_trusted=config.model_trusted,
     )
+    refusal = config.refusal or refusal
     if refusal:
         raise ModelCallFailed(f"{config.model}: {refusal}")
     api_base = provider_policy.call_api_base(
@@ -279,6 +286,8 @@ def _api_key(config: ModelConfig) -> str | None:
     and the SDKs fill a missing key from the server's environment (``OPENAI_API_KEY``…)."""
     if config.model.startswith(BUILTIN_PREFIX):
         return None
+    if config.api_key:
+        return config.api_key
     if config.api_key_env:
         value = os.environ.get(config.api_key_env)
         if not value:

@@ -84,8 +84,9 @@ def test_a_reply_without_a_user_message_is_claimed_with_none(owner, django_asser
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="one-statement claim and finish")
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monkeypatch):
-    """Four statements before the provider is called (the claim with its reads, pins with
-    summaries, the memory index, the history that fits with its text), the admission record
+    """Five statements before the provider is called (the claim with its reads, the user's daily
+    token limit, pins with summaries, the memory index, the history that fits with its text),
+    the admission record
     once the provider answered, one to finish; then the context meter's reads."""
     message_add(fake_session, role="user", content="earlier")
     message_add(fake_session, role="assistant", content="answer")
@@ -107,10 +108,11 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         turn.turn_run(message_id=reply.pk)
 
     assert Message.objects.get(pk=reply.pk).content == "Done."
-    assert before_the_call == [4]
+    assert before_the_call == [5]
     sqls = [q["sql"] for q in queries.captured_queries]
     assert [sql.split()[0] for sql in sqls] == [
         "WITH",  # claim + reply, session, bot, user message
+        "SELECT",  # the user's daily token limit (none: nothing reserved)
         "(SELECT",  # pins and summaries
         "SELECT",  # memory index
         "SELECT",  # history with its text
@@ -120,4 +122,5 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         *["SELECT", "SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
         "SELECT",  # a reply queued behind this one, to hand over
     ]
-    assert "memory_memoryrecord" in sqls[2] and '"content"' in sqls[3]
+    assert "connections_userquota" in sqls[1]
+    assert "memory_memoryrecord" in sqls[3] and '"content"' in sqls[4]

@@ -221,13 +221,18 @@ def test_malformed_json_body(owner_client, chat_session):
 @pytest.mark.parametrize(
     ("client_id", "statements"),
     [
-        # the session; the exchange's seqs and totals in one UPDATE … RETURNING; the two rows;
-        # pins and summaries (one UNION ALL) for the fixed-part check (not the memory index)
-        (None, ["SELECT", "SAVEPOINT", "UPDATE", "INSERT", "INSERT", "(SELECT", "RELEASE"]),
+        # the session; the user's daily token limit (connections.usage, one read); the exchange's
+        # seqs and totals in one UPDATE … RETURNING; the two rows; pins and summaries (one UNION
+        # ALL) for the fixed-part check (not the memory index)
+        (
+            None,
+            ["SELECT", "SELECT", "SAVEPOINT", "UPDATE", "INSERT", "INSERT", "(SELECT", "RELEASE"],
+        ),
         # with a client_id: a savepoint to recover from a concurrent duplicate, and the lookup
         (
             "c-1",
             [
+                "SELECT",
                 "SELECT",
                 "SAVEPOINT",
                 "SAVEPOINT",

@@ -9,6 +9,8 @@ import pytest
 from django.utils import timezone
 
 from bots.models import ChatSession, Message
+from connections import usage
+from connections.models import TokenCounter, UserQuota
 from openai_api.models import ApiKey, ApiSession, ChainLink
 from tests.factories import BotFactory, UserFactory
 from tests.fakeopenai import Reply
@@ -330,8 +332,8 @@ def test_a_message_bigger_than_the_budget_is_context_length_exceeded(stack, user
     ]
 
 
-def test_a_spent_daily_budget_is_rate_limit_exceeded(stack, user, fake_bot, fake_openai):
-    _, key = new_key(user, daily_token_limit=20)
+def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_openai):
+    row, key = new_key(user, daily_token_limit=20)
     fake_openai.script(
         Reply(text="ok", usage={"prompt_tokens": 15, "completion_tokens": 5, "total_tokens": 20})
     )
@@ -341,9 +343,24 @@ def test_a_spent_daily_budget_is_rate_limit_exceeded(stack, user, fake_bot, fake
         client.chat.completions.create(
             model="writer", messages=[{"role": "user", "content": "two"}]
         )
-    assert caught.value.body["code"] == "rate_limit_exceeded"
+    assert caught.value.body["code"] == "quota_exceeded"
+    assert "resets at" in caught.value.body["message"]
     assert len(fake_openai.requests) == 1
     assert not Message.objects.filter(content="two").exists()
+    # the key's counter, the one the turn counts in (connections.usage)
+    assert TokenCounter.objects.get(subject=f"key:{row.pk}").used == 20
+
+
+def test_the_users_daily_limit_applies_to_the_api_too(stack, user, fake_bot, fake_openai):
+    _, key = new_key(user)
+    UserQuota.objects.create(user=user, daily_token_limit=20)
+    TokenCounter.objects.create(subject=f"user:{user.pk}", day=usage.today(), used=20)
+    with pytest.raises(openai.RateLimitError) as caught:
+        sdk(stack, key).chat.completions.create(
+            model="writer", messages=[{"role": "user", "content": "one"}]
+        )
+    assert caught.value.body["code"] == "quota_exceeded"
+    assert fake_openai.requests == []
 
 
 def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):

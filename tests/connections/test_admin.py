@@ -1,0 +1,48 @@
+"""The admin: the key is a write-only password field, encrypted like over the API."""
+
+import pytest
+
+from connections import crypto
+from connections.models import Connection
+from tests.connections.conftest import SECRET_API_KEY
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def superuser(django_user_model):
+    return django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+
+
+def test_the_admin_stores_the_key_encrypted_and_never_shows_it(client, superuser):
+    client.force_login(superuser)
+    response = client.post(
+        "/admin/connections/connection/add/",
+        {
+            "name": "Admin made",
+            "kind": "openai",
+            "provider": "",
+            "base_url": "http://127.0.0.1:9/v1",
+            "api_key": SECRET_API_KEY,
+            "api_key_env": "",
+            "public": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    connection = Connection.objects.get(name="Admin made")
+    assert crypto.key_decrypt(connection.api_key_encrypted) == SECRET_API_KEY
+    assert connection.created_by == superuser
+    page = client.get(f"/admin/connections/connection/{connection.pk}/change/").content.decode()
+    assert SECRET_API_KEY not in page
+    assert connection.api_key_encrypted not in page
+
+
+def test_the_admin_refuses_what_the_api_refuses(client, superuser):
+    client.force_login(superuser)
+    response = client.post(
+        "/admin/connections/connection/add/",
+        {"name": "Bad", "kind": "openai", "base_url": "http://u:p@x.test/v1", "api_key_env": ""},
+    )
+    assert response.status_code == 200
+    assert "plain http(s) URL" in response.content.decode()
+    assert not Connection.objects.filter(name="Bad").exists()
