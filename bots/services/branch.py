@@ -139,15 +139,22 @@ def reply_regenerate(*, user: AbstractBaseUser, message_id: object) -> BranchRes
     reply = message_get_for_user(user=user, message_id=message_id)
     if reply.role != Message.Role.ASSISTANT or reply.kind != Message.Kind.CHAT:
         raise ValidationFailed(details={"message": ["Only a reply can be regenerated."]})
-    if reply.reply_to_id is None:
+    # The message it answers: its own (the first reply), or, for a later bot's reply in a room,
+    # the user message that prompted them all.
+    question_id = reply.reply_to_id or reply.prompted_by_id
+    if question_id is None:
         raise ValidationFailed(details={"message": ["This reply answers no message."]})
-    question = Message.objects.get(pk=reply.reply_to_id)
+    question = Message.objects.get(pk=question_id)
     session = session_get_for_use(user=user, session_id=reply.session_id)
     _check_idle(session)
+    # The branch starts where the reply did: right after the question for the first reply (its
+    # own lookups are not carried), at the reply for a later bot's (the replies before it stay
+    # in view, as they were when it answered).
+    at_seq = question.seq + 1 if reply.reply_to_id else reply.seq
     with transaction.atomic():
-        branch = do_branch_create(session=session, at_seq=question.seq + 1)
+        branch = do_branch_create(session=session, at_seq=at_seq)
         copied = Message.objects.get(session=branch, seq=question.seq)
-        result = reply_again_open(session=branch, user_message=copied)
+        result = reply_again_open(session=branch, user_message=copied, bot=reply.bot)
     pending = result.assistant_message
     assert pending is not None
     log.info("reply_regenerated", session_id=session.pk, branch_id=branch.pk, seq=pending.seq)

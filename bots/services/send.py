@@ -319,18 +319,23 @@ def session_message_send(
     return result
 
 
-def reply_again_open(*, session: ChatSession, user_message: Message) -> SendResult:
-    """In the caller's transaction: a new pending reply to ``user_message``, the last message
-    of ``session`` (a regenerated reply, on its branch), at the next seq; refused at once if it
-    can never fit, else handed to the queue after commit, as a send's reply is."""
+def reply_again_open(
+    *, session: ChatSession, user_message: Message, bot: Bot | None = None
+) -> SendResult:
+    """In the caller's transaction: a new pending reply to ``user_message`` by ``bot`` (default:
+    the chat's), after the last message of ``session`` (a regenerated reply, on its branch);
+    refused at once if it can never fit, else handed to the queue after commit, as a send's
+    reply is."""
     row = transitions.allocate_seqs(session_id=session.pk, count=1)
-    if row.last_seq != user_message.seq + 1:
-        raise ValidationFailed(
-            details={"message": ["Only the last message can be answered again."]}
-        )
     session.last_seq = row.last_seq
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
-    reply = transitions.reply_pending_create(user_message=user_message, model=session.chat_model)
+    speaker = bot or session.bot
+    reply = transitions.reply_pending_create(
+        user_message=user_message,
+        model=session.chat_model if speaker.pk == session.bot_id else speaker.model,
+        bot=speaker,
+        offset=row.last_seq - user_message.seq,
+    )
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)
     transaction.on_commit(

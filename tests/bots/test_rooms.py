@@ -490,3 +490,32 @@ def test_a_branch_of_a_room_is_the_same_room(room, owner_client, fake_openai, ea
     assert sorted(
         SessionParticipant.objects.filter(session=branch).values_list("bot_id", "is_default")
     ) == sorted([(planner.pk, True), (critic.pk, False)])
+
+
+def test_regenerating_a_later_bots_reply_keeps_the_replies_before_it_and_that_bot(
+    owner, owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    session, planner, critic = room
+    owner_client.patch(f"/api/v1/sessions/{session.pk}/", {"reply_mode": "all"}, format="json")
+    fake_openai.script(Reply(text="Step one."), Reply(text="Step one is risky."))
+    with django_capture_on_commit_callbacks(execute=True):
+        _send(owner_client, session, "Plan the trip")
+    critics = Message.objects.get(session=session, seq=3)
+    fake_openai.script(Reply(text="Step one is fine, actually."))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        body = owner_client.post(f"/api/v1/messages/{critics.pk}/regenerate/", {}, "json").json()
+
+    branch = ChatSession.objects.get(pk=body["session"]["id"])
+    assert (branch.branch_of_id, branch.branch_seq) == (session.pk, 3)
+    assert _transcript(branch) == [
+        (1, "user", "chat", None, "Plan the trip", "complete"),
+        (2, "assistant", "chat", "planner", "Step one.", "complete"),
+        (3, "assistant", "chat", "critic", "Step one is fine, actually.", "complete"),
+    ]
+    # asked from the critic's seat, with the planner's reply in view, as the first time
+    assert fake_openai.requests[-1]["messages"][2:] == [
+        {"role": "user", "name": "owner", "content": "owner: Plan the trip"},
+        {"role": "user", "name": "planner", "content": "Planner: Step one."},
+    ]
+    assert _transcript(session)[2][4] == "Step one is risky."
