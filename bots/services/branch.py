@@ -84,9 +84,10 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
 
 
 def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) -> None:
-    """Fill the new, empty chat ``branch`` with ``session`` before ``at_seq``: the messages, the
-    summaries and snapshots that cover only those, the chat's notes, the search index and the
-    running totals. Also how the OpenAI-compatible API forks a conversation a client edited."""
+    """Fill the new, empty chat ``branch`` with ``session`` before ``at_seq``: its participants,
+    the messages, the summaries and snapshots that cover only those (with the snapshots' search
+    index), the chat's notes and the running totals. Also how the OpenAI-compatible API forks a
+    conversation a client edited."""
     # A room's branch is the same room: its participants as they stand.
     SessionParticipant.objects.bulk_create(
         [
