@@ -25,7 +25,7 @@ import {
   toolRequests,
 } from "./messages.js";
 import { ui } from "./page.js";
-import { regenerate, startEdit } from "./branches.js";
+import { regenerate, renderFlips, startEdit } from "./branches.js";
 import { copyMessage } from "./copy.js";
 import { discardSend, pendingSends, retryReply, retrySend } from "./sending.js";
 import { scheduleStaleCheck } from "./session.js";
@@ -484,6 +484,8 @@ function refreshQueued() {
 
 export function afterMessagesChanged() {
   refreshQueued();
+  // A message re-rendered or re-inserted (a reply streaming in) keeps its ‹ i/n › control.
+  renderFlips();
   ui.transcriptEmpty.hidden = true;
   if (state.sessionId !== null && !ui.transcript.querySelector(".msg")) {
     ui.transcriptEmpty.textContent = "No messages yet. Say hello!";
