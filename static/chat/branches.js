@@ -12,6 +12,7 @@ import { state } from "./state.js";
 import { showError } from "./status.js";
 
 var points = []; // [{seq, versions: [chat ids], current}] of the open chat
+var pointsOf = null; // the chat they were read for: another chat's are never drawn
 
 function remember(session) {
   var known = state.sessions.some(function (s) {
@@ -85,6 +86,7 @@ export function loadBranches(epoch) {
   return api("GET", "sessions/" + encodeURIComponent(state.sessionId) + "/branches/").then(function (data) {
     if (epoch !== state.epoch) return;
     points = (data && data.points) || [];
+    pointsOf = state.sessionId;
     renderFlips();
   });
 }
@@ -103,6 +105,7 @@ export function renderFlips() {
   ui.transcript.querySelectorAll(".msg-branches").forEach(function (f) {
     f.remove();
   });
+  if (String(pointsOf) !== String(state.sessionId)) return;
   points.forEach(function (point) {
     var node = flipTarget(point.seq);
     if (!node || point.versions.length < 2) return;
