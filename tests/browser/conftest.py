@@ -3,7 +3,9 @@ Chromium per test module; each test gets a fresh browser context (its own cookie
 own bots and chats, so tests stay independent while the suite stays fast."""
 
 from collections.abc import Iterator
+from functools import partial
 
+import httpx
 import pytest
 
 from tests.browser.support import (
@@ -15,6 +17,24 @@ from tests.browser.support import (
 )
 from tests.fakeopenai import FakeOpenAI
 from tests.integration.processes import process_env, web_server
+
+# httpx waits 5 s by default. On CI's two shared cores the embedded server's first answer
+# (a password hash for the token, a cold import) can take longer than that, and a test then
+# fails on a ReadTimeout that says nothing about the page. The tests' own REST calls wait up to
+# a minute unless they say otherwise.
+REST_TIMEOUT_SECONDS = 60
+
+
+@pytest.fixture(autouse=True)
+def _patient_rest_calls(monkeypatch) -> None:
+    for verb in ("get", "post", "patch", "put", "delete"):
+        call = getattr(httpx, verb)
+        monkeypatch.setattr(httpx, verb, partial(_with_timeout, call))
+
+
+def _with_timeout(call, *args, **kwargs):
+    kwargs.setdefault("timeout", REST_TIMEOUT_SECONDS)
+    return call(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
