@@ -1,14 +1,19 @@
 """Compaction as the interfaces see it: access-checked manual compaction and its notice text."""
 
+from typing import Any
+
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.models import ChatSession
-from bots.queries import session_get_for_use
+from bots.queries import session_get_for_use, session_get_for_user
 from chat_platform import realtime
 from chat_platform.errors import ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft
+from compaction.engine.undo import RevertResult, summary_release, summary_revert
+from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline import context_report
+from compaction.queries import summary_get_for_user
 
 REASON_TEXT = {
     "summariser_error": "the summariser did not answer",
@@ -39,6 +44,50 @@ def session_compact_soft(*, session_id: int) -> RunResult | None:
     if result is not None and result.compacted:
         context_notify(session_id=session_id)
     return result
+
+
+def summary_revert_for_user(
+    *, user: AbstractBaseUser, summary_id: object, compact_rest: bool = False
+) -> RevertResult:
+    """Undo a compaction (CONTRACT §17). Another user's summary is ``not_found`` and nothing
+    changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to be
+    usable in the chat, like ``/compact``."""
+    summary = summary_get_for_user(user=user, summary_id=summary_id)
+    if compact_rest:
+        session_get_for_use(user=user, session_id=summary.session_id)
+    else:
+        session_get_for_user(user=user, session_id=summary.session_id)
+    result = summary_revert(summary=summary, compact_rest=compact_rest)
+    context_notify(session_id=summary.session_id)
+    return result
+
+
+def summary_release_for_user(*, user: AbstractBaseUser, summary_id: object) -> dict[str, Any]:
+    """Let automatic compaction take an undone span again."""
+    summary = summary_get_for_user(user=user, summary_id=summary_id)
+    event = summary_release(summary=summary)
+    context_notify(session_id=summary.session_id)
+    return {"summary": summary_payload(summary), "event": event_payload(event)}
+
+
+def revert_payload(result: RevertResult) -> dict[str, Any]:
+    """The answer to an undo: the restored range and what came back into the context."""
+    summary = result.summary
+    return {
+        "summary": summary_payload(summary),
+        "first_seq": summary.first_seq,
+        "last_seq": summary.last_seq,
+        "restored": {
+            "messages": result.restored_messages,
+            "tokens": result.restored_tokens,
+            "summaries": [p.pk for p in result.parents],
+        },
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "held": summary.held,
+        "event": event_payload(result.event),
+        "compaction": result_payload(result.compaction) if result.compaction else None,
+    }
 
 
 def context_notify(*, session_id: int) -> None:

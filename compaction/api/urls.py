@@ -13,6 +13,16 @@ urlpatterns = [
         views.SessionSummariesApi.as_view(),
         name="session-summaries",
     ),
+    path(
+        "summaries/<int:summary_id>/revert/",
+        views.SummaryRevertApi.as_view(),
+        name="summary-revert",
+    ),
+    path(
+        "summaries/<int:summary_id>/release/",
+        views.SummaryReleaseApi.as_view(),
+        name="summary-release",
+    ),
     path("messages/<int:message_id>/fit/", views.MessageFitApi.as_view(), name="message-fit"),
     path("compaction-events/", views.CompactionEventsApi.as_view(), name="compaction-events"),
 ]

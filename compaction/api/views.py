@@ -42,6 +42,71 @@ class SessionCompactApi(APIView):
         return Response(result_payload(result))
 
 
+class RevertInputSerializer(serializers.Serializer):
+    compact_rest = serializers.BooleanField(required=False, default=False)
+
+
+RevertResultSerializer = inline_serializer(
+    "RevertResult",
+    {
+        "summary": serializers.DictField(),
+        "first_seq": serializers.IntegerField(),
+        "last_seq": serializers.IntegerField(),
+        "restored": inline_serializer(
+            "RevertRestored",
+            {
+                "messages": serializers.IntegerField(),
+                "tokens": serializers.IntegerField(),
+                "summaries": serializers.ListField(child=serializers.IntegerField()),
+            },
+        ),
+        "tokens_before": serializers.IntegerField(),
+        "tokens_after": serializers.IntegerField(),
+        "held": serializers.BooleanField(),
+        "event": serializers.DictField(),
+        "compaction": serializers.DictField(allow_null=True),
+    },
+)
+
+
+class SummaryRevertApi(APIView):
+    """Undo a compaction: its messages (a fused summary: its parents) come back to the context.
+    ``validation_error`` with ``details.tokens_after`` when that would reach the hard threshold
+    (then ``{"compact_rest": true}`` undoes it and compacts everything else);
+    ``compaction_busy`` while a compaction of the chat runs."""
+
+    @extend_schema(
+        request=RevertInputSerializer,
+        responses={200: RevertResultSerializer, **api_errors(400, 404, 409, 503)},
+    )
+    def post(self, request: Request, summary_id: int) -> Response:
+        serializer = RevertInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = services.summary_revert_for_user(
+            user=request.user,
+            summary_id=summary_id,
+            compact_rest=serializer.validated_data["compact_rest"],
+        )
+        return Response(services.revert_payload(result))
+
+
+class SummaryReleaseApi(APIView):
+    """Release the hold on an undone compaction: automatic compaction may take it again."""
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: inline_serializer(
+                "SummaryRelease",
+                {"summary": serializers.DictField(), "event": serializers.DictField()},
+            ),
+            **api_errors(400, 404),
+        },
+    )
+    def post(self, request: Request, summary_id: int) -> Response:
+        return Response(services.summary_release_for_user(user=request.user, summary_id=summary_id))
+
+
 class SessionSummariesApi(APIView):
     @extend_schema(responses=serializers.ListSerializer(child=serializers.DictField()))
     def get(self, request: Request, session_id: int) -> Response:

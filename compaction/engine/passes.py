@@ -28,6 +28,7 @@ from compaction.engine.common import (
     compaction_model_config,
     current_turn_seq,
     event_write,
+    held_spans,
     prompt_messages,
     request_tokens,
     session_fresh,
@@ -67,9 +68,14 @@ def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]
 
 
 def range_rows(session: ChatSession, *, before_seq: int | None, want_tokens: int) -> list[RangeRow]:
-    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand."""
+    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand.
+
+    The spans of undone summaries that are still held are left out, as if not there: the scan
+    goes on past them (a held span is not taken again until it is released)."""
     rows: list[RangeRow] = []
     queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
+    for first, last in held_spans(session):
+        queryset = queryset.exclude(seq__gte=first, seq__lte=last)
     if before_seq is not None:
         queryset = queryset.filter(seq__lt=before_seq)
     queryset = queryset.values_list(
