@@ -14,9 +14,19 @@ urlpatterns = [
         name="session-summaries",
     ),
     path(
+        "sessions/<int:session_id>/expand/",
+        views.SessionExpandApi.as_view(),
+        name="session-expand",
+    ),
+    path(
         "summaries/<int:summary_id>/revert/",
         views.SummaryRevertApi.as_view(),
         name="summary-revert",
+    ),
+    path(
+        "summaries/<int:summary_id>/resummarise/",
+        views.SummaryResummariseApi.as_view(),
+        name="summary-resummarise",
     ),
     path(
         "summaries/<int:summary_id>/release/",

@@ -90,6 +90,46 @@ class SummaryRevertApi(APIView):
         return Response(services.revert_payload(result))
 
 
+class ResummariseInputSerializer(serializers.Serializer):
+    focus = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class SummaryResummariseApi(APIView):
+    """Run the compaction of this summary's span again from its snapshot, with a focus. The
+    quality gates apply: a rejected result keeps the old summary (``outcome``, ``reason`` and
+    ``message`` say why); an accepted one supersedes it (``replaced``)."""
+
+    @extend_schema(
+        request=ResummariseInputSerializer,
+        responses={
+            200: inline_serializer(
+                "ResummariseResult",
+                {
+                    "outcome": serializers.CharField(),
+                    "reason": serializers.CharField(),
+                    "tokens_before": serializers.IntegerField(),
+                    "tokens_after": serializers.IntegerField(),
+                    "summary": serializers.DictField(allow_null=True),
+                    "event": serializers.DictField(allow_null=True),
+                    "message": serializers.CharField(),
+                    "replaced": serializers.DictField(),
+                },
+            ),
+            **api_errors(400, 404, 409, 503),
+        },
+    )
+    def post(self, request: Request, summary_id: int) -> Response:
+        serializer = ResummariseInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response(
+            services.summary_resummarise_for_user(
+                user=request.user,
+                summary_id=summary_id,
+                focus=serializer.validated_data["focus"],
+            )
+        )
+
+
 class SummaryReleaseApi(APIView):
     """Release the hold on an undone compaction: automatic compaction may take it again."""
 
@@ -105,6 +145,56 @@ class SummaryReleaseApi(APIView):
     )
     def post(self, request: Request, summary_id: int) -> Response:
         return Response(services.summary_release_for_user(user=request.user, summary_id=summary_id))
+
+
+class ExpandInputSerializer(serializers.Serializer):
+    record = serializers.CharField(max_length=80, required=False)
+    summary = serializers.IntegerField(required=False, min_value=1)
+
+    def validate(self, attrs: dict) -> dict:
+        if ("record" in attrs) == ("summary" in attrs):
+            raise serializers.ValidationError(
+                {"record": ["Name a snapshot record, or give a summary id (one of the two)."]}
+            )
+        return attrs
+
+
+class SessionExpandApi(APIView):
+    """ "Use the full text next turn": the next reply's context carries this span's messages
+    verbatim instead of its summary, inside the budget; for that reply only."""
+
+    @extend_schema(
+        request=ExpandInputSerializer,
+        responses={
+            200: inline_serializer(
+                "ExpandResult",
+                {
+                    "record": serializers.CharField(),
+                    "first_seq": serializers.IntegerField(),
+                    "last_seq": serializers.IntegerField(),
+                    "messages": serializers.IntegerField(),
+                    "tokens": serializers.IntegerField(),
+                    "replaces": serializers.ListField(child=serializers.IntegerField()),
+                    "tokens_before": serializers.IntegerField(),
+                    "tokens_after": serializers.IntegerField(),
+                    "event": serializers.DictField(),
+                },
+            ),
+            **api_errors(400, 404),
+        },
+    )
+    def post(self, request: Request, session_id: int) -> Response:
+        serializer = ExpandInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        return Response(
+            services.session_expand_for_user(
+                user=request.user,
+                session_id=session_id,
+                record=data.get("record"),
+                summary_id=data.get("summary"),
+            )
+        )
 
 
 class SessionSummariesApi(APIView):

@@ -41,6 +41,7 @@ from compaction.models import CompactionEvent, Summary
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from memory import services as memory_services
+from memory.models import MemoryRecord
 
 log = structlog.get_logger("compaction.engine")
 
@@ -157,14 +158,19 @@ def summarise(
     last_seq: int,
     tokens_before: int,
     source_tokens: int,
+    snapshot: MemoryRecord | None = None,
 ) -> tuple[dict[str, Any] | None, RunResult | None]:
-    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure)."""
+    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure).
+
+    ``snapshot``: the span's existing snapshot, whose body is ``transcript`` (a re-summary
+    reads it again; it is neither rewritten nor taken out of the index)."""
     bot = session.bot
     config = compaction_model_config(bot, model=plan.model)
     window = summariser_window(bot, config)
-    snapshot = memory_services.snapshot_write(
-        session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
-    )
+    if snapshot is None:
+        snapshot = memory_services.snapshot_write(
+            session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
+        )
     # On commit, like every frame: a caller's transaction may still roll the snapshot back.
     transaction.on_commit(
         partial(

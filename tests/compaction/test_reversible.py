@@ -26,7 +26,7 @@ from tests.compaction.test_engine import (
     summariser_requests,
     summary_text,
 )
-from tests.factories import SessionFactory
+from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db
@@ -358,3 +358,160 @@ def test_at_the_hard_threshold_the_hold_is_dropped_and_reported(
     assert statuses(session)[0] == (summary.pk, "reverted", False)
     reply.refresh_from_db()
     assert reply.status == "complete"
+
+
+# --- re-summarise with a focus ------------------------------------------------------------------
+
+KEY_LINE = "the spare key sits under flowerpot 4417."
+
+
+@pytest.fixture
+def builtin_session(owner):
+    """The built-in models: ``builtin/recall`` chats, ``builtin/extractive`` summarises."""
+    bot = BotFactory(
+        owner=owner,
+        model="builtin/recall",
+        context_window=20_000,
+        max_output_tokens=1000,
+        system_prompt="",
+        memory_index_size=0,
+    )
+    return SessionFactory(user=owner, bot=bot)
+
+
+def key_history(session):
+    """The key's place first, then 30 plain facts: without a focus the extractive summariser
+    keeps 60 % of its input and drops the oldest of equally weighted sentences, the key."""
+    message_add(session, role="user", content=KEY_LINE)
+    for i in range(2, 32):
+        message_add(
+            session,
+            role="user" if i % 2 else "assistant",
+            content=f"we packed {i * 3} boxes of tea today.",
+        )
+    message_add(session, role="user", content="Thanks.")
+    message_add(session, role="assistant", content="Welcome.")
+    recount(session)
+
+
+def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_session):
+    session = builtin_session
+    key_history(session)
+    old = engine.compaction_manual(session=session).summary
+    assert (old.first_seq, old.last_seq, old.level) == (1, 31, 1)
+    assert "4417" not in old.text
+    snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_31")
+    body = snapshot.body
+    totals = counters(session)
+
+    response = owner_client.post(
+        f"/api/v1/summaries/{old.pk}/resummarise/", {"focus": "the spare key"}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    answer = response.json()
+    new = Summary.objects.get(session=session, status="active")
+    assert (answer["outcome"], answer["reason"], answer["summary"]["id"]) == (
+        "compacted",
+        "focus",
+        new.pk,
+    )
+    assert f"user: {KEY_LINE}" in new.text
+    assert (new.first_seq, new.last_seq, new.level, new.trigger, new.focus) == (
+        1,
+        31,
+        1,
+        "resummarise",
+        "the spare key",
+    )
+    assert new.source_tokens == old.source_tokens
+    old.refresh_from_db()
+    assert (old.status, old.superseded_by_id, old.superseded_at is not None) == (
+        "superseded",
+        new.pk,
+        True,
+    )
+    assert answer["replaced"]["id"] == old.pk
+    assert answer["replaced"]["superseded_by"] == new.pk
+    assert set(
+        Message.objects.filter(session=session, seq__lte=31).values_list(
+            "compacted_by_id", flat=True
+        )
+    ) == {new.pk}
+    assert counters(session) == totals == recount(session)
+    event = CompactionEvent.objects.get(session=session, trigger="resummarise")
+    assert (event.outcome, event.summary_id, event.snapshot_id) == (
+        "compacted",
+        new.pk,
+        snapshot.pk,
+    )
+    snapshot.refresh_from_db()
+    assert (snapshot.body, snapshot.indexed) == (body, True)
+    assert context_measure(session=session).pressure == totals[0] + new.token_count
+    # the re-summary read the snapshot, and the context sends the new summary
+    assert answer["message"] == (
+        f"Re-summarised messages 1–31: {answer['tokens_before']:,} -> "
+        f"{answer['tokens_after']:,} tokens."
+    )
+
+
+@pytest.mark.parametrize(
+    ("junk", "reason", "why"),
+    [
+        (Reply(text="   "), "empty", "the summary came back empty"),
+        (Reply(text=GOOD, finish_reason="length"), "finish_reason", "the summary was cut off"),
+    ],
+    ids=["empty", "cut-off"],
+)
+def test_gates_reject_a_bad_re_summary_and_keep_the_old_one(
+    owner_client, session, fake_openai, junk, reason, why
+):
+    old = compacted(session, fake_openai, [300, 300, 300, 300])
+    snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_4")
+    totals = counters(session)
+    fake_openai.script(junk)
+
+    response = owner_client.post(
+        f"/api/v1/summaries/{old.pk}/resummarise/", {"focus": "the budget"}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    answer = response.json()
+    assert (answer["outcome"], answer["reason"], answer["summary"]) == ("rejected", reason, None)
+    assert answer["message"].startswith(f"Re-summary rejected: {why}")
+    assert answer["message"].endswith(". The summary is unchanged.")
+    assert statuses(session) == [(old.pk, "active", False)]
+    assert answer["replaced"]["status"] == "active"
+    assert compacted_seqs(session) == [1, 2, 3, 4]
+    assert counters(session) == totals
+    event = CompactionEvent.objects.get(session=session, trigger="resummarise")
+    assert (event.outcome, event.reason, event.snapshot_id) == ("rejected", reason, snapshot.pk)
+    assert MemoryRecord.objects.filter(pk=snapshot.pk, indexed=True).exists()
+    [request] = summariser_requests(fake_openai)[1:]
+    assert request["messages"][1]["content"].endswith("\nFocus: the budget")
+    assert snapshot.body in request["messages"][1]["content"]
+
+
+def test_resummarise_of_an_undone_summary_is_refused(owner_client, session, fake_openai):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    assert revert(owner_client, summary).status_code == 200
+    response = owner_client.post(
+        f"/api/v1/summaries/{summary.pk}/resummarise/", {"focus": "x"}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "summary": [f"Summary {summary.pk} is reverted, not active."]
+    }
+
+
+def test_another_user_cannot_resummarise(other_client, session, fake_openai):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    requests_before = len(fake_openai.requests)
+    response = other_client.post(
+        f"/api/v1/summaries/{summary.pk}/resummarise/", {"focus": "x"}, format="json"
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert statuses(session) == [(summary.pk, "active", False)]
+    assert len(fake_openai.requests) == requests_before
+    assert not CompactionEvent.objects.filter(trigger="resummarise").exists()
