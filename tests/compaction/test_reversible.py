@@ -381,14 +381,15 @@ def builtin_session(owner):
 
 
 def key_history(session):
-    """The key's place first, then 30 plain facts: without a focus the extractive summariser
+    """The key's place first, then 80 plain facts: without a focus the extractive summariser
     keeps 60 % of its input and drops the oldest of equally weighted sentences, the key."""
     message_add(session, role="user", content=KEY_LINE)
-    for i in range(2, 32):
+    for i in range(2, 22):
         message_add(
             session,
             role="user" if i % 2 else "assistant",
-            content=f"we packed {i * 3} boxes of tea today.",
+            content=f"we packed {i * 3} boxes of tea. we sent {i * 3 + 1} crates north. "
+            f"we sold {i * 3 + 2} jars of honey. we kept {i * 5} tins.",
         )
     message_add(session, role="user", content="Thanks.")
     message_add(session, role="assistant", content="Welcome.")
@@ -399,9 +400,9 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     session = builtin_session
     key_history(session)
     old = engine.compaction_manual(session=session).summary
-    assert (old.first_seq, old.last_seq, old.level) == (1, 31, 1)
+    assert (old.first_seq, old.last_seq, old.level) == (1, 21, 1)
     assert "4417" not in old.text
-    snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_31")
+    snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_21")
     body = snapshot.body
     totals = counters(session)
 
@@ -420,7 +421,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert f"user: {KEY_LINE}" in new.text
     assert (new.first_seq, new.last_seq, new.level, new.trigger, new.focus) == (
         1,
-        31,
+        21,
         1,
         "resummarise",
         "the spare key",
@@ -435,7 +436,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert answer["replaced"]["id"] == old.pk
     assert answer["replaced"]["superseded_by"] == new.pk
     assert set(
-        Message.objects.filter(session=session, seq__lte=31).values_list(
+        Message.objects.filter(session=session, seq__lte=21).values_list(
             "compacted_by_id", flat=True
         )
     ) == {new.pk}
@@ -451,7 +452,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert context_measure(session=session).pressure == totals[0] + new.token_count
     # the re-summary read the snapshot, and the context sends the new summary
     assert answer["message"] == (
-        f"Re-summarised messages 1–31: {answer['tokens_before']:,} -> "
+        f"Re-summarised messages 1–21: {answer['tokens_before']:,} -> "
         f"{answer['tokens_after']:,} tokens."
     )
 
