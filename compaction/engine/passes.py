@@ -28,6 +28,7 @@ from compaction.engine.common import (
     compaction_model_config,
     current_turn_seq,
     event_write,
+    held_spans,
     prompt_messages,
     request_tokens,
     session_fresh,
@@ -40,6 +41,7 @@ from compaction.models import CompactionEvent, Summary
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from memory import services as memory_services
+from memory.models import MemoryRecord
 
 log = structlog.get_logger("compaction.engine")
 
@@ -67,9 +69,14 @@ def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]
 
 
 def range_rows(session: ChatSession, *, before_seq: int | None, want_tokens: int) -> list[RangeRow]:
-    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand."""
+    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand.
+
+    The spans of undone summaries that are still held are left out, as if not there: the scan
+    goes on past them (a held span is not taken again until it is released)."""
     rows: list[RangeRow] = []
     queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
+    for first, last in held_spans(session):
+        queryset = queryset.exclude(seq__gte=first, seq__lte=last)
     if before_seq is not None:
         queryset = queryset.filter(seq__lt=before_seq)
     queryset = queryset.values_list(
@@ -151,14 +158,19 @@ def summarise(
     last_seq: int,
     tokens_before: int,
     source_tokens: int,
+    snapshot: MemoryRecord | None = None,
 ) -> tuple[dict[str, Any] | None, RunResult | None]:
-    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure)."""
+    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure).
+
+    ``snapshot``: the span's existing snapshot, whose body is ``transcript`` (a re-summary
+    reads it again; it is neither rewritten nor taken out of the index)."""
     bot = session.bot
     config = compaction_model_config(bot, model=plan.model)
     window = summariser_window(bot, config)
-    snapshot = memory_services.snapshot_write(
-        session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
-    )
+    if snapshot is None:
+        snapshot = memory_services.snapshot_write(
+            session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
+        )
     # On commit, like every frame: a caller's transaction may still roll the snapshot back.
     transaction.on_commit(
         partial(
