@@ -383,3 +383,94 @@ def test_one_bots_compaction_running_does_not_hold_another_bots_reply(
     finally:
         lease.release()
     assert not client.exists(lock_key(session.pk, critic.pk))
+
+
+def test_admin_lists_one_bots_summaries_and_events_within_a_session(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    from django.test import Client
+
+    from tests.factories import UserFactory
+
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    base = f"/api/v1/sessions/{session.pk}/compact/"
+    by_critic = owner_client.post(f"{base}?bot={critic.pk}", {}, format="json").json()
+    by_planner = owner_client.post(f"{base}?bot={planner.pk}", {}, format="json").json()
+    assert by_critic["outcome"] == by_planner["outcome"] == "compacted"
+    admin = Client()
+    admin.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+
+    for path, key in (("summary", "summary"), ("compactionevent", "event")):
+        for bot, mine, theirs in (
+            (critic, by_critic, by_planner),
+            (planner, by_planner, by_critic),
+        ):
+            page = admin.get(
+                f"/admin/compaction/{path}/?session__exact={session.pk}&bot__id__exact={bot.pk}"
+            )
+            assert page.status_code == 200
+            rows = page.context["cl"].result_list
+            assert [row.pk for row in rows] == [mine[key]["id"]]
+            assert theirs[key]["id"] not in [row.pk for row in rows]
+
+
+def test_compaction_frames_in_a_room_name_their_bot(
+    owner, owner_client, room, fake_openai, eager_tasks, monkeypatch
+):
+    from chat_platform import realtime
+
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    frames: list[dict] = []
+    monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: frames.append(frame))
+
+    owner_client.post(f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json")
+
+    named = {"id": critic.pk, "slug": "critic", "name": "Critic"}
+    kinds = [(f["type"], f.get("bot")) for f in frames if f["type"] != "memory.updated"]
+    assert kinds == [
+        ("compaction.started", named),
+        ("compaction.finished", named),
+        ("context.updated", named),
+    ]
+    updated = frames[-1] if frames[-1]["type"] == "context.updated" else None
+    assert updated is not None and updated["context"]["budget"] == 2800
+
+
+def test_a_branch_of_a_room_carries_each_bots_coverage(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 5):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    done = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json"
+    ).json()
+    assert (done["summary"]["first_seq"], done["summary"]["last_seq"]) == (1, 6)
+    last_question = Message.objects.get(session=session, seq=7)
+
+    fake_openai.script(Reply(text="Planner on the edit."))
+    edited = owner_client.post(
+        f"/api/v1/messages/{last_question.pk}/edit/", {"content": "Order 148 instead?"}, "json"
+    ).json()
+
+    branch = ChatSession.objects.get(pk=edited["session"]["id"])
+    carried = Summary.objects.get(session=branch)
+    assert (carried.bot_id, carried.first_seq, carried.last_seq) == (critic.pk, 1, 6)
+    assert sorted(
+        SummaryCoverage.objects.filter(summary=carried).values_list("bot_id", "message__seq")
+    ) == [(critic.pk, seq) for seq in range(1, 7)]
+    covered = Message.objects.filter(session=branch, seq__lte=6).aggregate(t=Sum("token_count"))
+    seat = SeatState.objects.get(session=branch, bot=critic)
+    assert (seat.covered_tokens, seat.covered_messages) == (covered["t"], 6)
+    report = owner_client.get(f"/api/v1/sessions/{branch.pk}/context/?bot={critic.pk}").json()
+    assert report["parts"]["summaries"] == carried.token_count
