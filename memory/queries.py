@@ -471,11 +471,14 @@ def _message_lines(session: ChatSession, scored: list["search.MessageScore"]) ->
     if not scored:
         return {}
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
+    # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
+    # scored ones are indexed with a snapshot, so compacted by some bot of the room.
+    compacted = {} if session.is_room else {"compacted_by_id__isnull": False}
     rows = Message.objects.filter(
         session_id=session.pk,
         seq__in=seqs,
-        compacted_by_id__isnull=False,
         role__in=(Message.Role.USER, Message.Role.ASSISTANT),
+        **compacted,
     ).values_list("seq", "role", "content", "created_at")
     asked = {m.seq for m in scored}
     lines = {}

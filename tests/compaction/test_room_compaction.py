@@ -474,3 +474,25 @@ def test_a_branch_of_a_room_carries_each_bots_coverage(
     assert (seat.covered_tokens, seat.covered_messages) == (covered["t"], 6)
     report = owner_client.get(f"/api/v1/sessions/{branch.pk}/context/?bot={critic.pk}").json()
     assert report["parts"]["summaries"] == carried.token_count
+
+
+def test_a_bots_compacted_room_messages_are_found_by_its_search(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    done = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json"
+    ).json()
+    assert done["outcome"] == "compacted"
+
+    hits = owner_client.get(
+        f"/api/v1/sessions/{session.pk}/records/?bot={critic.pk}&q=parcel for order 74"
+    ).json()
+
+    assert hits[0]["name"] == f"snapshot_1_4_b{critic.pk}"
+    assert 3 in hits[0]["seqs"]
+    assert "order 74" in hits[0]["excerpt"]
