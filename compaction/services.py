@@ -3,18 +3,27 @@
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Count, F, Sum
 
-from bots.models import ChatSession
-from bots.queries import session_get_for_use, session_get_for_user
+from bots.models import ChatSession, Message, SessionParticipant
+from bots.queries import (
+    BOT_UNAVAILABLE,
+    bot_usable_in,
+    session_get_for_use,
+    session_get_for_user,
+    session_seat_get,
+)
+from bots.transitions import messages_room_uncompact
 from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
-from compaction.engine import RunResult, compaction_manual, compaction_soft
+from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
 from compaction.engine.expansion import session_expand
 from compaction.engine.resummarise import summary_resummarise
 from compaction.engine.undo import RevertResult, summary_release, summary_revert
+from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.payloads import event_payload, result_payload, summary_payload
-from compaction.pipeline import context_report
+from compaction.pipeline import context_bot, context_report, seat_key
 from compaction.queries import summary_get_for_user
 from memory.queries import record_get_for_session
 from memory.services import snapshot_name
@@ -33,21 +42,41 @@ REASON_TEXT = {
 }
 
 
-def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = "") -> RunResult:
+def session_compact(
+    *, user: AbstractBaseUser, session_id: object, focus: str = "", bot_id: object = None
+) -> RunResult:
+    """``POST /compact/``; in a room, of one bot's seat (``?bot=``, default: the default bot)."""
     session = session_get_for_use(user=user, session_id=session_id)
+    session = session_seat_get(session=session, bot_id=bot_id)
+    if not bot_usable_in(session=session):
+        raise NotFound(BOT_UNAVAILABLE)
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     result = compaction_manual(session=session, focus=focus.strip())
-    context_notify(session_id=session.pk)
+    context_notify(session_id=session.pk, bot_id=seat_key(session))
     return result
 
 
-def session_compact_soft(*, session_id: int) -> RunResult | None:
+def session_compact_soft(*, session_id: int, bot_id: int | None = None) -> RunResult | None:
     """After a turn (the ``compaction`` queue): soft compaction, then the meter catches up."""
-    result = compaction_soft(session_id=session_id)
+    result = compaction_soft(session_id=session_id, bot_id=bot_id)
     if result is not None and result.compacted:
-        context_notify(session_id=session_id)
+        context_notify(session_id=session_id, bot_id=bot_id)
     return result
+
+
+ROOM_UNDO_UNAVAILABLE = (
+    "Undo, re-summarise and “use the full text next turn” work in one-bot chats only for now: "
+    "in a room each bot keeps its own summaries, and these actions do not follow them yet."
+)
+
+
+def _not_in_room(session_id: int) -> None:
+    """The reversible-compaction actions (CONTRACT §17) know one-bot coverage only
+    (``Message.compacted_by_id``); a room's coverage is per bot (``SummaryCoverage``). Refuse
+    clearly, changing nothing, rather than revert a summary whose messages stay hidden."""
+    if ChatSession.objects.filter(pk=session_id, is_room=True).exists():
+        raise ValidationFailed(ROOM_UNDO_UNAVAILABLE)
 
 
 def summary_revert_for_user(
@@ -57,6 +86,7 @@ def summary_revert_for_user(
     changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to be
     usable in the chat, like ``/compact``."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
+    _not_in_room(summary.session_id)
     if compact_rest:
         session_get_for_use(user=user, session_id=summary.session_id)
     else:
@@ -73,6 +103,7 @@ def summary_resummarise_for_user(
     The answer says what happened: the new summary, or why the old one stays."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
     session_get_for_use(user=user, session_id=summary.session_id)  # runs the bot's summariser
+    _not_in_room(summary.session_id)
     if not text_is_storable(focus):
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     result = summary_resummarise(summary=summary, focus=focus.strip())
@@ -99,6 +130,7 @@ def session_expand_for_user(
     """ "Use the full text next turn" (CONTRACT §17) for a snapshot (``record``) or a summary
     (its snapshot's span). Someone else's chat, record or summary is ``not_found``."""
     session = session_get_for_use(user=user, session_id=session_id)
+    _not_in_room(session.pk)
     if summary_id is not None:
         summary = summary_get_for_user(user=user, summary_id=summary_id)
         if summary.session_id != session.pk:
@@ -123,6 +155,7 @@ def session_expand_for_user(
 def summary_release_for_user(*, user: AbstractBaseUser, summary_id: object) -> dict[str, Any]:
     """Let automatic compaction take an undone span again."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
+    _not_in_room(summary.session_id)
     event = summary_release(summary=summary)
     context_notify(session_id=summary.session_id)
     return {"summary": summary_payload(summary), "event": event_payload(event)}
@@ -148,12 +181,14 @@ def revert_payload(result: RevertResult) -> dict[str, Any]:
     }
 
 
-def context_notify(*, session_id: int) -> None:
+def context_notify(*, session_id: int, bot_id: int | None = None) -> None:
     """Send the session its context report (``context.updated``), as after a turn: a compaction
-    changes every part of the meter."""
-    session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    changes every part of the meter. In a room, the report of ``bot_id``'s seat."""
+    session = seat_load(session_id, bot_id)
     if session is not None:
-        realtime.notify_context_updated(session_id, context_report(session=session))
+        realtime.notify_context_updated(
+            session_id, context_report(session=session), bot=context_bot(session)
+        )
 
 
 def compaction_notice_text(result: RunResult) -> str:
@@ -200,5 +235,99 @@ def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_se
             from_summary_id=old_id,
             to_summary_id=summary.pk,
         )
+        if source.is_room:
+            _room_coverage_copy(target=target, from_summary_id=old_id, to_summary=summary)
         carried += 1
+    if source.is_room:
+        _room_seats_count(target=target)
     return carried
+
+
+def _room_coverage_copy(*, target: ChatSession, from_summary_id: int, to_summary: Summary) -> None:
+    """A room's carried-over summary covers, for its bot, the copies of what it covered."""
+    seqs = SummaryCoverage.objects.filter(summary_id=from_summary_id).values("message__seq")
+    copies = Message.objects.filter(session=target, seq__in=seqs).values_list("pk", flat=True)
+    SummaryCoverage.objects.bulk_create(
+        SummaryCoverage(summary=to_summary, bot_id=to_summary.bot_id, message_id=pk)
+        for pk in copies
+        if to_summary.bot_id is not None
+    )
+
+
+def _room_seats_count(*, target: ChatSession) -> None:
+    """A room branch's seats: each bot's covered totals from its coverage rows, and what a bot
+    that sees from its join does not see (the branch's in-context history up to its join)."""
+    in_context = Message.objects.filter(Message.in_context_q(), session=target)
+    for participant in SessionParticipant.objects.filter(session=target):
+        covered = SummaryCoverage.objects.filter(
+            bot_id=participant.bot_id, message__session=target
+        ).aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
+        hidden = (
+            in_context.filter(seq__lte=participant.joined_seq).aggregate(
+                tokens=Sum("token_count"), messages=Count("id")
+            )
+            if participant.sees_from_join
+            else {"tokens": 0, "messages": 0}
+        )
+        SeatState.objects.update_or_create(
+            session=target,
+            bot_id=participant.bot_id,
+            defaults={
+                "covered_tokens": covered["tokens"] or 0,
+                "covered_messages": covered["messages"],
+                "hidden_tokens": hidden["tokens"] or 0,
+                "hidden_messages": hidden["messages"],
+            },
+        )
+
+
+def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -> None:
+    """A bot takes its seat in a room (``participant_add``'s transaction, the session row
+    locked). The first time a session becomes a room, its summaries' coverage moves from
+    ``Message.compacted_by_id`` to rows per bot (``SummaryCoverage``: in a room several bots may
+    cover one message), and its running totals count every message again. A bot that sees from
+    its join never sees what is in context now: its own totals leave it out (``hidden_*``)."""
+    if Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).exists():
+        _coverage_to_rows(session)
+    tokens, messages = (
+        ChatSession.objects.filter(pk=session.pk)
+        .values_list("context_tokens", "context_messages")
+        .get()
+    )
+    SeatState.objects.update_or_create(
+        session_id=session.pk,
+        bot_id=bot_id,
+        defaults={
+            "hidden_tokens": tokens if sees_from_join else 0,
+            "hidden_messages": messages if sees_from_join else 0,
+        },
+    )
+
+
+def _coverage_to_rows(session: ChatSession) -> None:
+    rows = list(
+        Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).values_list(
+            "pk", "compacted_by_id", "token_count"
+        )
+    )
+    writers = dict(
+        Summary.objects.filter(pk__in={summary_id for _, summary_id, _ in rows}).values_list(
+            "pk", "bot_id"
+        )
+    )
+    covered: dict[int, list[int]] = {}
+    coverage = []
+    for pk, summary_id, tokens in rows:
+        bot_id = writers.get(summary_id) or session.bot_id
+        coverage.append(SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk))
+        totals = covered.setdefault(bot_id, [0, 0])
+        totals[0] += tokens
+        totals[1] += 1
+    SummaryCoverage.objects.bulk_create(coverage)
+    for bot_id, (tokens, messages) in covered.items():
+        state, _ = SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
+        SeatState.objects.filter(pk=state.pk).update(
+            covered_tokens=F("covered_tokens") + tokens,
+            covered_messages=F("covered_messages") + messages,
+        )
+    messages_room_uncompact(session_id=session.pk)
