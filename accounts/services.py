@@ -11,9 +11,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import AccountApproval, Invitation
-from chat_platform.textcheck import text_is_storable
+from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 
 TOKEN_MAX_LENGTH = 100
+NOTE_MAX_LENGTH = 200
+INVITE_DAYS_MAX = 365
 
 
 class InvitationRefused(Exception):
@@ -54,6 +57,66 @@ def invitation_create(
     invitation.full_clean()
     invitation.save()
     return invitation, token
+
+
+def check_invitation_fields(*, note: object, days: object) -> tuple[str, int]:
+    """The note and the validity in days of a new invitation, or ``ValidationFailed`` saying
+    which field is wrong. ``days`` empty or None: ``ACCOUNT_INVITE_DAYS``."""
+    errors: dict[str, list[str]] = {}
+    clean_note = ""
+    if note is None:
+        note = ""
+    if not isinstance(note, str):
+        errors["note"] = ["Must be text."]
+    elif not text_is_storable(note):
+        errors["note"] = [UNSTORABLE_MESSAGE]
+    elif len(note.strip()) > NOTE_MAX_LENGTH:
+        errors["note"] = [f"At most {NOTE_MAX_LENGTH} characters."]
+    else:
+        clean_note = note.strip()
+    clean_days = int(settings.ACCOUNT_INVITE_DAYS)
+    if days not in (None, ""):
+        text = str(days).strip() if isinstance(days, (str, int)) else ""
+        if isinstance(days, bool) or not text.isdigit() or not 1 <= int(text) <= INVITE_DAYS_MAX:
+            errors["days"] = [f"A whole number of days from 1 to {INVITE_DAYS_MAX}."]
+        else:
+            clean_days = int(text)
+    if errors:
+        raise ValidationFailed(details=errors)
+    return clean_note, clean_days
+
+
+def _staff(user: Any) -> None:
+    """Invitations are staff's: anyone else is told nothing exists (``not_found``)."""
+    if not (getattr(user, "is_staff", False) and getattr(user, "is_active", False)):
+        raise NotFound("Page not found.")
+
+
+def invitation_make(*, user: Any, note: object, days: object) -> tuple[Invitation, str]:
+    """A staff user makes an invitation (the staff page, the ``invite`` command): checked, then
+    created; returns it and its token (shown once)."""
+    _staff(user)
+    clean_note, clean_days = check_invitation_fields(note=note, days=days)
+    return invitation_create(created_by=user, note=clean_note, days=clean_days)
+
+
+def invitation_list(*, user: Any, limit: int = 100) -> list[Invitation]:
+    """The newest invitations, for staff (whoever made them)."""
+    _staff(user)
+    return list(Invitation.objects.select_related("created_by", "used_by").order_by("-pk")[:limit])
+
+
+def invitation_revoke_one(*, user: Any, invitation_id: object) -> bool:
+    """Expire one invitation now (staff). An unknown id is ``not_found``; one already used or
+    expired is left as it is (returns False)."""
+    _staff(user)
+    try:
+        pk = int(str(invitation_id))
+    except (TypeError, ValueError):
+        raise NotFound("Invitation not found.") from None
+    if not 1 <= pk <= 2**63 - 1 or not Invitation.objects.filter(pk=pk).exists():
+        raise NotFound("Invitation not found.")
+    return invitation_revoke(invitation_ids=[pk]) == 1
 
 
 def invitation_check(*, token: object) -> Invitation:

@@ -8,5 +8,6 @@ from accounts import views
 urlpatterns = [
     path("login/", views.sign_in, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("invitations/", views.invitation_page, name="invitation-page"),
     path("", include("allauth.urls")),
 ]

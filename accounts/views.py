@@ -10,13 +10,16 @@ from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_http_methods
 
 from accounts import services
 from accounts.forms import SignInForm
 from chat_platform import oidc
+from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.signin import sign_in_password_accepted, sign_in_throttled
 
 
@@ -71,3 +74,52 @@ def admin_sign_in(request: HttpRequest) -> HttpResponse:
 
 sign_in = sign_in_throttled(SignInView.as_view())
 admin_login = sign_in_throttled(admin_sign_in)
+
+
+def invitation_link(request: HttpRequest, token: str) -> str:
+    return request.build_absolute_uri(reverse("account_signup") + f"?invite={token}")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def invitation_page(request: HttpRequest) -> HttpResponse:
+    """``/accounts/invitations/`` (staff): make a single-use sign-up link (shown once, in the
+    answer to the POST that made it) and revoke unused ones. Anyone else: 404."""
+    context: dict[str, Any] = {"signup_mode": services.signup_mode(), "errors": {}}
+    status = 200
+    try:
+        if request.method == "POST":
+            action = request.POST.get("action")
+            if action == "create":
+                try:
+                    invitation, token = services.invitation_make(
+                        user=request.user,
+                        note=request.POST.get("note", ""),
+                        days=request.POST.get("days", ""),
+                    )
+                except ValidationFailed as exc:
+                    context["errors"] = exc.details
+                    context["note"] = request.POST.get("note", "")
+                    context["days"] = request.POST.get("days", "")
+                    status = 400
+                else:
+                    context["created"] = invitation
+                    context["link"] = invitation_link(request, token)
+            elif action == "revoke":
+                revoked = services.invitation_revoke_one(
+                    user=request.user, invitation_id=request.POST.get("invitation")
+                )
+                context["notice"] = (
+                    "Invitation revoked: its link no longer works."
+                    if revoked
+                    else "That invitation was already used or expired; nothing changed."
+                )
+            else:
+                context["errors"] = {"action": ["Unknown action."]}
+                status = 400
+        context["invitations"] = services.invitation_list(user=request.user)
+    except NotFound:
+        raise Http404("Page not found.") from None
+    context.setdefault("days", "")
+    context["default_days"] = settings.ACCOUNT_INVITE_DAYS
+    return render(request, "accounts/invitations.html", context, status=status)

@@ -458,7 +458,9 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     # counted when it ends, however it ends (connections.usage).
     limits = [*usage.user_limits(session.user_id), *options.quota]
     reservation = usage.quota_reserve(
-        limits, tokens=session.context_tokens + config.max_output_tokens
+        limits,
+        tokens=session.context_tokens + config.max_output_tokens,
+        may_exceed=config.max_output_tokens,
     )
     spent = [0]
     try:

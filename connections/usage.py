@@ -10,11 +10,11 @@ so a restart loses nothing.
   nothing is written.
 * ``quota_reserve`` — when a turn starts: one conditional ``UPDATE`` per subject adds what the
   turn may spend (the context it sends plus its output reserve) to ``reserved``, only while
-  ``used`` is under the limit and either no other turn holds a reservation or this one fits
-  beside them (``used + reserved + tokens <= limit``). Concurrent turns therefore cannot all
-  pass on the same remaining budget: only a turn running alone may cross the limit, so the day
-  ends over it by at most one turn (as long as a turn spends what it reserved; recall rounds
-  re-send the context and may spend more).
+  the context fits beside what is used and what running turns reserved
+  (``used + reserved + context <= limit``; only the output reserve, ``may_exceed``, may cross
+  it). Concurrent turns therefore cannot all pass on the same remaining budget, and the day
+  ends over its limit by at most one turn's output (as long as a turn spends what it reserved;
+  recall rounds re-send the context and may spend more).
 * ``quota_settle`` — when the turn ends (any way): its reservation is released and the tokens
   the provider reported (prompt + completion, the numbers stored on the reply) are added.
 
@@ -94,12 +94,21 @@ def key_limit(*, key_id: object, limit: int | None) -> list[Limit]:
     return [] if limit is None else [Limit(f"key:{key_id}", int(limit))]
 
 
-def _refusal(limit: Limit, used: int) -> QuotaExceeded:
+def _refusal(limit: Limit, used: int, *, needs: int | None = None) -> QuotaExceeded:
     whose = "this API key's" if limit.subject.startswith("key:") else "your"
     reset = resets_at()
+    if needs is not None and used < limit.limit:
+        # Not spent, but what this turn must send does not fit in what is left (or running
+        # turns hold it).
+        state = (
+            f"has {limit.limit - used:,} left ({used:,} used, some of it held by running turns "
+            f"or too little for this turn's context of {needs:,})"
+        )
+    else:
+        state = f"is spent ({used:,} used)"
     return QuotaExceeded(
-        f"{whose[0].upper()}{whose[1:]} daily limit of {limit.limit:,} tokens is spent "
-        f"({used:,} used); it resets at {reset.isoformat()}.",
+        f"{whose[0].upper()}{whose[1:]} daily limit of {limit.limit:,} tokens {state}; "
+        f"it resets at {reset.isoformat()}.",
         details={
             "resets_at": reset.isoformat(),
             "limit": limit.limit,
@@ -140,8 +149,15 @@ def _ensure_rows(subjects: Sequence[str], day: dt.date) -> None:
             pass
 
 
-def quota_reserve(limits: Sequence[Limit], *, tokens: int) -> Reservation | None:
-    """Reserve ``tokens`` on every limited subject, or none of them (``QuotaExceeded``)."""
+def quota_reserve(
+    limits: Sequence[Limit], *, tokens: int, may_exceed: int | None = None
+) -> Reservation | None:
+    """Reserve ``tokens`` on every limited subject, or none of them (``QuotaExceeded``).
+
+    ``may_exceed`` (the turn's output reserve, part of ``tokens``): what may cross the limit.
+    Then the rest (the context the turn sends) must fit beside what is used and what running
+    turns reserved, alone or not, so the day ends over its limit by at most one turn's output.
+    Without it, a turn running alone may cross the limit by all it spends."""
     if not limits:
         return None
     day = today()
@@ -150,15 +166,20 @@ def quota_reserve(limits: Sequence[Limit], *, tokens: int) -> Reservation | None
     _ensure_rows(subjects, day)
     with transaction.atomic():
         for limit in limits:
-            # Under the limit, and either the only turn running (it may end over the limit by
-            # what it spends) or fitting beside the others' reservations.
-            claimed = (
-                TokenCounter.objects.filter(subject=limit.subject, day=day, used__lt=limit.limit)
-                .filter(Q(reserved=0) | Q(used__lte=Value(limit.limit - tokens) - F("reserved")))
-                .update(reserved=F("reserved") + tokens)
+            under = TokenCounter.objects.filter(
+                subject=limit.subject, day=day, used__lt=limit.limit
             )
+            if may_exceed is not None:
+                must_fit = max(0, tokens - max(0, int(may_exceed)))
+                fits = Q(used__lte=Value(limit.limit - must_fit) - F("reserved"))
+            else:
+                # Either the only turn running (it may end over the limit by what it spends)
+                # or fitting beside the others' reservations.
+                fits = Q(reserved=0) | Q(used__lte=Value(limit.limit - tokens) - F("reserved"))
+            claimed = under.filter(fits).update(reserved=F("reserved") + tokens)
             if claimed != 1:
-                raise _refusal(limit, tokens_today(limit.subject)[0])
+                needs = tokens - max(0, int(may_exceed)) if may_exceed is not None else tokens
+                raise _refusal(limit, tokens_today(limit.subject)[0], needs=max(0, needs))
     return Reservation(day=day, subjects=tuple(subjects), tokens=tokens)
 
 

@@ -46,3 +46,48 @@ def test_the_admin_refuses_what_the_api_refuses(client, superuser):
     assert response.status_code == 200
     assert "plain http(s) URL" in response.content.decode()
     assert not Connection.objects.filter(name="Bad").exists()
+
+
+def _bot_admin_data(**fields):
+    """The admin's add form as a browser posts it: every bot field at its default."""
+    from django.forms.models import model_to_dict
+
+    from bots.models import Bot
+    from bots.services.bot import BOT_FIELDS
+
+    data = {}
+    for name, value in {**model_to_dict(Bot(), fields=BOT_FIELDS), **fields}.items():
+        if value is True:
+            data[name] = "on"
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            data[name] = __import__("json").dumps(value)
+        else:
+            data[name] = value
+    return data
+
+
+def test_staff_put_a_bot_on_a_connection_in_the_admin(client, superuser, fake_connection):
+    from bots.models import Bot
+
+    client.force_login(superuser)
+    response = client.post(
+        "/admin/bots/bot/add/",
+        _bot_admin_data(
+            owner=superuser.pk, name="Admin bot", connection=fake_connection.pk, model="fake-model"
+        ),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    bot = Bot.objects.get(name="Admin bot")
+    assert (bot.connection_id, bot.model) == (fake_connection.pk, "openai/fake-model")
+    # a connection that does not exist is refused, and nothing is saved
+    refused = client.post(
+        "/admin/bots/bot/add/",
+        _bot_admin_data(
+            owner=superuser.pk, name="Wrong bot", connection=999999, model="fake-model"
+        ),
+    )
+    assert refused.status_code == 200
+    assert "Select a valid choice" in refused.content.decode()
+    assert not Bot.objects.filter(name="Wrong bot").exists()

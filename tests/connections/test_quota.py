@@ -144,3 +144,94 @@ async def test_the_websocket_answers_quota_exceeded_and_stores_nothing(owner, fa
     await communicator.disconnect()
     count = await database_sync_to_async(Message.objects.filter(session=fake_session).count)()
     assert count == 0
+
+
+def test_only_the_output_reserve_may_cross_the_limit():
+    limit = [usage.Limit("user:3", 100)]
+    TokenCounter.objects.create(subject="user:3", day=usage.today(), used=90)
+    # context 10 (50 - 40 of output) fits beside 90 used: reserved, though it may end at 140
+    first = usage.quota_reserve(limit, tokens=50, may_exceed=40)
+    with pytest.raises(QuotaExceeded):
+        # context 1 does not fit beside 90 used + 50 reserved
+        usage.quota_reserve(limit, tokens=5, may_exceed=4)
+    usage.quota_settle(first, used=50)
+    counter = TokenCounter.objects.get(subject="user:3")
+    assert (counter.used, counter.reserved) == (140, 0)  # over by the first turn's output only
+
+
+def test_a_context_that_does_not_fit_is_refused_even_alone():
+    limit = [usage.Limit("user:4", 100)]
+    with pytest.raises(QuotaExceeded) as caught:
+        usage.quota_reserve(limit, tokens=151, may_exceed=50)  # context 101 > 100
+    assert caught.value.details["limit"] == 100
+    assert TokenCounter.objects.get(subject="user:4").reserved == 0
+    exact = usage.quota_reserve(limit, tokens=150, may_exceed=50)  # context 100 == 100
+    assert TokenCounter.objects.get(subject="user:4").reserved == 150
+    usage.quota_settle(exact, used=0)
+
+
+def test_concurrent_reservations_on_postgres_stop_at_the_limit_whatever_the_order():
+    """Eight turns reserve at the same moment, each on its own database connection: the
+    conditional UPDATE lets exactly as many through as fit (context 20 each beside the others'
+    reservations of 30: 0+20, 30+20, 60+20 <= 100, 90+20 > 100), so the day cannot end over the
+    limit by more than one turn's output (here it ends under it)."""
+    import threading
+
+    from django.db import connection
+
+    limit = [usage.Limit("user:5", 100)]
+    TokenCounter.objects.create(subject="user:5", day=usage.today())
+    start = threading.Barrier(8)
+    outcomes: list[object] = []
+    lock = threading.Lock()
+
+    def turn() -> None:
+        try:
+            start.wait(timeout=30)
+            try:
+                result: object = usage.quota_reserve(limit, tokens=30, may_exceed=10)
+            except QuotaExceeded:
+                result = "refused"
+            with lock:
+                outcomes.append(result)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=turn) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    reservations = [o for o in outcomes if isinstance(o, usage.Reservation)]
+    assert (len(reservations), outcomes.count("refused")) == (3, 5)
+    assert TokenCounter.objects.get(subject="user:5").reserved == 90
+    for reservation in reservations:
+        usage.quota_settle(reservation, used=30)
+    counter = TokenCounter.objects.get(subject="user:5")
+    assert (counter.used, counter.reserved) == (90, 0)
+
+
+def test_a_turn_whose_context_does_not_fit_the_rest_of_the_day_fails_visibly(
+    owner, owner_client, fake_session, fake_openai, eager_tasks
+):
+    UserQuota.objects.create(user=owner, daily_token_limit=1000)
+    # 999 used: under the limit (the message is taken), but no context fits in what is left
+    TokenCounter.objects.create(subject=f"user:{owner.pk}", day=usage.today(), used=999)
+    response = _send(owner_client, fake_session, "hello")
+    assert response.status_code == 429
+    error = response.json()["error"]
+    assert error["code"] == "quota_exceeded"
+    fake_session.refresh_from_db()
+    needs = fake_session.context_tokens  # the context the turn would have sent
+    assert needs > 1
+    tomorrow = (usage.today() + dt.timedelta(days=1)).isoformat()
+    assert error["message"] == (
+        "Your daily limit of 1,000 tokens has 1 left (999 used, some of it held by running "
+        f"turns or too little for this turn's context of {needs:,}); "
+        f"it resets at {tomorrow}T00:00:00+00:00."
+    )
+    reply = Message.objects.get(pk=error["details"]["assistant_message"]["id"])
+    assert (reply.status, reply.error_code) == ("failed", "quota_exceeded")
+    assert fake_openai.requests == []
+    counter = TokenCounter.objects.get(subject=f"user:{owner.pk}")
+    assert (counter.used, counter.reserved) == (999, 0)

@@ -333,9 +333,10 @@ def test_a_message_bigger_than_the_budget_is_context_length_exceeded(stack, user
 
 
 def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_openai):
-    row, key = new_key(user, daily_token_limit=20)
+    # The first turn's context must fit in the limit (only its output may cross it).
+    row, key = new_key(user, daily_token_limit=200)
     fake_openai.script(
-        Reply(text="ok", usage={"prompt_tokens": 15, "completion_tokens": 5, "total_tokens": 20})
+        Reply(text="ok", usage={"prompt_tokens": 150, "completion_tokens": 50, "total_tokens": 200})
     )
     client = sdk(stack, key)
     client.chat.completions.create(model="writer", messages=[{"role": "user", "content": "one"}])
@@ -348,7 +349,7 @@ def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_open
     assert len(fake_openai.requests) == 1
     assert not Message.objects.filter(content="two").exists()
     # the key's counter, the one the turn counts in (connections.usage)
-    assert TokenCounter.objects.get(subject=f"key:{row.pk}").used == 20
+    assert TokenCounter.objects.get(subject=f"key:{row.pk}").used == 200
 
 
 def test_the_users_daily_limit_applies_to_the_api_too(stack, user, fake_bot, fake_openai):
