@@ -617,7 +617,9 @@ def branches_messages_import(
             ).values_list("session_id", "seq", "pk")
         )
     for message, (created_at, updated_at), seq in zip(created, stamps, reply_to_seqs, strict=True):
-        message.created_at, message.updated_at = created_at, updated_at
+        # Their own stamps where they carry them (auto_now stamped them now on insert).
+        message.created_at = created_at or message.created_at
+        message.updated_at = updated_at or message.updated_at
         message.reply_to_id = by_seq.get((message.session_id, seq)) if seq is not None else None
     Message.objects.bulk_update(created, ["created_at", "updated_at", "reply_to"], batch_size=500)
     in_context = Message.objects.filter(
