@@ -8,10 +8,12 @@ text, sent to the model as image content parts (``attachments.queries.images_for
 """
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.utils import timezone
 
 from attachments.extract import AttachmentRefused, Limits, check_file_name, extract
 from attachments.models import Attachment
@@ -174,3 +176,21 @@ def do_attachments_claim(*, attachments: Sequence[Attachment], message: Message)
         raise ValidationFailed(
             details={"attachments": ["A file was sent with another message meanwhile."]}
         )
+
+
+def attachments_sweep_unsent(*, older_than_seconds: int | None = None) -> int:
+    """Delete uploads no sent message claimed within ``ATTACHMENT_UNSENT_RETENTION_SECONDS``
+    (files attached and then abandoned). One conditional DELETE: a send that claims a file
+    meanwhile either claimed it first (then it is not deleted) or finds it gone and is refused
+    whole with "Attach it again" (``check_attachments_for_send`` / ``do_attachments_claim``).
+    Returns how many were deleted."""
+    age = (
+        settings.ATTACHMENT_UNSENT_RETENTION_SECONDS
+        if older_than_seconds is None
+        else older_than_seconds
+    )
+    cutoff = timezone.now() - timedelta(seconds=age)
+    deleted, _ = Attachment.objects.filter(message__isnull=True, created_at__lt=cutoff).delete()
+    if deleted:
+        log.info("unsent_attachments_swept", count=deleted, older_than_seconds=age)
+    return deleted

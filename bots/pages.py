@@ -29,7 +29,28 @@ def _chat_shell(
             # Images in replies render only from these (and this server, data:), as the
             # Content-Security-Policy allows; any other becomes a link (static/chat/markdown.js).
             "image_origins": " ".join(settings.CSP_IMG_SRC_EXTRA),
+            "attach_max_bytes": settings.ATTACHMENT_MAX_BYTES,
+            "attach_limits": attach_limits_text(),
         },
+    )
+
+
+def _size_words(size: int) -> str:
+    if size >= 1024 * 1024 and size % (1024 * 1024) == 0:
+        return f"{size // (1024 * 1024):,} MB"
+    if size >= 1024 and size % 1024 == 0:
+        return f"{size // 1024:,} KB"
+    return f"{size:,} bytes"
+
+
+def attach_limits_text() -> str:
+    """The composer's note on what may be attached, from the settings that enforce it."""
+    return (
+        f"Up to {_size_words(settings.ATTACHMENT_MAX_BYTES)} per file, "
+        f"{settings.ATTACHMENT_MESSAGE_MAX_FILES:,} files and "
+        f"{_size_words(settings.ATTACHMENT_MESSAGE_MAX_BYTES)} per message: text, Markdown, CSV, "
+        "JSON, code and PDF files (the model reads their text), and images for models that "
+        "accept them."
     )
 
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
@@ -523,11 +524,23 @@ def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int
     points to the copied message; coverage (``compacted_by_id``) starts empty (the caller
     carries over the summaries that cover only copied messages). The target's ``last_seq`` is
     the last copied seq. Returns how many were copied."""
+    copied = messages_copy_prefixes(source_id=source_id, targets=[(target.pk, before_seq)])
+    target.last_seq = before_seq - 1 if copied else 0
+    return copied
+
+
+def messages_copy_prefixes(*, source_id: int, targets: list[tuple[int, int]]) -> int:
+    """``messages_copy_prefix`` into several empty chats at once, ``targets`` being
+    ``(chat id, before_seq)`` pairs: the same statements, each over all of them (an import's
+    branches of one conversation copy their shared prefixes in one INSERT … SELECT, whatever
+    their number). Returns how many were copied in all."""
+    if not targets:
+        return 0
     quote = connection.ops.quote_name
     table = quote(Message._meta.db_table)
     columns = [f.column for f in Message._meta.concrete_fields if not f.primary_key]
     replaced = {
-        "session_id": "%s",
+        "session_id": "b.target_id",
         "client_id": "''",
         "compacted_by_id": "NULL",
         # One reply per message: the copy answers the copy, set below (and a room's reply
@@ -535,41 +548,48 @@ def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int
         "reply_to_id": "NULL",
         "prompted_by_id": "NULL",
     }
-    selected = ", ".join(replaced.get(c, quote(c)) for c in columns)
-    seq, session_col, pk, reply_to = (
-        quote("seq"),
-        quote("session_id"),
-        quote("id"),
-        quote("reply_to_id"),
-    )
+    selected = ", ".join(replaced.get(c, f"m.{quote(c)}") for c in columns)
+    seq, session_col, pk = quote("seq"), quote("session_id"), quote("id")
+    ids = [target_id for target_id, _ in targets]
+    values = ", ".join(["(CAST(%s AS BIGINT), CAST(%s AS INTEGER))"] * len(targets))
+    in_targets = ", ".join(["%s"] * len(ids))
     with connection.cursor() as cursor:
         # Identifiers from the model, values in params: nothing here comes from a user.
         cursor.execute(
-            f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) "  # noqa: S608
-            f"SELECT {selected} FROM {table} WHERE {session_col} = %s "
-            f"AND {seq} < %s ORDER BY {seq}",
-            [target.pk, source_id, before_seq],
+            f"WITH b(target_id, before_seq) AS (VALUES {values}) "  # noqa: S608
+            f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) "
+            f"SELECT {selected} FROM {table} m JOIN b ON m.{seq} < b.before_seq "
+            f"WHERE m.{session_col} = %s ORDER BY b.target_id, m.{seq}",
+            [v for pair in targets for v in pair] + [source_id],
         )
         copied = cursor.rowcount
         # reply_to, prompted_by: the copy of the message the original pointed to (same seqs,
-        # in the target).
-        for column in (reply_to, quote("prompted_by_id")):
+        # in the same target).
+        for column in (quote("reply_to_id"), quote("prompted_by_id")):
             cursor.execute(
                 f"UPDATE {table} SET {column} = ("  # noqa: S608
                 f"SELECT n.{pk} FROM {table} o JOIN {table} r ON r.{pk} = o.{column} "
-                f"JOIN {table} n ON n.{seq} = r.{seq} AND n.{session_col} = %s "
+                f"JOIN {table} n ON n.{seq} = r.{seq} AND n.{session_col} = {table}.{session_col} "
                 f"WHERE o.{session_col} = %s AND o.{seq} = {table}.{seq}) "
-                f"WHERE {session_col} = %s",
-                [target.pk, source_id, target.pk],
+                f"WHERE {session_col} IN ({in_targets})",
+                [source_id, *ids],
             )
     # No turn will ever finish an unfinished copy: it ends interrupted there.
-    Message.objects.filter(session_id=target.pk, status__in=UNFINISHED).update(
+    Message.objects.filter(session_id__in=ids, status__in=UNFINISHED).update(
         status=Message.Status.INTERRUPTED
     )
-    last = before_seq - 1 if copied else 0
-    ChatSession.objects.filter(pk=target.pk).update(last_seq=last)
-    target.last_seq = last
+    ChatSession.objects.filter(pk__in=ids).update(last_seq=Coalesce(_highest_seq(), 0))
     return copied
+
+
+def _highest_seq() -> Subquery:
+    return Subquery(
+        Message.objects.filter(session_id=OuterRef("pk"))
+        .order_by()
+        .values("session_id")
+        .annotate(highest=Max("seq"))
+        .values("highest")
+    )
 
 
 def messages_coverage_copy(
@@ -611,6 +631,54 @@ def messages_import(
     Message.objects.bulk_update(created, ["created_at", "updated_at", "reply_to"])
     ChatSession.objects.filter(pk=session_id, last_seq__lt=created[-1].seq).update(
         last_seq=created[-1].seq
+    )
+    return created
+
+
+def branches_messages_import(
+    *, messages: list[Message], reply_to_seqs: list[int | None]
+) -> list[Message]:
+    """The own messages of several imported branch chats (each already holding its copied
+    prefix, ``messages_copy_prefixes``), in one batched insert: each at the seq it carries,
+    keeping its own stamps, its ``reply_to`` resolved by seq in its own chat (a copied message
+    or an earlier one of the batch). Then each chat's ``last_seq`` and running totals, in one
+    UPDATE over all of them. Messages come finished, so no claim races them."""
+    if not messages:
+        return []
+    stamps = [(m.created_at, m.updated_at) for m in messages]
+    created = Message.objects.bulk_create(messages, batch_size=500)
+    by_seq = {(m.session_id, m.seq): m.pk for m in created}
+    sessions = {m.session_id for m in created}
+    wanted = {
+        (m.session_id, seq)
+        for m, seq in zip(created, reply_to_seqs, strict=True)
+        if seq is not None and (m.session_id, seq) not in by_seq
+    }
+    if wanted:
+        by_seq.update(
+            ((session_id, seq), pk)
+            for session_id, seq, pk in Message.objects.filter(
+                session_id__in={s for s, _ in wanted}, seq__in={q for _, q in wanted}
+            ).values_list("session_id", "seq", "pk")
+        )
+    for message, (created_at, updated_at), seq in zip(created, stamps, reply_to_seqs, strict=True):
+        # Their own stamps where they carry them (auto_now stamped them now on insert).
+        message.created_at = created_at or message.created_at
+        message.updated_at = updated_at or message.updated_at
+        message.reply_to_id = by_seq.get((message.session_id, seq)) if seq is not None else None
+    Message.objects.bulk_update(created, ["created_at", "updated_at", "reply_to"], batch_size=500)
+    in_context = Message.objects.filter(
+        Message.in_context_q(), session_id=OuterRef("pk")
+    ).order_by()
+    ChatSession.objects.filter(pk__in=sessions).update(
+        last_seq=Coalesce(_highest_seq(), 0),
+        context_tokens=Coalesce(
+            Subquery(in_context.values("session_id").annotate(t=Sum("token_count")).values("t")),
+            0,
+        ),
+        context_messages=Coalesce(
+            Subquery(in_context.values("session_id").annotate(n=Count("id")).values("n")), 0
+        ),
     )
     return created
 

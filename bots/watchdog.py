@@ -28,6 +28,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from attachments.services import attachments_sweep_unsent
 from bots import dispatch, realtime
 from bots.models import Message
 from bots.transitions import UNFINISHED, earlier_reply_unfinished, reply_interrupt
@@ -166,7 +167,8 @@ class InProcessBeat:
     ``streaming`` in the database; after a restart nothing would ever end it. This thread runs
     ``turns_watchdog`` every ``CHAT_WATCHDOG_SECONDS`` (its heartbeat rule ends a reply whose
     process died within ``CHAT_HEARTBEAT_TIMEOUT_SECONDS`` of the restart) and
-    ``messages_sweep_orphans`` every ``sweep_every`` seconds, as beat does in real mode."""
+    ``messages_sweep_orphans`` and ``attachments_sweep_unsent`` every ``sweep_every`` seconds, as
+    beat does in real mode."""
 
     def __init__(self, *, interval: float, sweep_every: float = 60.0) -> None:
         self.interval = interval
@@ -191,6 +193,7 @@ class InProcessBeat:
                 turns_watchdog()
                 if time.monotonic() - last_sweep >= self.sweep_every:
                     messages_sweep_orphans()
+                    attachments_sweep_unsent()
                     last_sweep = time.monotonic()
             except Exception:  # the next round tries again; the failure is in the log
                 log.exception("embedded_beat_failed")

@@ -298,6 +298,12 @@ ATTACHMENT_PDF_MAX_STREAM_BYTES = env.int(
 ATTACHMENT_IMAGE_TOKENS = env.int("ATTACHMENT_IMAGE_TOKENS", default=1000)
 # Uploaded but not yet sent, per chat: more are refused until some are sent.
 ATTACHMENT_UNSENT_MAX = env.int("ATTACHMENT_UNSENT_MAX", default=20)
+# Uploaded files no sent message claimed within this many seconds are deleted by a sweep (Celery
+# beat, every ATTACHMENT_SWEEP_SECONDS; in embedded mode the web server's beat thread).
+ATTACHMENT_UNSENT_RETENTION_SECONDS = env.int("ATTACHMENT_UNSENT_RETENTION_SECONDS", default=86400)
+if ATTACHMENT_UNSENT_RETENTION_SECONDS < 60:
+    raise ImproperlyConfigured("ATTACHMENT_UNSENT_RETENTION_SECONDS must be at least 60")
+ATTACHMENT_SWEEP_SECONDS = env.float("ATTACHMENT_SWEEP_SECONDS", default=600.0)
 # Import (transfer app): the largest file accepted (a request claiming more is refused before a
 # byte is read) and the deepest JSON nesting a file may have (ChatGPT's own is about 10).
 IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
@@ -422,6 +428,10 @@ CELERY_TASK_ROUTES = {
 CELERY_TASK_DEFAULT_QUEUE = "chat"
 CELERY_BEAT_SCHEDULE = {
     "sweep-orphans": {"task": "bots.tasks.sweep_orphans", "schedule": 60.0},
+    "sweep-unsent-attachments": {
+        "task": "attachments.tasks.sweep_unsent",
+        "schedule": ATTACHMENT_SWEEP_SECONDS,
+    },
 }
 CELERY_TIMEZONE = TIME_ZONE
 

@@ -16,7 +16,7 @@ still exists, is skipped and reported.
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import IO, Any
@@ -30,6 +30,7 @@ from django.utils import timezone
 from bots.dispatch import compact_soft_dispatch
 from bots.models import Bot, ChatSession, Message
 from bots.queries import bot_get_for_user
+from bots.services.branch import ImportedBranchMessages, do_branches_import
 from bots.transitions import messages_import, session_context_recount
 from chat_platform.errors import NotFound, PayloadTooLarge
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
@@ -37,7 +38,7 @@ from compaction.models import TRIGGERS, CompactionEvent, Summary
 from memory.models import MemoryRecord
 from memory.services import messages_index_written
 from transfer import fields as f
-from transfer.chatgpt import Conversation, conversation_parse
+from transfer.chatgpt import Conversation, Turn, conversation_parse
 from transfer.lossless import FORMAT, VERSION
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.streaming import CountingReader, Item, items, refused, top_level_kind
@@ -216,6 +217,7 @@ def _chatgpt_import(
             session.delete()
             result.skipped.append(_skipped(conversation.title, clash))
             continue
+        _chatgpt_branches(session=session, bot=bot, conversation=conversation)
         created.append(session.pk)
         result.imported.append(
             {
@@ -247,27 +249,15 @@ def _chatgpt_session(
     )
     session = _session_new(user=user, bot=bot, title=conversation.title, created_at=first_time)
     writer = _MessageWriter(session)
-    now = timezone.now()
-    previous_user_seq: int | None = None
-    for seq, turn in enumerate(conversation.transcript, start=1):
-        stamp = turn.created_at or first_time or now
-        message = Message(
-            session=session,
-            seq=seq,
-            role=turn.role,
-            kind=Message.Kind.CHAT,
-            content=turn.content,
-            status=Message.Status.COMPLETE,
-            token_count=count_message_tokens(turn.content, model=bot.model),
-            pinned=turn.pinned,
-            model=turn.model,
-            finish_reason="stop" if turn.role == "assistant" else "",
-            created_at=stamp,
-            updated_at=stamp,
-        )
-        reply_to = previous_user_seq if turn.role == "assistant" else None
+    for message, reply_to in _chatgpt_messages(
+        bot=bot,
+        turns=conversation.transcript,
+        first_seq=1,
+        previous_user_seq=None,
+        default_time=first_time or timezone.now(),
+    ):
+        message.session = session
         writer.add(message, reply_to)
-        previous_user_seq = seq if turn.role == "user" else None
     writer.flush()
     ImportedBranch.objects.bulk_create(
         [
@@ -295,6 +285,69 @@ def _chatgpt_session(
     )
     _finish_session(session)
     return session
+
+
+def _chatgpt_messages(
+    *, bot: Bot, turns: list[Turn], first_seq: int, previous_user_seq: int | None, default_time: Any
+) -> Iterator[tuple[Message, int | None]]:
+    """``turns`` as unsaved messages at seqs from ``first_seq`` on, each with the seq of the
+    message it answers (a reply answers the user message just before it: ``previous_user_seq``
+    for the first one)."""
+    stamp = default_time
+    for seq, turn in enumerate(turns, start=first_seq):
+        stamp = turn.created_at or stamp
+        message = Message(
+            seq=seq,
+            role=turn.role,
+            kind=Message.Kind.CHAT,
+            content=turn.content,
+            status=Message.Status.COMPLETE,
+            token_count=count_message_tokens(turn.content, model=bot.model),
+            pinned=turn.pinned,
+            model=turn.model,
+            finish_reason="stop" if turn.role == "assistant" else "",
+            created_at=stamp,
+            updated_at=stamp,
+        )
+        yield message, previous_user_seq if turn.role == "assistant" else None
+        previous_user_seq = seq if turn.role == "user" else None
+
+
+def _chatgpt_branches(*, session: ChatSession, bot: Bot, conversation: Conversation) -> None:
+    """Each other branch of the tree as a branch chat of ``session`` (a version ‹ i/n › of the
+    message where it leaves the transcript, flipped to and continued like an edit's), written in
+    bulk (``do_branches_import``: the shared prefixes copied inside the database, the branches'
+    own messages in one batched insert). Only their own messages are indexed for search (the
+    prefix is found in the original, as for any branch); a branch compacts when it is
+    continued, like any chat, so the import's background work stays one compaction per
+    conversation. The branches also stay in ``ImportedBranch``, which the lossless export
+    carries."""
+    if not conversation.branches:
+        return
+    by_seq = dict(enumerate(conversation.transcript, start=1))
+    branches = []
+    for branch in conversation.branches:
+        fork = by_seq.get(branch.fork_seq)
+        written = list(
+            _chatgpt_messages(
+                bot=bot,
+                turns=branch.turns,
+                first_seq=branch.fork_seq + 1,
+                previous_user_seq=branch.fork_seq if fork and fork.role == "user" else None,
+                default_time=(fork.created_at if fork else None)
+                or session.created_at
+                or timezone.now(),
+            )
+        )
+        branches.append(
+            ImportedBranchMessages(
+                fork_seq=branch.fork_seq,
+                messages=[m for m, _ in written],
+                reply_to_seqs=[r for _, r in written],
+            )
+        )
+    own = do_branches_import(session=session, branches=branches)
+    messages_index_written(message_ids=[m.pk for m in own])
 
 
 # --- lossless ---------------------------------------------------------------------------------

@@ -112,6 +112,59 @@ def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) ->
     branch.context_tokens, branch.context_messages = tokens, messages
 
 
+@dataclass
+class ImportedBranchMessages:
+    """One other branch of an imported conversation: it continues ``session`` after
+    ``fork_seq`` with ``messages`` (unsaved, seqs from ``fork_seq + 1``), each answering the
+    message at its ``reply_to_seqs`` entry (or none)."""
+
+    fork_seq: int
+    messages: list[Message]
+    reply_to_seqs: list[int | None]
+
+
+def do_branches_import(
+    *, session: ChatSession, branches: list[ImportedBranchMessages]
+) -> list[Message]:
+    """An import's other branches of ``session`` as branch chats, each a version of the message
+    at its fork (‹ i/n ›), as an edit's would be: the chats in one insert, their shared prefixes
+    copied inside the database in one INSERT … SELECT (``transitions.messages_copy_prefixes``),
+    their own messages in one batched insert with the running totals
+    (``transitions.branches_messages_import``): a fixed number of statements per conversation,
+    however many branches it has, and no prefix text through Python. Just imported, ``session``
+    has no summaries, snapshots, notes or participants yet (an import is never a room), so
+    nothing else is copied. Returns the branches' own messages, written."""
+    if not branches:
+        return []
+    chats = ChatSession.objects.bulk_create(
+        [
+            ChatSession(
+                user_id=session.user_id,
+                bot_id=session.bot_id,
+                title=session.title,
+                branch_of=session,
+                branch_seq=branch.fork_seq + 1,
+                reply_mode=session.reply_mode,
+                is_room=session.is_room,
+            )
+            for branch in branches
+        ]
+    )
+    transitions.messages_copy_prefixes(
+        source_id=session.pk,
+        targets=[
+            (chat.pk, branch.fork_seq + 1) for chat, branch in zip(chats, branches, strict=True)
+        ],
+    )
+    messages, reply_to = [], []
+    for chat, branch in zip(chats, branches, strict=True):
+        for message in branch.messages:
+            message.session = chat
+        messages += branch.messages
+        reply_to += branch.reply_to_seqs
+    return transitions.branches_messages_import(messages=messages, reply_to_seqs=reply_to)
+
+
 def message_edit(*, user: AbstractBaseUser, message_id: object, content: object) -> BranchResult:
     """Edit a sent message: a branch with the messages before it, then the new text sent there
     (answered through the one pipeline). The original message and its reply stay, as the other

@@ -1,6 +1,8 @@
 /*
- * Attachments in the composer: the Attach button and drag-and-drop upload each file at once
- * (POST sessions/{id}/attachments/), show it as a chip that can be removed, and the next send
+ * Attachments in the composer: the Attach button, drag-and-drop and pasting files upload each
+ * file at once (POST sessions/{id}/attachments/), show it as a chip that can be removed (with
+ * the size limits beside the chips; a file over the per-file limit is refused before it is
+ * sent, the server's refusals are shown in its plain words), and the next send
  * carries their ids (POST messages with attachments: [ids]). In the transcript a message's
  * attached files show as download links instead of their text (the model reads the text).
  */
@@ -19,6 +21,8 @@ let uploads = 0;
 const input = byId("attach-input");
 const list = byId("attach-list");
 const button = byId("attach-button");
+const limits = byId("attach-limits");
+const maxBytes = limits ? Number(limits.dataset.maxBytes) || 0 : 0;
 
 // The files waiting for the open chat (a file uploaded to another chat stays with it).
 function current() {
@@ -59,6 +63,7 @@ function renderList() {
     })
   );
   list.hidden = files.length === 0 && uploads === 0;
+  if (limits) limits.hidden = list.hidden;
   list.setAttribute("aria-busy", uploads > 0 ? "true" : "false");
 }
 
@@ -68,9 +73,18 @@ function sizeText(bytes) {
   return (bytes / (1024 * 1024)).toFixed(1) + " MB";
 }
 
+// 10485760 -> "10,485,760", as the server words its limits.
+function grouped(n) {
+  return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
 function upload(file) {
   if (state.sessionId === null) {
     showError("Open or start a chat before attaching a file.");
+    return Promise.resolve();
+  }
+  if (maxBytes && file.size > maxBytes) {
+    showError(file.name + ": the file is larger than the " + grouped(maxBytes) + " bytes a file may have.");
     return Promise.resolve();
   }
   var form = new FormData();
@@ -163,5 +177,12 @@ export function attachBind() {
     if (!event.dataTransfer || !event.dataTransfer.files.length) return;
     event.preventDefault();
     uploadAll(event.dataTransfer.files);
+  });
+  // Pasted files (a screenshot, a file copied in the file manager); pasted text stays text.
+  ui.composer.addEventListener("paste", function (event) {
+    var files = event.clipboardData ? Array.from(event.clipboardData.files || []) : [];
+    if (!files.length) return;
+    event.preventDefault();
+    uploadAll(files);
   });
 }

@@ -373,3 +373,43 @@ def test_compact_command_takes_no_attachments(owner_client, chat_session):
         "attachments": ["/compact takes no attachments."]
     }
     assert Message.objects.filter(session=chat_session).count() == 0
+
+
+def test_unsent_uploads_older_than_the_retention_are_swept(
+    owner_client, fake_session, fake_openai, eager_tasks, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from attachments.services import attachments_sweep_unsent
+    from attachments.tasks import sweep_unsent
+
+    settings.ATTACHMENT_UNSENT_RETENTION_SECONDS = 3600
+    old_sent = _upload(owner_client, fake_session, "sent.txt", b"sent long ago").json()["id"]
+    fake_openai.script(Reply(text="Noted."))
+    sent = _send(owner_client, fake_session, content="here", attachments=[old_sent], wait=True)
+    assert sent.status_code == 201, sent.json()
+    old_unsent = _upload(owner_client, fake_session, "old.txt", b"abandoned").json()["id"]
+    fresh = _upload(owner_client, fake_session, "fresh.txt", b"just attached").json()["id"]
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    Attachment.objects.filter(pk__in=[old_sent, old_unsent]).update(created_at=two_hours_ago)
+
+    assert sweep_unsent() == 1  # the beat task calls the service
+    assert sorted(Attachment.objects.values_list("pk", flat=True)) == sorted([old_sent, fresh])
+    assert attachments_sweep_unsent() == 0  # safe to run twice
+
+    # the swept file cannot be sent any more: a clear error, nothing stored
+    before = Message.objects.filter(session=fake_session).count()
+    late = _send(owner_client, fake_session, content="late", attachments=[old_unsent])
+    assert late.status_code == 400
+    assert late.json()["error"]["details"]["attachments"] == [
+        f"Not a file waiting to be sent in this chat: {old_unsent}. Attach it again."
+    ]
+    assert Message.objects.filter(session=fake_session).count() == before
+
+
+def test_the_sweep_is_on_the_beat_schedule(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["sweep-unsent-attachments"]
+    assert entry == {"task": "attachments.tasks.sweep_unsent", "schedule": 600.0}
+    assert settings.ATTACHMENT_UNSENT_RETENTION_SECONDS == 86400

@@ -5,7 +5,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.browser.support import api_headers, create_bot, log_in, open_new_chat
+from tests.browser.support import api_headers, create_bot, create_streamer, log_in, open_new_chat
+from tests.fakeopenai import Reply
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -101,3 +102,80 @@ def test_editing_a_message_with_a_file_keeps_the_file(server_url, desktop, tmp_p
     content = [m for m in messages if m["role"] == "user"][-1]["content"]
     assert content.startswith("Summarise the plan.\n\n[Attached file #")
     assert content.endswith("Step one: book the venue for 40 people.\n\n[End of plan.md]")
+
+
+def test_attach_by_paste_see_the_limits_and_the_bots_request_holds_the_text(
+    server_url, desktop, fake, tmp_path
+):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_streamer(server_url, headers, fake.url, name="Paster")
+    fake.script(Reply(text="Got the list."))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    limits = page.locator("#attach-limits")
+    assert limits.is_hidden()
+    # paste a file into the message box (as a file manager's copy does)
+    page.locator("#composer").evaluate(
+        """(box) => {
+            const data = new DataTransfer();
+            data.items.add(new File(["Milk, eggs and 3 lemons.\\n"], "shopping.txt",
+                                    {type: "text/plain"}));
+            box.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true,
+                                                          cancelable: true}));
+        }"""
+    )
+    chip = page.locator("#attach-list .attach-chip")
+    chip.wait_for()
+    assert chip.inner_text().startswith("shopping.txt (25 B)")
+    assert limits.is_visible()
+    assert limits.inner_text() == (
+        "Up to 10 MB per file, 10 files and 20 MB per message: text, Markdown, CSV, JSON, code "
+        "and PDF files (the model reads their text), and images for models that accept them."
+    )
+    assert page.input_value("#composer") == ""  # a pasted file is not pasted as text
+    page.fill("#composer", "What do I need?")
+    page.press("#composer", "Enter")
+    page.locator("#transcript .msg-text", has_text="Got the list.").wait_for()
+    user = page.locator('#transcript article.msg[data-role="user"]').first
+    assert user.locator(".attach-links a").inner_text() == "📎 shopping.txt"
+    assert limits.is_hidden()
+    asked = fake.requests[-1]["messages"][-1]
+    assert asked["role"] == "user"
+    assert asked["content"].startswith("What do I need?\n\n[Attached file #")
+    assert asked["content"].endswith(
+        ": shopping.txt]\nMilk, eggs and 3 lemons.\n\n[End of shopping.txt]"
+    )
+
+
+def test_refusals_are_shown_in_plain_words_and_nothing_waits(server_url, desktop, fake, tmp_path):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_streamer(server_url, headers, fake.url, name="Text only")
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    banner = page.locator("#error-banner")
+    # an image to a model that does not accept images: the server's refusal, as it words it
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"\x00" * 20)
+    page.set_input_files("#attach-input", str(photo))
+    banner.wait_for()
+    assert banner.locator("#error-banner-text").inner_text() == (
+        "photo.png: This chat's model (openai/fake-model) does not accept images. Pick a model "
+        "that does in the chat's settings, or attach the image's content as text."
+    )
+    assert page.locator("#attach-list .attach-chip").count() == 0
+    # a file over the per-file limit: refused in the page before a byte is sent
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * (10 * 1024 * 1024 + 1))
+    page.set_input_files("#attach-input", str(big))
+    page.locator("#error-banner-text", has_text="big.txt").wait_for()
+    assert banner.locator("#error-banner-text").inner_text() == (
+        "big.txt: the file is larger than the 10,485,760 bytes a file may have."
+    )
+    assert page.locator("#attach-list .attach-chip").count() == 0
+    session_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    messages = httpx.get(
+        f"{server_url}/api/v1/sessions/{session_id}/messages/", headers=headers
+    ).json()
+    assert messages == []

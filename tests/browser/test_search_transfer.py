@@ -2,6 +2,7 @@
 
 import json
 import re
+import zipfile
 
 import httpx
 import pytest
@@ -108,4 +109,48 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     expect(page.locator("#import-status")).to_have_text(
         re.compile(r"^Import failed: The file ends early, after \d+ bytes")
     )
+    assert page.js_errors == []
+
+
+def test_a_chatgpt_import_from_the_page_flips_to_its_other_branch_and_exports_all(
+    desktop, server_url, tmp_path
+):
+    from tests.transfer.test_import_export import chatgpt_conversation
+
+    page, base = desktop, server_url
+    headers = api_headers(base)
+    bot = create_bot(base, headers, name="Importer", model="builtin/recall")
+    log_in(page, base)
+    page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
+    page.select_option("#bot-select", value=str(bot["id"]))
+    exported = tmp_path / "conversations.json"
+    exported.write_text(json.dumps([chatgpt_conversation()]))
+    page.click("#transfer-panel summary")
+    page.set_input_files("#import-file", str(exported))
+    page.click("#import-submit")
+    expect(page.locator("#import-status")).to_have_text("Imported 1 chat.")
+    page.wait_for_url(re.compile(r"/chat/\d+/$"))
+    main = page.url.rstrip("/").rsplit("/", 1)[1]
+    # the regenerated reply (a2b) is the other version of the last message
+    last = page.locator("#transcript article.msg[data-seq='6']")
+    last.locator(".msg-branches .branch-count").wait_for()
+    assert last.locator(".branch-count").inner_text() == "1/2"
+    assert "Back at 19:00." in last.inner_text()
+    last.locator(".branch-next").click()
+    page.wait_for_url(lambda url: f"/chat/{main}/" not in url)
+    flipped = page.locator("#transcript article.msg[data-seq='6']")
+    flipped.filter(has_text="Return 7pm.").wait_for()
+    assert flipped.locator(".branch-count").inner_text() == "2/2"
+    # all my chats in one zip: the transcript and both branches, each as JSON and Markdown
+    with page.expect_download() as info:
+        page.click("#export-all")
+    archive = tmp_path / "all.zip"
+    info.value.save_as(archive)
+    with zipfile.ZipFile(archive) as z:
+        names = z.namelist()
+    points = httpx.get(f"{base}/api/v1/sessions/{main}/branches/", headers=headers).json()
+    chats = sorted({v for p in points["points"] for v in p["versions"]})
+    assert len(chats) == 3 and int(main) in chats
+    for chat in chats:
+        assert {f"chat-{chat}-ferry-plans.json", f"chat-{chat}-ferry-plans.md"} <= set(names)
     assert page.js_errors == []

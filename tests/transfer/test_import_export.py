@@ -18,6 +18,7 @@ from memory.models import MemoryRecord, MessageIndex
 from memory.queries import messages_search_for_user
 from memory.services import record_create
 from tests.factories import BotFactory, SessionFactory
+from tests.fakeopenai import Reply
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.services import chats_import
 
@@ -297,6 +298,76 @@ def test_chatgpt_tree_imports_current_branch_and_keeps_the_others(
     assert _stored_counts() == before
 
 
+def test_chatgpt_branches_are_versions_at_their_fork_that_can_be_flipped_to_and_continued(
+    owner, owner_client, fake_bot, fake_openai, monkeypatch, eager_tasks
+):
+    monkeypatch.setattr("transfer.services.compact_soft_dispatch", lambda session_id: True)
+    data = json.dumps([chatgpt_conversation()]).encode()
+    response = _import(owner_client, fake_bot, data, name="conversations.json")
+    assert response.status_code == 201, response.json()
+    main = response.json()["imported"][0]["session"]
+    # a2b (the regenerated reply, fork after seq 5) first, then u1b (the edit, fork after seq 1)
+    regenerated, edited = ChatSession.objects.filter(branch_of_id=main).order_by("pk")
+    assert (regenerated.branch_seq, edited.branch_seq) == (6, 2)
+    points = owner_client.get(f"/api/v1/sessions/{main}/branches/").json()
+    assert points == {
+        "points": [
+            {"seq": 2, "versions": [main, edited.pk], "current": 0},
+            {"seq": 6, "versions": [main, regenerated.pk], "current": 0},
+        ]
+    }
+    points = owner_client.get(f"/api/v1/sessions/{edited.pk}/branches/").json()
+    assert points == {"points": [{"seq": 2, "versions": [main, edited.pk], "current": 1}]}
+
+    def lines(session):
+        return list(
+            Message.objects.filter(session=session)
+            .order_by("seq")
+            .values_list("seq", "role", "content", "model", "pinned")
+        )
+
+    assert lines(edited) == [
+        (1, "system", "Be brief.", "", True),
+        (2, "user", "Plan a train trip", "", False),
+        (3, "assistant", "Trains run hourly.", "o1", False),
+    ]
+    assert lines(regenerated) == [
+        *lines(main)[:5],
+        (6, "assistant", "Return 7pm.", "gpt-4o-mini", False),
+    ]
+    reply = Message.objects.get(session=regenerated, seq=6)
+    assert reply.reply_to == Message.objects.get(session=regenerated, seq=5)
+    assert reply.created_at.timestamp() == 1700000041.0
+    for branch in (regenerated, edited):
+        branch.refresh_from_db()
+        stored = Message.objects.filter(session=branch)
+        assert branch.last_seq == stored.count()
+        assert branch.context_tokens == sum(m.token_count for m in stored)
+    # the branch's own messages are searchable at once; its copies of the prefix are not listed
+    hits = messages_search_for_user(user_id=owner.pk, query="train")
+    assert sorted((h.session.pk, h.seq) for h in hits) == [(edited.pk, 2), (edited.pk, 3)]
+
+    # continue the edited branch: the model sees that branch, not the transcript's ferry turns
+    fake_openai.script(Reply(text="The 9:10 is fastest."))
+    sent = owner_client.post(
+        f"/api/v1/sessions/{edited.pk}/messages/",
+        {"content": "Which train?", "wait": True},
+        format="json",
+    )
+    assert sent.status_code == 201, sent.json()
+    assert fake_openai.requests[-1]["messages"][-4:] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Plan a train trip"},
+        {"role": "assistant", "content": "Trains run hourly."},
+        {"role": "user", "content": "Which train?"},
+    ]
+    assert lines(edited)[3:] == [
+        (4, "user", "Which train?", "", False),
+        (5, "assistant", "The 9:10 is fastest.", "openai/fake-model", False),
+    ]
+    assert Message.objects.filter(session_id=main).count() == 6  # the transcript is untouched
+
+
 # --- bad files ----------------------------------------------------------------------------------
 
 
@@ -491,5 +562,10 @@ def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
     finally:
         tracemalloc.stop()
     assert len(result.imported) == count
-    assert Message.objects.filter(session__user=owner).count() == count * 6
+    assert Message.objects.filter(session__user=owner, session__branch_of=None).count() == count * 6
+    # each conversation's two other branches are branch chats: 5 + 1 and 1 + 2 messages
+    assert ChatSession.objects.filter(user=owner).exclude(branch_of=None).count() == count * 2
+    assert Message.objects.filter(session__user=owner).exclude(session__branch_of=None).count() == (
+        count * 9
+    )
     assert peak < size / 4, (peak, size)
