@@ -326,7 +326,7 @@ def completion_send(
             session=conversation.session,
             user_message=result.user_message,
             reply=reply,
-            model_id=keys.model_id_of(key=key, bot=bot),
+            model_id=request.model,
             conversation=conversation,
             dispatched=None,
         )

@@ -134,3 +134,30 @@ def test_chats_an_api_client_started_are_marked_with_the_keys_name(owner_client,
         "kind": "api",
         "key_name": "zed editor",
     }
+
+
+def test_model_ids_are_the_bots_own_slugs(owner, other_user):
+    """The one slug (``Bot.slug``, CONTRACT §15) names a bot on /v1/ too: an edited slug is the
+    new model id; a shared bot whose slug one of the user's bots has is ``<owner>/<slug>``."""
+    from chat_platform.errors import NotFound
+    from openai_api.keys import key_bot_for_model, key_create, key_models
+
+    mine = BotFactory(owner=owner, name="Writer")
+    renamed = BotFactory(owner=owner, name="Second Bot")
+    renamed.slug = "helper"
+    renamed.save(update_fields=["slug"])
+    shared_same = BotFactory(owner=other_user, name="Writer", is_shared=True)
+    shared_other = BotFactory(owner=other_user, name="Poet", is_shared=True)
+    key, _ = key_create(user=owner, name="editor")
+    assert {mid: bot.pk for mid, bot in key_models(key=key).items()} == {
+        "writer": mine.pk,
+        "helper": renamed.pk,
+        f"{other_user.username}/writer": shared_same.pk,
+        "poet": shared_other.pk,
+    }
+    assert key_bot_for_model(key=key, model="helper").pk == renamed.pk
+    assert key_bot_for_model(key=key, model=f"{other_user.username}/poet").pk == shared_other.pk
+    with pytest.raises(NotFound):
+        key_bot_for_model(key=key, model="second-bot")  # the name's slug is not the bot's
+    with pytest.raises(NotFound):
+        key_bot_for_model(key=key, model=f"{owner.username}/writer")  # own bots: the slug alone
