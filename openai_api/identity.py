@@ -19,8 +19,8 @@ continues from before it.
 
 import hashlib
 import json
-from json.encoder import encode_basestring as _quoted
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _quoted
 from typing import Any
 
 import structlog
