@@ -78,6 +78,12 @@ def from_platform(exc: errors.PlatformError) -> OpenAIError:
     return OpenAIError(exc.message, status=500, type_="server_error", code=exc.code)
 
 
+def quota_error(message: str) -> OpenAIError:
+    """A spent daily token limit (the key's or its user's), as OpenAI says a spent token rate
+    limit (CONTRACT §16: ``rate_limit_exceeded``, 429); the message says when it resets."""
+    return OpenAIError(message, status=429, type_="tokens", code="rate_limit_exceeded")
+
+
 def reply_error(reply: Message) -> OpenAIError:
     """A reply that ended without completing, as the call's error."""
     code = reply.error_code or "internal_error"
@@ -91,7 +97,7 @@ def reply_error(reply: Message) -> OpenAIError:
     if code == errors.NotFound.code:
         return OpenAIError(message, status=404, code="model_not_found", param="model")
     if code == errors.QuotaExceeded.code:
-        return OpenAIError(message, status=429, type_="tokens", code=code)
+        return quota_error(message)
     return OpenAIError(message, status=500, type_="server_error", code=code)
 
 

@@ -165,7 +165,7 @@ def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
     try:
         keys.key_budget_check(key=key)
     except errors.QuotaExceeded as exc:
-        raise OpenAIError(exc.message, status=429, type_="tokens", code=exc.code) from None
+        raise completions.quota_error(exc.message) from None
     conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
     return key, bot, chat, conversation
 

@@ -332,7 +332,7 @@ def test_a_message_bigger_than_the_budget_is_context_length_exceeded(stack, user
     ]
 
 
-def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_openai):
+def test_a_spent_daily_budget_is_rate_limit_exceeded(stack, user, fake_bot, fake_openai):
     row, key = new_key(user, daily_token_limit=20)
     fake_openai.script(
         Reply(text="ok", usage={"prompt_tokens": 15, "completion_tokens": 5, "total_tokens": 20})
@@ -343,7 +343,7 @@ def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_open
         client.chat.completions.create(
             model="writer", messages=[{"role": "user", "content": "two"}]
         )
-    assert caught.value.body["code"] == "quota_exceeded"
+    assert caught.value.body["code"] == "rate_limit_exceeded"
     assert "resets at" in caught.value.body["message"]
     assert len(fake_openai.requests) == 1
     assert not Message.objects.filter(content="two").exists()
@@ -359,7 +359,7 @@ def test_the_users_daily_limit_applies_to_the_api_too(stack, user, fake_bot, fak
         sdk(stack, key).chat.completions.create(
             model="writer", messages=[{"role": "user", "content": "one"}]
         )
-    assert caught.value.body["code"] == "quota_exceeded"
+    assert caught.value.body["code"] == "rate_limit_exceeded"
     assert fake_openai.requests == []
 
 
