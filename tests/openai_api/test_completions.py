@@ -234,7 +234,7 @@ def test_keys_and_models_are_refused_in_openai_shape(stack, user, fake_bot, fake
         "param": "model",
     }
     with pytest.raises(openai.NotFoundError):
-        sdk(stack, key).chat.completions.create(model="foreign", messages=messages)
+        sdk(stack, key).chat.completions.create(model=foreign.slug, messages=messages)
     with pytest.raises(openai.AuthenticationError) as caught:
         sdk(stack, key + "x").chat.completions.create(model="other", messages=messages)
     assert caught.value.body["code"] == "invalid_api_key"
