@@ -688,8 +688,10 @@ def branches_messages_import(
 
 def history_append(*, session: ChatSession, messages: list[dict[str, Any]]) -> list[Message]:
     """Store finished turns an API client sent as its conversation's history (``role``,
-    ``content``, ``token_count`` each), after the session's last message: consecutive seqs from
-    one ``allocate_seqs``, counted in the running totals like any finished chat message."""
+    ``content``, ``token_count`` each; optionally ``kind``, ``client_id`` and the tool protocol's
+    ``tool_calls``, ``tool_call_id``, ``tool_name``), after the session's last message:
+    consecutive seqs from one ``allocate_seqs``, counted in the running totals like any
+    finished chat message."""
     if not messages:
         return []
     tokens = sum(m["token_count"] for m in messages)
@@ -708,10 +710,14 @@ def history_append(*, session: ChatSession, messages: list[dict[str, Any]]) -> l
                 session=session,
                 seq=first + i,
                 role=m["role"],
-                kind=Message.Kind.CHAT,
+                kind=m.get("kind", Message.Kind.CHAT),
                 content=m["content"],
                 status=Message.Status.COMPLETE,
                 token_count=m["token_count"],
+                client_id=m.get("client_id", ""),
+                tool_calls=m.get("tool_calls", []),
+                tool_call_id=m.get("tool_call_id", ""),
+                tool_name=m.get("tool_name", ""),
             )
             for i, m in enumerate(messages)
         ]

@@ -380,7 +380,12 @@ def _recall_round(
 
 
 def _context_with_rounds(
-    reply: Message, rounds: list[list[Message]], *, recall_open: bool, extra_system: str = ""
+    reply: Message,
+    rounds: list[list[Message]],
+    *,
+    recall_open: bool,
+    extra_system: str = "",
+    exchange: tuple[Message, ...] = (),
 ) -> BuiltContext:
     """The call's context with the turn's recall rounds. Each round's results were cut to what
     was left of B when it ran, but the fixed part can grow before the next call (the user pins
@@ -393,7 +398,9 @@ def _context_with_rounds(
             return context_build(
                 session=reply.session,
                 reply=reply,
-                recalled=[m for exchange in kept for m in exchange],
+                # A client tool exchange the turn continues is never left out (its results
+                # would lose their call); the turn's own recall rounds may be.
+                recalled=[*exchange, *(m for round_ in kept for m in round_)],
                 recall_open=recall_open,
                 record=False,
                 extra_system=extra_system,
@@ -486,10 +493,15 @@ def _turn_calls(
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
     rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0
+    asked: list[dict[str, Any]] = []  # calls to the client's tools (turn_hooks): end the turn
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         context = _context_with_rounds(
-            reply, rounds, recall_open=may_recall, extra_system=options.system
+            reply,
+            rounds,
+            recall_open=may_recall,
+            extra_system=options.system,
+            exchange=options.exchange,
         )
         stream = _stream_round(
             reply,
@@ -497,14 +509,16 @@ def _turn_calls(
             state,
             config,
             context,
-            tools=RECALL_TOOLS if may_recall else None,
+            tools=[*RECALL_TOOLS, *options.tools] if may_recall else list(options.tools) or None,
         )
         completion = stream.completion
         if completion is not None:
             spent[0] += completion.prompt_tokens + completion.completion_tokens
-        if not may_recall or completion is None or handle.stopped.is_set():
+            asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
+        if asked or not may_recall or completion is None or handle.stopped.is_set():
             break
-        calls = calls_from_completion(completion.tool_calls) or calls_from_text(
+        own_calls = turn_hooks.platform_calls(options, completion.tool_calls)
+        calls = calls_from_completion(own_calls) or calls_from_text(
             completion.text, call_id=f"recall-{reply.pk}-{recall_round + 1}"
         )
         if not calls:
@@ -528,6 +542,12 @@ def _turn_calls(
         "finish_reason": "stopped" if stopped else (completion.finish_reason if completion else ""),
         "model": model,
     }
+    if asked:
+        # The reply is the model's call to the client's tools, returned to the client, which
+        # continues the turn with the results; recall calls beside them are not run.
+        fields["tool_calls"] = asked
+        fields["finish_reason"] = "tool_calls"
+        fields["token_count"] = count_message_tokens(text + json.dumps(asked), model=model)
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens

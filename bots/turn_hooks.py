@@ -7,6 +7,11 @@ anything directly. Instead it registers here, once, at start-up (its ``AppConfig
   (per-call ``temperature``, ``max_tokens``, ``stop``, an extra system part). The reply comes
   with its user message loaded (the claim reads it), so a provider can tell its own turns from
   that row (the API marks them by ``client_id``) and a chat page's turn costs no statement;
+- **client tools** (``TurnOptions.tools``): offered to the model beside the platform's recall
+  tools; a call the model makes to one ends the turn and is the reply (``client_calls``), for
+  the interface to hand to its client. The client's results continue the turn: the options then
+  carry the stored exchange (``TurnOptions.exchange``: the question, the call, the results
+  before the newest one), sent whole like a recall exchange, never trimmed apart;
 - a **completion listener**: ``(reply, user_message)``, told in the worker when a reply has
   completed (the API writes the conversation's fingerprint chain there, so it is written even
   when the client went away).
@@ -17,6 +22,7 @@ raises is logged and never fails the turn: the reply is already complete.
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import structlog
 
@@ -39,6 +45,11 @@ class TurnOptions:
     system: str = ""
     # Daily token limits beyond the user's own that this call counts against (an API key's).
     quota: tuple[Limit, ...] = ()
+    # Tools of the interface's client (OpenAI shape), offered beside the recall tools.
+    tools: tuple[dict[str, Any], ...] = ()
+    # A client tool exchange this turn continues (stored messages, oldest first): counted and
+    # sent whole after the new message, like the turn's own recall exchange.
+    exchange: tuple[Message, ...] = ()
 
 
 OptionsProvider = Callable[[Message], TurnOptions | None]
@@ -84,3 +95,30 @@ def notify_completed(reply: Message, *, user_message: Message | None) -> None:
             listener(reply, user_message)
         except Exception:
             log.exception("turn_completion_listener_failed", message_id=reply.pk)
+
+
+def client_calls(options: TurnOptions, tool_calls: list[dict[str, Any]], *, reply_id: int) -> list:
+    """The calls of ``tool_calls`` (OpenAI shape, from the gateway) to the client's tools, each
+    with an id (a provider may leave it out; the client answers by it). Empty without client
+    tools: every call is the platform's own."""
+    if not options.tools:
+        return []
+    names = {tool["function"]["name"] for tool in options.tools}
+    calls = [c for c in tool_calls if c.get("function", {}).get("name") in names]
+    return [
+        {
+            "id": call.get("id") or f"call_{reply_id}_{i}",
+            "type": "function",
+            "function": {
+                "name": call["function"]["name"],
+                "arguments": call["function"].get("arguments") or "",
+            },
+        }
+        for i, call in enumerate(calls)
+    ]
+
+
+def platform_calls(options: TurnOptions, tool_calls: list[dict[str, Any]]) -> list:
+    """The calls of ``tool_calls`` that are not to the client's tools (the recall tools')."""
+    names = {tool["function"]["name"] for tool in options.tools}
+    return [c for c in tool_calls if c.get("function", {}).get("name") not in names]

@@ -19,6 +19,7 @@ MAX_JSON_DEPTH = 64
 # their string; the unrolled form keeps the match linear on long strings.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _OPENING = frozenset("[{")
+_CONTAINERS = (dict, list)
 
 
 class JSONTooDeep(ValueError):
@@ -50,5 +51,30 @@ def json_loads(text: str | bytes | bytearray, **kwargs: Any) -> Any:
     """
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8")
-    json_depth_check(text)
-    return json.loads(text, **kwargs)
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return json.loads(text, **kwargs)  # cannot be too deep: the common case
+    # Parsed first, then measured: the C decoder refuses past the recursion limit by itself
+    # (RecursionError, never a crash), and walking the parsed containers costs far less than
+    # matching every string and bracket of the text in Python (a 1,000-message request to
+    # the OpenAI-compatible API holds thousands).
+    try:
+        value = json.loads(text, **kwargs)
+    except RecursionError:
+        raise JSONTooDeep(MAX_JSON_DEPTH) from None
+    _value_depth_check(value, MAX_JSON_DEPTH)
+    return value
+
+
+def _value_depth_check(value: Any, max_depth: int) -> None:
+    """``JSONTooDeep`` if parsed arrays and objects nest deeper than ``max_depth`` (an empty
+    one is a level too, as its brackets are in the text). Iterative: no recursion."""
+    if not isinstance(value, _CONTAINERS):
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, _CONTAINERS):
+                if depth >= max_depth:
+                    raise JSONTooDeep(max_depth)
+                stack.append((child, depth + 1))

@@ -31,7 +31,14 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
     renderer: list[Any] = (
         [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json
-        else [structlog.dev.ConsoleRenderer(colors=False)]
+        # A plain traceback, never rich's default one: that prints every frame's local
+        # variables, which hold whatever the code was handling (an API key being checked, a
+        # provider key, a password).
+        else [
+            structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            )
+        ]
     )
     logging.config.dictConfig(
         {

@@ -20,6 +20,7 @@ continues from before it.
 import hashlib
 import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _quoted
 from typing import Any
 
 import structlog
@@ -34,15 +35,21 @@ from bots.turn_hooks import TurnOptions
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
 from connections import usage
+from openai_api.client_tools import calls_key
 from openai_api.models import ApiKey, ApiSession, ApiTurn, ChainLink
 
 log = structlog.get_logger(__name__)
 
 
-def message_fingerprint(role: str, content: str) -> str:
+def message_fingerprint(role: str, content: str, extra: str = "") -> str:
     """What identifies one message of a transcript: its role and its text (outer whitespace
-    aside: clients trim differently)."""
-    data = json.dumps([role, content.strip()], ensure_ascii=False, separators=(",", ":"))
+    aside: clients trim differently), and ``extra``: an assistant message's tool calls
+    (``client_tools.calls_key``) or the id of the call a ``tool`` result answers."""
+    # Byte for byte ``json.dumps([role, content, extra?], ensure_ascii=False, separators=(",",
+    # ":"))`` (the stored chains hash that), built from the encoder's own C string quoting:
+    # json.dumps per message was most of the cost of matching a 1,000-message resend.
+    data = f"[{_quoted(role)},{_quoted(content.strip())}"
+    data += f",{_quoted(extra)}]" if extra else "]"
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
@@ -62,14 +69,25 @@ def chain_of(root: str, fingerprints: list[str]) -> list[str]:
     return hashes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ClientMessage:
-    role: str  # user | assistant
+    role: str  # user | assistant | tool
     content: str
+    # An assistant message's calls to the client's tools (``client_tools.check_tool_calls``).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # A tool result: the call it answers.
+    tool_call_id: str = ""
+    tool_name: str = ""  # the function a result answers (stored, not fingerprinted)
 
     @property
     def fingerprint(self) -> str:
-        return message_fingerprint(self.role, self.content)
+        extra = self.tool_call_id if self.role == "tool" else calls_key(self.tool_calls)
+        return message_fingerprint(self.role, self.content, extra)
+
+
+def reply_fingerprint(reply: Message) -> str:
+    """A stored reply as the client sees it: its text and its calls to the client's tools."""
+    return message_fingerprint("assistant", reply.content, calls_key(reply.tool_calls or []))
 
 
 @dataclass
@@ -125,15 +143,24 @@ def _longest_prefix(*, user_id: int, bot_id: int, hashes: list[str]) -> ChainLin
     return best
 
 
+def history_row(m: ClientMessage, *, model: str, client_id: str = "") -> dict[str, Any]:
+    """A client message as ``transitions.history_append`` stores it: a tool result as a
+    ``tool`` message (the call's function name with it), calls counted with their text."""
+    row: dict[str, Any] = {"role": m.role, "content": m.content, "client_id": client_id}
+    counted = m.content
+    if m.tool_calls:
+        row["tool_calls"] = m.tool_calls
+        counted = m.content + json.dumps(m.tool_calls)
+    if m.role == "tool":
+        row["kind"] = Message.Kind.TOOL
+        row["tool_call_id"] = m.tool_call_id
+        row["tool_name"] = m.tool_name
+    row["token_count"] = count_message_tokens(counted, model=model)
+    return row
+
+
 def _history_rows(messages: list[ClientMessage], *, model: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "role": m.role,
-            "content": m.content,
-            "token_count": count_message_tokens(m.content, model=model),
-        }
-        for m in messages
-    ]
+    return [history_row(m, model=model) for m in messages]
 
 
 def _store_history(
@@ -302,6 +329,13 @@ def turn_options(reply: Message) -> TurnOptions | None:
         return None
     options, key_id, key_limit = row
     stop = options.get("stop") or ()
+    exchange = options.get("exchange") or []
+    # The client tool exchange a continuation sends whole (ids and counts are what it takes).
+    messages = (
+        tuple(Message.objects.filter(pk__in=exchange).only("pk", "token_count").order_by("seq"))
+        if exchange
+        else ()
+    )
     return TurnOptions(
         temperature=options.get("temperature"),
         max_tokens=options.get("max_tokens"),
@@ -309,6 +343,8 @@ def turn_options(reply: Message) -> TurnOptions | None:
         system=options.get("system") or "",
         # The key's daily limit counts this turn too (the user's own is the turn's to add).
         quota=tuple(usage.key_limit(key_id=key_id, limit=key_limit)) if key_id else (),
+        tools=tuple(options.get("tools") or ()),
+        exchange=messages,
     )
 
 
@@ -324,7 +360,7 @@ def turn_completed(reply: Message, user_message: Message | None) -> None:
 def links_write(*, turn: ApiTurn, reply: Message) -> None:
     """The links of the call's own messages and its completed reply. Idempotent (the worker
     and the view both call it); a reply that did not complete writes nothing."""
-    if reply.status != Message.Status.COMPLETE or not reply.content:
+    if reply.status != Message.Status.COMPLETE or not (reply.content or reply.tool_calls):
         return
     position, chain_hash = turn.base_position, turn.base_hash
     links = []
@@ -340,7 +376,7 @@ def links_write(*, turn: ApiTurn, reply: Message) -> None:
             )
         )
     position += 1
-    chain_hash = chain_next(chain_hash, message_fingerprint("assistant", reply.content))
+    chain_hash = chain_next(chain_hash, reply_fingerprint(reply))
     links.append(
         ChainLink(
             session_id=turn.session_id,

@@ -12,7 +12,6 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.text import slugify
 
 from bots.models import Bot
 from bots.queries import bot_list_for_user
@@ -53,45 +52,54 @@ def key_authenticate(*, raw: str) -> ApiKey:
 # --- what a key may use -----------------------------------------------------------------------
 
 
-def bot_slug(bot: Bot) -> str:
-    """A bot's model id: its name as a slug (``[a-z0-9-]``)."""
-    return slugify(bot.name).replace("_", "-").strip("-") or "bot"
-
-
 def key_bots(*, key: ApiKey) -> list[Bot]:
     """The bots the key may use now: the user's usable bots (own or shared; un-sharing revokes
     at once), narrowed to the key's list unless it covers all."""
-    bots = bot_list_for_user(user=key.user).order_by("created_at", "id")
+    bots = bot_list_for_user(user=key.user).select_related("owner").order_by("created_at", "id")
     if not key.all_bots:
         bots = bots.filter(pk__in=key.bots.values("pk"))
     return list(bots)
 
 
+def _qualified(bot: Bot) -> str:
+    """``<owner>/<slug>``: a shared bot's id when its slug is taken among the key's bots (a
+    slug is unique per owner only, CONTRACT §15; ``/`` never occurs in a slug)."""
+    return f"{bot.owner.get_username()}/{bot.slug}"
+
+
 def key_models(*, key: ApiKey) -> dict[str, Bot]:
-    """Model id -> bot. Two bots with one slug are told apart by their id (``<slug>-<id>``)."""
+    """Model id -> bot. The id is the bot's own slug (``Bot.slug``, the one a room mentions).
+    The key user's own bots keep it always; another owner's shared bot whose slug one of the
+    user's bots (or another shared bot) also has is listed as ``<owner>/<slug>``."""
     bots = key_bots(key=key)
     counts: dict[str, int] = {}
     for bot in bots:
-        counts[bot_slug(bot)] = counts.get(bot_slug(bot), 0) + 1
-    return {
-        (bot_slug(bot) if counts[bot_slug(bot)] == 1 else f"{bot_slug(bot)}-{bot.pk}"): bot
-        for bot in bots
-    }
+        counts[bot.slug] = counts.get(bot.slug, 0) + 1
+    own = {bot.slug for bot in bots if bot.owner_id == key.user_id}
+    models: dict[str, Bot] = {}
+    for bot in bots:
+        mine = bot.owner_id == key.user_id
+        plain = mine or (counts[bot.slug] == 1 and bot.slug not in own)
+        models[bot.slug if plain else _qualified(bot)] = bot
+    return models
 
 
 def key_bot_for_model(*, key: ApiKey, model: str) -> Bot:
     models = key_models(key=key)
     bot = models.get(model)
-    if bot is None:
-        # ``<slug>-<id>`` always names its bot, even when the slug alone is unambiguous.
-        bot = next((b for b in models.values() if f"{bot_slug(b)}-{b.pk}" == model), None)
+    if bot is None and "/" in model:
+        # ``<owner>/<slug>`` always names a shared bot, even when its slug alone would do.
+        bot = next(
+            (b for b in models.values() if b.owner_id != key.user_id and _qualified(b) == model),
+            None,
+        )
     if bot is None:
         raise NotFound(f"The model {model!r} does not exist or this key may not use it.")
     return bot
 
 
 def model_id_of(*, key: ApiKey, bot: Bot) -> str:
-    return next((mid for mid, b in key_models(key=key).items() if b.pk == bot.pk), bot_slug(bot))
+    return next((mid for mid, b in key_models(key=key).items() if b.pk == bot.pk), bot.slug)
 
 
 # --- the daily token budget -------------------------------------------------------------------

@@ -35,7 +35,17 @@ def completion(
     finish: str,
     prompt_tokens: int,
     completion_tokens: int,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """A chat completion; with ``tool_calls`` (calls to the client's tools) its message
+    carries them, and ``content`` is null when the model said nothing beside them."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content if content or not tool_calls else None,
+        "refusal": None,
+    }
+    if tool_calls:
+        message["tool_calls"] = [_call(c) for c in tool_calls]
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -44,7 +54,7 @@ def completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish,
             }
@@ -89,3 +99,26 @@ def model_list(models: list[tuple[str, int, str]]) -> dict[str, Any]:
             for mid, created, owner in models
         ],
     }
+
+
+def _call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call["function"]
+    return {
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": function["name"], "arguments": function.get("arguments") or ""},
+    }
+
+
+def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``delta``s that stream ``tool_calls`` as OpenAI does: per call, one opening it
+    (index, id, type, name, empty arguments), then one with its arguments."""
+    deltas: list[dict[str, Any]] = []
+    for index, call in enumerate(tool_calls):
+        whole = _call(call)
+        opening = {**whole, "index": index, "function": {**whole["function"], "arguments": ""}}
+        deltas.append({"tool_calls": [opening]})
+        if whole["function"]["arguments"]:
+            arguments = {"arguments": whole["function"]["arguments"]}
+            deltas.append({"tool_calls": [{"index": index, "function": arguments}]})
+    return deltas

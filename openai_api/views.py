@@ -165,7 +165,7 @@ def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
     try:
         keys.key_budget_check(key=key)
     except errors.QuotaExceeded as exc:
-        raise OpenAIError(exc.message, status=429, type_="tokens", code=exc.code) from None
+        raise completions.quota_error(exc.message) from None
     conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
     return key, bot, chat, conversation
 
@@ -254,6 +254,7 @@ async def chat_completions_view(request: HttpRequest) -> HttpResponse:
         finish=shapes.finish_reason(reply.finish_reason),
         prompt_tokens=reply.prompt_tokens or 0,
         completion_tokens=reply.completion_tokens or 0,
+        tool_calls=reply.tool_calls or None,
     )
     return _with_session(JsonResponse(body), started)
 
@@ -365,6 +366,8 @@ async def _stream(
                 yield _sse(shapes.chunk(delta={"content": rest}, **meta))
             else:
                 log.warning("openai_stream_diverged", message_id=reply_id)
+        for delta in shapes.tool_call_deltas(reply.tool_calls or []):
+            yield _sse(shapes.chunk(delta=delta, **meta))
         yield _sse(shapes.chunk(delta={}, finish=shapes.finish_reason(reply.finish_reason), **meta))
         if include_usage:
             yield _sse(

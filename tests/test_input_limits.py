@@ -41,6 +41,38 @@ def test_depth_is_counted_outside_strings_only():
         json_depth_check(_nested(100_000))
 
 
+def _alternating(depth: int) -> str:
+    """Lists and one-key objects in turn, ``depth`` levels: ``[{"k":[{"k":0}]}]``."""
+    opening = "".join("[" if i % 2 == 0 else '{"k":' for i in range(depth))
+    closing = "".join("]" if i % 2 == 0 else "}" for i in reversed(range(depth)))
+    return opening + "0" + closing
+
+
+def test_json_loads_measures_many_brackets_after_parsing_as_the_walk_does():
+    """Bodies with many brackets are parsed, then their containers measured (far cheaper than
+    the text walk on a long body): the same answers as ``json_depth_check``, at every edge."""
+    many = ",".join(['{"role": "user", "content": "[x]"}'] * 200)
+    # inside the outer list: 64 levels in all, then 65
+    assert json_loads(f"[{many},{_alternating(63)}]")[0] == {"role": "user", "content": "[x]"}
+    with pytest.raises(JSONTooDeep):
+        json_loads(f"[{many},{_alternating(64)}]")
+    with pytest.raises(JSONTooDeep):
+        json_loads(f"[{many},{_nested(64)}]")
+    with pytest.raises(JSONTooDeep):  # empty containers are levels too
+        json_loads(f"[{many}," + "[" * 64 + "]" * 64 + "]")
+    assert json_loads(f"[{many}," + "[" * 63 + "]" * 63 + "]")[-1] is not None
+    # past the decoder's own recursion limit: refused the same way, never a RecursionError
+    with pytest.raises(JSONTooDeep, match=DEEP):
+        json_loads(_nested(100_000))
+    with pytest.raises(JSONTooDeep, match=DEEP):
+        json_loads(_nested(100_000).encode())
+    # unbalanced or mismatched brackets are left to the walk (and then to the decoder)
+    with pytest.raises(ValueError):
+        json_loads("[" + "{}" * 100 + "}")
+    with pytest.raises(ValueError):
+        json_loads('["' + "[" * 100)
+
+
 def test_bytes_are_utf8():
     assert json_loads('{"a": "é"}'.encode()) == {"a": "é"}
     with pytest.raises(ValueError):

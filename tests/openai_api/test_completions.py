@@ -234,7 +234,7 @@ def test_keys_and_models_are_refused_in_openai_shape(stack, user, fake_bot, fake
         "param": "model",
     }
     with pytest.raises(openai.NotFoundError):
-        sdk(stack, key).chat.completions.create(model=f"foreign-{foreign.pk}", messages=messages)
+        sdk(stack, key).chat.completions.create(model=foreign.slug, messages=messages)
     with pytest.raises(openai.AuthenticationError) as caught:
         sdk(stack, key + "x").chat.completions.create(model="other", messages=messages)
     assert caught.value.body["code"] == "invalid_api_key"
@@ -332,7 +332,7 @@ def test_a_message_bigger_than_the_budget_is_context_length_exceeded(stack, user
     ]
 
 
-def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_openai):
+def test_a_spent_daily_budget_is_rate_limit_exceeded(stack, user, fake_bot, fake_openai):
     # The first turn's context must fit in the limit (only its output may cross it).
     row, key = new_key(user, daily_token_limit=200)
     fake_openai.script(
@@ -344,7 +344,7 @@ def test_a_spent_daily_budget_is_quota_exceeded(stack, user, fake_bot, fake_open
         client.chat.completions.create(
             model="writer", messages=[{"role": "user", "content": "two"}]
         )
-    assert caught.value.body["code"] == "quota_exceeded"
+    assert caught.value.body["code"] == "rate_limit_exceeded"
     assert "resets at" in caught.value.body["message"]
     assert len(fake_openai.requests) == 1
     assert not Message.objects.filter(content="two").exists()
@@ -360,7 +360,7 @@ def test_the_users_daily_limit_applies_to_the_api_too(stack, user, fake_bot, fak
         sdk(stack, key).chat.completions.create(
             model="writer", messages=[{"role": "user", "content": "one"}]
         )
-    assert caught.value.body["code"] == "quota_exceeded"
+    assert caught.value.body["code"] == "rate_limit_exceeded"
     assert fake_openai.requests == []
 
 

@@ -134,3 +134,62 @@ def test_chats_an_api_client_started_are_marked_with_the_keys_name(owner_client,
         "kind": "api",
         "key_name": "zed editor",
     }
+
+
+def test_model_ids_are_the_bots_own_slugs(owner, other_user):
+    """The one slug (``Bot.slug``, CONTRACT §15) names a bot on /v1/ too: an edited slug is the
+    new model id; a shared bot whose slug one of the user's bots has is ``<owner>/<slug>``."""
+    from chat_platform.errors import NotFound
+    from openai_api.keys import key_bot_for_model, key_create, key_models
+
+    mine = BotFactory(owner=owner, name="Writer")
+    renamed = BotFactory(owner=owner, name="Second Bot")
+    renamed.slug = "helper"
+    renamed.save(update_fields=["slug"])
+    shared_same = BotFactory(owner=other_user, name="Writer", is_shared=True)
+    shared_other = BotFactory(owner=other_user, name="Poet", is_shared=True)
+    key, _ = key_create(user=owner, name="editor")
+    assert {mid: bot.pk for mid, bot in key_models(key=key).items()} == {
+        "writer": mine.pk,
+        "helper": renamed.pk,
+        f"{other_user.username}/writer": shared_same.pk,
+        "poet": shared_other.pk,
+    }
+    assert key_bot_for_model(key=key, model="helper").pk == renamed.pk
+    assert key_bot_for_model(key=key, model=f"{other_user.username}/poet").pk == shared_other.pk
+    with pytest.raises(NotFound):
+        key_bot_for_model(key=key, model="second-bot")  # the name's slug is not the bot's
+    with pytest.raises(NotFound):
+        key_bot_for_model(key=key, model=f"{owner.username}/writer")  # own bots: the slug alone
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_a_key_never_reaches_a_log_line_not_even_in_a_traceback(
+    capsys, owner, settings, json_lines
+):
+    """An outage while the key is checked logs a traceback (readable lines in embedded mode,
+    JSON in real mode): the frames' locals hold the key's text, and they are never printed."""
+    from unittest import mock
+
+    from django.db import OperationalError
+    from django.test import Client
+
+    from chat_platform.log_config import configure_logging
+    from openai_api.keys import key_create
+
+    _, raw = key_create(user=owner, name="editor")
+    configure_logging(level="INFO", json=json_lines)  # onto the stream capsys holds
+    try:
+        with mock.patch.object(
+            ApiKey.objects, "get_from_key", side_effect=OperationalError("database is down")
+        ):
+            response = Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {raw}")
+        logged = capsys.readouterr().err
+    finally:
+        configure_logging(level=settings.LOG_LEVEL, json=settings.LOG_JSON)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "service_unavailable"
+    assert "openai_api_service_unavailable" in logged and "database is down" in logged
+    assert "Traceback" in logged or "traceback" in logged.lower()
+    assert raw not in logged and raw.split(".", 1)[1] not in logged
