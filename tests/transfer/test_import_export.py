@@ -540,9 +540,7 @@ def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
     of the file (one conversation and one batch of messages at a time)."""
     path = tmp_path / "conversations.json"
     line = "The ferry to Brindisi leaves at seven from pier nine. " * 40  # ~2 KB
-    # Few, large conversations: the file is as big (what the test is about) while the import's
-    # per-conversation statements, slow under tracemalloc, stay few.
-    count = 150
+    count = 600
     with path.open("w") as out:
         out.write("[")
         for c in range(count):
@@ -550,8 +548,8 @@ def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
             conv["conversation_id"] = f"conv-{c}"
             for key in ("u1", "a1", "u2", "a2", "a2b", "u1b", "a1b"):
                 parts = conv["mapping"][key]["message"]["content"]["parts"]
-                parts[0] = f"{c} {key} " + line * 4
-            conv["mapping"]["tool1"]["message"]["content"]["parts"] = [line * 40]
+                parts[0] = f"{c} {key} " + line * 1
+            conv["mapping"]["tool1"]["message"]["content"]["parts"] = [line * 10]
             out.write(("," if c else "") + json.dumps(conv))
         out.write("]")
     size = path.stat().st_size
