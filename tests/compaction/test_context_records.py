@@ -241,6 +241,10 @@ def test_api_serves_the_record_to_the_owner_and_staff_only(
         answer = owner_client.get(f"/api/v1/messages/{missing}/context/")
         assert (answer.status_code, answer.json()["error"]["code"]) == (404, "not_found")
     assert ContextRecord.objects.filter(message_id=reply.pk).count() == 1
+    schema = owner_client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    operation = schema["paths"]["/api/v1/messages/{message_id}/context/"]["get"]
+    assert {p["name"] for p in operation["parameters"]} == {"message_id", "payload"}
+    assert {"200", "404"} <= set(operation["responses"])
 
 
 def _record_at(session, when):
