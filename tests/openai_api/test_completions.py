@@ -475,6 +475,7 @@ def test_an_api_turns_context_record_rebuilds_what_the_provider_received(
     """Issue 22: an OpenAI-API call is recorded like any turn, the client's system message as
     its own part (its text: nothing else stores it), and rebuilds byte for byte."""
     import json
+    import time
 
     from compaction.models import ContextRecord
     from compaction.records import record_rebuild
@@ -488,6 +489,12 @@ def test_an_api_turns_context_record_rebuilds_what_the_provider_received(
     client.chat.completions.create(model="writer", messages=history)
 
     session = ChatSession.objects.get(pk=int(raw.headers["X-Session-Id"]))
+    # The worker writes a record just after it finished the reply the client already has.
+    deadline = time.monotonic() + 30
+    while ContextRecord.objects.filter(session=session).count() < 2 and (  # noqa: PLR2004
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
     records = list(ContextRecord.objects.filter(session=session).order_by("id"))
     assert len(records) == 2  # noqa: PLR2004
     last = records[-1].calls[0]
