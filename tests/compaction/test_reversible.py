@@ -13,8 +13,9 @@ from chat_platform import realtime
 from compaction import engine
 from compaction.lock import single_flight
 from compaction.measure import context_measure
-from compaction.models import CompactionEvent, ContextExpansion, Summary
+from compaction.models import CompactionEvent, ContextExpansion, ContextRecord, Summary
 from compaction.pipeline import context_build
+from compaction.records import record_rebuild
 from memory.models import MemoryRecord
 from tests.compaction.test_engine import (
     GOOD,
@@ -577,6 +578,15 @@ def test_expand_admits_the_span_verbatim_for_the_next_reply_only(
         *(f"m message {i}" for i in range(6)),
         "Quote it all.",
     ]
+    # what the model saw names the expanded span, and rebuilds exactly what was sent
+    record = ContextRecord.objects.get(message=reply)
+    [call] = record.calls
+    expanded = [p for p in call["parts"] if p["ref"].get("expanded")]
+    assert expanded == [
+        {"kind": "history", "ref": {"expanded": "snapshot_1_4", "seqs": [[1, 4]]}, "tokens": 1200}
+    ]
+    assert not [p for p in call["parts"] if p["kind"] == "summary"]
+    assert record_rebuild(record) == [first["messages"]]
 
     # the reply after: the summary again
     new2, reply2 = add_turn(session, "And now?", tokens=20)
