@@ -18,9 +18,11 @@ from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
+from compaction.engine.common import held_spans
 from compaction.engine.expansion import session_expand
 from compaction.engine.resummarise import summary_resummarise
 from compaction.engine.undo import RevertResult, summary_release, summary_revert
+from compaction.measure import context_measure
 from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline import context_bot, context_report, seat_key
@@ -191,15 +193,18 @@ def context_notify(*, session_id: int, bot_id: int | None = None) -> None:
         )
 
 
-def compaction_notice_text(result: RunResult) -> str:
-    """The chat notice answering ``/compact`` (CONTRACT §9)."""
+def compaction_notice_text(result: RunResult, *, session: ChatSession | None = None) -> str:
+    """The chat notice answering ``/compact`` (CONTRACT §9). With the ``session`` (its seat in a
+    room): when there was nothing to compact although the gauge says compaction is due, say
+    what fills the context instead, so the command and the gauge tell one story."""
     if result.outcome == "compacted" and result.first_seq is not None:
         return (
             f"Context compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens "
             f"(messages {result.first_seq}–{result.last_seq})."
         )
     if result.outcome in ("noop", "skipped"):
-        return "Nothing to compact right now."
+        due = _nothing_left_although_due(session) if session is not None else ""
+        return "Nothing to compact right now." + due
     if result.reason == "not_shorter":
         # Not a failure: what is left since the last compaction is too little to shorten.
         return (
@@ -331,3 +336,27 @@ def _coverage_to_rows(session: ChatSession) -> None:
             covered_messages=F("covered_messages") + messages,
         )
     messages_room_uncompact(session_id=session.pk)
+
+
+def _nothing_left_although_due(session: ChatSession) -> str:
+    """Why ``/compact`` found nothing while pressure is at or past the soft threshold: only the
+    latest exchange, summaries, pins, the system prompt and the index are left, and none of
+    them is history a summary could replace. Empty when the gauge does not say "due"."""
+    measure = context_measure(session=session)
+    soft = measure.budget.soft
+    if not soft or measure.pressure < soft:
+        return ""
+    named = {
+        "the latest messages": measure.parts["history"],
+        "summaries": measure.parts["summaries"],
+        "pinned messages": measure.parts["pinned"],
+        "the system prompt": measure.parts["system"],
+        "the memory index": measure.parts["memory_index"],
+    }
+    held = " (or held after an undo)" if held_spans(session) else ""
+    listed = ", ".join(f"{name} {tokens:,}" for name, tokens in named.items() if tokens)
+    return (
+        f" Everything before the latest exchange is already summarised or pinned{held}. The "
+        f"context is {measure.pressure:,} tokens (compaction is due from {soft:,}): {listed}. "
+        "Unpin messages, shorten the system prompt, or start a new chat to make room."
+    )

@@ -401,7 +401,7 @@ def session_compact_command(
     except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless
         log.exception("compact_command_crashed", session_id=session.pk)
         result = RunResult("failed", "internal_error")
-    text = compaction_notice_text(result)
+    text = compaction_notice_text(result, session=seat)
     if seat is None:
         text = f"Nothing was compacted: {focus.split()[0]} is not a bot in this chat."
     elif seat is not session:

@@ -15,6 +15,7 @@ from rest_framework.authtoken.models import Token
 from bots.models import Message
 from chat_platform.asgi import application
 from compaction.lock import lock_key
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
 from compaction.payloads import event_payload, summary_payload
 from memory.models import MemoryRecord
@@ -523,3 +524,29 @@ def test_a_summary_no_shorter_is_nothing_worth_compacting_not_a_failure():
     assert compaction_notice_text(RunResult(outcome="rejected", reason="too_short")) == (
         "Compaction failed: the summary was too short to be useful. Nothing was changed."
     )
+
+
+def test_compact_with_nothing_left_while_due_says_what_fills_the_context(
+    owner_client, session, fake_openai
+):
+    """Issue 18, defect 3: the gauge says compaction is due (pressure past S 9,500) but every
+    message before the latest exchange is pinned, so `/compact` finds nothing: the notice says
+    what fills the context instead of a bare "nothing to compact"."""
+    pinned = add_history(session, [6000, 4000, 100, 100])[:2]
+    Message.objects.filter(pk__in=[m.pk for m in pinned]).update(pinned=True)
+    recount(session)
+    system = context_measure(session=session).parts["system"]
+
+    body = post_message(owner_client, session, "/compact").json()
+
+    assert (body["compaction"]["outcome"], body["compaction"]["reason"]) == (
+        "noop",
+        "nothing_to_compact",
+    )
+    assert body["notice"]["content"] == (
+        "Nothing to compact right now. Everything before the latest exchange is already "
+        f"summarised or pinned. The context is {10_200 + system:,} tokens (compaction is due "
+        f"from 9,500): the latest messages 200, pinned messages 10,000, the system prompt "
+        f"{system:,}. Unpin messages, shorten the system prompt, or start a new chat to make room."
+    )
+    assert Summary.objects.filter(session=session).count() == 0
