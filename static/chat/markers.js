@@ -2,6 +2,7 @@ import { api, asList } from "./api.js";
 import { el } from "./dom.js";
 import { fmtInt } from "./format.js";
 import { ui } from "./page.js";
+import { avatar, participantBot, roomBotIds, roomReady } from "./participants.js";
 import { sessionPath } from "./session.js";
 import { state } from "./state.js";
 import { insertNode, withScroll } from "./transcript.js";
@@ -23,18 +24,40 @@ export function markersAreLoaded() {
   return markers.loaded;
 }
 
+// Rows of several reads, each once (by id), in the order first seen.
+function unique(lists) {
+  var seen = new Map();
+  lists.forEach(function (list) {
+    asList(list).forEach(function (row) {
+      if (row && !seen.has(String(row.id))) seen.set(String(row.id), row);
+    });
+  });
+  return Array.from(seen.values());
+}
+
 export function loadMarkers(epoch) {
   if (state.sessionId === null) return Promise.resolve();
   var sessionId = state.sessionId;
-  return Promise.all([
-    api("GET", sessionPath("summaries/")),
-    api("GET", "compaction-events/?session=" + encodeURIComponent(sessionId)),
-  ]).then(
+  // A room: every participant's summaries and events (?bot=, CONTRACT §15), each read once.
+  return roomReady()
+    .then(function () {
+      var bots = roomBotIds();
+      var queries = bots.length > 1 ? bots.map(function (id) { return "bot=" + encodeURIComponent(id); }) : [""];
+      return Promise.all(
+        queries.map(function (q) {
+          return Promise.all([
+            api("GET", sessionPath("summaries/") + (q ? "?" + q : "")),
+            api("GET", "compaction-events/?session=" + encodeURIComponent(sessionId) + (q ? "&" + q : "")),
+          ]);
+        })
+      );
+    })
+    .then(
     function (results) {
       if (epoch !== state.epoch) return;
       markers.loaded = true;
-      markers.summaries = asList(results[0]);
-      markers.events = asList(results[1]);
+      markers.summaries = unique(results.map(function (r) { return r[0]; }));
+      markers.events = unique(results.map(function (r) { return r[1]; }));
       withScroll(renderMarkers);
     },
     function () {
@@ -99,6 +122,11 @@ function buildMarker(summary, event) {
     }),
     el("span", { class: "marker-meta", text: bits.join(" · ") })
   );
+  // In a room each bot compacts its own view: the marker names whose summary it is.
+  var bot = participantBot(summary.bot);
+  if (bot && roomBotIds().length > 1) {
+    head.prepend(el("span", { class: "marker-bot", dataset: { botSlug: bot.slug || "" } }, avatar(bot), bot.name));
+  }
 
   var facts = el("dl", { class: "marker-facts" });
   function fact(name, value) {
@@ -148,7 +176,12 @@ function buildMarker(summary, event) {
     "details",
     {
       class: "compaction-marker" + (summary.status === "superseded" ? " is-superseded" : ""),
-      dataset: { seq: String(summary.last_seq + 0.5), summaryId: String(summary.id), trigger: summary.trigger || "" },
+      dataset: {
+        seq: String(summary.last_seq + 0.5),
+        summaryId: String(summary.id),
+        trigger: summary.trigger || "",
+        botSlug: (bot && bot.slug) || "",
+      },
     },
     head,
     el("div", { class: "marker-body" }, facts, text, missingBox)

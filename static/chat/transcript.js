@@ -25,6 +25,7 @@ import {
   toolRequests,
 } from "./messages.js";
 import { ui } from "./page.js";
+import { speakerMark } from "./participants.js";
 import { regenerate, renderFlips, startEdit } from "./branches.js";
 import { copyMessage } from "./copy.js";
 import { discardSend, pendingSends, retryReply, retrySend } from "./sending.js";
@@ -185,6 +186,7 @@ export function renderMessage(node, m) {
   node.setAttribute("aria-busy", ACTIVE_STATUSES[m.status] || m.status === "sending" ? "true" : "false");
 
   p.who.textContent = authorLabel(m);
+  speakerMark(node, m);
   // A notice speaks for itself; its author line would only say "System". Tool rows too.
   p.who.hidden = (notice && m.kind !== "command") || tool;
   p.when.textContent = m.created_at ? fmtTime(m.created_at) : "";
