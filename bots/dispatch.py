@@ -65,10 +65,12 @@ def turn_dispatch_next(session_id: int) -> bool:
     return turn_dispatch(first[0])
 
 
-def compact_soft_dispatch(session_id: int) -> bool:
-    """Schedule a soft compaction (best effort: the next turn re-checks pressure anyway)."""
+def compact_soft_dispatch(session_id: int, bot_id: int | None = None) -> bool:
+    """Schedule a soft compaction (best effort: the next turn re-checks pressure anyway); in a
+    room, of ``bot_id``'s seat."""
     try:
-        _task(COMPACT_SOFT_TASK).delay(session_id)
+        task = _task(COMPACT_SOFT_TASK)
+        task.delay(session_id) if bot_id is None else task.delay(session_id, bot_id)
     except BROKER_ERRORS:
         log.exception("compaction_dispatch_failed", session_id=session_id)
         return False

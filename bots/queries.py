@@ -137,3 +137,15 @@ def session_seat(session: ChatSession, bot: Bot) -> ChatSession:
     seat._state.fields_cache = dict(session._state.fields_cache)
     seat.bot = bot
     return seat
+
+
+def session_seat_get(*, session: ChatSession, bot_id: object) -> ChatSession:
+    """``?bot=`` (CONTRACT §15): the session from that participant's seat (a removed one's too:
+    its view stays readable); none given, the session as it is (its default bot). A bot that
+    never took part is not found, whoever it belongs to."""
+    if bot_id in (None, ""):
+        return session
+    seat = participant_seat(session=session, bot_id=_as_id(bot_id))
+    if seat is None:
+        raise NotFound("This bot is not in the chat.")
+    return session_seat(session, seat.bot)

@@ -461,6 +461,23 @@ def messages_compact(*, message_ids: list[int], summary_id: int) -> int:
     ).update(compacted_by_id=summary_id)
 
 
+def messages_room_uncompact(*, session_id: int) -> tuple[int, int]:
+    """A session becoming a room (caller's transaction, after compaction has written the
+    coverage as rows per bot): its messages leave ``compacted_by_id`` empty, as a room's do, and
+    count in the session's running totals again (every bot's own totals subtract what its
+    summaries cover). Returns the (tokens, messages) added."""
+    covered = Message.objects.filter(session_id=session_id, compacted_by_id__isnull=False)
+    totals = covered.filter(
+        kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
+        status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
+        token_count__gt=0,
+    ).aggregate(tokens=Sum("token_count"), messages=Count("id"))
+    covered.update(compacted_by_id=None)
+    tokens, messages = totals["tokens"] or 0, totals["messages"]
+    session_context_add(session_id=session_id, tokens=tokens, messages=messages)
+    return tokens, messages
+
+
 def messages_compaction_move(*, from_summary_ids: list[int], to_summary_id: int) -> int:
     """Fusion: the messages of the parents are now covered by the fused summary."""
     return Message.objects.filter(compacted_by_id__in=from_summary_ids).update(

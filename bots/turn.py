@@ -44,9 +44,11 @@ from chat_platform.llm import gateway
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
 from compaction.pipeline import (
     BuiltContext,
+    context_bot,
     context_build,
     context_report,
     context_state,
+    seat_key,
     soft_compaction_due,
 )
 from connections import usage
@@ -172,7 +174,7 @@ def _end_unfinished(
 def _fail(reply: Message, error: PlatformError, *, partial_text: str = "") -> None:
     _end_unfinished(reply, error, status=Message.Status.FAILED, partial_text=partial_text)
     try:
-        _notify_context(reply.session_id)
+        _notify_context(reply.session_id, bot_id=reply.bot_id)
     except Exception:  # the failure is stored and sent; the meter can wait for the next turn
         log.exception("turn_context_notify_failed", session_id=reply.session_id)
 
@@ -544,7 +546,7 @@ def _turn_calls(
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     try:
-        _notify_context(session.pk)
+        _notify_context(session.pk, bot_id=bot.pk)
     except Exception:  # the reply is complete and sent; the meter and soft trigger can wait
         log.exception("turn_context_notify_failed", session_id=session.pk)
 
@@ -597,11 +599,18 @@ def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
         log.info("room_hand_over_stopped", message_id=reply.pk, notice=text)
 
 
-def _notify_context(session_id: int) -> None:
+def _notify_context(session_id: int, *, bot_id: int | None = None) -> None:
     """After every turn: the context report (same numbers as the endpoint), and a soft compaction
-    on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits."""
+    on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits.
+    In a room both are the answering bot's own (its seat, ``bot_id``)."""
     session = ChatSession.objects.select_related("bot").get(pk=session_id)
+    if session.is_room and bot_id is not None and bot_id != session.bot_id:
+        session = session_seat(session, Bot.objects.get(pk=bot_id))
     state = context_state(session=session)
-    transport.notify_context_updated(session_id, context_report(session=session, state=state))
+    transport.notify_context_updated(
+        session_id, context_report(session=session, state=state), bot=context_bot(session)
+    )
     if soft_compaction_due(state):
-        transaction.on_commit(partial(dispatch.compact_soft_dispatch, session_id))
+        key = seat_key(session)
+        args = (session_id,) if key is None else (session_id, key)
+        transaction.on_commit(partial(dispatch.compact_soft_dispatch, *args))

@@ -148,8 +148,14 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
         failed()
 
 
-def notify_context_updated(session_id: int, context: dict[str, Any]) -> None:
-    send_frame(session_id, {"type": "context.updated", "context": context})
+def notify_context_updated(
+    session_id: int, context: dict[str, Any], *, bot: dict[str, Any] | None = None
+) -> None:
+    """``bot``: in a room, the bot whose context it is (``{id, slug, name}``)."""
+    frame: dict[str, Any] = {"type": "context.updated", "context": context}
+    if bot is not None:
+        frame["bot"] = bot
+    send_frame(session_id, frame)
 
 
 @lru_cache(maxsize=1)

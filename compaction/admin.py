@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from compaction.audit import summary_audit
-from compaction.models import CompactionEvent, CompactionState, Summary
+from compaction.models import CompactionEvent, CompactionState, SeatState, Summary
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -44,7 +44,7 @@ class SummaryAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "session",
-        "bot",
+        "bot_name",
         "user",
         "coverage",
         "level",
@@ -56,7 +56,10 @@ class SummaryAdmin(ReadOnlyAdmin):
         "model",
         "created_at",
     ]
+    # In a room each bot has its own summaries: ``?session__exact=<id>&bot__id__exact=<id>``
+    # lists one bot's within a session (the filter offers the bots that wrote any).
     list_filter = [
+        ("bot", admin.RelatedOnlyFieldListFilter),
         ("session__bot", admin.RelatedOnlyFieldListFilter),
         ("session__user", admin.RelatedOnlyFieldListFilter),
         "trigger",
@@ -65,7 +68,7 @@ class SummaryAdmin(ReadOnlyAdmin):
         "created_at",
         "model",
     ]
-    list_select_related = ["session__bot", "session__user"]
+    list_select_related = ["session__bot", "session__user", "bot"]
     search_fields = ["text", "session__title", "session__user__username", "session__bot__name"]
     date_hierarchy = "created_at"
     fieldsets = [
@@ -73,7 +76,7 @@ class SummaryAdmin(ReadOnlyAdmin):
             None,
             {
                 "fields": [
-                    "session",
+                    ("session", "bot"),
                     ("first_seq", "last_seq"),
                     ("level", "status", "trigger"),
                     ("model", "created_at", "superseded_at"),
@@ -86,9 +89,10 @@ class SummaryAdmin(ReadOnlyAdmin):
         ),
     ]
 
-    @admin.display(description="bot", ordering="session__bot__name")
-    def bot(self, obj: Summary) -> str:
-        return obj.session.bot.name
+    @admin.display(description="bot", ordering="bot__name")
+    def bot_name(self, obj: Summary) -> str:
+        """The bot whose seat it was written from (a room's), else the chat's."""
+        return (obj.bot or obj.session.bot).name
 
     @admin.display(description="user", ordering="session__user__username")
     def user(self, obj: Summary) -> str:
@@ -129,6 +133,7 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         "id",
         "created_at",
         "session",
+        "bot",
         "trigger",
         "outcome",
         "reason",
@@ -145,11 +150,12 @@ class CompactionEventAdmin(ReadOnlyAdmin):
         "outcome",
         "trigger",
         "reason",
+        ("bot", admin.RelatedOnlyFieldListFilter),
         ("session__bot", admin.RelatedOnlyFieldListFilter),
         "created_at",
         "model",
     ]
-    list_select_related = ["session", "snapshot", "summary"]
+    list_select_related = ["session", "bot", "snapshot", "summary"]
     search_fields = ["session__title", "error", "session__user__username"]
     date_hierarchy = "created_at"
 
@@ -173,3 +179,20 @@ class CompactionEventAdmin(ReadOnlyAdmin):
 @admin.register(CompactionState)
 class CompactionStateAdmin(ReadOnlyAdmin):
     list_display = ["session", "cooldown_until", "backoff_until", "backoff_step", "updated_at"]
+
+
+@admin.register(SeatState)
+class SeatStateAdmin(ReadOnlyAdmin):
+    """A room's bots, each with its own compaction state and totals (CONTRACT §15)."""
+
+    list_display = [
+        "session",
+        "bot",
+        "covered_tokens",
+        "hidden_tokens",
+        "cooldown_until",
+        "backoff_until",
+        "updated_at",
+    ]
+    list_filter = [("bot", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["session", "bot"]

@@ -28,17 +28,21 @@ class Flight:
     waited: bool
 
 
-def lock_key(session_id: int) -> str:
-    return f"chat-platform:compaction:session:{session_id}"
+def lock_key(session_id: int, bot_id: int | None = None) -> str:
+    """The session's lease; in a room each bot has its own (CONTRACT §15: one bot's compaction
+    never blocks another's reply)."""
+    if bot_id is None:
+        return f"chat-platform:compaction:session:{session_id}"
+    return f"chat-platform:compaction:session:{session_id}:bot:{bot_id}"
 
 
 _local_guard = threading.Lock()
-_local_locks: dict[int, threading.Lock] = {}
+_local_locks: dict[tuple[int, int | None], threading.Lock] = {}
 
 
-def _local_lock(session_id: int) -> threading.Lock:
+def _local_lock(session_id: int, bot_id: int | None = None) -> threading.Lock:
     with _local_guard:
-        return _local_locks.setdefault(session_id, threading.Lock())
+        return _local_locks.setdefault((session_id, bot_id), threading.Lock())
 
 
 class _Heartbeat(threading.Thread):
@@ -59,10 +63,11 @@ class _Heartbeat(threading.Thread):
 
 
 @contextmanager
-def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
-    """Hold the session's compaction lease; ``wait`` seconds at most (0 = don't wait)."""
+def single_flight(session_id: int, *, wait: float, bot_id: int | None = None) -> Iterator[Flight]:
+    """Hold the session's (in a room: the bot's) compaction lease; ``wait`` seconds at most
+    (0 = don't wait)."""
     if not settings.REDIS_URL:
-        lock = _local_lock(session_id)
+        lock = _local_lock(session_id, bot_id)
         if lock.acquire(blocking=False):
             waited = False
         elif wait > 0 and lock.acquire(timeout=wait):
@@ -77,7 +82,7 @@ def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
         return
 
     lease = settings.COMPACTION_LOCK_LEASE_SECONDS
-    lock = redis_client().lock(lock_key(session_id), timeout=lease, thread_local=False)
+    lock = redis_client().lock(lock_key(session_id, bot_id), timeout=lease, thread_local=False)
     waited = False
     with _redis_required():
         acquired = lock.acquire(blocking=False)
@@ -97,14 +102,14 @@ def single_flight(session_id: int, *, wait: float) -> Iterator[Flight]:
         try:
             lock.release()
         except Exception:  # the lease expired meanwhile; someone else may hold it now
-            log.warning("compaction_lease_lost", session_id=session_id)
+            log.warning("compaction_lease_lost", session_id=session_id, bot_id=bot_id)
 
 
-def in_flight(session_id: int) -> bool:
+def in_flight(session_id: int, bot_id: int | None = None) -> bool:
     if not settings.REDIS_URL:
-        return _local_lock(session_id).locked()
+        return _local_lock(session_id, bot_id).locked()
     with _redis_required():
-        return bool(redis_client().exists(lock_key(session_id)))
+        return bool(redis_client().exists(lock_key(session_id, bot_id)))
 
 
 @contextmanager

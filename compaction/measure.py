@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
-from django.db.models import IntegerField, Q, QuerySet, TextField, Value
+from django.db.models import Exists, IntegerField, OuterRef, Q, QuerySet, TextField, Value
 from django.db.models.functions import Cast
 
 from bots.models import Bot, ChatSession, Message
@@ -28,7 +28,7 @@ from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.admission import Entry, HistoryRow, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
-from compaction.models import Summary
+from compaction.models import SeatState, Summary, SummaryCoverage
 from memory.queries import IndexLine, memory_index_lines
 
 # Rows per keyset page when walking history newest-first (ids and counts only, no text).
@@ -48,10 +48,18 @@ class RoomView:
     header: str  # who is present: a short system block after the bot's prompt
     speakers: dict[int | None, tuple[str, str]]  # bot id (None: the user) -> (slug, name)
     prefix_tokens: dict[int | None, int]
+    # This bot's own running totals (``SeatState``): what its summaries cover, and what it never
+    # sees (before it joined); the session's totals less these are its history.
+    covered_tokens: int = 0
+    covered_messages: int = 0
+    hidden_tokens: int = 0
+    hidden_messages: int = 0
 
     def where(self) -> Q:
+        """The room's in-context messages this bot sees and its own summaries do not cover."""
         seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
-        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id))
+        covered = SummaryCoverage.objects.filter(bot_id=self.bot_id, message_id=OuterRef("pk"))
+        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id)) & ~Exists(covered)
 
     def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
         if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
@@ -86,9 +94,29 @@ def room_view(session: ChatSession) -> RoomView | None:
         key: count_tokens(f"{name}: ", model=bot.model) + count_tokens(slug, model=bot.model) + 1
         for key, (slug, name) in speakers.items()
     }
+    totals = (
+        SeatState.objects.filter(session_id=session.pk, bot_id=bot.pk)
+        .values_list("covered_tokens", "covered_messages", "hidden_tokens", "hidden_messages")
+        .first()
+    ) or (0, 0, 0, 0)
     return RoomView(
-        bot_id=bot.pk, from_seq=from_seq, header=header, speakers=speakers, prefix_tokens=prefix
+        bot_id=bot.pk,
+        from_seq=from_seq,
+        header=header,
+        speakers=speakers,
+        prefix_tokens=prefix,
+        covered_tokens=totals[0],
+        covered_messages=totals[1],
+        hidden_tokens=totals[2] if from_seq > 1 else 0,
+        hidden_messages=totals[3] if from_seq > 1 else 0,
     )
+
+
+def seat_key(session: ChatSession) -> int | None:
+    """What compaction state is keyed by besides the session (CONTRACT §15): in a room, the bot
+    whose seat ``session`` is (``bots.queries.session_seat``); None in a one-bot session, whose
+    summaries, lease and cool-down are the session's, exactly as before rooms."""
+    return session.bot_id if session.is_room else None
 
 
 def _name_slug(name: str) -> str:
@@ -220,6 +248,31 @@ def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: i
 _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
 
 
+def _room_pins_and_summaries_query(
+    *, session_id: int, before_seq: int, exclude_id: int, bot_id: int
+) -> QuerySet:
+    """As ``_pins_and_summaries_query``, with only this bot's own summaries (a room)."""
+    part = IntegerField()
+    pinned = (
+        _in_context(session_id, before_seq)
+        .filter(pinned=True)
+        .exclude(pk=exclude_id)
+        .annotate(part=Value(_PINNED, output_field=part))
+        .order_by()
+        .values_list("part", "pk", "seq", "token_count")
+    )
+    summaries = (
+        Summary.objects.filter(session_id=session_id, bot_id=bot_id, status=Summary.Status.ACTIVE)
+        .annotate(part=Value(_SUMMARY, output_field=part))
+        .order_by()
+        .values_list("part", "pk", "first_seq", "token_count")
+    )
+    return pinned.union(summaries, all=True).order_by("part", "seq")
+
+
+_ROOM_PINS_AND_SUMMARIES = CompiledValues(_room_pins_and_summaries_query)
+
+
 def _pins_and_summaries(
     session: ChatSession, before_seq: int, *, exclude_id: int | None, room: RoomView | None = None
 ) -> tuple[list[PinnedEntry], list[Entry]]:
@@ -228,10 +281,13 @@ def _pins_and_summaries(
     send."""
     pins: list[PinnedEntry] = []
     active: list[Entry] = []
-    rows = _PINS_AND_SUMMARIES.rows(
-        session_id=session.pk,
-        before_seq=before_seq,
-        exclude_id=0 if exclude_id is None else exclude_id,  # no message has id 0
+    exclude = 0 if exclude_id is None else exclude_id  # no message has id 0
+    rows = (
+        _PINS_AND_SUMMARIES.rows(session_id=session.pk, before_seq=before_seq, exclude_id=exclude)
+        if room is None
+        else _ROOM_PINS_AND_SUMMARIES.rows(
+            session_id=session.pk, before_seq=before_seq, exclude_id=exclude, bot_id=room.bot_id
+        )
     )
     for kind, pk, seq, tokens in rows:
         if room is not None and seq < room.from_seq:
@@ -308,6 +364,11 @@ def context_measure(
         + sum(r.tokens for r in recalled_entries)
     )
     excluded_count = len(pinned) + (1 if new_entry else 0) + len(recalled_entries)
+    if room is not None:
+        # The room's totals count every message in context; this bot's own exclude what its
+        # summaries cover and what it never saw.
+        excluded_tokens += room.covered_tokens + room.hidden_tokens
+        excluded_count += room.covered_messages + room.hidden_messages
     # Messages written after before_seq (a later send racing this turn) are in the running totals
     # too; they are few and only make the estimate cautious, never the selection larger.
     totals = HistoryTotals(

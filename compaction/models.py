@@ -28,6 +28,11 @@ class Summary(models.Model):
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="summaries"
     )
+    # The bot whose seat it was written from (CONTRACT §15): in a room each bot compacts the
+    # room as it saw it, so summaries are keyed by (session, bot). Null only once the bot is gone.
+    bot = models.ForeignKey(
+        "bots.Bot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     level = models.PositiveSmallIntegerField(default=1)
     text = models.TextField()
     # Tokens of the summary as sent: its labelled system block, by the one counter.
@@ -59,7 +64,10 @@ class Summary(models.Model):
                 condition=Q(retention__gte=0) & Q(retention__lte=1), name="summary_retention_0_1"
             ),
         ]
-        indexes = [models.Index(fields=["session", "status", "first_seq"])]
+        indexes = [
+            models.Index(fields=["session", "status", "first_seq"]),
+            models.Index(fields=["session", "bot", "status", "first_seq"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.label} ({self.status})"
@@ -86,6 +94,9 @@ class CompactionEvent(models.Model):
 
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="compaction_events"
+    )
+    bot = models.ForeignKey(
+        "bots.Bot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     trigger = models.CharField(max_length=16, choices=Summary.Trigger.choices)
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
@@ -142,3 +153,60 @@ class CompactionState(models.Model):
 
     def __str__(self) -> str:
         return f"compaction state of session {self.session_id}"
+
+
+class SummaryCoverage(models.Model):
+    """In a room, which messages a bot's active summaries cover: one row per (bot, message).
+
+    ``Message.compacted_by_id`` holds one summary per message, which is enough for a one-bot
+    session (and keeps its queries as they are); in a room several bots may each have summarised
+    the same message from their own seat, so coverage is a row per bot here and a room's messages
+    keep ``compacted_by_id`` empty. The unique (bot, message) pair is the room's form of "the
+    database refuses two active summaries covering the same message": per bot. Fusion re-points
+    the rows of its parents to the fused summary, like ``messages_compaction_move``."""
+
+    summary = models.ForeignKey(Summary, on_delete=models.CASCADE, related_name="coverage")
+    bot = models.ForeignKey("bots.Bot", on_delete=models.CASCADE, related_name="+")
+    message = models.ForeignKey("bots.Message", on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "message"], name="coverage_bot_message_unique")
+        ]
+        indexes = [models.Index(fields=["summary"], name="coverage_summary")]
+
+    def __str__(self) -> str:
+        return f"{self.bot_id}:{self.message_id} -> {self.summary_id}"
+
+
+class SeatState(models.Model):
+    """A bot's own compaction state in a room (CONTRACT §15), keyed by (session, bot): its
+    failure policy (as ``CompactionState`` for a one-bot session) and its running totals.
+
+    The session's running totals count every message of the room in context (a room never sets
+    ``compacted_by_id``); a bot's own pressure is those minus what its summaries cover
+    (``covered_*``, moved in the transaction that writes the coverage) and what it never sees
+    (``hidden_*``: the history before it joined, when it sees from its join)."""
+
+    session = models.ForeignKey(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="seat_states"
+    )
+    bot = models.ForeignKey("bots.Bot", on_delete=models.CASCADE, related_name="+")
+    cooldown_until = models.DateTimeField(null=True, blank=True)
+    backoff_until = models.DateTimeField(null=True, blank=True)
+    backoff_step = models.PositiveSmallIntegerField(default=0)
+    covered_tokens = models.BigIntegerField(default=0)
+    covered_messages = models.IntegerField(default=0)
+    hidden_tokens = models.BigIntegerField(default=0)
+    hidden_messages = models.IntegerField(default=0)
+    # The fields of this bot's last context_admission decision (its context report).
+    last_admission = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "bot"], name="seat_state_session_bot")
+        ]
+
+    def __str__(self) -> str:
+        return f"compaction seat of bot {self.bot_id} in session {self.session_id}"

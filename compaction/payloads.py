@@ -11,6 +11,7 @@ def event_payload(event: CompactionEvent) -> dict[str, Any]:
     return {
         "id": event.pk,
         "session": event.session_id,
+        "bot": event.bot_id,  # the seat it compacted (CONTRACT §15)
         "trigger": event.trigger,
         "outcome": event.outcome,
         "reason": event.reason,
@@ -31,6 +32,7 @@ def summary_payload(summary: Summary) -> dict[str, Any]:
     return {
         "id": summary.pk,
         "session": summary.session_id,
+        "bot": summary.bot_id,  # the seat it was written from (CONTRACT §15)
         "level": summary.level,
         "text": summary.text,
         "token_count": summary.token_count,

@@ -41,11 +41,12 @@ from compaction.measure import (
     history_newest_first,
     history_row,
     in_context_before,
+    seat_key,
     session_budget,
     tool_calls_load,
     tool_calls_text,
 )
-from compaction.models import Summary
+from compaction.models import SeatState, Summary
 
 # Re-exported: callers that only build or report contexts need not know the measure module.
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "context_measure",
     "context_precheck",
     "context_report",
+    "context_bot",
+    "seat_key",
 ]
 
 log = structlog.get_logger(__name__)
@@ -116,7 +119,7 @@ def _reject(measure: Measure, admission: Admission, *, path: str) -> None:
     fields = _log_fields(measure, admission, path=path)
     log.info("context_admission", **fields)
     log.warning("context_admission_rejected", **fields)
-    ChatSession.objects.filter(pk=measure.session.pk).update(last_admission=fields)
+    _last_admission_store(measure.session, fields)
     budget = measure.budget.budget
     recalled = sum(r.tokens for r in measure.recalled)
     details = {"budget_tokens": budget, "required_tokens": measure.fixed_tokens}
@@ -170,7 +173,18 @@ def admission_record(measure: Measure, admission: Admission, *, path: str) -> No
     (the context report shows them)."""
     fields = _log_fields(measure, admission, path=path)
     log.info("context_admission", **fields)
-    ChatSession.objects.filter(pk=measure.session.pk).update(last_admission=fields)
+    _last_admission_store(measure.session, fields)
+
+
+def _last_admission_store(session: ChatSession, fields: dict[str, Any]) -> None:
+    """The session's ``last_admission``; in a room, the bot's own (its seat's context report)."""
+    key = seat_key(session)
+    if key is None:
+        ChatSession.objects.filter(pk=session.pk).update(last_admission=fields)
+        return
+    SeatState.objects.update_or_create(
+        session_id=session.pk, bot_id=key, defaults={"last_admission": fields}
+    )
 
 
 _CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id", "bot_id")
@@ -427,16 +441,36 @@ class ContextState:
     measure: Measure
     cooldown_until: Any  # datetime | None: when automatic compaction may run again
     in_flight: bool
+    last_admission: Any = None
 
 
 def context_state(*, session: ChatSession) -> ContextState:
+    """In a room, ``session`` is a bot's seat (``bots.queries.session_seat``): the state is that
+    bot's own — its measure, cool-down, lease and last admission (CONTRACT §15)."""
     session.refresh_from_db(fields=["context_tokens", "context_messages", "last_admission"])
+    key = seat_key(session)
+    last_admission = (
+        session.last_admission
+        if key is None
+        else SeatState.objects.filter(session_id=session.pk, bot_id=key)
+        .values_list("last_admission", flat=True)
+        .first()
+    )
     return ContextState(
         session=session,
         measure=context_measure(session=session),
-        cooldown_until=compaction_blocked_until(session.pk, hard=False),
-        in_flight=in_flight(session.pk),
+        cooldown_until=compaction_blocked_until(session.pk, hard=False, bot_id=key),
+        in_flight=in_flight(session.pk, key),
+        last_admission=last_admission,
     )
+
+
+def context_bot(session: ChatSession) -> dict[str, Any] | None:
+    """The bot a room's context report and frames concern; None in a one-bot session."""
+    if not session.is_room:
+        return None
+    bot = session.bot
+    return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
 
 
 def soft_compaction_due(state: ContextState) -> bool:
@@ -467,7 +501,7 @@ def context_report(*, session: ChatSession, state: ContextState | None = None) -
         "target": budget.target,
         "pressure": measure.pressure,
         "parts": measure.parts,
-        "last_admission": session.last_admission,
+        "last_admission": state.last_admission,
         "compaction": {
             "enabled": session.bot.compaction_enabled,
             "in_flight": state.in_flight,

@@ -6,27 +6,42 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 
 from bots.models import Message
-from bots.queries import message_get_for_user, session_get_for_user
+from bots.queries import message_get_for_user, session_get_for_user, session_seat_get
 from chat_platform.errors import ValidationFailed
 from compaction.models import CompactionEvent, Summary
 from compaction.pipeline import context_fixed_fits, context_measure
 
 
-def summary_list_for_user(*, user: AbstractBaseUser, session_id: object) -> QuerySet[Summary]:
+def summary_list_for_user(
+    *, user: AbstractBaseUser, session_id: object, bot_id: object = None
+) -> QuerySet[Summary]:
+    """The session's summaries; in a room, those of one bot's seat (``?bot=``, default: the
+    room's default bot). A one-bot session's are all its bot's."""
     session = session_get_for_user(user=user, session_id=session_id)
-    return (
-        Summary.objects.filter(session=session)
-        .prefetch_related("parents")
-        .order_by("-created_at", "-id")
-    )
+    summaries = Summary.objects.filter(session=session)
+    if session.is_room:
+        seat = session_seat_get(session=session, bot_id=bot_id)
+        summaries = summaries.filter(bot_id=seat.bot_id)
+    elif bot_id not in (None, ""):
+        session_seat_get(session=session, bot_id=bot_id)  # not the chat's bot: not found
+    return summaries.prefetch_related("parents").order_by("-created_at", "-id")
 
 
 def event_list_for_user(
-    *, user: AbstractBaseUser, session_id: object | None = None
+    *, user: AbstractBaseUser, session_id: object | None = None, bot_id: object = None
 ) -> QuerySet[CompactionEvent]:
+    """The user's compaction events; with ``?session=``, that session's, and in a room one
+    bot's (``?bot=``, default: the room's default bot)."""
     events = CompactionEvent.objects.filter(session__user=user)
     if session_id not in (None, ""):
-        events = events.filter(session=session_get_for_user(user=user, session_id=session_id))
+        session = session_get_for_user(user=user, session_id=session_id)
+        events = events.filter(session=session)
+        if session.is_room:
+            events = events.filter(bot_id=session_seat_get(session=session, bot_id=bot_id).bot_id)
+        elif bot_id not in (None, ""):
+            session_seat_get(session=session, bot_id=bot_id)
+    elif bot_id not in (None, ""):
+        raise ValidationFailed(details={"bot": ["Name the session too (?session=)."]})
     return events.select_related("snapshot").order_by("-created_at", "-id")
 
 

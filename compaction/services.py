@@ -1,14 +1,22 @@
 """Compaction as the interfaces see it: access-checked manual compaction and its notice text."""
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import F
 
-from bots.models import ChatSession
-from bots.queries import session_get_for_use
+from bots.models import ChatSession, Message
+from bots.queries import (
+    BOT_UNAVAILABLE,
+    bot_usable_in,
+    session_get_for_use,
+    session_seat_get,
+)
+from bots.transitions import messages_room_uncompact
 from chat_platform import realtime
-from chat_platform.errors import ValidationFailed
+from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
-from compaction.engine import RunResult, compaction_manual, compaction_soft
-from compaction.pipeline import context_report
+from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
+from compaction.models import SeatState, Summary, SummaryCoverage
+from compaction.pipeline import context_bot, context_report, seat_key
 
 REASON_TEXT = {
     "summariser_error": "the summariser did not answer",
@@ -24,29 +32,37 @@ REASON_TEXT = {
 }
 
 
-def session_compact(*, user: AbstractBaseUser, session_id: object, focus: str = "") -> RunResult:
+def session_compact(
+    *, user: AbstractBaseUser, session_id: object, focus: str = "", bot_id: object = None
+) -> RunResult:
+    """``POST /compact/``; in a room, of one bot's seat (``?bot=``, default: the default bot)."""
     session = session_get_for_use(user=user, session_id=session_id)
+    session = session_seat_get(session=session, bot_id=bot_id)
+    if not bot_usable_in(session=session):
+        raise NotFound(BOT_UNAVAILABLE)
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     result = compaction_manual(session=session, focus=focus.strip())
-    context_notify(session_id=session.pk)
+    context_notify(session_id=session.pk, bot_id=seat_key(session))
     return result
 
 
-def session_compact_soft(*, session_id: int) -> RunResult | None:
+def session_compact_soft(*, session_id: int, bot_id: int | None = None) -> RunResult | None:
     """After a turn (the ``compaction`` queue): soft compaction, then the meter catches up."""
-    result = compaction_soft(session_id=session_id)
+    result = compaction_soft(session_id=session_id, bot_id=bot_id)
     if result is not None and result.compacted:
-        context_notify(session_id=session_id)
+        context_notify(session_id=session_id, bot_id=bot_id)
     return result
 
 
-def context_notify(*, session_id: int) -> None:
+def context_notify(*, session_id: int, bot_id: int | None = None) -> None:
     """Send the session its context report (``context.updated``), as after a turn: a compaction
-    changes every part of the meter."""
-    session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    changes every part of the meter. In a room, the report of ``bot_id``'s seat."""
+    session = seat_load(session_id, bot_id)
     if session is not None:
-        realtime.notify_context_updated(session_id, context_report(session=session))
+        realtime.notify_context_updated(
+            session_id, context_report(session=session), bot=context_bot(session)
+        )
 
 
 def compaction_notice_text(result: RunResult) -> str:
@@ -95,3 +111,55 @@ def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_se
         )
         carried += 1
     return carried
+
+
+def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -> None:
+    """A bot takes its seat in a room (``participant_add``'s transaction, the session row
+    locked). The first time a session becomes a room, its summaries' coverage moves from
+    ``Message.compacted_by_id`` to rows per bot (``SummaryCoverage``: in a room several bots may
+    cover one message), and its running totals count every message again. A bot that sees from
+    its join never sees what is in context now: its own totals leave it out (``hidden_*``)."""
+    if Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).exists():
+        _coverage_to_rows(session)
+    tokens, messages = (
+        ChatSession.objects.filter(pk=session.pk)
+        .values_list("context_tokens", "context_messages")
+        .get()
+    )
+    SeatState.objects.update_or_create(
+        session_id=session.pk,
+        bot_id=bot_id,
+        defaults={
+            "hidden_tokens": tokens if sees_from_join else 0,
+            "hidden_messages": messages if sees_from_join else 0,
+        },
+    )
+
+
+def _coverage_to_rows(session: ChatSession) -> None:
+    rows = list(
+        Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).values_list(
+            "pk", "compacted_by_id", "token_count"
+        )
+    )
+    writers = dict(
+        Summary.objects.filter(pk__in={summary_id for _, summary_id, _ in rows}).values_list(
+            "pk", "bot_id"
+        )
+    )
+    covered: dict[int, list[int]] = {}
+    coverage = []
+    for pk, summary_id, tokens in rows:
+        bot_id = writers.get(summary_id) or session.bot_id
+        coverage.append(SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk))
+        totals = covered.setdefault(bot_id, [0, 0])
+        totals[0] += tokens
+        totals[1] += 1
+    SummaryCoverage.objects.bulk_create(coverage)
+    for bot_id, (tokens, messages) in covered.items():
+        state, _ = SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
+        SeatState.objects.filter(pk=state.pk).update(
+            covered_tokens=F("covered_tokens") + tokens,
+            covered_messages=F("covered_messages") + messages,
+        )
+    messages_room_uncompact(session_id=session.pk)

@@ -6,5 +6,5 @@ from compaction import services
 
 
 @shared_task(name="compaction.tasks.compact_soft", ignore_result=True)
-def compact_soft(session_id: int) -> None:
-    services.session_compact_soft(session_id=session_id)
+def compact_soft(session_id: int, bot_id: int | None = None) -> None:
+    services.session_compact_soft(session_id=session_id, bot_id=bot_id)

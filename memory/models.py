@@ -94,15 +94,16 @@ class MemoryRecord(models.Model):
             models.CheckConstraint(
                 condition=Q(kind__in=["snapshot", "info"]), name="memory_record_kind_valid"
             ),
-            # The owner columns match the scope; snapshots are never bot-scoped.
+            # The owner columns match the scope; snapshots are never bot-scoped, but a snapshot
+            # names the bot whose compaction wrote it (a room's are keyed by (session, bot)).
             models.CheckConstraint(
                 condition=(
                     Q(
                         scope="session",
                         session__isnull=False,
                         user__isnull=True,
-                        bot__isnull=True,
                     )
+                    & (Q(bot__isnull=True) | Q(kind="snapshot"))
                     | Q(
                         scope="bot",
                         kind="info",

@@ -33,7 +33,12 @@ NEWEST_FIRST = ("-updated_at", "-id")
 
 
 def records_readable_q(*, session: ChatSession) -> Q:
+    """What ``session`` may read: its own records and its bot's. In a room (``session`` a bot's
+    seat) a snapshot is its writer's alone: the room's info records are everyone's, another
+    bot's snapshots (what that bot was shown, as it was shown) never reach this one."""
     own = Q(scope=MemoryRecord.Scope.SESSION, session_id=session.pk)
+    if session.is_room:
+        own &= Q(kind=MemoryRecord.Kind.INFO) | Q(bot_id=session.bot_id)
     shadowed = MemoryRecord.objects.filter(
         scope=MemoryRecord.Scope.SESSION, session_id=session.pk
     ).values("name")
@@ -110,7 +115,11 @@ def memory_index_lines(
         return []
     lines = []
     rows = _INDEX_LINES.rows(
-        session_id=session.pk, user_id=session.user_id, bot_id=session.bot_id, limit=limit
+        session_id=session.pk,
+        user_id=session.user_id,
+        bot_id=session.bot_id,
+        limit=limit,
+        room=session.is_room,
     )
     for name, kind, first_seq, last_seq, description in rows:
         text = _line_text(name, kind, first_seq, last_seq, description)
@@ -119,15 +128,17 @@ def memory_index_lines(
     return lines
 
 
-def _index_lines_query(*, session_id: int, user_id: int, bot_id: int, limit: int) -> QuerySet:
+def _index_lines_query(
+    *, session_id: int, user_id: int, bot_id: int, limit: int, room: bool = False
+) -> QuerySet:
     """``memory_index_records`` as the columns a line needs (compiled once: every turn runs it)."""
-    session = ChatSession(pk=session_id, user_id=user_id, bot_id=bot_id)
+    session = ChatSession(pk=session_id, user_id=user_id, bot_id=bot_id, is_room=room)
     return _index_records(session).values_list(
         "name", "kind", "first_seq", "last_seq", "description"
     )[:limit]
 
 
-_INDEX_LINES = CompiledValues(_index_lines_query, shape=("limit",))
+_INDEX_LINES = CompiledValues(_index_lines_query, shape=("limit", "room"))
 
 
 # --- recall: read -----------------------------------------------------------------------------

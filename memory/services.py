@@ -40,8 +40,13 @@ OTHERS_MAX = 50
 OTHERS_BODY_CHARS = 20_000
 
 
-def snapshot_name(first_seq: int, last_seq: int) -> str:
-    return f"snapshot_{first_seq}_{last_seq}"
+def snapshot_name(first_seq: int, last_seq: int, seat_bot_id: int | None = None) -> str:
+    """``snapshot_<first>_<last>``; in a room each bot snapshots the room from its own seat, so
+    the name carries the bot (``snapshot_<first>_<last>_b<bot id>``: two bots compacting the same
+    range keep two snapshots)."""
+    if seat_bot_id is None:
+        return f"snapshot_{first_seq}_{last_seq}"
+    return f"snapshot_{first_seq}_{last_seq}_b{seat_bot_id}"
 
 
 def _other_bodies(*, session: ChatSession, name: str) -> list[str]:
@@ -55,15 +60,22 @@ def _other_bodies(*, session: ChatSession, name: str) -> list[str]:
 
 
 def snapshot_write(
-    *, session: ChatSession, first_seq: int, last_seq: int, body: str
+    *,
+    session: ChatSession,
+    first_seq: int,
+    last_seq: int,
+    body: str,
+    seat_bot_id: int | None = None,
 ) -> MemoryRecord:
-    """Write (or refresh, on a retried range) the snapshot before the summariser is called."""
-    name = snapshot_name(first_seq, last_seq)
+    """Write (or refresh, on a retried range) the snapshot before the summariser is called. It
+    names the bot whose compaction wrote it (``session``'s bot: in a room, the seat's)."""
+    name = snapshot_name(first_seq, last_seq, seat_bot_id)
     with transaction.atomic():
         record, _ = MemoryRecord.objects.update_or_create(
             session=session,
             name=name,
             defaults={
+                "bot_id": session.bot_id,
                 "kind": MemoryRecord.Kind.SNAPSHOT,
                 "description": snapshot_description(
                     first_seq, last_seq, body, _other_bodies(session=session, name=name)
@@ -120,9 +132,9 @@ def messages_index_written(*, message_ids: list[int]) -> int:
 
 
 def snapshots_for(
-    *, session: ChatSession, ranges: list[tuple[int, int]]
+    *, session: ChatSession, ranges: list[tuple[int, int]], seat_bot_id: int | None = None
 ) -> dict[tuple[int, int], str]:
-    names = {snapshot_name(first, last): (first, last) for first, last in ranges}
+    names = {snapshot_name(first, last, seat_bot_id): (first, last) for first, last in ranges}
     return {
         names[name]: body
         for name, body in MemoryRecord.objects.filter(

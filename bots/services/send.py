@@ -43,7 +43,7 @@ from chat_platform.errors import (
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
-from compaction.pipeline import context_fixed_fits, context_measure, context_precheck
+from compaction.pipeline import context_fixed_fits, context_measure, context_precheck, seat_key
 from compaction.services import compaction_notice_text, context_notify
 from connections import usage
 
@@ -374,8 +374,13 @@ def session_compact_command(
     """``/compact [focus]`` typed in chat: no bot turn. Compact now, answer with a notice.
 
     The command and its notice stay in the transcript; neither is ever sent to a model (only
-    chat/tool kinds are).
+    chat/tool kinds are). In a room, ``/compact @slug [focus]`` compacts that participant's own
+    context (its seat), else the default bot's; an ``@`` naming nobody in the room compacts
+    nothing and the notice says so.
     """
+    seat: ChatSession | None = session
+    if session.is_room and focus.lstrip().startswith("@"):
+        seat, focus = _compact_seat(session, focus.strip())
     with transaction.atomic():
         opened = _exchange_open(
             session=session, content=text, kind=Message.Kind.COMMAND, client_id=client_id
@@ -385,7 +390,10 @@ def session_compact_command(
         command = opened
         transaction.on_commit(partial(realtime.notify_message_created, command))
     try:
-        result = compaction_manual(session=session, focus=focus.strip())
+        if seat is None:
+            result = RunResult("failed", "unknown_bot")
+        else:
+            result = compaction_manual(session=seat, focus=focus.strip())
     except CompactionBusy:
         result = RunResult("failed", "busy")
     except ServiceUnavailable:
@@ -393,14 +401,35 @@ def session_compact_command(
     except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless
         log.exception("compact_command_crashed", session_id=session.pk)
         result = RunResult("failed", "internal_error")
-    notice = transitions.notice_create(command=command, content=compaction_notice_text(result))
+    text = compaction_notice_text(result)
+    if seat is None:
+        text = f"Nothing was compacted: {focus.split()[0]} is not a bot in this chat."
+    elif seat is not session:
+        text = f"{seat.bot.name}: {text}"
+    notice = transitions.notice_create(command=command, content=text)
     realtime.notify_message_created(notice)
-    if result.compacted:
-        context_notify(session_id=session.pk)
+    if result.compacted and seat is not None:
+        context_notify(session_id=session.pk, bot_id=seat_key(seat))
     log.info("compact_command", session_id=session.pk, outcome=result.outcome, reason=result.reason)
     return SendResult(
         user_message=command, assistant_message=None, created=True, notice=notice, compaction=result
     )
+
+
+def _compact_seat(session: ChatSession, focus: str) -> tuple[ChatSession | None, str]:
+    """``/compact @slug rest``: the seat of the participant the leading mention names (slug or
+    name, as mentions are matched), and the rest as the focus; None if it names nobody here."""
+    participants = [
+        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
+    ]
+    folded = focus.casefold()
+    for participant in sorted(participants, key=lambda p: -len(p.bot.name)):
+        bot = participant.bot
+        for key in (bot.slug.casefold(), bot.name.casefold().strip()):
+            end = 1 + len(key)
+            if key and folded.startswith(key, 1) and (len(folded) == end or folded[end].isspace()):
+                return session_seat(session, bot), focus[end:].strip()
+    return None, focus
 
 
 def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:

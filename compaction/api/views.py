@@ -31,27 +31,46 @@ CompactionResultSerializer = inline_serializer(
 class SessionCompactApi(APIView):
     @extend_schema(
         request=CompactInputSerializer,
-        responses={200: CompactionResultSerializer, **api_errors(409, 503)},
+        parameters=[
+            OpenApiParameter("bot", int, required=False, description="A room's participant.")
+        ],
+        responses={200: CompactionResultSerializer, **api_errors(404, 409, 503)},
     )
     def post(self, request: Request, session_id: int) -> Response:
         serializer = CompactInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = services.session_compact(
-            user=request.user, session_id=session_id, focus=serializer.validated_data["focus"]
+            user=request.user,
+            session_id=session_id,
+            focus=serializer.validated_data["focus"],
+            bot_id=request.query_params.get("bot"),
         )
         return Response(result_payload(result))
 
 
 class SessionSummariesApi(APIView):
-    @extend_schema(responses=serializers.ListSerializer(child=serializers.DictField()))
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("bot", int, required=False, description="A room's participant.")
+        ],
+        responses={
+            200: serializers.ListSerializer(child=serializers.DictField()),
+            **api_errors(404),
+        },
+    )
     def get(self, request: Request, session_id: int) -> Response:
-        summaries = queries.summary_list_for_user(user=request.user, session_id=session_id)
+        summaries = queries.summary_list_for_user(
+            user=request.user, session_id=session_id, bot_id=request.query_params.get("bot")
+        )
         return Response([summary_payload(s) for s in summaries])
 
 
 class CompactionEventsApi(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("session", int, required=False)],
+        parameters=[
+            OpenApiParameter("session", int, required=False),
+            OpenApiParameter("bot", int, required=False, description="A room's participant."),
+        ],
         # ?session= names a session: unknown or someone else's is not_found.
         responses={
             200: serializers.ListSerializer(child=serializers.DictField()),
@@ -60,7 +79,9 @@ class CompactionEventsApi(APIView):
     )
     def get(self, request: Request) -> Response:
         events = queries.event_list_for_user(
-            user=request.user, session_id=request.query_params.get("session")
+            user=request.user,
+            session_id=request.query_params.get("session"),
+            bot_id=request.query_params.get("bot"),
         )
         return Response([event_payload(e) for e in events[:500]])
 

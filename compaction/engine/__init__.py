@@ -20,7 +20,12 @@ from compaction.engine.common import (
     summariser_window,
 )
 from compaction.engine.policy import compaction_blocked_until, now
-from compaction.engine.runs import compaction_hard, compaction_manual, compaction_soft
+from compaction.engine.runs import (
+    compaction_hard,
+    compaction_manual,
+    compaction_soft,
+    seat_load,
+)
 from memory import services as memory_services
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "compaction_manual",
     "compaction_model_config",
     "compaction_soft",
+    "seat_load",
     "gateway",
     "memory_services",
     "now",

@@ -9,10 +9,12 @@ from django.db import transaction
 
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
+from bots.queries import session_seat
 from chat_platform import realtime
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.transcript import line
+from compaction.measure import RoomView
 from compaction.models import CompactionEvent
 from compaction.payloads import event_payload
 from compaction.results import RunResult
@@ -102,11 +104,17 @@ def event_write(
     session: ChatSession, *, trigger: str, outcome: str, reason: str, **fields
 ) -> CompactionEvent:
     event = CompactionEvent.objects.create(
-        session=session, trigger=trigger, outcome=outcome, reason=reason, **fields
+        session=session,
+        bot_id=session.bot_id,
+        trigger=trigger,
+        outcome=outcome,
+        reason=reason,
+        **fields,
     )
     log.info(
         "compaction_event",
         session_id=session.pk,
+        bot_id=session.bot_id,
         trigger=trigger,
         outcome=outcome,
         reason=reason,
@@ -117,12 +125,18 @@ def event_write(
         model=event.model,
         duration_ms=event.duration_ms,
     )
-    transaction.on_commit(
-        lambda: realtime.send_frame(
-            session.pk, {"type": "compaction.finished", "event": event_payload(event)}
-        )
-    )
+    frame = room_frame(session, {"type": "compaction.finished", "event": event_payload(event)})
+    transaction.on_commit(lambda: realtime.send_frame(session.pk, frame))
     return event
+
+
+def room_frame(session: ChatSession, frame: dict) -> dict:
+    """A compaction frame names the bot whose seat it concerns in a room (CONTRACT §15); a
+    one-bot session's frames are as they always were."""
+    if session.is_room:
+        bot = session.bot
+        frame["bot"] = {"id": bot.pk, "slug": bot.slug, "name": bot.name}
+    return frame
 
 
 def unchanged(
@@ -151,7 +165,10 @@ def skipped(session: ChatSession, trigger: str, reason: str, pressure: int) -> R
 
 
 def session_fresh(session: ChatSession) -> ChatSession:
-    return ChatSession.objects.select_related("bot").get(pk=session.pk)
+    """The session re-read (its totals move as compaction works), from the same seat: in a
+    room, a compaction runs as the bot whose seat it is (``bots.queries.session_seat``)."""
+    fresh = ChatSession.objects.select_related("bot").get(pk=session.pk)
+    return session_seat(fresh, session.bot)
 
 
 def current_turn_seq(session: ChatSession) -> int | None:
@@ -164,9 +181,15 @@ def current_turn_seq(session: ChatSession) -> int | None:
     )
 
 
-def transcript_line(message: Message) -> str:
+def transcript_line(message: Message, room: RoomView | None = None) -> str:
+    """One transcript line; in a room, as the bot whose seat it is saw it: its own turns as
+    ``assistant``, everyone else's under their name (``room.speakers``)."""
     if message.role == Message.Role.TOOL:
         speaker = f"tool ({message.tool_name})" if message.tool_name else "tool"
+    elif room is not None and message.role in (Message.Role.USER, Message.Role.ASSISTANT):
+        own = message.role == Message.Role.ASSISTANT and message.bot_id == room.bot_id
+        key = None if message.role == Message.Role.USER else message.bot_id
+        speaker = "assistant" if own else room.speakers.get(key, ("", message.role))[1]
     else:
         speaker = message.role
     text = message.content.strip()

@@ -30,14 +30,16 @@ from compaction.engine.passes import (
     summarise,
     summary_create,
 )
-from compaction.measure import context_measure
-from compaction.models import CompactionEvent, Summary
+from compaction.measure import context_measure, seat_key
+from compaction.models import CompactionEvent, Summary, SummaryCoverage
 from memory import services as memory_services
 
 
 def fusion_due(session: ChatSession, budget: Budget) -> list[Summary]:
     active = list(
-        Summary.objects.filter(session=session, status=Summary.Status.ACTIVE).order_by("first_seq")
+        Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
+        .filter(**({"bot_id": session.bot_id} if session.is_room else {}))
+        .order_by("first_seq")
     )
     total = sum(s.token_count for s in active)
     if len(active) >= 2 and total * 100 > budget.budget * FUSION_SHARE_PERCENT:
@@ -58,7 +60,9 @@ def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
     blocks = [p.block for p in parents]
     used = sum(count_tokens(b) for b in blocks) + count_message_tokens(SUMMARY_INSTRUCTIONS)
     snapshots = memory_services.snapshots_for(
-        session=session, ranges=[(p.first_seq, p.last_seq) for p in parents]
+        session=session,
+        ranges=[(p.first_seq, p.last_seq) for p in parents],
+        seat_bot_id=seat_key(session),
     )
     with_snapshots = list(blocks)
     allowance = min(input_cap, replaced * FUSION_INPUT_PERCENT // 100)
@@ -137,7 +141,10 @@ def fuse_commit(
         level=max(p.level for p in parents) + 1,
     )
     summary.parents.set(parents)
-    transitions.messages_compaction_move(from_summary_ids=parent_ids, to_summary_id=summary.pk)
+    if session.is_room:
+        SummaryCoverage.objects.filter(summary_id__in=parent_ids).update(summary_id=summary.pk)
+    else:
+        transitions.messages_compaction_move(from_summary_ids=parent_ids, to_summary_id=summary.pk)
     tokens_after, event = record_success(
         session,
         "fusion",

@@ -9,7 +9,8 @@ from functools import partial
 from typing import Any
 
 import structlog
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from bots import transitions
 from bots.models import ChatSession, Message
@@ -30,13 +31,14 @@ from compaction.engine.common import (
     event_write,
     prompt_messages,
     request_tokens,
+    room_frame,
     session_fresh,
     summariser_window,
     transcript_line,
     unchanged,
 )
-from compaction.measure import context_measure
-from compaction.models import CompactionEvent, Summary
+from compaction.measure import RoomView, context_measure, room_view, seat_key
+from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from memory import services as memory_services
@@ -66,10 +68,19 @@ def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]
         return RunResult("failed", "internal_error", pressure, pressure, None, event)
 
 
-def range_rows(session: ChatSession, *, before_seq: int | None, want_tokens: int) -> list[RangeRow]:
-    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand."""
+def range_rows(
+    session: ChatSession,
+    *,
+    before_seq: int | None,
+    want_tokens: int,
+    room: RoomView | None = None,
+) -> list[RangeRow]:
+    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand; in a
+    room, those the bot was shown and its own summaries do not cover yet (``RoomView.where``)."""
     rows: list[RangeRow] = []
     queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
+    if room is not None:
+        queryset = queryset.filter(room.where())
     if before_seq is not None:
         queryset = queryset.filter(seq__lt=before_seq)
     queryset = queryset.values_list(
@@ -113,7 +124,10 @@ def range_choose(
     limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     cap = max(0, limit - request_tokens("", plan.focus, config.model))
     current_turn = current_turn_seq(session)
-    rows = range_rows(session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap))
+    room = room_view(session)
+    rows = range_rows(
+        session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap), room=room
+    )
     loaded: dict[int, Message] = {}
     for _ in range(8):
         selection = range_select(
@@ -126,8 +140,10 @@ def range_choose(
         if not selection:
             return [], ""
         wanted = [row.id for row in selection if row.id not in loaded]
-        loaded.update((m.pk, m) for m in Message.objects.filter(pk__in=wanted))
-        transcript = "\n".join(transcript_line(loaded[row.id]) for row in selection)
+        loaded.update(
+            (m.pk, m) for m in Message.objects.filter(pk__in=wanted).select_related("bot")
+        )
+        transcript = "\n".join(transcript_line(loaded[row.id], room) for row in selection)
         sent = request_tokens(transcript, plan.focus, config.model)
         if sent <= limit:
             return selection, transcript
@@ -157,14 +173,15 @@ def summarise(
     config = compaction_model_config(bot, model=plan.model)
     window = summariser_window(bot, config)
     snapshot = memory_services.snapshot_write(
-        session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
+        session=session,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        body=transcript,
+        seat_bot_id=seat_key(session),
     )
     # On commit, like every frame: a caller's transaction may still roll the snapshot back.
-    transaction.on_commit(
-        partial(
-            realtime.send_frame, session.pk, {"type": "compaction.started", "trigger": plan.trigger}
-        )
-    )
+    started_frame = room_frame(session, {"type": "compaction.started", "trigger": plan.trigger})
+    transaction.on_commit(partial(realtime.send_frame, session.pk, started_frame))
     started = time.monotonic()
     common = {
         "tokens_before": tokens_before,
@@ -241,6 +258,7 @@ def summary_create(
 ) -> Summary:
     summary = Summary(
         session=session,
+        bot=session.bot,
         level=level,
         text=accepted["text"],
         first_seq=first_seq,
@@ -301,6 +319,7 @@ def source_tokens_to_take(session: ChatSession, excess: int) -> int:
         CompactionEvent.objects.filter(
             session=session, outcome=CompactionEvent.Outcome.COMPACTED, source_tokens__gt=0
         )
+        .filter(**({"bot_id": session.bot_id} if session.is_room else {}))
         .exclude(trigger="fusion")
         .order_by("-id")
         .values_list("summary_tokens", "source_tokens")
@@ -372,12 +391,15 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
                 level=1,
             )
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
-            claimed = transitions.messages_compact(message_ids=ids, summary_id=summary.pk)
-            if claimed != len(ids):
-                raise Conflict()
-            transitions.session_context_remove(
-                session_id=session.pk, tokens=source_tokens, messages=len(ids)
-            )
+            if session.is_room:
+                seat_cover(session, summary, ids, tokens=source_tokens)
+            else:
+                claimed = transitions.messages_compact(message_ids=ids, summary_id=summary.pk)
+                if claimed != len(ids):
+                    raise Conflict()
+                transitions.session_context_remove(
+                    session_id=session.pk, tokens=source_tokens, messages=len(ids)
+                )
             tokens_after, event = record_success(
                 session,
                 plan.trigger,
@@ -402,3 +424,31 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
         )
         return RunResult("failed", "conflict", tokens_before, tokens_before, None, event)
     return RunResult("compacted", "", tokens_before, tokens_after, summary, event)
+
+
+def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens: int) -> None:
+    """In a room (caller's transaction): the bot's summary covers exactly these messages, for
+    this bot alone (``SummaryCoverage``), and the bot's own totals drop by what it replaced.
+    The same conditions as ``transitions.messages_compact``: a message pinned, changed or
+    covered for this bot meanwhile is a conflict (the unique (bot, message) pair catches a
+    racing writer)."""
+    bot_id = session.bot_id
+    still = (
+        Message.objects.filter(pk__in=ids, status=Message.Status.COMPLETE, pinned=False)
+        .exclude(pk__in=SummaryCoverage.objects.filter(bot_id=bot_id).values("message_id"))
+        .count()
+    )
+    if still != len(ids):
+        raise Conflict()
+    try:
+        with transaction.atomic():
+            SummaryCoverage.objects.bulk_create(
+                SummaryCoverage(summary=summary, bot_id=bot_id, message_id=pk) for pk in ids
+            )
+    except IntegrityError as exc:
+        raise Conflict() from exc
+    SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
+    SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(
+        covered_tokens=F("covered_tokens") + tokens,
+        covered_messages=F("covered_messages") + len(ids),
+    )

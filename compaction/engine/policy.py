@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from compaction.models import CompactionState
+from compaction.models import CompactionState, SeatState
 
 
 def now():
@@ -15,12 +15,21 @@ def now():
     return timezone.now()
 
 
-def state_get(session_id: int) -> CompactionState:
-    return CompactionState.objects.get_or_create(session_id=session_id)[0]
+def state_get(session_id: int, bot_id: int | None = None) -> CompactionState | SeatState:
+    """The failure policy's row: the session's, or in a room the bot's seat (``seat_key``)."""
+    if bot_id is None:
+        return CompactionState.objects.get_or_create(session_id=session_id)[0]
+    return SeatState.objects.get_or_create(session_id=session_id, bot_id=bot_id)[0]
 
 
-def arm_failure(session_id: int, *, hard: bool) -> None:
-    state = state_get(session_id)
+def _states(session_id: int, bot_id: int | None):
+    if bot_id is None:
+        return CompactionState.objects.filter(session_id=session_id)
+    return SeatState.objects.filter(session_id=session_id, bot_id=bot_id)
+
+
+def arm_failure(session_id: int, *, hard: bool, bot_id: int | None = None) -> None:
+    state = state_get(session_id, bot_id)
     at = now()
     state.cooldown_until = at + timedelta(seconds=settings.COMPACTION_COOLDOWN_SECONDS)
     fields = ["cooldown_until", "updated_at"]
@@ -32,20 +41,21 @@ def arm_failure(session_id: int, *, hard: bool) -> None:
     state.save(update_fields=fields)
 
 
-def clear_failures(session_id: int) -> None:
-    CompactionState.objects.filter(session_id=session_id).update(
+def clear_failures(session_id: int, bot_id: int | None = None) -> None:
+    _states(session_id, bot_id).update(
         cooldown_until=None, backoff_until=None, backoff_step=0, updated_at=timezone.now()
     )
 
 
-def compaction_blocked_until(session_id: int, *, hard: bool) -> Any:
+def compaction_blocked_until(session_id: int, *, hard: bool, bot_id: int | None = None) -> Any:
     """When automatic compaction may call its summariser again (None = now).
 
     Soft compaction obeys the 5-minute cool-down; the hard path retries on its own back-off
-    schedule (30, 60, 120, 240, 270 s) and uses the extractive fallback in between.
+    schedule (30, 60, 120, 240, 270 s) and uses the extractive fallback in between. In a room
+    each bot has its own (``bot_id``): one bot's failures never hold back another's compaction.
     """
-    state = CompactionState.objects.filter(session_id=session_id).first()
+    state = _states(session_id, bot_id).values_list("backoff_until", "cooldown_until").first()
     if state is None:
         return None
-    moment = state.backoff_until if hard else state.cooldown_until
+    moment = state[0] if hard else state[1]
     return moment if moment is not None and moment > now() else None

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db.models import Max
 
 from bots.models import ChatSession
-from bots.queries import bot_usable_in
+from bots.queries import bot_usable_in, participant_seat, session_seat
 from chat_platform.errors import CompactionBusy
 from compaction.engine.common import (
     EXTRACTIVE_MODEL,
@@ -21,17 +21,31 @@ from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
 from compaction.lock import single_flight
-from compaction.measure import Measure, context_measure, session_budget
+from compaction.measure import Measure, context_measure, seat_key, session_budget
 from compaction.models import CompactionEvent
 
 
-def compaction_soft(*, session_id: int) -> RunResult | None:
-    """After a turn: drain toward T in up to 3 passes; never waits for a run in flight."""
+def seat_load(session_id: int, bot_id: int | None) -> ChatSession | None:
+    """The session, as ``bot_id`` sits in it (a room's participant; None: the session's bot).
+    None when the session, or that bot's place in it, is gone."""
     session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    if session is None or bot_id is None or bot_id == session.bot_id:
+        return session
+    seat = participant_seat(session=session, bot_id=bot_id)
+    if seat is None:
+        return None
+    return session_seat(session, seat.bot)
+
+
+def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult | None:
+    """After a turn: drain toward T in up to 3 passes; never waits for a run in flight. In a
+    room, ``bot_id`` names the seat (default: the session's bot)."""
+    session = seat_load(session_id, bot_id)
     if session is None or not session.bot.compaction_enabled or not bot_usable_in(session=session):
         return None  # (a bot un-shared since the turn: its owner's model is not run for others)
+    key = seat_key(session)
     budget = session_budget(session)
-    with single_flight(session_id, wait=0) as flight:
+    with single_flight(session_id, wait=0, bot_id=key) as flight:
         if not flight.acquired:
             return None  # a run is in flight: it is doing this work already
         last: RunResult | None = None
@@ -42,15 +56,15 @@ def compaction_soft(*, session_id: int) -> RunResult | None:
                 return None
             if last is not None and pressure <= budget.target:
                 return last  # landed: a further pass would do nothing
-            if compaction_blocked_until(session_id, hard=False):
+            if compaction_blocked_until(session_id, hard=False, bot_id=key):
                 return skipped(session, "soft", "cooldown", pressure)
             plan = Plan(trigger="soft", target=budget.target)
             result = pass_or_fuse(session, plan, budget)
             if result.outcome in ("failed", "rejected"):
-                arm_failure(session_id, hard=False)
+                arm_failure(session_id, hard=False, bot_id=key)
             if not result.compacted:
                 return result
-            clear_failures(session_id)
+            clear_failures(session_id, key)
             last = result
         return last
 
@@ -60,7 +74,8 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
     in flight and reusing its result. Degrades only downward: extractive fallback, or trimming."""
     bot = session.bot
     budget = measure.budget
-    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS) as flight:
+    key = seat_key(session)
+    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS, bot_id=key) as flight:
         if not flight.acquired:
             return skipped(session, "hard", "busy", measure.pressure)
         session = session_fresh(session)
@@ -68,15 +83,15 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
         if flight.waited and pressure < budget.hard:
             return None  # the run we waited for did the work
         result: RunResult | None = None
-        blocked = compaction_blocked_until(session.pk, hard=True)
+        blocked = compaction_blocked_until(session.pk, hard=True, bot_id=key)
         if blocked is None:
             plan = Plan(trigger="hard", target=budget.target_blocking)
             result = pass_or_fuse(session, plan, budget)
             if result.compacted:
-                clear_failures(session.pk)
+                clear_failures(session.pk, key)
                 return result
             if result.outcome in ("failed", "rejected"):
-                arm_failure(session.pk, hard=True)
+                arm_failure(session.pk, hard=True, bot_id=key)
             elif result.outcome == "noop":
                 return result
         if not bot.compaction_fallback_extractive:
@@ -95,15 +110,23 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
     A caller that finds a run in flight waits (<= 60 s) and reuses what that run produced while
     it waited; if that run compacted nothing, it compacts itself.
     """
-    seen = CompactionEvent.objects.filter(session=session).aggregate(last=Max("id"))["last"] or 0
-    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS) as flight:
+    key = seat_key(session)
+    mine = {"bot_id": key} if key is not None else {}
+    seen = (
+        CompactionEvent.objects.filter(session=session, **mine).aggregate(last=Max("id"))["last"]
+        or 0
+    )
+    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS, bot_id=key) as flight:
         if not flight.acquired:
             raise CompactionBusy()
         session = session_fresh(session)
         if flight.waited:
             joined = (
                 CompactionEvent.objects.filter(
-                    session=session, id__gt=seen, outcome=CompactionEvent.Outcome.COMPACTED
+                    session=session,
+                    id__gt=seen,
+                    outcome=CompactionEvent.Outcome.COMPACTED,
+                    **mine,
                 )
                 .select_related("summary")
                 .order_by("-id")
@@ -140,7 +163,7 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
         if not done:
             assert last is not None
             return last
-        clear_failures(session.pk)
+        clear_failures(session.pk, key)
         final = done[-1]
         return RunResult(
             "compacted",

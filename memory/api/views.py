@@ -10,7 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from bots.queries import session_get_for_user
+from bots.models import ChatSession
+from bots.queries import session_get_for_user, session_seat_get
 from chat_platform.api import api_errors
 from chat_platform.errors import ValidationFailed
 from memory import queries, search, services
@@ -28,6 +29,13 @@ LIST_MAX = 500
 SEARCH_MAX = 50
 PATCH_FIELDS = ("description", "body")
 IMMUTABLE_FIELDS = ("name", "scope", "kind", "first_seq", "last_seq", "token_count")
+
+
+def _seat(request: Request, session_id: int) -> ChatSession:
+    """The session, from the seat ``?bot=`` names in a room (its bot-scoped records, its
+    snapshots); a bot that is not a participant is not found."""
+    session = session_get_for_user(user=request.user, session_id=session_id)
+    return session_seat_get(session=session, bot_id=request.query_params.get("bot"))
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
@@ -56,6 +64,7 @@ class SessionRecordListApi(APIView):
         parameters=[
             OpenApiParameter("kind", str, enum=MemoryRecord.Kind.values, required=False),
             OpenApiParameter("scope", str, enum=MemoryRecord.Scope.values, required=False),
+            OpenApiParameter("bot", int, required=False, description="A room's participant."),
             OpenApiParameter(
                 "q",
                 str,
@@ -74,7 +83,7 @@ class SessionRecordListApi(APIView):
         },
     )
     def get(self, request: Request, session_id: int) -> Response:
-        session = session_get_for_user(user=request.user, session_id=session_id)
+        session = _seat(request, session_id)
         kind = _choice(request, "kind", tuple(MemoryRecord.Kind.values))
         scope = _choice(request, "scope", tuple(MemoryRecord.Scope.values))
         q = request.query_params.get("q", "")
@@ -96,7 +105,7 @@ class SessionRecordListApi(APIView):
         responses={201: RecordDetailSerializer, **_errors(400, 401, 404, 413)},
     )
     def post(self, request: Request, session_id: int) -> Response:
-        session = session_get_for_user(user=request.user, session_id=session_id)
+        session = _seat(request, session_id)
         data = _valid(RecordCreateSerializer, request.data)
         record = services.record_create(session=session, **data)
         return Response(RecordDetailSerializer(record).data, status=status.HTTP_201_CREATED)
@@ -108,7 +117,7 @@ class SessionRecordDetailApi(APIView):
         responses={200: RecordDetailSerializer, **_errors(401, 404)},
     )
     def get(self, request: Request, session_id: int, name: str) -> Response:
-        session = session_get_for_user(user=request.user, session_id=session_id)
+        session = _seat(request, session_id)
         record = queries.record_get_for_session(session=session, name=name)
         return Response(RecordDetailSerializer(record).data)
 
@@ -117,7 +126,7 @@ class SessionRecordDetailApi(APIView):
         responses={200: RecordDetailSerializer, **_errors(400, 401, 404, 413)},
     )
     def patch(self, request: Request, session_id: int, name: str) -> Response:
-        session = session_get_for_user(user=request.user, session_id=session_id)
+        session = _seat(request, session_id)
         queries.record_get_for_session(session=session, name=name)  # 404 before 400
         if isinstance(request.data, dict):
             refused = {
@@ -133,7 +142,7 @@ class SessionRecordDetailApi(APIView):
 
     @extend_schema(responses={204: None, **_errors(400, 401, 404)})
     def delete(self, request: Request, session_id: int, name: str) -> Response:
-        session = session_get_for_user(user=request.user, session_id=session_id)
+        session = _seat(request, session_id)
         services.record_delete(session=session, name=name)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
