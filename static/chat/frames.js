@@ -61,7 +61,7 @@ export function handleFrame(frame) {
       break;
     case "context.updated":
       // Rooms: a report from another bot's seat than the gauge shows asks for the right one.
-      if (!gaugeShows(frame.context)) {
+      if (!gaugeShows(frame.bot !== undefined ? frame.bot : frame.context && frame.context.bot)) {
         scheduleContextRefresh(300);
         break;
       }

@@ -106,10 +106,11 @@ export function gaugeBotQuery() {
   return room.gaugeBotId === null ? "" : "?bot=" + encodeURIComponent(room.gaugeBotId);
 }
 
-// Whether a context report (a context.updated frame) is the one the gauge shows: a frame that
-// names its bot must name the picked one; one that does not is the default bot's.
-export function gaugeShows(context) {
-  var bot = context && context.bot !== undefined && context.bot !== null ? context.bot : null;
+// Whether a context report (a context.updated frame, whose `bot` names the seat in a room) is
+// the one the gauge shows: a frame naming a bot must name the picked one (or the default when
+// none was picked); one naming none is the default bot's.
+export function gaugeShows(ref) {
+  var bot = ref !== undefined && ref !== null ? ref : null;
   if (bot === null) return room.gaugeBotId === null;
   var want = room.gaugeBotId !== null ? room.gaugeBotId : defaultId();
   return want === null || sameBot(bot, want);
