@@ -13,6 +13,8 @@ from bots.services.bot import (
     BOT_MEMORY_FIELDS,
 )
 from chat_platform.errors import ValidationFailed
+from compaction.admin import record_html
+from compaction.models import ContextRecord
 
 
 class BotAdminForm(forms.ModelForm):
@@ -128,7 +130,12 @@ class MessageAdmin(admin.ModelAdmin):
     search_fields = ["content"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in Message._meta.fields]
+        return [f.name for f in Message._meta.fields] + ["what_the_model_saw"]
+
+    @admin.display(description="what the model saw")
+    def what_the_model_saw(self, obj: Message) -> Any:
+        """The reply's context record beside it (read-only, like the message)."""
+        return record_html(ContextRecord.objects.filter(message=obj).first())
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -6,6 +6,7 @@ task or a racing sweep never overwrites a finished reply.
 """
 
 import contextlib
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ from compaction.pipeline import (
     seat_key,
     soft_compaction_due,
 )
+from compaction.provenance import part
+from compaction.records import context_record_write
 from connections import usage
 from memory.recall import (
     RECALL_MAX_ROUNDS,
@@ -182,6 +185,12 @@ def _fail(reply: Message, error: PlatformError, *, partial_text: str = "") -> No
 @dataclass
 class _TurnState:
     parts: list[str] = field(default_factory=list)
+    # The turn's model calls as its context record keeps them (``_call_entry``), written once
+    # when the turn ends, however it ends (``_record``).
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    recorded: bool = False
+    bot_id: int | None = None
+    prompt: str = ""
 
     @property
     def text(self) -> str:
@@ -203,11 +212,13 @@ def turn_run(*, message_id: int) -> None:
     try:
         _turn_body(reply, handle, state)
     except PlatformError as exc:  # an expected refusal (context_too_large, model_unavailable…)
+        _record(reply, state)
         _safe_fail(reply, exc, state)
     except DatabaseError:
         # Saturated or unreachable database (e.g. no pooled connection within its timeout):
         # fail fast with a clear error rather than leave the reply waiting.
         log.exception("turn_database_error", message_id=reply.pk, session_id=reply.session_id)
+        _record(reply, state)
         _safe_fail(
             reply,
             ServiceUnavailable(
@@ -218,9 +229,11 @@ def turn_run(*, message_id: int) -> None:
         )
     except Exception:
         log.exception("turn_crashed", message_id=reply.pk, session_id=reply.session_id)
+        _record(reply, state)
         _safe_fail(reply, InternalError("The reply failed because of an internal error."), state)
     except BaseException:  # the worker is shutting down under us: keep what we have, then go
         log.exception("turn_interrupted", message_id=reply.pk, session_id=reply.session_id)
+        _record(reply, state)
         with contextlib.suppress(Exception):
             _end_unfinished(
                 reply,
@@ -232,6 +245,63 @@ def turn_run(*, message_id: int) -> None:
     finally:
         liveness.watcher.unregister(handle)
     _hand_over_next(reply.session_id)
+
+
+def _record(reply: Message, state: _TurnState) -> None:
+    """Write the turn's context record (once; nothing if it made no call). Bookkeeping: a
+    failure is logged with its traceback and never changes how the reply ends."""
+    if state.recorded or not state.calls:
+        return
+    state.recorded = True
+    try:
+        context_record_write(
+            reply=reply, bot_id=state.bot_id, calls=state.calls, prompt=state.prompt
+        )
+    except Exception:
+        log.exception("turn_context_record_failed", message_id=reply.pk)
+
+
+def _call_entry(
+    context: BuiltContext,
+    *,
+    recall_round: int,
+    model: str,
+    tools: list[dict[str, Any]] | None,
+    completion: gateway.Completion | None,
+    latency_ms: int,
+    error: str = "",
+) -> dict[str, Any]:
+    """One model call as the context record keeps it (CONTRACT §17)."""
+    parts = list(context.parts)
+    if tools:
+        names = [t.get("function", {}).get("name", "") for t in tools]
+        parts.append(part("tools", {"names": names}, _tools_tokens(tuple(names), model)))
+    entry: dict[str, Any] = {
+        "round": recall_round,
+        "model": model,
+        "budget": context.measure.budget.budget,
+        "parts": parts,
+        "admission": context.admission_info,
+        "waited_for_compaction": context.waited_for_compaction,
+        "usage": None
+        if completion is None
+        else {
+            "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens,
+        },
+        "finish_reason": completion.finish_reason if completion is not None else "",
+        "latency_ms": latency_ms,
+    }
+    if error:
+        entry["error"] = error
+    return entry
+
+
+@functools.lru_cache(maxsize=32)
+def _tools_tokens(names: tuple[str, ...], model: str) -> int:
+    """What the offered tools' schemas cost (for the record: the budget does not count them)."""
+    offered = [t for t in RECALL_TOOLS if t.get("function", {}).get("name") in names]
+    return count_message_tokens(json.dumps(offered), model=model)
 
 
 def _hand_over_next(session_id: int) -> None:
@@ -259,6 +329,7 @@ def _stream_round(
     context: BuiltContext,
     *,
     tools: list[dict[str, Any]] | None,
+    recall_round: int = 0,
 ) -> gateway.ChatStream:
     """One model call, streamed to the session. While recall is possible, a reply that opens
     with ``{`` is held back until it ends: it may be a JSON recall request, not an answer.
@@ -279,6 +350,8 @@ def _stream_round(
             _release_connection()
 
     _release_connection()
+    called = time.monotonic()
+    error = ""
     stream = gateway.stream(config, context.messages, tools=tools, on_open=record_admission)
     handle.attach(stream)
     holding = tools is not None
@@ -299,9 +372,21 @@ def _stream_round(
                 last_checkpoint = time.monotonic()
                 _checkpoint(reply.pk, state.text)
     except gateway.ModelCallFailed as exc:
-        raise ModelUnavailable(f"The model did not answer: {exc}") from exc
+        error = f"The model did not answer: {exc}"
+        raise ModelUnavailable(error) from exc
     finally:
         completion = stream.completion
+        state.calls.append(
+            _call_entry(
+                context,
+                recall_round=recall_round,
+                model=config.model,
+                tools=tools,
+                completion=completion,
+                latency_ms=int((time.monotonic() - called) * 1000),
+                error=error,
+            )
+        )
         if (
             holding
             and state.text
@@ -447,6 +532,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
         return
 
     _check_bot_usable(session)
+    state.bot_id, state.prompt = bot.pk, bot.system_prompt
     # Per-call overrides an interface registered for this reply (the OpenAI-compatible API's
     # temperature / max_tokens / stop); a reply nobody registered runs on the bot's settings.
     options = turn_hooks.options_for(reply)
@@ -496,6 +582,7 @@ def _turn_calls(
             config,
             context,
             tools=RECALL_TOOLS if may_recall else None,
+            recall_round=recall_round,
         )
         completion = stream.completion
         if completion is not None:
@@ -529,6 +616,8 @@ def _turn_calls(
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
+    # Before the finish: whoever the finish wakes (a REST waiter, a page) can read the record.
+    _record(reply, state)
     finished = _finish(reply, counted=True, completed=True, **fields)
     if finished is not None:
         turn_hooks.notify_completed(finished, user_message=reply.reply_to)

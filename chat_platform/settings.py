@@ -527,6 +527,15 @@ COMPACTION_BACKOFF_SECONDS = env.list(
 )
 # Soft compaction drains toward the target in at most this many passes.
 COMPACTION_SOFT_PASSES = env.int("COMPACTION_SOFT_PASSES", default=3)
+# Context records ("what the model saw", one per reply): deleted by a daily sweep once older
+# than this many days; 0 keeps them all.
+CONTEXT_RECORD_RETENTION_DAYS = env.int("CONTEXT_RECORD_RETENTION_DAYS", default=0)
+if CONTEXT_RECORD_RETENTION_DAYS < 0:
+    raise ImproperlyConfigured("CONTEXT_RECORD_RETENTION_DAYS must be 0 (keep all) or more.")
+CELERY_BEAT_SCHEDULE["context-records-sweep"] = {
+    "task": "compaction.tasks.context_records_sweep",
+    "schedule": 3600.0,
+}
 
 # --- Logging ----------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

@@ -11,10 +11,12 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from compaction.audit import summary_audit
-from compaction.models import CompactionEvent, CompactionState, SeatState, Summary
+from compaction.models import CompactionEvent, CompactionState, ContextRecord, SeatState, Summary
+from compaction.records import part_describe, records_for_summary
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -84,10 +86,25 @@ class SummaryAdmin(ReadOnlyAdmin):
                     ("retention", "missing_facts"),
                     "focus",
                     "parents",
+                    "replies_made_from_this_summary",
                 ]
             },
         ),
     ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "replies_made_from_this_summary"]
+
+    @admin.display(description="replies made from this summary")
+    def replies_made_from_this_summary(self, obj: Summary) -> str:
+        found = records_for_summary(summary=obj)
+        if not found:
+            return "—"
+        return format_html_join(
+            ", ",
+            "{}",
+            ((_admin_link(record, f"reply #{record.message_id}"),) for record in found),
+        )
 
     @admin.display(description="bot", ordering="bot__name")
     def bot_name(self, obj: Summary) -> str:
@@ -196,3 +213,47 @@ class SeatStateAdmin(ReadOnlyAdmin):
     ]
     list_filter = [("bot", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["session", "bot"]
+
+
+def record_html(record: ContextRecord | None) -> SafeString | str:
+    """A record as the admin shows it: per call its model, budget, usage and latency, then its
+    parts in the order they were sent."""
+    if record is None:
+        return "—"
+    calls = []
+    for call in record.calls:
+        usage = call.get("usage") or {}
+        head = format_html(
+            "<strong>call {} · {}</strong> · budget {} · sent {} tokens · provider {} in / {} out"
+            " · {} ms{}",
+            call.get("round", 0),
+            call.get("model", ""),
+            call.get("budget", ""),
+            (call.get("admission") or {}).get("selected_tokens", "?"),
+            usage.get("prompt_tokens", "—"),
+            usage.get("completion_tokens", "—"),
+            call.get("latency_ms", ""),
+            f" · {call['error']}" if call.get("error") else "",
+        )
+        parts = format_html_join(
+            "", "<li>{}</li>", ((part_describe(p),) for p in call.get("parts", []))
+        )
+        calls.append(format_html("<div>{}<ol>{}</ol></div>", head, parts))
+    return format_html_join("", "{}", ((c,) for c in calls))
+
+
+@admin.register(ContextRecord)
+class ContextRecordAdmin(ReadOnlyAdmin):
+    """What the model saw for each reply. Immutable: written once by the turn."""
+
+    list_display = ["id", "message", "session", "bot", "created_at"]
+    list_select_related = ["message", "session", "bot"]
+    list_filter = [("bot", admin.RelatedOnlyFieldListFilter), "created_at"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "what_the_model_saw"]
+
+    @admin.display(description="what the model saw")
+    def what_the_model_saw(self, obj: ContextRecord) -> SafeString | str:
+        return record_html(obj)

@@ -183,6 +183,12 @@ def _system_tokens(prompt: str, model: str) -> int:
     return count_message_tokens(prompt, model=model) if prompt else 0
 
 
+def system_part_tokens(text: str, *, model: str) -> int:
+    """What one system part (the prompt, the chat's instruction, a room's header, an API
+    client's system part) costs as sent: the same cached count the measure sums."""
+    return _system_tokens(text, model)
+
+
 def bot_budget(bot: Bot, *, model: str | None = None) -> Budget:
     """CONTRACT §5: W from the bot, else litellm's model info, else the absolute cap.
 

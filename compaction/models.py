@@ -210,3 +210,58 @@ class SeatState(models.Model):
 
     def __str__(self) -> str:
         return f"compaction seat of bot {self.bot_id} in session {self.session_id}"
+
+
+class PromptVersion(models.Model):
+    """A bot's system prompt as it was sent, content-addressed: written once per (bot, text) when
+    the prompt changes (``bot_update``) or, at the latest, by the first record that sends it —
+    never per turn. A context record names ``(bot, version)`` instead of copying the prompt."""
+
+    bot = models.ForeignKey("bots.Bot", on_delete=models.CASCADE, related_name="prompt_versions")
+    version = models.CharField(max_length=16)  # the first 16 hex digits of the text's SHA-256
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "version"], name="prompt_version_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"prompt {self.version} of bot {self.bot_id}"
+
+
+class ContextRecord(models.Model):
+    """What the model saw for one reply: every call the turn made (recall rounds included), each
+    as its ordered parts with their provenance and token counts, the admission, the budget, a
+    hard compaction it waited for, the provider's usage and the latency (CONTRACT §17).
+
+    Parts refer to what is stored already (message seqs and ids, summary ids, prompt versions)
+    and carry text only where nothing else keeps it (the index block, a room's header, the
+    chat's instruction, an API client's system part), so ``compaction.records.record_rebuild``
+    can reproduce every call's messages byte for byte. Written once when the turn ends (one
+    INSERT), never updated."""
+
+    message = models.OneToOneField(
+        "bots.Message", on_delete=models.CASCADE, related_name="context_record"
+    )
+    session = models.ForeignKey(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="context_records"
+    )
+    bot = models.ForeignKey(
+        "bots.Bot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    calls = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # "Replies made from this summary": a session's records from the summary's birth on.
+            models.Index(fields=["session", "created_at"], name="context_record_session_time"),
+            # The retention sweep.
+            models.Index(fields=["created_at"], name="context_record_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"context of message {self.message_id}"

@@ -14,7 +14,7 @@ the model). Pressure comes from the session's running totals, so neither time no
 with the length of a conversation that does not fit.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +43,20 @@ from compaction.measure import (
     in_context_before,
     seat_key,
     session_budget,
+    system_part_tokens,
     tool_calls_load,
     tool_calls_text,
 )
 from compaction.models import SeatState, Summary
+from compaction.provenance import (
+    ChosenRow,
+    admission_info,
+    part,
+    prompt_version,
+    row_parts,
+    trimmed_history_part,
+)
+from compaction.results import RunResult
 
 # Re-exported: callers that only build or report contexts need not know the measure module.
 __all__ = [
@@ -75,6 +85,12 @@ class BuiltContext:
     measure: Measure
     admission: Admission
     path: str = "turn"
+    # Provenance (CONTRACT §17): the ordered parts the messages were rendered from, with their
+    # token counts (``compaction.provenance``), and what admission trimmed and why.
+    parts: tuple[dict[str, Any], ...] = ()
+    admission_info: dict[str, Any] | None = None
+    # The hard compaction this call waited for: {"event": id | None, "outcome"}; None if none.
+    waited_for_compaction: dict[str, Any] | None = None
 
     def record_admission(self) -> None:
         """Log the decision and keep it as the session's ``last_admission`` (see
@@ -154,7 +170,7 @@ def context_admit(
     *,
     path: str,
     record: bool = True,
-    history: Sequence[HistoryRow] | None = None,
+    history: Iterable[HistoryRow] | None = None,
 ) -> Admission:
     """Decide what the call carries (CONTRACT §7) and record it (``admission_record``); raise on
     reject, which is always recorded at once. ``record=False`` leaves recording an admitted call
@@ -187,7 +203,8 @@ def _last_admission_store(session: ChatSession, fields: dict[str, Any]) -> None:
     )
 
 
-_CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id", "bot_id")
+# Rendered from the first six; the seq names the row in the call's provenance.
+CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id", "bot_id", "seq")
 
 
 def _fits_whole(measure: Measure) -> bool:
@@ -200,7 +217,7 @@ def _whole_history(
     measure: Measure, new_message: Message | None
 ) -> tuple[list[HistoryRow], dict[int, tuple[Any, ...]]]:
     """Every candidate with its text, when the whole history fits (``_fits_whole``): the history
-    rows for admission, newest first, and ``_CHOSEN_FIELDS`` tuples by id for rendering (pins,
+    rows for admission, newest first, and ``CHOSEN_FIELDS`` tuples by id for rendering (pins,
     the recalled exchange and the new message included).
 
     The running totals are read before the rows: if a concurrent turn made the history grow past
@@ -213,13 +230,13 @@ def _whole_history(
         Message.objects.filter(where)
         .annotate(calls=tool_calls_text())
         .order_by("-seq")
-        .values_list(*_CHOSEN_FIELDS, "seq", "token_count", "pinned")
+        .values_list(*CHOSEN_FIELDS, "token_count", "pinned")
     )
     history: list[HistoryRow] = []
     texts: dict[int, tuple[Any, ...]] = {}
     room = measure.room
     for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in rows:
-        texts[pk] = (pk, role, content, calls, tool_call_id, bot_id)
+        texts[pk] = (pk, role, content, calls, tool_call_id, bot_id, seq)
         if not pinned and pk not in outside:
             history.append(history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id))
     return history, texts
@@ -252,7 +269,7 @@ def _chosen_from(
 def _chosen_rows(
     measure: Measure, admission: Admission, new_message: Message | None
 ) -> list[tuple[Any, ...]]:
-    """The text of what admission chose, in seq order: ``_CHOSEN_FIELDS`` tuples, no model
+    """The text of what admission chose, in seq order: ``CHOSEN_FIELDS`` tuples, no model
     instances (a long history costs no per-row object building).
 
     The admitted history is the newest contiguous run of candidates, so it is read as a seq
@@ -278,7 +295,7 @@ def _chosen_rows(
         Message.objects.filter(where)
         .annotate(calls=tool_calls_text())
         .order_by("seq")
-        .values_list(*_CHOSEN_FIELDS)
+        .values_list(*CHOSEN_FIELDS)
     )
     return [row for row in rows if row[0] in wanted]
 
@@ -306,10 +323,10 @@ def _with_images(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]
     ]
 
 
-def _render(
+def render_row(
     row: tuple[Any, ...], room: RoomView | None = None, images: Sequence[str] = ()
 ) -> dict[str, Any]:
-    _, role, content, calls, tool_call_id, bot_id = row
+    _, role, content, calls, tool_call_id, bot_id = row[:6]
     if room is not None and not (role == Message.Role.ASSISTANT and bot_id == room.bot_id):
         if role == Message.Role.TOOL or (
             role == Message.Role.ASSISTANT and calls not in (None, "[]")
@@ -372,12 +389,13 @@ def context_build(
         recalled=recalled,
         extra_system=extra_system,
     )
+    waited: dict[str, Any] | None = None
     if (
         session.bot.compaction_enabled
         and measure.budget.hard
         and (measure.pressure >= measure.budget.hard)
     ):
-        compaction_hard(session=session, measure=measure)
+        waited = _waited(compaction_hard(session=session, measure=measure))
         session.refresh_from_db(fields=["context_tokens", "context_messages"])
         measure = context_measure(
             session=session,
@@ -386,39 +404,170 @@ def context_build(
             recalled=recalled,
             extra_system=extra_system,
         )
+    history_tokens: dict[int, int] = {}  # id -> tokens of every history row admission read
     if _fits_whole(measure):
         history, texts = _whole_history(measure, new_message)
+        history_tokens.update((row.id, row.tokens) for row in history)
         admission = context_admit(measure, path=path, record=record, history=history)
         chosen = _chosen_from(texts, measure, admission, new_message)
     else:
-        admission = context_admit(measure, path=path, record=record)
+        admission = context_admit(
+            measure,
+            path=path,
+            record=record,
+            history=_tapped(history_newest_first(measure), history_tokens),
+        )
         chosen = _chosen_rows(measure, admission, new_message)
+    model = session.chat_model
     messages: list[dict[str, Any]] = []
-    if session.bot.system_prompt:
-        messages.append({"role": "system", "content": session.bot.system_prompt})
+    parts: list[dict[str, Any]] = []
+    bot = session.bot
+    if bot.system_prompt:
+        messages.append({"role": "system", "content": bot.system_prompt})
+        parts.append(
+            part(
+                "system",
+                {"bot": bot.pk, "version": prompt_version(bot.system_prompt)},
+                system_part_tokens(bot.system_prompt, model=model),
+            )
+        )
     if session.extra_instruction:
         messages.append({"role": "system", "content": session.extra_instruction})
+        parts.append(
+            part(
+                "system",
+                {"chat_instruction": session.extra_instruction},
+                system_part_tokens(session.extra_instruction, model=model),
+            )
+        )
     if measure.room is not None:
         messages.append({"role": "system", "content": measure.room.header})
+        parts.append(
+            part(
+                "room",
+                {
+                    "bot": measure.room.bot_id,
+                    "header": measure.room.header,
+                    "speakers": {
+                        "user" if key is None else str(key): [slug, name]
+                        for key, (slug, name) in measure.room.speakers.items()
+                    },
+                },
+                system_part_tokens(measure.room.header, model=model),
+            )
+        )
     if extra_system:
         messages.append({"role": "system", "content": extra_system})
+        parts.append(
+            part(
+                "client_system",
+                {"text": extra_system},
+                system_part_tokens(extra_system, model=model),
+            )
+        )
     # Summaries are labelled system blocks naming what they cover, never user messages.
-    summaries = Summary.objects.filter(pk__in=[s.id for s in measure.summaries]).order_by(
-        "first_seq"
-    )
-    messages.extend({"role": "system", "content": summary.block} for summary in summaries)
-    index_block = _index_block(measure, admission, recall_open=recall_open)
+    summary_tokens = {s.id: s.tokens for s in measure.summaries}
+    summaries = Summary.objects.filter(pk__in=list(summary_tokens)).order_by("first_seq")
+    for summary in summaries:
+        messages.append({"role": "system", "content": summary.block})
+        parts.append(
+            part(
+                "summary",
+                {
+                    "id": summary.pk,
+                    "level": summary.level,
+                    "seqs": [summary.first_seq, summary.last_seq],
+                },
+                summary_tokens[summary.pk],
+            )
+        )
+    index_block, index_names = _index_block(measure, admission, recall_open=recall_open)
     if index_block:
         messages.append({"role": "system", "content": index_block})
+        kept_lines = measure.index_lines[: admission.kept_index_lines]
+        parts.append(
+            part(
+                "memory_index",
+                {"names": index_names, "text": index_block},
+                measure.index_block_tokens + sum(line.tokens for line in kept_lines),
+            )
+        )
     images = _images_of(session, chosen)
-    messages.extend(_render(m, measure.room, images.get(m[0], ())) for m in chosen)
-    return BuiltContext(messages=messages, measure=measure, admission=admission, path=path)
+    messages.extend(render_row(m, measure.room, images.get(m[0], ())) for m in chosen)
+    dropped_tokens = max(
+        0,
+        measure.history_totals.tokens
+        - sum(history_tokens.get(i, 0) for i in admission.admitted_history_ids),
+    )
+    trimmed = trimmed_history_part(admission, dropped_tokens=dropped_tokens)
+    if trimmed is not None:
+        parts.append(trimmed)
+    parts.extend(row_parts(_provenance_rows(measure, chosen, history_tokens, new_message, images)))
+    return BuiltContext(
+        messages=messages,
+        measure=measure,
+        admission=admission,
+        path=path,
+        parts=tuple(parts),
+        admission_info=admission_info(
+            admission, index_lines=len(measure.index_lines), dropped_tokens=dropped_tokens
+        ),
+        waited_for_compaction=waited,
+    )
 
 
-def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -> str:
+def _waited(result: RunResult | None) -> dict[str, Any]:
+    """The hard compaction a call waited for, as its record names it. None from the engine: it
+    joined a run in flight that did the work (that run's event is its own caller's)."""
+    if result is None:
+        return {"event": None, "outcome": "joined"}
+    event = result.event
+    return {"event": event.pk if event is not None else None, "outcome": result.outcome}
+
+
+def _tapped(rows: Iterator[HistoryRow], seen: dict[int, int]) -> Iterator[HistoryRow]:
+    """The lazily read history, noting each row's tokens as admission pulls it (no more rows
+    than admission reads: the provenance of what it admitted)."""
+    for row in rows:
+        seen[row.id] = row.tokens
+        yield row
+
+
+def _provenance_rows(
+    measure: Measure,
+    chosen: list[tuple[Any, ...]],
+    history_tokens: dict[int, int],
+    new_message: Message | None,
+    images: dict[int, list[str]],
+) -> list[ChosenRow]:
+    """Each rendered row with what it is and what admission counted for it."""
+    pinned = {p.id: p.tokens for p in measure.pinned}
+    recalled = {r.id: r.tokens for r in measure.recalled}
+    new_id = new_message.pk if new_message is not None else None
+    rows = []
+    for row in chosen:
+        pk, calls, seq = row[0], row[3], row[6]
+        if pk == new_id and measure.new_message is not None:
+            kind, tokens = "user", measure.new_message.tokens
+        elif pk in recalled:
+            kind, tokens = "recalled", recalled[pk]
+        elif pk in pinned:
+            kind, tokens = "pinned", pinned[pk]
+        else:
+            kind, tokens = "history", history_tokens.get(pk, 0)
+        rows.append(
+            ChosenRow(id=pk, seq=seq, kind=kind, tokens=tokens, calls=calls, image=pk in images)
+        )
+    return rows
+
+
+def _index_block(
+    measure: Measure, admission: Admission, *, recall_open: bool
+) -> tuple[str, list[str]]:
     """The index as a system block (after summaries, before history; CONTRACT §10), newest first,
-    with the lines admission kept. Tokens of joined text can exceed the sum of its parts by a
-    merge or two: drop further lines until the block costs no more than admission reserved."""
+    with the lines admission kept, and the names of the records it lists. Tokens of joined text
+    can exceed the sum of its parts by a merge or two: drop further lines until the block costs
+    no more than admission reserved."""
     kept = list(measure.index_lines[: admission.kept_index_lines])
     model = measure.session.chat_model
     while kept:
@@ -427,9 +576,9 @@ def _index_block(measure: Measure, admission: Admission, *, recall_open: bool) -
         block = head + "\n".join(line.text for line in kept)
         reserved = measure.index_block_tokens + sum(line.tokens for line in kept)
         if count_message_tokens(block, model=model) <= reserved:
-            return block
+            return block, [line.name for line in kept]
         kept.pop()
-    return ""
+    return "", []
 
 
 @dataclass(frozen=True)

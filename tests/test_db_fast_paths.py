@@ -55,7 +55,12 @@ def test_a_turn_through_either_path_stores_and_sends_the_same(
         ("assistant", "Earlier answer"),
         ("user", "A question"),
     ]
-    hand_written = [s for s in sqls if s.startswith("WITH") or " RETURNING " in s]
+    # An ORM INSERT returns its id (the context record's) and is not hand-written.
+    hand_written = [
+        s
+        for s in sqls
+        if s.startswith("WITH") or (" RETURNING " in s and not s.startswith("INSERT"))
+    ]
     if fast and connection.vendor == "postgresql":
         assert len(hand_written) == 2  # noqa: PLR2004 - the claim and the finish
     elif not fast:

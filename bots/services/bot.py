@@ -10,6 +10,7 @@ from bots.models import Bot
 from bots.queries import bot_get_for_edit
 from bots.services.checks import full_clean
 from chat_platform.errors import NotFound, ValidationFailed
+from compaction.records import prompt_version_store
 from connections.models import Connection
 from connections.queries import connection_get_for_user
 
@@ -70,6 +71,9 @@ def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
     full_clean(bot, exclude=["owner"])
     check_bot_settings(user=owner, bot=bot, previous_api_base=None, changed=set(fields))
     bot.save()
+    if bot.system_prompt:
+        # The prompt's first version: context records name (bot, version), not the text.
+        prompt_version_store(bot_id=bot.pk, text=bot.system_prompt)
     log.info("bot_created", bot_id=bot.pk, owner_id=owner.pk, model=bot.model)
     return bot
 
@@ -93,6 +97,8 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
             {*fields, *extra, "api_base_approved", "models_approved", "updated_at"}
         )
     )
+    if "system_prompt" in changed and bot.system_prompt:
+        prompt_version_store(bot_id=bot.pk, text=bot.system_prompt)
     return bot
 
 

@@ -14,5 +14,10 @@ urlpatterns = [
         name="session-summaries",
     ),
     path("messages/<int:message_id>/fit/", views.MessageFitApi.as_view(), name="message-fit"),
+    path(
+        "messages/<int:message_id>/context/",
+        views.MessageContextApi.as_view(),
+        name="message-context",
+    ),
     path("compaction-events/", views.CompactionEventsApi.as_view(), name="compaction-events"),
 ]

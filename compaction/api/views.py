@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chat_platform.api import api_errors
-from compaction import queries, services
+from compaction import queries, records, services
 from compaction.payloads import event_payload, result_payload, summary_payload
 
 
@@ -104,3 +104,27 @@ class MessageFitApi(APIView):
     @extend_schema(responses={200: MessageFitSerializer, **api_errors(400, 404)})
     def get(self, request: Request, message_id: int) -> Response:
         return Response(queries.message_fit_for_user(user=request.user, message_id=message_id))
+
+
+MessageContextSerializer = inline_serializer(
+    "MessageContext",
+    {
+        "message": serializers.IntegerField(),
+        "calls": serializers.ListSerializer(child=serializers.DictField()),
+    },
+)
+
+
+class MessageContextApi(APIView):
+    """What the model saw for a reply (CONTRACT §17): each call's parts with their provenance
+    and token counts; ``?payload=1`` adds each call's ``messages`` rebuilt exactly as sent.
+    The session's owner and staff only; anyone else gets not_found."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("payload", int, required=False, enum=[0, 1])],
+        responses={200: MessageContextSerializer, **api_errors(404)},
+    )
+    def get(self, request: Request, message_id: int) -> Response:
+        record = records.record_get_for_user(user=request.user, message_id=message_id)
+        payload = request.query_params.get("payload", "") in ("1", "true")
+        return Response(records.record_payload(record, payload=payload))

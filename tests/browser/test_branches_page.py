@@ -65,7 +65,9 @@ def test_edit_regenerate_and_flip_between_versions(server_url, desktop, fake):
     reply.locator(".msg-regenerate").click()
     page.locator("#transcript .msg-text", has_text="Rome is ancient.").wait_for()
     assert _texts(page) == ["Tell me about Rome", "Rome is ancient."]
-    page.wait_for_function("() => document.querySelectorAll('#transcript .msg-branches').length === 2")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#transcript .msg-branches').length === 2"
+    )
     assert _flip(page).all_inner_texts() == ["2/2", "2/2"]
 
     # Flip the question back to the first version and continue that one.

@@ -89,7 +89,9 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
     page.wait_for_selector("#connection-status[data-state=live]", state="attached")
     assert page.locator("#transcript article.msg").count() == 70
     # Focus starts in the composer: zero presses from load.
-    page.wait_for_function("() => document.activeElement && document.activeElement.id === 'composer'")
+    page.wait_for_function(
+        "() => document.activeElement && document.activeElement.id === 'composer'"
+    )
     # Nothing inside the transcript is in the tab order, however many messages it holds.
     assert (
         page.evaluate(
@@ -159,7 +161,9 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
     # Load to send is one key press: type, Enter.
     page.reload()
     page.wait_for_selector('#transcript[aria-busy="false"]')
-    page.wait_for_function("() => document.activeElement && document.activeElement.id === 'composer'")
+    page.wait_for_function(
+        "() => document.activeElement && document.activeElement.id === 'composer'"
+    )
     page.keyboard.type("Which room has the blue locker of note 3?")
     page.keyboard.press("Enter")
     page.wait_for_selector('#transcript article.msg[data-seq="72"][data-status="complete"]')
