@@ -485,6 +485,34 @@ def messages_compaction_move(*, from_summary_ids: list[int], to_summary_id: int)
     )
 
 
+def messages_uncompact(*, summary_id: int) -> tuple[int, int]:
+    """Undo: the messages ``summary_id`` covers are no longer covered, and those a model may see
+    (``Message.in_context_q``) are added back to the session's running totals. Returns the
+    (tokens, messages) that came back into the context. Caller's transaction."""
+    covered = Message.objects.filter(compacted_by_id=summary_id)
+    first = covered.values("session_id").first()
+    back = covered.filter(
+        kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
+        status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
+        token_count__gt=0,
+    ).aggregate(tokens=Sum("token_count"), messages=Count("id"))
+    covered.update(compacted_by_id=None)
+    tokens, messages = back["tokens"] or 0, back["messages"]
+    if first is not None:
+        session_context_add(session_id=first["session_id"], tokens=tokens, messages=messages)
+    return tokens, messages
+
+
+def messages_compaction_restore(
+    *, from_summary_id: int, to_summary_id: int, first_seq: int, last_seq: int
+) -> int:
+    """Undo of a fusion: the fused summary's messages in one parent's span point at that
+    parent again (the reverse of ``messages_compaction_move``)."""
+    return Message.objects.filter(
+        compacted_by_id=from_summary_id, seq__gte=first_seq, seq__lte=last_seq
+    ).update(compacted_by_id=to_summary_id)
+
+
 # --- branches: a chat that starts as a copy of another's first messages ------------------------
 
 

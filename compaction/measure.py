@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db.models import Exists, IntegerField, OuterRef, Q, QuerySet, TextField, Value
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce
 
 from bots.models import Bot, ChatSession, Message
 from bots.queries import participants_of
@@ -28,8 +28,9 @@ from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.admission import Entry, HistoryRow, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
-from compaction.models import SeatState, Summary, SummaryCoverage
+from compaction.models import ContextExpansion, SeatState, Summary, SummaryCoverage
 from memory.queries import IndexLine, memory_index_lines
+from memory.services import snapshot_name
 
 # Rows per keyset page when walking history newest-first (ids and counts only, no text).
 HISTORY_PAGE_SIZE = 500
@@ -142,6 +143,14 @@ class Measure:
     recalled: list[Entry] = field(default_factory=list)
     # A room, as this bot sees it; None in a one-bot session.
     room: RoomView | None = None
+    # "Use the full text next turn" (CONTRACT §17): compacted messages this call carries
+    # verbatim, whole like pins, instead of the summaries inside their span (left out of
+    # ``summaries``); the span's record name, for the context record. Empty on other calls.
+    expanded: list[PinnedEntry] = field(default_factory=list)
+    expanded_record: str = ""
+    # The session's pending expansion as stored (first_seq, last_seq, claiming reply id or 0),
+    # applied or not: the pipeline claims or drops it.
+    expansion: tuple[int, int, int] | None = None
 
     @property
     def index_line_tokens(self) -> list[int]:
@@ -157,7 +166,8 @@ class Measure:
             "memory_index": index + (self.index_block_tokens if self.index_lines else 0),
             "history": self.history_totals.tokens
             + (self.new_message.tokens if self.new_message else 0)
-            + sum(r.tokens for r in self.recalled),
+            + sum(r.tokens for r in self.recalled)
+            + sum(e.tokens for e in self.expanded),
         }
 
     @property
@@ -170,6 +180,7 @@ class Measure:
             + parts["summaries"]
             + (self.new_message.tokens if self.new_message else 0)
             + sum(r.tokens for r in self.recalled)
+            + sum(e.tokens for e in self.expanded)
         )
 
     @property
@@ -229,7 +240,7 @@ def _in_context(session: ChatSession | int, before_seq: int, room: RoomView | No
     return Message.objects.filter(in_context_before(session, before_seq, room))
 
 
-_PINNED, _SUMMARY = 0, 1
+_PINNED, _SUMMARY, _EXPANSION = 0, 1, 2
 
 
 def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: int) -> QuerySet:
@@ -248,7 +259,17 @@ def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: i
         .order_by()
         .values_list("part", "pk", "first_seq", "token_count")
     )
-    return pinned.union(summaries, all=True).order_by("part", "seq")
+    # The pending expansion, if any (at most one row): (2, claiming reply or 0, first, last).
+    expansion = (
+        ContextExpansion.objects.filter(session_id=session_id)
+        .annotate(
+            part=Value(_EXPANSION, output_field=part),
+            claimed=Coalesce("reply_id", 0, output_field=part),
+        )
+        .order_by()
+        .values_list("part", "claimed", "first_seq", "last_seq")
+    )
+    return pinned.union(summaries, expansion, all=True).order_by("part", "seq")
 
 
 _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
@@ -281,12 +302,14 @@ _ROOM_PINS_AND_SUMMARIES = CompiledValues(_room_pins_and_summaries_query)
 
 def _pins_and_summaries(
     session: ChatSession, before_seq: int, *, exclude_id: int | None, room: RoomView | None = None
-) -> tuple[list[PinnedEntry], list[Entry]]:
+) -> tuple[list[PinnedEntry], list[Entry], tuple[int, int, int] | None]:
     """The pinned messages before ``before_seq`` and the active summaries, each in seq order,
     in one query (a UNION ALL, compiled once): both are read before every model call and every
     send."""
     pins: list[PinnedEntry] = []
     active: list[Entry] = []
+    # A pending "use the full text next turn" comes with the one-bot query (rooms: none yet).
+    expansion: tuple[int, int, int] | None = None
     exclude = 0 if exclude_id is None else exclude_id  # no message has id 0
     rows = (
         _PINS_AND_SUMMARIES.rows(session_id=session.pk, before_seq=before_seq, exclude_id=exclude)
@@ -296,6 +319,9 @@ def _pins_and_summaries(
         )
     )
     for kind, pk, seq, tokens in rows:
+        if kind == _EXPANSION:
+            expansion = (seq, tokens, pk)  # (first_seq, last_seq, claiming reply or 0)
+            continue
         if room is not None and seq < room.from_seq:
             continue  # before this bot joined the room, and it sees from its join
         if kind == _PINNED:
@@ -304,7 +330,43 @@ def _pins_and_summaries(
             pins.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
         else:
             active.append(Entry(id=pk, tokens=tokens))
-    return pins, active
+    return pins, active, expansion
+
+
+def expanded_span(
+    session: ChatSession, first_seq: int, last_seq: int, room: RoomView | None
+) -> tuple[list[PinnedEntry], set[int]]:
+    """The compacted messages of an expanded span a model may see (stored counts, no text),
+    and the active summaries lying wholly inside it, which they replace on this call."""
+    where = Q(
+        session=session,
+        seq__gte=first_seq,
+        seq__lte=last_seq,
+        compacted_by_id__isnull=False,
+        kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
+        status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
+        token_count__gt=0,
+    )
+    if room is not None:
+        where &= room.where()
+    rows = Message.objects.filter(where).order_by("seq")
+    entries: list[PinnedEntry] = []
+    covering: set[int] = set()
+    for pk, seq, tokens, role, bot_id, summary_id in rows.values_list(
+        "pk", "seq", "token_count", "role", "bot_id", "compacted_by_id"
+    ):
+        tokens = room.row_tokens(tokens, role, bot_id) if room is not None else tokens
+        entries.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
+        covering.add(summary_id)
+    replaced = set(
+        Summary.objects.filter(
+            pk__in=covering,
+            status=Summary.Status.ACTIVE,
+            first_seq__gte=first_seq,
+            last_seq__lte=last_seq,
+        ).values_list("pk", flat=True)
+    )
+    return entries, replaced
 
 
 def index_within_share(
@@ -337,6 +399,7 @@ def context_measure(
     recalled: Sequence[Message] = (),
     with_index: bool = True,
     extra_system: str = "",
+    expand_for: int | None = None,
 ) -> Measure:
     """Stored token counts of every part of the next call. Bounded queries, no message text.
 
@@ -345,7 +408,12 @@ def context_measure(
     first, never decides.
 
     ``extra_system``: a system part of this call only (an API client's own system message),
-    counted with the bot's system prompt: part of the fixed part, never history."""
+    counted with the bot's system prompt: part of the fixed part, never history.
+
+    ``expand_for``: the reply this call produces. A pending expansion not yet claimed by
+    another reply is applied: its span's compacted messages are counted whole (``expanded``)
+    and the summaries inside it left out. Other callers see the expansion only as stored
+    (``Measure.expansion``)."""
     bot = session.bot
     room = room_view(session)
     if before_seq is None:
@@ -361,9 +429,15 @@ def context_measure(
         else None
     )
     recalled_entries = [Entry(id=m.pk, tokens=m.token_count) for m in recalled]
-    pinned, summaries = _pins_and_summaries(
+    pinned, summaries, expansion = _pins_and_summaries(
         session, before_seq, exclude_id=new_entry.id if new_entry else None, room=room
     )
+    expanded: list[PinnedEntry] = []
+    expanded_record = ""
+    if expansion is not None and expand_for is not None and expansion[2] in (0, expand_for):
+        expanded, replaced = expanded_span(session, expansion[0], expansion[1], room)
+        summaries = [s for s in summaries if s.id not in replaced]
+        expanded_record = snapshot_name(expansion[0], expansion[1])
     excluded_tokens = (
         sum(p.tokens for p in pinned)
         + (new_entry.tokens if new_entry else 0)
@@ -409,6 +483,9 @@ def context_measure(
         history_totals=totals,
         recalled=recalled_entries,
         room=room,
+        expanded=expanded,
+        expanded_record=expanded_record,
+        expansion=expansion,
     )
 
 

@@ -2,7 +2,13 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-TRIGGERS = ["soft", "hard", "manual", "fusion", "fallback"]
+TRIGGERS = ["soft", "hard", "manual", "fusion", "fallback", "revert", "resummarise", "expand"]
+# A reverted summary's span is held (no automatic re-compaction) until released by the user or
+# by pressure reaching H; those releases are events of their own.
+OUTCOMES = [
+    *("compacted", "noop", "failed", "rejected", "skipped"),
+    *("reverted", "released", "expanded"),
+]
 
 
 class Summary(models.Model):
@@ -17,6 +23,9 @@ class Summary(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active"
         SUPERSEDED = "superseded"
+        # Undone by the user (POST /api/v1/summaries/{id}/revert/): its messages (or, for a
+        # fused summary, its parents) are back in the context; the row and its snapshot stay.
+        REVERTED = "reverted"
 
     class Trigger(models.TextChoices):
         SOFT = "soft"
@@ -24,6 +33,9 @@ class Summary(models.Model):
         MANUAL = "manual"
         FUSION = "fusion"
         FALLBACK = "fallback"
+        REVERT = "revert"
+        RESUMMARISE = "resummarise"
+        EXPAND = "expand"
 
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="summaries"
@@ -49,6 +61,14 @@ class Summary(models.Model):
     focus = models.CharField(max_length=500, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
+    # Re-summarised: the summary that took this one's place (same span, same level).
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced"
+    )
+    reverted_at = models.DateTimeField(null=True, blank=True)
+    # A reverted summary's span is held: the range picker and fusion leave it alone until the
+    # user releases it or pressure reaches the hard threshold (CONTRACT §17).
+    held = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -57,7 +77,8 @@ class Summary(models.Model):
             models.CheckConstraint(condition=Q(first_seq__lte=F("last_seq")), name="summary_range"),
             models.CheckConstraint(condition=Q(level__gte=1), name="summary_level_ge_1"),
             models.CheckConstraint(
-                condition=Q(status__in=["active", "superseded"]), name="summary_status_valid"
+                condition=Q(status__in=["active", "superseded", "reverted"]),
+                name="summary_status_valid",
             ),
             models.CheckConstraint(condition=Q(trigger__in=TRIGGERS), name="summary_trigger_valid"),
             models.CheckConstraint(
@@ -91,6 +112,9 @@ class CompactionEvent(models.Model):
         FAILED = "failed"
         REJECTED = "rejected"
         SKIPPED = "skipped"
+        REVERTED = "reverted"
+        RELEASED = "released"
+        EXPANDED = "expanded"
 
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="compaction_events"
@@ -125,7 +149,7 @@ class CompactionEvent(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(trigger__in=TRIGGERS), name="event_trigger_valid"),
             models.CheckConstraint(
-                condition=Q(outcome__in=["compacted", "noop", "failed", "rejected", "skipped"]),
+                condition=Q(outcome__in=OUTCOMES),
                 name="event_outcome_valid",
             ),
         ]
@@ -265,3 +289,31 @@ class ContextRecord(models.Model):
 
     def __str__(self) -> str:
         return f"context of message {self.message_id}"
+
+
+class ContextExpansion(models.Model):
+    """ "Use the full text next turn" (POST /api/v1/sessions/{id}/expand/): the next reply's
+    context carries the messages ``first_seq``–``last_seq`` verbatim instead of the summaries
+    inside that span. Claimed by the first reply whose context is built (``reply``), which keeps
+    it across its recall rounds; deleted when a later reply's context is built."""
+
+    session = models.OneToOneField(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="context_expansion"
+    )
+    record = models.CharField(max_length=80)
+    first_seq = models.PositiveIntegerField()
+    last_seq = models.PositiveIntegerField()
+    reply = models.ForeignKey(
+        "bots.Message", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(first_seq__lte=F("last_seq")), name="expansion_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"expand {self.record} in session {self.session_id}"

@@ -47,6 +47,10 @@ def summary_payload(summary: Summary) -> dict[str, Any]:
         "missing_facts": summary.missing_facts,
         "focus": summary.focus,
         "created_at": iso_utc(summary.created_at),
+        "reverted_at": iso_utc(summary.reverted_at),
+        # An undone span automatic compaction leaves alone until released (CONTRACT §17).
+        "held": summary.held,
+        "superseded_by": summary.superseded_by_id,
     }
 
 

@@ -47,7 +47,7 @@ from compaction.measure import (
     tool_calls_load,
     tool_calls_text,
 )
-from compaction.models import SeatState, Summary
+from compaction.models import ContextExpansion, SeatState, Summary
 from compaction.provenance import (
     ChosenRow,
     admission_info,
@@ -103,7 +103,8 @@ def _decide(measure: Measure, history: Iterable[HistoryRow]) -> Admission:
         budget=measure.budget.budget,
         system_tokens=measure.system_tokens,
         new_message=measure.new_message,
-        pinned=measure.pinned,
+        # An expanded span is sent whole, like pins (and is never part of the history).
+        pinned=[*measure.pinned, *measure.expanded],
         summaries=measure.summaries,
         index_line_tokens=measure.index_line_tokens,
         index_block_tokens=measure.index_block_tokens,
@@ -243,8 +244,10 @@ def _whole_history(
 
 
 def _sent_whole_ids(measure: Measure, new_message: Message | None) -> set[int]:
-    """Pins, the recalled exchange and the new message: sent whatever admission decides."""
+    """Pins, the recalled exchange, an expanded span and the new message: sent whatever
+    admission decides."""
     ids = {p.id for p in measure.pinned} | {r.id for r in measure.recalled}
+    ids |= {e.id for e in measure.expanded}
     if new_message is not None:
         ids.add(new_message.pk)
     return ids
@@ -382,12 +385,14 @@ def context_build(
     request, so that write is not on the way to the first token.
     """
     new_message = reply.reply_to
+    expand_for: int | None = reply.pk
     measure = context_measure(
         session=session,
         new_message=new_message,
         before_seq=reply.seq,
         recalled=recalled,
         extra_system=extra_system,
+        expand_for=expand_for,
     )
     waited: dict[str, Any] | None = None
     if (
@@ -403,6 +408,19 @@ def context_build(
             before_seq=reply.seq,
             recalled=recalled,
             extra_system=extra_system,
+            expand_for=expand_for,
+        )
+    if measure.expansion is not None:
+        measure = _expansion_settle(
+            measure,
+            reply=reply,
+            remeasure=lambda: context_measure(
+                session=session,
+                new_message=new_message,
+                before_seq=reply.seq,
+                recalled=recalled,
+                extra_system=extra_system,
+            ),
         )
     history_tokens: dict[int, int] = {}  # id -> tokens of every history row admission read
     if _fits_whole(measure):
@@ -514,6 +532,33 @@ def context_build(
         ),
         waited_for_compaction=waited,
     )
+
+
+def _expansion_settle(measure: Measure, *, reply: Message, remeasure: Any) -> Measure:
+    """A pending expansion is for one reply (CONTRACT §17): the first reply whose context is
+    built claims it and keeps it across its recall rounds; a later reply's build deletes it.
+    If the expanded span no longer fits the budget with the fixed part (the chat grew since it
+    was asked for), the call goes without it, and the log says so: never more than B."""
+    session_id = measure.session.pk
+    first_seq, last_seq, claimed = measure.expansion or (0, 0, 0)
+    if claimed not in (0, reply.pk):
+        ContextExpansion.objects.filter(session_id=session_id).exclude(reply_id=reply.pk).delete()
+        return measure
+    if claimed == 0:
+        ContextExpansion.objects.filter(session_id=session_id, reply__isnull=True).update(
+            reply=reply
+        )
+    if measure.expanded and not context_fixed_fits(measure):
+        log.warning(
+            "context_expansion_dropped",
+            session_id=session_id,
+            record=measure.expanded_record,
+            expanded_tokens=sum(e.tokens for e in measure.expanded),
+            budget_tokens=measure.budget.budget,
+        )
+        ContextExpansion.objects.filter(session_id=session_id).delete()
+        return remeasure()
+    return measure
 
 
 def _waited(result: RunResult | None) -> dict[str, Any]:

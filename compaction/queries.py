@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 
 from bots.models import Message
 from bots.queries import message_get_for_user, session_get_for_user, session_seat_get
-from chat_platform.errors import ValidationFailed
+from chat_platform.errors import NotFound, ValidationFailed
 from compaction.models import CompactionEvent, Summary
 from compaction.pipeline import context_fixed_fits, context_measure
 
@@ -25,6 +25,22 @@ def summary_list_for_user(
     elif bot_id not in (None, ""):
         session_seat_get(session=session, bot_id=bot_id)  # not the chat's bot: not found
     return summaries.prefetch_related("parents").order_by("-created_at", "-id")
+
+
+def summary_get_for_user(*, user: AbstractBaseUser, summary_id: object) -> Summary:
+    """One of the user's summaries; ``not_found`` whether missing or someone else's."""
+    try:
+        pk = int(str(summary_id))
+    except ValueError:
+        pk = 0
+    if not 0 < pk < 2**63:
+        raise NotFound("Summary not found.")
+    summary = (
+        Summary.objects.select_related("session__bot").filter(pk=pk, session__user=user).first()
+    )
+    if summary is None:
+        raise NotFound("Summary not found.")
+    return summary
 
 
 def event_list_for_user(

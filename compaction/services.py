@@ -1,5 +1,7 @@
 """Compaction as the interfaces see it: access-checked manual compaction and its notice text."""
 
+from typing import Any
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import F
 
@@ -8,6 +10,7 @@ from bots.queries import (
     BOT_UNAVAILABLE,
     bot_usable_in,
     session_get_for_use,
+    session_get_for_user,
     session_seat_get,
 )
 from bots.transitions import messages_room_uncompact
@@ -15,8 +18,15 @@ from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
+from compaction.engine.expansion import session_expand
+from compaction.engine.resummarise import summary_resummarise
+from compaction.engine.undo import RevertResult, summary_release, summary_revert
 from compaction.models import SeatState, Summary, SummaryCoverage
+from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline import context_bot, context_report, seat_key
+from compaction.queries import summary_get_for_user
+from memory.queries import record_get_for_session
+from memory.services import snapshot_name
 
 REASON_TEXT = {
     "summariser_error": "the summariser did not answer",
@@ -53,6 +63,104 @@ def session_compact_soft(*, session_id: int, bot_id: int | None = None) -> RunRe
     if result is not None and result.compacted:
         context_notify(session_id=session_id, bot_id=bot_id)
     return result
+
+
+def summary_revert_for_user(
+    *, user: AbstractBaseUser, summary_id: object, compact_rest: bool = False
+) -> RevertResult:
+    """Undo a compaction (CONTRACT §17). Another user's summary is ``not_found`` and nothing
+    changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to be
+    usable in the chat, like ``/compact``."""
+    summary = summary_get_for_user(user=user, summary_id=summary_id)
+    if compact_rest:
+        session_get_for_use(user=user, session_id=summary.session_id)
+    else:
+        session_get_for_user(user=user, session_id=summary.session_id)
+    result = summary_revert(summary=summary, compact_rest=compact_rest)
+    context_notify(session_id=summary.session_id)
+    return result
+
+
+def summary_resummarise_for_user(
+    *, user: AbstractBaseUser, summary_id: object, focus: str = ""
+) -> dict[str, Any]:
+    """Re-summarise a summary's span from its snapshot with the user's focus (CONTRACT §17).
+    The answer says what happened: the new summary, or why the old one stays."""
+    summary = summary_get_for_user(user=user, summary_id=summary_id)
+    session_get_for_use(user=user, session_id=summary.session_id)  # runs the bot's summariser
+    if not text_is_storable(focus):
+        raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
+    result = summary_resummarise(summary=summary, focus=focus.strip())
+    context_notify(session_id=summary.session_id)
+    summary.refresh_from_db()
+    if result.compacted:
+        message = (
+            f"Re-summarised messages {summary.first_seq}–{summary.last_seq}: "
+            f"{result.tokens_before:,} -> {result.tokens_after:,} tokens."
+        )
+    else:
+        reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
+        message = f"Re-summary {result.outcome}: {reason}. The summary is unchanged."
+    return {**result_payload(result), "message": message, "replaced": summary_payload(summary)}
+
+
+def session_expand_for_user(
+    *,
+    user: AbstractBaseUser,
+    session_id: object,
+    record: str | None = None,
+    summary_id: int | None = None,
+) -> dict[str, Any]:
+    """ "Use the full text next turn" (CONTRACT §17) for a snapshot (``record``) or a summary
+    (its snapshot's span). Someone else's chat, record or summary is ``not_found``."""
+    session = session_get_for_use(user=user, session_id=session_id)
+    if summary_id is not None:
+        summary = summary_get_for_user(user=user, summary_id=summary_id)
+        if summary.session_id != session.pk:
+            raise NotFound("Summary not found.")
+        record = snapshot_name(summary.first_seq, summary.last_seq)
+    found = record_get_for_session(session=session, name=record)
+    result = session_expand(session=session, record=found)
+    context_notify(session_id=session.pk)
+    return {
+        "record": result.record,
+        "first_seq": result.first_seq,
+        "last_seq": result.last_seq,
+        "messages": result.messages,
+        "tokens": result.tokens,
+        "replaces": result.replaces,
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "event": event_payload(result.event),
+    }
+
+
+def summary_release_for_user(*, user: AbstractBaseUser, summary_id: object) -> dict[str, Any]:
+    """Let automatic compaction take an undone span again."""
+    summary = summary_get_for_user(user=user, summary_id=summary_id)
+    event = summary_release(summary=summary)
+    context_notify(session_id=summary.session_id)
+    return {"summary": summary_payload(summary), "event": event_payload(event)}
+
+
+def revert_payload(result: RevertResult) -> dict[str, Any]:
+    """The answer to an undo: the restored range and what came back into the context."""
+    summary = result.summary
+    return {
+        "summary": summary_payload(summary),
+        "first_seq": summary.first_seq,
+        "last_seq": summary.last_seq,
+        "restored": {
+            "messages": result.restored_messages,
+            "tokens": result.restored_tokens,
+            "summaries": [p.pk for p in result.parents],
+        },
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "held": summary.held,
+        "event": event_payload(result.event),
+        "compaction": result_payload(result.compaction) if result.compaction else None,
+    }
 
 
 def context_notify(*, session_id: int, bot_id: int | None = None) -> None:

@@ -21,6 +21,8 @@ from compaction.engine.common import (
     RunResult,
     compaction_model_config,
     event_write,
+    held_spans,
+    in_spans,
     summariser_window,
 )
 from compaction.engine.passes import (
@@ -36,11 +38,16 @@ from memory import services as memory_services
 
 
 def fusion_due(session: ChatSession, budget: Budget) -> list[Summary]:
-    active = list(
-        Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
+    """The active summaries to fuse now, or []. Those inside a held span (the parents an undone
+    fusion gave back) are not fused again until the hold is released; in a room, the seat's own."""
+    held = held_spans(session)
+    active = [
+        s
+        for s in Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
         .filter(**({"bot_id": session.bot_id} if session.is_room else {}))
         .order_by("first_seq")
-    )
+        if not (in_spans(s.first_seq, held) and in_spans(s.last_seq, held))
+    ]
     total = sum(s.token_count for s in active)
     if len(active) >= 2 and total * 100 > budget.budget * FUSION_SHARE_PERCENT:
         return active

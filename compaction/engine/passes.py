@@ -29,6 +29,7 @@ from compaction.engine.common import (
     compaction_model_config,
     current_turn_seq,
     event_write,
+    held_spans,
     prompt_messages,
     request_tokens,
     room_frame,
@@ -42,6 +43,7 @@ from compaction.models import CompactionEvent, SeatState, Summary, SummaryCovera
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from memory import services as memory_services
+from memory.models import MemoryRecord
 
 log = structlog.get_logger("compaction.engine")
 
@@ -76,11 +78,16 @@ def range_rows(
     room: RoomView | None = None,
 ) -> list[RangeRow]:
     """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand; in a
-    room, those the bot was shown and its own summaries do not cover yet (``RoomView.where``)."""
+    room, those the bot was shown and its own summaries do not cover yet (``RoomView.where``).
+
+    The spans of undone summaries that are still held are left out, as if not there: the scan
+    goes on past them (a held span is not taken again until it is released)."""
     rows: list[RangeRow] = []
     queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
     if room is not None:
         queryset = queryset.filter(room.where())
+    for first, last in held_spans(session):
+        queryset = queryset.exclude(seq__gte=first, seq__lte=last)
     if before_seq is not None:
         queryset = queryset.filter(seq__lt=before_seq)
     queryset = queryset.values_list(
@@ -167,18 +174,23 @@ def summarise(
     last_seq: int,
     tokens_before: int,
     source_tokens: int,
+    snapshot: MemoryRecord | None = None,
 ) -> tuple[dict[str, Any] | None, RunResult | None]:
-    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure)."""
+    """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure).
+
+    ``snapshot``: the span's existing snapshot, whose body is ``transcript`` (a re-summary
+    reads it again; it is neither rewritten nor taken out of the index)."""
     bot = session.bot
     config = compaction_model_config(bot, model=plan.model)
     window = summariser_window(bot, config)
-    snapshot = memory_services.snapshot_write(
-        session=session,
-        first_seq=first_seq,
-        last_seq=last_seq,
-        body=transcript,
-        seat_bot_id=seat_key(session),
-    )
+    if snapshot is None:
+        snapshot = memory_services.snapshot_write(
+            session=session,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            body=transcript,
+            seat_bot_id=seat_key(session),
+        )
     # On commit, like every frame: a caller's transaction may still roll the snapshot back.
     started_frame = room_frame(session, {"type": "compaction.started", "trigger": plan.trigger})
     transaction.on_commit(partial(realtime.send_frame, session.pk, started_frame))

@@ -14,6 +14,7 @@ from compaction.engine.common import (
     MANUAL_MAX_PASSES,
     Plan,
     RunResult,
+    holds_release_at_hard,
     session_fresh,
     skipped,
 )
@@ -82,6 +83,8 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
         pressure = context_measure(session=session).pressure
         if flight.waited and pressure < budget.hard:
             return None  # the run we waited for did the work
+        if pressure >= budget.hard:
+            holds_release_at_hard(session, pressure=pressure)  # undone spans may go again
         result: RunResult | None = None
         blocked = compaction_blocked_until(session.pk, hard=True, bot_id=key)
         if blocked is None:
@@ -141,38 +144,44 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
                     joined.summary,
                     joined,
                 )
-        budget = session_budget(session)
-        tokens_before = context_measure(session=session).pressure
-        done: list[RunResult] = []
-        last: RunResult | None = None
-        for i in range(MANUAL_MAX_PASSES):
-            # The frontier is fused first if due; the passes' own summaries wait for the next
-            # pass that finds them past 20 % of B.
-            parents = fusion_due(session, budget) if i == 0 else []
-            if parents:
-                plan = Plan(trigger="fusion", target=0)
-                last = enveloped(session, plan, partial(fuse, session, parents, plan))
-            else:
-                plan = Plan(trigger="manual", target=0, focus=focus, min_tokens=0)
-                attempt = partial(run_pass, session, plan, record_noop=not done)
-                last = enveloped(session, plan, attempt)
-            session = session_fresh(session)
-            if not last.compacted:
-                break
-            done.append(last)
-        if not done:
-            assert last is not None
-            return last
-        clear_failures(session.pk, key)
-        final = done[-1]
-        return RunResult(
-            "compacted",
-            final.reason,
-            tokens_before,
-            final.tokens_after,
-            final.summary,
-            final.event,
-            passes=[r.event for r in done if r.event is not None],
-            first_seq=min(r.first_seq for r in done if r.first_seq is not None),
-            last_seq=max(r.last_seq for r in done if r.last_seq is not None),
-        )
+        return manual_passes(session, focus=focus)
+
+
+def manual_passes(session: ChatSession, *, focus: str = "") -> RunResult:
+    """The work of ``/compact`` for a caller holding the session's lease: everything but the
+    latest exchange (and held spans), in as many passes as the summariser's window needs."""
+    budget = session_budget(session)
+    tokens_before = context_measure(session=session).pressure
+    done: list[RunResult] = []
+    last: RunResult | None = None
+    for i in range(MANUAL_MAX_PASSES):
+        # The frontier is fused first if due; the passes' own summaries wait for the next
+        # pass that finds them past 20 % of B.
+        parents = fusion_due(session, budget) if i == 0 else []
+        if parents:
+            plan = Plan(trigger="fusion", target=0)
+            last = enveloped(session, plan, partial(fuse, session, parents, plan))
+        else:
+            plan = Plan(trigger="manual", target=0, focus=focus, min_tokens=0)
+            attempt = partial(run_pass, session, plan, record_noop=not done)
+            last = enveloped(session, plan, attempt)
+        session = session_fresh(session)
+        if not last.compacted:
+            break
+        done.append(last)
+    if not done:
+        assert last is not None
+        return last
+    clear_failures(session.pk, seat_key(session))
+    final = done[-1]
+    return RunResult(
+        "compacted",
+        final.reason,
+        tokens_before,
+        final.tokens_after,
+        final.summary,
+        final.event,
+        passes=[r.event for r in done if r.event is not None],
+        first_seq=min(r.first_seq for r in done if r.first_seq is not None),
+        last_seq=max(r.last_seq for r in done if r.last_seq is not None),
+    )
