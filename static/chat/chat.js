@@ -20,6 +20,7 @@
  *   attach.js           files in the composer (attachlinks.js: shown on a message)
  *   chatsettings.js     the chat's own model and extra instruction
  *   participants.js     a room's bots, who answers, reply as, whose gauge   mention.js  @ autocomplete
+ *   context_view.js     a reply's "What the model saw" (its context record, diffed)
  * theme.js (a classic script in <head> of every page) applies the remembered colour theme.
  *   search.js           search all my chats                 transfer.js  export and import
  * markdown.js (a classic script, with the vendored libraries) renders replies.

@@ -1,6 +1,7 @@
 import { api, asList } from "./api.js";
 import { el } from "./dom.js";
 import { fmtInt } from "./format.js";
+import { markerActions, markerActionsReset } from "./marker_actions.js";
 import { ui } from "./page.js";
 import { avatar, participantBot, roomBotIds, roomReady } from "./participants.js";
 import { sessionPath } from "./session.js";
@@ -14,6 +15,7 @@ import { insertNode, withScroll } from "./transcript.js";
 const markers = { summaries: [], events: [], loaded: false };
 
 export function markersReset() {
+  markerActionsReset();
   markers.summaries = [];
   markers.events = [];
   markers.loaded = false;
@@ -74,7 +76,9 @@ const TRIGGER_WORDS = {
 };
 
 function renderMarkers() {
+  var open = new Set(); // the markers the reader had open stay open when redrawn
   ui.transcript.querySelectorAll(".compaction-marker").forEach(function (n) {
+    if (n.open) open.add(n.dataset.summaryId);
     n.remove();
   });
   var eventBySummary = new Map();
@@ -88,6 +92,7 @@ function renderMarkers() {
     })
     .forEach(function (summary) {
       var node = buildMarker(summary, eventBySummary.get(String(summary.id)));
+      if (open.has(String(summary.id))) node.open = true;
       insertNode(node, summary.last_seq + 0.5);
     });
 }
@@ -96,6 +101,7 @@ function renderMarkers() {
 const SUMMARY_HEADINGS = {
   active: "Summary the bot now sees",
   superseded: "Earlier summary, merged into a later one (the bot no longer sees it)",
+  reverted: "Undone summary: the bot sees these messages in full again",
 };
 
 function buildMarker(summary, event) {
@@ -104,6 +110,7 @@ function buildMarker(summary, event) {
   var bits = [TRIGGER_WORDS[summary.trigger] || summary.trigger || "compaction"];
   if (typeof summary.retention === "number") bits.push("retention " + Math.round(summary.retention * 100) + "%");
   if (summary.status === "superseded") bits.push("merged into a later summary");
+  if (summary.status === "reverted") bits.push("undone");
   var head = el(
     "summary",
     { class: "marker-head" },
@@ -175,7 +182,10 @@ function buildMarker(summary, event) {
   return el(
     "details",
     {
-      class: "compaction-marker" + (summary.status === "superseded" ? " is-superseded" : ""),
+      class:
+        "compaction-marker" +
+        (summary.status === "superseded" ? " is-superseded" : "") +
+        (summary.status === "reverted" ? " is-reverted" : ""),
       dataset: {
         seq: String(summary.last_seq + 0.5),
         summaryId: String(summary.id),
@@ -184,6 +194,6 @@ function buildMarker(summary, event) {
       },
     },
     head,
-    el("div", { class: "marker-body" }, facts, text, missingBox)
+    el("div", { class: "marker-body" }, facts, text, missingBox, markerActions(summary))
   );
 }

@@ -7,6 +7,7 @@ import { api, asList } from "./api.js";
 import { selectBot } from "./bots.js";
 import { updateComposer } from "./composer.js";
 import { sameId, sessionLabel } from "./format.js";
+import { contextViewReset } from "./context_view.js";
 import { contextRefreshCancel, refreshContext } from "./gauge.js";
 import { loadMarkers, markersReset } from "./markers.js";
 import { ACTIVE_STATUSES } from "./messages.js";
@@ -122,6 +123,7 @@ export function closeSession() {
   markersReset();
   roomReset();
   mentionReset();
+  contextViewReset();
   cancelRename();
   sendingReset();
   state.stopRequested = false;

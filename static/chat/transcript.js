@@ -27,6 +27,7 @@ import {
 import { ui } from "./page.js";
 import { speakerMark } from "./participants.js";
 import { regenerate, renderFlips, startEdit } from "./branches.js";
+import { contextButton } from "./context_view.js";
 import { copyMessage } from "./copy.js";
 import { discardSend, pendingSends, retryReply, retrySend } from "./sending.js";
 import { scheduleStaleCheck } from "./session.js";
@@ -341,6 +342,8 @@ function renderActions(node, m, quiet) {
       actions.append(again);
     }
   }
+  var seen = quiet ? null : contextButton(node, m);
+  if (seen) actions.append(seen);
   if (m.content && m.status !== "sending" && !ACTIVE_STATUSES[m.status] && !isTool(m)) {
     var copy = actionButton("Copy", "button-quiet msg-copy", function () {
       copyMessage(m, copy);

@@ -6,7 +6,6 @@ import httpx
 import pytest
 
 from tests.browser.support import (
-    api_headers,
     create_bot,
     current_session_id,
     log_in,
@@ -47,6 +46,16 @@ def _settled(page, base, headers, session_id, at_least):
     return now
 
 
+def _headers(base):
+    """support.api_headers with a longer wait: checking the password is slow on a loaded
+    machine (the first token request outlasted httpx's 5 s there)."""
+    response = httpx.post(
+        f"{base}/api/v1/auth/token/", json={"username": "demo", "password": "demo"}, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Token {response.json()['token']}"}
+
+
 def _speakers(page):
     replies = page.locator(REPLIES)
     return [
@@ -66,7 +75,7 @@ def _gauge_says(page, text):
 
 def test_a_room_with_two_built_in_bots(server_url, desktop):
     page = desktop
-    headers = api_headers(server_url)
+    headers = _headers(server_url)
     # Built-in models, two windows: B = window - 1024 (the default output reserve).
     planner = create_bot(
         server_url, headers, name="Planner", model="builtin/recall", context_window=4000
