@@ -53,6 +53,9 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
+# Four built-in turns, a compaction and an undo, each waited for: more than the default 120 s on
+# a machine shared with other work.
+@pytest.mark.timeout(360)
 def test_what_the_model_saw_and_undo(server_url, desktop):
     page = desktop
     headers = _headers(server_url)
@@ -100,7 +103,7 @@ def test_what_the_model_saw_and_undo(server_url, desktop):
         .first.locator(".ctx-seg")
         .evaluate_all("nodes => nodes.map(n => n.dataset.kind)")
     )
-    assert shown == sent, view.inner_html()[:3000]
+    assert shown == sent
     assert "summary" in sent and "history" in sent and "user" in sent
 
     # Expand the summary part: its text as it was sent, and the link to its marker.
