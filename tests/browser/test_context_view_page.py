@@ -155,3 +155,69 @@ def test_what_the_model_saw_and_undo(server_url, desktop):
         .startswith("Undone: messages 1–4 are back in the context")
     )
     assert page.js_errors == []
+
+
+def _patch(base, headers, path, body):
+    response = httpx.patch(f"{base}/api/v1/{path}", json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.timeout(360)
+def test_undo_over_the_hard_threshold_is_refused_in_words_and_undo_and_compact_the_rest(
+    server_url, desktop
+):
+    page = desktop
+    headers = _headers(server_url)
+    bot = create_bot(server_url, headers, name="Tight", model="builtin/recall")
+    sid = _post(server_url, headers, "sessions/", {"bot": bot["id"]})["id"]
+    for note in NOTES:
+        _post(server_url, headers, f"sessions/{sid}/messages/", {"content": note, "wait": True})
+    summary = _post(server_url, headers, f"sessions/{sid}/compact/", {})["summary"]
+    for question in ("Which room did Alice book?", "When is the Lisbon offsite?"):
+        _post(server_url, headers, f"sessions/{sid}/messages/", {"content": question, "wait": True})
+    # Shrink the bot's window so that the hard threshold H falls between the context now and the
+    # context with messages 1–4 back: restored = now - the summary + what it replaced.
+    now = _get(server_url, headers, f"sessions/{sid}/context/")["pressure"]
+    restored = now - summary["token_count"] + summary["source_tokens"]
+    assert restored - now > 40, (now, restored)
+    hard = (now + restored) // 2
+    budget = -(-hard * 100 // 75)  # H = B * 75 // 100 >= hard
+    _patch(server_url, headers, f"bots/{bot['id']}/", {"context_window": budget + 1024})
+    report = _get(server_url, headers, f"sessions/{sid}/context/")
+    assert report["pressure"] < report["hard"] <= restored, report
+
+    log_in(page, server_url, next_path=f"/chat/{sid}/")
+    page.wait_for_selector('#transcript[aria-busy="false"]')
+    marker = page.locator(f'.compaction-marker[data-summary-id="{summary["id"]}"]')
+    marker.locator("summary").first.click()
+    marker.locator(".marker-undo").click()
+    status = marker.locator(".marker-action-status.is-refused")
+    status.wait_for()
+    # Refused: nothing changed on the server, and the page says why in words, with the offer.
+    summaries = _get(server_url, headers, f"sessions/{sid}/summaries/")
+    assert [(s["id"], s["status"]) for s in summaries] == [(summary["id"], "active")]
+    words = status.inner_text()
+    assert words.startswith("Not undone: bringing messages 1–4 back would make the context ")
+    assert f"at or past the {_fmt(report['hard'])} where the bot must compact" in words
+    assert "Nothing was changed." in words
+    assert page.locator("#transcript article.msg.is-compacted").count() == 4
+
+    # "Undo and compact the rest": the span comes back (held) and the rest is compacted.
+    status.locator(".marker-undo-rest").click()
+    page.locator(f'.compaction-marker.is-reverted[data-summary-id="{summary["id"]}"]').wait_for()
+    after = _get(server_url, headers, f"sessions/{sid}/summaries/")
+    statuses = {s["id"]: s["status"] for s in after}
+    assert statuses[summary["id"]] == "reverted"
+    reverted = page.locator(f'.compaction-marker[data-summary-id="{summary["id"]}"]')
+    assert (
+        reverted.locator(".marker-action-status")
+        .inner_text()
+        .startswith("Undone: messages 1–4 are back in the context")
+    )
+    assert reverted.locator(".marker-release").count() == 1
+    page.wait_for_function(
+        "() => [1, 2, 3, 4].every((s) => !document.querySelector("
+        "`#transcript article.msg[data-seq=\"${s}\"]`).classList.contains('is-compacted'))"
+    )
+    assert page.js_errors == []
