@@ -173,3 +173,78 @@ def test_a_room_with_two_built_in_bots(server_url, desktop):
     assert _speakers(page) == replies
     assert page.locator("#gauge-bot-box").is_hidden()
     assert page.js_errors == []
+
+
+FILLER = (
+    " It was a long and quiet sort of day, as these things go."
+    " Everybody seemed rather pleased with how it had gone overall."
+)
+
+
+@pytest.mark.timeout(360)
+def test_a_compaction_marker_names_its_bot_and_the_gauge_shows_each_seat(server_url, desktop):
+    page = desktop
+    headers = _headers(server_url)
+    planner = create_bot(server_url, headers, name="Keeper", model="builtin/recall")
+    critic = create_bot(server_url, headers, name="Judge", model="builtin/recall")
+    sid = httpx.post(
+        f"{server_url}/api/v1/sessions/", json={"bot": planner["id"]}, headers=headers
+    ).json()["id"]
+    added = httpx.post(
+        f"{server_url}/api/v1/sessions/{sid}/participants/",
+        json={"bot": critic["id"]},
+        headers=headers,
+    )
+    assert added.status_code == 201, added.text
+    for note in (
+        "Note one: Alice booked room 101 for the 3rd of March at 10:00.",
+        "Note two: Bob moved the review to Friday 14 March, invoice INV-2231.",
+        "Note three: the Lisbon offsite is on 22 April.",
+    ):
+        sent = httpx.post(
+            f"{server_url}/api/v1/sessions/{sid}/messages/",
+            json={"content": note + FILLER, "wait": True},
+            headers=headers,
+            timeout=60,
+        )
+        assert sent.status_code == 201, sent.text
+    # Compact from the judge's seat only.
+    compacted = httpx.post(
+        f"{server_url}/api/v1/sessions/{sid}/compact/?bot={critic['id']}",
+        json={},
+        headers=headers,
+        timeout=60,
+    ).json()
+    assert compacted["outcome"] == "compacted", compacted
+    summary = compacted["summary"]
+    assert summary["bot"] == critic["id"]
+
+    log_in(page, server_url, next_path=f"/chat/{sid}/")
+    page.wait_for_selector('#transcript[aria-busy="false"]')
+    marker = page.locator(f'.compaction-marker[data-summary-id="{summary["id"]}"]')
+    marker.wait_for()
+    assert marker.get_attribute("data-bot-slug") == "judge"
+    # The avatar's initials, then the name.
+    assert marker.locator(".marker-bot .avatar").inner_text() == "JU"
+    assert marker.locator(".marker-bot").inner_text().replace("\n", "").strip() == "JUJudge"
+    assert page.locator("#transcript .compaction-marker").count() == 1
+    # The keeper's seat has no summary; the judge's has this one.
+    legend = "#gauge-legend li[data-part=summaries] .gauge-num"
+    page.locator("#gauge-bot-box").wait_for()
+    page.wait_for_function(
+        "() => document.querySelector('#gauge-legend li[data-part=summaries] .gauge-num')"
+        " && document.querySelector('#gauge-legend li[data-part=summaries] .gauge-num')"
+        ".textContent === '0'"
+    )
+    page.select_option("#gauge-bot", value=str(critic["id"]))
+    judged = httpx.get(
+        f"{server_url}/api/v1/sessions/{sid}/context/?bot={critic['id']}", headers=headers
+    ).json()
+    assert judged["parts"]["summaries"] > 0
+    page.wait_for_function(
+        "(n) => document.querySelector('#gauge-legend li[data-part=summaries] .gauge-num')"
+        ".textContent === n",
+        arg=f"{judged['parts']['summaries']:,}",
+    )
+    assert page.locator(legend).inner_text() == f"{judged['parts']['summaries']:,}"
+    assert page.js_errors == []
