@@ -149,6 +149,8 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
     page.keyboard.press("ArrowRight")
     assert page.evaluate("document.activeElement.textContent") == "Regenerate"
     page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.textContent") == "What the model saw"
+    page.keyboard.press("ArrowRight")
     assert page.evaluate("document.activeElement.textContent") == "Copy"
     page.keyboard.press("Escape")
     assert active_seq(page) == "2"
