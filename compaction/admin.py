@@ -66,6 +66,7 @@ class SummaryAdmin(ReadOnlyAdmin):
         ("session__user", admin.RelatedOnlyFieldListFilter),
         "trigger",
         "status",
+        "held",
         "level",
         "created_at",
         "model",
@@ -82,6 +83,8 @@ class SummaryAdmin(ReadOnlyAdmin):
                     ("first_seq", "last_seq"),
                     ("level", "status", "trigger"),
                     ("model", "created_at", "superseded_at"),
+                    # Reversible compaction (CONTRACT §17): undone when, still held, replaced by.
+                    ("reverted_at", "held", "superseded_by"),
                     ("source_tokens", "token_count"),
                     ("retention", "missing_facts"),
                     "focus",

@@ -363,6 +363,9 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
             "missing_facts": ["4,500", "EUR"],
             "focus": "dates",
             "created_at": body["summary"]["created_at"],
+            "reverted_at": None,
+            "held": False,
+            "superseded_by": None,
         },
         "event": {
             "id": event.pk,

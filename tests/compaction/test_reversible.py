@@ -13,7 +13,8 @@ from chat_platform import realtime
 from compaction import engine
 from compaction.lock import single_flight
 from compaction.measure import context_measure
-from compaction.models import CompactionEvent, Summary
+from compaction.models import CompactionEvent, ContextExpansion, Summary
+from compaction.pipeline import context_build
 from memory.models import MemoryRecord
 from tests.compaction.test_engine import (
     GOOD,
@@ -380,14 +381,15 @@ def builtin_session(owner):
 
 
 def key_history(session):
-    """The key's place first, then 30 plain facts: without a focus the extractive summariser
+    """The key's place first, then 80 plain facts: without a focus the extractive summariser
     keeps 60 % of its input and drops the oldest of equally weighted sentences, the key."""
     message_add(session, role="user", content=KEY_LINE)
-    for i in range(2, 32):
+    for i in range(2, 22):
         message_add(
             session,
             role="user" if i % 2 else "assistant",
-            content=f"we packed {i * 3} boxes of tea today.",
+            content=f"we packed {i * 3} boxes of tea. we sent {i * 3 + 1} crates north. "
+            f"we sold {i * 3 + 2} jars of honey. we kept {i * 5} tins.",
         )
     message_add(session, role="user", content="Thanks.")
     message_add(session, role="assistant", content="Welcome.")
@@ -398,9 +400,9 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     session = builtin_session
     key_history(session)
     old = engine.compaction_manual(session=session).summary
-    assert (old.first_seq, old.last_seq, old.level) == (1, 31, 1)
+    assert (old.first_seq, old.last_seq, old.level) == (1, 21, 1)
     assert "4417" not in old.text
-    snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_31")
+    snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_21")
     body = snapshot.body
     totals = counters(session)
 
@@ -419,7 +421,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert f"user: {KEY_LINE}" in new.text
     assert (new.first_seq, new.last_seq, new.level, new.trigger, new.focus) == (
         1,
-        31,
+        21,
         1,
         "resummarise",
         "the spare key",
@@ -434,7 +436,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert answer["replaced"]["id"] == old.pk
     assert answer["replaced"]["superseded_by"] == new.pk
     assert set(
-        Message.objects.filter(session=session, seq__lte=31).values_list(
+        Message.objects.filter(session=session, seq__lte=21).values_list(
             "compacted_by_id", flat=True
         )
     ) == {new.pk}
@@ -450,7 +452,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert context_measure(session=session).pressure == totals[0] + new.token_count
     # the re-summary read the snapshot, and the context sends the new summary
     assert answer["message"] == (
-        f"Re-summarised messages 1–31: {answer['tokens_before']:,} -> "
+        f"Re-summarised messages 1–21: {answer['tokens_before']:,} -> "
         f"{answer['tokens_after']:,} tokens."
     )
 
@@ -515,3 +517,146 @@ def test_another_user_cannot_resummarise(other_client, session, fake_openai):
     assert statuses(session) == [(summary.pk, "active", False)]
     assert len(fake_openai.requests) == requests_before
     assert not CompactionEvent.objects.filter(trigger="resummarise").exists()
+
+
+# --- expand for one reply ------------------------------------------------------------------------
+
+
+def expand(client, session, **body):
+    return client.post(f"/api/v1/sessions/{session.pk}/expand/", body, format="json")
+
+
+def test_expand_admits_the_span_verbatim_for_the_next_reply_only(
+    owner_client, session, fake_openai, frames, django_capture_on_commit_callbacks
+):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    before = 100 + summary.token_count
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = expand(owner_client, session, record="snapshot_1_4")
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    event = CompactionEvent.objects.get(session=session, trigger="expand")
+    assert body == {
+        "record": "snapshot_1_4",
+        "first_seq": 1,
+        "last_seq": 4,
+        "messages": 4,
+        "tokens": 1200,
+        "replaces": [summary.pk],
+        "tokens_before": before,
+        "tokens_after": 1300,
+        "event": body["event"],
+    }
+    assert (body["event"]["id"], event.outcome, event.snapshot.name, event.summary_id) == (
+        event.pk,
+        "expanded",
+        "snapshot_1_4",
+        summary.pk,
+    )
+    assert [f["event"]["id"] for f in frames if f["type"] == "compaction.finished"] == [event.pk]
+    assert [f["type"] for f in frames].count("context.updated") == 1
+    # nothing about the stored context changed: the summary still covers the span
+    assert compacted_seqs(session) == [1, 2, 3, 4]
+    assert statuses(session) == [(summary.pk, "active", False)]
+
+    # the next reply: the span verbatim instead of its summary, counted inside B
+    new, reply = add_turn(session, "Quote it all.", tokens=20)
+    recount(session)
+    built = context_build(session=session, reply=reply, record=False)
+    assert built.measure.expanded_record == "snapshot_1_4"
+    assert [e.seq for e in built.measure.expanded] == [1, 2, 3, 4]
+    assert built.measure.summaries == []
+    assert built.measure.pressure == 1320
+    assert built.admission.selected_tokens <= 2000
+    fake_openai.script(Reply(text="Here."), Reply(text="Again."))
+    turn_run(message_id=reply.pk)  # builds again for the same reply: still expanded
+    [first] = chat_requests(fake_openai)
+    assert [m["content"] for m in first["messages"]] == [
+        *(f"m message {i}" for i in range(6)),
+        "Quote it all.",
+    ]
+
+    # the reply after: the summary again
+    new2, reply2 = add_turn(session, "And now?", tokens=20)
+    recount(session)
+    turn_run(message_id=reply2.pk)
+    [_, second] = chat_requests(fake_openai)
+    assert [m["content"] for m in second["messages"]] == [
+        summary.block,
+        "m message 4",
+        "m message 5",
+        "Quote it all.",
+        "Here.",
+        "And now?",
+    ]
+    assert not ContextExpansion.objects.filter(session=session).exists()
+    assert compacted_seqs(session) == [1, 2, 3, 4]
+
+
+def test_expand_by_summary_id_names_its_snapshot(owner_client, session, fake_openai):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    response = expand(owner_client, session, summary=summary.pk)
+    assert response.status_code == 200, response.json()
+    assert (response.json()["record"], response.json()["replaces"]) == (
+        "snapshot_1_4",
+        [summary.pk],
+    )
+    stored = ContextExpansion.objects.get(session=session)
+    assert (stored.record, stored.first_seq, stored.last_seq, stored.reply_id) == (
+        "snapshot_1_4",
+        1,
+        4,
+        None,
+    )
+
+
+def test_expand_that_does_not_fit_sets_nothing(owner_client, session, fake_openai):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    message_add(session, role="user", content="pinned", token_count=900, pinned=True)
+    recount(session)
+    events = CompactionEvent.objects.count()
+
+    response = expand(owner_client, session, record="snapshot_1_4")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert {k: error["details"][k] for k in ("expanded_tokens", "required_tokens")} == {
+        "expanded_tokens": 1200,
+        "required_tokens": 2100,
+    }
+    assert error["details"]["budget_tokens"] == 2000
+    assert "Nothing was set." in error["message"]
+    assert not ContextExpansion.objects.filter(session=session).exists()
+    assert CompactionEvent.objects.count() == events
+    assert statuses(session) == [(summary.pk, "active", False)]
+
+
+def test_expand_bad_input_is_a_clear_error(owner_client, session, fake_openai):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    assert expand(owner_client, session).status_code == 400
+    assert expand(owner_client, session, record="snapshot_1_4", summary=summary.pk).status_code == (
+        400
+    )
+    assert expand(owner_client, session, record="snapshot_9_9").status_code == 404
+    # a span already in the context (undone) has nothing to expand
+    assert revert(owner_client, summary).status_code == 200
+    response = expand(owner_client, session, record="snapshot_1_4")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "Messages 1–4 are not compacted: they are in the context already."
+    )
+    assert not ContextExpansion.objects.filter(session=session).exists()
+
+
+def test_another_user_cannot_expand(other_client, other_user, session, fake_openai, small_bot):
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    theirs = SessionFactory(user=other_user, bot=BotFactory(owner=other_user))
+
+    assert expand(other_client, session, record="snapshot_1_4").status_code == 404
+    assert expand(other_client, theirs, summary=summary.pk).status_code == 404
+    assert expand(other_client, theirs, record="snapshot_1_4").status_code == 404
+    assert not ContextExpansion.objects.exists()
+    assert not CompactionEvent.objects.filter(trigger="expand").exists()
