@@ -616,9 +616,10 @@ def _turn_calls(
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
-    # Before the finish: whoever the finish wakes (a REST waiter, a page) can read the record.
-    _record(reply, state)
     finished = _finish(reply, counted=True, completed=True, **fields)
+    # After the finish (its frame and the REST waiters go first): the record's INSERT is never
+    # on the way to the user's reply. Read on demand, it is there a moment later.
+    _record(reply, state)
     if finished is not None:
         turn_hooks.notify_completed(finished, user_message=reply.reply_to)
         if session.is_room and "@" in text:

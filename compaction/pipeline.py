@@ -57,6 +57,7 @@ from compaction.provenance import (
     trimmed_history_part,
 )
 from compaction.results import RunResult
+from memory.queries import IndexLine
 
 # Re-exported: callers that only build or report contexts need not know the measure module.
 __all__ = [
@@ -499,14 +500,20 @@ def context_build(
                 summary_tokens[summary.pk],
             )
         )
-    index_block, index_names = _index_block(measure, admission, recall_open=recall_open)
+    index_block, index_lines = _index_block(measure, admission, recall_open=recall_open)
     if index_block:
         messages.append({"role": "system", "content": index_block})
         kept_lines = measure.index_lines[: admission.kept_index_lines]
         parts.append(
             part(
                 "memory_index",
-                {"names": index_names, "text": index_block},
+                # The lines as rendered (a record's description can change later); the block's
+                # header and help line are fixed text (``index_block_render``).
+                {
+                    "names": [line.name for line in index_lines],
+                    "lines": [line.text for line in index_lines],
+                    "help": recall_open,
+                },
                 measure.index_block_tokens + sum(line.tokens for line in kept_lines),
             )
         )
@@ -606,22 +613,28 @@ def _provenance_rows(
     return rows
 
 
+def index_block_render(lines: Sequence[str], *, recall_open: bool) -> str:
+    """The index block from its lines: the header, the help line while the model may still ask
+    for records, then one line per record."""
+    head = f"{INDEX_HEADER}\n{INDEX_HELP}\n" if recall_open else f"{INDEX_HEADER}\n"
+    return head + "\n".join(lines)
+
+
 def _index_block(
     measure: Measure, admission: Admission, *, recall_open: bool
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[IndexLine]]:
     """The index as a system block (after summaries, before history; CONTRACT §10), newest first,
-    with the lines admission kept, and the names of the records it lists. Tokens of joined text
-    can exceed the sum of its parts by a merge or two: drop further lines until the block costs
-    no more than admission reserved."""
+    with the lines admission kept, and those lines. Tokens of joined text can exceed the sum of
+    its parts by a merge or two: drop further lines until the block costs no more than
+    admission reserved."""
     kept = list(measure.index_lines[: admission.kept_index_lines])
     model = measure.session.chat_model
     while kept:
         # Reserved with the help line; without it (recall closed) the block only costs less.
-        head = f"{INDEX_HEADER}\n{INDEX_HELP}\n" if recall_open else f"{INDEX_HEADER}\n"
-        block = head + "\n".join(line.text for line in kept)
+        block = index_block_render([line.text for line in kept], recall_open=recall_open)
         reserved = measure.index_block_tokens + sum(line.tokens for line in kept)
         if count_message_tokens(block, model=model) <= reserved:
-            return block, [line.name for line in kept]
+            return block, kept
         kept.pop()
     return "", []
 

@@ -155,8 +155,10 @@ def admission_info(
         "index_lines_kept": admission.kept_index_lines,
         "index_lines_offered": index_lines,
     }
+    # Why it trimmed, when it did: "history" (the oldest messages did not fit), "index" (only
+    # the memory index was shortened).
     if admission.dropped_messages:
-        info["reason"] = "history over budget: the oldest messages were left out"
+        info["trimmed"] = "history"
     elif admission.kept_index_lines < index_lines:
-        info["reason"] = "memory index shortened to fit the budget"
+        info["trimmed"] = "index"
     return info

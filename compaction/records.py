@@ -21,7 +21,7 @@ from bots.models import Message
 from chat_platform.errors import NotFound
 from compaction.measure import RoomView, tool_calls_text
 from compaction.models import ContextRecord, PromptVersion, Summary
-from compaction.pipeline import CHOSEN_FIELDS, render_row
+from compaction.pipeline import CHOSEN_FIELDS, index_block_render, render_row
 from compaction.provenance import ROW_KINDS, prompt_version, seqs_of
 
 log = structlog.get_logger(__name__)
@@ -148,7 +148,8 @@ def _rebuild_call(
         elif kind == "summary":
             messages.append({"role": "system", "content": summaries.get(ref["id"], "")})
         elif kind == "memory_index":
-            messages.append({"role": "system", "content": ref["text"]})
+            text = index_block_render(ref["lines"], recall_open=ref["help"])
+            messages.append({"role": "system", "content": text})
         elif kind in ROW_KINDS:
             if kind == "history":
                 seqs.extend(seqs_of(ref["seqs"]))

@@ -15,7 +15,7 @@ from bots.services.send import do_message_pair_create
 from bots.transitions import session_context_recount
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline, records
-from compaction.models import ContextRecord, PromptVersion
+from compaction.models import ContextRecord, PromptVersion, Summary
 from compaction.pipeline import context_build, session_budget
 from compaction.provenance import prompt_version, seq_ranges, seqs_of
 from compaction.records import (
@@ -86,7 +86,7 @@ def test_parts_name_the_trimmed_history_the_pin_and_the_new_message(history_read
         "dropped_tokens": 2000,
         "index_lines_kept": 0,
         "index_lines_offered": 0,
-        "reason": "history over budget: the oldest messages were left out",
+        "trimmed": "history",
     }
     assert built.waited_for_compaction is None
     assert m0.pk not in [i for p in built.parts for i in p["ref"].get("ids", [])]
@@ -241,6 +241,10 @@ def test_api_serves_the_record_to_the_owner_and_staff_only(
         answer = owner_client.get(f"/api/v1/messages/{missing}/context/")
         assert (answer.status_code, answer.json()["error"]["code"]) == (404, "not_found")
     assert ContextRecord.objects.filter(message_id=reply.pk).count() == 1
+    schema = owner_client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    operation = schema["paths"]["/api/v1/messages/{message_id}/context/"]["get"]
+    assert {p["name"] for p in operation["parameters"]} == {"message_id", "payload"}
+    assert {"200", "404"} <= set(operation["responses"])
 
 
 def _record_at(session, when):
@@ -289,3 +293,72 @@ def test_a_record_is_never_updated_through_its_admin(chat_session, staff):
     assert model_admin.has_change_permission(request, record) is False
     assert model_admin.has_add_permission(request) is False
     assert records.record_payload(record)["message"] == record.message_id
+
+
+def _summary(session, *, first_seq=1, last_seq=2):
+    return Summary.objects.create(
+        session=session,
+        level=1,
+        text="The user talked about Lisbon.",
+        token_count=20,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        source_tokens=80,
+        model="builtin/extractive",
+        trigger="manual",
+        retention=1.0,
+    )
+
+
+def test_the_admin_shows_the_record_beside_the_reply_and_the_replies_made_from_a_summary(
+    owner, bot
+):
+    from django.test import Client
+
+    from tests.factories import UserFactory
+
+    session = SessionFactory(user=owner, bot=bot)
+    message_add(session, role="user", content="one")
+    message_add(session, role="assistant", content="two")
+    summary = _summary(session)
+    other = _summary(SessionFactory(user=owner, bot=bot))
+    made_from = message_add(session, role="assistant", content="three")
+    summary_part = {
+        "kind": "summary",
+        "ref": {"id": summary.pk, "level": 1, "seqs": [1, 2]},
+        "tokens": 20,
+    }
+    context_record_write(
+        reply=made_from,
+        bot_id=bot.pk,
+        calls=[
+            {
+                "round": 0,
+                "model": "builtin/recall",
+                "budget": 1000,
+                "parts": [
+                    summary_part,
+                    {"kind": "history", "ref": {"seqs": [[3, 4]]}, "tokens": 9},
+                ],
+                "admission": {"selected_tokens": 29},
+                "usage": {"prompt_tokens": 30, "completion_tokens": 4},
+                "latency_ms": 12,
+            }
+        ],
+    )
+    not_from = message_add(session, role="assistant", content="four")
+    context_record_write(reply=not_from, bot_id=bot.pk, calls=[{"round": 0, "parts": []}])
+    admin_web = Client()
+    admin_web.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+
+    page = admin_web.get(f"/admin/compaction/summary/{summary.pk}/change/").content.decode()
+    assert f"reply #{made_from.pk}" in page
+    assert f"reply #{not_from.pk}" not in page
+    assert records.records_for_summary(summary=summary) == [made_from.context_record]
+    assert records.records_for_summary(summary=other) == []
+
+    page = admin_web.get(f"/admin/bots/message/{made_from.pk}/change/").content.decode()
+    assert "what the model saw" in page.lower()
+    assert f"summary #{summary.pk} (level 1, messages 1–2) — 20 tokens" in page
+    assert "history: messages 3–4 — 9 tokens" in page
+    assert "provider 30 in / 4 out" in page

@@ -467,3 +467,41 @@ def test_recall_rounds_run_server_side_and_never_reach_the_client(
     assert fake_openai.requests[1]["messages"][-1]["role"] == "tool"
     session = ChatSession.objects.get(user=user)
     assert Message.objects.filter(session=session, kind="tool").count() == 2
+
+
+def test_an_api_turns_context_record_rebuilds_what_the_provider_received(
+    stack, user, fake_bot, fake_openai
+):
+    """Issue 22: an OpenAI-API call is recorded like any turn, the client's system message as
+    its own part (its text: nothing else stores it), and rebuilds byte for byte."""
+    import json
+    import time
+
+    from compaction.models import ContextRecord
+    from compaction.records import record_rebuild
+
+    _, key = new_key(user)
+    client = sdk(stack, key)
+    fake_openai.script(Reply(text="First."), Reply(text="Second."))
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "One?"}]
+    raw = client.chat.completions.with_raw_response.create(model="writer", messages=history)
+    history += [{"role": "assistant", "content": "First."}, {"role": "user", "content": "Two?"}]
+    client.chat.completions.create(model="writer", messages=history)
+
+    session = ChatSession.objects.get(pk=int(raw.headers["X-Session-Id"]))
+    # The worker writes a record just after it finished the reply the client already has.
+    deadline = time.monotonic() + 30
+    while ContextRecord.objects.filter(session=session).count() < 2 and (  # noqa: PLR2004
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    records = list(ContextRecord.objects.filter(session=session).order_by("id"))
+    assert len(records) == 2  # noqa: PLR2004
+    last = records[-1].calls[0]
+    assert [(p["kind"], p["ref"]) for p in last["parts"] if p["kind"] == "client_system"] == [
+        ("client_system", {"text": "Be brief."})
+    ]
+    rebuilt = [m for record in records for m in record_rebuild(record)]
+    assert [json.dumps(m) for m in rebuilt] == [
+        json.dumps(r["messages"]) for r in fake_openai.requests
+    ]
