@@ -451,10 +451,13 @@ def context_measure(
         excluded_count += room.covered_messages + room.hidden_messages
     # Messages written after before_seq (a later send racing this turn) are in the running totals
     # too; they are few and only make the estimate cautious, never the selection larger.
-    totals = HistoryTotals(
-        count=max(0, session.context_messages - excluded_count),
-        tokens=max(0, session.context_tokens - excluded_tokens),
-    )
+    count = max(0, session.context_messages - excluded_count)
+    tokens = max(0, session.context_tokens - excluded_tokens)
+    if room is not None:
+        # Speakers' labels are sent but not stored: count each as the longest (cautious, as
+        # for pins), so a room's pressure never reads lower than what admission will send.
+        tokens += count * room.max_prefix_tokens
+    totals = HistoryTotals(count=count, tokens=tokens)
     model = session.chat_model
     budget = session_budget(session)
     block_tokens = index_block_tokens(model)

@@ -3,9 +3,9 @@
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import F
+from django.db.models import Count, F, Sum
 
-from bots.models import ChatSession, Message
+from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import (
     BOT_UNAVAILABLE,
     bot_usable_in,
@@ -217,8 +217,50 @@ def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_se
             from_summary_id=old_id,
             to_summary_id=summary.pk,
         )
+        if source.is_room:
+            _room_coverage_copy(target=target, from_summary_id=old_id, to_summary=summary)
         carried += 1
+    if source.is_room:
+        _room_seats_count(target=target)
     return carried
+
+
+def _room_coverage_copy(*, target: ChatSession, from_summary_id: int, to_summary: Summary) -> None:
+    """A room's carried-over summary covers, for its bot, the copies of what it covered."""
+    seqs = SummaryCoverage.objects.filter(summary_id=from_summary_id).values("message__seq")
+    copies = Message.objects.filter(session=target, seq__in=seqs).values_list("pk", flat=True)
+    SummaryCoverage.objects.bulk_create(
+        SummaryCoverage(summary=to_summary, bot_id=to_summary.bot_id, message_id=pk)
+        for pk in copies
+        if to_summary.bot_id is not None
+    )
+
+
+def _room_seats_count(*, target: ChatSession) -> None:
+    """A room branch's seats: each bot's covered totals from its coverage rows, and what a bot
+    that sees from its join does not see (the branch's in-context history up to its join)."""
+    in_context = Message.objects.filter(Message.in_context_q(), session=target)
+    for participant in SessionParticipant.objects.filter(session=target):
+        covered = SummaryCoverage.objects.filter(
+            bot_id=participant.bot_id, message__session=target
+        ).aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
+        hidden = (
+            in_context.filter(seq__lte=participant.joined_seq).aggregate(
+                tokens=Sum("token_count"), messages=Count("id")
+            )
+            if participant.sees_from_join
+            else {"tokens": 0, "messages": 0}
+        )
+        SeatState.objects.update_or_create(
+            session=target,
+            bot_id=participant.bot_id,
+            defaults={
+                "covered_tokens": covered["tokens"] or 0,
+                "covered_messages": covered["messages"],
+                "hidden_tokens": hidden["tokens"] or 0,
+                "hidden_messages": hidden["messages"],
+            },
+        )
 
 
 def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -> None:

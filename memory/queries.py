@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from bots.models import ChatSession, Message
+from bots.queries import participant_seat
 from chat_platform.compiled import CompiledValues
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
@@ -294,7 +295,10 @@ def records_search(
         search.messages_ranked(session_id=session.pk, query=wanted) if messages else ([], None)
     )
     info = _info_scored(records, text, wanted, collection, limit=limit)
-    ranked: list[tuple[float, object]] = [(m.score, m) for m in scored if m.record_id]
+    from_seq = _seen_from(session)
+    ranked: list[tuple[float, object]] = [
+        (m.score, m) for m in scored if m.record_id and m.seq >= from_seq
+    ]
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
     hits = _fill(session, ranked, room=room, limit=limit, model=model)
@@ -302,6 +306,15 @@ def records_search(
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
         hits += _snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
     return hits
+
+
+def _seen_from(session: ChatSession) -> int:
+    """The first seq ``session``'s bot may see: in a room, a bot that sees from its join never
+    finds what was said before it came in (CONTRACT §15); else 1."""
+    if not session.is_room:
+        return 1
+    seat = participant_seat(session=session, bot_id=session.bot_id)
+    return seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
 
 
 def _rendered(hit: SearchHit) -> str:
@@ -458,11 +471,14 @@ def _message_lines(session: ChatSession, scored: list["search.MessageScore"]) ->
     if not scored:
         return {}
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
+    # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
+    # scored ones are indexed with a snapshot, so compacted by some bot of the room.
+    compacted = {} if session.is_room else {"compacted_by_id__isnull": False}
     rows = Message.objects.filter(
         session_id=session.pk,
         seq__in=seqs,
-        compacted_by_id__isnull=False,
         role__in=(Message.Role.USER, Message.Role.ASSISTANT),
+        **compacted,
     ).values_list("seq", "role", "content", "created_at")
     asked = {m.seq for m in scored}
     lines = {}

@@ -210,6 +210,7 @@ def messages_index_rows(
     first_seq: int,
     last_seq: int,
     record_id: int,
+    room: bool = False,
 ) -> int:
     """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
     each held by the record ``record_id``; how many were indexed. The models are passed in, so
@@ -218,7 +219,13 @@ def messages_index_rows(
     words) is not indexed: nothing could find it.
 
     Messages indexed when they were written (``record`` NULL: searchable across the user's
-    chats, not yet recall material) are taken into the record, not indexed twice."""
+    chats, not yet recall material) are taken into the record, not indexed twice.
+
+    ``room``: a room's messages never carry ``compacted_by_id`` (each bot's coverage is its own
+    rows, in compaction); its compacted range is the finished, unpinned messages in it."""
+    compacted = (
+        {"status": "complete", "pinned": False} if room else {"compacted_by_id__isnull": False}
+    )
     held = index_model.objects.filter(
         session_id=session_id,
         seq__gte=first_seq,
@@ -228,7 +235,7 @@ def messages_index_rows(
             session_id=session_id,
             seq__gte=first_seq,
             seq__lte=last_seq,
-            compacted_by_id__isnull=False,
+            **compacted,
         ).values("pk"),
     ).update(record_id=record_id)
     done = index_model.objects.filter(
@@ -239,7 +246,7 @@ def messages_index_rows(
             session_id=session_id,
             seq__gte=first_seq,
             seq__lte=last_seq,
-            compacted_by_id__isnull=False,
+            **compacted,
             role__in=INDEXED_ROLES,
             kind="chat",
         )

@@ -96,17 +96,20 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
     MemoryRecord.objects.filter(pk=snapshot.pk).update(indexed=True, updated_at=timezone.now())
     assert snapshot.session_id is not None and snapshot.first_seq is not None
     assert snapshot.last_seq is not None
+    session = ChatSession.objects.select_related("bot").get(pk=snapshot.session_id)
     messages_index(
         session_id=snapshot.session_id,
         first_seq=snapshot.first_seq,
         last_seq=snapshot.last_seq,
         record_id=snapshot.pk,
+        room=session.is_room,
     )
-    session = ChatSession.objects.select_related("bot").get(pk=snapshot.session_id)
     transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
 
 
-def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id: int) -> int:
+def messages_index(
+    *, session_id: int, first_seq: int, last_seq: int, record_id: int, room: bool = False
+) -> int:
     """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
     each held by the record ``record_id``; how many were indexed.
 
@@ -121,6 +124,7 @@ def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id:
         first_seq=first_seq,
         last_seq=last_seq,
         record_id=record_id,
+        room=room,
     )
 
 

@@ -107,3 +107,28 @@ def test_beat_runs_the_sweep_every_minute():
     assert (entry["task"], entry["schedule"]) == ("bots.tasks.sweep_orphans", 60.0)
     assert celery_app.conf.task_routes["bots.tasks.*"] == {"queue": "chat"}
     assert celery_app.conf.task_routes["compaction.tasks.*"] == {"queue": "compaction"}
+
+
+def test_seed_demo_adds_a_room_of_both_demo_bots_once(settings, django_user_model):
+    from bots.management.commands.seed_demo import DEMO_ROOM_TITLE
+    from bots.models import ChatSession, SessionParticipant
+
+    settings.DEBUG = True
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "demo room created" in out.getvalue()
+    demo = django_user_model.objects.get(username="demo")
+    room = ChatSession.objects.get(user=demo, title=DEMO_ROOM_TITLE)
+    assert (room.is_room, room.reply_mode, room.bot.name) == (True, "all", "Recall (built-in)")
+    assert list(
+        SessionParticipant.objects.filter(session=room)
+        .order_by("id")
+        .values_list("bot__name", "is_default", "bot__context_window")
+    ) == [("Recall (built-in)", True, 0), ("Recall, tight budget (built-in)", False, 2048)]
+    ChatSession.objects.filter(pk=room.pk).update(reply_mode="mentioned")
+
+    again = StringIO()
+    call_command("seed_demo", stdout=again)
+    assert "demo room kept" in again.getvalue()
+    assert ChatSession.objects.filter(user=demo, title=DEMO_ROOM_TITLE).count() == 1
+    assert ChatSession.objects.get(pk=room.pk).reply_mode == "mentioned"  # the user's change

@@ -349,6 +349,7 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
         "summary": {
             "id": summary.pk,
             "session": session.pk,
+            "bot": session.bot_id,
             "level": 1,
             "text": FACT_SUMMARY,
             "token_count": tok(f"[Summary of messages 1–4]\n{FACT_SUMMARY}"),
@@ -370,6 +371,7 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
         "event": {
             "id": event.pk,
             "session": session.pk,
+            "bot": session.bot_id,
             "trigger": "manual",
             "outcome": "compacted",
             "reason": "",

@@ -4,7 +4,9 @@ from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from bots.models import Bot
+from bots.models import Bot, ChatSession
+from bots.services.participants import participant_add, session_reply_mode_set
+from bots.services.session import session_create
 
 # The everyday built-in bot: a large window, so it rarely compacts.
 RECALL_BOT = {
@@ -29,6 +31,10 @@ TIGHT_BOT = {
     "memory_index_size": 8,
 }
 DEMO_BOTS = [RECALL_BOT, TIGHT_BOT]
+# A room with both (CONTRACT §15): every message is answered by each bot in turn, and each
+# compacts the room from its own seat — the tight one every few turns, the roomy one rarely —
+# so a newcomer can watch two bots remember one conversation separately, without any key.
+DEMO_ROOM_TITLE = "Demo room: two bots, two memories"
 
 # In embedded mode the demo user is staff with *view* permissions only, so the summary audit
 # (/admin/compaction/summary/) is one click away without handing out a superuser: it can read
@@ -41,6 +47,7 @@ DEMO_VIEW_PERMISSIONS = [
     ("compaction", "view_summary"),
     ("compaction", "view_compactionevent"),
     ("compaction", "view_compactionstate"),
+    ("compaction", "view_seatstate"),
     ("memory", "view_memoryrecord"),
     ("memory", "view_recallevent"),
 ]
@@ -70,18 +77,36 @@ class Command(BaseCommand):
         if settings.EMBEDDED:
             user.user_permissions.add(*self._view_permissions())
         added = 0
+        bots = []
         for spec in DEMO_BOTS:
-            _, made = Bot.objects.get_or_create(
+            bot, made = Bot.objects.get_or_create(
                 owner=user, name=spec["name"], defaults={**spec, "is_shared": True}
             )
+            bots.append(bot)
             added += made
+        room = self._room(user, bots)
         staff = "; demo is staff (read-only admin at /admin/)" if settings.EMBEDDED else ""
         self.stdout.write(
             self.style.SUCCESS(
                 f"demo user {'created' if created else 'kept'}; {len(DEMO_BOTS)} shared bots "
-                f"ready ({added} added){staff}"
+                f"ready ({added} added); demo room {room}{staff}"
             )
         )
+
+    @staticmethod
+    def _room(user, bots: list[Bot]) -> str:
+        """The demo room, if the demo user has none by its title: the roomy bot as default, the
+        tight one beside it, every participant answering (``all``). Through the services, as a
+        user would make it; a room the user changed (or emptied) is kept as it is."""
+        if ChatSession.objects.filter(user=user, title=DEMO_ROOM_TITLE).exists():
+            return "kept"
+        roomy, tight = bots
+        session = session_create(user=user, bot_id=roomy.pk, title=DEMO_ROOM_TITLE)
+        participant_add(user=user, session_id=session.pk, bot_id=tight.pk)
+        session_reply_mode_set(
+            user=user, session_id=session.pk, reply_mode=ChatSession.ReplyMode.ALL
+        )
+        return "created"
 
     @staticmethod
     def _view_permissions() -> list[Permission]:

@@ -1,0 +1,498 @@
+"""Rooms (CONTRACT §15): compaction keyed by (session, bot). Each bot compacts the room as it
+was shown it, with its own budget, summaries, snapshots, totals, lease and cool-down; no request
+to one bot carries another's summaries or snapshots; ``?bot=`` on every compaction endpoint and
+``/compact @slug`` in chat."""
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.db.models import Sum
+
+from bots.models import Bot, ChatSession, Message
+from chat_platform.llm.tokens import count_message_tokens
+from compaction.lock import lock_key
+from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
+from compaction.pipeline import bot_budget
+from memory.models import MemoryRecord
+from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.factories import BotFactory
+from tests.fakeopenai import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODEL = "openai/fake-model"
+FILLER = "We chatted about the weather and the garden for a while without deciding anything. "
+
+
+def _bot(owner, fake_openai, name, window, **fields):
+    return BotFactory(
+        owner=owner,
+        name=name,
+        model=MODEL,
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        system_prompt=f"You are {name}.",
+        context_window=window,
+        max_output_tokens=200,
+        compaction_model="builtin/extractive",
+        **fields,
+    )
+
+
+@pytest.fixture
+def room(owner, owner_client, fake_openai, monkeypatch):
+    """Planner (default, B 1300) and Critic (B 2800), made through the API."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    planner = _bot(owner, fake_openai, "Planner", 1500)
+    critic = _bot(owner, fake_openai, "Critic", 3000)
+    session_id = owner_client.post("/api/v1/sessions/", {"bot": planner.pk}, format="json").json()[
+        "id"
+    ]
+    added = owner_client.post(
+        f"/api/v1/sessions/{session_id}/participants/", {"bot": critic.pk}, format="json"
+    )
+    assert added.status_code == 201, added.json()
+    return ChatSession.objects.get(pk=session_id), planner, critic
+
+
+def _send(client, session, content, **body):
+    response = client.post(
+        f"/api/v1/sessions/{session.pk}/messages/",
+        {"content": content, "wait": True, **body},
+        format="json",
+    )
+    assert response.status_code in (200, 201), response.json()
+    return response
+
+
+def _note(n: int) -> str:
+    return (
+        f"Note {n}: the parcel for order {n * 37} ships to depot {n % 11} on day {n % 28 + 1}. "
+        + (FILLER * 2).strip()
+    )
+
+
+def _rounds(client, session, fake_openai, capture, start, count, *speakers):
+    for n in range(start, start + count):
+        fake_openai.script(*(Reply(text=f"{s} noted item {n}. {FILLER}") for s in speakers))
+        with capture(execute=True):
+            _send(client, session, _note(n))
+
+
+def _requests_of(fake_openai, bot):
+    return [r for r in fake_openai.requests if r["messages"][0]["content"] == bot.system_prompt]
+
+
+def _sent_tokens(request) -> int:
+    return sum(
+        count_message_tokens(m["content"] or "", model=MODEL)
+        + (count_message_tokens(m["name"], model=MODEL) if "name" in m else 0)
+        for m in request["messages"]
+    )
+
+
+def _summary_blocks(request) -> list[str]:
+    return [
+        m["content"]
+        for m in request["messages"]
+        if m["role"] == "system" and m["content"].startswith("[Summary of messages")
+    ]
+
+
+def _shown(fake_openai, bot, names) -> set[str]:
+    """Every message text the bot was sent verbatim (speaker prefixes taken off)."""
+    shown = set()
+    for request in _requests_of(fake_openai, bot):
+        for m in request["messages"]:
+            if m["role"] == "system":
+                continue
+            text = m["content"]
+            for name in names:
+                if m.get("name") and text.startswith(f"{name}: "):
+                    text = text[len(name) + 2 :]
+            shown.add(text)
+    return shown
+
+
+def test_two_bots_compact_the_room_each_from_its_own_seat(
+    owner, owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    session, planner, critic = room
+    owner_client.patch(f"/api/v1/sessions/{session.pk}/", {"reply_mode": "all"}, format="json")
+    budgets = {planner.pk: bot_budget(planner).budget, critic.pk: bot_budget(critic).budget}
+    assert budgets == {planner.pk: 1300, critic.pk: 2800}
+
+    _rounds(
+        owner_client,
+        session,
+        fake_openai,
+        django_capture_on_commit_callbacks,
+        1,
+        12,
+        "Planner",
+        "Critic",
+    )
+
+    assert len(fake_openai.requests) == 24
+    # every request within the budget of the bot it was for
+    for bot in (planner, critic):
+        sizes = [_sent_tokens(r) for r in _requests_of(fake_openai, bot)]
+        assert len(sizes) == 12
+        assert max(sizes) <= budgets[bot.pk]
+    # both compacted, each its own way (the tighter window more often)
+    mine = {b.pk: list(Summary.objects.filter(session=session, bot=b)) for b in (planner, critic)}
+    assert mine[planner.pk] and mine[critic.pk]
+    assert len(mine[planner.pk]) > len(mine[critic.pk])
+    assert not Summary.objects.filter(session=session).exclude(bot__in=[planner, critic]).exists()
+    # a room never sets the single column: coverage is per bot
+    assert not Message.objects.filter(session=session, compacted_by_id__isnull=False).exists()
+    names = ["owner", "Planner", "Critic"]
+    for bot in (planner, critic):
+        covered = SummaryCoverage.objects.filter(bot=bot, message__session=session)
+        texts = set(covered.values_list("message__content", flat=True))
+        assert texts, bot.name
+        # each bot's summaries cover only what that bot was shown
+        assert texts <= _shown(fake_openai, bot, names)
+        assert set(covered.values_list("summary__bot_id", flat=True)) == {bot.pk}
+        # its own running totals: what its coverage holds
+        seat = SeatState.objects.get(session=session, bot=bot)
+        held = covered.aggregate(tokens=Sum("message__token_count"))["tokens"]
+        assert (seat.covered_tokens, seat.covered_messages) == (held, covered.count())
+    # no request to one bot carries the other's summary, and each got its own
+    blocks = {b.pk: {s.block for s in Summary.objects.filter(bot=b)} for b in (planner, critic)}
+    for bot, other in ((planner, critic), (critic, planner)):
+        sent = [b for r in _requests_of(fake_openai, bot) for b in _summary_blocks(r)]
+        assert sent and set(sent) <= blocks[bot.pk]
+        assert not set(sent) & blocks[other.pk]
+    # each bot's snapshots are its own, and its index never lists the other's
+    for bot, other in ((planner, critic), (critic, planner)):
+        snapshots = MemoryRecord.objects.filter(session=session, kind="snapshot", bot=bot)
+        assert snapshots.exists()
+        assert all(s.name.endswith(f"_b{bot.pk}") for s in snapshots)
+        for request in _requests_of(fake_openai, bot):
+            assert f"_b{other.pk}" not in str(request["messages"])
+    # compaction events name their bot
+    assert set(
+        CompactionEvent.objects.filter(session=session).values_list("bot_id", flat=True)
+    ) == {planner.pk, critic.pk}
+
+
+def test_a_late_joiner_from_its_join_never_gets_earlier_messages_or_their_summaries(
+    owner, owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    session, planner, critic = room
+    _rounds(owner_client, session, fake_openai, django_capture_on_commit_callbacks, 1, 8, "Planner")
+    assert Summary.objects.filter(session=session, bot=planner).exists()
+    late = _bot(owner, fake_openai, "Late", 1500)
+    joined = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/participants/",
+        {"bot": late.pk, "sees_from_join": True},
+        format="json",
+    )
+    assert joined.status_code == 201
+    joined_seq = joined.json()["joined_seq"]
+    assert joined_seq == 16
+    owner_client.patch(f"/api/v1/sessions/{session.pk}/", {"reply_mode": "all"}, format="json")
+    _rounds(
+        owner_client,
+        session,
+        fake_openai,
+        django_capture_on_commit_callbacks,
+        9,
+        10,
+        "Planner",
+        "Critic",
+        "Late",
+    )
+
+    late_requests = _requests_of(fake_openai, late)
+    assert len(late_requests) == 10
+    for request in late_requests:
+        text = str(request["messages"])
+        for n in range(1, 9):
+            assert f"order {n * 37} " not in text  # said before it joined
+        for block in _summary_blocks(request):
+            first = int(block.split("messages ")[1].split("–")[0])
+            assert first > joined_seq
+        assert _sent_tokens(request) <= 1300
+    # it compacted from its own seat: only what it was shown, after its join
+    covered = SummaryCoverage.objects.filter(bot=late).values_list("message__seq", flat=True)
+    assert covered and min(covered) > joined_seq
+    assert set(Summary.objects.filter(bot=late).values_list("first_seq", flat=True)) and all(
+        s.first_seq > joined_seq for s in Summary.objects.filter(bot=late)
+    )
+    # hidden history is out of its totals: its pressure is what it sees
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={late.pk}").json()
+    assert report["pressure"] <= report["budget"]
+
+
+def test_a_one_bot_chat_that_becomes_a_room_keeps_its_bots_summaries_and_shows_the_newcomer_all(
+    owner, owner_client, fake_openai, eager_tasks, django_capture_on_commit_callbacks, monkeypatch
+):
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    planner = _bot(owner, fake_openai, "Planner", 8000)
+    session = ChatSession.objects.get(
+        pk=owner_client.post("/api/v1/sessions/", {"bot": planner.pk}, format="json").json()["id"]
+    )
+    _rounds(owner_client, session, fake_openai, django_capture_on_commit_callbacks, 1, 4, "Planner")
+    compacted = owner_client.post(f"/api/v1/sessions/{session.pk}/compact/", {}, format="json")
+    assert compacted.json()["outcome"] == "compacted"
+    summary = Summary.objects.get(session=session)
+    assert (summary.bot_id, summary.first_seq, summary.last_seq) == (planner.pk, 1, 6)
+    covered_tokens = Message.objects.filter(session=session, compacted_by_id=summary.pk).aggregate(
+        t=Sum("token_count")
+    )["t"]
+    before = ChatSession.objects.get(pk=session.pk).context_tokens
+
+    critic = _bot(owner, fake_openai, "Critic", 8000)
+    owner_client.post(
+        f"/api/v1/sessions/{session.pk}/participants/", {"bot": critic.pk}, format="json"
+    )
+
+    assert not Message.objects.filter(session=session, compacted_by_id__isnull=False).exists()
+    assert sorted(
+        SummaryCoverage.objects.filter(summary=summary).values_list("bot_id", "message__seq")
+    ) == [(planner.pk, seq) for seq in range(1, 7)]
+    assert ChatSession.objects.get(pk=session.pk).context_tokens == before + covered_tokens
+    seat = SeatState.objects.get(session=session, bot=planner)
+    assert (seat.covered_tokens, seat.covered_messages) == (covered_tokens, 6)
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={planner.pk}").json()
+    assert report["parts"]["summaries"] == summary.token_count
+
+    fake_openai.script(Reply(text="Planner again."), Reply(text="Critic here."))
+    owner_client.patch(f"/api/v1/sessions/{session.pk}/", {"reply_mode": "all"}, format="json")
+    with django_capture_on_commit_callbacks(execute=True):
+        _send(owner_client, session, "What about order 37?")
+    to_planner, to_critic = fake_openai.requests[-2:]
+    assert _summary_blocks(to_planner) == [summary.block]
+    assert _note(1) not in str(to_planner["messages"])
+    assert _summary_blocks(to_critic) == []
+    assert "owner: " + _note(1) in [m["content"] for m in to_critic["messages"]]
+
+
+def test_bot_query_on_every_compaction_endpoint(
+    owner, owner_client, other_client, room, fake_openai, eager_tasks, other_user
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    base = f"/api/v1/sessions/{session.pk}"
+    stranger = BotFactory(owner=other_user, name="Stranger", is_shared=True)
+
+    # a bot that is not a participant: not found, and nothing is compacted
+    for value in (stranger.pk, "x", 0):
+        response = owner_client.post(f"{base}/compact/?bot={value}", {}, format="json")
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+        for path in (
+            f"{base}/summaries/?bot={value}",
+            f"{base}/records/?bot={value}",
+            f"{base}/context/?bot={value}",
+            f"/api/v1/compaction-events/?session={session.pk}&bot={value}",
+        ):
+            assert owner_client.get(path).status_code == 404, path
+    assert not CompactionEvent.objects.filter(session=session).exists()
+    # another user's room stays not found with a right bot
+    assert other_client.get(f"{base}/summaries/?bot={planner.pk}").status_code == 404
+    assert (
+        other_client.post(f"{base}/compact/?bot={critic.pk}", {}, format="json").status_code == 404
+    )
+
+    done = owner_client.post(f"{base}/compact/?bot={critic.pk}", {}, format="json").json()
+    assert done["outcome"] == "compacted"
+    assert done["summary"]["bot"] == critic.pk and done["event"]["bot"] == critic.pk
+    assert not Summary.objects.filter(session=session, bot=planner).exists()
+
+    ids = lambda response: [row["id"] for row in response.json()]  # noqa: E731
+    critics = [done["summary"]["id"]]
+    assert ids(owner_client.get(f"{base}/summaries/?bot={critic.pk}")) == critics
+    assert ids(owner_client.get(f"{base}/summaries/?bot={planner.pk}")) == []
+    assert ids(owner_client.get(f"{base}/summaries/")) == []  # the default bot's (Planner)
+    events = f"/api/v1/compaction-events/?session={session.pk}"
+    assert ids(owner_client.get(f"{events}&bot={critic.pk}")) == [done["event"]["id"]]
+    assert ids(owner_client.get(f"{events}&bot={planner.pk}")) == []
+    snapshot = done["event"]["snapshot"]
+    assert snapshot == f"snapshot_1_4_b{critic.pk}"
+    names = lambda response: [row["name"] for row in response.json()]  # noqa: E731
+    assert names(owner_client.get(f"{base}/records/?bot={critic.pk}")) == [snapshot]
+    assert names(owner_client.get(f"{base}/records/?bot={planner.pk}")) == []
+    assert owner_client.get(f"{base}/records/{snapshot}/?bot={planner.pk}").status_code == 404
+    assert owner_client.get(f"{base}/records/{snapshot}/?bot={critic.pk}").status_code == 200
+    critic_report = owner_client.get(f"{base}/context/?bot={critic.pk}").json()
+    planner_report = owner_client.get(f"{base}/context/").json()
+    assert critic_report["parts"]["summaries"] == done["summary"]["token_count"]
+    assert planner_report["parts"]["summaries"] == 0
+    assert critic_report["parts"]["history"] < planner_report["parts"]["history"]
+
+
+def test_compact_at_slug_in_chat_compacts_only_that_bot(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+
+    body = _send(owner_client, session, "/compact @critic dates").json()
+
+    assert body["compaction"]["outcome"] == "compacted"
+    assert body["notice"]["content"].startswith("Critic: Context compacted: ")
+    summary = Summary.objects.get(session=session)
+    assert (summary.bot_id, summary.focus, summary.first_seq, summary.last_seq) == (
+        critic.pk,
+        "dates",
+        1,
+        4,
+    )
+    assert not Summary.objects.filter(session=session, bot=planner).exists()
+    assert len(fake_openai.requests) == 3  # no bot turn, no provider call
+
+    unknown = _send(owner_client, session, "/compact @nobody").json()
+    assert unknown["notice"]["content"] == (
+        "Nothing was compacted: @nobody is not a bot in this chat."
+    )
+    assert Summary.objects.filter(session=session).count() == 1
+
+
+def test_one_bots_compaction_running_does_not_hold_another_bots_reply(
+    owner, owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    """Planner's lease is held (its compaction running in another process); Critic answers,
+    its own compaction state untouched, and the context reports say whose is in flight."""
+    session, planner, critic = room
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    lease = client.lock(lock_key(session.pk, planner.pk), timeout=30)
+    assert lease.acquire(blocking=False)
+    try:
+        base = f"/api/v1/sessions/{session.pk}/context/"
+        assert owner_client.get(f"{base}?bot={planner.pk}").json()["compaction"]["in_flight"]
+        assert not owner_client.get(f"{base}?bot={critic.pk}").json()["compaction"]["in_flight"]
+        fake_openai.script(Reply(text="Critic answers while Planner compacts."))
+        with django_capture_on_commit_callbacks(execute=True):
+            body = _send(owner_client, session, "@critic are you there?").json()
+        assert body["assistant_message"]["status"] == "complete"
+        assert body["assistant_message"]["content"] == "Critic answers while Planner compacts."
+        # Critic's own compaction is not blocked by Planner's lease
+        done = owner_client.post(
+            f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json"
+        )
+        assert done.status_code == 200
+        assert done.json()["outcome"] in ("compacted", "noop")
+    finally:
+        lease.release()
+    assert not client.exists(lock_key(session.pk, critic.pk))
+
+
+def test_admin_lists_one_bots_summaries_and_events_within_a_session(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    from django.test import Client
+
+    from tests.factories import UserFactory
+
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    base = f"/api/v1/sessions/{session.pk}/compact/"
+    by_critic = owner_client.post(f"{base}?bot={critic.pk}", {}, format="json").json()
+    by_planner = owner_client.post(f"{base}?bot={planner.pk}", {}, format="json").json()
+    assert by_critic["outcome"] == by_planner["outcome"] == "compacted"
+    admin = Client()
+    admin.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+
+    for path, key in (("summary", "summary"), ("compactionevent", "event")):
+        for bot, mine, theirs in (
+            (critic, by_critic, by_planner),
+            (planner, by_planner, by_critic),
+        ):
+            page = admin.get(
+                f"/admin/compaction/{path}/?session__exact={session.pk}&bot__id__exact={bot.pk}"
+            )
+            assert page.status_code == 200
+            rows = page.context["cl"].result_list
+            assert [row.pk for row in rows] == [mine[key]["id"]]
+            assert theirs[key]["id"] not in [row.pk for row in rows]
+
+
+def test_compaction_frames_in_a_room_name_their_bot(
+    owner, owner_client, room, fake_openai, eager_tasks, monkeypatch
+):
+    from chat_platform import realtime
+
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    frames: list[dict] = []
+    monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: frames.append(frame))
+
+    owner_client.post(f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json")
+
+    named = {"id": critic.pk, "slug": "critic", "name": "Critic"}
+    kinds = [(f["type"], f.get("bot")) for f in frames if f["type"] != "memory.updated"]
+    assert kinds == [
+        ("compaction.started", named),
+        ("compaction.finished", named),
+        ("context.updated", named),
+    ]
+    updated = frames[-1] if frames[-1]["type"] == "context.updated" else None
+    assert updated is not None and updated["context"]["budget"] == 2800
+
+
+def test_a_branch_of_a_room_carries_each_bots_coverage(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 5):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    done = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json"
+    ).json()
+    assert (done["summary"]["first_seq"], done["summary"]["last_seq"]) == (1, 6)
+    last_question = Message.objects.get(session=session, seq=7)
+
+    fake_openai.script(Reply(text="Planner on the edit."))
+    edited = owner_client.post(
+        f"/api/v1/messages/{last_question.pk}/edit/", {"content": "Order 148 instead?"}, "json"
+    ).json()
+
+    branch = ChatSession.objects.get(pk=edited["session"]["id"])
+    carried = Summary.objects.get(session=branch)
+    assert (carried.bot_id, carried.first_seq, carried.last_seq) == (critic.pk, 1, 6)
+    assert sorted(
+        SummaryCoverage.objects.filter(summary=carried).values_list("bot_id", "message__seq")
+    ) == [(critic.pk, seq) for seq in range(1, 7)]
+    covered = Message.objects.filter(session=branch, seq__lte=6).aggregate(t=Sum("token_count"))
+    seat = SeatState.objects.get(session=branch, bot=critic)
+    assert (seat.covered_tokens, seat.covered_messages) == (covered["t"], 6)
+    report = owner_client.get(f"/api/v1/sessions/{branch.pk}/context/?bot={critic.pk}").json()
+    assert report["parts"]["summaries"] == carried.token_count
+
+
+def test_a_bots_compacted_room_messages_are_found_by_its_search(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    done = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json"
+    ).json()
+    assert done["outcome"] == "compacted"
+
+    hits = owner_client.get(
+        f"/api/v1/sessions/{session.pk}/records/?bot={critic.pk}&q=parcel for order 74"
+    ).json()
+
+    assert hits[0]["name"] == f"snapshot_1_4_b{critic.pk}"
+    assert 3 in hits[0]["seqs"]
+    assert "order 74" in hits[0]["excerpt"]
