@@ -34,10 +34,23 @@ export function contextViewReset() {
   records.clear();
 }
 
+// The record is written just after the reply finishes (off the reply's path), so a read that
+// comes at once may find none yet: ask again a few times before saying there is none.
+function readRecord(key, triesLeft) {
+  return api("GET", "messages/" + encodeURIComponent(key) + "/context/?payload=1").catch(function (err) {
+    if (err.code !== "not_found" || triesLeft <= 0) throw err;
+    return new Promise(function (resolve) {
+      setTimeout(resolve, 700);
+    }).then(function () {
+      return readRecord(key, triesLeft - 1);
+    });
+  });
+}
+
 function recordOf(id) {
   var key = String(id);
   if (!records.has(key)) {
-    var read = api("GET", "messages/" + encodeURIComponent(key) + "/context/?payload=1");
+    var read = readRecord(key, 3);
     read.catch(function () {
       records.delete(key); // a failed read is tried again next time
     });

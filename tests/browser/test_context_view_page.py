@@ -3,6 +3,8 @@ headless Chromium against the embedded platform with the built-in models: open a
 expand a part, read the diff against the previous reply; undo the marker and watch the messages
 come back to the gauge."""
 
+import time
+
 import httpx
 import pytest
 
@@ -45,6 +47,18 @@ def _headers(base):
     return {"Authorization": f"Token {response.json()['token']}"}
 
 
+def _record(base, headers, message_id):
+    """The reply's context record, once written (just after the reply finishes)."""
+    url = f"{base}/api/v1/messages/{message_id}/context/?payload=1"
+    for _ in range(60):
+        response = httpx.get(url, headers=headers, timeout=30)
+        if response.status_code == 200:
+            return response.json()
+        assert response.status_code == 404, response.text
+        time.sleep(0.5)
+    pytest.fail(f"no context record for message {message_id}")
+
+
 def _legend(page, part):
     return page.locator(f"#gauge-legend li[data-part={part}] .gauge-num").inner_text()
 
@@ -75,7 +89,7 @@ def test_what_the_model_saw_and_undo(server_url, desktop):
         {"content": "Which room did Alice book?", "wait": True},
     )["assistant_message"]
     assert last["seq"] == 8
-    record = _get(server_url, headers, f"messages/{last['id']}/context/?payload=1")
+    record = _record(server_url, headers, last["id"])
 
     log_in(page, server_url, next_path=f"/chat/{sid}/")
     page.wait_for_selector('#transcript[aria-busy="false"]')
