@@ -174,7 +174,7 @@ function callView(call, index, count) {
     el("h4", { class: "ctx-call-title" }, el("span", { text: title }), " ", el("span", { class: "muted", text: facts.filter(Boolean).join(" · ") })),
     el(
       "div",
-      { class: "ctx-bar", role: "img", "aria-label": barWords(parts, budget) },
+      { class: "ctx-bar", role: "img", "aria-label": barWords(parts, sent) },
       parts
         .filter(function (p) {
           return !p.trimmed && p.tokens > 0;
@@ -183,7 +183,9 @@ function callView(call, index, count) {
           return el("span", {
             class: "ctx-seg " + (PART_CLASS[p.kind] || "ctx-other"),
             dataset: { kind: p.kind },
-            style: { width: Math.max(0, Math.min(100, (100 * p.tokens) / budget)).toFixed(2) + "%" },
+            // The bar is what was sent, part by part (the budget is said in words above: against
+            // a 200k budget a small call would be a sliver).
+            style: { width: Math.max(0, Math.min(100, (100 * p.tokens) / (sent || 1))).toFixed(2) + "%" },
             title: partLabel(p) + ": " + fmtInt(p.tokens) + " tokens",
           });
         })
@@ -201,11 +203,11 @@ function callView(call, index, count) {
   );
 }
 
-function barWords(parts, budget) {
+function barWords(parts, sent) {
   return (
-    "Parts over the budget of " +
-    fmtInt(budget) +
-    " tokens: " +
+    "The " +
+    fmtInt(sent) +
+    " tokens sent, by part: " +
     parts
       .filter(function (p) {
         return !p.trimmed;

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.browser.support import create_bot, log_in
+from tests.browser.support import ARTIFACTS, create_bot, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -130,6 +130,8 @@ def test_what_the_model_saw_and_undo(server_url, desktop):
     block = part.locator(".ctx-text").inner_text()
     as_sent = [m["content"] for m in first_call["messages"] if summary["text"] in m["content"]]
     assert as_sent and block == as_sent[0]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "what-the-model-saw.png"))
     part.locator(".ctx-marker-link").click()
     marker = page.locator(f'.compaction-marker[data-summary-id="{summary["id"]}"]')
     page.wait_for_function(

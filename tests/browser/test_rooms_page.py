@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from tests.browser.support import (
+    ARTIFACTS,
     create_bot,
     current_session_id,
     log_in,
@@ -145,6 +146,8 @@ def test_a_room_with_two_built_in_bots(server_url, desktop):
     _gauge_says(page, "of 2,976 tokens")
     page.select_option("#gauge-bot", value=str(critic["id"]))
     _gauge_says(page, "of 6,976 tokens")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "rooms-page.png"))
     page.select_option("#gauge-bot", value=str(planner["id"]))
     _gauge_says(page, "of 2,976 tokens")
 
