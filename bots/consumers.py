@@ -179,6 +179,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 session_id=self.session_id,
                 content=frame.get("content"),
                 client_id=frame.get("client_id"),
+                # Rooms in manual mode: the participant that answers (as over REST).
+                reply_as=frame.get("reply_as"),
             )
         except PlatformError as exc:
             await self._send_error(exc)

@@ -140,6 +140,20 @@ class ParticipantInputSerializer(serializers.Serializer):
     is_default = serializers.BooleanField(required=False, default=False)
 
 
+class ParticipantPatchSerializer(serializers.Serializer):
+    # The one change a participant takes: becoming the default (leaving is DELETE; a room
+    # always has exactly one default, so "not default" is said by making another one default).
+    # JSON as sent: only the boolean true (a BooleanField would also take "yes" or 1).
+    is_default = serializers.JSONField()
+
+    def validate_is_default(self, value: object) -> bool:
+        if value is not True:
+            raise serializers.ValidationError(
+                "Must be true: to change the default, make another participant the default."
+            )
+        return True
+
+
 class MessageOutputSerializer(serializers.ModelSerializer):
     """Documents the shape; ``to_representation`` defers to the one payload function."""
 

@@ -18,6 +18,7 @@ from bots.api.serializers import (
     MessageOutputSerializer,
     ParticipantInputSerializer,
     ParticipantOutputSerializer,
+    ParticipantPatchSerializer,
     SendOutputSerializer,
     SessionInputSerializer,
     SessionOutputSerializer,
@@ -344,6 +345,19 @@ class SessionParticipantsApi(APIView):
 
 
 class SessionParticipantDetailApi(APIView):
+    @extend_schema(
+        request=ParticipantPatchSerializer,
+        responses={200: ParticipantOutputSerializer, **api_errors(400, 404)},
+    )
+    def patch(self, request: Request, session_id: int, bot_id: int) -> Response:
+        """Make this participant the room's default (``{"is_default": true}``)."""
+        queries.session_get_for_user(user=request.user, session_id=session_id)
+        _valid(ParticipantPatchSerializer, request.data)
+        participant = participant_services.participant_default_set(
+            user=request.user, session_id=session_id, bot_id=bot_id
+        )
+        return Response(ParticipantOutputSerializer(participant).data)
+
     @extend_schema(responses={204: None, **api_errors(400, 404)})
     def delete(self, request: Request, session_id: int, bot_id: int) -> Response:
         participant_services.participant_remove(

@@ -19,6 +19,8 @@
  *   toolong.js          a message too long: compact or shorten
  *   attach.js           files in the composer (attachlinks.js: shown on a message)
  *   chatsettings.js     the chat's own model and extra instruction
+ *   participants.js     a room's bots, who answers, reply as, whose gauge   mention.js  @ autocomplete
+ *   context_view.js     a reply's "What the model saw" (its context record, diffed)
  * theme.js (a classic script in <head> of every page) applies the remembered colour theme.
  *   search.js           search all my chats                 transfer.js  export and import
  * markdown.js (a classic script, with the vendored libraries) renders replies.
@@ -31,7 +33,9 @@ import { botsBind, loadBots } from "./bots.js";
 import { chatSettingsBind } from "./chatsettings.js";
 import { composerBind, updateComposer } from "./composer.js";
 import { keyboardBind } from "./keyboard.js";
+import { mentionBind } from "./mention.js";
 import { create as memoryPanelCreate } from "./memory.js";
+import { roomBind } from "./participants.js";
 import { root } from "./page.js";
 import { searchBind } from "./search.js";
 import { sessionBind, sessionIdFromPath } from "./session.js";
@@ -53,6 +57,8 @@ if (root) {
   transferBind();
   attachBind();
   chatSettingsBind();
+  roomBind();
+  mentionBind();
   memorySet(memoryPanelCreate({ api: api }));
   keyboardBind();
   updateComposer();

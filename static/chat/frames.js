@@ -7,6 +7,7 @@ import { fmtInt } from "./format.js";
 import { contextRefreshCancel, renderContext, scheduleContextRefresh } from "./gauge.js";
 import { loadMarkers } from "./markers.js";
 import { ACTIVE_STATUSES } from "./messages.js";
+import { gaugeShows } from "./participants.js";
 import { confirmSocketSendsSoon } from "./sending.js";
 import { maybeRefreshTitle, resync } from "./session.js";
 import { memory, state } from "./state.js";
@@ -59,6 +60,11 @@ export function handleFrame(frame) {
       noteRecall(frame);
       break;
     case "context.updated":
+      // Rooms: a report from another bot's seat than the gauge shows asks for the right one.
+      if (!gaugeShows(frame.bot !== undefined ? frame.bot : frame.context && frame.context.bot)) {
+        scheduleContextRefresh(300);
+        break;
+      }
       contextRefreshCancel();
       renderContext(frame.context);
       break;

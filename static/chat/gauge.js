@@ -6,6 +6,7 @@ import { api } from "./api.js";
 import { el } from "./dom.js";
 import { fmtInt } from "./format.js";
 import { ui } from "./page.js";
+import { gaugeBotQuery } from "./participants.js";
 import { sessionPath } from "./session.js";
 import { state } from "./state.js";
 
@@ -100,7 +101,8 @@ export function renderContext(ctx) {
 
 export function refreshContext(epoch) {
   if (state.sessionId === null) return;
-  api("GET", sessionPath("context/")).then(
+  // Rooms: the seat of the bot picked above the gauge (its budget, its view).
+  api("GET", sessionPath("context/") + gaugeBotQuery()).then(
     function (ctx) {
       if (epoch === state.epoch) renderContext(ctx);
     },

@@ -1,7 +1,9 @@
 import { api, asList } from "./api.js";
 import { el } from "./dom.js";
 import { fmtInt } from "./format.js";
+import { markerActions, markerActionsReset } from "./marker_actions.js";
 import { ui } from "./page.js";
+import { avatar, participantBot, roomBotIds, roomReady } from "./participants.js";
 import { sessionPath } from "./session.js";
 import { state } from "./state.js";
 import { insertNode, withScroll } from "./transcript.js";
@@ -13,6 +15,7 @@ import { insertNode, withScroll } from "./transcript.js";
 const markers = { summaries: [], events: [], loaded: false };
 
 export function markersReset() {
+  markerActionsReset();
   markers.summaries = [];
   markers.events = [];
   markers.loaded = false;
@@ -23,18 +26,40 @@ export function markersAreLoaded() {
   return markers.loaded;
 }
 
+// Rows of several reads, each once (by id), in the order first seen.
+function unique(lists) {
+  var seen = new Map();
+  lists.forEach(function (list) {
+    asList(list).forEach(function (row) {
+      if (row && !seen.has(String(row.id))) seen.set(String(row.id), row);
+    });
+  });
+  return Array.from(seen.values());
+}
+
 export function loadMarkers(epoch) {
   if (state.sessionId === null) return Promise.resolve();
   var sessionId = state.sessionId;
-  return Promise.all([
-    api("GET", sessionPath("summaries/")),
-    api("GET", "compaction-events/?session=" + encodeURIComponent(sessionId)),
-  ]).then(
+  // A room: every participant's summaries and events (?bot=, CONTRACT §15), each read once.
+  return roomReady()
+    .then(function () {
+      var bots = roomBotIds();
+      var queries = bots.length > 1 ? bots.map(function (id) { return "bot=" + encodeURIComponent(id); }) : [""];
+      return Promise.all(
+        queries.map(function (q) {
+          return Promise.all([
+            api("GET", sessionPath("summaries/") + (q ? "?" + q : "")),
+            api("GET", "compaction-events/?session=" + encodeURIComponent(sessionId) + (q ? "&" + q : "")),
+          ]);
+        })
+      );
+    })
+    .then(
     function (results) {
       if (epoch !== state.epoch) return;
       markers.loaded = true;
-      markers.summaries = asList(results[0]);
-      markers.events = asList(results[1]);
+      markers.summaries = unique(results.map(function (r) { return r[0]; }));
+      markers.events = unique(results.map(function (r) { return r[1]; }));
       withScroll(renderMarkers);
     },
     function () {
@@ -51,7 +76,9 @@ const TRIGGER_WORDS = {
 };
 
 function renderMarkers() {
+  var open = new Set(); // the markers the reader had open stay open when redrawn
   ui.transcript.querySelectorAll(".compaction-marker").forEach(function (n) {
+    if (n.open) open.add(n.dataset.summaryId);
     n.remove();
   });
   var eventBySummary = new Map();
@@ -65,6 +92,7 @@ function renderMarkers() {
     })
     .forEach(function (summary) {
       var node = buildMarker(summary, eventBySummary.get(String(summary.id)));
+      if (open.has(String(summary.id))) node.open = true;
       insertNode(node, summary.last_seq + 0.5);
     });
 }
@@ -73,6 +101,7 @@ function renderMarkers() {
 const SUMMARY_HEADINGS = {
   active: "Summary the bot now sees",
   superseded: "Earlier summary, merged into a later one (the bot no longer sees it)",
+  reverted: "Undone summary: the bot sees these messages in full again",
 };
 
 function buildMarker(summary, event) {
@@ -81,6 +110,7 @@ function buildMarker(summary, event) {
   var bits = [TRIGGER_WORDS[summary.trigger] || summary.trigger || "compaction"];
   if (typeof summary.retention === "number") bits.push("retention " + Math.round(summary.retention * 100) + "%");
   if (summary.status === "superseded") bits.push("merged into a later summary");
+  if (summary.status === "reverted") bits.push("undone");
   var head = el(
     "summary",
     { class: "marker-head" },
@@ -99,6 +129,11 @@ function buildMarker(summary, event) {
     }),
     el("span", { class: "marker-meta", text: bits.join(" · ") })
   );
+  // In a room each bot compacts its own view: the marker names whose summary it is.
+  var bot = participantBot(summary.bot);
+  if (bot && roomBotIds().length > 1) {
+    head.prepend(el("span", { class: "marker-bot", dataset: { botSlug: bot.slug || "" } }, avatar(bot), bot.name));
+  }
 
   var facts = el("dl", { class: "marker-facts" });
   function fact(name, value) {
@@ -147,10 +182,18 @@ function buildMarker(summary, event) {
   return el(
     "details",
     {
-      class: "compaction-marker" + (summary.status === "superseded" ? " is-superseded" : ""),
-      dataset: { seq: String(summary.last_seq + 0.5), summaryId: String(summary.id), trigger: summary.trigger || "" },
+      class:
+        "compaction-marker" +
+        (summary.status === "superseded" ? " is-superseded" : "") +
+        (summary.status === "reverted" ? " is-reverted" : ""),
+      dataset: {
+        seq: String(summary.last_seq + 0.5),
+        summaryId: String(summary.id),
+        trigger: summary.trigger || "",
+        botSlug: (bot && bot.slug) || "",
+      },
     },
     head,
-    el("div", { class: "marker-body" }, facts, text, missingBox)
+    el("div", { class: "marker-body" }, facts, text, missingBox, markerActions(summary))
   );
 }

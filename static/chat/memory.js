@@ -332,7 +332,13 @@ export function create(deps) {
     if (isOpen() && ui.list.hidden === false) load();
   }
 
-  return { setSession: setSession, open: open, close: close, isOpen: isOpen, onUpdated: onUpdated, reload: load };
+  // openRecord: the panel opened on one record (a reply's "What the model saw" links there).
+  function openRecord(name) {
+    open();
+    return read(name);
+  }
+
+  return { setSession: setSession, open: open, close: close, isOpen: isOpen, onUpdated: onUpdated, reload: load, openRecord: openRecord };
 }
 
 // A search hit's excerpt: its messages one per line (CSS pre-line); an info record's matches come

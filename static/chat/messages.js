@@ -20,6 +20,8 @@ export function isTool(m) {
 export function authorLabel(m) {
   if (m.role === "user") return m.kind === "command" ? "You (command)" : "You";
   if (m.role === "assistant") {
+    // The speaker (rooms: each reply names its bot); else the chat's bot.
+    if (m.bot && m.bot.name) return m.bot.name;
     var bot = findBot(state.botId);
     return bot ? bot.name : "Bot";
   }

@@ -8,6 +8,7 @@ import { autoResize, updateComposer } from "./composer.js";
 import { scheduleContextRefresh } from "./gauge.js";
 import { loadMarkers } from "./markers.js";
 import { ui } from "./page.js";
+import { replyAsValue } from "./participants.js";
 import { maybeRefreshTitle, resync, sessionPath } from "./session.js";
 import { sendFrame, socketIsConnecting, waitForSocket } from "./socket.js";
 import { state } from "./state.js";
@@ -79,6 +80,9 @@ export function sendContent(content) {
   var node = buildMessageNode(m);
   node.dataset.clientId = clientId;
   var pending = { content: content, node: node, message: m, timer: null, transport: null };
+  // Manual mode's "reply as …", fixed when sent (a retry asks the same bot).
+  var replyAs = m.kind === "chat" ? replyAsValue() : null;
+  if (replyAs !== null) pending.replyAs = replyAs;
   pendingSends.set(clientId, pending);
   withScroll(function () {
     renderMessage(node, m);
@@ -102,7 +106,9 @@ function dispatchSend(clientId) {
     });
     return;
   }
-  if (sendFrame({ type: "message.send", content: pending.content, client_id: clientId })) {
+  var frame = { type: "message.send", content: pending.content, client_id: clientId };
+  if (pending.replyAs !== undefined) frame.reply_as = pending.replyAs;
+  if (sendFrame(frame)) {
     pending.transport = "ws";
     clearTimeout(pending.timer);
     pending.timer = setTimeout(function () {
@@ -166,6 +172,7 @@ function sendOverHttp(clientId, wait) {
   clearTimeout(pending.timer);
   var epoch = state.epoch;
   var body = { content: pending.content, client_id: clientId };
+  if (pending.replyAs !== undefined) body.reply_as = pending.replyAs;
   if (wait) body.wait = true;
   if (wait) showWaitingReply(clientId);
   api("POST", sessionPath("messages/"), body)

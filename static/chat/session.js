@@ -7,10 +7,13 @@ import { api, asList } from "./api.js";
 import { selectBot } from "./bots.js";
 import { updateComposer } from "./composer.js";
 import { sameId, sessionLabel } from "./format.js";
+import { contextViewReset } from "./context_view.js";
 import { contextRefreshCancel, refreshContext } from "./gauge.js";
 import { loadMarkers, markersReset } from "./markers.js";
 import { ACTIVE_STATUSES } from "./messages.js";
+import { mentionReset } from "./mention.js";
 import { ui } from "./page.js";
+import { loadRoom, roomReset } from "./participants.js";
 import { sendingReset } from "./sending.js";
 import { cancelRename, closeDrawer, dropSession, findSession, renderSessions } from "./sidebar.js";
 import { connect, disconnect, socketIsOpen, socketLastFrameAt } from "./socket.js";
@@ -118,6 +121,9 @@ export function closeSession() {
   transcriptReset();
   tooLongReset();
   markersReset();
+  roomReset();
+  mentionReset();
+  contextViewReset();
   cancelRename();
   sendingReset();
   state.stopRequested = false;
@@ -158,6 +164,7 @@ export function openSession(sessionId) {
   updateComposer();
   // The socket opens alongside the first read; its onopen resync covers anything in between.
   connect(epoch);
+  loadRoom(epoch);
   refreshContext(epoch);
   Promise.all([loadMessages(epoch, null), loadMarkers(epoch)])
     .then(function () {

@@ -25,7 +25,9 @@ import {
   toolRequests,
 } from "./messages.js";
 import { ui } from "./page.js";
+import { speakerMark } from "./participants.js";
 import { regenerate, renderFlips, startEdit } from "./branches.js";
+import { contextButton } from "./context_view.js";
 import { copyMessage } from "./copy.js";
 import { discardSend, pendingSends, retryReply, retrySend } from "./sending.js";
 import { scheduleStaleCheck } from "./session.js";
@@ -185,6 +187,7 @@ export function renderMessage(node, m) {
   node.setAttribute("aria-busy", ACTIVE_STATUSES[m.status] || m.status === "sending" ? "true" : "false");
 
   p.who.textContent = authorLabel(m);
+  speakerMark(node, m);
   // A notice speaks for itself; its author line would only say "System". Tool rows too.
   p.who.hidden = (notice && m.kind !== "command") || tool;
   p.when.textContent = m.created_at ? fmtTime(m.created_at) : "";
@@ -339,6 +342,8 @@ function renderActions(node, m, quiet) {
       actions.append(again);
     }
   }
+  var seen = quiet ? null : contextButton(node, m);
+  if (seen) actions.append(seen);
   if (m.content && m.status !== "sending" && !ACTIVE_STATUSES[m.status] && !isTool(m)) {
     var copy = actionButton("Copy", "button-quiet msg-copy", function () {
       copyMessage(m, copy);

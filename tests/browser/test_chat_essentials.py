@@ -99,8 +99,9 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         )
         == 0
     )
-    # From the skip link: 20 presses, whatever the length of the chat (it was 84 with every
-    # message's Pin button in the way); the transcript is one stop.
+    # From the skip link: 22 presses, whatever the length of the chat (it was 84 with every
+    # message's Pin button in the way); the transcript is one stop. "Add a bot" is the room
+    # bar's (a one-bot chat: who answers is not a choice yet, so its select is disabled).
     assert tab_stops_to_composer(page) == [
         "chat-platform",
         "theme-toggle",
@@ -121,6 +122,7 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         "Chat settings",
         "memory-toggle",
         "shortcuts-open",
+        "Add a bot",
         "transcript",
         "composer",
     ]
@@ -146,6 +148,8 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
     assert page.evaluate("document.activeElement.textContent") == "Pin"
     page.keyboard.press("ArrowRight")
     assert page.evaluate("document.activeElement.textContent") == "Regenerate"
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.textContent") == "What the model saw"
     page.keyboard.press("ArrowRight")
     assert page.evaluate("document.activeElement.textContent") == "Copy"
     page.keyboard.press("Escape")
