@@ -28,7 +28,7 @@ from bots.models import ChatSession, Message
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
 from chat_platform.textcheck import text_is_storable
-from memory import realtime
+from memory import embeddings, realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
@@ -92,6 +92,10 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
     )
     session = ChatSession.objects.select_related("bot").get(pk=snapshot.session_id)
     transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
+    if session.bot.embedding_model:
+        # Embedded after commit, on the compaction queue: an embedding outage never fails or
+        # slows the compaction, and what it leaves pending the next compaction takes again.
+        transaction.on_commit(partial(embeddings.messages_embed_dispatch, session.pk))
 
 
 def messages_index(*, session_id: int, first_seq: int, last_seq: int, record_id: int) -> int:
