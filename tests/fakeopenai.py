@@ -163,8 +163,11 @@ class FakeOpenAI:
         port: int = 0,
         default: Reply | None = None,
         responder: Callable[[dict], Reply] | None = None,
+        embedder: Callable[[list[str]], list[list[float]]] | None = None,
     ):
         self.default = default or Reply()
+        # What /v1/embeddings answers with (a real model, for benchmarks); else fake_embedding.
+        self.embedder = embedder
         # When the script is empty: answer from the request body (benchmarks), else ``default``.
         self.responder = responder
         self._lock = threading.Lock()
@@ -366,7 +369,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         inputs = body.get("input")
         inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        vectors: list = [fake_embedding(str(text)) for text in inputs]
+        texts = [str(text) for text in inputs]
+        if self.fake.embedder is not None:
+            vectors: list = [list(map(float, v)) for v in self.fake.embedder(texts)]
+        else:
+            vectors = [fake_embedding(text) for text in texts]
         if reply.garbage == "nan":
             vectors = [[float("nan")] * len(v) for v in vectors]
         elif reply.garbage == "short":

@@ -70,3 +70,26 @@ def hits(session: ChatSession, query: str, **kwargs) -> list[list]:
         [h.name, list(h.seqs)]
         for h in queries.records_search(session=session, query=query, **kwargs)
     ]
+
+
+def answers(session: ChatSession) -> dict:
+    """What search answers on the fixture, lexical and hybrid, as JSON-able data (the same on
+    both databases), with the vector ranking's scores."""
+    import numpy as np
+
+    from memory import embeddings
+    from tests.fakeopenai import fake_embedding
+
+    bot = session.bot
+    model = bot.embedding_model
+    out: dict = {"hybrid": {q: hits(session, q) for q in QUESTIONS}}
+    query = np.asarray(fake_embedding(QUESTIONS[1]), dtype="<f4")
+    query /= np.linalg.norm(query)
+    out["vector"] = [
+        [m.seq, round(m.score, 5)]
+        for m in embeddings.vector_ranked(session_id=session.pk, model=model, query=query)
+    ]
+    bot.embedding_model = ""
+    out["lexical"] = {q: hits(session, q) for q in QUESTIONS}
+    bot.embedding_model = model
+    return out
