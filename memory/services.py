@@ -440,4 +440,7 @@ def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq:
                 record_id=record.pk,
             )
         copied += 1
+    if copied and target.bot.embedding_model:
+        # The copies are the branch's own index rows: embedded like a compaction's.
+        transaction.on_commit(partial(embeddings.messages_embed_dispatch, target.pk))
     return copied

@@ -148,6 +148,21 @@ def test_a_compaction_embeds_its_messages_after_commit(
     assert len(fake_openai.embedding_requests) == 1  # one batch of 24
 
 
+def test_a_branch_embeds_the_messages_it_copies(
+    hybrid, eager_tasks, django_capture_on_commit_callbacks
+):
+    from bots.services.branch import do_branch_create
+
+    with django_capture_on_commit_callbacks(execute=True):
+        branch = do_branch_create(session=hybrid, at_seq=9)
+
+    rows = MessageIndex.objects.filter(session=branch).exclude(record=None)
+    assert sorted(rows.values_list("seq", "embedding_model")) == [
+        (seq, data.EMBEDDING_MODEL) for seq in range(1, 9)
+    ]
+    assert data.hits(branch, "How did I get hurt?") == [["snapshot_1_4", [1]]]
+
+
 # --- ranking ------------------------------------------------------------------------------------
 
 
