@@ -29,15 +29,15 @@ a turn never fails because embeddings are down.
 
 from __future__ import annotations
 
-import heapq
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import structlog
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
@@ -206,6 +206,15 @@ def query_vector(bot: Bot, text: str) -> np.ndarray | None:
     return vector_array(vector)
 
 
+# The session's vectors of one model and the query's size, newest first; every value a parameter.
+_VECTORS_SQL = """
+SELECT message_id, seq, record_id, embedding FROM memory_messageindex
+WHERE session_id = %s AND record_id IS NOT NULL AND embedding_model = %s
+  AND embedding IS NOT NULL AND length(embedding) = %s
+ORDER BY seq DESC LIMIT %s
+"""
+
+
 def vector_ranked(
     *, session_id: int, model: str, query: np.ndarray, limit: int = VECTOR_CANDIDATES
 ) -> list[MessageScore]:
@@ -215,57 +224,58 @@ def vector_ranked(
     query's (another model under the same name) are skipped."""
     if limit <= 0 or not query.size:
         return []
-    rows = (
-        MessageIndex.objects.filter(
-            session_id=session_id, record_id__isnull=False, embedding_model=model
-        )
-        .exclude(embedding__isnull=True)
-        .order_by("-seq")
-        .values_list("message_id", "seq", "record_id", "embedding")[:VECTOR_SCAN_MAX]
-    )
-    width = query.size * 4
-    best: list[tuple[float, int, int, int]] = []  # a min-heap of (similarity, seq, id, record)
-    chunk: list[tuple[int, int, int, bytes]] = []
+    query = query.astype("<f4")
+    params = [session_id, model, query.size * 4, VECTOR_SCAN_MAX]
+    best: list[tuple[float, int, int, int]] = []  # (similarity, seq, message id, record id)
     try:
-        for message_id, seq, record_id, data in rows.iterator(chunk_size=VECTOR_CHUNK):
-            blob = bytes(data)
-            if len(blob) == width:
-                chunk.append((message_id, seq, record_id, blob))
-            if len(chunk) >= VECTOR_CHUNK:
-                _keep_best(best, chunk, query, limit)
-                chunk = []
+        for chunk in _vector_chunks(params):
+            best = _best_of(best, chunk, query, limit)
     except DatabaseError:
         log.warning("memory_vector_read_failed", session_id=session_id, exc_info=True)
         return []
-    _keep_best(best, chunk, query, limit)
-    ordered = sorted(best, key=lambda b: (-b[0], -b[1]))
-    floor = max(0.0, ordered[0][0] * VECTOR_MIN_SHARE) if ordered else 0.0
-    ordered = [b for b in ordered if b[0] > 0 and b[0] >= floor]
+    floor = max(0.0, best[0][0] * VECTOR_MIN_SHARE) if best else 0.0
     return [
         MessageScore(message_id=m, seq=s, record_id=r, score=sim, session_id=session_id)
-        for sim, s, m, r in ordered
+        for sim, s, m, r in best
+        if sim > 0 and sim >= floor
     ]
 
 
-def _keep_best(
+def _vector_chunks(params: list[Any]) -> Iterator[list[tuple[int, int, int, bytes]]]:
+    """The rows, ``VECTOR_CHUNK`` at a time. On PostgreSQL through a binary-result cursor on
+    the same connection: a bytea in text form is twice the bytes, and decoding its hex costs more
+    than the matrix product (Django's cursors bind client-side, which cannot return binary)."""
+    connection.ensure_connection()
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(_VECTORS_SQL, params, binary=True)
+            while rows := cursor.fetchmany(VECTOR_CHUNK):
+                yield rows
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_VECTORS_SQL, params)
+        while rows := cursor.fetchmany(VECTOR_CHUNK):
+            yield rows
+
+
+def _best_of(
     best: list[tuple[float, int, int, int]],
     chunk: list[tuple[int, int, int, bytes]],
     query: np.ndarray,
     limit: int,
-) -> None:
-    if not chunk:
-        return
-    matrix = np.frombuffer(b"".join(c[3] for c in chunk), dtype="<f4").reshape(len(chunk), -1)
-    similarity = matrix @ query.astype("<f4")
+) -> list[tuple[float, int, int, int]]:
+    """``best`` and this chunk's best, the ``limit`` most similar, best first (ties: newest)."""
+    matrix = np.frombuffer(b"".join(bytes(row[3]) for row in chunk), dtype="<f4")
+    similarity = matrix.reshape(len(chunk), query.size) @ query
     take = min(limit, len(chunk))
     top = np.argpartition(-similarity, take - 1)[:take] if take < len(chunk) else range(len(chunk))
     for index in top:
         message_id, seq, record_id, _ = chunk[int(index)]
-        entry = (round(float(similarity[int(index)]), 6), seq, message_id, record_id)
-        if len(best) < limit:
-            heapq.heappush(best, entry)
-        elif entry > best[0]:
-            heapq.heapreplace(best, entry)
+        best.append((round(float(similarity[int(index)]), 6), seq, message_id, record_id))
+    best.sort(key=lambda b: (-b[0], -b[1]))
+    return best[:limit]
 
 
 def fused(
