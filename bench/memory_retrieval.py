@@ -648,10 +648,41 @@ def explain_hybrid_misses(corpus: Corpus, hybrid: list[Asked], session, seqs) ->
             print(f"    [{turn.date}] {turn.speaker}: {turn.text[:110]} -> {state}; {why}")
 
 
-def vector_scale(session, sizes=SCALE_SIZES) -> None:  # noqa: ANN001
+def scale_only() -> None:
+    """``--scale-only``: the vector side's cost alone, on random unit vectors of all-MiniLM's
+    size (384) in a session of its own (no feed, no model)."""
+    import numpy as np
+    from django.contrib.auth import get_user_model
+
+    from bots.models import Bot, ChatSession, Message
+    from compaction.models import Summary
+    from memory import embeddings
+    from memory.models import MemoryRecord
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-retrieval-scale")
+    Bot.objects.filter(owner=user).delete()
+    bot = Bot.objects.create(owner=user, name="scale", embedding_model=EMBEDDING_MODEL)
+    session = ChatSession.objects.create(user=user, bot=bot, title="scale source")
+    message = Message.objects.create(session=session, seq=1, role="user", content="x")
+    summary = Summary.objects.create(
+        session=session, level=1, text="s", token_count=1, first_seq=1, last_seq=1,
+        source_tokens=1, model="builtin/extractive", trigger="manual", retention=1.0,
+    )  # fmt: skip
+    Message.objects.filter(pk=message.pk).update(compacted_by_id=summary.pk)
+    record = MemoryRecord.objects.create(
+        session=session, name="snapshot_1_1", kind="snapshot", description="d", body="b",
+        first_seq=1, last_seq=1,
+    )  # fmt: skip
+    rng = np.random.default_rng(16)
+    vectors = [embeddings.vector_bytes(rng.standard_normal(384)) for _ in range(2000)]
+    vector_scale(session, source=[(v, record.pk) for v in vectors])
+
+
+def vector_scale(session, sizes=SCALE_SIZES, source=None) -> None:  # noqa: ANN001
     """The vector side's cost at 10k and 100k compacted messages: a synthetic session of the
-    same bot whose messages carry the real session's vectors, repeated; ``vector_ranked`` (read
-    every vector of the session, chunked, one matrix product per chunk, top 50) timed."""
+    same bot whose messages carry the real session's vectors (or ``source``), repeated;
+    ``vector_ranked`` (read every vector of the session, chunked, one matrix product per chunk,
+    top 50) timed."""
     import numpy as np
 
     from bots.models import ChatSession, Message
@@ -659,7 +690,7 @@ def vector_scale(session, sizes=SCALE_SIZES) -> None:  # noqa: ANN001
     from memory.models import MessageIndex
 
     model = session.bot.embedding_model
-    real = list(
+    real = source or list(
         MessageIndex.objects.filter(session_id=session.pk, embedding_model=model)
         .exclude(embedding=None)
         .values_list("embedding", "record_id")
@@ -789,7 +820,16 @@ def main() -> None:
         action="store_true",
         help="also hybrid: a real local embedding model (all-MiniLM-L6-v2, bench-only packages)",
     )
+    parser.add_argument(
+        "--scale-only",
+        action="store_true",
+        help="only the vector side's cost at 10k / 100k messages (random vectors, no feed)",
+    )
     options = parser.parse_args()
+    if options.scale_only:
+        setup(options.sqlite)
+        scale_only()
+        return
     minilm = MiniLM() if options.embedding else None
     setup(options.sqlite)
 
