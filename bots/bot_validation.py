@@ -73,6 +73,10 @@ def check_bot_connection(
         errors["compaction_model"] = [
             "With a connection, the compaction model is a built-in one or one of the connection's."
         ]
+    if bot.embedding_model and not connection_serves(connection, bot.embedding_model):
+        errors["embedding_model"] = [
+            "With a connection, the embedding model is one of the connection's."
+        ]
     if errors:
         raise ValidationFailed(details=errors)
     if "context_window" not in changed and not bot.context_window:
@@ -155,7 +159,9 @@ def _check_models(*, user: AbstractBaseUser | None, bot: Bot, errors: dict) -> N
     chat may pick) must name a provider of ``USER_PROVIDERS``, and without an api_base its
     default must be listed. A model staff approved stays usable while the owner edits other
     fields."""
-    models = [m for m in (bot.model, bot.compaction_model, *bot.allowed_models) if m]
+    models = [
+        m for m in (bot.model, bot.compaction_model, *bot.allowed_models, bot.embedding_model) if m
+    ]
     if _is_staff(user):
         bot.models_approved = "\n".join(dict.fromkeys(models))
         return
@@ -164,6 +170,7 @@ def _check_models(*, user: AbstractBaseUser | None, bot: Bot, errors: dict) -> N
     ]
     checked = [("model", bot.model), ("compaction_model", bot.compaction_model)]
     checked += [("allowed_models", m) for m in bot.allowed_models]
+    checked.append(("embedding_model", bot.embedding_model))
     for field, model in checked:
         if not model or model in approved:
             continue
@@ -248,6 +255,19 @@ def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | Non
     raise ValidationFailed(details={field: [message]})
 
 
+def check_bot_embedding_model(*, bot: Bot) -> None:
+    """An embedding model is a provider's (no built-in model embeds) and one line of text."""
+    model = bot.embedding_model
+    if not model:
+        return
+    if model.startswith("builtin/"):
+        raise ValidationFailed(
+            details={"embedding_model": ["No built-in model embeds: name a provider's model."]}
+        )
+    if model.strip() != model or any(ch.isspace() for ch in model):
+        raise ValidationFailed(details={"embedding_model": ["A model name has no spaces."]})
+
+
 def check_bot_settings(
     *,
     user: AbstractBaseUser | None,
@@ -255,6 +275,7 @@ def check_bot_settings(
     previous_api_base: str | None,
     changed: set[str] | None = None,
 ) -> None:
+    check_bot_embedding_model(bot=bot)
     if bot.connection_id is not None:
         check_bot_connection(user=user, bot=bot, changed=changed)
     else:

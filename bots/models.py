@@ -96,6 +96,12 @@ class Bot(models.Model):
         default=50, validators=[MaxValueValidator(200)]
     )
     recall_enabled = models.BooleanField(default=True)
+    # An embedding model (any litellm embedding model, called with the bot's provider settings):
+    # its compacted messages are then embedded and search fuses lexical and vector ranks
+    # (``memory.embeddings``). Blank: lexical search only.
+    embedding_model = models.CharField(
+        max_length=200, blank=True, default="", validators=[validate_storable_text]
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

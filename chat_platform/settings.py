@@ -274,6 +274,11 @@ MESSAGE_MAX_BYTES = 1024 * 1024
 # The most tokens one search_records result (and one records-API ?q= answer) may fill; a turn
 # also never gives it more than what is left of its budget B (CONTRACT §10).
 SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
+# Each embedding call (a bot's embedding_model: messages after a compaction, a question when it
+# searches) waits at most this long; a search whose call fails goes on with word search alone.
+EMBEDDING_TIMEOUT_SECONDS = env.float("EMBEDDING_TIMEOUT_SECONDS", default=10.0)
+if EMBEDDING_TIMEOUT_SECONDS <= 0:
+    raise ImproperlyConfigured("EMBEDDING_TIMEOUT_SECONDS must be more than 0")
 # The memory index (one line per record, newest first) takes at most this share of B; the newest
 # line is always offered. Search finds the records it leaves out.
 MEMORY_INDEX_MAX_PERCENT = env.int("MEMORY_INDEX_MAX_PERCENT", default=10)
@@ -424,6 +429,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {
     "bots.tasks.*": {"queue": "chat"},
     "compaction.tasks.*": {"queue": "compaction"},
+    # Embedding compacted messages (memory.embeddings) is compaction's follow-up work.
+    "memory.tasks.*": {"queue": "compaction"},
 }
 CELERY_TASK_DEFAULT_QUEUE = "chat"
 CELERY_BEAT_SCHEDULE = {

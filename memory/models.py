@@ -215,6 +215,11 @@ class MessageIndex(models.Model):
     )
     terms = models.TextField()
     length = models.PositiveIntegerField()
+    # The message's embedding (``memory.embeddings``): little-endian float32, unit length, by
+    # ``embedding_model`` (the session's bot's, when it was embedded). A message whose vector is
+    # missing or of another model is embedded (again) by the next compaction of its session.
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
+    embedding_model = models.CharField(max_length=200, blank=True, default="", editable=False)
 
     class Meta:
         indexes = [models.Index(fields=["session", "seq"], name="memory_message_index_seq")]

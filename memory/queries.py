@@ -19,7 +19,7 @@ from chat_platform.compiled import CompiledValues
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
-from memory import search
+from memory import embeddings, search
 from memory.models import MemoryRecord, MessageIndex
 from memory.terms import query_terms
 from memory.terms import terms as search_terms
@@ -265,7 +265,8 @@ def records_search(
 ) -> list[SearchHit]:
     """Ranked hits over everything ``session`` may read, best first (CONTRACT §10).
 
-    The compacted messages themselves (``MessageIndex``), ranked by BM25 over their terms, any
+    The compacted messages themselves (``MessageIndex``), ranked by BM25 over their terms (and,
+    for a bot with an ``embedding_model``, fused with their similarity in meaning), any
     query word counting (OR, rarer words weigh more, stop words dropped): a hit is the record
     that holds them (the snapshot a compaction took them into) with the matching messages whole,
     dated and attributed, plus the answer after a matching question. Info records are ranked
@@ -301,6 +302,8 @@ def records_search(
     ]
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
+    if messages:
+        ranked = _with_vectors(session, text, ranked, from_seq=from_seq)
     hits = _fill(session, ranked, room=room, limit=limit, model=model)
     used = count_tokens("".join(_rendered(hit) for hit in hits), model=model)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
@@ -315,6 +318,29 @@ def _seen_from(session: ChatSession) -> int:
         return 1
     seat = participant_seat(session=session, bot_id=session.bot_id)
     return seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
+
+
+def _with_vectors(
+    session: ChatSession, text: str, ranked: list[tuple[float, object]], *, from_seq: int = 1
+) -> list[tuple[float, object]]:
+    """Hybrid search, for a bot with an embedding model: the lexical ranking fused with the
+    session's messages most similar in meaning to the question (``memory.embeddings``), so a
+    question that shares no word with its answer still finds it. Without a model, or when the
+    model is down (a logged warning), the lexical ranking as it is."""
+    bot = session.bot
+    if not bot.embedding_model:
+        return ranked
+    vector = embeddings.query_vector(bot, text)
+    if vector is None:
+        return ranked
+    similar = [
+        m
+        for m in embeddings.vector_ranked(
+            session_id=session.pk, model=bot.embedding_model, query=vector
+        )
+        if m.seq >= from_seq  # a room's late joiner, as for the words (``_seen_from``)
+    ]
+    return embeddings.fused(ranked, similar) if similar else ranked
 
 
 def _rendered(hit: SearchHit) -> str:

@@ -28,7 +28,7 @@ from bots.models import ChatSession, Message
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
 from chat_platform.textcheck import text_is_storable
-from memory import realtime
+from memory import embeddings, realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
@@ -105,6 +105,10 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
         room=session.is_room,
     )
     transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
+    if session.bot.embedding_model:
+        # Embedded after commit, on the compaction queue: an embedding outage never fails or
+        # slows the compaction, and what it leaves pending the next compaction takes again.
+        transaction.on_commit(partial(embeddings.messages_embed_dispatch, session.pk))
 
 
 def messages_index(
@@ -452,4 +456,7 @@ def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq:
                 record_id=record.pk,
             )
         copied += 1
+    if copied and target.bot.embedding_model:
+        # The copies are the branch's own index rows: embedded like a compaction's.
+        transaction.on_commit(partial(embeddings.messages_embed_dispatch, target.pk))
     return copied

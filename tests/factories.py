@@ -32,7 +32,15 @@ class BotFactory(factory.django.DjangoModelFactory):
     # provider policy (tests/bots/test_provider_policy.py) pass api_base_approved explicitly.
     api_base_approved = factory.LazyAttribute(lambda bot: bot.api_base)
     models_approved = factory.LazyAttribute(
-        lambda bot: "\n".join(m for m in (bot.model, getattr(bot, "compaction_model", "")) if m)
+        lambda bot: "\n".join(
+            m
+            for m in (
+                bot.model,
+                getattr(bot, "compaction_model", ""),
+                getattr(bot, "embedding_model", ""),
+            )
+            if m
+        )
     )
 
 

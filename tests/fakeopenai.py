@@ -87,6 +87,56 @@ class Served:
     seconds: float | None = None
 
 
+@dataclass
+class EmbeddingReply:
+    """How ``/v1/embeddings`` answers one request (``FakeOpenAI.script_embeddings``); by
+    default the deterministic vectors of ``fake_embedding``."""
+
+    status: int = 200
+    error_message: str = "fake embedding error"
+    hang: float = 0.0
+    # "nan": a vector holding NaN; "short": one vector fewer than inputs; "text": strings.
+    garbage: str = ""
+
+
+# Bag-of-concepts embeddings: a word of a concept adds 1 to that concept's dimension, any other
+# word (not a stop word) 0.25 to one of HASHED_DIMENSIONS buckets (crc32). Synonyms of a concept
+# land on the same dimension, so "injury" is near "ankle" although they share no letter: what a
+# real embedding model does, made exact for tests.
+CONCEPTS: dict[str, tuple[str, ...]] = {
+    "injury": ("injury", "injured", "hurt", "ankle", "sprain", "sprained", "limping", "wrist"),
+    "boat": ("boat", "sailing", "sail", "kayak", "canoe", "paddle", "paddled", "rowing"),
+    "pet": ("pet", "pets", "dog", "puppy", "cat", "kitten", "adopted", "terrier"),
+    "music": ("music", "instrument", "cello", "violin", "piano", "guitar", "band"),
+    "food": ("food", "dinner", "cooked", "curry", "recipe", "baked", "restaurant"),
+    "travel": ("trip", "travel", "flight", "flew", "holiday", "vacation", "abroad"),
+}
+HASHED_DIMENSIONS = 64
+_FAKE_STOPWORDS = frozenset(
+    """
+    a an and are at be did do does for from got had has have he her his how i in is it my of
+    on or our pick picked she so that the their they this to up was we were what when where
+    which who why with you your
+    """.split()  # noqa: SIM905 - a word list reads better as prose
+)
+
+
+def fake_embedding(text: str) -> list[float]:
+    import re
+    import zlib
+
+    concept_of = {w: i for i, words in enumerate(CONCEPTS.values()) for w in words}
+    vector = [0.0] * (len(CONCEPTS) + HASHED_DIMENSIONS)
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        if word in _FAKE_STOPWORDS:
+            continue
+        if word in concept_of:
+            vector[concept_of[word]] += 1.0
+        else:
+            vector[len(CONCEPTS) + zlib.crc32(word.encode()) % HASHED_DIMENSIONS] += 0.25
+    return vector
+
+
 def _usage(body: dict, reply: Reply) -> dict:
     if reply.usage is not None:
         return dict(reply.usage)
@@ -113,13 +163,22 @@ class FakeOpenAI:
         port: int = 0,
         default: Reply | None = None,
         responder: Callable[[dict], Reply] | None = None,
+        embedder: Callable[[list[str]], list[list[float]]] | None = None,
     ):
         self.default = default or Reply()
+        # What /v1/embeddings answers with (a real model, for benchmarks); else fake_embedding.
+        self.embedder = embedder
         # When the script is empty: answer from the request body (benchmarks), else ``default``.
         self.responder = responder
         self._lock = threading.Lock()
         self._queue: collections.deque[Reply] = collections.deque()
         self.served: list[Served] = []
+        self._embedding_queue: collections.deque[EmbeddingReply] = collections.deque()
+        # Every /v1/embeddings JSON body, in arrival order (not in ``served``/``requests``).
+        self.embedding_requests: list[dict] = []
+        self.embedding_headers: list[dict[str, str]] = []  # theirs, names lower-cased
+        # When the embeddings script is empty: this answers (default: the fake vectors).
+        self.embedding_default = EmbeddingReply()
         self.in_flight = 0
         self.max_concurrent = 0
         # Set when the server stops, so hung handlers give up instead of lingering.
@@ -142,6 +201,19 @@ class FakeOpenAI:
         """Queue replies, consumed one per chat request; when empty, ``default`` answers."""
         with self._lock:
             self._queue.extend(Reply(text=r) if isinstance(r, str) else r for r in replies)
+
+    def script_embeddings(self, *replies: EmbeddingReply) -> None:
+        """Queue embedding answers, one per /v1/embeddings request; then ``embedding_default``."""
+        with self._lock:
+            self._embedding_queue.extend(replies)
+
+    def _embedding_reply(self, body: dict, headers: dict[str, str]) -> EmbeddingReply:
+        with self._lock:
+            self.embedding_requests.append(body)
+            self.embedding_headers.append(headers)
+            if self._embedding_queue:
+                return self._embedding_queue.popleft()
+            return copy.deepcopy(self.embedding_default)
 
     @property
     def requests(self) -> list[dict]:
@@ -262,6 +334,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if self.path.rstrip("/").endswith("/embeddings"):
+            self._embeddings(raw)
+            return
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._json(404, _error_body(404, f"no route POST {self.path}"))
             return
@@ -279,6 +354,55 @@ class _Handler(BaseHTTPRequestHandler):
             completed = False
         finally:
             self.fake._end(served, completed=completed)
+
+    def _embeddings(self, raw: bytes) -> None:
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._json(400, _error_body(400, "request body is not JSON"))
+            return
+        reply = self.fake._embedding_reply(body, {k.lower(): v for k, v in self.headers.items()})
+        if reply.hang and self._pause(reply.hang):
+            return
+        if reply.status != 200:
+            self._json(reply.status, _error_body(reply.status, reply.error_message))
+            return
+        inputs = body.get("input")
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        texts = [str(text) for text in inputs]
+        if self.fake.embedder is not None:
+            vectors: list = [list(map(float, v)) for v in self.fake.embedder(texts)]
+        else:
+            vectors = [fake_embedding(text) for text in texts]
+        if reply.garbage == "nan":
+            vectors = [[float("nan")] * len(v) for v in vectors]
+        elif reply.garbage == "short":
+            vectors = vectors[:-1]
+        elif reply.garbage == "text":
+            vectors = [["not", "a", "number"] for _ in vectors]
+        base64_wanted = body.get("encoding_format") == "base64" and not reply.garbage
+
+        def encoded(vector: list) -> object:
+            if not base64_wanted:
+                return vector
+            import base64
+            import struct
+
+            return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+        data = [
+            {"object": "embedding", "index": i, "embedding": encoded(v)}
+            for i, v in enumerate(vectors)
+        ]
+        tokens = sum(len(str(t).split()) for t in inputs) or 1
+        payload = {
+            "object": "list",
+            "data": data,
+            "model": body.get("model") or MODEL_ID,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        # json.dumps writes NaN as a bare NaN token (not JSON), as a broken server might.
+        self._json(200, payload)
 
     # -- answers -----------------------------------------------------------------------------
     def _answer(self, body: dict, reply: Reply) -> bool:
@@ -432,4 +556,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["FakeOpenAI", "Reply", "Served", "fake_openai"]
+__all__ = ["EmbeddingReply", "FakeOpenAI", "Reply", "Served", "fake_embedding", "fake_openai"]

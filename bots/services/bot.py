@@ -38,7 +38,7 @@ BOT_COMPACTION_FIELDS = (
     "compaction_model",
     "compaction_fallback_extractive",
 )
-BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled")
+BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled", "embedding_model")
 BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
 
 

@@ -177,6 +177,10 @@ _LEAN_SWITCHES: dict[str, Any] = {
     # usage: we count with our one counter instead (_usage_tokens)
     "disable_token_counter": True,
     "disable_add_transform_inline_image_block": True,
+    # The provider SDK's own retries stay off on every road (one retry policy: ours). litellm's
+    # OpenAI embedding path turns ``max_retries=0`` into this default (``max_retries or
+    # DEFAULT_MAX_RETRIES``), which would retry a 5xx twice behind our back.
+    "DEFAULT_MAX_RETRIES": 0,
 }
 
 
@@ -634,6 +638,95 @@ def complete(
     )
     _log_done(config, completion, started=started, attempts=attempts, streamed=False)
     return completion
+
+
+class EmbeddingUnreadable(Exception):
+    """An embedding answer that is not one finite vector per input, all of one size."""
+
+
+def _embedding_vectors(response: Any, count: int) -> list[list[float]]:
+    data = _get(response, "data")
+    if not isinstance(data, list) or len(data) != count:
+        raise EmbeddingUnreadable(f"expected {count} embeddings")
+    ordered: list[Any] = [None] * count
+    for position, item in enumerate(data):
+        index = _get(item, "index")
+        index = index if isinstance(index, int) and 0 <= index < count else position
+        ordered[index] = _get(item, "embedding")
+    vectors: list[list[float]] = []
+    for vector in ordered:
+        if not isinstance(vector, list) or not vector:
+            raise EmbeddingUnreadable("an embedding is not a list of numbers")
+        if not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and x == x and abs(x) < 1e30
+            for x in vector
+        ):
+            raise EmbeddingUnreadable("an embedding holds a value that is not a finite number")
+        vectors.append([float(x) for x in vector])
+    if len({len(v) for v in vectors}) != 1:
+        raise EmbeddingUnreadable("the embeddings differ in size")
+    return vectors
+
+
+def embed(config: ModelConfig, texts: list[str], *, retry: bool = True) -> list[list[float]]:
+    """One embedding call (``litellm.embedding``) for ``texts``, under the same provider policy,
+    keys, outbound rules and retry policy as a completion (``retry=False``: one attempt, for a
+    caller that has a fallback and must not wait); one vector per text, in order. Raises
+    ``ModelCallFailed`` (an answer that is not one finite vector per text, all of one size,
+    included: "the provider's answer could not be read")."""
+    started = time.monotonic()
+    kwargs: dict[str, Any] = {}
+    try:
+        kwargs = _call_kwargs(config, [], tools=None, max_tokens=None, stream=False)
+    except ModelCallFailed as error:
+        _log_failed(config, error, started=started, streamed=False)
+        raise
+    if not texts:
+        return []
+    call: dict[str, Any] = {
+        "model": config.model,
+        "input": list(texts),
+        "timeout": kwargs["timeout"],
+        # Our retry policy only (see DEFAULT_MAX_RETRIES in _LEAN_SWITCHES).
+        "num_retries": 0,
+        "max_retries": 0,
+        "drop_params": True,
+    }
+    for name in ("api_base", "api_key"):
+        if name in kwargs:
+            call[name] = kwargs[name]
+    litellm = _litellm()
+    policy = _policy(config, kwargs)
+    state: tenacity.RetryCallState | None = None
+    try:
+        retrying = MODEL_CALL_RETRY.attempts(
+            may_retry=lambda: retry, on_retry=partial(_log_retry, config)
+        )
+        for attempt in retrying:
+            state = attempt.retry_state
+            with attempt, outbound.scope(policy):
+                response = litellm.embedding(**call)
+        vectors = _embedding_vectors(response, len(texts))
+    except EmbeddingUnreadable as exc:
+        failure = ModelCallFailed(
+            f"{config.model}: the provider's answer could not be read ({exc})",
+            attempts=_attempts(state),
+        )
+        _log_failed(config, failure, started=started, streamed=False)
+        raise failure from exc
+    except Exception as exc:
+        failure = _unavailable(config, exc, attempts=_attempts(state), kwargs=kwargs)
+        _log_failed(config, failure, started=started, streamed=False)
+        raise failure from exc
+    log.info(
+        "llm_embedding",
+        model=config.model,
+        inputs=len(texts),
+        dimensions=len(vectors[0]),
+        attempts=_attempts(state),
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    return vectors
 
 
 def stream(

@@ -14,12 +14,12 @@ from tests.integration.processes import ROOT, process_env
 SCRIPT = ROOT / "tests" / "memory" / "message_search_sqlite_script.py"
 
 
-def _sqlite(tmp_path):
+def _sqlite(tmp_path, script=SCRIPT):
     env = process_env(
         REDIS_URL=None, DEBUG="true", DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}"
     )
     done = subprocess.run(  # noqa: S603
-        [sys.executable, str(SCRIPT)],
+        [sys.executable, str(script)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,0 +1,300 @@
+"""Search by meaning: message embeddings, and the vector side of hybrid search (CONTRACT §10).
+
+A bot that names an ``embedding_model`` (any litellm embedding model, called through the one
+gateway with the bot's provider settings, like its chat model) has its compacted messages
+embedded, and ``memory.queries.records_search`` then fuses two rankings of the same messages —
+the lexical one (BM25 over ``MessageIndex`` terms) and this one (cosine similarity between the
+question's vector and the messages') — by reciprocal rank fusion.
+
+Writing. A compaction that succeeds indexes its messages (``memory.services.messages_index``)
+and, after commit, hands ``messages_embed_pending(session_id)`` to the ``compaction`` queue
+(``memory.tasks``; in-process in embedded mode). It embeds, in batches of ``EMBED_BATCH``,
+every indexed message of the session whose vector is missing or was made by another model (a
+changed model re-embeds). A failed batch (timeout, 5xx, an unreadable answer) is logged as a
+warning and ends the run: its rows stay pending and the next compaction of the session takes
+them again, so nothing is lost and the compaction itself never fails over it.
+
+Storage. No ``vector`` extension is required: a vector is stored beside its message
+(``MessageIndex.embedding``, little-endian float32, unit length) with the model that made it.
+Ranking reads the vectors of the session in scope (the newest ``VECTOR_SCAN_MAX`` at most) in
+chunks of ``VECTOR_CHUNK`` rows and keeps the best ``VECTOR_CANDIDATES`` (numpy: one matrix
+product per chunk), so memory stays bounded by a chunk whatever the session's length; the cost
+is linear in the session's compacted messages (``bench/memory_retrieval.py --embedding`` prints
+it at 10k and 100k). Both databases run the same Python, so SQLite ranks what PostgreSQL ranks.
+
+Reading. The question is embedded with the same model when the search runs. An outage there
+(or a model that answers garbage) degrades the search to lexical only, with a logged warning:
+a turn never fails because embeddings are down.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import structlog
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from bots.model_config import bot_model_config
+from bots.models import Bot, ChatSession, Message
+from chat_platform.celery_app import app as celery_app
+from chat_platform.llm import gateway
+from chat_platform.outage import BROKER_ERRORS
+from memory.models import MessageIndex
+from memory.search import MessageScore
+
+log = structlog.get_logger(__name__)
+
+EMBED_TASK = "memory.tasks.messages_embed"
+# Texts per embedding request, and requests per run (a run stops there; the next compaction of
+# the session goes on where it stopped).
+EMBED_BATCH = 64
+EMBED_MAX_BATCHES = 50
+# What of a message is embedded: embedding models read a few hundred tokens at most.
+EMBED_TEXT_MAX_CHARS = 2000
+# The vector side of a search: the best this many messages take part in the fusion, out of the
+# newest VECTOR_SCAN_MAX vectors of the session, read VECTOR_CHUNK rows at a time.
+VECTOR_CANDIDATES = 50
+VECTOR_SCAN_MAX = 100_000
+VECTOR_CHUNK = 4096
+# A message takes part only when it is at least this share as similar as the best one (and more
+# than orthogonal): what is far from the question in meaning is not a hit, however few hits the
+# question has. Relative, so it holds for any model's scale of similarities.
+VECTOR_MIN_SHARE = 0.5
+# Reciprocal rank fusion: an item's score is the sum over the rankings it is in of
+# 1 / (RRF_K + rank), rank from 1 (the usual constant: no ranking's top dominates).
+RRF_K = 60
+
+_discovery_lock = threading.Lock()
+
+
+# --- vectors as bytes -------------------------------------------------------------------------
+
+
+def vector_bytes(vector: list[float] | np.ndarray) -> bytes:
+    """A vector as stored: float32, little-endian, unit length (a zero vector stays zero)."""
+    array = np.asarray(vector, dtype="<f4")
+    norm = float(np.linalg.norm(array))
+    if norm > 0:
+        array = array / norm
+    return array.astype("<f4").tobytes()
+
+
+def vector_array(data: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(bytes(data), dtype="<f4")
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+def embedding_config(bot: Bot) -> gateway.ModelConfig:
+    """The bot's embedding model as the gateway is given it: the bot's provider settings (its
+    connection, or its api_base and key variable), the embedding call's own timeout."""
+    config = bot_model_config(bot, model=bot.embedding_model)
+    return replace(config, timeout=float(settings.EMBEDDING_TIMEOUT_SECONDS))
+
+
+def embed_texts(bot: Bot, texts: list[str], *, retry: bool = True) -> list[bytes]:
+    """``texts`` embedded by the bot's model, as stored bytes; raises ``ModelCallFailed``."""
+    clipped = [text[:EMBED_TEXT_MAX_CHARS] for text in texts]
+    vectors = gateway.embed(embedding_config(bot), clipped, retry=retry)
+    return [vector_bytes(v) for v in vectors]
+
+
+# --- writing: the compaction worker ------------------------------------------------------------
+
+
+def _pending(session_id: int, model: str):  # noqa: ANN202 - a queryset of MessageIndex
+    return (
+        MessageIndex.objects.filter(session_id=session_id, record_id__isnull=False)
+        .exclude(embedding_model=model, embedding__isnull=False)
+        .order_by("seq")
+    )
+
+
+def messages_embed_pending(*, session_id: int) -> int:
+    """Embed the session's indexed messages that have no vector of its bot's embedding model
+    yet, in batches; how many were embedded. A failed batch is logged (warning) and ends the
+    run with its rows still pending, for the next compaction to take again; a vanished session
+    or a bot without an embedding model embeds nothing."""
+    session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    if session is None or not session.bot.embedding_model:
+        return 0
+    bot = session.bot
+    model = bot.embedding_model
+    done = 0
+    for _ in range(EMBED_MAX_BATCHES):
+        batch = list(_pending(session_id, model).values_list("message_id", flat=True)[:EMBED_BATCH])
+        if not batch:
+            break
+        texts = dict(Message.objects.filter(pk__in=batch).values_list("pk", "content"))
+        ids = [pk for pk in batch if texts.get(pk, "").strip()]
+        try:
+            vectors = embed_texts(bot, [texts[pk] for pk in ids])
+        except gateway.ModelCallFailed as exc:
+            left = _pending(session_id, model).count()
+            log.warning(
+                "memory_embedding_failed",
+                session_id=session_id,
+                model=model,
+                pending=left,
+                reason=str(exc),
+            )
+            return done
+        rows = [
+            MessageIndex(message_id=pk, embedding=vector, embedding_model=model)
+            for pk, vector in zip(ids, vectors, strict=True)
+        ]
+        MessageIndex.objects.bulk_update(rows, ["embedding", "embedding_model"])
+        # A message whose text vanished meanwhile has nothing to embed: marked, never retried.
+        blank = [pk for pk in batch if pk not in set(ids)]
+        if blank:
+            MessageIndex.objects.filter(message_id__in=blank).update(
+                embedding=b"", embedding_model=model
+            )
+        done += len(rows)
+    if done:
+        log.info("memory_embedded", session_id=session_id, model=model, messages=done)
+    return done
+
+
+def _task(name: str) -> Any:
+    if name not in celery_app.tasks:
+        # Found by autodiscovery, which a web process runs only when first asked.
+        with _discovery_lock:
+            if name not in celery_app.tasks:
+                celery_app.loader.import_default_modules()
+    return celery_app.tasks[name]
+
+
+def messages_embed_dispatch(session_id: int) -> None:
+    """After a compaction committed: embed its messages on the ``compaction`` queue (at once, in
+    embedded mode). A broker that is down loses nothing: the rows stay pending for the next
+    compaction of the session. Never raises (the compaction has succeeded)."""
+    try:
+        _task(EMBED_TASK).delay(session_id)
+    except BROKER_ERRORS:
+        log.warning("memory_embedding_dispatch_failed", session_id=session_id, exc_info=True)
+    except Exception:  # an eager run that failed unexpectedly: logged, never the compaction's
+        log.exception("memory_embedding_run_failed", session_id=session_id)
+
+
+# --- reading: the vector side of a search ------------------------------------------------------
+
+
+def query_vector(bot: Bot, text: str) -> np.ndarray | None:
+    """The question's vector, or ``None``: no embedding model, or the model failed (logged as a
+    warning; the search goes on lexically)."""
+    if not bot.embedding_model or not text.strip():
+        return None
+    try:
+        # One attempt: a search waiting out retries would hold the turn; it has a fallback.
+        (vector,) = embed_texts(bot, [text], retry=False)
+    except gateway.ModelCallFailed as exc:
+        log.warning(
+            "memory_search_embedding_failed",
+            bot_id=bot.pk,
+            model=bot.embedding_model,
+            reason=str(exc),
+            fallback="lexical",
+        )
+        return None
+    return vector_array(vector)
+
+
+# The session's vectors of one model and the query's size, newest first; every value a parameter.
+_VECTORS_SQL = """
+SELECT message_id, seq, record_id, embedding FROM memory_messageindex
+WHERE session_id = %s AND record_id IS NOT NULL AND embedding_model = %s
+  AND embedding IS NOT NULL AND length(embedding) = %s
+ORDER BY seq DESC LIMIT %s
+"""
+
+
+def vector_ranked(
+    *, session_id: int, model: str, query: np.ndarray, limit: int = VECTOR_CANDIDATES
+) -> list[MessageScore]:
+    """The ``limit`` compacted messages of the session most similar to ``query`` (cosine; ties:
+    newest first), out of its newest ``VECTOR_SCAN_MAX`` vectors of ``model``, leaving out those
+    less than ``VECTOR_MIN_SHARE`` as similar as the best. Vectors of another size than the
+    query's (another model under the same name) are skipped."""
+    if limit <= 0 or not query.size:
+        return []
+    query = query.astype("<f4")
+    params = [session_id, model, query.size * 4, VECTOR_SCAN_MAX]
+    best: list[tuple[float, int, int, int]] = []  # (similarity, seq, message id, record id)
+    try:
+        for chunk in _vector_chunks(params):
+            best = _best_of(best, chunk, query, limit)
+    except DatabaseError:
+        log.warning("memory_vector_read_failed", session_id=session_id, exc_info=True)
+        return []
+    floor = max(0.0, best[0][0] * VECTOR_MIN_SHARE) if best else 0.0
+    return [
+        MessageScore(message_id=m, seq=s, record_id=r, score=sim, session_id=session_id)
+        for sim, s, m, r in best
+        if sim > 0 and sim >= floor
+    ]
+
+
+def _vector_chunks(params: list[Any]) -> Iterator[list[tuple[int, int, int, bytes]]]:
+    """The rows, ``VECTOR_CHUNK`` at a time. On PostgreSQL through a binary-result cursor on
+    the same connection: a bytea in text form is twice the bytes, and decoding its hex costs more
+    than the matrix product (Django's cursors bind client-side, which cannot return binary)."""
+    connection.ensure_connection()
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(_VECTORS_SQL, params, binary=True)
+            while rows := cursor.fetchmany(VECTOR_CHUNK):
+                yield rows
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_VECTORS_SQL, params)
+        while rows := cursor.fetchmany(VECTOR_CHUNK):
+            yield rows
+
+
+def _best_of(
+    best: list[tuple[float, int, int, int]],
+    chunk: list[tuple[int, int, int, bytes]],
+    query: np.ndarray,
+    limit: int,
+) -> list[tuple[float, int, int, int]]:
+    """``best`` and this chunk's best, the ``limit`` most similar, best first (ties: newest)."""
+    matrix = np.frombuffer(b"".join(bytes(row[3]) for row in chunk), dtype="<f4")
+    similarity = matrix.reshape(len(chunk), query.size) @ query
+    take = min(limit, len(chunk))
+    top = np.argpartition(-similarity, take - 1)[:take] if take < len(chunk) else range(len(chunk))
+    for index in top:
+        message_id, seq, record_id, _ = chunk[int(index)]
+        best.append((round(float(similarity[int(index)]), 6), seq, message_id, record_id))
+    best.sort(key=lambda b: (-b[0], -b[1]))
+    return best[:limit]
+
+
+def fused(
+    lexical: list[tuple[float, object]], vector: list[MessageScore]
+) -> list[tuple[float, object]]:
+    """Reciprocal rank fusion of the lexical ranking (messages and info records, best first) and
+    the vector ranking (messages): each item scores ``1 / (RRF_K + rank)`` in each ranking it is
+    in, a message in both scoring twice; best first, ties in lexical order, then vector order.
+    A message is one item whichever ranking names it (by its message id)."""
+    scores: dict[object, float] = {}
+    items: dict[object, object] = {}
+    for rank, (_, item) in enumerate(lexical, start=1):
+        key = ("m", item.message_id) if isinstance(item, MessageScore) else ("r", id(item))
+        scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
+        items.setdefault(key, item)
+    for rank, message in enumerate(vector, start=1):
+        key = ("m", message.message_id)
+        scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
+        items.setdefault(key, message)
+    order = {key: position for position, key in enumerate(items)}
+    ranked = sorted(scores, key=lambda key: (-scores[key], order[key]))
+    return [(scores[key], items[key]) for key in ranked]
