@@ -367,3 +367,21 @@ def talks_line(seq: int) -> str:
         return talks.line(seq)
     finally:
         talks.TALKS = saved
+
+
+def test_a_room_bot_that_sees_from_its_join_finds_nothing_earlier_by_meaning(hybrid):
+    """In a room, a bot that joined at seq 4 seeing only from then never gets messages 1–4
+    back, neither by their words nor by their meaning (CONTRACT §15)."""
+    from bots.models import ChatSession, SessionParticipant
+
+    assert data.hits(hybrid, "How did I get hurt?") == [["snapshot_1_4", [1]]]
+    ChatSession.objects.filter(pk=hybrid.pk).update(is_room=True)
+    SessionParticipant.objects.filter(session=hybrid).delete()
+    SessionParticipant.objects.create(
+        session=hybrid, bot=hybrid.bot, joined_seq=4, sees_from_join=True, is_default=True
+    )
+    hybrid.refresh_from_db()
+
+    assert data.hits(hybrid, "How did I get hurt?") == []
+    assert data.hits(hybrid, "When did we go out on the boat?") == [["snapshot_5_8", [7]]]
+    assert data.hits(hybrid, "Which instrument is she learning?") == [["snapshot_5_8", [5]]]
