@@ -28,6 +28,16 @@ class Budget:
     target: int  # T: where soft compaction aims to land
     target_blocking: int  # Ts: where blocking compaction aims to land
 
+    def soft_due(self, pressure: int) -> bool:
+        """The soft rule (CONTRACT §8): at or past S, a compaction runs in the background. The
+        one statement of it: the turn's trigger, the task that runs it and ``/compact``'s notice
+        all ask here (``pressure_level``)."""
+        return pressure_level(self, pressure) != "ok"
+
+    def hard_due(self, pressure: int) -> bool:
+        """The hard rule: at or past H, the call waits for a blocking compaction."""
+        return pressure_level(self, pressure) == "hard"
+
 
 def _require_int(name: str, value: object, *, minimum: int) -> int:
     # bool is an int subclass; True as a token count is always a caller bug.

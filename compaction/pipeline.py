@@ -396,11 +396,7 @@ def context_build(
         expand_for=expand_for,
     )
     waited: dict[str, Any] | None = None
-    if (
-        session.bot.compaction_enabled
-        and measure.budget.hard
-        and (measure.pressure >= measure.budget.hard)
-    ):
+    if session.bot.compaction_enabled and measure.budget.hard_due(measure.pressure):
         waited = _waited(compaction_hard(session=session, measure=measure))
         session.refresh_from_db(fields=["context_tokens", "context_messages"])
         measure = context_measure(
@@ -695,11 +691,9 @@ def context_bot(session: ChatSession) -> dict[str, Any] | None:
 def soft_compaction_due(state: ContextState) -> bool:
     """The soft trigger (CONTRACT §7): compaction on, pressure at or past S, no cool-down and no
     run in flight. The one place that says so; the turn asks it after every reply."""
-    soft = state.measure.budget.soft
     return bool(
         state.session.bot.compaction_enabled
-        and soft
-        and state.measure.pressure >= soft
+        and state.measure.budget.soft_due(state.measure.pressure)
         and state.cooldown_until is None
         and not state.in_flight
     )

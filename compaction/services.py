@@ -18,8 +18,8 @@ from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
-from compaction.engine.common import held_spans
 from compaction.engine.expansion import session_expand
+from compaction.engine.holds import held_spans
 from compaction.engine.resummarise import summary_resummarise
 from compaction.engine.undo import RevertResult, summary_release, summary_revert
 from compaction.measure import context_measure
@@ -344,7 +344,7 @@ def _nothing_left_although_due(session: ChatSession) -> str:
     them is history a summary could replace. Empty when the gauge does not say "due"."""
     measure = context_measure(session=session)
     soft = measure.budget.soft
-    if not soft or measure.pressure < soft:
+    if not measure.budget.soft_due(measure.pressure):
         return ""
     named = {
         "the latest messages": measure.parts["history"],

@@ -12,13 +12,6 @@ Every attempt writes a ``CompactionEvent``; failures arm the cool-down / back-of
 """
 
 from chat_platform.llm import gateway
-from compaction.engine.common import (
-    EXTRACTIVE_MODEL,
-    SUMMARY_INSTRUCTIONS,
-    RunResult,
-    compaction_model_config,
-    summariser_window,
-)
 from compaction.engine.policy import compaction_blocked_until, now
 from compaction.engine.runs import (
     compaction_hard,
@@ -26,6 +19,13 @@ from compaction.engine.runs import (
     compaction_soft,
     seat_load,
 )
+from compaction.engine.summariser import (
+    EXTRACTIVE_MODEL,
+    SUMMARY_INSTRUCTIONS,
+    compaction_model_config,
+    summariser_window,
+)
+from compaction.results import RunResult
 from memory import services as memory_services
 
 __all__ = [

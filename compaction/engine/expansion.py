@@ -10,7 +10,8 @@ from django.db import transaction
 
 from bots.models import ChatSession
 from chat_platform.errors import ValidationFailed
-from compaction.engine.common import event_write, session_fresh
+from compaction.engine.common import session_fresh
+from compaction.engine.events import event_write
 from compaction.measure import context_measure, expanded_span
 from compaction.models import CompactionEvent, ContextExpansion, Summary
 from memory.models import MemoryRecord

@@ -11,20 +11,9 @@ from bots import transitions
 from bots.models import ChatSession
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.budget import Budget
-from compaction.engine.common import (
-    FUSION_INPUT_PERCENT,
-    FUSION_SHARE_PERCENT,
-    INPUT_SHARE_PERCENT,
-    SUMMARY_INSTRUCTIONS,
-    Conflict,
-    Plan,
-    RunResult,
-    compaction_model_config,
-    event_write,
-    held_spans,
-    in_spans,
-    summariser_window,
-)
+from compaction.engine.common import FUSION_INPUT_PERCENT, FUSION_SHARE_PERCENT, Conflict, Plan
+from compaction.engine.events import event_write
+from compaction.engine.holds import held_spans, in_spans
 from compaction.engine.passes import (
     enveloped,
     record_success,
@@ -32,8 +21,15 @@ from compaction.engine.passes import (
     summarise,
     summary_create,
 )
+from compaction.engine.summariser import (
+    INPUT_SHARE_PERCENT,
+    SUMMARY_INSTRUCTIONS,
+    compaction_model_config,
+    summariser_window,
+)
 from compaction.measure import context_measure, seat_key
 from compaction.models import CompactionEvent, Summary, SummaryCoverage
+from compaction.results import RunResult
 from memory import services as memory_services
 
 

@@ -20,28 +20,28 @@ from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.common import (
     DEFAULT_SUMMARY_RATIO,
     EVERYTHING,
-    INPUT_SHARE_PERCENT,
-    MAX_SUMMARY_TOKENS,
     RANGE_PAGE_SIZE,
     Conflict,
     Plan,
-    RunResult,
-    compaction_model_config,
     current_turn_seq,
-    event_write,
-    held_spans,
+    session_fresh,
+)
+from compaction.engine.events import event_write, room_frame, unchanged
+from compaction.engine.holds import held_spans
+from compaction.engine.summariser import (
+    INPUT_SHARE_PERCENT,
+    MAX_SUMMARY_TOKENS,
+    compaction_model_config,
     prompt_messages,
     request_tokens,
-    room_frame,
-    session_fresh,
     summariser_window,
-    transcript_line,
-    unchanged,
 )
+from compaction.engine.transcript import transcript_line
 from compaction.measure import RoomView, context_measure, room_view, seat_key
 from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
+from compaction.results import RunResult
 from memory import services as memory_services
 from memory.models import MemoryRecord
 

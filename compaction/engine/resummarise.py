@@ -14,12 +14,14 @@ from django.utils import timezone
 from bots import transitions
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, ValidationFailed
-from compaction.engine.common import Conflict, Plan, RunResult, event_write, session_fresh
+from compaction.engine.common import Conflict, Plan, session_fresh
+from compaction.engine.events import event_write
 from compaction.engine.passes import enveloped, record_success, summarise, summary_create
 from compaction.engine.undo import summary_snapshot
 from compaction.lock import single_flight
 from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
+from compaction.results import RunResult
 from memory.models import MemoryRecord
 
 TRIGGER = "resummarise"

@@ -9,21 +9,17 @@ from django.db.models import Max
 from bots.models import ChatSession
 from bots.queries import bot_usable_in, participant_seat, session_seat
 from chat_platform.errors import CompactionBusy
-from compaction.engine.common import (
-    EXTRACTIVE_MODEL,
-    MANUAL_MAX_PASSES,
-    Plan,
-    RunResult,
-    holds_release_at_hard,
-    session_fresh,
-    skipped,
-)
+from compaction.engine.common import MANUAL_MAX_PASSES, Plan, session_fresh
+from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
+from compaction.engine.holds import holds_release_at_hard
 from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
+from compaction.engine.summariser import EXTRACTIVE_MODEL
 from compaction.lock import single_flight
 from compaction.measure import Measure, context_measure, seat_key, session_budget
 from compaction.models import CompactionEvent
+from compaction.results import RunResult
 
 
 def seat_load(session_id: int, bot_id: int | None) -> ChatSession | None:
@@ -53,8 +49,8 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
         for _ in range(settings.COMPACTION_SOFT_PASSES):
             session = session_fresh(session)
             pressure = context_measure(session=session).pressure
-            if last is None and pressure < budget.soft:
-                return None
+            if last is None and not budget.soft_due(pressure):
+                return None  # below S since the turn asked (another run, an unpin): nothing due
             if last is not None and pressure <= budget.target:
                 return last  # landed: a further pass would do nothing
             if compaction_blocked_until(session_id, hard=False, bot_id=key):
@@ -81,9 +77,9 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
             return skipped(session, "hard", "busy", measure.pressure)
         session = session_fresh(session)
         pressure = context_measure(session=session).pressure
-        if flight.waited and pressure < budget.hard:
+        if flight.waited and not budget.hard_due(pressure):
             return None  # the run we waited for did the work
-        if pressure >= budget.hard:
+        if budget.hard_due(pressure):
             holds_release_at_hard(session, pressure=pressure)  # undone spans may go again
         result: RunResult | None = None
         blocked = compaction_blocked_until(session.pk, hard=True, bot_id=key)

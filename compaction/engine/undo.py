@@ -18,11 +18,13 @@ from django.utils import timezone
 
 from bots import transitions
 from chat_platform.errors import CompactionBusy, ValidationFailed
-from compaction.engine.common import RunResult, event_write, session_fresh
+from compaction.engine.common import session_fresh
+from compaction.engine.events import event_write
 from compaction.engine.runs import manual_passes
 from compaction.lock import single_flight
 from compaction.measure import context_measure, session_budget
 from compaction.models import CompactionEvent, Summary
+from compaction.results import RunResult
 from memory import services as memory_services
 from memory.models import MemoryRecord
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from bots.models import ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
-from compaction.engine.common import transcript_line
+from compaction.engine.transcript import transcript_line
 from compaction.models import Summary
 from memory import services
 from memory.models import MemoryRecord

@@ -13,7 +13,7 @@ from bots.transitions import session_context_add, session_context_recount
 from chat_platform.llm.builtin import generate
 from chat_platform.llm.builtin.extractive import summarise
 from compaction.engine import compaction_manual
-from compaction.engine.common import transcript_line
+from compaction.engine.transcript import transcript_line
 from memory.models import MemoryRecord
 from tests.factories import message_add
 from tests.fakeopenai import Reply
