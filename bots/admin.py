@@ -3,7 +3,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
+from bots.bot_pages import MODEL_SUGGESTIONS, connection_model_suggestions
 from bots.bot_validation import check_bot_settings
 from bots.models import Bot, ChatSession, Message
 from bots.services.bot import (
@@ -15,6 +17,23 @@ from bots.services.bot import (
 from chat_platform.errors import ValidationFailed
 from compaction.admin import record_html
 from compaction.models import ContextRecord
+
+
+class ModelListInput(forms.TextInput):
+    """A model string typed freely (any litellm model), with the models discovered on the
+    connections the staff member may use offered as a list (a ``<datalist>``), as on the bot
+    page (CONTRACT §18)."""
+
+    list_id = "bot-model-suggestions"
+
+    def __init__(self, suggestions: list[str], attrs: dict[str, Any] | None = None) -> None:
+        super().__init__({**(attrs or {}), "list": self.list_id})
+        self.suggestions = suggestions
+
+    def render(self, name: str, value: Any, attrs: Any = None, renderer: Any = None) -> str:
+        field = super().render(name, value, attrs, renderer)
+        options = format_html_join("", '<option value="{}">', ((m,) for m in self.suggestions))
+        return format_html('{}<datalist id="{}">{}</datalist>', field, self.list_id, options)
 
 
 class BotAdminForm(forms.ModelForm):
@@ -49,7 +68,11 @@ class BotAdmin(admin.ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
         form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"acting_user": request.user})
+        acting = type(form.__name__, (form,), {"acting_user": request.user})
+        if "model" in acting.base_fields:  # a fresh class per request: its fields are its own
+            suggestions = connection_model_suggestions(request.user) + MODEL_SUGGESTIONS
+            acting.base_fields["model"].widget = ModelListInput(list(dict.fromkeys(suggestions)))
+        return acting
 
     list_display = ["name", "owner", "model", "is_shared", "compaction_enabled", "created_at"]
     list_filter = ["is_shared", "compaction_enabled", "recall_enabled"]

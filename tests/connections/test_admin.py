@@ -91,3 +91,16 @@ def test_staff_put_a_bot_on_a_connection_in_the_admin(client, superuser, fake_co
     assert refused.status_code == 200
     assert "Select a valid choice" in refused.content.decode()
     assert not Bot.objects.filter(name="Wrong bot").exists()
+
+
+def test_the_bot_admin_offers_the_discovered_models_as_a_list(client, superuser, fake_connection):
+    """Staff pick a bot's model from the list discovered on the connections (CONTRACT §18),
+    and may still type any litellm model string."""
+    client.force_login(superuser)
+    page = client.get("/admin/bots/bot/add/").content.decode()
+
+    assert 'list="bot-model-suggestions"' in page
+    start = page.index('<datalist id="bot-model-suggestions">')
+    listed = page[start : page.index("</datalist>", start)]
+    assert '<option value="openai/fake-model">' in listed
+    assert '<option value="builtin/recall">' in listed
