@@ -72,6 +72,7 @@ log = structlog.get_logger(__name__)
 # Slack per recalled result under what is left of B: joined text can cost a token or two more
 # than its parts.
 RECALL_MARGIN_TOKENS = 8
+RECALL_NAMES = frozenset(t["function"]["name"] for t in RECALL_TOOLS)
 
 
 class DeltaBatcher:
@@ -275,7 +276,9 @@ def _call_entry(
     parts = list(context.parts)
     if tools:
         names = [t.get("function", {}).get("name", "") for t in tools]
-        parts.append(part("tools", {"names": names}, _tools_tokens(tuple(names), model)))
+        client = tuple(t for t in tools if t.get("function", {}).get("name") not in RECALL_NAMES)
+        tokens = _tools_tokens(tuple(names), model) + client_tools_cost(client, model)
+        parts.append(part("tools", {"names": names}, tokens))
     entry: dict[str, Any] = {
         "round": recall_round,
         "model": model,
@@ -299,9 +302,15 @@ def _call_entry(
 
 @functools.lru_cache(maxsize=32)
 def _tools_tokens(names: tuple[str, ...], model: str) -> int:
-    """What the offered tools' schemas cost (for the record: the budget does not count them)."""
+    """What the offered recall tools' schemas cost (for the record: the budget does not count
+    the platform's own tools; an API client's are counted, ``client_tools_cost``)."""
     offered = [t for t in RECALL_TOOLS if t.get("function", {}).get("name") in names]
     return count_message_tokens(json.dumps(offered), model=model)
+
+
+def client_tools_cost(tools: tuple[dict[str, Any], ...], model: str) -> int:
+    """What an API client's tool schemas cost on every call of its turn (0 without tools)."""
+    return count_message_tokens(json.dumps(list(tools)), model=model) if tools else 0
 
 
 def _hand_over_next(session_id: int) -> None:
@@ -470,6 +479,7 @@ def _context_with_rounds(
     *,
     recall_open: bool,
     extra_system: str = "",
+    tools_tokens: int = 0,
     exchange: tuple[Message, ...] = (),
 ) -> BuiltContext:
     """The call's context with the turn's recall rounds. Each round's results were cut to what
@@ -489,6 +499,7 @@ def _context_with_rounds(
                 recall_open=recall_open,
                 record=False,
                 extra_system=extra_system,
+                tools_tokens=tools_tokens,
             )
         except ContextTooLarge:
             if not kept:
@@ -580,6 +591,8 @@ def _turn_calls(
     rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0
     asked: list[dict[str, Any]] = []  # calls to the client's tools (turn_hooks): end the turn
+    # The client's tool schemas go with every call: counted in B like its system part.
+    client_tools_tokens = client_tools_cost(options.tools, model)
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         context = _context_with_rounds(
@@ -587,6 +600,7 @@ def _turn_calls(
             rounds,
             recall_open=may_recall,
             extra_system=options.system,
+            tools_tokens=client_tools_tokens,
             exchange=options.exchange,
         )
         stream = _stream_round(

@@ -398,6 +398,7 @@ def context_measure(
     recalled: Sequence[Message] = (),
     with_index: bool = True,
     extra_system: str = "",
+    tools_tokens: int = 0,
     expand_for: int | None = None,
 ) -> Measure:
     """Stored token counts of every part of the next call. Bounded queries, no message text.
@@ -469,6 +470,8 @@ def context_measure(
         system_tokens=_system_tokens(bot.system_prompt, model)
         + _system_tokens(session.extra_instruction, model)
         + _system_tokens(extra_system, model)
+        # An API client's tools (their schemas go with every call, so they count like a prompt)
+        + tools_tokens
         + (_system_tokens(room.header, model) if room is not None else 0),
         new_message=new_entry,
         pinned=pinned,

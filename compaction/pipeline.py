@@ -364,12 +364,16 @@ def context_build(
     path: str = "turn",
     record: bool = True,
     extra_system: str = "",
+    tools_tokens: int = 0,
 ) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
 
     ``extra_system`` is a system part of this call only (an API client's ``system`` message):
     sent right after the bot's system prompt, counted in the fixed part (so it is kept whole
     for the call, like the prompt, and never compacted: it is not stored as history).
+
+    ``tools_tokens``: what an API client's tools cost (their schemas go with the call), counted
+    in the fixed part like ``extra_system``.
 
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:
@@ -393,6 +397,7 @@ def context_build(
         before_seq=reply.seq,
         recalled=recalled,
         extra_system=extra_system,
+        tools_tokens=tools_tokens,
         expand_for=expand_for,
     )
     waited: dict[str, Any] | None = None
@@ -405,6 +410,7 @@ def context_build(
             before_seq=reply.seq,
             recalled=recalled,
             extra_system=extra_system,
+            tools_tokens=tools_tokens,
             expand_for=expand_for,
         )
     if measure.expansion is not None:
@@ -417,6 +423,7 @@ def context_build(
                 before_seq=reply.seq,
                 recalled=recalled,
                 extra_system=extra_system,
+                tools_tokens=tools_tokens,
             ),
         )
     history_tokens: dict[int, int] = {}  # id -> tokens of every history row admission read

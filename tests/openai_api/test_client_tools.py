@@ -254,3 +254,42 @@ def test_a_result_for_an_unknown_call_id_is_refused(stack, user, fake_bot, fake_
         url, json={"model": "writer", "messages": [RESULT]}, headers=headers, timeout=30
     )
     assert again.status_code == 400 and again.json()["error"]["code"] == "unknown_tool_call"
+
+
+def test_client_tools_count_in_the_budget_and_too_many_are_context_length_exceeded(
+    stack, user, fake_openai
+):
+    """A client's tool schemas go with every call, so they count in B like its system part: a
+    short question with tools too big for a 500-token budget is refused before any call."""
+    import openai
+
+    BotFactory(
+        owner=user,
+        name="Tiny",
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        context_window=600,
+        max_output_tokens=100,
+    )
+    _, key = new_key(user)
+    bulky = {
+        **WEATHER,
+        "function": {**WEATHER["function"], "description": "Weather in a city. " * 200},
+    }
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk(stack, key).chat.completions.create(model="tiny", messages=[QUESTION], tools=[bulky])
+    assert caught.value.body["code"] == "context_length_exceeded"
+    assert fake_openai.requests == []
+
+    # the same question with the small tool fits, and is answered
+    fake_openai.script(Reply(text="Sunny."))
+    answer = sdk(stack, key).chat.completions.create(
+        model="tiny", messages=[QUESTION], tools=[WEATHER]
+    )
+    assert answer.choices[0].message.content == "Sunny."
+    from memory.recall import TOOLS as RECALL_TOOLS
+
+    assert [t["function"]["name"] for t in fake_openai.requests[0]["tools"]] == [
+        *(t["function"]["name"] for t in RECALL_TOOLS),
+        "get_weather",
+    ]
