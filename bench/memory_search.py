@@ -582,11 +582,12 @@ def _add_sessions(corpus: Corpus, count: int) -> None:
                     snapshot_of[(sid, first)],
                     pool.terms[role][i],
                     pool.lengths[role][i],
+                    "",  # no embedding model: word search only
                 )
 
         _copy(
             MessageIndex._meta.db_table,
-            ["message_id", "session_id", "seq", "record_id", "terms", "length"],
+            ["message_id", "session_id", "seq", "record_id", "terms", "length", "embedding_model"],
             index_rows(),
         )
         rng = random.Random(first_number)

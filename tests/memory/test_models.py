@@ -118,7 +118,12 @@ def test_snapshot_write_still_writes_a_session_scoped_snapshot(chat_session):
         "snapshot_3_9",
         False,
     )
-    assert (record.session_id, record.user_id, record.bot_id) == (chat_session.pk, None, None)
+    # it names the bot whose compaction wrote it (a room's seat; here the chat's bot)
+    assert (record.session_id, record.user_id, record.bot_id) == (
+        chat_session.pk,
+        None,
+        chat_session.bot_id,
+    )
 
 
 def test_recall_event_round_and_tool_are_checked(chat_session):
