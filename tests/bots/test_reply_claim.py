@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from bots import turn
 from bots.models import Bot, ChatSession, Message
 from bots.transitions import reply_claim, session_context_recount
+from compaction.records import prompt_version_store
 from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
 
@@ -87,7 +88,8 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
     """Five statements before the provider is called (the claim with its reads, the user's daily
     token limit, pins with summaries, the memory index, the history that fits with its text),
     the admission record
-    once the provider answered, one to finish; then the context meter's reads."""
+    once the provider answered, one to finish, the context record; then the context meter's
+    reads."""
     message_add(fake_session, role="user", content="earlier")
     message_add(fake_session, role="assistant", content="answer")
     new = message_add(fake_session, role="user", content="now")
@@ -95,6 +97,8 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         fake_session, role="assistant", content="", status="pending", token_count=0, reply_to=new
     )
     session_context_recount(session_id=fake_session.pk)
+    # The bot's prompt version is stored when the prompt is saved (``bot_update``), not by a turn.
+    prompt_version_store(bot_id=fake_session.bot_id, text=fake_session.bot.system_prompt)
     fake_openai.script(Reply(text="Done."))
     before_the_call: list[int] = []
     real_stream = turn.gateway.stream
@@ -119,8 +123,10 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         "UPDATE",  # last_admission, once the provider answered
         "WITH",  # finish + running totals
         "SELECT",  # the reply and its message, for search (no term here: nothing to insert)
+        "INSERT",  # the context record: what the model saw (CONTRACT §17)
         *["SELECT", "SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
         "SELECT",  # a reply queued behind this one, to hand over
     ]
     assert "connections_userquota" in sqls[1]
     assert "memory_memoryrecord" in sqls[3] and '"content"' in sqls[4]
+    assert sqls[8].startswith('INSERT INTO "compaction_contextrecord"')
