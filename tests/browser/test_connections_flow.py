@@ -84,6 +84,8 @@ def test_admin_connection_then_a_user_picks_a_model_chats_and_sees_usage(site, c
         assert fake_llm.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
         page.goto(f"{site}/usage/")
         assert page.locator("table.usage-table td", has_text="Connected bot").count() == 1
-        assert page.locator("svg.usage-chart rect").count() == 28
+        # two charts by day (tokens, saved) of 14 bars each, and one bar per bot
+        assert page.locator("svg.usage-chart:not(.usage-by-label) rect").count() == 28
+        assert page.locator("svg.usage-by-label rect").count() == 1
     finally:
         context.close()
