@@ -297,6 +297,7 @@ def say(user, session, content: str):  # noqa: ANN001
 
 EMBEDDING_MODEL = "openai/all-minilm-l6-v2"
 SCALE_SIZES = (10_000, 100_000)
+SCALE_TITLE = "vector scale"
 
 
 def feed(corpus: Corpus, window: int, embedding_base: str = ""):  # noqa: ANN201
@@ -343,6 +344,37 @@ def feed(corpus: Corpus, window: int, embedding_base: str = ""):  # noqa: ANN201
         if number % 100 == 0:
             print(f"  fed {number}/{len(turns)} turns ({time.monotonic() - started:.0f} s)")
     return user, bot, session, time.monotonic() - started, seqs
+
+
+def fed_already(corpus: Corpus, window: int, embedding: bool):  # noqa: ANN201
+    """``--reuse``: the session an earlier run of this bench fed, when it holds exactly this
+    corpus (every turn, in order, nothing else sent by the user) with the same window and
+    embedding model; (user, bot, session, 0.0, seqs) as ``feed`` returns, else ``None``. The
+    feed is the slow part; the questions leave the session as they found it."""
+    from django.contrib.auth import get_user_model
+
+    from bots.models import ChatSession, Message
+
+    user = get_user_model().objects.filter(username="bench-retrieval").first()
+    turns = corpus.turns
+    said = [f"{t.speaker}: {t.text}" for t in turns]
+    for session in (
+        ChatSession.objects.filter(user=user, bot__context_window=window)
+        .exclude(title=SCALE_TITLE)
+        .select_related("bot")
+        .order_by("-pk")
+    ):
+        if bool(session.bot.embedding_model) != embedding:
+            continue
+        sent = list(
+            Message.objects.filter(session=session, role="user")
+            .order_by("seq")
+            .values_list("seq", "content")
+        )
+        if [content for _, content in sent] == said:
+            seqs = {t.id: seq for t, (seq, _) in zip(turns, sent, strict=True)}
+            return user, session.bot, session, 0.0, seqs
+    return None
 
 
 def evidence_state(session, turn: Turn, tool_result: str, hits: list[str]) -> str:  # noqa: ANN001
@@ -699,7 +731,7 @@ def vector_scale(session, sizes=SCALE_SIZES, source=None) -> None:  # noqa: ANN0
         print("vector scale: no vectors to repeat")
         return
     record_id = next(r for _, r in real if r)
-    scale = ChatSession.objects.create(user=session.user, bot=session.bot, title="vector scale")
+    scale = ChatSession.objects.create(user=session.user, bot=session.bot, title=SCALE_TITLE)
     made = 0
     print()
     for size in sizes:
@@ -816,6 +848,11 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4096, help="the bot's context window")
     parser.add_argument("--show-misses", type=int, default=5, help="misses to print in full")
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="ask again over the session an earlier run fed (same corpus, window, embedding)",
+    )
+    parser.add_argument(
         "--embedding",
         action="store_true",
         help="also hybrid: a real local embedding model (all-MiniLM-L6-v2, bench-only packages)",
@@ -863,7 +900,10 @@ def run(corpus: Corpus, options, budget: int, source: str, responder, fake, mini
     from compaction.models import CompactionEvent, Summary
     from memory.models import MemoryRecord, MessageIndex, RecallEvent
 
-    user, bot, session, fed_seconds, seqs = feed(
+    reused = fed_already(corpus, options.window, minilm is not None) if options.reuse else None
+    if reused is not None:
+        print("--reuse: asking over the session an earlier run fed")
+    user, bot, session, fed_seconds, seqs = reused or feed(
         corpus, options.window, embedding_base=fake.url if minilm else ""
     )
     events = CompactionEvent.objects.filter(session=session)

@@ -4,7 +4,9 @@ A bot that names an ``embedding_model`` (any litellm embedding model, called thr
 gateway with the bot's provider settings, like its chat model) has its compacted messages
 embedded, and ``memory.queries.records_search`` then fuses two rankings of the same messages —
 the lexical one (BM25 over ``MessageIndex`` terms) and this one (cosine similarity between the
-question's vector and the messages') — by reciprocal rank fusion.
+question's vector and each message's in its thread: its own plus a share of the nearest messages
+of the same side before and after it, ``NEIGHBOUR_WEIGHT``) — by reciprocal rank fusion, in which
+only the lexical ranking's head votes (``LEXICAL_CANDIDATES``).
 
 Writing. A compaction that succeeds indexes its messages (``memory.services.messages_index``)
 and, after commit, hands ``messages_embed_pending(session_id)`` to the ``compaction`` queue
@@ -58,16 +60,30 @@ EMBED_MAX_BATCHES = 50
 EMBED_TEXT_MAX_CHARS = 2000
 # The vector side of a search: the best this many messages take part in the fusion, out of the
 # newest VECTOR_SCAN_MAX vectors of the session, read VECTOR_CHUNK rows at a time.
-VECTOR_CANDIDATES = 50
+VECTOR_CANDIDATES = 100
 VECTOR_SCAN_MAX = 100_000
 VECTOR_CHUNK = 4096
 # A message takes part only when it is at least this share as similar as the best one (and more
 # than orthogonal): what is far from the question in meaning is not a hit, however few hits the
 # question has. Relative, so it holds for any model's scale of similarities.
 VECTOR_MIN_SHARE = 0.5
+# A message is ranked by its vector in its thread: its own plus NEIGHBOUR_WEIGHT of each of the
+# two nearest compacted messages of the same side (the one before and the one after it said by
+# the same role and, in a room, the same bot), unit length again. A turn alone often does not
+# say what it is about ("Finished it on the train home, the ending wrecked me" is about the book
+# named two messages earlier), and one side's consecutive messages carry its thread; the other
+# side's replies in between ("Noted.", or a bot quoting what it found) are ranked on their own
+# and never water a message down. The share is small enough that a message still ranks first
+# by what it says itself.
+NEIGHBOUR_WEIGHT = 0.35
 # Reciprocal rank fusion: an item's score is the sum over the rankings it is in of
 # 1 / (RRF_K + rank), rank from 1 (the usual constant: no ranking's top dominates).
 RRF_K = 60
+# Of the lexical ranking, only its head votes in the fusion: past its first few hits, BM25's
+# order is mostly messages sharing one common word with the question (a speaker's name, "day"),
+# and giving those fusion votes pushes them above what the vectors found. The rest of the
+# lexical ranking follows the fused items, in its own order.
+LEXICAL_CANDIDATES = 10
 
 _discovery_lock = threading.Lock()
 
@@ -208,28 +224,30 @@ def query_vector(bot: Bot, text: str) -> np.ndarray | None:
 
 # The session's vectors of one model and the query's size, newest first; every value a parameter.
 _VECTORS_SQL = """
-SELECT message_id, seq, record_id, embedding FROM memory_messageindex
-WHERE session_id = %s AND record_id IS NOT NULL AND embedding_model = %s
-  AND embedding IS NOT NULL AND length(embedding) = %s
-ORDER BY seq DESC LIMIT %s
+SELECT i.message_id, i.seq, i.record_id, i.embedding, m.role, m.bot_id
+FROM memory_messageindex i JOIN bots_message m ON m.id = i.message_id
+WHERE i.session_id = %s AND i.record_id IS NOT NULL AND i.embedding_model = %s
+  AND i.embedding IS NOT NULL AND length(i.embedding) = %s
+ORDER BY i.seq DESC LIMIT %s
 """
 
 
 def vector_ranked(
     *, session_id: int, model: str, query: np.ndarray, limit: int = VECTOR_CANDIDATES
 ) -> list[MessageScore]:
-    """The ``limit`` compacted messages of the session most similar to ``query`` (cosine; ties:
-    newest first), out of its newest ``VECTOR_SCAN_MAX`` vectors of ``model``, leaving out those
-    less than ``VECTOR_MIN_SHARE`` as similar as the best. Vectors of another size than the
-    query's (another model under the same name) are skipped."""
+    """The ``limit`` compacted messages of the session most similar to ``query`` (cosine of
+    the question and the message in its thread, ``NEIGHBOUR_WEIGHT``; ties: newest first), out
+    of its newest ``VECTOR_SCAN_MAX`` vectors of ``model``, leaving out those less than
+    ``VECTOR_MIN_SHARE`` as similar as the best. Vectors of another size than the query's
+    (another model under the same name) are skipped."""
     if limit <= 0 or not query.size:
         return []
     query = query.astype("<f4")
     params = [session_id, model, query.size * 4, VECTOR_SCAN_MAX]
     best: list[tuple[float, int, int, int]] = []  # (similarity, seq, message id, record id)
     try:
-        for chunk in _vector_chunks(params):
-            best = _best_of(best, chunk, query, limit)
+        for rows, matrix in _in_thread(_vector_chunks(params), query.size):
+            best = _best_of(best, rows, matrix, query, limit)
     except DatabaseError:
         log.warning("memory_vector_read_failed", session_id=session_id, exc_info=True)
         return []
@@ -241,10 +259,14 @@ def vector_ranked(
     ]
 
 
-def _vector_chunks(params: list[Any]) -> Iterator[list[tuple[int, int, int, bytes]]]:
-    """The rows, ``VECTOR_CHUNK`` at a time. On PostgreSQL through a binary-result cursor on
-    the same connection: a bytea in text form is twice the bytes, and decoding its hex costs more
-    than the matrix product (Django's cursors bind client-side, which cannot return binary)."""
+Row = tuple[int, int, int, bytes, str, int | None]  # message id, seq, record id, vector, role, bot
+
+
+def _vector_chunks(params: list[Any]) -> Iterator[list[Row]]:
+    """The rows, newest first, ``VECTOR_CHUNK`` at a time. On PostgreSQL through a
+    binary-result cursor on the same connection: a bytea in text form is twice the bytes, and
+    decoding its hex costs more than the matrix product (Django's cursors bind client-side,
+    which cannot return binary)."""
     connection.ensure_connection()
     if connection.vendor == "postgresql":
         import psycopg
@@ -260,19 +282,85 @@ def _vector_chunks(params: list[Any]) -> Iterator[list[tuple[int, int, int, byte
             yield rows
 
 
+class _Side:
+    """One side's messages as they stream by, newest first: each comes out with its vector
+    in its thread once its older neighbour has been read (``NEIGHBOUR_WEIGHT``)."""
+
+    def __init__(self, size: int) -> None:
+        self.held: list[Row] = []  # at most one row: the last read, waiting for its older one
+        self.held_vector = np.zeros((0, size), dtype="<f4")
+        self.newer: np.ndarray | None = None  # the held row's newer neighbour
+
+    def take(self, rows: list[Row], matrix: np.ndarray) -> tuple[list[Row], np.ndarray]:
+        """``rows`` (this side's, in stream order) read: the rows now complete, smoothed."""
+        rows = self.held + rows
+        matrix = np.vstack([self.held_vector, matrix])
+        out = _smoothed(matrix, self.newer)
+        if len(rows) > 1:
+            self.newer = matrix[-2]
+        self.held, self.held_vector = rows[-1:], matrix[-1:]
+        return rows[:-1], out[:-1]
+
+    def rest(self) -> tuple[list[Row], np.ndarray]:
+        """The stream's end: the held row, with its newer neighbour only."""
+        if not self.held:
+            return [], self.held_vector
+        return self.held, _smoothed(self.held_vector, self.newer)
+
+
+def _in_thread(chunks: Iterator[list[Row]], size: int) -> Iterator[tuple[list[Row], np.ndarray]]:
+    """Each chunk's rows with their vectors in their thread: a row's vector plus
+    ``NEIGHBOUR_WEIGHT`` of the vectors of the nearest rows of the same side (role and bot)
+    before and after it in the whole newest-first stream, unit length. A side's last row of a
+    chunk waits for the next chunk (its older neighbour may be there), so chunk boundaries
+    change nothing; what is held stays one chunk and a row per side."""
+    sides: dict[tuple[str, int | None], _Side] = {}
+    for chunk in chunks:
+        vectors = np.frombuffer(b"".join(bytes(row[3]) for row in chunk), dtype="<f4")
+        matrix = vectors.reshape(len(chunk), size)
+        of_side: dict[tuple[str, int | None], list[int]] = {}
+        for index, row in enumerate(chunk):
+            of_side.setdefault((row[4], row[5]), []).append(index)
+        for key, indexes in of_side.items():
+            side = sides.setdefault(key, _Side(size))
+            rows, smoothed = side.take([chunk[i] for i in indexes], matrix[indexes])
+            if rows:
+                yield rows, smoothed
+    for side in sides.values():
+        rows, smoothed = side.rest()
+        if rows:
+            yield rows, smoothed
+
+
+def _smoothed(matrix: np.ndarray, newer: np.ndarray | None) -> np.ndarray:
+    """Rows of ``matrix`` (one side's, newest first) plus ``NEIGHBOUR_WEIGHT`` of the rows
+    beside them, unit length; the first row's newer neighbour is ``newer`` (none at the
+    stream's start). The last row gets no older neighbour here: the caller holds it back unless
+    the stream has ended."""
+    out = matrix.copy()
+    out[1:] += NEIGHBOUR_WEIGHT * matrix[:-1]  # each row's newer neighbour
+    out[:-1] += NEIGHBOUR_WEIGHT * matrix[1:]  # each row's older neighbour
+    if newer is not None and len(out):
+        out[0] += NEIGHBOUR_WEIGHT * newer
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
 def _best_of(
     best: list[tuple[float, int, int, int]],
-    chunk: list[tuple[int, int, int, bytes]],
+    rows: list[Row],
+    matrix: np.ndarray,
     query: np.ndarray,
     limit: int,
 ) -> list[tuple[float, int, int, int]]:
-    """``best`` and this chunk's best, the ``limit`` most similar, best first (ties: newest)."""
-    matrix = np.frombuffer(b"".join(bytes(row[3]) for row in chunk), dtype="<f4")
-    similarity = matrix.reshape(len(chunk), query.size) @ query
-    take = min(limit, len(chunk))
-    top = np.argpartition(-similarity, take - 1)[:take] if take < len(chunk) else range(len(chunk))
+    """``best`` and these rows' best, the ``limit`` most similar, best first (ties: newest)."""
+    if not rows:
+        return best
+    similarity = matrix @ query
+    take = min(limit, len(rows))
+    top = np.argpartition(-similarity, take - 1)[:take] if take < len(rows) else range(len(rows))
     for index in top:
-        message_id, seq, record_id, _ = chunk[int(index)]
+        message_id, seq, record_id = rows[int(index)][:3]
         best.append((round(float(similarity[int(index)]), 6), seq, message_id, record_id))
     best.sort(key=lambda b: (-b[0], -b[1]))
     return best[:limit]
@@ -281,13 +369,16 @@ def _best_of(
 def fused(
     lexical: list[tuple[float, object]], vector: list[MessageScore]
 ) -> list[tuple[float, object]]:
-    """Reciprocal rank fusion of the lexical ranking (messages and info records, best first) and
-    the vector ranking (messages): each item scores ``1 / (RRF_K + rank)`` in each ranking it is
-    in, a message in both scoring twice; best first, ties in lexical order, then vector order.
+    """Reciprocal rank fusion of the lexical ranking's head (its first ``LEXICAL_CANDIDATES``
+    messages and info records) and the vector ranking (messages): each item scores
+    ``1 / (RRF_K + rank)`` in each ranking it is in, a message in both scoring twice; best
+    first, ties in lexical order, then vector order; then the rest of the lexical ranking in its
+    order (score 0), less what the vectors already brought.
     A message is one item whichever ranking names it (by its message id)."""
     scores: dict[object, float] = {}
     items: dict[object, object] = {}
-    for rank, (_, item) in enumerate(lexical, start=1):
+    head, tail = lexical[:LEXICAL_CANDIDATES], lexical[LEXICAL_CANDIDATES:]
+    for rank, (_, item) in enumerate(head, start=1):
         key = ("m", item.message_id) if isinstance(item, MessageScore) else ("r", id(item))
         scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
         items.setdefault(key, item)
@@ -297,4 +388,9 @@ def fused(
         items.setdefault(key, message)
     order = {key: position for position, key in enumerate(items)}
     ranked = sorted(scores, key=lambda key: (-scores[key], order[key]))
-    return [(scores[key], items[key]) for key in ranked]
+    fused_items = [(scores[key], items[key]) for key in ranked]
+    return fused_items + [
+        (0.0, item)
+        for _, item in tail
+        if not (isinstance(item, MessageScore) and ("m", item.message_id) in scores)
+    ]

@@ -181,8 +181,74 @@ def test_vector_hits_fuse_with_lexical_ones(hybrid):
 
     # "boat" is said in message 7 only; the kayak trip (3) shares no word with the question
     assert _lexical(hybrid, question) == [["snapshot_5_8", [7]]]
-    # 7 is in both rankings (first); 3 only in the vector one
-    assert data.hits(hybrid, question) == [["snapshot_5_8", [7]], ["snapshot_1_4", [3]]]
+    # 7 is in both rankings (first); 3 only in the vector one; and 5 (the cello, said between
+    # the two boat messages on the user's side) by their share of its vector in its thread
+    assert data.hits(hybrid, question) == [["snapshot_5_8", [5, 7]], ["snapshot_1_4", [3]]]
+
+
+def _unit(text):
+    vector = np.asarray(fake_embedding(text), dtype="<f4")
+    return vector / np.linalg.norm(vector)
+
+
+def _in_thread_oracle(session_id, query):
+    """What ``vector_ranked`` must compute, written the plain way: each compacted message's
+    vector plus ``NEIGHBOUR_WEIGHT`` of the nearest compacted message of the same side (role
+    and bot) before it and after it in seq order, unit length, against the query; seq ->
+    cosine."""
+    rows = list(
+        MessageIndex.objects.filter(session_id=session_id, record__isnull=False)
+        .order_by("seq")
+        .values_list("seq", "embedding", "message_id")
+    )
+    sides = dict(Message.objects.filter(session_id=session_id).values_list("id", "role"))
+    side = [sides[message_id] for _, _, message_id in rows]
+    vectors = [embeddings.vector_array(v).astype(np.float64) for _, v, _ in rows]
+    out = {}
+    for i, (seq, _, _) in enumerate(rows):
+        total = vectors[i].copy()
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < len(rows) and side[j] != side[i]:
+                j += step
+            if 0 <= j < len(rows):
+                total += embeddings.NEIGHBOUR_WEIGHT * vectors[j]
+        out[seq] = float(total @ query / np.linalg.norm(total))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4096])
+def test_a_message_is_ranked_in_its_thread_whatever_the_chunk_size(hybrid, monkeypatch, chunk):
+    # Every message's cosine, no floor: the cello (5, the user's) by what it says, the user's
+    # messages before and after it (3 and 7) by a share of it; the replies between them (4, 6)
+    # are the other side's and get none, nor does anything else (nothing else is near music)
+    monkeypatch.setattr(embeddings, "VECTOR_MIN_SHARE", 0.0)
+    monkeypatch.setattr(embeddings, "VECTOR_CHUNK", chunk)
+    query = _unit("instrument")
+
+    ranked = embeddings.vector_ranked(session_id=hybrid.pk, model=data.EMBEDDING_MODEL, query=query)
+
+    oracle = _in_thread_oracle(hybrid.pk, query)
+    assert [m.seq for m in ranked] == [5, 7, 3]
+    assert {m.seq: m.score for m in ranked} == pytest.approx(
+        {seq: oracle[seq] for seq in (5, 7, 3)}, abs=1e-5
+    )
+    assert all(abs(oracle[seq]) < 1e-6 for seq in (1, 2, 4, 6, 8))
+
+
+def test_only_the_lexical_head_votes_in_the_fusion_and_its_tail_follows():
+    from memory.search import MessageScore
+
+    lexical = [(10.0 - i, MessageScore(100 + i, 100 + i, 1, 10.0 - i)) for i in range(12)]
+    vector = [MessageScore(200, 3, 1, 0.9), MessageScore(111, 111, 1, 0.8)]
+    head = embeddings.LEXICAL_CANDIDATES
+    assert head == 10
+
+    order = [item.message_id for _, item in embeddings.fused(lexical, vector)]
+
+    # 100..109 vote (rank 1..10); 200 and 111 from the vectors (111 is lexical rank 12, in the
+    # tail: its only vote is the vector one); then the tail less 111: 110
+    assert order == [100, 200, 101, 111, 102, 103, 104, 105, 106, 107, 108, 109, 110]
 
 
 def test_a_word_the_evidence_never_says_finds_it_by_meaning(hybrid):
@@ -219,9 +285,25 @@ def test_vector_ranking_reads_only_the_session_in_scope(hybrid):
     )
 
     assert {m.session_id for m in ranked} == {hybrid.pk}
-    # the ankle (injury), then the boat club (boat, three other words), then the kayak trip
-    # (boat, four other words: a longer vector, a smaller cosine)
-    assert [m.seq for m in ranked] == [1, 7, 3]
+    # the ankle (injury), then the kayak trip (boat, and the ankle's share: the user's message
+    # after it); the boat club (7) is near in one concept only, under half the ankle's cosine
+    assert [m.seq for m in ranked] == [1, 3]
+
+
+def test_vector_ranking_without_a_floor_still_reads_only_the_session_in_scope(hybrid, monkeypatch):
+    monkeypatch.setattr(embeddings, "VECTOR_MIN_SHARE", 0.0)
+    question = np.asarray(fake_embedding("hurt wrist canoe"), dtype="<f4")
+    question /= np.linalg.norm(question)
+
+    ranked = embeddings.vector_ranked(
+        session_id=hybrid.pk, model=data.EMBEDDING_MODEL, query=question
+    )
+
+    # the sibling chat's and the other user's "sprained my wrist falling off the canoe" would
+    # be first anywhere: every message here is of this session, the ankle first, then the
+    # kayak trip and the boat club
+    assert {m.session_id for m in ranked} == {hybrid.pk}
+    assert [m.seq for m in ranked][:3] == [1, 3, 7]
 
 
 # --- outages ------------------------------------------------------------------------------------
@@ -254,7 +336,7 @@ def test_an_embedding_outage_degrades_search_to_lexical_with_a_warning(
     assert "memory_search_embedding_failed" in caplog.text
     assert len(fake_openai.embedding_requests) == 1  # one attempt: a search does not wait
     # the next search, with the model back, is hybrid again
-    assert data.hits(hybrid, question) == [["snapshot_5_8", [7]], ["snapshot_1_4", [3]]]
+    assert data.hits(hybrid, question) == [["snapshot_5_8", [5, 7]], ["snapshot_1_4", [3]]]
 
 
 def test_failed_embeddings_stay_pending_and_are_retried_later(
@@ -383,5 +465,6 @@ def test_a_room_bot_that_sees_from_its_join_finds_nothing_earlier_by_meaning(hyb
     hybrid.refresh_from_db()
 
     assert data.hits(hybrid, "How did I get hurt?") == []
-    assert data.hits(hybrid, "When did we go out on the boat?") == [["snapshot_5_8", [7]]]
+    # 5 by its thread's share of the boat club (7), the user's next message; never the kayak (3)
+    assert data.hits(hybrid, "When did we go out on the boat?") == [["snapshot_5_8", [5, 7]]]
     assert data.hits(hybrid, "Which instrument is she learning?") == [["snapshot_5_8", [5]]]

@@ -39,7 +39,8 @@ def test_sqlite_and_postgresql_give_the_same_hybrid_hits(tmp_path, owner, other_
     assert sqlite == postgres
     assert sqlite["hybrid"] == {
         "How did I get hurt?": [["snapshot_1_4", [1]]],
-        "When did we go out on the boat?": [["snapshot_5_8", [7]], ["snapshot_1_4", [3]]],
+        # 5 by its thread: the user's message between the kayak (3) and the boat club (7)
+        "When did we go out on the boat?": [["snapshot_5_8", [5, 7]], ["snapshot_1_4", [3]]],
         "Which instrument is she learning?": [["snapshot_5_8", [5]]],
     }
     assert sqlite["lexical"] == {
@@ -47,4 +48,4 @@ def test_sqlite_and_postgresql_give_the_same_hybrid_hits(tmp_path, owner, other_
         "When did we go out on the boat?": [["snapshot_5_8", [7]]],
         "Which instrument is she learning?": [],
     }
-    assert [seq for seq, _ in sqlite["vector"]] == [7, 3]
+    assert [seq for seq, _ in sqlite["vector"]] == [7, 3, 5]
