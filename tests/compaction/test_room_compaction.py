@@ -691,6 +691,58 @@ def test_undo_over_its_bots_hard_threshold_is_refused_in_a_room_and_changes_noth
     assert state() == before
 
 
+def test_undo_and_compact_the_rest_in_a_room_compacts_its_own_seat(
+    owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    _planner_notes(owner_client, session, fake_openai, 1, 3)  # 1–6
+    _send(owner_client, session, "/compact @planner")  # 7–8: covers 1–4
+    _send(owner_client, session, "/compact @critic")  # 9–10: covers 1–4
+    _planner_notes(owner_client, session, fake_openai, 4, 2)  # 11–14; 13 opens the turn
+    mine = Summary.objects.get(session=session, bot=planner)
+    theirs = Summary.objects.get(session=session, bot=critic)
+    assert (mine.first_seq, mine.last_seq, theirs.first_seq, theirs.last_seq) == (1, 4, 1, 4)
+    critic_before = (_coverage(theirs), _seat(session, critic), theirs.text)
+    restored = _chat_messages(session, 1, 4)
+
+    response = owner_client.post(
+        f"/api/v1/summaries/{mine.pk}/revert/", {"compact_rest": True}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["restored"] == {
+        "messages": 4,
+        "tokens": sum(m.token_count for m in restored),
+        "summaries": [],
+    }
+    assert body["compaction"]["outcome"] == "compacted"
+    rest = Summary.objects.get(session=session, bot=planner, status="active")
+    assert body["compaction"]["summary"]["id"] == rest.pk
+    # the rest of the planner's context: what it had left (5–6) and since (11–12), not the
+    # held span, not the current turn
+    assert (rest.first_seq, rest.last_seq) == (5, 12)
+    assert _coverage(rest) == [m.pk for m in _chat_messages(session, 5, 12)]
+    assert [m.seq for m in _chat_messages(session, 5, 12)] == [5, 6, 11, 12]
+    mine.refresh_from_db()
+    assert (mine.status, mine.held, _coverage(mine)) == ("reverted", True, [])
+    assert _seat(session, planner) == _coverage_recount(session, planner)
+    assert _seat(session, planner)[1] == 4
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={planner.pk}").json()
+    assert body["tokens_after"] == report["pressure"]
+    assert report["parts"]["summaries"] == rest.token_count
+    # the critic's seat is as it was
+    theirs.refresh_from_db()
+    assert theirs.status == "active"
+    assert (_coverage(theirs), _seat(session, critic), theirs.text) == critic_before
+    assert set(
+        CompactionEvent.objects.filter(session=session, trigger__in=["revert", "manual"])
+        .exclude(pk__lte=body["event"]["id"] - 1)
+        .values_list("bot_id", flat=True)
+    ) == {planner.pk}
+
+
 def test_resummarise_in_a_room_runs_its_bots_summariser_from_its_seat(
     owner_client, seats, fake_openai
 ):
