@@ -17,8 +17,18 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
-from django.db.models import Exists, IntegerField, OuterRef, Q, QuerySet, TextField, Value
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import (
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    TextField,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce, Concat
 
 from bots.models import Bot, ChatSession, Message
 from bots.queries import participants_of
@@ -56,11 +66,19 @@ class RoomView:
     hidden_tokens: int = 0
     hidden_messages: int = 0
 
+    def seen(self) -> Q:
+        """The room's messages this bot is shown: from its join (if it sees from there), and no
+        other bot's recall exchange."""
+        seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
+        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id))
+
+    def covered(self) -> Exists:
+        """The message is covered by one of this bot's own summaries (``SummaryCoverage``)."""
+        return Exists(SummaryCoverage.objects.filter(bot_id=self.bot_id, message_id=OuterRef("pk")))
+
     def where(self) -> Q:
         """The room's in-context messages this bot sees and its own summaries do not cover."""
-        seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
-        covered = SummaryCoverage.objects.filter(bot_id=self.bot_id, message_id=OuterRef("pk"))
-        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id)) & ~Exists(covered)
+        return self.seen() & ~self.covered()
 
     def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
         if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
@@ -294,7 +312,32 @@ def _room_pins_and_summaries_query(
         .order_by()
         .values_list("part", "pk", "first_seq", "token_count")
     )
-    return pinned.union(summaries, all=True).order_by("part", "seq")
+    # The room's pending expansion, when it is this bot's: an expansion is for one seat's next
+    # reply (CONTRACT §17), named by that seat's snapshot (``snapshot_<f>_<l>_b<bot>``).
+    expansion = (
+        ContextExpansion.objects.filter(session_id=session_id, record=_seat_snapshot_name(bot_id))
+        .annotate(
+            part=Value(_EXPANSION, output_field=part),
+            claimed=Coalesce("reply_id", 0, output_field=part),
+        )
+        .order_by()
+        .values_list("part", "claimed", "first_seq", "last_seq")
+    )
+    return pinned.union(summaries, expansion, all=True).order_by("part", "seq")
+
+
+def _seat_snapshot_name(bot_id: int) -> Concat:
+    """``memory.services.snapshot_name(first_seq, last_seq, bot_id)`` of the row, in SQL."""
+    text = TextField()
+    return Concat(
+        Value("snapshot_"),
+        Cast("first_seq", output_field=text),
+        Value("_"),
+        Cast("last_seq", output_field=text),
+        Value("_b"),
+        Cast(Value(bot_id), output_field=text),
+        output_field=text,
+    )
 
 
 _ROOM_PINS_AND_SUMMARIES = CompiledValues(_room_pins_and_summaries_query)
@@ -341,18 +384,22 @@ def expanded_span(
         session=session,
         seq__gte=first_seq,
         seq__lte=last_seq,
-        compacted_by_id__isnull=False,
         kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
         status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
         token_count__gt=0,
     )
-    if room is not None:
-        where &= room.where()
-    rows = Message.objects.filter(where).order_by("seq")
+    if room is None:
+        rows = Message.objects.filter(where, compacted_by_id__isnull=False)
+        rows = rows.annotate(covering=F("compacted_by_id"))
+    else:
+        # In a room, what this bot's own summaries cover (its coverage rows), as it was shown.
+        mine = SummaryCoverage.objects.filter(bot_id=room.bot_id, message_id=OuterRef("pk"))
+        rows = Message.objects.filter(where & room.seen() & room.covered())
+        rows = rows.annotate(covering=Subquery(mine.values("summary_id")[:1]))
     entries: list[PinnedEntry] = []
     covering: set[int] = set()
-    for pk, seq, tokens, role, bot_id, summary_id in rows.values_list(
-        "pk", "seq", "token_count", "role", "bot_id", "compacted_by_id"
+    for pk, seq, tokens, role, bot_id, summary_id in rows.order_by("seq").values_list(
+        "pk", "seq", "token_count", "role", "bot_id", "covering"
     ):
         tokens = room.row_tokens(tokens, role, bot_id) if room is not None else tokens
         entries.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
@@ -437,7 +484,9 @@ def context_measure(
     if expansion is not None and expand_for is not None and expansion[2] in (0, expand_for):
         expanded, replaced = expanded_span(session, expansion[0], expansion[1], room)
         summaries = [s for s in summaries if s.id not in replaced]
-        expanded_record = snapshot_name(expansion[0], expansion[1])
+        expanded_record = snapshot_name(
+            expansion[0], expansion[1], room.bot_id if room is not None else None
+        )
     excluded_tokens = (
         sum(p.tokens for p in pinned)
         + (new_entry.tokens if new_entry else 0)

@@ -18,15 +18,22 @@ from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
+from compaction.engine.common import summary_seat
 from compaction.engine.expansion import session_expand
 from compaction.engine.holds import held_spans
 from compaction.engine.resummarise import summary_resummarise
-from compaction.engine.undo import RevertResult, summary_release, summary_revert
+from compaction.engine.undo import (
+    RevertResult,
+    summary_release,
+    summary_revert,
+    summary_snapshot,
+)
 from compaction.measure import context_measure
 from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline import context_bot, context_report, seat_key
 from compaction.queries import summary_get_for_user
+from memory.models import MemoryRecord
 from memory.queries import record_get_for_session
 from memory.services import snapshot_name
 
@@ -67,18 +74,11 @@ def session_compact_soft(*, session_id: int, bot_id: int | None = None) -> RunRe
     return result
 
 
-ROOM_UNDO_UNAVAILABLE = (
-    "Undo, re-summarise and “use the full text next turn” work in one-bot chats only for now: "
-    "in a room each bot keeps its own summaries, and these actions do not follow them yet."
-)
-
-
-def _not_in_room(session_id: int) -> None:
-    """The reversible-compaction actions (CONTRACT §17) know one-bot coverage only
-    (``Message.compacted_by_id``); a room's coverage is per bot (``SummaryCoverage``). Refuse
-    clearly, changing nothing, rather than revert a summary whose messages stay hidden."""
-    if ChatSession.objects.filter(pk=session_id, is_room=True).exists():
-        raise ValidationFailed(ROOM_UNDO_UNAVAILABLE)
+def _seat_usable(session: ChatSession) -> None:
+    """An action that runs the seat's bot (its summariser) needs that bot usable in the chat,
+    like ``/compact`` (a shared bot un-shared since it joined: its owner's model is not run)."""
+    if not bot_usable_in(session=session):
+        raise NotFound(BOT_UNAVAILABLE)
 
 
 def summary_revert_for_user(
@@ -88,14 +88,19 @@ def summary_revert_for_user(
     changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to be
     usable in the chat, like ``/compact``."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
-    _not_in_room(summary.session_id)
     if compact_rest:
-        session_get_for_use(user=user, session_id=summary.session_id)
+        session = session_get_for_use(user=user, session_id=summary.session_id)
+        _seat_usable(summary_seat(session, summary.bot_id))
     else:
         session_get_for_user(user=user, session_id=summary.session_id)
     result = summary_revert(summary=summary, compact_rest=compact_rest)
-    context_notify(session_id=summary.session_id)
+    context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     return result
+
+
+def _summary_seat_key(summary: Summary) -> int | None:
+    """Whose context report changed: in a room, the summary's bot's seat."""
+    return summary.bot_id if summary.session.is_room else None
 
 
 def summary_resummarise_for_user(
@@ -104,12 +109,12 @@ def summary_resummarise_for_user(
     """Re-summarise a summary's span from its snapshot with the user's focus (CONTRACT §17).
     The answer says what happened: the new summary, or why the old one stays."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
-    session_get_for_use(user=user, session_id=summary.session_id)  # runs the bot's summariser
-    _not_in_room(summary.session_id)
+    session = session_get_for_use(user=user, session_id=summary.session_id)
+    _seat_usable(summary_seat(session, summary.bot_id))  # runs that bot's summariser
     if not text_is_storable(focus):
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     result = summary_resummarise(summary=summary, focus=focus.strip())
-    context_notify(session_id=summary.session_id)
+    context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     summary.refresh_from_db()
     if result.compacted:
         message = (
@@ -128,19 +133,40 @@ def session_expand_for_user(
     session_id: object,
     record: str | None = None,
     summary_id: int | None = None,
+    bot_id: object = None,
 ) -> dict[str, Any]:
     """ "Use the full text next turn" (CONTRACT §17) for a snapshot (``record``) or a summary
-    (its snapshot's span). Someone else's chat, record or summary is ``not_found``."""
+    (its snapshot's span). Someone else's chat, record or summary is ``not_found``.
+
+    In a room, for one bot's next reply: a summary's bot; a record's seat bot (the bot whose
+    compaction wrote the snapshot); ``bot_id`` (``?bot=``) names the seat otherwise, and a
+    snapshot of another bot's seat is not readable from it (``not_found``)."""
     session = session_get_for_use(user=user, session_id=session_id)
-    _not_in_room(session.pk)
     if summary_id is not None:
         summary = summary_get_for_user(user=user, summary_id=summary_id)
         if summary.session_id != session.pk:
             raise NotFound("Summary not found.")
-        record = snapshot_name(summary.first_seq, summary.last_seq)
-    found = record_get_for_session(session=session, name=record)
-    result = session_expand(session=session, record=found)
-    context_notify(session_id=session.pk)
+        seat = summary_seat(session, summary.bot_id)
+        if bot_id not in (None, "") and session_seat_get(session=session, bot_id=bot_id).bot_id != (
+            seat.bot_id
+        ):
+            raise ValidationFailed(
+                "This summary is another bot's: it can be expanded for its own bot only.",
+                details={"bot": [f"Summary {summary.pk} belongs to bot {summary.bot_id}."]},
+            )
+        snapshot = summary_snapshot(summary, room=session.is_room)
+        record = (
+            snapshot.name
+            if snapshot is not None
+            else snapshot_name(summary.first_seq, summary.last_seq)
+        )
+    elif bot_id not in (None, ""):
+        seat = session_seat_get(session=session, bot_id=bot_id)
+    else:
+        seat = _record_seat(session, record)
+    found = record_get_for_session(session=seat, name=record)
+    result = session_expand(session=seat, record=found)
+    context_notify(session_id=session.pk, bot_id=seat_key(seat))
     return {
         "record": result.record,
         "first_seq": result.first_seq,
@@ -154,12 +180,24 @@ def session_expand_for_user(
     }
 
 
+def _record_seat(session: ChatSession, record: object) -> ChatSession:
+    """A room's snapshot is expanded for the bot whose seat wrote it; an unknown name (or a
+    one-bot session) stays with the session, whose lookup answers ``not_found``."""
+    if not session.is_room or not isinstance(record, str):
+        return session
+    writer = (
+        MemoryRecord.objects.filter(session=session, kind=MemoryRecord.Kind.SNAPSHOT, name=record)
+        .values_list("bot_id", flat=True)
+        .first()
+    )
+    return session if writer is None else summary_seat(session, writer)
+
+
 def summary_release_for_user(*, user: AbstractBaseUser, summary_id: object) -> dict[str, Any]:
-    """Let automatic compaction take an undone span again."""
+    """Let automatic compaction take an undone span again (in a room, in its bot's seat)."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
-    _not_in_room(summary.session_id)
     event = summary_release(summary=summary)
-    context_notify(session_id=summary.session_id)
+    context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     return {"summary": summary_payload(summary), "event": event_payload(event)}
 
 

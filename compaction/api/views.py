@@ -170,6 +170,14 @@ class SessionExpandApi(APIView):
     verbatim instead of its summary, inside the budget; for that reply only."""
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "bot",
+                int,
+                required=False,
+                description="A room's participant (default: the summary's or snapshot's bot).",
+            )
+        ],
         request=ExpandInputSerializer,
         responses={
             200: inline_serializer(
@@ -199,6 +207,7 @@ class SessionExpandApi(APIView):
                 session_id=session_id,
                 record=data.get("record"),
                 summary_id=data.get("summary"),
+                bot_id=request.query_params.get("bot"),
             )
         )
 

@@ -4,7 +4,8 @@ and the current turn (which no pass takes)."""
 from dataclasses import dataclass
 
 from bots.models import ChatSession, Message
-from bots.queries import session_seat
+from bots.queries import participant_seat, session_seat
+from chat_platform.errors import ValidationFailed
 
 # Automatic paths never summarise fewer tokens than this (tiny spans make longer summaries).
 MIN_SPAN_TOKENS = 256
@@ -51,3 +52,24 @@ def current_turn_seq(session: ChatSession) -> int | None:
         .values_list("seq", flat=True)
         .first()
     )
+
+
+def summary_seat(session: ChatSession, bot_id: int | None) -> ChatSession:
+    """The session from the seat of the bot that wrote a summary (or a snapshot): undo,
+    re-summarise and expand act on that bot's own context only (CONTRACT §15, §17). A one-bot
+    session is itself, as it always was."""
+    fresh = ChatSession.objects.select_related("bot", "user").get(pk=session.pk)
+    if not fresh.is_room or bot_id is None or bot_id == fresh.bot_id:
+        if fresh.is_room and bot_id is None:
+            raise ValidationFailed(
+                "The bot whose seat this compaction belongs to is gone: it cannot be changed.",
+                details={"bot": ["No bot."]},
+            )
+        return fresh
+    seat = participant_seat(session=fresh, bot_id=bot_id)
+    if seat is None:
+        raise ValidationFailed(
+            "The bot whose seat this compaction belongs to is not in the chat.",
+            details={"bot": [f"Bot {bot_id} is not a participant."]},
+        )
+    return session_seat(fresh, seat.bot)

@@ -2,7 +2,12 @@
 snapshot. The request only records which span; the one pipeline applies it when it builds the
 next reply's context (``compaction.measure``: ``expand_for``; ``compaction.pipeline``:
 ``_expansion_settle``), counting the span's messages whole, inside B, instead of the summaries
-within it."""
+within it.
+
+In a room the expansion is one seat's (CONTRACT §15): ``session`` is the session from that
+bot's seat, the span is what that bot's own summaries cover of what it was shown, and only that
+bot's next reply carries it. It is stored under the seat's snapshot name
+(``snapshot_<f>_<l>_b<bot>``), which is how the measure of that seat, and no other, finds it."""
 
 from dataclasses import dataclass
 
@@ -12,9 +17,10 @@ from bots.models import ChatSession
 from chat_platform.errors import ValidationFailed
 from compaction.engine.common import session_fresh
 from compaction.engine.events import event_write
-from compaction.measure import context_measure, expanded_span
+from compaction.measure import context_measure, expanded_span, seat_key
 from compaction.models import CompactionEvent, ContextExpansion, Summary
 from memory.models import MemoryRecord
+from memory.services import snapshot_name
 
 
 @dataclass
@@ -66,11 +72,12 @@ def session_expand(*, session: ChatSession, record: MemoryRecord) -> ExpandResul
             },
         )
     tokens_after = measure.pressure - replaced_tokens + tokens
+    name = snapshot_name(first_seq, last_seq, seat_key(session)) if session.is_room else record.name
     with transaction.atomic():
         ContextExpansion.objects.update_or_create(
             session=session,
             defaults={
-                "record": record.name,
+                "record": name,
                 "first_seq": first_seq,
                 "last_seq": last_seq,
                 "reply": None,
@@ -89,7 +96,7 @@ def session_expand(*, session: ChatSession, record: MemoryRecord) -> ExpandResul
             summary=Summary.objects.filter(pk__in=replaced).order_by("first_seq").first(),
         )
     return ExpandResult(
-        record=record.name,
+        record=name,
         first_seq=first_seq,
         last_seq=last_seq,
         messages=len(entries),

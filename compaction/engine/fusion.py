@@ -7,7 +7,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from bots import transitions
 from bots.models import ChatSession
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.budget import Budget
@@ -15,6 +14,7 @@ from compaction.engine.common import FUSION_INPUT_PERCENT, FUSION_SHARE_PERCENT,
 from compaction.engine.events import event_write
 from compaction.engine.holds import held_spans, in_spans
 from compaction.engine.passes import (
+    coverage_move,
     enveloped,
     record_success,
     run_pass,
@@ -28,7 +28,7 @@ from compaction.engine.summariser import (
     summariser_window,
 )
 from compaction.measure import context_measure, seat_key
-from compaction.models import CompactionEvent, Summary, SummaryCoverage
+from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
 from memory import services as memory_services
 
@@ -145,10 +145,7 @@ def fuse_commit(
         level=max(p.level for p in parents) + 1,
     )
     summary.parents.set(parents)
-    if session.is_room:
-        SummaryCoverage.objects.filter(summary_id__in=parent_ids).update(summary_id=summary.pk)
-    else:
-        transitions.messages_compaction_move(from_summary_ids=parent_ids, to_summary_id=summary.pk)
+    coverage_move(session, from_summary_ids=parent_ids, to_summary_id=summary.pk)
     tokens_after, event = record_success(
         session,
         "fusion",

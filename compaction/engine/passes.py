@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Count, F, Sum
 
 from bots import transitions
 from bots.models import ChatSession, Message
@@ -464,3 +464,60 @@ def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens
         covered_tokens=F("covered_tokens") + tokens,
         covered_messages=F("covered_messages") + len(ids),
     )
+
+
+# --- coverage, one code path for both kinds of session ------------------------------------------
+# A one-bot session records coverage on its messages (``Message.compacted_by_id``, through
+# ``bots.transitions``); a room records it per bot (``SummaryCoverage``) with the seat's own
+# totals (``SeatState``). Fusion, re-summary and undo move coverage through these, so each keeps
+# one path whatever the session is.
+
+
+def coverage_move(session: ChatSession, *, from_summary_ids: list[int], to_summary_id: int) -> None:
+    """Fusion, re-summary: what ``from_summary_ids`` covered is covered by ``to_summary_id``
+    (caller's transaction). The totals do not move: the same messages stay covered."""
+    if session.is_room:
+        SummaryCoverage.objects.filter(summary_id__in=from_summary_ids).update(
+            summary_id=to_summary_id
+        )
+    else:
+        transitions.messages_compaction_move(
+            from_summary_ids=from_summary_ids, to_summary_id=to_summary_id
+        )
+
+
+def coverage_restore(
+    session: ChatSession, *, from_summary_id: int, to_summary_id: int, first_seq: int, last_seq: int
+) -> None:
+    """Undo of a fusion: the fused summary's coverage in one parent's span is that parent's
+    again (the reverse of ``coverage_move``; caller's transaction)."""
+    if session.is_room:
+        SummaryCoverage.objects.filter(
+            summary_id=from_summary_id, message__seq__gte=first_seq, message__seq__lte=last_seq
+        ).update(summary_id=to_summary_id)
+    else:
+        transitions.messages_compaction_restore(
+            from_summary_id=from_summary_id,
+            to_summary_id=to_summary_id,
+            first_seq=first_seq,
+            last_seq=last_seq,
+        )
+
+
+def coverage_release(session: ChatSession, *, summary_id: int) -> tuple[int, int]:
+    """Undo: what ``summary_id`` covers is no longer covered and comes back into the context —
+    in a room, into its bot's context only: its coverage rows go and its seat's totals drop by
+    exactly what they held (the reverse of ``seat_cover``); other bots' seats are untouched.
+    Returns the (tokens, messages) that came back. Caller's transaction."""
+    if not session.is_room:
+        return transitions.messages_uncompact(summary_id=summary_id)
+    rows = SummaryCoverage.objects.filter(summary_id=summary_id)
+    held = rows.aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
+    tokens, messages = held["tokens"] or 0, held["messages"]
+    rows.delete()
+    if messages:
+        SeatState.objects.filter(session_id=session.pk, bot_id=session.bot_id).update(
+            covered_tokens=F("covered_tokens") - tokens,
+            covered_messages=F("covered_messages") - messages,
+        )
+    return tokens, messages

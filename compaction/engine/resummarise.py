@@ -3,7 +3,11 @@ messages, from the span's snapshot (the exact transcript the first summariser re
 user's focus added to the prompt (CONTRACT §8). The quality gates apply as to any compaction: a
 rejected result changes nothing and the old summary stays active. An accepted one takes the old
 one's place — same span, same level, same parents (so undoing it gives back what the old one
-would have) — and the old one is superseded, kept for the audit (``superseded_by``)."""
+would have) — and the old one is superseded, kept for the audit (``superseded_by``).
+
+In a room it runs from the summary's own bot's seat (``summary_seat``): that bot's compaction
+model, that bot's snapshot (the room as it saw it, with speaker labels), its lease; the new
+summary is that bot's and takes over its coverage rows."""
 
 from functools import partial
 
@@ -11,15 +15,20 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from bots import transitions
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, ValidationFailed
-from compaction.engine.common import Conflict, Plan, session_fresh
+from compaction.engine.common import Conflict, Plan, session_fresh, summary_seat
 from compaction.engine.events import event_write
-from compaction.engine.passes import enveloped, record_success, summarise, summary_create
+from compaction.engine.passes import (
+    coverage_move,
+    enveloped,
+    record_success,
+    summarise,
+    summary_create,
+)
 from compaction.engine.undo import summary_snapshot
 from compaction.lock import single_flight
-from compaction.measure import context_measure
+from compaction.measure import context_measure, seat_key
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
 from memory.models import MemoryRecord
@@ -30,8 +39,9 @@ TRIGGER = "resummarise"
 def summary_resummarise(*, summary: Summary, focus: str) -> RunResult:
     """Re-summarise ``summary`` (the caller checked access and the focus). A caller that finds
     a compaction running waits for it (<= 60 s), like ``/compact``; then ``compaction_busy``."""
-    session = summary.session
-    with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS) as flight:
+    session = summary_seat(summary.session, summary.bot_id)
+    wait = settings.COMPACTION_WAIT_SECONDS
+    with single_flight(session.pk, wait=wait, bot_id=seat_key(session)) as flight:
         if not flight.acquired:
             raise CompactionBusy()
         summary = Summary.objects.select_related("session__bot").get(pk=summary.pk)
@@ -40,7 +50,7 @@ def summary_resummarise(*, summary: Summary, focus: str) -> RunResult:
                 "Only an active summary can be re-summarised.",
                 details={"summary": [f"Summary {summary.pk} is {summary.status}, not active."]},
             )
-        snapshot = summary_snapshot(summary)
+        snapshot = summary_snapshot(summary, room=session.is_room)
         if snapshot is None:
             raise ValidationFailed(
                 "The snapshot of this summary's messages is gone: it cannot be re-summarised.",
@@ -92,7 +102,7 @@ def _resummarise(
             if parents:
                 new.parents.set(parents)
             Summary.objects.filter(pk=old.pk).update(superseded_by=new)
-            transitions.messages_compaction_move(from_summary_ids=[old.pk], to_summary_id=new.pk)
+            coverage_move(session, from_summary_ids=[old.pk], to_summary_id=new.pk)
             tokens_after, event = record_success(
                 session,
                 TRIGGER,

@@ -1,5 +1,10 @@
 """Reversible compaction (CONTRACT §17): undo a summary, release the hold on what was undone.
 
+In a room each action is the summary's own bot's (CONTRACT §15): it runs from that bot's seat
+(``summary_seat``) under that seat's lease, against that bot's hard threshold, and moves that
+bot's coverage (``SummaryCoverage``) and totals (``SeatState``) only; other bots' summaries,
+coverage and totals are untouched.
+
 Undo puts back exactly what the summary replaced: a summary of messages gives its messages back
 to the context (the running totals take them back in); a fused summary gives back its parents,
 active again, with their messages pointing at them as before the fusion. The summary row and its
@@ -16,13 +21,14 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
-from bots import transitions
+from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, ValidationFailed
-from compaction.engine.common import session_fresh
+from compaction.engine.common import session_fresh, summary_seat
 from compaction.engine.events import event_write
+from compaction.engine.passes import coverage_release, coverage_restore
 from compaction.engine.runs import manual_passes
 from compaction.lock import single_flight
-from compaction.measure import context_measure, session_budget
+from compaction.measure import context_measure, seat_key, session_budget
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
 from memory import services as memory_services
@@ -51,12 +57,18 @@ class _OverHard(Exception):
         self.tokens_after = tokens_after
 
 
-def summary_snapshot(summary: Summary) -> MemoryRecord | None:
-    return MemoryRecord.objects.filter(
-        session_id=summary.session_id,
-        kind=MemoryRecord.Kind.SNAPSHOT,
-        name=memory_services.snapshot_name(summary.first_seq, summary.last_seq),
-    ).first()
+def summary_snapshot(summary: Summary, *, room: bool = False) -> MemoryRecord | None:
+    """The snapshot of the summary's span. In a room (``room``), the one its bot wrote from its
+    seat (``snapshot_<f>_<l>_b<bot>``), else the one it wrote before the chat became a room."""
+    plain = memory_services.snapshot_name(summary.first_seq, summary.last_seq)
+    snapshots = MemoryRecord.objects.filter(
+        session_id=summary.session_id, kind=MemoryRecord.Kind.SNAPSHOT
+    )
+    if not room:
+        return snapshots.filter(name=plain).first()
+    seat = memory_services.snapshot_name(summary.first_seq, summary.last_seq, summary.bot_id)
+    found = {r.name: r for r in snapshots.filter(name__in=[seat, plain], bot_id=summary.bot_id)}
+    return found.get(seat) or found.get(plain)
 
 
 def check_revertible(summary: Summary) -> None:
@@ -79,8 +91,8 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
 
     ``compact_rest``: undo even then, and compact everything else that is compactable (the
     restored span is held, so it stays), under the same lease."""
-    session = summary.session
-    with single_flight(session.pk, wait=0) as flight:
+    session = summary_seat(summary.session, summary.bot_id)
+    with single_flight(session.pk, wait=0, bot_id=seat_key(session)) as flight:
         if not flight.acquired:
             raise CompactionBusy(
                 "A compaction of this chat is running; nothing was changed. Try again shortly."
@@ -92,7 +104,7 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
         tokens_before = context_measure(session=session).pressure
         try:
             with transaction.atomic():
-                result = _revert_commit(summary, tokens_before=tokens_before)
+                result = _revert_commit(session, summary, tokens_before=tokens_before)
                 if result.tokens_after >= hard and not compact_rest:
                     raise _OverHard(result.tokens_after)
         except _OverHard as over:
@@ -115,9 +127,9 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
         return result
 
 
-def _revert_commit(summary: Summary, *, tokens_before: int) -> RevertResult:
+def _revert_commit(session: ChatSession, summary: Summary, *, tokens_before: int) -> RevertResult:
     """Inside the caller's transaction: the summary becomes reverted and held, what it replaced
-    comes back, the event is written."""
+    comes back (to ``session``'s seat: the summary's bot's), the event is written."""
     claimed = Summary.objects.filter(pk=summary.pk, status=Summary.Status.ACTIVE).update(
         status=Summary.Status.REVERTED, reverted_at=timezone.now(), held=True
     )
@@ -130,7 +142,8 @@ def _revert_commit(summary: Summary, *, tokens_before: int) -> RevertResult:
     tokens = messages = 0
     if parents:
         for parent in parents:
-            transitions.messages_compaction_restore(
+            coverage_restore(
+                session,
                 from_summary_id=summary.pk,
                 to_summary_id=parent.pk,
                 first_seq=parent.first_seq,
@@ -141,8 +154,8 @@ def _revert_commit(summary: Summary, *, tokens_before: int) -> RevertResult:
         )
     # A fused summary covers nothing outside its parents' spans; whatever else it covers (none
     # in practice) comes back as messages rather than staying covered by a reverted summary.
-    tokens, messages = transitions.messages_uncompact(summary_id=summary.pk)
-    session = session_fresh(summary.session)
+    tokens, messages = coverage_release(session, summary_id=summary.pk)
+    session = session_fresh(session)
     tokens_after = context_measure(session=session).pressure
     summary.refresh_from_db()
     event = event_write(
@@ -155,7 +168,7 @@ def _revert_commit(summary: Summary, *, tokens_before: int) -> RevertResult:
         source_tokens=tokens,
         summary_tokens=summary.token_count,
         model=summary.model,
-        snapshot=summary_snapshot(summary),
+        snapshot=summary_snapshot(summary, room=session.is_room),
         summary=summary,
     )
     for parent in parents:
@@ -187,7 +200,7 @@ def summary_release(*, summary: Summary) -> CompactionEvent:
                 "This compaction was already released.",
                 details={"summary": [f"Summary {summary.pk} is not held."]},
             )
-        session = session_fresh(summary.session)
+        session = summary_seat(summary.session, summary.bot_id)
         pressure = context_measure(session=session).pressure
         summary.held = False
         return event_write(

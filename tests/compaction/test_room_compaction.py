@@ -3,6 +3,8 @@ was shown it, with its own budget, summaries, snapshots, totals, lease and cool-
 to one bot carries another's summaries or snapshots; ``?bot=`` on every compaction endpoint and
 ``/compact @slug`` in chat."""
 
+import json
+
 import pytest
 import redis
 from django.conf import settings as django_settings
@@ -498,38 +500,433 @@ def test_a_bots_compacted_room_messages_are_found_by_its_search(
     assert "order 74" in hits[0]["excerpt"]
 
 
-def test_undo_resummarise_and_expand_are_refused_in_a_room_and_change_nothing(
-    owner, owner_client, room, fake_openai, eager_tasks
-):
-    """A room's coverage is per bot (``SummaryCoverage``); the reversible-compaction actions
-    follow one-bot coverage only, so in a room they say so and leave every summary as it was."""
+# --- undo, re-summarise, release and expand in a room: the summary's own bot's seat only -------
+
+
+def _planner_notes(client, session, fake_openai, start, count):
+    for n in range(start, start + count):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(client, session, _note(n))
+
+
+@pytest.fixture
+def seats(owner_client, room, fake_openai, eager_tasks):
+    """Planner with two summaries of its own (messages 1–4, then 5–12), Critic with one
+    (1–4): three notes, ``/compact @planner``, ``/compact @critic``, two notes, ``/compact
+    @planner`` (each command and its notice take two seqs). Automatic compaction is off, so
+    nothing else moves."""
     session, planner, critic = room
     Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
-    for n in range(1, 4):
-        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
-        _send(owner_client, session, _note(n))
+    _planner_notes(owner_client, session, fake_openai, 1, 3)
+    _send(owner_client, session, "/compact @planner")
     _send(owner_client, session, "/compact @critic")
-    summary = Summary.objects.get(session=session)
-    coverage = SummaryCoverage.objects.filter(summary=summary).count()
+    _planner_notes(owner_client, session, fake_openai, 4, 2)
+    _send(owner_client, session, "/compact @planner")
+    first, second = Summary.objects.filter(session=session, bot=planner).order_by("first_seq")
+    theirs = Summary.objects.get(session=session, bot=critic)
+    assert [(s.first_seq, s.last_seq) for s in (first, second, theirs)] == [(1, 4), (5, 12), (1, 4)]
+    return session, planner, critic, first, second, theirs
+
+
+def _as_seen_by(bot, messages) -> list[str]:
+    """The contents a bot is sent for these messages: its own turns as they are, everyone
+    else's with the speaker's name in front (CONTRACT §15)."""
+    shown = []
+    for m in messages:
+        if m.role == "assistant" and m.bot_id == bot.pk:
+            shown.append(m.content)
+        else:
+            shown.append(f"{m.bot.name if m.bot_id else 'owner'}: {m.content}")
+    return shown
+
+
+def _history_sent(request) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] != "system"]
+
+
+def _seat(session, bot) -> tuple[int, int]:
+    state = SeatState.objects.get(session=session, bot=bot)
+    return state.covered_tokens, state.covered_messages
+
+
+def _coverage_recount(session, bot) -> tuple[int, int]:
+    rows = SummaryCoverage.objects.filter(bot=bot, message__session=session)
+    return rows.aggregate(t=Sum("message__token_count"))["t"] or 0, rows.count()
+
+
+def _coverage(summary) -> list[int]:
+    return sorted(
+        SummaryCoverage.objects.filter(summary=summary).values_list("message_id", flat=True)
+    )
+
+
+def _chat_messages(session, first_seq, last_seq):
+    return list(
+        Message.objects.filter(
+            Message.in_context_q(), session=session, seq__gte=first_seq, seq__lte=last_seq
+        ).order_by("seq")
+    )
+
+
+def test_undo_in_a_room_gives_its_messages_back_to_its_own_bot_only(
+    owner_client, seats, fake_openai, monkeypatch, django_capture_on_commit_callbacks
+):
+    from chat_platform import realtime
+    from compaction.models import ContextRecord
+    from compaction.records import record_rebuild
+
+    session, planner, critic, first, second, theirs = seats
+    restored = _chat_messages(session, 1, 4)
+    critic_before = (_coverage(theirs), _seat(session, critic), theirs.text)
+    first_rows = _coverage(first)
+    assert first_rows == [m.pk for m in restored]
+    before = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={planner.pk}").json()
+    frames: list[dict] = []
+    monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: frames.append(frame))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner_client.post(f"/api/v1/summaries/{first.pk}/revert/", {}, format="json")
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    tokens = sum(m.token_count for m in restored)
+    assert {k: body[k] for k in ("first_seq", "last_seq", "restored", "tokens_before")} == {
+        "first_seq": 1,
+        "last_seq": 4,
+        "restored": {"messages": 4, "tokens": tokens, "summaries": []},
+        "tokens_before": before["pressure"],
+    }
+    first.refresh_from_db()
+    assert (first.status, first.held) == ("reverted", True)
+    event = CompactionEvent.objects.get(session=session, trigger="revert")
+    assert (event.bot_id, event.outcome, event.summary_id, event.source_tokens) == (
+        planner.pk,
+        "reverted",
+        first.pk,
+        tokens,
+    )
+    assert event.snapshot.name == f"snapshot_1_4_b{planner.pk}"
+    # the planner's coverage of 1–4 is gone; its totals equal a recount of what it still covers
+    assert not SummaryCoverage.objects.filter(summary=first).exists()
+    assert set(
+        SummaryCoverage.objects.filter(bot=planner).values_list("summary_id", flat=True)
+    ) == {second.pk}
+    assert _seat(session, planner) == _coverage_recount(session, planner)
+    assert _seat(session, planner)[1] == 4  # 5, 6, 11, 12
+    # the critic's seat is as it was
+    theirs.refresh_from_db()
+    assert theirs.status == "active"
+    assert (_coverage(theirs), _seat(session, critic), theirs.text) == critic_before
+    after = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={planner.pk}").json()
+    assert body["tokens_after"] == after["pressure"]
+    assert after["parts"]["summaries"] == second.token_count
+    # frames name the bot
+    named = {"id": planner.pk, "slug": "planner", "name": "Planner"}
+    kinds = [(f["type"], f.get("bot")) for f in frames if f["type"] != "memory.updated"]
+    assert kinds == [("compaction.finished", named), ("context.updated", named)]
+
+    # the planner's next request carries 1–4 verbatim, inside its B, its other summary still
+    fake_openai.script(Reply(text="Planner again."))
+    _send(owner_client, session, "What about order 37?")
+    request = _requests_of(fake_openai, planner)[-1]
+    assert _summary_blocks(request) == [second.block]
+    later = _chat_messages(session, 13, 17)  # 15–16: the last /compact and its notice
+    assert _history_sent(request) == _as_seen_by(planner, [*restored, *later])
+    assert _sent_tokens(request) <= 1300
+    reply = Message.objects.filter(session=session, bot=planner).order_by("-seq").first()
+    [rebuilt] = record_rebuild(ContextRecord.objects.get(message=reply))
+    assert json.dumps(rebuilt) == json.dumps(request["messages"])
+
+    # the critic's requests still carry its own summary of 1–4, unchanged, and not 1–4 verbatim
+    fake_openai.script(Reply(text="Critic here."))
+    _send(owner_client, session, "@critic What do you think?")
+    request = _requests_of(fake_openai, critic)[-1]
+    assert _summary_blocks(request) == [theirs.block]
+    sent = _history_sent(request)
+    assert not set(_as_seen_by(critic, restored)) & set(sent)
+    assert sent[0] == _as_seen_by(critic, _chat_messages(session, 5, 5))[0]
+
+
+def test_undo_over_its_bots_hard_threshold_is_refused_in_a_room_and_changes_nothing(
+    owner_client, room, fake_openai, eager_tasks
+):
+    from bots.queries import session_seat
+    from compaction.measure import context_measure
+
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    _planner_notes(owner_client, session, fake_openai, 1, 14)
+    _send(owner_client, session, "/compact @planner")
+    _send(owner_client, session, "/compact @critic")
+    mine = Summary.objects.get(session=session, bot=planner)
+    theirs = Summary.objects.get(session=session, bot=critic)
+    seat = session_seat(ChatSession.objects.get(pk=session.pk), planner)
+    measure = context_measure(session=seat)
+    restored = _chat_messages(session, mine.first_seq, mine.last_seq)
+    expected = (
+        measure.pressure
+        - mine.token_count
+        + sum(m.token_count for m in restored)
+        + len(restored) * measure.room.max_prefix_tokens
+    )
+    assert bot_budget(planner).hard == 975
+    assert expected >= 975  # over the planner's H (the critic's is 2100)
+    state = lambda: (  # noqa: E731
+        list(Summary.objects.filter(session=session).values_list("pk", "status", "held")),
+        _coverage(mine),
+        _coverage(theirs),
+        _seat(session, planner),
+        _seat(session, critic),
+        CompactionEvent.objects.filter(session=session).count(),
+    )
+    before = state()
+
+    response = owner_client.post(f"/api/v1/summaries/{mine.pk}/revert/", {}, format="json")
+
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert (error["details"]["tokens_after"], error["details"]["hard"]) == (expected, 975)
+    assert "compact_rest" in error["details"]
+    assert state() == before
+
+
+def test_undo_and_compact_the_rest_in_a_room_compacts_its_own_seat(
+    owner_client, room, fake_openai, eager_tasks
+):
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    _planner_notes(owner_client, session, fake_openai, 1, 3)  # 1–6
+    _send(owner_client, session, "/compact @planner")  # 7–8: covers 1–4
+    _send(owner_client, session, "/compact @critic")  # 9–10: covers 1–4
+    _planner_notes(owner_client, session, fake_openai, 4, 2)  # 11–14; 13 opens the turn
+    mine = Summary.objects.get(session=session, bot=planner)
+    theirs = Summary.objects.get(session=session, bot=critic)
+    assert (mine.first_seq, mine.last_seq, theirs.first_seq, theirs.last_seq) == (1, 4, 1, 4)
+    critic_before = (_coverage(theirs), _seat(session, critic), theirs.text)
+    restored = _chat_messages(session, 1, 4)
+
+    response = owner_client.post(
+        f"/api/v1/summaries/{mine.pk}/revert/", {"compact_rest": True}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["restored"] == {
+        "messages": 4,
+        "tokens": sum(m.token_count for m in restored),
+        "summaries": [],
+    }
+    assert body["compaction"]["outcome"] == "compacted"
+    rest = Summary.objects.get(session=session, bot=planner, status="active")
+    assert body["compaction"]["summary"]["id"] == rest.pk
+    # the rest of the planner's context: what it had left (5–6) and since (11–12), not the
+    # held span, not the current turn
+    assert (rest.first_seq, rest.last_seq) == (5, 12)
+    assert _coverage(rest) == [m.pk for m in _chat_messages(session, 5, 12)]
+    assert [m.seq for m in _chat_messages(session, 5, 12)] == [5, 6, 11, 12]
+    mine.refresh_from_db()
+    assert (mine.status, mine.held, _coverage(mine)) == ("reverted", True, [])
+    assert _seat(session, planner) == _coverage_recount(session, planner)
+    assert _seat(session, planner)[1] == 4
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={planner.pk}").json()
+    assert body["tokens_after"] == report["pressure"]
+    assert report["parts"]["summaries"] == rest.token_count
+    # the critic's seat is as it was
+    theirs.refresh_from_db()
+    assert theirs.status == "active"
+    assert (_coverage(theirs), _seat(session, critic), theirs.text) == critic_before
+    assert set(
+        CompactionEvent.objects.filter(session=session, trigger__in=["revert", "manual"])
+        .exclude(pk__lte=body["event"]["id"] - 1)
+        .values_list("bot_id", flat=True)
+    ) == {planner.pk}
+
+
+def test_resummarise_in_a_room_runs_its_bots_summariser_from_its_seat(
+    owner_client, seats, fake_openai
+):
+    from tests.compaction.test_engine import summariser_requests
+
+    session, planner, critic, first, second, theirs = seats
+    # the planner's compaction model follows its chat model (the fake provider), the critic's
+    # stays built-in: the re-summary is the planner's
+    Bot.objects.filter(pk=planner.pk).update(compaction_model="")
+    snapshot = MemoryRecord.objects.get(session=session, name=f"snapshot_1_4_b{planner.pk}")
+    rows = _coverage(first)
+    critic_before = (_coverage(theirs), _seat(session, critic), theirs.text, theirs.status)
+    planner_before = _seat(session, planner)
+    text = "Owner sent Planner order 37 for depot 1 on day 2 and order 74 for depot 2 on day 3."
+    fake_openai.script(Reply(text=text))
+    asked = len(summariser_requests(fake_openai))
+
+    response = owner_client.post(
+        f"/api/v1/summaries/{first.pk}/resummarise/", {"focus": "depots"}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["outcome"] == "compacted", body
+    [request] = summariser_requests(fake_openai)[asked:]
+    assert request["messages"][1]["content"] == (
+        f"<transcript>\n{snapshot.body}\n</transcript>\nFocus: depots"
+    )
+    assert "Planner" in snapshot.body  # the transcript as the planner saw it, with speakers
+    new = Summary.objects.get(pk=body["summary"]["id"])
+    assert (new.bot_id, new.first_seq, new.last_seq, new.level, new.text) == (
+        planner.pk,
+        1,
+        4,
+        1,
+        text,
+    )
+    assert (new.model, new.focus, new.trigger, new.status) == (
+        MODEL,
+        "depots",
+        "resummarise",
+        "active",
+    )
+    first.refresh_from_db()
+    assert (first.status, first.superseded_by_id) == ("superseded", new.pk)
+    assert body["replaced"]["id"] == first.pk
+    # the new summary covers what the old one did, for the planner; totals unchanged
+    assert _coverage(new) == rows and not _coverage(first)
+    assert set(SummaryCoverage.objects.filter(summary=new).values_list("bot_id", flat=True)) == {
+        planner.pk
+    }
+    assert _seat(session, planner) == planner_before == _coverage_recount(session, planner)
+    theirs.refresh_from_db()
+    assert (_coverage(theirs), _seat(session, critic), theirs.text, theirs.status) == critic_before
+    event = CompactionEvent.objects.get(session=session, trigger="resummarise")
+    assert (event.bot_id, event.outcome, event.summary_id, event.reason) == (
+        planner.pk,
+        "compacted",
+        new.pk,
+        "focus",
+    )
+
+
+def test_expand_in_a_room_reaches_only_its_bots_next_reply(
+    owner_client, seats, fake_openai, django_capture_on_commit_callbacks
+):
+    from compaction.models import ContextExpansion, ContextRecord
+    from compaction.records import record_rebuild
+
+    session, planner, critic, first, second, theirs = seats
+    restored = _chat_messages(session, 1, 4)
+
+    response = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/expand/", {"summary": first.pk}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert {k: body[k] for k in ("record", "first_seq", "last_seq", "messages", "replaces")} == {
+        "record": f"snapshot_1_4_b{planner.pk}",
+        "first_seq": 1,
+        "last_seq": 4,
+        "messages": 4,
+        "replaces": [first.pk],
+    }
+    assert (body["event"]["bot"], body["event"]["outcome"]) == (planner.pk, "expanded")
+
+    # the critic answers first: its request is as before, and the expansion waits
+    fake_openai.script(Reply(text="Critic here."))
+    _send(owner_client, session, "@critic What do you think?")
+    request = _requests_of(fake_openai, critic)[-1]
+    assert _summary_blocks(request) == [theirs.block]
+    assert not set(_as_seen_by(critic, restored)) & set(_history_sent(request))
+    assert ContextExpansion.objects.get(session=session).reply_id is None
+
+    # the planner's next reply carries 1–4 verbatim instead of its summary of them
+    fake_openai.script(Reply(text="Planner, expanded."))
+    _send(owner_client, session, "What about order 37?")
+    request = _requests_of(fake_openai, planner)[-1]
+    assert _summary_blocks(request) == [second.block]
+    later = _chat_messages(session, 13, 19)
+    assert [m.bot_id for m in later if m.role == "assistant"] == [planner.pk, critic.pk]
+    assert _history_sent(request) == _as_seen_by(planner, [*restored, *later])
+    assert _sent_tokens(request) <= 1300
+    reply = Message.objects.filter(session=session, bot=planner).order_by("-seq").first()
+    record = ContextRecord.objects.get(message=reply)
+    [rebuilt] = record_rebuild(record)
+    assert json.dumps(rebuilt) == json.dumps(request["messages"])
+    expanded = [p for p in record.calls[0]["parts"] if p["ref"].get("expanded")]
+    assert {p["ref"]["expanded"] for p in expanded} == {f"snapshot_1_4_b{planner.pk}"}
+    assert ContextExpansion.objects.get(session=session).reply_id == reply.pk
+
+    # and only that reply: the next one has its summaries back, and the expansion is gone
+    fake_openai.script(Reply(text="Planner, summarised."))
+    _send(owner_client, session, "And order 74?")
+    request = _requests_of(fake_openai, planner)[-1]
+    assert _summary_blocks(request) == [first.block, second.block]
+    assert not set(_as_seen_by(planner, restored)) & set(_history_sent(request))
+    assert not ContextExpansion.objects.filter(session=session).exists()
+    # every summary and seat is as it was
+    assert _seat(session, planner) == _coverage_recount(session, planner)
+    assert [s.status for s in (first, second, theirs)] == ["active"] * 3
+
+
+def test_expand_of_a_snapshot_in_a_room_takes_the_snapshots_seat(owner_client, seats):
+    session, planner, critic, first, second, theirs = seats
+    base = f"/api/v1/sessions/{session.pk}/expand/"
+
+    by_record = owner_client.post(base, {"record": f"snapshot_1_4_b{critic.pk}"}, format="json")
+    # another bot's snapshot is not readable from the planner's seat
+    crossed = owner_client.post(
+        f"{base}?bot={planner.pk}", {"record": f"snapshot_1_4_b{critic.pk}"}, format="json"
+    )
+
+    assert by_record.status_code == 200, by_record.json()
+    body = by_record.json()
+    assert (body["record"], body["replaces"], body["event"]["bot"]) == (
+        f"snapshot_1_4_b{critic.pk}",
+        [theirs.pk],
+        critic.pk,
+    )
+    assert crossed.status_code == 404
+    assert crossed.json()["error"]["code"] == "not_found"
+
+
+def test_another_user_cannot_undo_resummarise_release_or_expand_in_a_room(
+    owner_client, other_client, seats, fake_openai
+):
+    from compaction.models import ContextExpansion
+
+    session, planner, critic, first, second, theirs = seats
+    undone = owner_client.post(f"/api/v1/summaries/{second.pk}/revert/", {}, format="json")
+    assert undone.status_code == 200, undone.json()
+    state = lambda: (  # noqa: E731
+        list(Summary.objects.filter(session=session).values_list("pk", "status", "held")),
+        [_coverage(s) for s in (first, second, theirs)],
+        _seat(session, planner),
+        _seat(session, critic),
+        CompactionEvent.objects.filter(session=session).count(),
+        ContextExpansion.objects.filter(session=session).count(),
+    )
+    before = state()
+    requests = len(fake_openai.requests)
 
     answers = [
-        owner_client.post(f"/api/v1/summaries/{summary.pk}/revert/", {}, format="json"),
-        owner_client.post(
-            f"/api/v1/summaries/{summary.pk}/resummarise/", {"focus": "dates"}, format="json"
+        other_client.post(f"/api/v1/summaries/{first.pk}/revert/", {}, format="json"),
+        other_client.post(
+            f"/api/v1/summaries/{first.pk}/revert/", {"compact_rest": True}, format="json"
         ),
-        owner_client.post(f"/api/v1/summaries/{summary.pk}/release/", {}, format="json"),
-        owner_client.post(
-            f"/api/v1/sessions/{session.pk}/expand/", {"summary": summary.pk}, format="json"
+        other_client.post(
+            f"/api/v1/summaries/{theirs.pk}/resummarise/", {"focus": "dates"}, format="json"
+        ),
+        other_client.post(f"/api/v1/summaries/{second.pk}/release/", {}, format="json"),
+        other_client.post(
+            f"/api/v1/sessions/{session.pk}/expand/", {"summary": first.pk}, format="json"
+        ),
+        other_client.post(
+            f"/api/v1/sessions/{session.pk}/expand/?bot={critic.pk}",
+            {"record": f"snapshot_1_4_b{critic.pk}"},
+            format="json",
         ),
     ]
 
-    for answer in answers:
-        assert answer.status_code == 400, answer.json()
-        assert answer.json()["error"]["code"] == "validation_error"
-        assert answer.json()["error"]["message"].startswith(
-            "Undo, re-summarise and “use the full text next turn” work in one-bot chats only"
-        )
-    summary.refresh_from_db()
-    assert (summary.status, summary.held) == (Summary.Status.ACTIVE, False)
-    assert SummaryCoverage.objects.filter(summary=summary).count() == coverage
-    assert Summary.objects.filter(session=session).count() == 1
+    assert [a.status_code for a in answers] == [404] * 6
+    assert {a.json()["error"]["code"] for a in answers} == {"not_found"}
+    assert state() == before
+    assert len(fake_openai.requests) == requests
