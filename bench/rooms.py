@@ -10,11 +10,21 @@ messages in a one-bot chat of their own. Prints:
 - requests over each bot's budget B, counted by the platform's one token counter (goal 0);
 - compaction rounds per bot (compacted events by trigger) and the summariser calls;
 - per-reply platform time in the room vs in the one-bot chats (the provider answers at once,
-  so a reply's wall time is the platform's; goal room <= 1.2x one-bot);
+  so a reply's wall time is the platform's; goal room <= 1.2x one-bot), and the same time split
+  per phase: soft compaction (in-process here: embedded mode runs the compaction task inside the
+  turn, so it is in both figures), hard compaction the call waited for, the context build, and
+  everything else (send, claim, stream, finish, frames, the meter); SQL statements per reply;
 - hop-limit violations: a user message that led to more than ``ROOM_MAX_HOPS`` bot-to-bot
   replies, or a bot answering one user message twice (goal 0); and replies not complete.
 
     .venv/bin/python bench/rooms.py [--messages 300]   # DATABASE_URL defaults to .../chat_bench
+
+Like with like: the same three bots (same windows, same summariser) answer the same user messages
+with one model call each, in the room and in their own one-bot chats. A room reply's time is its
+user message's send divided by the replies it produced (the send is shared by the three), a
+one-bot reply's is its own send. The warm-up runs one compaction as well as one turn before the
+figures: the first summariser call of a process imports litellm (seconds), and since the room's
+tightest bot compacts first, that import used to land in the room's figure alone.
 """
 
 import argparse
@@ -40,12 +50,16 @@ setup()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
+from django.db import connection  # noqa: E402
 
+from bots import turn as bots_turn  # noqa: E402
 from bots.models import Bot, Message  # noqa: E402
 from bots.services.participants import participant_add, session_reply_mode_set  # noqa: E402
 from bots.services.send import session_message_send  # noqa: E402
 from bots.services.session import session_create  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
+from compaction import pipeline as context_pipeline  # noqa: E402
+from compaction import services as compaction_services  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402
 from compaction.pipeline import bot_budget  # noqa: E402
@@ -66,6 +80,35 @@ def summary_reply(body: dict) -> Reply:
     words = [w for w in transcript.split() if not w.startswith("[")]
     kept = [w for i, w in enumerate(words) if i % 8 == 0 or any(c.isdigit() for c in w)]
     return Reply(text="Summary: " + " ".join(kept[: max(12, len(words) // 6)]))
+
+
+class Phases:
+    """Exclusive wall time per phase (a phase entered inside another pauses it), by where."""
+
+    def __init__(self) -> None:
+        self.totals: Counter[tuple[str, str]] = Counter()
+        self.stack: list[list] = []  # [phase, started]
+        self.where = "room"
+
+    def wrap(self, module: object, attr: str, phase: str) -> None:
+        real = getattr(module, attr)
+
+        def timed(*args, **kwargs):
+            now = time.perf_counter()
+            if self.stack:
+                outer = self.stack[-1]
+                self.totals[(self.where, outer[0])] += now - outer[1]
+            self.stack.append([phase, now])
+            try:
+                return real(*args, **kwargs)
+            finally:
+                ended = time.perf_counter()
+                name, started = self.stack.pop()
+                self.totals[(self.where, name)] += ended - started
+                if self.stack:
+                    self.stack[-1][1] = ended
+
+        setattr(module, attr, timed)
 
 
 def sent_tokens(body: dict) -> int:
@@ -103,6 +146,16 @@ def main() -> None:
             text += f" @{slugs[following]} what do you think?"
         return Reply(text=text)
 
+    phases = Phases()
+    phases.wrap(compaction_services, "session_compact_soft", "soft compaction")
+    phases.wrap(context_pipeline, "compaction_hard", "hard compaction (waited)")
+    phases.wrap(bots_turn, "context_build", "context build")
+    statements: Counter[str] = Counter()
+
+    def counted(execute, sql, params, many, context):
+        statements[phases.where] += 1
+        return execute(sql, params, many, context)
+
     user, _ = get_user_model().objects.get_or_create(username="bench-rooms")
     Bot.objects.filter(owner=user).delete()
     with FakeOpenAI(responder=responder) as fake:
@@ -126,26 +179,32 @@ def main() -> None:
             participant_add(user=user, session_id=room.pk, bot_id=bots[name].pk)
         session_reply_mode_set(user=user, session_id=room.pk, reply_mode="all")
         solo = {name: session_create(user=user, bot_id=bots[name].pk) for name in order}
-        # Warm-up outside the figures: the first turn of a process imports and caches what
-        # every later one reuses.
-        where[0] = "solo"
+        # Warm-up outside the figures: the first turn and the first compaction of a process
+        # import and cache what every later one reuses (litellm, for the summariser's call).
+        where[0] = phases.where = "warm"
         warm = session_create(user=user, bot_id=bots[order[-1]].pk)
-        session_message_send(user=user, session_id=warm.pk, content="warm up")
+        for _ in range(3):
+            session_message_send(user=user, session_id=warm.pk, content=" ".join(WORDS))
+        session_message_send(user=user, session_id=warm.pk, content="/compact")
         room_times: list[float] = []
         solo_times: list[float] = []
+        room_elapsed = 0.0
         for n in range(args.messages):
             content = " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60)))
-            where[0] = "room"
+            where[0] = phases.where = "room"
             before = Message.objects.filter(session=room, role="assistant").count()
             started = time.perf_counter()
-            session_message_send(user=user, session_id=room.pk, content=content)
+            with connection.execute_wrapper(counted):
+                session_message_send(user=user, session_id=room.pk, content=content)
             elapsed = time.perf_counter() - started
             made = Message.objects.filter(session=room, role="assistant").count() - before
             room_times.append(elapsed / max(1, made))
-            where[0] = "solo"
+            room_elapsed += elapsed
+            where[0] = phases.where = "solo"
             for name in order:
                 started = time.perf_counter()
-                session_message_send(user=user, session_id=solo[name].pk, content=content)
+                with connection.execute_wrapper(counted):
+                    session_message_send(user=user, session_id=solo[name].pk, content=content)
                 solo_times.append(time.perf_counter() - started)
             if (n + 1) % 50 == 0:
                 print(f"  … {n + 1} messages", flush=True)
@@ -181,6 +240,35 @@ def main() -> None:
         f"per-reply platform time: room {room_ms:.1f} ms (p50 "
         f"{statistics.median(room_times) * 1000:.1f}) vs one-bot {solo_ms:.1f} ms (p50 "
         f"{statistics.median(solo_times) * 1000:.1f}) -> {room_ms / solo_ms:.2f}x  (goal <= 1.2x)"
+    )
+    room_replies = sum(replies_by_bot[("room", name)] for name in order)
+    solo_replies = sum(replies_by_bot[("solo", name)] for name in order)
+    totals = {"room": room_elapsed, "solo": sum(solo_times)}
+    counts = {"room": room_replies, "solo": solo_replies}
+    print("per-reply time split (ms per reply): phase, room vs one-bot")
+    named = ["soft compaction", "hard compaction (waited)", "context build"]
+    for name in [*named, "everything else"]:
+        if name == "everything else":
+            values = {
+                w: totals[w] - sum(phases.totals[(w, n)] for n in named) for w in ("room", "solo")
+            }
+        else:
+            values = {w: phases.totals[(w, name)] for w in ("room", "solo")}
+        room_p, solo_p = (values[w] * 1000 / counts[w] for w in ("room", "solo"))
+        print(f"  {name:<26} {room_p:8.1f} vs {solo_p:8.1f}")
+    compaction_ms = {
+        w: sum(phases.totals[(w, n)] for n in named[:2]) * 1000 / counts[w]
+        for w in ("room", "solo")
+    }
+    room_rest = room_ms - compaction_ms["room"]
+    solo_rest = solo_ms - compaction_ms["solo"]
+    print(
+        f"  without compaction: room {room_rest:.1f} ms vs one-bot {solo_rest:.1f} ms -> "
+        f"{room_rest / solo_rest:.2f}x (a breakdown, not the goal's metric)"
+    )
+    print(
+        f"SQL statements per reply: room {statements['room'] / room_replies:.1f} vs one-bot "
+        f"{statements['solo'] / solo_replies:.1f}"
     )
     replies = list(
         Message.objects.filter(session=room, role="assistant", kind="chat").values_list(

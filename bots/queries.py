@@ -5,9 +5,11 @@ belongs to someone else, so the API never reveals what exists.
 """
 
 import copy
+from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from chat_platform.errors import NotFound, PermissionDenied
@@ -103,14 +105,67 @@ def message_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Messa
     return message
 
 
+@dataclass(frozen=True)
+class RoomSnapshot:
+    """A room's participants (removed ones too, with their bots) and its user's name, read once
+    for one send or one turn (``room_snapshot_take``)."""
+
+    participants: tuple[SessionParticipant, ...]
+    user_name: str
+
+
+# The attribute of a session instance (and, copied with it, of its seats) holding its snapshot.
+_SNAPSHOT = "_room_snapshot"
+
+
+def room_snapshot_take(session: ChatSession) -> ChatSession:
+    """Read a room's participants and its user's name in one statement, kept on ``session``:
+    ``participants_of`` and the room view of the one pipeline (``compaction.measure``) then read
+    them from there, for ``session`` and every seat made from it (``session_seat`` copies it).
+
+    Only a send and a turn take one, on the session instance they own: a turn builds its bot's
+    context, checks it, hands the floor over and reports the meter for the room as it was when
+    the turn began (a participant added meanwhile answers from the next message on, as it
+    would have anyway). No-op for a one-bot session or one already taken. Returns ``session``."""
+    if not session.is_room or getattr(session, _SNAPSHOT, None) is not None:
+        return session
+    username = f"session__user__{get_user_model().USERNAME_FIELD}"
+    rows = list(
+        SessionParticipant.objects.filter(session=session)
+        .select_related("bot")
+        .annotate(room_user_name=F(username))
+        .order_by("id")
+    )
+    if rows:
+        user_name = rows[0].room_user_name if session.user_id else "User"
+    else:
+        user_name = session.user.get_username() if session.user_id else "User"
+    setattr(session, _SNAPSHOT, RoomSnapshot(participants=tuple(rows), user_name=user_name))
+    return session
+
+
+def room_user_name(session: ChatSession) -> str:
+    """How the room names its user to the bots (from the snapshot when one was taken)."""
+    snapshot: RoomSnapshot | None = getattr(session, _SNAPSHOT, None)
+    if snapshot is not None:
+        return snapshot.user_name
+    return session.user.get_username() if session.user_id else "User"
+
+
 def participants_of(
     *, session: ChatSession, include_removed: bool = False
 ) -> list[SessionParticipant]:
     """The session's participants in the order they joined, with their bots. A session written
     without participant rows (made before rooms, or by a fixture) has its bot as its one
-    default participant (an unsaved row)."""
-    rows = list(
-        SessionParticipant.objects.filter(session=session).select_related("bot").order_by("id")
+    default participant (an unsaved row). Read from the session's snapshot when its send or
+    turn took one (``room_snapshot_take``)."""
+    snapshot: RoomSnapshot | None = getattr(session, _SNAPSHOT, None)
+    rows = (
+        list(snapshot.participants)
+        if snapshot is not None
+        else list(
+            SessionParticipant.objects.filter(session=session).select_related("bot").order_by("id")
+        )
     )
     if not rows:
         rows = [SessionParticipant(session=session, bot=session.bot, is_default=True)]

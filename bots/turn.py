@@ -22,7 +22,13 @@ from bots import dispatch, liveness, realtime, turn_hooks
 from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
-from bots.queries import BOT_UNAVAILABLE, bot_usable_in, participants_of, session_seat
+from bots.queries import (
+    BOT_UNAVAILABLE,
+    bot_usable_in,
+    participants_of,
+    room_snapshot_take,
+    session_seat,
+)
 from bots.room import handovers
 from bots.transitions import (
     message_finish,
@@ -130,6 +136,9 @@ def _finish(
     if message is None:
         log.warning("turn_finish_lost", message_id=reply.pk)
         return None
+    speaker = reply.session.bot  # the turn's bot, loaded with the claim (a room: its seat's)
+    if message.bot_id == speaker.pk:
+        message.bot = speaker  # its frames name it without reading it again
     if completed:
         realtime.notify_message_completed(message, wait=False)
     transaction.on_commit(partial(realtime.publish_reply_finished, reply.pk))
@@ -524,11 +533,17 @@ def _check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
 
 def _speaker_seat(reply: Message) -> ChatSession:
     """The session as the reply's bot sits in it (``bots.queries.session_seat``): in a room a
-    reply may be another participant's than the default bot the claim loaded."""
-    session = reply.session
+    reply may be another participant's than the default bot the claim loaded. A room's
+    participants (with their bots) and user name are read once, for the whole turn
+    (``room_snapshot_take``): its context builds, its hand-over and its meter reuse them."""
+    session = room_snapshot_take(reply.session)
     if reply.bot_id is None or reply.bot_id == session.bot_id:
         return session
-    seat = session_seat(session, Bot.objects.get(pk=reply.bot_id))
+    seats = participants_of(session=session, include_removed=True)
+    speaker = next((p.bot for p in seats if p.bot_id == reply.bot_id), None)
+    if speaker is None:  # not a participant (e.g. a reply written by a fixture)
+        speaker = Bot.objects.get(pk=reply.bot_id)
+    seat = session_seat(session, speaker)
     reply.session = seat
     return seat
 
@@ -672,7 +687,7 @@ def _turn_calls(
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     try:
-        _notify_context(session.pk, bot_id=bot.pk)
+        _notify_context(session.pk, bot_id=bot.pk, seat=session)
     except Exception:  # the reply is complete and sent; the meter and soft trigger can wait
         log.exception("turn_context_notify_failed", session_id=session.pk)
 
@@ -725,13 +740,19 @@ def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
         log.info("room_hand_over_stopped", message_id=reply.pk, notice=text)
 
 
-def _notify_context(session_id: int, *, bot_id: int | None = None) -> None:
+def _notify_context(
+    session_id: int, *, bot_id: int | None = None, seat: ChatSession | None = None
+) -> None:
     """After every turn: the context report (same numbers as the endpoint), and a soft compaction
     on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits.
-    In a room both are the answering bot's own (its seat, ``bot_id``)."""
-    session = ChatSession.objects.select_related("bot").get(pk=session_id)
-    if session.is_room and bot_id is not None and bot_id != session.bot_id:
-        session = session_seat(session, Bot.objects.get(pk=bot_id))
+    In a room both are the answering bot's own (its seat, ``bot_id``). ``seat``: the session as
+    the turn that just ended sat in it (its running totals are re-read, ``context_state``)."""
+    if seat is not None:
+        session = seat
+    else:
+        session = ChatSession.objects.select_related("bot").get(pk=session_id)
+        if session.is_room and bot_id is not None and bot_id != session.bot_id:
+            session = session_seat(session, Bot.objects.get(pk=bot_id))
     state = context_state(session=session)
     transport.notify_context_updated(
         session_id, context_report(session=session, state=state), bot=context_bot(session)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 from django.db.models import (
@@ -31,7 +32,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Concat
 
 from bots.models import Bot, ChatSession, Message
-from bots.queries import participants_of
+from bots.queries import participants_of, room_user_name
 from chat_platform.compiled import CompiledValues
 from chat_platform.llm import gateway
 from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
@@ -65,6 +66,11 @@ class RoomView:
     covered_messages: int = 0
     hidden_tokens: int = 0
     hidden_messages: int = 0
+    # The rest of the seat's row, read with its totals (one statement): what the context report
+    # and the soft trigger ask of it after a turn (``compaction.pipeline.context_state``).
+    last_admission: Any = None
+    backoff_until: Any = None  # datetime | None
+    cooldown_until: Any = None  # datetime | None
 
     def seen(self) -> Q:
         """The room's messages this bot is shown: from its join (if it sees from there), and no
@@ -99,7 +105,7 @@ def room_view(session: ChatSession) -> RoomView | None:
     bot = session.bot
     seat = next((p for p in participants if p.bot_id == bot.pk), None)
     from_seq = seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
-    user_name = session.user.get_username() if session.user_id else "User"
+    user_name = room_user_name(session)
     speakers: dict[int | None, tuple[str, str]] = {None: (_name_slug(user_name), user_name)}
     for participant in participants:
         speakers[participant.bot_id] = (participant.bot.slug or "bot", participant.bot.name)
@@ -115,9 +121,17 @@ def room_view(session: ChatSession) -> RoomView | None:
     }
     totals = (
         SeatState.objects.filter(session_id=session.pk, bot_id=bot.pk)
-        .values_list("covered_tokens", "covered_messages", "hidden_tokens", "hidden_messages")
+        .values_list(
+            "covered_tokens",
+            "covered_messages",
+            "hidden_tokens",
+            "hidden_messages",
+            "last_admission",
+            "backoff_until",
+            "cooldown_until",
+        )
         .first()
-    ) or (0, 0, 0, 0)
+    ) or (0, 0, 0, 0, None, None, None)
     return RoomView(
         bot_id=bot.pk,
         from_seq=from_seq,
@@ -128,6 +142,9 @@ def room_view(session: ChatSession) -> RoomView | None:
         covered_messages=totals[1],
         hidden_tokens=totals[2] if from_seq > 1 else 0,
         hidden_messages=totals[3] if from_seq > 1 else 0,
+        last_admission=totals[4],
+        backoff_until=totals[5],
+        cooldown_until=totals[6],
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 from django.db.models import Q
+from django.utils import timezone
 
 from attachments.queries import images_for_messages
 from attachments.services import IMAGE_MARKER
@@ -30,7 +31,7 @@ from chat_platform.llm import gateway
 from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Admission, HistoryRow, admission_decide
-from compaction.engine import compaction_blocked_until, compaction_hard
+from compaction.engine import blocked_moment, compaction_blocked_until, compaction_hard
 from compaction.lock import in_flight
 from compaction.measure import (
     HISTORY_PAGE_SIZE,
@@ -200,9 +201,13 @@ def _last_admission_store(session: ChatSession, fields: dict[str, Any]) -> None:
     if key is None:
         ChatSession.objects.filter(pk=session.pk).update(last_admission=fields)
         return
-    SeatState.objects.update_or_create(
-        session_id=session.pk, bot_id=key, defaults={"last_admission": fields}
-    )
+    # One conditional UPDATE of that field; the seat's first admission creates its row.
+    if not SeatState.objects.filter(session_id=session.pk, bot_id=key).update(
+        last_admission=fields, updated_at=timezone.now()
+    ):
+        SeatState.objects.update_or_create(
+            session_id=session.pk, bot_id=key, defaults={"last_admission": fields}
+        )
 
 
 # Rendered from the first six; the seq names the row in the call's provenance.
@@ -669,19 +674,25 @@ class ContextState:
 def context_state(*, session: ChatSession) -> ContextState:
     """In a room, ``session`` is a bot's seat (``bots.queries.session_seat``): the state is that
     bot's own — its measure, cool-down, lease and last admission (CONTRACT §15)."""
-    session.refresh_from_db(fields=["context_tokens", "context_messages", "last_admission"])
-    key = seat_key(session)
-    last_admission = (
-        session.last_admission
-        if key is None
-        else SeatState.objects.filter(session_id=session.pk, bot_id=key)
-        .values_list("last_admission", flat=True)
-        .first()
+    session.refresh_from_db(
+        fields=["context_tokens", "context_messages", "last_admission", "last_seq"]
     )
+    key = seat_key(session)
+    measure = context_measure(session=session)
+    room = measure.room
+    if room is None:
+        last_admission = session.last_admission
+        cooldown_until = compaction_blocked_until(session.pk, hard=False)
+    else:
+        # The seat's row was read with its totals by the measure: no second read of it.
+        last_admission = room.last_admission
+        cooldown_until = blocked_moment(
+            backoff_until=room.backoff_until, cooldown_until=room.cooldown_until, hard=False
+        )
     return ContextState(
         session=session,
-        measure=context_measure(session=session),
-        cooldown_until=compaction_blocked_until(session.pk, hard=False, bot_id=key),
+        measure=measure,
+        cooldown_until=cooldown_until,
         in_flight=in_flight(session.pk, key),
         last_admission=last_admission,
     )

@@ -26,6 +26,7 @@ from bots.queries import (
     bot_usable_in,
     message_get_for_user,
     participants_of,
+    room_snapshot_take,
     session_get_for_use,
     session_get_for_user,
     session_seat,
@@ -188,6 +189,8 @@ def _answering(*, session: ChatSession, text: str, reply_as: object) -> list[Bot
         return [bot] if session.is_room or bot.pk != session.bot_id else None
     if not session.is_room:
         return None
+    # Read once for the send: the fit check's room view below reuses them.
+    room_snapshot_take(session)
     participants = [
         p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
     ]

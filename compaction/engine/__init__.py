@@ -12,7 +12,7 @@ Every attempt writes a ``CompactionEvent``; failures arm the cool-down / back-of
 """
 
 from chat_platform.llm import gateway
-from compaction.engine.policy import compaction_blocked_until, now
+from compaction.engine.policy import blocked_moment, compaction_blocked_until, now
 from compaction.engine.runs import (
     compaction_hard,
     compaction_manual,
@@ -32,6 +32,7 @@ __all__ = [
     "EXTRACTIVE_MODEL",
     "SUMMARY_INSTRUCTIONS",
     "RunResult",
+    "blocked_moment",
     "compaction_blocked_until",
     "compaction_hard",
     "compaction_manual",

@@ -57,5 +57,11 @@ def compaction_blocked_until(session_id: int, *, hard: bool, bot_id: int | None 
     state = _states(session_id, bot_id).values_list("backoff_until", "cooldown_until").first()
     if state is None:
         return None
-    moment = state[0] if hard else state[1]
+    return blocked_moment(backoff_until=state[0], cooldown_until=state[1], hard=hard)
+
+
+def blocked_moment(*, backoff_until: Any, cooldown_until: Any, hard: bool) -> Any:
+    """``compaction_blocked_until`` from a state row already read (a room's seat row, read with
+    its totals by the measure)."""
+    moment = backoff_until if hard else cooldown_until
     return moment if moment is not None and moment > now() else None

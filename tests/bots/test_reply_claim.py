@@ -6,9 +6,11 @@ from django.test.utils import CaptureQueriesContext
 
 from bots import turn
 from bots.models import Bot, ChatSession, Message
+from bots.services.participants import participant_add
+from bots.services.session import session_create
 from bots.transitions import reply_claim, session_context_recount
 from compaction.records import prompt_version_store
-from tests.factories import SessionFactory, message_add
+from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +110,8 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         return real_stream(*args, **kwargs)
 
     monkeypatch.setattr(turn.gateway, "stream", stream)
+    # No partial-text checkpoint: on a loaded machine the stream can outlast its interval.
+    monkeypatch.setattr(turn, "CHECKPOINT_SECONDS", 3600)
     with CaptureQueriesContext(connection) as queries:
         turn.turn_run(message_id=reply.pk)
 
@@ -124,9 +128,108 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         "WITH",  # finish + running totals
         "SELECT",  # the reply and its message, for search (no term here: nothing to insert)
         "INSERT",  # the context record: what the model saw (CONTRACT §17)
-        *["SELECT", "SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
+        # the context meter, on the turn's own session: its running totals re-read, pins and
+        # summaries, memory index, cool-down
+        *["SELECT", "(SELECT", "SELECT", "SELECT"],
         "SELECT",  # a reply queued behind this one, to hand over
     ]
     assert "connections_userquota" in sqls[1]
     assert "memory_memoryrecord" in sqls[3] and '"content"' in sqls[4]
     assert sqls[8].startswith('INSERT INTO "compaction_contextrecord"')
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one-statement claim and finish")
+@pytest.mark.django_db(transaction=True)
+def test_a_room_reply_costs_a_fixed_set_of_statements(owner, fake_bot, fake_openai, monkeypatch):
+    """A room reply of a participant that is not the room's default bot, in steady state (its
+    seat's row exists): the room's participants and user name are read once for the turn
+    (``bots.queries.room_snapshot_take``) and reused by both context measures; the seat's row
+    is read once per measure, with its totals, last admission and cool-down; the admission is
+    one UPDATE of that row; the meter reuses the turn's seat. Nothing grows with the number of
+    participants."""
+
+    critic = BotFactory(
+        owner=owner,
+        name="Critic",
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=fake_bot.api_key_env,
+        system_prompt="You are Critic.",
+    )
+    third = BotFactory(owner=owner, name="Third", model="openai/fake-model")
+    room = session_create(user=owner, bot_id=fake_bot.pk)
+    participant_add(user=owner, session_id=room.pk, bot_id=critic.pk)
+    participant_add(user=owner, session_id=room.pk, bot_id=third.pk)
+    room.refresh_from_db()
+    assert room.is_room
+
+    def exchange(text):
+        new = message_add(room, role="user", content=text)
+        reply = message_add(
+            room,
+            role="assistant",
+            content="",
+            status="pending",
+            token_count=0,
+            reply_to=new,
+            bot=critic,
+            prompted_by=new,
+        )
+        session_context_recount(session_id=room.pk)
+        return reply
+
+    message_add(room, role="assistant", content="The default bot's answer.", bot=fake_bot)
+    fake_openai.script(Reply(text="First."), Reply(text="Done."))
+    turn.turn_run(message_id=exchange("earlier").pk)  # the seat's first turn creates its row
+    reply = exchange("now")
+    prompt_version_store(bot_id=critic.pk, text=critic.system_prompt)
+    before_the_call: list[int] = []
+    real_stream = turn.gateway.stream
+
+    def stream(*args, **kwargs):
+        before_the_call.append(len(queries.captured_queries))
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(turn.gateway, "stream", stream)
+    # No partial-text checkpoint: on a loaded machine the stream can outlast its interval.
+    monkeypatch.setattr(turn, "CHECKPOINT_SECONDS", 3600)
+    with CaptureQueriesContext(connection) as queries:
+        turn.turn_run(message_id=reply.pk)
+
+    assert Message.objects.get(pk=reply.pk).content == "Done."
+    sent = fake_openai.requests[-1]["messages"]
+    assert [(m["role"], m.get("name")) for m in sent][-4:] == [
+        ("user", fake_bot.slug),  # the default bot's answer, as the critic sees it
+        ("user", owner.username),
+        ("assistant", None),  # the critic's own first reply
+        ("user", owner.username),
+    ]
+    assert before_the_call == [7]
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert [sql.split()[0] for sql in sqls] == [
+        "WITH",  # claim + reply, session, default bot, user message
+        "SELECT",  # the room's participants with their bots and the user's name, once
+        "SELECT",  # the user's daily token limit
+        "SELECT",  # the seat's row: totals (with last admission and cool-down)
+        "(SELECT",  # pins and this bot's summaries
+        "SELECT",  # memory index
+        "SELECT",  # history with its text
+        "UPDATE",  # the seat's last_admission, once the provider answered
+        "WITH",  # finish + running totals (its frame names the turn's bot: no read)
+        "SELECT",  # the reply and its message, for search (no term here: nothing to insert)
+        "INSERT",  # the context record
+        # the context meter, on the turn's seat: running totals, the seat's row, pins and
+        # summaries, memory index
+        *["SELECT", "SELECT", "(SELECT", "SELECT"],
+        "SELECT",  # a reply queued behind this one, to hand over
+    ]
+    assert "bots_sessionparticipant" in sqls[1] and "auth_user" in sqls[1]
+    assert sum("bots_sessionparticipant" in sql for sql in sqls) == 1
+    assert not any(sql.startswith('SELECT "auth_user"') for sql in sqls)  # the name came along
+    assert sum("compaction_seatstate" in sql for sql in sqls) == 3
+    assert sqls[7].startswith('UPDATE "compaction_seatstate" SET "last_admission"')
+    assert not any(sql.startswith('SELECT "bots_bot"') for sql in sqls)
+    assert not any(
+        sql.startswith('SELECT "bots_chatsession"."id", "bots_chatsession"."user_id"')
+        for sql in sqls
+    )
