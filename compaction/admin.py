@@ -9,12 +9,14 @@ user exactly that in embedded mode).
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from compaction.audit import summary_audit
+from compaction.audit import room_audit, summary_audit
 from compaction.models import CompactionEvent, CompactionState, ContextRecord, SeatState, Summary
 from compaction.records import part_describe, records_for_summary
 
@@ -36,6 +38,11 @@ def _admin_link(obj: Any, text: str) -> str:
     meta = obj._meta
     url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, text)
+
+
+def _change_url(obj: Any) -> str:
+    meta = obj._meta
+    return reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
 
 
 @admin.register(Summary)
@@ -144,7 +151,42 @@ class SummaryAdmin(ReadOnlyAdmin):
             ]
             if audit.snapshot is not None:
                 extra["audit_snapshot_link"] = _admin_link(audit.snapshot, audit.snapshot.name)
+            if summary.session.is_room:
+                extra["audit_room_url"] = reverse(
+                    "admin:compaction_summary_room", args=[summary.session_id]
+                )
         return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    def get_urls(self) -> list[URLPattern]:
+        room = path(
+            "room/<int:session_id>/",
+            self.admin_site.admin_view(self.room_view),
+            name="compaction_summary_room",
+        )
+        return [room, *super().get_urls()]
+
+    def room_view(self, request: HttpRequest, session_id: int) -> HttpResponse:
+        """A room's audit: each bot's summaries side by side (a column per bot, a row per
+        summarised stretch), each linking to its own audit page. Staff with the summary view
+        permission only (``admin_view`` sends anyone else to the admin's login)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        audit = room_audit(session_id=session_id)
+        if audit is None:
+            raise Http404("No such session.")
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Room audit: {audit.session.title or f'session {audit.session.pk}'}",
+            "opts": self.model._meta,
+            "room": audit,
+            "rows": [
+                (row, [[(s, _change_url(s)) for s in cell] for cell in row.cells])
+                for row in audit.rows
+            ],
+            "summaries_url": reverse("admin:compaction_summary_changelist")
+            + f"?session__exact={audit.session.pk}",
+        }
+        return TemplateResponse(request, "admin/compaction/summary/room_audit.html", context)
 
 
 @admin.register(CompactionEvent)

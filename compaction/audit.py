@@ -8,10 +8,14 @@ facts the stored retention score counted as missing:
   summary is **dropped**;
 * a line with some of its facts missing is **partial**; the missing ones are highlighted;
 * lines without facts (or whose facts all survived) are plain.
+
+A room's audit (``room_audit``) sets each bot's summaries of the room side by side.
 """
 
 from dataclasses import dataclass, field
 
+from bots.models import ChatSession
+from bots.queries import participants_of
 from compaction.models import CompactionEvent, Summary
 from compaction.quality import extract_facts, retention_score
 from memory.models import MemoryRecord
@@ -129,4 +133,82 @@ def summary_audit(*, summary: Summary) -> SummaryAudit:
         dropped_lines=sum(1 for line in lines if line.status == "dropped"),
         partial_lines=sum(1 for line in lines if line.status == "partial"),
         missing_facts=list(summary.missing_facts or []),
+    )
+
+
+# --- a room's summaries side by side ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoomColumn:
+    """One bot of the room (removed ones too: their summaries stay auditable)."""
+
+    bot_id: int | None
+    name: str
+    slug: str
+    removed: bool
+
+
+@dataclass(frozen=True)
+class RoomRow:
+    """One stretch of the room (``first_seq``–``last_seq``): per column, the summaries that bot
+    wrote of exactly that stretch (oldest first), empty where it wrote none."""
+
+    first_seq: int
+    last_seq: int
+    cells: list[list[Summary]]
+
+
+@dataclass(frozen=True)
+class RoomAudit:
+    session: ChatSession
+    columns: list[RoomColumn]
+    rows: list[RoomRow]
+    summary_count: int
+
+
+def room_audit(*, session_id: int) -> RoomAudit | None:
+    """Each bot's summaries of one room, side by side: a column per participant in the order
+    they joined (then any other bot a summary names, then summaries whose bot is gone), a row
+    per summarised stretch in seq order. Every status is shown (active, superseded, reverted):
+    the audit is of what each bot was given at any time, not only of what it holds now. None
+    when there is no such session. Staff only (the admin): no owner check."""
+    session = ChatSession.objects.select_related("bot", "user").filter(pk=session_id).first()
+    if session is None:
+        return None
+    columns: list[RoomColumn] = []
+    index: dict[int | None, int] = {}
+    for participant in participants_of(session=session, include_removed=True):
+        index[participant.bot_id] = len(columns)
+        columns.append(
+            RoomColumn(
+                participant.bot_id,
+                participant.bot.name,
+                participant.bot.slug,
+                participant.removed_at is not None,
+            )
+        )
+    summaries = list(
+        Summary.objects.filter(session=session)
+        .select_related("bot")
+        .order_by("first_seq", "last_seq", "created_at", "id")
+    )
+    for summary in summaries:
+        if summary.bot_id in index:
+            continue
+        index[summary.bot_id] = len(columns)
+        bot = summary.bot
+        columns.append(
+            RoomColumn(summary.bot_id, bot.name, bot.slug, True)
+            if bot is not None
+            else RoomColumn(None, "(bot deleted)", "", True)
+        )
+    rows: dict[tuple[int, int], RoomRow] = {}
+    for summary in summaries:
+        key = (summary.first_seq, summary.last_seq)
+        if key not in rows:
+            rows[key] = RoomRow(key[0], key[1], [[] for _ in columns])
+        rows[key].cells[index[summary.bot_id]].append(summary)
+    return RoomAudit(
+        session=session, columns=columns, rows=list(rows.values()), summary_count=len(summaries)
     )

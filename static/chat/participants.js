@@ -8,7 +8,7 @@
  */
 import { api, describeError } from "./api.js";
 import { byId, el } from "./dom.js";
-import { sameId } from "./format.js";
+import { fmtTime, sameId } from "./format.js";
 import { refreshContext } from "./gauge.js";
 import { loadMarkers } from "./markers.js";
 import { sessionPath } from "./session.js";
@@ -27,6 +27,7 @@ const replyAsBox = byId("reply-as-box");
 const replyAs = byId("reply-as");
 const gaugeBotBox = byId("gauge-bot-box");
 const gaugeBot = byId("gauge-bot");
+const addCompact = byId("room-add-compact");
 
 // The open chat's room: null until read (a chat that was never a room reads as one participant).
 const room = { sessionId: null, replyMode: "mentioned", participants: [], gaugeBotId: null, ready: null };
@@ -185,10 +186,23 @@ function render() {
   if (!bar) return;
   var active = activeParticipants();
   bar.hidden = state.sessionId === null || !room.participants.length;
+  // A chat that only ever had one bot: on a phone the bar folds into the header's "Add a bot"
+  // (CSS, rooms.css), and opens again while a bot is being added.
+  var solo = room.participants.length < 2;
+  bar.dataset.solo = solo ? "true" : "false";
+  if (!solo || !addPanel.open) delete bar.dataset.adding;
+  if (addCompact) addCompact.hidden = bar.hidden || !solo;
+  // Active bots first, in the order they joined; then those that left (their messages stay,
+  // so a reader sees who spoke), greyed.
   list.replaceChildren(
     ...active.map(function (p) {
       return participantItem(p, active.length);
-    })
+    }),
+    ...room.participants
+      .filter(function (p) {
+        return !!p.removed_at;
+      })
+      .map(removedItem)
   );
   modeSelect.value = room.replyMode;
   modeSelect.disabled = active.length < 2;
@@ -246,6 +260,30 @@ function participantItem(p, count) {
     );
   }
   return item;
+}
+
+// A bot that left: its name and when, no actions (it cannot be the default; adding it again
+// is "Add a bot", where it is offered like any bot not taking part).
+function removedItem(p) {
+  var bot = p.bot;
+  var when = new Date(p.removed_at);
+  var known = !isNaN(when.getTime());
+  return el(
+    "li",
+    {
+      class: "room-participant is-removed",
+      dataset: { botId: String(bot.id), slug: bot.slug, default: "false", removed: "true" },
+      title: (known ? "Removed from this chat on " + when.toLocaleString() : "Removed from this chat") + "; its messages stay.",
+    },
+    avatar(bot),
+    el(
+      "span",
+      { class: "room-who" },
+      el("span", { class: "room-name", text: bot.name }),
+      el("span", { class: "room-slug", text: "@" + bot.slug }),
+      el("span", { class: "room-left", text: known ? "left " + fmtTime(p.removed_at) : "left" })
+    )
+  );
 }
 
 function renderAddOptions() {
@@ -417,8 +455,18 @@ export function roomBind() {
       renderAddOptions();
       addError.hidden = true;
       addBot.focus();
+    } else if (bar.dataset.adding) {
+      // The bar folds away again on a phone: the focus goes back to the header's "+ Bot".
+      delete bar.dataset.adding;
+      if (addCompact && !addCompact.hidden && bar.contains(document.activeElement)) addCompact.focus();
     }
   });
+  if (addCompact) {
+    addCompact.addEventListener("click", function () {
+      bar.dataset.adding = "true";
+      addPanel.open = true;
+    });
+  }
   modeSelect.addEventListener("change", setReplyMode);
   gaugeBot.addEventListener("change", function () {
     var d = defaultParticipant();

@@ -6,7 +6,7 @@ import pytest
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from compaction.pipeline import bot_budget
 from tests.conftest import FAKE_KEY_ENV
-from tests.factories import BotFactory, SessionFactory
+from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,6 +127,57 @@ def test_removing_the_default_makes_the_next_one_default_and_the_last_cannot_lea
         (first, False, False),
         (second.pk, True, True),
     ]
+
+
+def test_a_removed_bot_is_listed_with_when_it_left_and_comes_back_when_added_again(
+    owner, owner_client, chat_session
+):
+    """CONTRACT §15: GET participants lists removed bots too (``removed_at``), so a client can
+    show who spoke; re-adding clears it and the bot joins again at the session's last seq."""
+    first = chat_session.bot
+    second = BotFactory(owner=owner, name="Second")
+    url = f"/api/v1/sessions/{chat_session.pk}/participants/"
+    assert owner_client.post(url, {"bot": second.pk}, format="json").status_code == 201
+    assert owner_client.delete(f"{url}{second.pk}/").status_code == 204
+    left = SessionParticipant.objects.get(session=chat_session, bot=second).removed_at
+    assert left is not None
+
+    listed = owner_client.get(url).json()
+    assert listed["participants"] == [
+        {
+            "bot": {"id": first.pk, "slug": first.slug, "name": first.name},
+            "joined_seq": 0,
+            "sees_from_join": False,
+            "is_default": True,
+            "removed_at": None,
+        },
+        {
+            "bot": {"id": second.pk, "slug": "second", "name": "Second"},
+            "joined_seq": 0,
+            "sees_from_join": False,
+            "is_default": False,
+            "removed_at": left.isoformat().replace("+00:00", "Z"),
+        },
+    ]
+    # A removed bot cannot be made the default or removed again.
+    assert (
+        owner_client.patch(f"{url}{second.pk}/", {"is_default": True}, format="json").status_code
+        == 404
+    )
+    assert owner_client.delete(f"{url}{second.pk}/").status_code == 404
+
+    message_add(chat_session, role="user", content="hello")
+    message_add(chat_session, role="assistant", content="hi")
+    back = owner_client.post(url, {"bot": second.pk, "sees_from_join": True}, format="json")
+    assert back.status_code == 201
+    assert back.json() == {
+        "bot": {"id": second.pk, "slug": "second", "name": "Second"},
+        "joined_seq": 2,
+        "sees_from_join": True,
+        "is_default": False,
+        "removed_at": None,
+    }
+    assert [p["removed_at"] for p in owner_client.get(url).json()["participants"]] == [None, None]
 
 
 def test_reply_mode_patch_and_bad_values(owner_client, chat_session):

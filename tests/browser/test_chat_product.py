@@ -429,11 +429,32 @@ def test_phone_layout_drawer_and_no_horizontal_scroll(server_url, phone, fake):
     page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     box = page.locator("#transcript").bounding_box()
-    # Was < 260. The header's second row (Usage, Invitations: +29 px) and the room bar (114 px,
-    # shown in one-bot chats too, for "Add a bot") now push the transcript to 388 px on a 390 px
-    # phone: a known regression, reported in the closing note, to win back on phones.
-    assert box["y"] < 400, box
+    assert box["y"] < 260, box
     shoot(page, "mobile-chat")
+
+    # The header's links are one menu on a phone; a one-bot chat's bar is the header's "+ Bot".
+    assert page.locator(".app-nav").is_hidden()
+    assert page.locator("#room-bar").is_hidden()
+    page.click("#app-menu > summary")
+    assert page.locator(".app-menu-nav a").all_inner_texts() == [
+        "Bots",
+        "Usage",
+        "Invitations",
+        "Admin",
+    ]
+    assert page.locator(".app-menu-nav button[type=submit]").inner_text() == "Log out"
+    page.click("#app-menu > summary")
+    page.locator(".app-menu-nav").wait_for(state="hidden")
+    page.click("#room-add-compact")
+    page.locator("#room-add-form").wait_for()
+    # The focus moves on the details' toggle event, which fires after the form is shown.
+    page.wait_for_function("() => document.activeElement.id === 'room-add-bot'")
+    assert page.locator("#room-participants").is_hidden()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.click("#room-add > summary")
+    page.locator("#room-bar").wait_for(state="hidden")
+    page.wait_for_function("() => document.activeElement.id === 'room-add-compact'")
+    assert page.locator("#transcript").bounding_box()["y"] < 260
 
     toggle = page.locator("#drawer-toggle")
     assert toggle.get_attribute("aria-expanded") == "false"

@@ -165,16 +165,46 @@ def test_a_room_with_two_built_in_bots(server_url, desktop):
     assert replies[before] == ("critic", "Critic")
     assert _speakers(page) == replies
 
-    # Make the critic the default, then remove the planner: its replies stay, still its own.
+    # Make the critic the default, then remove the planner: its replies stay, still its own,
+    # and the bar still shows it, greyed, as having left (so a reader knows who spoke).
     page.click("#room-participants li[data-slug=critic] .room-make-default")
     page.locator("#room-participants li[data-slug=critic][data-default=true]").wait_for()
     page.click("#room-participants li[data-slug=planner] .room-remove")
-    page.wait_for_function(
-        "() => !document.querySelector('#room-participants li[data-slug=planner]')"
-    )
-    assert page.locator("#room-participants li").count() == 1
+    gone = page.locator("#room-participants li[data-slug=planner][data-removed=true]")
+    gone.wait_for()
+    assert page.locator("#room-participants li .room-name").all_inner_texts() == [
+        "Critic",
+        "Planner",
+    ]
+    assert page.locator("#room-participants li:not([data-removed])").count() == 1
+    assert gone.locator(".room-left").inner_text().startswith("left ")
+    assert gone.get_attribute("title").startswith("Removed from this chat on ")
+    assert gone.get_attribute("title").endswith("; its messages stay.")
+    assert gone.get_attribute("data-default") == "false"
+    # It can neither be made the default nor removed again, nor picked to answer.
+    assert gone.locator("button").count() == 0
+    assert page.locator("#reply-as option").evaluate_all("os => os.map(o => o.value)") == [
+        str(critic["id"])
+    ]
     assert _speakers(page) == replies
     assert page.locator("#gauge-bot-box").is_hidden()
+
+    # Adding it again brings it back as an ordinary participant.
+    page.click("#room-add > summary")
+    page.select_option("#room-add-bot", value=str(planner["id"]))
+    page.click("#room-add-submit")
+    page.locator("#room-participants li[data-slug=planner]:not([data-removed])").wait_for()
+    assert page.locator("#room-participants li[data-removed]").count() == 0
+    assert page.locator("#room-participants li .room-name").all_inner_texts() == [
+        "Planner",
+        "Critic",
+    ]
+    assert page.locator("#room-status").inner_text() == "Planner joined the chat."
+    assert page.locator("#reply-as option").evaluate_all("os => os.map(o => o.value)") == [
+        str(planner["id"]),
+        str(critic["id"]),
+    ]
+    assert _speakers(page) == replies
     assert page.js_errors == []
 
 

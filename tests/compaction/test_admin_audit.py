@@ -2,18 +2,20 @@
 compaction and memory records, counters that cannot be edited, the bot fieldsets, and the demo
 user's read-only staff access in embedded mode."""
 
+import re
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
-from bots.models import Bot, ChatSession, Message
+from bots.models import Bot, ChatSession, Message, SessionParticipant
 from compaction.audit import source_lines
 from compaction.models import CompactionEvent, Summary
 from compaction.quality import retention_score
 from memory.models import MemoryRecord
-from tests.factories import SessionFactory, UserFactory, message_add
+from tests.factories import BotFactory, SessionFactory, UserFactory, message_add
 
 pytestmark = pytest.mark.django_db
 
@@ -262,3 +264,122 @@ def test_seed_demo_in_real_mode_leaves_demo_an_ordinary_user(settings):
     demo = UserFactory._meta.model.objects.get(username="demo")
     assert (demo.is_staff, demo.is_superuser) == (False, False)
     assert not demo.user_permissions.exists()
+
+
+# --- a room's audit: each bot's summaries side by side -----------------------------------------
+
+
+def _summary(session, bot, first, last, text, **fields):
+    return Summary.objects.create(
+        session=session,
+        bot=bot,
+        level=1,
+        text=text,
+        token_count=12,
+        first_seq=first,
+        last_seq=last,
+        source_tokens=60,
+        model="builtin/extractive",
+        trigger="soft",
+        retention=0.5,
+        **fields,
+    )
+
+
+@pytest.fixture
+def audited_room(owner):
+    planner = BotFactory(owner=owner, name="Planner")
+    critic = BotFactory(owner=owner, name="Critic")
+    session = SessionFactory(user=owner, bot=planner, title="Launch room", is_room=True)
+    SessionParticipant.objects.create(session=session, bot=planner, is_default=True)
+    SessionParticipant.objects.create(session=session, bot=critic, joined_seq=2)
+    late = _summary(session, planner, 5, 8, "Planner: budget is 40k.")
+    early = _summary(session, planner, 1, 4, "Planner: launch on 3 May.", status="superseded")
+    critic_early = _summary(session, critic, 1, 4, "Critic: the 3 May date is risky.")
+    critic_next = _summary(session, critic, 3, 6, "Critic: QA needs 2 weeks.")
+    return session, planner, critic, [early, critic_early, critic_next, late]
+
+
+def _table(html, part):
+    table = html[html.index('id="room-audit-table"') :]
+    return table[table.index(f"<{part}>") : table.index(f"</{part}>")]
+
+
+def _rows(html):
+    """The room table's body as [(range, [[summary ids per bot column]])]."""
+    body = _table(html, "tbody")
+    rows = []
+    for chunk in body.split('<tr data-range="')[1:]:
+        cells = chunk.split("<td>")[1:]
+        rows.append(
+            (
+                chunk.split('"', 1)[0],
+                [[int(i) for i in re.findall(r'data-summary-id="(\d+)"', cell)] for cell in cells],
+            )
+        )
+    return rows
+
+
+def test_room_audit_sets_each_bots_summaries_side_by_side_with_links(admin_web, audited_room):
+    session, planner, critic, (early, critic_early, critic_next, late) = audited_room
+
+    response = admin_web.get(f"/admin/compaction/summary/room/{session.pk}/")
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    head = _table(html, "thead")
+    assert re.findall(r'<th scope="col"[^>]*>([^<]+)', head) == ["Messages", "Planner ", "Critic "]
+    assert _rows(html) == [
+        ("1-4", [[early.pk], [critic_early.pk]]),
+        ("3-6", [[], [critic_next.pk]]),
+        ("5-8", [[late.pk], []]),
+    ]
+    for summary in (early, critic_early, critic_next, late):
+        assert f'<a href="/admin/compaction/summary/{summary.pk}/change/">' in html
+    assert "Critic: the 3 May date is risky." in html
+    assert "level 1, soft, superseded, 12 tokens, retention 50 %" in html
+    assert "4 summaries by 2 bots" in html
+    assert f"/admin/compaction/summary/?session__exact={session.pk}" in html
+
+    # Each room summary's own audit links back to the room's.
+    page = admin_web.get(f"/admin/compaction/summary/{critic_next.pk}/change/")
+    assert f'href="/admin/compaction/summary/room/{session.pk}/" id="audit-room-link"' in (
+        page.content.decode()
+    )
+
+
+def test_room_audit_keeps_a_removed_bots_column(admin_web, audited_room):
+    session, _planner, critic, _summaries = audited_room
+    SessionParticipant.objects.filter(session=session, bot=critic).update(removed_at=timezone.now())
+    html = admin_web.get(f"/admin/compaction/summary/room/{session.pk}/").content.decode()
+    head = _table(html, "thead")
+    assert (
+        f'<th scope="col" data-bot-id="{critic.pk}">Critic <span class="audit-sub">@critic</span>'
+        in head
+    )
+    assert '<span class="audit-sub">(left)</span>' in head
+
+
+def test_a_one_bot_sessions_audit_has_no_room_view_link(admin_web, audited):
+    _session, summary, _snapshot, _event = audited
+    html = admin_web.get(f"/admin/compaction/summary/{summary.pk}/change/").content.decode()
+    assert "audit-room-link" not in html
+    assert "/admin/compaction/summary/room/" not in html
+    assert 'id="audit-side-by-side"' in html
+
+
+def test_room_audit_is_refused_to_non_staff_and_unknown_sessions_are_not_found(
+    admin_web, audited_room, owner
+):
+    session, *_rest = audited_room
+    url = f"/admin/compaction/summary/room/{session.pk}/"
+    visitor = Client()
+    visitor.force_login(owner)
+    refused = visitor.get(url)
+    assert (refused.status_code, refused["Location"]) == (302, f"/admin/login/?next={url}")
+    anonymous = Client().get(url)
+    assert (anonymous.status_code, anonymous["Location"]) == (302, f"/admin/login/?next={url}")
+    staff_without_view = Client()
+    staff_without_view.force_login(UserFactory(username="helpdesk", is_staff=True))
+    assert staff_without_view.get(url).status_code == 403
+    assert admin_web.get("/admin/compaction/summary/room/999999/").status_code == 404
