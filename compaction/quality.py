@@ -225,6 +225,9 @@ _RECALL_ANSWER_LINE = re.compile(
     rf"^[ \t]*\[\d+\][ \t]*(?:{STAMP}[ \t]+)?assistant[ \t]*:[ \t]*{re.escape(ANSWER_HEADER)}"
 )
 _QUOTE_LINE = re.compile(r"^[ \t]*>")
+# A record's frame in a tool result ("[record snapshot_1_34]"): machinery, even where a fused
+# snapshot's own "[Summary of messages …]" header inside the result ended the blanking above.
+_RECORD_FRAME = re.compile(r"\[(?:record|not found:) ?[a-z0-9_-]{1,80}\]")
 _MESSAGE_REF = re.compile(
     r"\bmessages?[ \t]+\d+(?:[ \t]*(?:[-\u2013]|to|and)[ \t]*\d+)?", re.IGNORECASE
 )
@@ -645,7 +648,15 @@ def extract_facts(text: str) -> list[str]:
     # blank them out (same length, so positions stay valid).
     masked = _recall_traffic(text)
     # (A name label is looked for once the role label before it is blank.)
-    noises = (_TOOL_LINE, _TOOL_USE, _TOOL_NAME, _MESSAGE_REF, _SPEAKER_LABEL, _NAME_LABEL)
+    noises = (
+        _TOOL_LINE,
+        _TOOL_USE,
+        _TOOL_NAME,
+        _MESSAGE_REF,
+        _RECORD_FRAME,
+        _SPEAKER_LABEL,
+        _NAME_LABEL,
+    )
     for noise in (*noises, _LIST_MARKER):
         masked = noise.sub(lambda m: " " * len(m.group()), masked)
     taken = bytearray(len(masked))

@@ -530,3 +530,18 @@ def test_extract_facts_leaves_out_recall_copies_and_speaker_names(
     text: str, expected: list[str]
 ) -> None:
     assert extract_facts(text) == expected
+
+
+def test_record_frames_are_no_facts_even_after_a_fused_snapshot_ends_the_tool_result() -> None:
+    # A fused snapshot read back holds "[Summary of messages …]" headers, which end the
+    # blanking of the tool result (as they end the summariser's skip); the next record's frame
+    # is machinery all the same.
+    text = (
+        "[20] tool (read_records): [record snapshot_1_9]\n"
+        "[Summary of messages 1–9]\n"
+        "[3] user: We met Tomás in Bristol.\n"
+        "\n"
+        "[record snapshot_10_19]\n"
+        "[12] user: ok [not found: snapshot_9_9]"
+    )
+    assert extract_facts(text) == ["Tomás", "Bristol"]
