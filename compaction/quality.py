@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
+from chat_platform.llm.recall_protocol import ANSWER_HEADER, READ_TOOL, SAVE_TOOL, SEARCH_TOOL
 from chat_platform.stopwords import STOPWORDS
 from chat_platform.transcript import STAMP
 
@@ -191,6 +191,12 @@ _SPEAKER_LABEL = re.compile(
     r"(?:[ \t]*\([^)\n]*\))?[ \t]*:",
     re.IGNORECASE | re.MULTILINE,
 )
+# A speaker's name after the role label ("[12] user: Ravi: …", a relayed chat) or opening a
+# line ("Alice: …"): who spoke, not a fact (a name said in a sentence still is one).
+_NAME_LABEL = re.compile(
+    r"^[ \t>*_-]*\*{0,2}[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2}\*{0,2}[ \t]*:(?=[ \t])",
+    re.MULTILINE,
+)
 _LIST_MARKER = re.compile(r"^[ \t]*\d+[.)](?=[ \t])", re.MULTILINE)
 # Tool traffic and talk about the transcript itself are not facts of the conversation: a tool
 # line (its result quotes records whose facts are checked where they were said), "(used
@@ -204,6 +210,24 @@ _TOOL_NAME = re.compile(
     rf"(?<![A-Za-z0-9_])(?:{READ_TOOL}|{SEARCH_TOOL}|{SAVE_TOOL}|read_files)(?![A-Za-z0-9_])",
     re.IGNORECASE,
 )
+# A transcript line's label with its seq ("[12] 2024-03-08 13:56Z user:"), and the section
+# headers of a fusion's input.
+_SEQ_LABEL = re.compile(
+    rf"^[ \t]*\[(?P<seq>\d+)\][ \t]*(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?[ \t]*:"
+)
+_SECTION_HEADER = re.compile(r"^[ \t]*\[(?:Summary of messages|Raw messages) [^\]\n]*\][ \t]*$")
+_RECALL_TOOL_LINE = re.compile(
+    rf"^[ \t]*\[(?P<seq>\d+)\][ \t]*(?:{STAMP}[ \t]+)?tool[ \t]*"
+    rf"\((?:{READ_TOOL}|{SEARCH_TOOL}|{SAVE_TOOL})\)[ \t]*:",
+    re.IGNORECASE,
+)
+_RECALL_ANSWER_LINE = re.compile(
+    rf"^[ \t]*\[\d+\][ \t]*(?:{STAMP}[ \t]+)?assistant[ \t]*:[ \t]*{re.escape(ANSWER_HEADER)}"
+)
+_QUOTE_LINE = re.compile(r"^[ \t]*>")
+# A record's frame in a tool result ("[record snapshot_1_34]"): machinery, even where a fused
+# snapshot's own "[Summary of messages …]" header inside the result ended the blanking above.
+_RECORD_FRAME = re.compile(r"\[(?:record|not found:) ?[a-z0-9_-]{1,80}\]")
 _MESSAGE_REF = re.compile(
     r"\bmessages?[ \t]+\d+(?:[ \t]*(?:[-\u2013]|to|and)[ \t]*\d+)?", re.IGNORECASE
 )
@@ -479,7 +503,10 @@ def _joined(masked: str, previous: _Word, word: _Word) -> bool:
     """Whether ``word`` directly continues a name ending in ``previous``."""
     gap = masked[previous.end : word.start]
     if previous.possessive:
-        return False
+        # "Arthur's Seat" is one name (its "Seat" alone is a fragment); "Alice's order" is not.
+        return masked[previous.end : previous.end + 2] in ("'s", "\u2019s") and (
+            gap[2:] == " " and word.capitalised
+        )
     return gap in _NAME_GAPS or (gap == ". " and previous.text.casefold() in _TITLES)
 
 
@@ -584,6 +611,34 @@ def _names(text: str, masked: str) -> list[tuple[int, str]]:
     return names
 
 
+def _recall_traffic(text: str) -> str:
+    """``text`` with the recall machinery's copies blanked out (same length): a recall tool's
+    whole result — the records it quotes, up to the next transcript line with a later seq or a
+    fusion section — and the ``> …`` quotes of builtin/recall's answers. What they repeat is
+    checked where it was said (the extractive summariser skips them too)."""
+    lines = text.splitlines(keepends=True)
+    tool_seq: int | None = None  # inside the result of the recall tool call of this seq
+    quoting = False  # inside a builtin/recall answer, after its header line
+    out: list[str] = []
+    for line in lines:
+        if tool_seq is not None:
+            label = _SEQ_LABEL.match(line)
+            if _SECTION_HEADER.match(line) or (label and int(label.group("seq")) > tool_seq):
+                tool_seq = None
+        if tool_seq is None:
+            tool = _RECALL_TOOL_LINE.match(line)
+            if tool:
+                tool_seq = int(tool.group("seq"))
+        if tool_seq is None:
+            if _RECALL_ANSWER_LINE.match(line):
+                quoting = True
+            elif quoting and not _QUOTE_LINE.match(line):
+                quoting = False
+        blank = tool_seq is not None or (quoting and _QUOTE_LINE.match(line) is not None)
+        out.append(re.sub(r"[^\n]", " ", line) if blank else line)
+    return "".join(out)
+
+
 def extract_facts(text: str) -> list[str]:
     """Names, numbers, dates/times and identifiers of ``text``: ordered by first appearance,
     de-duplicated case-insensitively (``1,200`` and ``1200`` are one fact)."""
@@ -591,8 +646,18 @@ def extract_facts(text: str) -> list[str]:
         return []
     # Speaker labels ("user:", "[12] tool (read_records):") and list markers are not facts;
     # blank them out (same length, so positions stay valid).
-    masked = text
-    for noise in (_TOOL_LINE, _TOOL_USE, _TOOL_NAME, _MESSAGE_REF, _SPEAKER_LABEL, _LIST_MARKER):
+    masked = _recall_traffic(text)
+    # (A name label is looked for once the role label before it is blank.)
+    noises = (
+        _TOOL_LINE,
+        _TOOL_USE,
+        _TOOL_NAME,
+        _MESSAGE_REF,
+        _RECORD_FRAME,
+        _SPEAKER_LABEL,
+        _NAME_LABEL,
+    )
+    for noise in (*noises, _LIST_MARKER):
         masked = noise.sub(lambda m: " " * len(m.group()), masked)
     taken = bytearray(len(masked))
     found: list[tuple[int, str]] = []

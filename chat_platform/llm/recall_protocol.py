@@ -10,6 +10,8 @@ READ_TOOL = "read_records"
 SEARCH_TOOL = "search_records"
 SAVE_TOOL = "save_record"
 READ_MAX_NAMES = 5
+# The first line of builtin/recall's answers: the "> …" quotes after it repeat earlier lines.
+ANSWER_HEADER = "From earlier in our conversation:"
 # The index block: this header line, then (while recall is open) INDEX_HELP, then one line per
 # record: ``- <name> (<kind>, messages <first>–<last>): <description>`` or
 # ``- <name> (info): <description>``.

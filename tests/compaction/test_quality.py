@@ -484,3 +484,64 @@ def test_source_facts() -> None:
 )
 def test_retention_score(source: str, summary: str, expected: tuple[float, list[str]]) -> None:
     assert retention_score(source, summary) == expected
+
+
+# --- the fact check is free of the recall machinery's copies (issue 16 item 4) ---------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A recall tool's whole result is a copy of records (checked where they were said): the
+        # quoted lines after the tool line, up to the next line with a later seq, are not facts.
+        (
+            "[5] 2024-03-07 20:42Z user: Mei: Any good?\n"
+            "[6] 2024-03-07 20:42Z assistant: (used search_records)\n"
+            "[7] 2024-03-07 20:42Z tool (search_records): [record snapshot_1_4]\n"
+            "[2] 2024-03-04 20:13Z user: Mei: My flatmate Priya is moving out on 2024-03-31.\n"
+            "[8] 2024-03-07 20:43Z user: Ravi: Kenji proposed to Sol on top of Arthur's Seat.",
+            ["Sol", "Arthur's Seat"],
+        ),
+        # A fusion section ends a tool result too.
+        (
+            "[7] tool (read_records): [record snapshot_1_4]\n"
+            "[2] user: Priya moved to Leeds.\n"
+            "[Summary of messages 1–9]\n"
+            "[3] user: We met Tomás in Bristol.",
+            ["Tomás", "Bristol"],
+        ),
+        # builtin/recall's answer quotes earlier lines: its "> …" quotes are copies.
+        (
+            "[9] 2024-03-07 20:44Z assistant: From earlier in our conversation:\n"
+            "> Mei: I started at the Royal Infirmary. — you said in message 29, on 2024-03-04\n"
+            "[10] 2024-03-07 20:45Z user: Mei: Ice and feet up, says Priya.",
+            ["Priya"],
+        ),
+        # A quote the user writes is talk, not a copy.
+        ("[4] user: My boss wrote:\n> The launch moves to 2025-04-02.", ["2025-04-02"]),
+        # A speaker's name after the role label is who spoke, not a fact.
+        ("[3] user: Mei Chen: Hello there.\n[4] assistant: Hi.", []),
+        ("[3] user: Mei Chen: I met Ravi Shah.", ["Ravi Shah"]),
+        # A name with a possessive before a capitalised word is one name, not two fragments.
+        ("We climbed Arthur's Seat. Alice's order shipped.", ["Arthur's Seat", "Alice"]),
+    ],
+)
+def test_extract_facts_leaves_out_recall_copies_and_speaker_names(
+    text: str, expected: list[str]
+) -> None:
+    assert extract_facts(text) == expected
+
+
+def test_record_frames_are_no_facts_even_after_a_fused_snapshot_ends_the_tool_result() -> None:
+    # A fused snapshot read back holds "[Summary of messages …]" headers, which end the
+    # blanking of the tool result (as they end the summariser's skip); the next record's frame
+    # is machinery all the same.
+    text = (
+        "[20] tool (read_records): [record snapshot_1_9]\n"
+        "[Summary of messages 1–9]\n"
+        "[3] user: We met Tomás in Bristol.\n"
+        "\n"
+        "[record snapshot_10_19]\n"
+        "[12] user: ok [not found: snapshot_9_9]"
+    )
+    assert extract_facts(text) == ["Tomás", "Bristol"]

@@ -289,3 +289,68 @@ def test_fusion_with_raw_messages_is_capped_by_the_summaries_not_the_raw_text():
     text = summarise_messages(content).text
 
     assert count_tokens(text) <= count_tokens(summary) * 50 // 100
+
+
+# --- short fact-dense lines first; a question only with its answer (issue 16 item 4) ---------
+
+NAME_CITY_CHATTER = (
+    "user: Hi there, my name is Ravi.\n"
+    "assistant: Nice to meet you.\n"
+    "user: I live in Leeds.\n"
+    "assistant: Lovely.\n"
+    "user: I really love long walks when the weather is like this and I always want to go out "
+    "again the moment I get home from work, honestly it is the best part of my week.\n"
+    "assistant: That sounds wonderful, I love hearing that you enjoy your walks so much and I "
+    "hope you always find the time for them.\n"
+)
+
+
+def test_a_name_and_a_city_are_kept_before_long_chatter():
+    # Before: the name line weighed less than a keyword ("love", "always", "want"), so a
+    # 30-token budget kept the assistant's chatter and dropped both the name and the city.
+    assert summarise(NAME_CITY_CHATTER, max_tokens=30) == (
+        "user: Hi there, my name is Ravi.\nuser: I live in Leeds."
+    )
+    assert summarise(NAME_CITY_CHATTER, max_tokens=45) == (
+        "user: Hi there, my name is Ravi.\nuser: I live in Leeds."
+    )
+
+
+QUESTIONS_AND_ANSWERS = (
+    "user: Did you book Nando's for Friday at 19:30?\n"
+    "assistant: Yes, the one by the station, for eight.\n"
+    "user: Is Priya still coming on Saturday at 6?\n"
+    "assistant: No, she has a cold.\n"
+    "user: ok thanks\n"
+)
+
+
+def test_a_question_is_kept_with_its_answer_or_not_at_all():
+    # Before: both questions (they hold the numbers) and neither answer.
+    assert summarise(QUESTIONS_AND_ANSWERS, max_tokens=40) == (
+        "user: Is Priya still coming on Saturday at 6?\nassistant: No, she has a cold."
+    )
+
+
+def test_a_relayed_speaker_name_is_no_name_in_the_sentence():
+    # "Mei: Lovely." (a chat relayed as "<speaker>: <text>") holds no name: "Lovely" opens the
+    # sentence. Before, it and "Yes" counted as names and both one-word replies were kept.
+    transcript = (
+        "[1] user: Ravi: Anjali's twins turned six on Sunday, we threw a party.\n"
+        "[2] user: Mei: Lovely.\n"
+        "[3] user: Ravi: Yes.\n"
+    )
+    assert summarise(transcript) == (
+        "[1] user: Ravi: Anjali's twins turned six on Sunday, we threw a party."
+    )
+
+
+def test_a_name_opening_a_relayed_line_counts_when_a_name_verb_follows():
+    # "Mei: Kenji asked me …": Kenji opens the sentence, and "asked" says it is a name (the fact
+    # check counts it so too); the one-word replies around it are dropped.
+    transcript = (
+        "[1] user: Mei: Kenji asked me to give a speech at the wedding.\n"
+        "[2] user: Ravi: Lovely.\n"
+        "[3] user: Mei: Yes.\n"
+    )
+    assert summarise(transcript) == "[1] user: Mei: Kenji asked me to give a speech at the wedding."

@@ -33,6 +33,9 @@ DEFAULT_MAX_TOKENS = 4096
 # Below this many tokens a summary says too little (the compaction gate wants >= 10), so the
 # newest fact-free sentences are added until it is reached.
 MIN_OUTPUT_TOKENS = 16
+# A sentence longer than this is chatter next to a short line of the same weight: short
+# fact-dense lines are kept first.
+LONG_SENTENCE_TOKENS = 24
 # The most of its input a summary keeps (from inputs of SHARE_FROM_TOKENS up).
 MAX_SHARE_PERCENT = 60
 SHARE_FROM_TOKENS = 128
@@ -87,7 +90,8 @@ _KEYWORDS = frozenset(
 )
 _WORD = re.compile(r"[\w'\u2019]+")
 _CJK_END = ("\u3002", "\uff01", "\uff1f")
-_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z\u00c0-\u024f]+\b")
+_QUESTION_END = ("?", "\uff1f")
+_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z](?:[a-z\u00c0-\u024f]|-(?=[a-z]))+\b")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,43 @@ def summary_section_tokens(body: str) -> int:
     return count_tokens("\n".join(kept), model=MODEL) if kept else 0
 
 
+# A speaker's name opening a sentence ("Ravi: Always." in a relayed chat): who spoke, and what
+# follows it starts the sentence (so "Always" is no name).
+_INLINE_NAME_LABEL = re.compile(r"^\s*[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2}\s*:\s+")
+
+
+# Verbs after which a sentence's first capitalised word reads as a name ("Kenji asked me …").
+_NAME_FOLLOWERS = frozenset(
+    """
+    said says asked asks wants wanted prefers preferred likes liked thinks thought agreed agrees
+    decided confirmed mentioned told called works worked lives lived joined sent paid owns owned
+    """.split()  # noqa: SIM905 - a word list reads better as prose
+)
+_FIRST_NAME = re.compile(r"^\s*(?P<name>[A-Z][a-z\u00c0-\u024f]+)\s+(?P<next>[a-z]+)\b")
+
+
+def _names(text: str) -> set[str]:
+    text = _INLINE_NAME_LABEL.sub("", text, count=1)
+    names = {m.group() for m in _CAPITALISED.finditer(text)} - {"I"}
+    first = _FIRST_NAME.match(text)
+    if first and first.group("next") in _NAME_FOLLOWERS:
+        names.add(first.group("name"))
+    return names
+
+
+_UNIT = re.compile(r"[\w'\u2019.-]*\d[\w'\u2019.-]*")
+
+
+def fact_units(text: str) -> frozenset[str]:
+    """What a sentence tells that another might tell too: its names, numbers, date words and
+    identifiers (lower-cased). A sentence whose units were all kept already adds none."""
+    units = {m.group().lower() for m in _UNIT.finditer(text)}
+    units |= {m.group().lower() for m in _DATE_WORD.finditer(text)}
+    units |= {m.group().lower() for m in _IDENTIFIER.finditer(text)}
+    units |= {name.lower() for name in _names(text)}
+    return frozenset(units)
+
+
 def _score(text: str, focus_terms: set[str]) -> int:
     score = 0
     if _DIGIT.search(text) or _DATE_WORD.search(text):
@@ -183,15 +224,19 @@ def _score(text: str, focus_terms: set[str]) -> int:
         score += 1
     if _IDENTIFIER.search(text):
         score += 2
-    names = {m.group() for m in _CAPITALISED.finditer(text)} - {"I"}
-    score += min(2, len(names))
+    score += min(2, len(_names(text)))
     words = {w.lower().replace("\u2019", "'") for w in _WORD.findall(text)}
     if words & _KEYWORDS:
         score += 2
     if focus_terms and focus_terms & set(terms(text)):
         score += 3
-    if text.rstrip().endswith(("?", "\uff1f")):
-        score -= 1  # a question states little, unless it carries facts of its own
+    units = fact_units(text)
+    if text.rstrip().endswith(_QUESTION_END) and not units:
+        # A question states little, unless it carries facts of its own (then it is kept with
+        # its answer, or not at all).
+        score -= 1
+    if not units and count_tokens(text, model=MODEL) > LONG_SENTENCE_TOKENS:
+        score -= 1  # long chatter ("I really love …, I always want …") below a name or a city
     return max(0, score)
 
 
@@ -248,30 +293,75 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
     chosen: list[Sentence] = []
     opened: set[int] = set()
     used = 0
-
     said: set[str] = set()
+    covered: set[str] = set()  # fact units of the kept sentences
+    # A question kept only with its answer: the first sentence of the next turn that says
+    # anything (a question alone tells a reader nothing; its answer carries the fact).
+    first_of_turn: dict[int, Sentence] = {}
+    for sentence in sentences:
+        first_of_turn.setdefault(sentence.turn, sentence)
+    turn_order = sorted(first_of_turn)
+    next_turn = dict(zip(turn_order, turn_order[1:], strict=False))
+    answer_of = {
+        s.position: first_of_turn[next_turn[s.turn]]
+        for s in sentences
+        if s.text.rstrip().endswith(_QUESTION_END) and s.turn in next_turn
+    }
+    paired: dict[int, int] = {}  # answer position -> question position, for pairs taken together
 
-    def take(candidates: list[Sentence], stop_at: int) -> None:
+    def key_of(sentence: Sentence) -> str:
+        return _SAME.sub(" ", sentence.text.lower()).strip()
+
+    def add(sentence: Sentence) -> None:
         nonlocal used
+        used += cost(sentence, opened)
+        said.add(key_of(sentence))
+        covered.update(fact_units(sentence.text))
+        chosen.append(sentence)
+        opened.add(sentence.turn)
+
+    def take(candidates: list[Sentence], stop_at: int, deferred: list[Sentence] | None) -> None:
         for sentence in candidates:
             if used >= stop_at:
                 return
-            key = _SAME.sub(" ", sentence.text.lower()).strip()
-            if key in said:  # a fact repeated word for word is kept once (its newest telling)
+            if key_of(sentence) in said:  # a fact repeated word for word is kept once (newest)
+                continue
+            units = fact_units(sentence.text)
+            if deferred is not None and units and units <= covered:
+                deferred.append(sentence)  # tells nothing a kept sentence did not: if room is left
                 continue
             needed = cost(sentence, opened)
-            if used + needed <= limit:
-                said.add(key)
-                chosen.append(sentence)
-                opened.add(sentence.turn)
-                used += needed
+            answer = answer_of.get(sentence.position)
+            if answer is not None and answer not in chosen:
+                answer_cost = cost(answer, opened | {sentence.turn})
+                if key_of(answer) in said or used + needed + answer_cost > limit:
+                    continue
+                add(sentence)
+                add(answer)
+                paired[answer.position] = sentence.position
+            elif used + needed <= limit:
+                add(sentence)
 
-    # Strongest facts first; among equals the newer sentence wins (later statements supersede).
-    facts = sorted((s for s in sentences if s.score > 0), key=lambda s: (-s.score, -s.position))
-    take(facts, limit)
+    # Strongest facts first (a name or a city weighs like a number); of equal weight, a short
+    # line before a long one (a name, a city, a date before a paragraph of chatter); then the
+    # newer sentence (later statements supersede).
+    facts = sorted(
+        (s for s in sentences if s.score > 0),
+        key=lambda s: (
+            -s.score,
+            # Fusing summaries (a hard squeeze: half of them) a name or a number goes before a
+            # bare "I need …" of the same weight.
+            bool(summaries) and not fact_units(s.text),
+            count_tokens(s.text, model=MODEL) > LONG_SENTENCE_TOKENS,
+            -s.position,
+        ),
+    )
+    repeats: list[Sentence] = []
+    take(facts, limit, repeats)
+    take(repeats, limit, None)
     if used < MIN_OUTPUT_TOKENS and len(chosen) == len(facts):  # short for want of facts
         rest = sorted((s for s in sentences if s.score == 0), key=lambda s: -s.position)
-        take(rest, MIN_OUTPUT_TOKENS)
+        take(rest, MIN_OUTPUT_TOKENS, None)
 
     if not chosen:  # not even one sentence fits: cut the best one down to the budget
         best = min(sentences, key=lambda s: (-s.score, -s.position))
@@ -285,7 +375,11 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
     # dropping the weakest kept sentence until it holds.
     priority = {id(s): rank for rank, s in enumerate(chosen)}
     while count_tokens(text, model=MODEL) > limit and len(chosen) > 1:
-        chosen.remove(max(chosen, key=lambda s: priority[id(s)]))
+        dropped = max(chosen, key=lambda s: priority[id(s)])
+        chosen.remove(dropped)
+        question = paired.get(dropped.position)  # the question goes with its answer
+        if len(chosen) > 1:
+            chosen[:] = [s for s in chosen if s.position != question]
         text = _render(turns, chosen)
     if count_tokens(text, model=MODEL) > limit:
         text = truncate_to_tokens(text, limit, model=MODEL)

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
 from chat_platform.llm.builtin.text import STOPWORDS, sentences, stem, terms
 from chat_platform.llm.recall_protocol import (
+    ANSWER_HEADER,
     INDEX_HEADER,
     READ_TOOL,
     SAVE_TOOL,
@@ -78,7 +79,6 @@ MAX_QUERY_WORDS = 8
 DESCRIPTION_MAX_CHARS = 140
 NAME_MAX_WORDS = 3
 
-ANSWER_HEADER = "From earlier in our conversation:"
 NO_MATCH_TEXT = (
     "I am the built-in recall model, not a language model: I can only quote what this "
     "conversation already holds, and I found nothing in it that matches your message."
