@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Exists, IntegerField, OuterRef, Q, QuerySet, TextField, Value
@@ -118,6 +119,23 @@ def seat_key(session: ChatSession) -> int | None:
     whose seat ``session`` is (``bots.queries.session_seat``); None in a one-bot session, whose
     summaries, lease and cool-down are the session's, exactly as before rooms."""
     return session.bot_id if session.is_room else None
+
+
+def seat_filter(session: ChatSession) -> dict[str, int]:
+    """The filter that keys a seat's compaction rows (summaries, events) besides the session:
+    ``{"bot_id": ...}`` in a room, nothing in a one-bot session (``seat_key``)."""
+    key = seat_key(session)
+    return {} if key is None else {"bot_id": key}
+
+
+def seat_summaries(session: ChatSession | int, bot_id: int | None) -> QuerySet[Summary]:
+    """The summaries of one seat: in a room (``bot_id`` = ``seat_key(session)``), that bot's
+    own; in a one-bot session (None), all of the session's. Every reader of a seat's summaries
+    (measure, holds, fusion) filters through here."""
+    where: dict[str, Any] = {"session": session}
+    if bot_id is not None:
+        where["bot_id"] = bot_id
+    return Summary.objects.filter(**where)
 
 
 def _name_slug(name: str) -> str:
@@ -243,7 +261,11 @@ def _in_context(session: ChatSession | int, before_seq: int, room: RoomView | No
 _PINNED, _SUMMARY, _EXPANSION = 0, 1, 2
 
 
-def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: int) -> QuerySet:
+def _pins_and_summaries_query(
+    *, session_id: int, before_seq: int, exclude_id: int, bot_id: int | None = None
+) -> QuerySet:
+    """The pinned messages, the seat's active summaries and (one-bot sessions) the pending
+    expansion. ``bot_id`` is the room seat's bot (``seat_key``), None in a one-bot session."""
     part = IntegerField()
     pinned = (
         _in_context(session_id, before_seq)
@@ -254,11 +276,15 @@ def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: i
         .values_list("part", "pk", "seq", "token_count")
     )
     summaries = (
-        Summary.objects.filter(session_id=session_id, status=Summary.Status.ACTIVE)
+        seat_summaries(session_id, bot_id)
+        .filter(status=Summary.Status.ACTIVE)
         .annotate(part=Value(_SUMMARY, output_field=part))
         .order_by()
         .values_list("part", "pk", "first_seq", "token_count")
     )
+    if bot_id is not None:
+        # A room's seat reads no expansion row here (as before this query was shared).
+        return pinned.union(summaries, all=True).order_by("part", "seq")
     # The pending expansion, if any (at most one row): (2, claiming reply or 0, first, last).
     expansion = (
         ContextExpansion.objects.filter(session_id=session_id)
@@ -272,32 +298,9 @@ def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: i
     return pinned.union(summaries, expansion, all=True).order_by("part", "seq")
 
 
+# One compiled statement per shape: bind names key it, so a room's (with ``bot_id``) and a
+# one-bot session's (without) compile separately.
 _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
-
-
-def _room_pins_and_summaries_query(
-    *, session_id: int, before_seq: int, exclude_id: int, bot_id: int
-) -> QuerySet:
-    """As ``_pins_and_summaries_query``, with only this bot's own summaries (a room)."""
-    part = IntegerField()
-    pinned = (
-        _in_context(session_id, before_seq)
-        .filter(pinned=True)
-        .exclude(pk=exclude_id)
-        .annotate(part=Value(_PINNED, output_field=part))
-        .order_by()
-        .values_list("part", "pk", "seq", "token_count")
-    )
-    summaries = (
-        Summary.objects.filter(session_id=session_id, bot_id=bot_id, status=Summary.Status.ACTIVE)
-        .annotate(part=Value(_SUMMARY, output_field=part))
-        .order_by()
-        .values_list("part", "pk", "first_seq", "token_count")
-    )
-    return pinned.union(summaries, all=True).order_by("part", "seq")
-
-
-_ROOM_PINS_AND_SUMMARIES = CompiledValues(_room_pins_and_summaries_query)
 
 
 def _pins_and_summaries(
@@ -310,12 +313,9 @@ def _pins_and_summaries(
     active: list[Entry] = []
     expansion: tuple[int, int, int] | None = None
     exclude = 0 if exclude_id is None else exclude_id  # no message has id 0
-    rows = (
-        _PINS_AND_SUMMARIES.rows(session_id=session.pk, before_seq=before_seq, exclude_id=exclude)
-        if room is None
-        else _ROOM_PINS_AND_SUMMARIES.rows(
-            session_id=session.pk, before_seq=before_seq, exclude_id=exclude, bot_id=room.bot_id
-        )
+    seat = {} if room is None else {"bot_id": room.bot_id}
+    rows = _PINS_AND_SUMMARIES.rows(
+        session_id=session.pk, before_seq=before_seq, exclude_id=exclude, **seat
     )
     for kind, pk, seq, tokens in rows:
         if kind == _EXPANSION:
