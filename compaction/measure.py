@@ -470,7 +470,8 @@ def context_measure(
         system_tokens=_system_tokens(bot.system_prompt, model)
         + _system_tokens(session.extra_instruction, model)
         + _system_tokens(extra_system, model)
-        # An API client's tools (their schemas go with every call, so they count like a prompt)
+        # The call's tool schemas (recall tools while recall is open, an API client's): they go
+        # with the call, so they count like a prompt
         + tools_tokens
         + (_system_tokens(room.header, model) if room is not None else 0),
         new_message=new_entry,
