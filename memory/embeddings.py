@@ -32,9 +32,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import structlog
 from django.conf import settings
 from django.db import DatabaseError, connection
@@ -43,6 +42,9 @@ from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from chat_platform.celery_app import app as celery_app
 from chat_platform.llm import gateway
+
+if TYPE_CHECKING:
+    import numpy as np
 from chat_platform.outage import BROKER_ERRORS
 from memory.models import MessageIndex
 from memory.search import MessageScore
@@ -77,6 +79,8 @@ _discovery_lock = threading.Lock()
 
 def vector_bytes(vector: list[float] | np.ndarray) -> bytes:
     """A vector as stored: float32, little-endian, unit length (a zero vector stays zero)."""
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     array = np.asarray(vector, dtype="<f4")
     norm = float(np.linalg.norm(array))
     if norm > 0:
@@ -85,6 +89,8 @@ def vector_bytes(vector: list[float] | np.ndarray) -> bytes:
 
 
 def vector_array(data: bytes | memoryview) -> np.ndarray:
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     return np.frombuffer(bytes(data), dtype="<f4")
 
 
@@ -267,6 +273,8 @@ def _best_of(
     limit: int,
 ) -> list[tuple[float, int, int, int]]:
     """``best`` and this chunk's best, the ``limit`` most similar, best first (ties: newest)."""
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     matrix = np.frombuffer(b"".join(bytes(row[3]) for row in chunk), dtype="<f4")
     similarity = matrix.reshape(len(chunk), query.size) @ query
     take = min(limit, len(chunk))
