@@ -6,7 +6,6 @@ task or a racing sweep never overwrites a finished reply.
 """
 
 import contextlib
-import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -48,7 +47,11 @@ from chat_platform.errors import (
     ServiceUnavailable,
 )
 from chat_platform.llm import gateway
-from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
+from chat_platform.llm.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_message_tokens,
+    count_tools_tokens,
+)
 from compaction.pipeline import (
     BuiltContext,
     context_bot,
@@ -78,7 +81,6 @@ log = structlog.get_logger(__name__)
 # Slack per recalled result under what is left of B: joined text can cost a token or two more
 # than its parts.
 RECALL_MARGIN_TOKENS = 8
-RECALL_NAMES = frozenset(t["function"]["name"] for t in RECALL_TOOLS)
 
 
 class DeltaBatcher:
@@ -285,9 +287,8 @@ def _call_entry(
     parts = list(context.parts)
     if tools:
         names = [t.get("function", {}).get("name", "") for t in tools]
-        client = tuple(t for t in tools if t.get("function", {}).get("name") not in RECALL_NAMES)
-        tokens = _tools_tokens(tuple(names), model) + client_tools_cost(client, model)
-        parts.append(part("tools", {"names": names}, tokens))
+        # The figure the budget counted for this call (``_turn_calls``): one count.
+        parts.append(part("tools", {"names": names}, count_tools_tokens(tools, model=model)))
     entry: dict[str, Any] = {
         "round": recall_round,
         "model": model,
@@ -307,19 +308,6 @@ def _call_entry(
     if error:
         entry["error"] = error
     return entry
-
-
-@functools.lru_cache(maxsize=32)
-def _tools_tokens(names: tuple[str, ...], model: str) -> int:
-    """What the offered recall tools' schemas cost (for the record: the budget does not count
-    the platform's own tools; an API client's are counted, ``client_tools_cost``)."""
-    offered = [t for t in RECALL_TOOLS if t.get("function", {}).get("name") in names]
-    return count_message_tokens(json.dumps(offered), model=model)
-
-
-def client_tools_cost(tools: tuple[dict[str, Any], ...], model: str) -> int:
-    """What an API client's tool schemas cost on every call of its turn (0 without tools)."""
-    return count_message_tokens(json.dumps(list(tools)), model=model) if tools else 0
 
 
 def _hand_over_next(session_id: int) -> None:
@@ -606,16 +594,17 @@ def _turn_calls(
     rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0
     asked: list[dict[str, Any]] = []  # calls to the client's tools (turn_hooks): end the turn
-    # The client's tool schemas go with every call: counted in B like its system part.
-    client_tools_tokens = client_tools_cost(options.tools, model)
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
+        tools = [*RECALL_TOOLS, *options.tools] if may_recall else list(options.tools)
         context = _context_with_rounds(
             reply,
             rounds,
             recall_open=may_recall,
             extra_system=options.system,
-            tools_tokens=client_tools_tokens,
+            # The tool schemas go with the call (the platform's recall tools while recall is
+            # open, an API client's on every call): counted in B like a system part.
+            tools_tokens=count_tools_tokens(tools, model=model),
             exchange=options.exchange,
         )
         stream = _stream_round(
@@ -624,7 +613,7 @@ def _turn_calls(
             state,
             config,
             context,
-            tools=[*RECALL_TOOLS, *options.tools] if may_recall else list(options.tools) or None,
+            tools=tools or None,
             recall_round=recall_round,
         )
         completion = stream.completion

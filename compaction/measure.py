@@ -155,6 +155,23 @@ def seat_key(session: ChatSession) -> int | None:
     return session.bot_id if session.is_room else None
 
 
+def seat_filter(session: ChatSession) -> dict[str, int]:
+    """The filter that keys a seat's compaction rows (summaries, events) besides the session:
+    ``{"bot_id": ...}`` in a room, nothing in a one-bot session (``seat_key``)."""
+    key = seat_key(session)
+    return {} if key is None else {"bot_id": key}
+
+
+def seat_summaries(session: ChatSession | int, bot_id: int | None) -> QuerySet[Summary]:
+    """The summaries of one seat: in a room (``bot_id`` = ``seat_key(session)``), that bot's
+    own; in a one-bot session (None), all of the session's. Every reader of a seat's summaries
+    (measure, holds, fusion) filters through here."""
+    where: dict[str, Any] = {"session": session}
+    if bot_id is not None:
+        where["bot_id"] = bot_id
+    return Summary.objects.filter(**where)
+
+
 def _name_slug(name: str) -> str:
     """An OpenAI ``name`` (``[a-zA-Z0-9_-]{1,64}``) for a speaker."""
     return re.sub(r"[^a-zA-Z0-9_-]+", "-", name).strip("-")[:64] or "user"
@@ -278,7 +295,11 @@ def _in_context(session: ChatSession | int, before_seq: int, room: RoomView | No
 _PINNED, _SUMMARY, _EXPANSION = 0, 1, 2
 
 
-def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: int) -> QuerySet:
+def _pins_and_summaries_query(
+    *, session_id: int, before_seq: int, exclude_id: int, bot_id: int | None = None
+) -> QuerySet:
+    """The pinned messages, the seat's active summaries and the seat's pending expansion.
+    ``bot_id`` is the room seat's bot (``seat_key``), None in a one-bot session."""
     part = IntegerField()
     pinned = (
         _in_context(session_id, before_seq)
@@ -289,15 +310,20 @@ def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: i
         .values_list("part", "pk", "seq", "token_count")
     )
     summaries = (
-        Summary.objects.filter(session_id=session_id, status=Summary.Status.ACTIVE)
+        seat_summaries(session_id, bot_id)
+        .filter(status=Summary.Status.ACTIVE)
         .annotate(part=Value(_SUMMARY, output_field=part))
         .order_by()
         .values_list("part", "pk", "first_seq", "token_count")
     )
     # The pending expansion, if any (at most one row): (2, claiming reply or 0, first, last).
+    # In a room, only when it is this seat's: an expansion is for one seat's next reply
+    # (CONTRACT §17), named by that seat's snapshot (``snapshot_<f>_<l>_b<bot>``).
+    expansions = ContextExpansion.objects.filter(session_id=session_id)
+    if bot_id is not None:
+        expansions = expansions.filter(record=_seat_snapshot_name(bot_id))
     expansion = (
-        ContextExpansion.objects.filter(session_id=session_id)
-        .annotate(
+        expansions.annotate(
             part=Value(_EXPANSION, output_field=part),
             claimed=Coalesce("reply_id", 0, output_field=part),
         )
@@ -307,40 +333,9 @@ def _pins_and_summaries_query(*, session_id: int, before_seq: int, exclude_id: i
     return pinned.union(summaries, expansion, all=True).order_by("part", "seq")
 
 
+# One compiled statement per shape: bind names key it, so a room's (with ``bot_id``) and a
+# one-bot session's (without) compile separately.
 _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
-
-
-def _room_pins_and_summaries_query(
-    *, session_id: int, before_seq: int, exclude_id: int, bot_id: int
-) -> QuerySet:
-    """As ``_pins_and_summaries_query``, with only this bot's own summaries (a room)."""
-    part = IntegerField()
-    pinned = (
-        _in_context(session_id, before_seq)
-        .filter(pinned=True)
-        .exclude(pk=exclude_id)
-        .annotate(part=Value(_PINNED, output_field=part))
-        .order_by()
-        .values_list("part", "pk", "seq", "token_count")
-    )
-    summaries = (
-        Summary.objects.filter(session_id=session_id, bot_id=bot_id, status=Summary.Status.ACTIVE)
-        .annotate(part=Value(_SUMMARY, output_field=part))
-        .order_by()
-        .values_list("part", "pk", "first_seq", "token_count")
-    )
-    # The room's pending expansion, when it is this bot's: an expansion is for one seat's next
-    # reply (CONTRACT §17), named by that seat's snapshot (``snapshot_<f>_<l>_b<bot>``).
-    expansion = (
-        ContextExpansion.objects.filter(session_id=session_id, record=_seat_snapshot_name(bot_id))
-        .annotate(
-            part=Value(_EXPANSION, output_field=part),
-            claimed=Coalesce("reply_id", 0, output_field=part),
-        )
-        .order_by()
-        .values_list("part", "claimed", "first_seq", "last_seq")
-    )
-    return pinned.union(summaries, expansion, all=True).order_by("part", "seq")
 
 
 def _seat_snapshot_name(bot_id: int) -> Concat:
@@ -357,9 +352,6 @@ def _seat_snapshot_name(bot_id: int) -> Concat:
     )
 
 
-_ROOM_PINS_AND_SUMMARIES = CompiledValues(_room_pins_and_summaries_query)
-
-
 def _pins_and_summaries(
     session: ChatSession, before_seq: int, *, exclude_id: int | None, room: RoomView | None = None
 ) -> tuple[list[PinnedEntry], list[Entry], tuple[int, int, int] | None]:
@@ -370,12 +362,9 @@ def _pins_and_summaries(
     active: list[Entry] = []
     expansion: tuple[int, int, int] | None = None
     exclude = 0 if exclude_id is None else exclude_id  # no message has id 0
-    rows = (
-        _PINS_AND_SUMMARIES.rows(session_id=session.pk, before_seq=before_seq, exclude_id=exclude)
-        if room is None
-        else _ROOM_PINS_AND_SUMMARIES.rows(
-            session_id=session.pk, before_seq=before_seq, exclude_id=exclude, bot_id=room.bot_id
-        )
+    seat = {} if room is None else {"bot_id": room.bot_id}
+    rows = _PINS_AND_SUMMARIES.rows(
+        session_id=session.pk, before_seq=before_seq, exclude_id=exclude, **seat
     )
     for kind, pk, seq, tokens in rows:
         if kind == _EXPANSION:
@@ -536,7 +525,8 @@ def context_measure(
         system_tokens=_system_tokens(bot.system_prompt, model)
         + _system_tokens(session.extra_instruction, model)
         + _system_tokens(extra_system, model)
-        # An API client's tools (their schemas go with every call, so they count like a prompt)
+        # The call's tool schemas (recall tools while recall is open, an API client's): they go
+        # with the call, so they count like a prompt
         + tools_tokens
         + (_system_tokens(room.header, model) if room is not None else 0),
         new_message=new_entry,

@@ -377,8 +377,9 @@ def context_build(
     sent right after the bot's system prompt, counted in the fixed part (so it is kept whole
     for the call, like the prompt, and never compacted: it is not stored as history).
 
-    ``tools_tokens``: what an API client's tools cost (their schemas go with the call), counted
-    in the fixed part like ``extra_system``.
+    ``tools_tokens``: what the call's tool schemas cost (the platform's recall tools while
+    recall is open, an API client's on every call; ``count_tools_tokens``): they go with the
+    call, so they count in the fixed part like ``extra_system``.
 
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:

@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from bots.models import Message
 from bots.queries import message_get_for_user, session_get_for_user, session_seat_get
 from chat_platform.errors import NotFound, ValidationFailed
+from compaction.measure import seat_summaries
 from compaction.models import CompactionEvent, Summary
 from compaction.pipeline import context_fixed_fits, context_measure
 
@@ -18,12 +19,13 @@ def summary_list_for_user(
     """The session's summaries; in a room, those of one bot's seat (``?bot=``, default: the
     room's default bot). A one-bot session's are all its bot's."""
     session = session_get_for_user(user=user, session_id=session_id)
-    summaries = Summary.objects.filter(session=session)
     if session.is_room:
         seat = session_seat_get(session=session, bot_id=bot_id)
-        summaries = summaries.filter(bot_id=seat.bot_id)
-    elif bot_id not in (None, ""):
-        session_seat_get(session=session, bot_id=bot_id)  # not the chat's bot: not found
+        summaries = seat_summaries(session, seat.bot_id)
+    else:
+        if bot_id not in (None, ""):
+            session_seat_get(session=session, bot_id=bot_id)  # not the chat's bot: not found
+        summaries = seat_summaries(session, None)
     return summaries.prefetch_related("parents").order_by("-created_at", "-id")
 
 

@@ -9,10 +9,12 @@ what the provider received.
 
 import datetime
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -27,7 +29,11 @@ from compaction.provenance import ROW_KINDS, prompt_version, seqs_of
 log = structlog.get_logger(__name__)
 
 # (bot id, version) pairs this process knows are stored: a prompt version is written once, when
-# the prompt changes or by the first record that sends it, not on every turn.
+# the prompt changes or by the first record that sends it, not on every turn. A pair joins the
+# set only once its row is committed (a rolled-back write leaves no row, so it must not be
+# remembered). Per process and harmless across processes: a process that has not seen a pair
+# writes it again, and the unique (bot, version) constraint makes that a no-op. A row goes only
+# with its bot (cascade), whose id is never reused; the records sweep never deletes versions.
 _known_versions: set[tuple[int, str]] = set()
 
 # "Replies made from this summary": at most this many of the session's records are read.
@@ -41,7 +47,8 @@ def prompt_version_store(*, bot_id: int, text: str) -> str:
         PromptVersion.objects.bulk_create(
             [PromptVersion(bot_id=bot_id, version=version, text=text)], ignore_conflicts=True
         )
-        _known_versions.add((bot_id, version))
+        # Outside a transaction this runs at once; inside one, only if it commits.
+        transaction.on_commit(partial(_known_versions.add, (bot_id, version)))
     return version
 
 

@@ -34,9 +34,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import structlog
 from django.conf import settings
 from django.db import DatabaseError, connection
@@ -45,6 +44,9 @@ from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from chat_platform.celery_app import app as celery_app
 from chat_platform.llm import gateway
+
+if TYPE_CHECKING:
+    import numpy as np
 from chat_platform.outage import BROKER_ERRORS
 from memory.models import MessageIndex
 from memory.search import MessageScore
@@ -93,6 +95,8 @@ _discovery_lock = threading.Lock()
 
 def vector_bytes(vector: list[float] | np.ndarray) -> bytes:
     """A vector as stored: float32, little-endian, unit length (a zero vector stays zero)."""
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     array = np.asarray(vector, dtype="<f4")
     norm = float(np.linalg.norm(array))
     if norm > 0:
@@ -101,6 +105,8 @@ def vector_bytes(vector: list[float] | np.ndarray) -> bytes:
 
 
 def vector_array(data: bytes | memoryview) -> np.ndarray:
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     return np.frombuffer(bytes(data), dtype="<f4")
 
 
@@ -287,12 +293,16 @@ class _Side:
     in its thread once its older neighbour has been read (``NEIGHBOUR_WEIGHT``)."""
 
     def __init__(self, size: int) -> None:
+        import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
         self.held: list[Row] = []  # at most one row: the last read, waiting for its older one
         self.held_vector = np.zeros((0, size), dtype="<f4")
         self.newer: np.ndarray | None = None  # the held row's newer neighbour
 
     def take(self, rows: list[Row], matrix: np.ndarray) -> tuple[list[Row], np.ndarray]:
         """``rows`` (this side's, in stream order) read: the rows now complete, smoothed."""
+        import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
         rows = self.held + rows
         matrix = np.vstack([self.held_vector, matrix])
         out = _smoothed(matrix, self.newer)
@@ -314,6 +324,8 @@ def _in_thread(chunks: Iterator[list[Row]], size: int) -> Iterator[tuple[list[Ro
     before and after it in the whole newest-first stream, unit length. A side's last row of a
     chunk waits for the next chunk (its older neighbour may be there), so chunk boundaries
     change nothing; what is held stays one chunk and a row per side."""
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     sides: dict[tuple[str, int | None], _Side] = {}
     for chunk in chunks:
         vectors = np.frombuffer(b"".join(bytes(row[3]) for row in chunk), dtype="<f4")
@@ -337,6 +349,8 @@ def _smoothed(matrix: np.ndarray, newer: np.ndarray | None) -> np.ndarray:
     beside them, unit length; the first row's newer neighbour is ``newer`` (none at the
     stream's start). The last row gets no older neighbour here: the caller holds it back unless
     the stream has ended."""
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     out = matrix.copy()
     out[1:] += NEIGHBOUR_WEIGHT * matrix[:-1]  # each row's newer neighbour
     out[:-1] += NEIGHBOUR_WEIGHT * matrix[1:]  # each row's older neighbour
@@ -356,6 +370,8 @@ def _best_of(
     """``best`` and these rows' best, the ``limit`` most similar, best first (ties: newest)."""
     if not rows:
         return best
+    import numpy as np  # only where vectors are used: Django's start-up never loads numpy
+
     similarity = matrix @ query
     take = min(limit, len(rows))
     top = np.argpartition(-similarity, take - 1)[:take] if take < len(rows) else range(len(rows))

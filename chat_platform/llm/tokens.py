@@ -7,8 +7,11 @@ Models whose tokenizer we do not have (Anthropic, Llama, the built-in models, â€
 ``cl100k_base``: an estimate, but a stable one, and stability is what the budget maths needs.
 """
 
+import json
 import re
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import tiktoken
 
@@ -52,6 +55,16 @@ def count_tokens(text: str, *, model: str = "") -> int:
 def count_message_tokens(content: str, *, model: str = "") -> int:
     """Tokens one chat message costs: its text plus ``MESSAGE_OVERHEAD_TOKENS``."""
     return count_tokens(content, model=model) + MESSAGE_OVERHEAD_TOKENS
+
+
+def count_tools_tokens(tools: Sequence[Mapping[str, Any]] | None, *, model: str = "") -> int:
+    """What a call's tool schemas cost: their JSON counted as one message (0 without tools).
+
+    The one count for every tool a call offers (the platform's recall tools and an API client's
+    alike): the budget counts it in the fixed part, since the schemas go with the call
+    (CONTRACT Â§5: pressure is everything the next call would send), and the context record's
+    ``tools`` part reports the same figure."""
+    return count_message_tokens(json.dumps(list(tools)), model=model) if tools else 0
 
 
 def truncate_to_tokens(text: str, max_tokens: int, *, model: str = "") -> str:

@@ -27,7 +27,7 @@ from compaction.engine.summariser import (
     compaction_model_config,
     summariser_window,
 )
-from compaction.measure import context_measure, seat_key
+from compaction.measure import context_measure, seat_key, seat_summaries
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
 from memory import services as memory_services
@@ -40,8 +40,8 @@ def fusion_due(session: ChatSession, budget: Budget) -> list[Summary]:
     held = held_spans(session)
     active = [
         s
-        for s in Summary.objects.filter(session=session, status=Summary.Status.ACTIVE)
-        .filter(**({"bot_id": session.bot_id} if session.is_room else {}))
+        for s in seat_summaries(session, seat_key(session))
+        .filter(status=Summary.Status.ACTIVE)
         .order_by("first_seq")
         if not (in_spans(s.first_seq, held) and in_spans(s.last_seq, held))
     ]

@@ -5,14 +5,15 @@ from django.db import transaction
 
 from bots.models import ChatSession
 from compaction.engine.events import event_write
+from compaction.measure import seat_key, seat_summaries
 from compaction.models import CompactionEvent, Summary
 
 
 def held_spans(session: ChatSession) -> list[tuple[int, int]]:
     """The spans of undone summaries still held: no pass or fusion takes them (CONTRACT §17)."""
     return list(
-        Summary.objects.filter(session=session, status=Summary.Status.REVERTED, held=True)
-        .filter(**({"bot_id": session.bot_id} if session.is_room else {}))
+        seat_summaries(session, seat_key(session))
+        .filter(status=Summary.Status.REVERTED, held=True)
         .values_list("first_seq", "last_seq")
     )
 
@@ -24,9 +25,7 @@ def holds_release_at_hard(session: ChatSession, *, pressure: int) -> int:
     """Under hard pressure (caller holds the lease): every held span of the session may be
     compacted again. Reported as one event per released summary; how many were released."""
     held = list(
-        Summary.objects.filter(session=session, status=Summary.Status.REVERTED, held=True).filter(
-            **({"bot_id": session.bot_id} if session.is_room else {})
-        )
+        seat_summaries(session, seat_key(session)).filter(status=Summary.Status.REVERTED, held=True)
     )
     if not held:
         return 0

@@ -37,7 +37,7 @@ from compaction.engine.summariser import (
     summariser_window,
 )
 from compaction.engine.transcript import transcript_line
-from compaction.measure import RoomView, context_measure, room_view, seat_key
+from compaction.measure import RoomView, context_measure, room_view, seat_filter, seat_key
 from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
@@ -331,7 +331,7 @@ def source_tokens_to_take(session: ChatSession, excess: int) -> int:
         CompactionEvent.objects.filter(
             session=session, outcome=CompactionEvent.Outcome.COMPACTED, source_tokens__gt=0
         )
-        .filter(**({"bot_id": session.bot_id} if session.is_room else {}))
+        .filter(**seat_filter(session))
         .exclude(trigger="fusion")
         .order_by("-id")
         .values_list("summary_tokens", "source_tokens")

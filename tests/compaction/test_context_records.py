@@ -5,7 +5,7 @@ import datetime
 import json
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -362,3 +362,46 @@ def test_the_admin_shows_the_record_beside_the_reply_and_the_replies_made_from_a
     assert f"summary #{summary.pk} (level 1, messages 1–2) — 20 tokens" in page
     assert "history: messages 3–4 — 9 tokens" in page
     assert "provider 30 in / 4 out" in page
+
+
+def test_a_rolled_back_prompt_version_is_not_remembered(chat_session):
+    """``_known_versions`` remembers a (bot, version) only once its row is committed: a prompt
+    saved in a transaction that rolls back leaves no row, so the next store writes it, and a
+    record naming that version still finds its system prompt."""
+    bot = chat_session.bot
+    text = "You answer in haiku, rolled back once."
+    version = prompt_version(text)
+
+    class Undone(Exception):
+        pass
+
+    with pytest.raises(Undone), transaction.atomic():
+        assert prompt_version_store(bot_id=bot.pk, text=text) == version
+        assert PromptVersion.objects.filter(bot=bot, version=version).exists()
+        raise Undone
+
+    assert not PromptVersion.objects.filter(bot=bot, version=version).exists()
+    assert (bot.pk, version) not in records._known_versions
+
+    assert prompt_version_store(bot_id=bot.pk, text=text) == version
+    assert list(
+        PromptVersion.objects.filter(bot=bot, version=version).values_list("text", flat=True)
+    ) == [text]
+    assert (bot.pk, version) in records._known_versions
+    # stored once: remembered, a second store writes nothing
+    with CaptureQueriesContext(connection) as queries:
+        prompt_version_store(bot_id=bot.pk, text=text)
+    assert len(queries) == 0
+
+
+def test_the_sweep_keeps_prompt_versions_so_a_later_record_rebuilds(chat_session):
+    """The retention sweep deletes records, never prompt versions: a version this process
+    remembers still has its row after a sweep."""
+    bot = chat_session.bot
+    text = "Kept across the sweep."
+    version = prompt_version_store(bot_id=bot.pk, text=text)
+    _record_at(chat_session, timezone.now() - datetime.timedelta(days=40))
+    assert records_sweep(older_than_days=30) == 1
+    assert ContextRecord.objects.count() == 0
+    assert (bot.pk, version) in records._known_versions
+    assert PromptVersion.objects.filter(bot=bot, version=version).exists()

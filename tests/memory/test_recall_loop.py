@@ -476,3 +476,48 @@ def test_a_successful_compaction_puts_its_snapshot_in_the_index_and_says_so(
     assert result.outcome == "compacted"
     [frame] = [f for f in sent if f["type"] == "memory.updated"]
     assert [r["name"] for r in frame["records"]] == [f"snapshot_1_{result.last_seq}"]
+
+
+def test_recall_tool_schemas_count_in_the_budget_on_every_call(fake_session, fake_openai):
+    """The platform's recall tools go with every call that offers them, like an API client's:
+    their schemas count in B (one count, ``count_tools_tokens``), so a bot near its budget never
+    sends more than B once they are added — on the first call and on the recall round's."""
+    from chat_platform.llm.tokens import count_tools_tokens
+    from compaction.models import ContextRecord
+
+    bot = fake_session.bot
+    bot.context_window = 900
+    bot.max_output_tokens = 100
+    bot.compaction_enabled = False  # admission alone keeps every request inside B
+    bot.save()
+    budget = bot_budget(bot).budget
+    _save(fake_session, "locker_code", "My locker code is 4471.", description="Locker code")
+    for i in range(200):
+        message_add(fake_session, role="user", content=f"history line {i}")
+    session_context_recount(session_id=fake_session.pk)
+    _, reply = _turn(fake_session, "what is my locker code?")
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("read_records", {"names": ["locker_code"]})]),
+        Reply(text="4471."),
+    )
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "4471.")
+    assert len(fake_openai.requests) == 2
+    calls = ContextRecord.objects.get(message_id=reply.pk).calls
+    sent = []
+    for request, call in zip(fake_openai.requests, calls, strict=True):
+        tools = count_tools_tokens(request["tools"], model=MODEL)
+        assert [t["function"]["name"] for t in request["tools"]] == [
+            "read_records",
+            "search_records",
+            "save_record",
+        ]
+        assert tools == count_message_tokens(json.dumps(request["tools"]), model=MODEL) == 290  # noqa: PLR2004
+        # the record reports the figure the budget counted
+        assert [p["tokens"] for p in call["parts"] if p["kind"] == "tools"] == [tools]
+        sent.append(_sent_tokens(request) + tools)
+    # Exactly what went out, schemas included: near B (history trimmed to fit), never over it.
+    assert (budget, sent) == (800, [795, 799])
