@@ -597,33 +597,16 @@ def _turn_calls(
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         tools = [*RECALL_TOOLS, *options.tools] if may_recall else list(options.tools)
-        try:
-            context = _context_with_rounds(
-                reply,
-                rounds,
-                recall_open=may_recall,
-                extra_system=options.system,
-                # The tool schemas go with the call (the platform's recall tools while recall is
-                # open, an API client's on every call): counted in B like a system part.
-                tools_tokens=count_tools_tokens(tools, model=model),
-                exchange=options.exchange,
-            )
-        except ContextTooLarge:
-            if not may_recall:
-                raise
-            # The recall tools' schemas do not fit beside this message in a small budget: the
-            # reply goes without recall (degrade only downward), never fails over it.
-            log.warning("turn_recall_tools_left_out", message_id=reply.pk, round=recall_round)
-            recall_on = may_recall = False
-            tools = list(options.tools)
-            context = _context_with_rounds(
-                reply,
-                rounds,
-                recall_open=False,
-                extra_system=options.system,
-                tools_tokens=count_tools_tokens(tools, model=model),
-                exchange=options.exchange,
-            )
+        context = _context_with_rounds(
+            reply,
+            rounds,
+            recall_open=may_recall,
+            extra_system=options.system,
+            # The tool schemas go with the call (the platform's recall tools while recall is
+            # open, an API client's on every call): counted in B like a system part.
+            tools_tokens=count_tools_tokens(tools, model=model),
+            exchange=options.exchange,
+        )
         stream = _stream_round(
             reply,
             handle,

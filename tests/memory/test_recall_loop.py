@@ -521,32 +521,3 @@ def test_recall_tool_schemas_count_in_the_budget_on_every_call(fake_session, fak
         sent.append(_sent_tokens(request) + tools)
     # Exactly what went out, schemas included: near B (history trimmed to fit), never over it.
     assert (budget, sent) == (800, [795, 799])
-
-
-def test_a_message_that_fits_only_without_the_recall_tools_is_answered_without_them(
-    fake_session, fake_openai, caplog
-):
-    """A small budget that holds the system prompt and the new message but not the recall
-    tools' 290 tokens of schemas beside them: the reply goes out without recall (no tools, the
-    index offers no recall), within B, and never fails over the schemas."""
-    import logging
-
-    bot = fake_session.bot
-    bot.context_window = 420
-    bot.max_output_tokens = 100
-    bot.compaction_enabled = False
-    bot.save()
-    budget = bot_budget(bot).budget
-    _, reply = _turn(fake_session, " ".join(f"word{i}" for i in range(60)))
-    fake_openai.script(Reply(text="Fine."))
-
-    with caplog.at_level(logging.WARNING):
-        turn.turn_run(message_id=reply.pk)
-
-    reply.refresh_from_db()
-    assert (reply.status, reply.content) == ("complete", "Fine.")
-    (request,) = fake_openai.requests
-    assert "tools" not in request
-    assert budget == 320  # noqa: PLR2004
-    assert _sent_tokens(request) <= budget
-    assert "turn_recall_tools_left_out" in caplog.text
