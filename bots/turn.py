@@ -602,9 +602,11 @@ def _turn_calls(
             rounds,
             recall_open=may_recall,
             extra_system=options.system,
-            # The tool schemas go with the call (the platform's recall tools while recall is
-            # open, an API client's on every call): counted in B like a system part.
-            tools_tokens=count_tools_tokens(tools, model=model),
+            # An API client's tool schemas go with every call: counted in B like a system part.
+            # The platform's own recall tools are not counted in B (the context record reports
+            # them): counting them took ~290 tokens from every small bot's fixed part, so its
+            # hard compaction kept next to no raw history (see the issue 17 note).
+            tools_tokens=count_tools_tokens(list(options.tools), model=model),
             exchange=options.exchange,
         )
         stream = _stream_round(
