@@ -221,13 +221,7 @@ function participantItem(p, count) {
       dataset: { botId: String(bot.id), slug: bot.slug, default: p.is_default ? "true" : "false" },
     },
     avatar(bot),
-    el(
-      "span",
-      { class: "room-who" },
-      el("span", { class: "room-name", text: bot.name }),
-      el("span", { class: "room-slug", text: "@" + bot.slug }),
-      el("span", { class: "room-sees", text: seen })
-    )
+    who(bot, el("span", { class: "room-sees", text: seen }))
   );
   if (p.is_default) {
     item.append(el("span", { class: "tag tag-default", text: "default", title: "Answers messages that mention no bot" }));
@@ -276,13 +270,18 @@ function removedItem(p) {
       title: (known ? "Removed from this chat on " + when.toLocaleString() : "Removed from this chat") + "; its messages stay.",
     },
     avatar(bot),
-    el(
-      "span",
-      { class: "room-who" },
-      el("span", { class: "room-name", text: bot.name }),
-      el("span", { class: "room-slug", text: "@" + bot.slug }),
-      el("span", { class: "room-left", text: known ? "left " + fmtTime(p.removed_at) : "left" })
-    )
+    who(bot, el("span", { class: "room-left", text: known ? "left " + fmtTime(p.removed_at) : "left" }))
+  );
+}
+
+// A participant's name, @slug and one line about its seat (what it sees, or when it left).
+function who(bot, line) {
+  return el(
+    "span",
+    { class: "room-who" },
+    el("span", { class: "room-name", text: bot.name }),
+    el("span", { class: "room-slug", text: "@" + bot.slug }),
+    line
   );
 }
 
