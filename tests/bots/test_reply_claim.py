@@ -102,18 +102,7 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
     # The bot's prompt version is stored when the prompt is saved (``bot_update``), not by a turn.
     prompt_version_store(bot_id=fake_session.bot_id, text=fake_session.bot.system_prompt)
     fake_openai.script(Reply(text="Done."))
-    before_the_call: list[int] = []
-    real_stream = turn.gateway.stream
-
-    def stream(*args, **kwargs):
-        before_the_call.append(len(queries.captured_queries))
-        return real_stream(*args, **kwargs)
-
-    monkeypatch.setattr(turn.gateway, "stream", stream)
-    # No partial-text checkpoint: on a loaded machine the stream can outlast its interval.
-    monkeypatch.setattr(turn, "CHECKPOINT_SECONDS", 3600)
-    with CaptureQueriesContext(connection) as queries:
-        turn.turn_run(message_id=reply.pk)
+    before_the_call, queries = _turn_counted(monkeypatch, reply)
 
     assert Message.objects.get(pk=reply.pk).content == "Done."
     assert before_the_call == [5]
@@ -183,18 +172,7 @@ def test_a_room_reply_costs_a_fixed_set_of_statements(owner, fake_bot, fake_open
     turn.turn_run(message_id=exchange("earlier").pk)  # the seat's first turn creates its row
     reply = exchange("now")
     prompt_version_store(bot_id=critic.pk, text=critic.system_prompt)
-    before_the_call: list[int] = []
-    real_stream = turn.gateway.stream
-
-    def stream(*args, **kwargs):
-        before_the_call.append(len(queries.captured_queries))
-        return real_stream(*args, **kwargs)
-
-    monkeypatch.setattr(turn.gateway, "stream", stream)
-    # No partial-text checkpoint: on a loaded machine the stream can outlast its interval.
-    monkeypatch.setattr(turn, "CHECKPOINT_SECONDS", 3600)
-    with CaptureQueriesContext(connection) as queries:
-        turn.turn_run(message_id=reply.pk)
+    before_the_call, queries = _turn_counted(monkeypatch, reply)
 
     assert Message.objects.get(pk=reply.pk).content == "Done."
     sent = fake_openai.requests[-1]["messages"]
@@ -233,3 +211,21 @@ def test_a_room_reply_costs_a_fixed_set_of_statements(owner, fake_bot, fake_open
         sql.startswith('SELECT "bots_chatsession"."id", "bots_chatsession"."user_id"')
         for sql in sqls
     )
+
+
+def _turn_counted(monkeypatch, reply):
+    """Run the turn of ``reply`` capturing its statements; (statements issued before each model
+    call, the capture). No partial-text checkpoint: on a loaded machine the stream can outlast
+    its interval."""
+    before_the_call: list[int] = []
+    real_stream = turn.gateway.stream
+
+    def stream(*args, **kwargs):
+        before_the_call.append(len(queries.captured_queries))
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(turn.gateway, "stream", stream)
+    monkeypatch.setattr(turn, "CHECKPOINT_SECONDS", 3600)
+    with CaptureQueriesContext(connection) as queries:
+        turn.turn_run(message_id=reply.pk)
+    return before_the_call, queries
