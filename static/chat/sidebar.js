@@ -11,6 +11,12 @@ import { closeSession, openSession, writeUrl } from "./session.js";
 import { memory, state } from "./state.js";
 import { showError } from "./status.js";
 
+// Chats this page created that a list read may not hold yet: a read sent before the POST can
+// answer after it, and without these the chat just opened would be closed as "gone". A read
+// sent after the POST answered is the truth (the chat may have been deleted elsewhere since).
+var createdHere = [];
+var listReads = 0;
+
 export function loadSessions(preferredSessionId) {
   var botId = state.botId;
   if (botId === null) {
@@ -18,13 +24,28 @@ export function loadSessions(preferredSessionId) {
     renderSessions();
     return Promise.resolve();
   }
+  var read = ++listReads;
   return api("GET", "sessions/?bot=" + encodeURIComponent(botId)).then(
     function (data) {
       if (!sameId(botId, state.botId)) return;
-      state.sessions = asList(data)
-        .filter(function (s) {
-          return s.bot === undefined || sameId(s.bot, botId);
-        })
+      var listed = asList(data).filter(function (s) {
+        return s.bot === undefined || sameId(s.bot, botId);
+      });
+      createdHere = createdHere.filter(function (mine) {
+        return read <= mine.after && !listed.some(function (s) {
+          return sameId(s.id, mine.session.id);
+        });
+      });
+      state.sessions = listed
+        .concat(
+          createdHere
+            .filter(function (mine) {
+              return sameId(mine.botId, botId);
+            })
+            .map(function (mine) {
+              return mine.session;
+            })
+        )
         .sort(function (a, b) {
           return String(b.created_at).localeCompare(String(a.created_at));
         });
@@ -105,6 +126,7 @@ export function createSession() {
   ui.newSession.disabled = true;
   return api("POST", "sessions/", { bot: botId })
     .then(function (session) {
+      createdHere.push({ botId: botId, session: session, after: listReads });
       if (!sameId(botId, state.botId)) return null;
       state.sessions.unshift(session);
       openSession(session.id);
@@ -136,8 +158,12 @@ function deleteSession(session) {
 
 export function dropSession(sessionId) {
   var wasCurrent = sameId(sessionId, state.sessionId);
-  state.sessions = state.sessions.filter(function (s) {
+  var gone = function (s) {
     return !sameId(s.id, sessionId);
+  };
+  state.sessions = state.sessions.filter(gone);
+  createdHere = createdHere.filter(function (mine) {
+    return gone(mine.session);
   });
   if (wasCurrent) {
     closeSession();

@@ -174,3 +174,52 @@ def test_wrong_password_stays_on_the_login_page(server_url, desktop):
     page.goto(base_url + "/")
     page.wait_for_url("**/accounts/login/**")
     assert page.locator("#chat-app").count() == 0
+
+
+def test_a_new_chat_stays_open_when_the_chat_list_answers_after_it(server_url, desktop, fake):
+    """Pick a bot and click "New chat" at once: the list read for that bot was read before the
+    POST and may answer after it, without the new chat. The chat just opened stays open and
+    listed (CI caught it once as a 30 s wait for ``li.is-current``)."""
+    base_url, page, fake_openai = server_url, desktop, fake
+    headers = api_headers(base_url)
+    bot = create_streamer(base_url, headers, fake_openai.url, name="Slow list")
+    earlier = httpx.post(f"{base_url}/api/v1/sessions/", json={"bot": bot["id"]}, headers=headers)
+    assert earlier.status_code == 201, earlier.text
+
+    held = []
+    releasing = []
+
+    def hold(route, request):
+        if request.method == "GET" and not releasing:
+            held.append((route, route.fetch()))  # read now, answered later
+        else:
+            route.continue_()
+
+    page.route(re.compile(rf".*/api/v1/sessions/\?bot={bot['id']}$"), hold)
+    log_in(page, base_url)
+    page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
+    if page.locator("#bot-select").input_value() != str(bot["id"]):
+        page.select_option("#bot-select", value=str(bot["id"]))
+    page.wait_for_function("() => true")  # let the held read reach the route
+    assert held, "the chat list read for the bot was not sent"
+    before = urlsplit(page.url).path
+    page.click("#new-session")
+    page.wait_for_url(
+        lambda url: re.fullmatch(r"/chat/\d+/", urlsplit(url).path) and urlsplit(url).path != before
+    )
+    created = urlsplit(page.url).path.rstrip("/").rsplit("/", 1)[-1]
+    assert created != str(earlier.json()["id"])
+
+    releasing.append(True)
+    with page.expect_response(lambda r: "/api/v1/sessions/?bot=" in r.url):
+        for route, response in held:
+            route.fulfill(response=response)
+    page.wait_for_function("() => document.querySelectorAll('#session-list li').length === 2")
+    listed = page.locator("#session-list li").evaluate_all(
+        "nodes => nodes.map(n => [n.dataset.sessionId, n.classList.contains('is-current')])"
+    )
+    assert listed == [[created, True], [str(earlier.json()["id"]), False]]
+    assert urlsplit(page.url).path == f"/chat/{created}/"
+    page.wait_for_selector("#connection-status[data-state=live]", state="attached")
+    assert page.locator("#composer").is_enabled()
+    assert page.js_errors == []
