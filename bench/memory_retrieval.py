@@ -632,52 +632,115 @@ def report_hybrid(corpus: Corpus, lexical: list[Asked], hybrid: list[Asked], bud
     return met
 
 
-def explain_hybrid_misses(corpus: Corpus, hybrid: list[Asked], session, seqs) -> None:  # noqa: ANN001
-    """Why each hybrid miss was missed: per evidence turn, where it was, and its rank among the
-    session's compacted messages by words (BM25) and by meaning (cosine)."""
-    import numpy as np
-
+def explain_misses(  # noqa: ANN001
+    corpus: Corpus, run: list[Asked], session, seqs, *, label: str, budget: int, bot=None
+) -> None:
+    """Every miss of a run, each evidence turn with where it was, its rank among the session's
+    compacted messages by words (the platform's ranking) and, for the hybrid run, by meaning
+    (cosine), and what would have found it, read off those figures."""
     from memory import embeddings, search
     from memory.models import MessageIndex
     from memory.terms import query_terms
 
-    misses = [a for a in hybrid if not a.found]
-    print(f"\nhybrid misses: {len(misses)} of {len(hybrid)}")
-    bot = session.bot
-    rows = list(
-        MessageIndex.objects.filter(
-            session_id=session.pk, record_id__isnull=False, embedding_model=bot.embedding_model
+    misses = [a for a in run if not a.found]
+    print(f"\n{label} misses: {len(misses)} of {len(run)}, each with what would have found it")
+    indexed = set(
+        MessageIndex.objects.filter(session_id=session.pk, record_id__isnull=False).values_list(
+            "seq", flat=True
         )
-        .exclude(embedding=None)
-        .values_list("seq", "embedding")
     )
-    order = [seq for seq, _ in rows]
-    matrix = np.stack([embeddings.vector_array(v) for _, v in rows]) if rows else None
-    indexed = set(order)
+    order: list[int] = []
+    matrix = None
+    if bot is not None:
+        import numpy as np
+
+        rows = list(
+            MessageIndex.objects.filter(
+                session_id=session.pk, record_id__isnull=False, embedding_model=bot.embedding_model
+            )
+            .exclude(embedding=None)
+            .values_list("seq", "embedding")
+        )
+        order = [seq for seq, _ in rows]
+        matrix = np.stack([embeddings.vector_array(v) for _, v in rows]) if rows else None
+    fixes: Counter[str] = Counter()
     for a in misses:
-        query = embeddings.query_vector(bot, a.question.text)
         by_meaning: dict[int, int] = {}
-        if query is not None and matrix is not None:
-            ranked = np.argsort(-(matrix @ query))
-            by_meaning = {order[int(i)]: rank for rank, i in enumerate(ranked, start=1)}
+        if matrix is not None:
+            import numpy as np
+
+            query = embeddings.query_vector(bot, a.question.text)
+            if query is not None:
+                ranked = np.argsort(-(matrix @ query))
+                by_meaning = {order[int(i)]: rank for rank, i in enumerate(ranked, start=1)}
         scored, _ = search.messages_ranked(
             session_id=session.pk,
             query=query_terms(search.clean_query(a.question.text), search.QUERY_MAX_TERMS),
         )
         by_words = {m.seq: rank for rank, m in enumerate(scored, start=1)}
+        held = max(1, len(HIT_LINE.findall(a.tool_result)))
         print(f"  miss {a.question.id} ({a.question.kind}): {a.question.text}")
         for turn_id, state in a.evidence_state.items():
             turn = corpus.turn(turn_id)
             seq = seqs.get(turn_id)
-            if seq not in indexed:
-                why = "not compacted (in live history or a summary only)"
-            else:
-                words = by_words.get(seq)
-                why = (
-                    f"rank by words {words if words else '— (no word in common)'}, "
-                    f"by meaning {by_meaning.get(seq, '—')} of {len(order)}"
-                )
-            print(f"    [{turn.date}] {turn.speaker}: {turn.text[:110]} -> {state}; {why}")
+            words, meaning = by_words.get(seq), by_meaning.get(seq)
+            where = (
+                f"rank by words {words or '— (no word in common)'}"
+                + (f", by meaning {meaning or '—'} of {len(order)}" if bot is not None else "")
+                if seq in indexed
+                else "not compacted"
+            )
+            kind, fix = would_fix(
+                state, seq in indexed, words, meaning, held, budget, hybrid=bot is not None
+            )
+            fixes[kind] += state != "found"
+            print(f"    [{turn.date}] {turn.speaker}: {turn.text[:110]} -> {state}; {where}")
+            if state != "found":
+                print(f"      would have found it: {fix}")
+    print(
+        f"{label} misses by what would fix them (evidence turns): "
+        + ", ".join(f"{k} {v}" for k, v in fixes.most_common() if v)
+    )
+
+
+HIT_LINE = re.compile(r"^\[\d+\] ", re.MULTILINE)
+
+
+def would_fix(
+    state: str,
+    compacted: bool,
+    words: int | None,
+    meaning: int | None,
+    held: int,
+    budget: int,
+    *,
+    hybrid: bool,
+) -> tuple[str, str]:
+    """What would have brought one missed evidence turn into the model's request, from where it
+    was and its ranks; ``held`` is how many messages the tool result had room for. Returns
+    (the kind of fix, the fix in words)."""
+    from memory.embeddings import VECTOR_CANDIDATES
+
+    if not compacted:
+        return "not compacted", (
+            "room in the request: it is in no snapshot yet (live history that admission "
+            "left out, or a span still being compacted)"
+        )
+    if state == "hit, excerpt cut":
+        return "whole hit", "the whole message in the hit: its record was hit, the message left out"
+    best = min(r for r in (words, meaning) if r) if (words or meaning) else None
+    if best is None:
+        return "meaning", (
+            "meaning-based retrieval (an embedding model, issue 16 item 5): it shares no word "
+            "with the question but a name"
+        )
+    room = f"a result budget of about {budget * best // held:,} tokens (rank {best}, {held} fit)"
+    if hybrid and meaning is not None and meaning > VECTOR_CANDIDATES and (words or 10**9) > held:
+        return "stronger embedding model", (
+            f"a stronger embedding model: ranked {meaning} by meaning (the first "
+            f"{VECTOR_CANDIDATES} are candidates) and {words or '—'} by words; or {room}"
+        )
+    return "ranking or budget", f"a better ranking or {room}"
 
 
 def scale_only() -> None:
@@ -945,9 +1008,12 @@ def run(corpus: Corpus, options, budget: int, source: str, responder, fake, mini
     report(corpus, asked, budget, source)
     if options.show_misses and not hybrid:
         show_misses(corpus, asked, options.show_misses)
+    explain_misses(corpus, asked, session, seqs, label="words-only", budget=budget)
     if hybrid:
         report_hybrid(corpus, asked, hybrid, budget)
-        explain_hybrid_misses(corpus, hybrid, session, seqs)
+        explain_misses(
+            corpus, hybrid, session, seqs, label="hybrid", budget=budget, bot=session.bot
+        )
         vector_scale(session)
 
 
