@@ -52,10 +52,11 @@ run_pytest() {
 if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
   # of its own); they run in a process of their own, apart from the async/threaded suites.
+  # --durations: the slowest tests are in the log, for whoever shortens the run next.
   echo "== pytest (everything but the browser)"
-  run_pytest -m "not browser"
+  run_pytest -m "not browser" --durations=25
   echo "== pytest (headless Chromium end-to-end)"
-  run_pytest -m browser
+  run_pytest -m browser --durations=10
 else
   echo "== pytest $*"
   run_pytest "$@"
