@@ -29,7 +29,7 @@ from django.db.models import (
     TextField,
     Value,
 )
-from django.db.models.functions import Cast, Coalesce, Concat
+from django.db.models.functions import Cast, Coalesce
 
 from bots.models import Bot, ChatSession, Message
 from bots.queries import participants_of, room_user_name
@@ -200,8 +200,8 @@ class Measure:
     # ``summaries``); the span's record name, for the context record. Empty on other calls.
     expanded: list[PinnedEntry] = field(default_factory=list)
     expanded_record: str = ""
-    # The session's pending expansion as stored (first_seq, last_seq, claiming reply id or 0),
-    # applied or not: the pipeline claims or drops it.
+    # The seat's pending expansion as stored (first_seq, last_seq, claiming reply id or 0),
+    # applied or not: the pipeline claims or drops it. Another bot's in a room is never here.
     expansion: tuple[int, int, int] | None = None
 
     @property
@@ -296,10 +296,17 @@ _PINNED, _SUMMARY, _EXPANSION = 0, 1, 2
 
 
 def _pins_and_summaries_query(
-    *, session_id: int, before_seq: int, exclude_id: int, bot_id: int | None = None
+    *,
+    session_id: int,
+    before_seq: int,
+    exclude_id: int,
+    seat_bot_id: int,
+    bot_id: int | None = None,
 ) -> QuerySet:
     """The pinned messages, the seat's active summaries and the seat's pending expansion.
-    ``bot_id`` is the room seat's bot (``seat_key``), None in a one-bot session."""
+    ``seat_bot_id`` is the bot whose reply the seat builds (the session's bot in a one-bot
+    session); ``bot_id`` keys a room seat's summaries (``seat_key``), None in a one-bot
+    session."""
     part = IntegerField()
     pinned = (
         _in_context(session_id, before_seq)
@@ -316,14 +323,12 @@ def _pins_and_summaries_query(
         .order_by()
         .values_list("part", "pk", "first_seq", "token_count")
     )
-    # The pending expansion, if any (at most one row): (2, claiming reply or 0, first, last).
-    # In a room, only when it is this seat's: an expansion is for one seat's next reply
-    # (CONTRACT §17), named by that seat's snapshot (``snapshot_<f>_<l>_b<bot>``).
-    expansions = ContextExpansion.objects.filter(session_id=session_id)
-    if bot_id is not None:
-        expansions = expansions.filter(record=_seat_snapshot_name(bot_id))
+    # The seat's pending expansion, if any (at most one row per (session, bot)): (2, claiming
+    # reply or 0, first, last). An expansion is for one seat's next reply (CONTRACT §17):
+    # another bot's in the same room is never read here.
     expansion = (
-        expansions.annotate(
+        ContextExpansion.objects.filter(session_id=session_id, bot_id=seat_bot_id)
+        .annotate(
             part=Value(_EXPANSION, output_field=part),
             claimed=Coalesce("reply_id", 0, output_field=part),
         )
@@ -338,20 +343,6 @@ def _pins_and_summaries_query(
 _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
 
 
-def _seat_snapshot_name(bot_id: int) -> Concat:
-    """``memory.services.snapshot_name(first_seq, last_seq, bot_id)`` of the row, in SQL."""
-    text = TextField()
-    return Concat(
-        Value("snapshot_"),
-        Cast("first_seq", output_field=text),
-        Value("_"),
-        Cast("last_seq", output_field=text),
-        Value("_b"),
-        Cast(Value(bot_id), output_field=text),
-        output_field=text,
-    )
-
-
 def _pins_and_summaries(
     session: ChatSession, before_seq: int, *, exclude_id: int | None, room: RoomView | None = None
 ) -> tuple[list[PinnedEntry], list[Entry], tuple[int, int, int] | None]:
@@ -364,7 +355,11 @@ def _pins_and_summaries(
     exclude = 0 if exclude_id is None else exclude_id  # no message has id 0
     seat = {} if room is None else {"bot_id": room.bot_id}
     rows = _PINS_AND_SUMMARIES.rows(
-        session_id=session.pk, before_seq=before_seq, exclude_id=exclude, **seat
+        session_id=session.pk,
+        before_seq=before_seq,
+        exclude_id=exclude,
+        seat_bot_id=session.bot_id,
+        **seat,
     )
     for kind, pk, seq, tokens in rows:
         if kind == _EXPANSION:

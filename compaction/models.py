@@ -180,14 +180,18 @@ class CompactionState(models.Model):
 
 
 class ContextExpansion(models.Model):
-    """ "Use the full text next turn" (POST /api/v1/sessions/{id}/expand/): the next reply's
-    context carries the messages ``first_seq``–``last_seq`` verbatim instead of the summaries
-    inside that span. Claimed by the first reply whose context is built (``reply``), which keeps
-    it across its recall rounds; deleted when a later reply's context is built."""
+    """ "Use the full text next turn" (POST /api/v1/sessions/{id}/expand/): the next reply of
+    ``bot`` carries the messages ``first_seq``–``last_seq`` verbatim instead of the summaries
+    inside that span. Keyed by (session, bot) like every seat's compaction state (CONTRACT
+    §15): in a room each bot's seat has its own pending expansion, and in a one-bot session
+    ``bot`` is the session's bot. Claimed by that bot's first reply whose context is built
+    (``reply``), which keeps it across its recall rounds; deleted when that bot's next reply's
+    context is built. Another bot's reply never claims or deletes it."""
 
-    session = models.OneToOneField(
-        "bots.ChatSession", on_delete=models.CASCADE, related_name="context_expansion"
+    session = models.ForeignKey(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="context_expansions"
     )
+    bot = models.ForeignKey("bots.Bot", on_delete=models.CASCADE, related_name="+")
     record = models.CharField(max_length=80)
     first_seq = models.PositiveIntegerField()
     last_seq = models.PositiveIntegerField()
@@ -201,10 +205,11 @@ class ContextExpansion(models.Model):
             models.CheckConstraint(
                 condition=Q(first_seq__lte=F("last_seq")), name="expansion_range"
             ),
+            models.UniqueConstraint(fields=["session", "bot"], name="expansion_session_bot"),
         ]
 
     def __str__(self) -> str:
-        return f"expand {self.record} in session {self.session_id}"
+        return f"expand {self.record} for bot {self.bot_id} in session {self.session_id}"
 
 
 class SummaryCoverage(models.Model):

@@ -551,19 +551,21 @@ def context_build(
 
 
 def _expansion_settle(measure: Measure, *, reply: Message, remeasure: Any) -> Measure:
-    """A pending expansion is for one reply (CONTRACT §17): the first reply whose context is
-    built claims it and keeps it across its recall rounds; a later reply's build deletes it.
+    """A pending expansion is for one reply of its seat (CONTRACT §17): the seat's first reply
+    whose context is built claims it and keeps it across its recall rounds; that seat's later
+    reply's build deletes it. Only the row of the seat whose reply is being built (``reply``'s
+    bot: the measured session's) is claimed or deleted; in a room another bot's pending
+    expansion waits for that bot's reply, untouched.
     If the expanded span no longer fits the budget with the fixed part (the chat grew since it
     was asked for), the call goes without it, and the log says so: never more than B."""
     session_id = measure.session.pk
+    seat = ContextExpansion.objects.filter(session_id=session_id, bot_id=measure.session.bot_id)
     first_seq, last_seq, claimed = measure.expansion or (0, 0, 0)
     if claimed not in (0, reply.pk):
-        ContextExpansion.objects.filter(session_id=session_id).exclude(reply_id=reply.pk).delete()
+        seat.exclude(reply_id=reply.pk).delete()
         return measure
     if claimed == 0:
-        ContextExpansion.objects.filter(session_id=session_id, reply__isnull=True).update(
-            reply=reply
-        )
+        seat.filter(reply__isnull=True).update(reply=reply)
     if measure.expanded and not context_fixed_fits(measure):
         log.warning(
             "context_expansion_dropped",
@@ -572,7 +574,7 @@ def _expansion_settle(measure: Measure, *, reply: Message, remeasure: Any) -> Me
             expanded_tokens=sum(e.tokens for e in measure.expanded),
             budget_tokens=measure.budget.budget,
         )
-        ContextExpansion.objects.filter(session_id=session_id).delete()
+        seat.delete()
         return remeasure()
     return measure
 

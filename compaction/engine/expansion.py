@@ -6,8 +6,9 @@ within it.
 
 In a room the expansion is one seat's (CONTRACT §15): ``session`` is the session from that
 bot's seat, the span is what that bot's own summaries cover of what it was shown, and only that
-bot's next reply carries it. It is stored under the seat's snapshot name
-(``snapshot_<f>_<l>_b<bot>``), which is how the measure of that seat, and no other, finds it."""
+bot's next reply carries it. It is stored per (session, bot) under the seat's snapshot name
+(``snapshot_<f>_<l>_b<bot>``): the measure of that seat, and no other, reads it by its bot,
+and only that seat's replies claim or delete it."""
 
 from dataclasses import dataclass
 
@@ -37,9 +38,10 @@ class ExpandResult:
 
 
 def session_expand(*, session: ChatSession, record: MemoryRecord) -> ExpandResult:
-    """Set (or replace) the session's pending expansion to ``record``'s span (the caller checked
-    access: a snapshot readable from the session). Refused, setting nothing, when nothing in
-    the span is compacted, or when the span would not fit the budget with the fixed part."""
+    """Set (or replace) the seat's pending expansion to ``record``'s span (the caller checked
+    access: a snapshot readable from the session): the row of ``session.bot``, whose next reply
+    carries it. Refused, setting nothing, when nothing in the span is compacted, or when the
+    span would not fit the budget with the fixed part."""
     if record.kind != MemoryRecord.Kind.SNAPSHOT or record.first_seq is None:
         raise ValidationFailed(
             "Only a compacted span (a snapshot or a summary) can be expanded.",
@@ -74,8 +76,11 @@ def session_expand(*, session: ChatSession, record: MemoryRecord) -> ExpandResul
     tokens_after = measure.pressure - replaced_tokens + tokens
     name = snapshot_name(first_seq, last_seq, seat_key(session)) if session.is_room else record.name
     with transaction.atomic():
+        # The seat's own row (CONTRACT §15): replacing this bot's pending expansion leaves
+        # every other bot's in the room as it is.
         ContextExpansion.objects.update_or_create(
             session=session,
+            bot_id=session.bot_id,
             defaults={
                 "record": name,
                 "first_seq": first_seq,

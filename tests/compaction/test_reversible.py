@@ -622,6 +622,28 @@ def test_expand_by_summary_id_names_its_snapshot(owner_client, session, fake_ope
     )
 
 
+def test_expand_in_a_one_bot_chat_is_the_sessions_bots_and_a_second_replaces_it(
+    owner_client, session, fake_openai
+):
+    """Keyed by (session, bot) since issue 19: in a one-bot chat the bot is the session's, so
+    there is still one pending expansion, and setting another replaces it."""
+    summary = compacted(session, fake_openai, [300, 300, 300, 300])
+    assert expand(owner_client, session, summary=summary.pk).status_code == 200
+    first = ContextExpansion.objects.get(session=session)
+
+    again = expand(owner_client, session, record="snapshot_1_4")
+
+    assert again.status_code == 200, again.json()
+    [stored] = ContextExpansion.objects.filter(session=session)
+    assert (stored.pk, stored.bot_id, stored.record, stored.first_seq, stored.last_seq) == (
+        first.pk,
+        session.bot_id,
+        "snapshot_1_4",
+        1,
+        4,
+    )
+
+
 def test_expand_that_does_not_fit_sets_nothing(owner_client, session, fake_openai):
     summary = compacted(session, fake_openai, [300, 300, 300, 300])
     message_add(session, role="user", content="pinned", token_count=900, pinned=True)

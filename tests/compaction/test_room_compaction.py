@@ -867,6 +867,135 @@ def test_expand_in_a_room_reaches_only_its_bots_next_reply(
     assert [s.status for s in (first, second, theirs)] == ["active"] * 3
 
 
+def test_each_bot_keeps_its_own_pending_expansion_until_its_own_reply(
+    owner_client, seats, fake_openai
+):
+    """Issues 19 and 22: an expansion is keyed by (session, bot). Setting one for the critic
+    leaves the planner's pending; the critic's reply carries only the critic's span and leaves
+    the planner's row as it was; the planner's reply then carries its own."""
+    from compaction.models import ContextExpansion, ContextRecord
+
+    session, planner, critic, first, second, theirs = seats
+    restored = _chat_messages(session, 1, 4)
+    base = f"/api/v1/sessions/{session.pk}/expand/"
+
+    def rows():
+        return {
+            e.bot_id: (e.pk, e.record, e.first_seq, e.last_seq, e.reply_id, e.created_at)
+            for e in ContextExpansion.objects.filter(session=session)
+        }
+
+    def expanded_parts(reply):
+        [call] = ContextRecord.objects.get(message=reply).calls
+        return [p["ref"] for p in call["parts"] if p["ref"].get("expanded")]
+
+    def last_reply(bot):
+        return Message.objects.filter(session=session, bot=bot).order_by("-seq").first()
+
+    mine = owner_client.post(base, {"summary": first.pk}, format="json")
+    yours = owner_client.post(base, {"summary": theirs.pk}, format="json")
+
+    assert (mine.status_code, yours.status_code) == (200, 200), (mine.json(), yours.json())
+    assert [(r.json()["record"], r.json()["replaces"]) for r in (mine, yours)] == [
+        (f"snapshot_1_4_b{planner.pk}", [first.pk]),
+        (f"snapshot_1_4_b{critic.pk}", [theirs.pk]),
+    ]
+    pending = rows()
+    assert {bot: row[1:5] for bot, row in pending.items()} == {
+        planner.pk: (f"snapshot_1_4_b{planner.pk}", 1, 4, None),
+        critic.pk: (f"snapshot_1_4_b{critic.pk}", 1, 4, None),
+    }
+
+    # the critic answers first: its own span verbatim instead of its summary; the planner's
+    # pending expansion is not claimed, not deleted, not changed
+    fake_openai.script(Reply(text="Critic, expanded."))
+    _send(owner_client, session, "@critic What do you think?")
+    request = _requests_of(fake_openai, critic)[-1]
+    asked = Message.objects.filter(session=session, role="user").order_by("-seq").first()
+    assert _summary_blocks(request) == []
+    assert _history_sent(request) == _as_seen_by(critic, _chat_messages(session, 1, asked.seq))
+    assert _history_sent(request)[:4] == _as_seen_by(critic, restored)
+    critic_reply = last_reply(critic)
+    assert expanded_parts(critic_reply) == [
+        {"expanded": f"snapshot_1_4_b{critic.pk}", "seqs": [[1, 4]]}
+    ]
+    after_critic = rows()
+    assert after_critic[planner.pk] == pending[planner.pk]
+    assert after_critic[critic.pk][4] == critic_reply.pk
+
+    # then the planner's reply carries its own span, and the critic's claimed row stays its own
+    fake_openai.script(Reply(text="Planner, expanded."))
+    _send(owner_client, session, "What about order 37?")
+    request = _requests_of(fake_openai, planner)[-1]
+    asked = Message.objects.filter(session=session, role="user").order_by("-seq").first()
+    assert _summary_blocks(request) == [second.block]
+    later = _chat_messages(session, 13, asked.seq)
+    assert _history_sent(request) == _as_seen_by(planner, [*restored, *later])
+    planner_reply = last_reply(planner)
+    assert expanded_parts(planner_reply) == [
+        {"expanded": f"snapshot_1_4_b{planner.pk}", "seqs": [[1, 4]]}
+    ]
+    # neither is pending any more: each is held by the reply that carried it
+    assert {bot: row[4] for bot, row in rows().items()} == {
+        planner.pk: planner_reply.pk,
+        critic.pk: critic_reply.pk,
+    }
+
+    # each bot's next reply has its summaries back and drops its own row only
+    fake_openai.script(Reply(text="Critic, summarised."))
+    _send(owner_client, session, "@critic And now?")
+    assert _summary_blocks(_requests_of(fake_openai, critic)[-1]) == [theirs.block]
+    assert {bot: row[4] for bot, row in rows().items()} == {planner.pk: planner_reply.pk}
+    fake_openai.script(Reply(text="Planner, summarised."))
+    _send(owner_client, session, "And order 74?")
+    assert _summary_blocks(_requests_of(fake_openai, planner)[-1]) == [first.block, second.block]
+    assert rows() == {}
+    assert [s.status for s in (first, second, theirs)] == ["active"] * 3
+
+
+def test_an_expansion_that_no_longer_fits_drops_only_its_own_bots_row(
+    owner_client, seats, fake_openai
+):
+    """The planner's budget shrinks after both expansions were set: its reply goes without its
+    span (never more than B) and deletes its own row; the critic's stays pending and its next
+    reply still carries its span."""
+    from bots.queries import session_seat
+    from compaction.measure import context_measure
+    from compaction.models import ContextExpansion
+
+    session, planner, critic, first, second, theirs = seats
+    base = f"/api/v1/sessions/{session.pk}/expand/"
+    assert owner_client.post(base, {"summary": first.pk}, format="json").status_code == 200
+    assert owner_client.post(base, {"summary": theirs.pk}, format="json").status_code == 200
+    critic_row = ContextExpansion.objects.get(session=session, bot=critic)
+    session.refresh_from_db()
+    planner_seat = session_seat(session, Bot.objects.get(pk=planner.pk))
+    # expand_for=0: the measure of a reply that may take the pending expansion
+    expanded = context_measure(session=planner_seat, expand_for=0)
+    assert [e.seq for e in expanded.expanded] == [1, 2, 3, 4]
+    # one token short of the fixed part with the span, before the new message even counts
+    Bot.objects.filter(pk=planner.pk).update(
+        context_window=expanded.fixed_tokens - 1 + planner.max_output_tokens
+    )
+
+    fake_openai.script(Reply(text="Planner, without it."))
+    _send(owner_client, session, "Go on.")
+
+    request = _requests_of(fake_openai, planner)[-1]
+    assert _summary_blocks(request) == [first.block, second.block]
+    assert list(
+        ContextExpansion.objects.filter(session=session).values_list(
+            "pk", "bot_id", "record", "reply_id"
+        )
+    ) == [(critic_row.pk, critic.pk, f"snapshot_1_4_b{critic.pk}", None)]
+
+    fake_openai.script(Reply(text="Critic, expanded."))
+    _send(owner_client, session, "@critic Your view?")
+    request = _requests_of(fake_openai, critic)[-1]
+    assert _summary_blocks(request) == []
+    assert _history_sent(request)[:4] == _as_seen_by(critic, _chat_messages(session, 1, 4))
+
+
 def test_expand_of_a_snapshot_in_a_room_takes_the_snapshots_seat(owner_client, seats):
     session, planner, critic, first, second, theirs = seats
     base = f"/api/v1/sessions/{session.pk}/expand/"
