@@ -60,7 +60,7 @@ from chat_platform.llm.recall_protocol import (
     json_request,
 )
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
-from chat_platform.transcript import STAMP
+from chat_platform.transcript import HEADER, RAW_HEADING, STAMP, SUMMARY_HEADING
 
 MODEL = "builtin/recall"
 MAX_RECORDS_PER_REQUEST = 3
@@ -97,9 +97,9 @@ INDEX_LINE = re.compile(
     r"(?:,\s*messages\s+(?P<first>\d+)\s*[\u2013\u2014-]\s*(?P<last>\d+))?\)\s*:"
     r"\s*(?P<description>.*?)\s*$"
 )
-_SUMMARY_HEADER = re.compile(r"^\s*\[Summary of messages (?P<range>\d+\s*[\u2013\u2014-]\s*\d+)\]")
-_BRACKET_LINE = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
-_BLOCK_START = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]")
+_SUMMARY_HEADER = re.compile(rf"^\s*\[{SUMMARY_HEADING} (?P<range>\d+\s*[\u2013\u2014-]\s*\d+)\]")
+_BRACKET_LINE = re.compile(rf"^\s*{HEADER}\s*$")
+_BLOCK_START = re.compile(rf"^\s*{HEADER}")
 # "[12] 2024-03-08 13:56Z user: " (chat_platform.transcript), "[12] 2024-03-08 user: ",
 # "[12] user: ", "user: ", "assistant (#13): ", "[14] tool (read_records): "
 _SPEAKER = re.compile(
@@ -110,7 +110,7 @@ _SPEAKER = re.compile(
 )
 # Echoes of earlier answers and summaries: the fact lives in its source already.
 _ECHO = re.compile(
-    r"^\s*>|Summary of messages \d|\[Raw messages \d|^\s*\(used [\w, ]+\)\s*$|"
+    rf"^\s*>|{SUMMARY_HEADING} \d|\[{RAW_HEADING} \d|^\s*\(used [\w, ]+\)\s*$|"
     + re.escape(ANSWER_HEADER),
 )
 _OWN_LINE = re.compile(
