@@ -60,6 +60,7 @@ from chat_platform.llm.recall_protocol import (
     json_request,
 )
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.stopwords import WORD
 from chat_platform.transcript import HEADER, RAW_HEADING, STAMP, SUMMARY_HEADING
 
 MODEL = "builtin/recall"
@@ -577,7 +578,7 @@ def search_query(question: str) -> str:
     """The question's content words, in order, without repeats (at most MAX_QUERY_WORDS)."""
     words: list[str] = []
     seen: set[str] = set()
-    for word in re.findall(r"[^\W_]+(?:['\u2019][^\W_]+)*", question):
+    for word in WORD.findall(question):
         lower = word.lower()
         if lower in STOPWORDS or (len(lower) == 1 and not lower.isdigit()):
             continue
@@ -609,7 +610,7 @@ def remembered_fact(text: str) -> str:
 def record_name(fact: str) -> str:
     """A record name from the fact's first content words (numbers left out): ``locker_code``."""
     words: list[str] = []
-    for match in re.finditer(r"[^\W_]+(?:['\u2019][^\W_]+)*", fact.lower()):
+    for match in WORD.finditer(fact.lower()):
         word = re.sub(r"['\u2019]s$", "", match.group())
         if word in STOPWORDS or len(word) < 2 or word.isdigit():
             continue
