@@ -189,10 +189,6 @@ def approval_decide(*, approval_ids: list[int], approve: bool, by: Any) -> int:
     return len(pending)
 
 
-def approval_pending(*, user: Any) -> bool:
-    return AccountApproval.objects.filter(user=user, status=AccountApproval.Status.PENDING).exists()
-
-
 def pending_user_for_credentials(*, username: object, password: object) -> Any | None:
     """The pending account these credentials belong to (for the login page to say "waiting for
     approval" instead of "wrong password"); None otherwise."""

@@ -32,6 +32,7 @@ from bots.services.bot import (
     BOT_COMPACTION_FIELDS,
     BOT_FIELDS,
     BOT_MEMORY_FIELDS,
+    BOT_PRIVATE_FIELDS,
     bot_create,
     bot_delete,
     bot_update,
@@ -58,7 +59,6 @@ COMPACTION_MODEL_SUGGESTIONS = ["builtin/extractive", "openai/gpt-4o-mini"]
 BASIC_FIELDS = list(BOT_BASIC_FIELDS)
 COMPACTION_FIELDS = list(BOT_COMPACTION_FIELDS)
 MEMORY_FIELDS = list(BOT_MEMORY_FIELDS)
-PRIVATE_FIELDS = ("api_base", "api_key_env")
 
 
 class BotForm(forms.ModelForm):
@@ -327,7 +327,7 @@ def connection_model_suggestions(user: Any) -> list[str]:
 
 
 def _public(names: list[str]) -> list[str]:
-    return [name for name in names if name not in PRIVATE_FIELDS]
+    return [name for name in names if name not in BOT_PRIVATE_FIELDS]
 
 
 def _bot_or_404(request: HttpRequest, bot_id: int) -> Bot:

@@ -7,7 +7,15 @@ say without saying anything (greetings, acknowledgements, politeness, talk about
 ``STOPWORDS`` is both. ``QUERY_STOPWORDS`` is the shorter list a question's search words are
 picked with (the built-in models and memory's record search): it keeps words such as "answer" or
 "back" that can be what a question is about. Entries are lower case; apostrophes are ASCII.
+``WORD`` is what a word is for all of them (the built-in models' terms, memory's search terms and
+excerpts).
 """
+
+import re
+
+# A word: letters and digits, no underscore (so snapshot_1_40 -> snapshot, 1, 40), with inner
+# apostrophes ("don't", "Ravi's"); "1,150" is two words.
+WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 
 ENGLISH = frozenset(
     """

@@ -11,7 +11,10 @@ once: a line travels alone (a search excerpt, a capped body, a summary line) and
 unambiguous without the head of its snapshot.
 
 Every parser of these labels (builtin/extractive, builtin/recall, snapshot descriptions, the
-retention fact check) takes the stamp from ``STAMP`` here, so the format is defined once.
+retention fact check) takes the stamp from ``STAMP`` here, so the format is defined once; the
+speaker roles a label may name (``ROLE``), a speaker's name used as a label (``NAME``) and the
+section headers of a summary or a fusion's input (``summary_header``, ``raw_header`` and the
+patterns that read them back) live here too, for builtin/extractive and the fact check alike.
 """
 
 import re
@@ -44,3 +47,30 @@ def date_only(label: str) -> str:
 LINE_LABEL = re.compile(
     rf"\[\d+\][ \t]*(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?[ \t]*:[ \t]*"
 )
+
+
+# The roles a speaker label may name: the platform's own and the usual spellings of chat exports.
+# No capturing groups: it is embedded in other patterns (match them case-insensitively).
+ROLE = r"(?:user|assistant|system|tool|human|ai|bot)"
+# A speaker's name used as a label ("Ravi: …", "Mary Ann Lee: …"): one to three capitalised words.
+NAME = r"[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2}"
+
+# The headers that open a summary's block ("[Summary of messages 1–40]") and, in a fusion's
+# input, a parent's raw snapshot ("[Raw messages 1–40]").
+SUMMARY_HEADING = "Summary of messages"
+RAW_HEADING = "Raw messages"
+# Either header, whole, for any range (no capturing groups, no anchors).
+SUMMARY_SECTION = rf"\[{SUMMARY_HEADING} [^\]\n]*\]"
+RAW_SECTION = rf"\[{RAW_HEADING} [^\]\n]*\]"
+# Any bracketed header a block opens with (those two, a record's "[record snapshot_1_34]", …).
+HEADER = r"\[[^\[\]\n]{1,160}\]"
+
+
+def summary_header(first_seq: int, last_seq: int) -> str:
+    """``[Summary of messages 1–40]``: the first line of a summary's block."""
+    return f"[{SUMMARY_HEADING} {first_seq}–{last_seq}]"
+
+
+def raw_header(first_seq: int, last_seq: int) -> str:
+    """``[Raw messages 1–40]``: the line before a parent's snapshot in a fusion's input."""
+    return f"[{RAW_HEADING} {first_seq}–{last_seq}]"

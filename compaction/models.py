@@ -2,6 +2,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from chat_platform.transcript import summary_header
+
 TRIGGERS = ["soft", "hard", "manual", "fusion", "fallback", "revert", "resummarise", "expand"]
 # A reverted summary's span is held (no automatic re-compaction) until released by the user or
 # by pressure reaching H; those releases are events of their own.
@@ -95,7 +97,7 @@ class Summary(models.Model):
 
     @property
     def label(self) -> str:
-        return f"[Summary of messages {self.first_seq}–{self.last_seq}]"
+        return summary_header(self.first_seq, self.last_seq)
 
     @property
     def block(self) -> str:

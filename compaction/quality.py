@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from chat_platform.llm.recall_protocol import ANSWER_HEADER, READ_TOOL, SAVE_TOOL, SEARCH_TOOL
 from chat_platform.stopwords import STOPWORDS
-from chat_platform.transcript import STAMP
+from chat_platform.transcript import NAME, RAW_HEADING, ROLE, STAMP, SUMMARY_HEADING
 
 # --- reasoning --------------------------------------------------------------------------------
 
@@ -187,14 +187,14 @@ _TLD = "com|org|net|io|dev|ai|app|co|uk|de|fr|cn|jp|eu|gov|edu|info|biz|cloud|sh
 
 # A speaker label, time stamp included (chat_platform.transcript): no fact of the transcript.
 _SPEAKER_LABEL = re.compile(
-    rf"^[ \t>*_-]*(?:\[\d+\][ \t]*(?:{STAMP}[ \t]+)?)?(?:user|assistant|system|tool|human|ai|bot)"
+    rf"^[ \t>*_-]*(?:\[\d+\][ \t]*(?:{STAMP}[ \t]+)?)?{ROLE}"
     r"(?:[ \t]*\([^)\n]*\))?[ \t]*:",
     re.IGNORECASE | re.MULTILINE,
 )
 # A speaker's name after the role label ("[12] user: Ravi: …", a relayed chat) or opening a
 # line ("Alice: …"): who spoke, not a fact (a name said in a sentence still is one).
 _NAME_LABEL = re.compile(
-    r"^[ \t>*_-]*\*{0,2}[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2}\*{0,2}[ \t]*:(?=[ \t])",
+    r"^[ \t>*_-]*\*{0,2}" + NAME + r"\*{0,2}[ \t]*:(?=[ \t])",
     re.MULTILINE,
 )
 _LIST_MARKER = re.compile(r"^[ \t]*\d+[.)](?=[ \t])", re.MULTILINE)
@@ -215,7 +215,7 @@ _TOOL_NAME = re.compile(
 _SEQ_LABEL = re.compile(
     rf"^[ \t]*\[(?P<seq>\d+)\][ \t]*(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?[ \t]*:"
 )
-_SECTION_HEADER = re.compile(r"^[ \t]*\[(?:Summary of messages|Raw messages) [^\]\n]*\][ \t]*$")
+_SECTION_HEADER = re.compile(rf"^[ \t]*\[(?:{SUMMARY_HEADING}|{RAW_HEADING}) [^\]\n]*\][ \t]*$")
 _RECALL_TOOL_LINE = re.compile(
     rf"^[ \t]*\[(?P<seq>\d+)\][ \t]*(?:{STAMP}[ \t]+)?tool[ \t]*"
     rf"\((?:{READ_TOOL}|{SEARCH_TOOL}|{SAVE_TOOL})\)[ \t]*:",

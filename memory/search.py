@@ -25,6 +25,7 @@ from django.db import connection
 from django.db.models import F, QuerySet
 
 from chat_platform.stopwords import QUERY_STOPWORDS as STOPWORDS
+from chat_platform.stopwords import WORD
 from chat_platform.textcheck import text_is_storable
 from chat_platform.transcript import LINE_LABEL
 from memory.models import MemoryRecord
@@ -354,7 +355,6 @@ def messages_ranked(
 
 EXCERPT_BEFORE_CHARS = 80
 EXCERPT_MAX_CHARS = 320
-_WORD_SPAN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 
 
 def message_excerpt(text: str, wanted: list[str]) -> str:
@@ -366,7 +366,7 @@ def message_excerpt(text: str, wanted: list[str]) -> str:
     wanted_set = set(wanted)
     hits = [
         (m.start(), m.end())
-        for m in _WORD_SPAN.finditer(flat)
+        for m in WORD.finditer(flat)
         if wanted_set.intersection(message_terms(m.group()))
     ]
     start = 0

@@ -8,15 +8,12 @@ same terms, so embedded mode ranks exactly what real mode ranks, and BM25 can be
 the terms themselves (PostgreSQL's ``ts_rank`` has no inverse document frequency).
 """
 
-import re
 from functools import lru_cache
 
 import snowballstemmer
 
-from chat_platform.stopwords import ENGLISH
+from chat_platform.stopwords import ENGLISH, WORD
 
-# A word: letters and digits, with inner apostrophes ("don't", "Ravi's"); "1,150" is two words.
-_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 _STEMMER = snowballstemmer.stemmer("english")
 # A term longer than this is not a word anyone searches for (a hash, a run of letters).
 TERM_MAX_CHARS = 40
@@ -30,7 +27,7 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """The search terms of ``text``, in order, repeats kept (term frequency counts)."""
     out = []
-    for match in _WORD.finditer(text):
+    for match in WORD.finditer(text):
         word = match.group().lower().replace("\u2019", "'")
         if word in ENGLISH:
             continue

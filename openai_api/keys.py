@@ -98,10 +98,6 @@ def key_bot_for_model(*, key: ApiKey, model: str) -> Bot:
     return bot
 
 
-def model_id_of(*, key: ApiKey, bot: Bot) -> str:
-    return next((mid for mid, b in key_models(key=key).items() if b.pk == bot.pk), bot.slug)
-
-
 # --- the daily token budget -------------------------------------------------------------------
 
 

@@ -11,7 +11,6 @@ from chat_platform.textcheck import text_is_storable
 from transfer.streaming import refused
 
 INT_MAX = 2**31 - 1
-TEXT_MAX_BYTES_SHORT = 1000
 
 
 def obj(value: Any, where: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from rest_framework.utils import html
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from bots.realtime import message_payload
-from bots.services.bot import BOT_FIELDS
+from bots.services.bot import BOT_FIELDS, BOT_PRIVATE_FIELDS
 
 
 class BotOutputSerializer(serializers.ModelSerializer):
@@ -18,9 +18,6 @@ class BotOutputSerializer(serializers.ModelSerializer):
         model = Bot
         fields = ["id", "owner", *BOT_FIELDS, "created_at", "editable"]
 
-    # Where a bot's calls go and which key they use is its owner's (and staff's) business only.
-    PRIVATE_FIELDS = ("api_base", "api_key_env")
-
     def get_editable(self, bot: Bot) -> bool:
         request = self.context.get("request")
         user = getattr(request, "user", None)
@@ -29,7 +26,7 @@ class BotOutputSerializer(serializers.ModelSerializer):
     def to_representation(self, instance: Bot) -> dict:
         data = super().to_representation(instance)
         if not data["editable"]:
-            for name in self.PRIVATE_FIELDS:
+            for name in BOT_PRIVATE_FIELDS:
                 data.pop(name, None)
         return data
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from bots.models import ChatSession
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
+from chat_platform.transcript import raw_header
 from compaction.budget import Budget
 from compaction.engine.common import FUSION_INPUT_PERCENT, FUSION_SHARE_PERCENT, Conflict, Plan
 from compaction.engine.events import event_write
@@ -77,7 +78,7 @@ def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
             continue
         cost = count_tokens(body)
         if used + cost <= allowance:
-            with_snapshots[i] += f"\n[Raw messages {parent.first_seq}–{parent.last_seq}]\n{body}"
+            with_snapshots[i] += f"\n{raw_header(parent.first_seq, parent.last_seq)}\n{body}"
             used += cost
     attempts = [with_snapshots, blocks] if with_snapshots != blocks else [blocks]
     first_seq, last_seq = parents[0].first_seq, max(p.last_seq for p in parents)

@@ -26,7 +26,15 @@ from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt
 from chat_platform.llm.builtin.text import sentences as split_sentences
 from chat_platform.llm.builtin.text import terms
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
-from chat_platform.transcript import STAMP, date_only
+from chat_platform.transcript import (
+    HEADER,
+    NAME,
+    RAW_SECTION,
+    ROLE,
+    STAMP,
+    SUMMARY_SECTION,
+    date_only,
+)
 
 MODEL = "builtin/extractive"
 DEFAULT_MAX_TOKENS = 4096
@@ -48,17 +56,15 @@ _SAME = re.compile(r"[\W_]+")
 # "[12] 2024-03-08 13:56Z user" (chat_platform.transcript), "[12] user", "#13 assistant", …
 _ROLE_LABEL = re.compile(
     rf"^\s*(?P<label>(?:\[[^\]\n]{{1,40}}\]\s*(?:{STAMP}\s+)?|#\d+\s+|\d+[.)]\s+)?"
-    r"(?:user|assistant|system|tool|human|ai|bot)"
+    rf"{ROLE}"
     r"(?:\s*[(\[][^)\]\n]{0,40}[)\]])*)\s*:(?:\s+|$)(?P<text>.*)$",
     re.IGNORECASE,
 )
-_NAME_LABEL = re.compile(
-    r"^\s*(?P<label>[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2})\s*:\s+(?P<text>\S.*)$"
-)
-_SECTION = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
-_SUMMARY_SECTION = re.compile(r"^\s*\[Summary of messages [^\]\n]*\]\s*$")
+_NAME_LABEL = re.compile(r"^\s*(?P<label>" + NAME + r")\s*:\s+(?P<text>\S.*)$")
+_SECTION = re.compile(rf"^\s*{HEADER}\s*$")
+_SUMMARY_SECTION = re.compile(rf"^\s*{SUMMARY_SECTION}\s*$")
 # Results of the recall tools are copies of records: the records keep them.
-_RAW_SECTION = re.compile(r"^\s*\[Raw messages [^\]\n]*\]\s*$")
+_RAW_SECTION = re.compile(rf"^\s*{RAW_SECTION}\s*$")
 _SEQ = re.compile(r"\[(\d+)\]|#(\d+)")
 _RECALL_TOOL_LABEL = re.compile(r"\btool\s*\((?:read_records|search_records|save_record)\)")
 _FOCUS = re.compile(r"^\s*focus\s*:\s*(?P<focus>.+?)\s*$", re.IGNORECASE | re.MULTILINE)
@@ -181,7 +187,7 @@ def summary_section_tokens(body: str) -> int:
 
 # A speaker's name opening a sentence ("Ravi: Always." in a relayed chat): who spoke, and what
 # follows it starts the sentence (so "Always" is no name).
-_INLINE_NAME_LABEL = re.compile(r"^\s*[A-Z][\w.'-]{0,30}(?: [A-Z][\w.'-]{0,30}){0,2}\s*:\s+")
+_INLINE_NAME_LABEL = re.compile(r"^\s*" + NAME + r"\s*:\s+")
 
 
 # Verbs after which a sentence's first capitalised word reads as a name ("Kenji asked me …").

@@ -60,7 +60,8 @@ from chat_platform.llm.recall_protocol import (
     json_request,
 )
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
-from chat_platform.transcript import STAMP
+from chat_platform.stopwords import WORD
+from chat_platform.transcript import HEADER, RAW_HEADING, STAMP, SUMMARY_HEADING
 
 MODEL = "builtin/recall"
 MAX_RECORDS_PER_REQUEST = 3
@@ -97,9 +98,9 @@ INDEX_LINE = re.compile(
     r"(?:,\s*messages\s+(?P<first>\d+)\s*[\u2013\u2014-]\s*(?P<last>\d+))?\)\s*:"
     r"\s*(?P<description>.*?)\s*$"
 )
-_SUMMARY_HEADER = re.compile(r"^\s*\[Summary of messages (?P<range>\d+\s*[\u2013\u2014-]\s*\d+)\]")
-_BRACKET_LINE = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]\s*$")
-_BLOCK_START = re.compile(r"^\s*\[[^\[\]\n]{1,160}\]")
+_SUMMARY_HEADER = re.compile(rf"^\s*\[{SUMMARY_HEADING} (?P<range>\d+\s*[\u2013\u2014-]\s*\d+)\]")
+_BRACKET_LINE = re.compile(rf"^\s*{HEADER}\s*$")
+_BLOCK_START = re.compile(rf"^\s*{HEADER}")
 # "[12] 2024-03-08 13:56Z user: " (chat_platform.transcript), "[12] 2024-03-08 user: ",
 # "[12] user: ", "user: ", "assistant (#13): ", "[14] tool (read_records): "
 _SPEAKER = re.compile(
@@ -110,7 +111,7 @@ _SPEAKER = re.compile(
 )
 # Echoes of earlier answers and summaries: the fact lives in its source already.
 _ECHO = re.compile(
-    r"^\s*>|Summary of messages \d|\[Raw messages \d|^\s*\(used [\w, ]+\)\s*$|"
+    rf"^\s*>|{SUMMARY_HEADING} \d|\[{RAW_HEADING} \d|^\s*\(used [\w, ]+\)\s*$|"
     + re.escape(ANSWER_HEADER),
 )
 _OWN_LINE = re.compile(
@@ -577,7 +578,7 @@ def search_query(question: str) -> str:
     """The question's content words, in order, without repeats (at most MAX_QUERY_WORDS)."""
     words: list[str] = []
     seen: set[str] = set()
-    for word in re.findall(r"[^\W_]+(?:['\u2019][^\W_]+)*", question):
+    for word in WORD.findall(question):
         lower = word.lower()
         if lower in STOPWORDS or (len(lower) == 1 and not lower.isdigit()):
             continue
@@ -609,7 +610,7 @@ def remembered_fact(text: str) -> str:
 def record_name(fact: str) -> str:
     """A record name from the fact's first content words (numbers left out): ``locker_code``."""
     words: list[str] = []
-    for match in re.finditer(r"[^\W_]+(?:['\u2019][^\W_]+)*", fact.lower()):
+    for match in WORD.finditer(fact.lower()):
         word = re.sub(r"['\u2019]s$", "", match.group())
         if word in STOPWORDS or len(word) < 2 or word.isdigit():
             continue

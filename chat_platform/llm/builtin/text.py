@@ -2,14 +2,12 @@
 
 import re
 
-from chat_platform.stopwords import QUERY_STOPWORDS
+from chat_platform.stopwords import QUERY_STOPWORDS, WORD
 
 # Kana, CJK ideographs (incl. extension A and compatibility) and Hangul syllables. These scripts
 # do not separate words with spaces, so they are matched by overlapping character bigrams.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
-# Letters/digits (no underscore, so snapshot_1_40 -> snapshot, 1, 40), with inner apostrophes.
-_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 
 STOPWORDS = QUERY_STOPWORDS
 
@@ -61,7 +59,7 @@ def terms(text: str) -> list[str]:
     """Normalised content terms of ``text``, in order: lower-cased words minus stopwords
     (stemmed), numbers, and bigrams of CJK runs (a lone CJK character stands for itself)."""
     out: list[str] = []
-    for match in _WORD.finditer(text.lower()):
+    for match in WORD.finditer(text.lower()):
         token = match.group()
         if not _CJK_RUN.search(token):
             if token in STOPWORDS or (len(token) == 1 and not token.isdigit()):
