@@ -379,7 +379,7 @@ def fed_already(corpus: Corpus, window: int, embedding: bool):  # noqa: ANN201
 
 def evidence_state(session, turn: Turn, tool_result: str, hits: list[str]) -> str:  # noqa: ANN001
     """Where an evidence turn was, for the misses: in the tool result; in a hit whose excerpt
-    left it out; in records that were not hit (raw snapshot / only fusion copies); in no
+    left it out (other messages of it were hit); in records that were not hit (raw snapshot / only fusion copies); in no
     record (still in live history, or never compacted)."""
     from memory.models import MemoryRecord
 
@@ -394,7 +394,7 @@ def evidence_state(session, turn: Turn, tool_result: str, hits: list[str]) -> st
     if not holders:
         return "in no record"
     if any(name in hits for name in holders):
-        return "hit, excerpt cut"
+        return "record hit, not this message"
     if all(holders.values()):
         return "only in fusion snapshots, not hit"
     return "record not hit"
@@ -679,6 +679,7 @@ def explain_misses(  # noqa: ANN001
         )
         by_words = {m.seq: rank for rank, m in enumerate(scored, start=1)}
         held = max(1, len(HIT_LINE.findall(a.tool_result)))
+        shares = shared_words(corpus, a.question)
         print(f"  miss {a.question.id} ({a.question.kind}): {a.question.text}")
         for turn_id, state in a.evidence_state.items():
             turn = corpus.turn(turn_id)
@@ -686,12 +687,19 @@ def explain_misses(  # noqa: ANN001
             words, meaning = by_words.get(seq), by_meaning.get(seq)
             where = (
                 f"rank by words {words or '— (no word in common)'}"
+                + ("" if shares[turn_id] or not words else " (a name only)")
                 + (f", by meaning {meaning or '—'} of {len(order)}" if bot is not None else "")
                 if seq in indexed
                 else "not compacted"
             )
             kind, fix = would_fix(
-                state, seq in indexed, words, meaning, held, budget, hybrid=bot is not None
+                seq in indexed,
+                shares[turn_id],
+                words,
+                meaning,
+                held,
+                budget,
+                hybrid=bot is not None,
             )
             fixes[kind] += state != "found"
             print(f"    [{turn.date}] {turn.speaker}: {turn.text[:110]} -> {state}; {where}")
@@ -703,12 +711,13 @@ def explain_misses(  # noqa: ANN001
     )
 
 
-HIT_LINE = re.compile(r"^\[\d+\] ", re.MULTILINE)
+# A message line of a search result (the tool result is whitespace-normalised).
+HIT_LINE = re.compile(r"\[\d+\] \d{4}-\d\d-\d\d ")
 
 
 def would_fix(
-    state: str,
     compacted: bool,
+    shares: bool,
     words: int | None,
     meaning: int | None,
     held: int,
@@ -717,8 +726,10 @@ def would_fix(
     hybrid: bool,
 ) -> tuple[str, str]:
     """What would have brought one missed evidence turn into the model's request, from where it
-    was and its ranks; ``held`` is how many messages the tool result had room for. Returns
-    (the kind of fix, the fix in words)."""
+    was and its ranks: ``shares``, whether it shares a word with the question beyond the
+    speakers' names (a name matches half the conversation, so a rank by words from a name alone
+    says nothing); ``held``, how many messages the tool result had room for. Returns (the kind
+    of fix, the fix in words)."""
     from memory.embeddings import VECTOR_CANDIDATES
 
     if not compacted:
@@ -726,19 +737,19 @@ def would_fix(
             "room in the request: it is in no snapshot yet (live history that admission "
             "left out, or a span still being compacted)"
         )
-    if state == "hit, excerpt cut":
-        return "whole hit", "the whole message in the hit: its record was hit, the message left out"
-    best = min(r for r in (words, meaning) if r) if (words or meaning) else None
-    if best is None:
+    by_words = words if shares else None
+    ranks = [r for r in (by_words, meaning) if r]
+    if not ranks:
         return "meaning", (
             "meaning-based retrieval (an embedding model, issue 16 item 5): it shares no word "
             "with the question but a name"
         )
+    best = min(ranks)
     room = f"a result budget of about {budget * best // held:,} tokens (rank {best}, {held} fit)"
-    if hybrid and meaning is not None and meaning > VECTOR_CANDIDATES and (words or 10**9) > held:
+    if hybrid and by_words is None and meaning is not None and meaning > VECTOR_CANDIDATES:
         return "stronger embedding model", (
             f"a stronger embedding model: ranked {meaning} by meaning (the first "
-            f"{VECTOR_CANDIDATES} are candidates) and {words or '—'} by words; or {room}"
+            f"{VECTOR_CANDIDATES} are candidates) and shares no word but a name; or {room}"
         )
     return "ranking or budget", f"a better ranking or {room}"
 

@@ -98,29 +98,31 @@ def test_quick_subset(corpus):
 def test_every_miss_is_explained_with_what_would_have_found_it():
     """bench/memory_retrieval.py's reading of a missed evidence turn (issue 16, done when: each
     miss explained with what would fix it), from where it was and its ranks."""
-    from bench.memory_retrieval import would_fix
+    from bench.memory_retrieval import HIT_LINE, would_fix
 
-    def kind(state, compacted, words, meaning, hybrid=True, held=40):
-        return would_fix(state, compacted, words, meaning, held, 2000, hybrid=hybrid)
+    def fix(compacted, shares, words, meaning, hybrid=True, held=40):
+        return would_fix(compacted, shares, words, meaning, held, 2000, hybrid=hybrid)
 
-    assert kind("record not hit", False, None, None)[0] == "not compacted"
-    assert kind("hit, excerpt cut", True, 3, None)[0] == "whole hit"
-    assert kind("record not hit", True, None, None, hybrid=False) == (
+    assert fix(False, True, 3, 4)[0] == "not compacted"
+    # Ranked by words through a speaker's name only: that rank says nothing.
+    assert fix(True, False, 12, None, hybrid=False) == (
         "meaning",
         "meaning-based retrieval (an embedding model, issue 16 item 5): it shares no word "
         "with the question but a name",
     )
-    assert kind("record not hit", True, 300, 250) == (
+    assert fix(True, False, 300, 250) == (
         "stronger embedding model",
         "a stronger embedding model: ranked 250 by meaning (the first 100 are candidates) and "
-        "300 by words; or a result budget of about 12,500 tokens (rank 250, 40 fit)",
+        "shares no word but a name; or a result budget of about 12,500 tokens (rank 250, 40 fit)",
     )
     # Ranked by meaning within the candidates, or by words: the budget or the fusion's order.
-    assert kind("record not hit", True, None, 57) == (
+    assert fix(True, False, 300, 57) == (
         "ranking or budget",
         "a better ranking or a result budget of about 2,850 tokens (rank 57, 40 fit)",
     )
-    assert kind("record not hit", True, 80, None, hybrid=False, held=20) == (
+    assert fix(True, True, 80, None, hybrid=False, held=20) == (
         "ranking or budget",
         "a better ranking or a result budget of about 8,000 tokens (rank 80, 20 fit)",
     )
+    result = "[12] 2024-03-08 13:56Z Mei: I moved. [40] 2024-03-09 09:00Z Ravi: Noted [3] x"
+    assert len(HIT_LINE.findall(result)) == 2
