@@ -144,6 +144,17 @@ def room_snapshot_take(session: ChatSession) -> ChatSession:
     return session
 
 
+def room_snapshot_carry(*, source: ChatSession, target: ChatSession) -> ChatSession:
+    """``target`` (the same session re-read, e.g. for its moving totals) keeps the snapshot
+    ``source`` took, if any: a compaction run reads its room's participants and user name once
+    (``compaction.engine.common.session_fresh`` re-reads the session before every pass), as a
+    turn does. Returns ``target``."""
+    snapshot: RoomSnapshot | None = getattr(source, _SNAPSHOT, None)
+    if snapshot is not None and target.is_room and getattr(target, _SNAPSHOT, None) is None:
+        setattr(target, _SNAPSHOT, snapshot)
+    return target
+
+
 def room_user_name(session: ChatSession) -> str:
     """How the room names its user to the bots (from the snapshot when one was taken)."""
     snapshot: RoomSnapshot | None = getattr(session, _SNAPSHOT, None)

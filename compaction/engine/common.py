@@ -4,7 +4,7 @@ and the current turn (which no pass takes)."""
 from dataclasses import dataclass
 
 from bots.models import ChatSession, Message
-from bots.queries import participant_seat, session_seat
+from bots.queries import participant_seat, room_snapshot_carry, session_seat
 from chat_platform.errors import ValidationFailed
 
 # Automatic paths never summarise fewer tokens than this (tiny spans make longer summaries).
@@ -39,9 +39,11 @@ class Conflict(Exception):
 
 def session_fresh(session: ChatSession) -> ChatSession:
     """The session re-read (its totals move as compaction works), from the same seat: in a
-    room, a compaction runs as the bot whose seat it is (``bots.queries.session_seat``)."""
+    room, a compaction runs as the bot whose seat it is (``bots.queries.session_seat``), with
+    the room's participants and user name as the run first read them
+    (``bots.queries.room_snapshot_carry``: not once more per measure)."""
     fresh = ChatSession.objects.select_related("bot").get(pk=session.pk)
-    return session_seat(fresh, session.bot)
+    return session_seat(room_snapshot_carry(source=session, target=fresh), session.bot)
 
 
 def current_turn_seq(session: ChatSession) -> int | None:

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 import structlog
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Sum
 
 from bots import transitions
@@ -37,7 +37,7 @@ from compaction.engine.summariser import (
     summariser_window,
 )
 from compaction.engine.transcript import transcript_line
-from compaction.measure import RoomView, context_measure, room_view, seat_filter, seat_key
+from compaction.measure import RoomView, context_measure, seat_filter, seat_key
 from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
@@ -122,16 +122,17 @@ def range_rows(
 
 
 def range_choose(
-    session: ChatSession, plan: Plan, tokens_to_free: int
+    session: ChatSession, plan: Plan, tokens_to_free: int, *, room: RoomView | None
 ) -> tuple[list[RangeRow], str]:
     """The range (from stored counts) and its transcript, whose request as sent fits in 85 % of
     the summariser's window: speaker labels cost more than the stored per-message overhead, so
-    an over-long transcript shrinks the range by its overflow and is measured again."""
+    an over-long transcript shrinks the range by its overflow and is measured again.
+
+    ``room``: the seat's view, as the pass's measure read it (None in a one-bot session)."""
     config = compaction_model_config(session.bot, model=plan.model)
     limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     cap = max(0, limit - request_tokens("", plan.focus, config.model))
     current_turn = current_turn_seq(session)
-    room = room_view(session)
     rows = range_rows(
         session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap), room=room
     )
@@ -363,7 +364,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
             pressure=tokens_before,
         )
 
-    selection, transcript = range_choose(session, plan, tokens_to_free)
+    selection, transcript = range_choose(session, plan, tokens_to_free, room=measure.room)
     if not selection and not record_noop:
         return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before)
     if not selection:
@@ -442,28 +443,49 @@ def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens
     """In a room (caller's transaction): the bot's summary covers exactly these messages, for
     this bot alone (``SummaryCoverage``), and the bot's own totals drop by what it replaced.
     The same conditions as ``transitions.messages_compact``: a message pinned, changed or
-    covered for this bot meanwhile is a conflict (the unique (bot, message) pair catches a
-    racing writer)."""
+    covered for this bot meanwhile is a conflict.
+
+    One statement writes the coverage of those of ``ids`` still complete and unpinned
+    (``INSERT … SELECT``): fewer rows than ids is a conflict, and so is a message this bot
+    covers already, which the unique (bot, message) pair refuses — no read of the bot's whole
+    coverage per pass. The seat's row exists after its first turn: one UPDATE moves its totals."""
     bot_id = session.bot_id
-    still = (
-        Message.objects.filter(pk__in=ids, status=Message.Status.COMPLETE, pinned=False)
-        .exclude(pk__in=SummaryCoverage.objects.filter(bot_id=bot_id).values("message_id"))
-        .count()
-    )
-    if still != len(ids):
-        raise Conflict()
     try:
         with transaction.atomic():
-            SummaryCoverage.objects.bulk_create(
-                SummaryCoverage(summary=summary, bot_id=bot_id, message_id=pk) for pk in ids
-            )
+            written = coverage_insert(summary_id=summary.pk, bot_id=bot_id, message_ids=ids)
     except IntegrityError as exc:
         raise Conflict() from exc
-    SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
-    SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(
-        covered_tokens=F("covered_tokens") + tokens,
-        covered_messages=F("covered_messages") + len(ids),
-    )
+    if written != len(ids):
+        raise Conflict()
+    moved = {
+        "covered_tokens": F("covered_tokens") + tokens,
+        "covered_messages": F("covered_messages") + len(ids),
+    }
+    if not SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(**moved):
+        SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
+        SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(**moved)
+
+
+def coverage_insert(*, summary_id: int, bot_id: int, message_ids: list[int]) -> int:
+    """``SummaryCoverage`` rows (summary, bot, message) for those of ``message_ids`` that are
+    complete and unpinned, in one ``INSERT … SELECT``; how many were written."""
+    claimable = Message.objects.filter(
+        pk__in=message_ids, status=Message.Status.COMPLETE, pinned=False
+    ).order_by()
+    source_sql, source_params = claimable.values("id").query.sql_with_params()
+    quote = connection.ops.quote_name
+    meta = SummaryCoverage._meta
+    columns = ", ".join(quote(meta.get_field(f).column) for f in ("summary", "bot", "message"))
+    with connection.cursor() as cursor:
+        # Identifiers from the models, the rows from Django's own compiled SQL; values are
+        # parameters.
+        cursor.execute(
+            f"INSERT INTO {quote(meta.db_table)} ({columns}) "  # noqa: S608
+            f"SELECT CAST(%s AS BIGINT), CAST(%s AS BIGINT), claimable.{quote('id')} "
+            f"FROM ({source_sql}) claimable",
+            [summary_id, bot_id, *source_params],
+        )
+        return cursor.rowcount
 
 
 # --- coverage, one code path for both kinds of session ------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from compaction.measure import RoomView
 from compaction.models import CompactionState, SeatState
 
 
@@ -58,6 +59,17 @@ def compaction_blocked_until(session_id: int, *, hard: bool, bot_id: int | None 
     if state is None:
         return None
     return blocked_moment(backoff_until=state[0], cooldown_until=state[1], hard=hard)
+
+
+def seat_blocked_until(session_id: int, *, hard: bool, room: RoomView | None) -> Any:
+    """``compaction_blocked_until`` of the seat just measured: in a room, from the seat's row
+    that the measure read with its totals (``RoomView``: no second read of it); in a one-bot
+    session, from the session's row."""
+    if room is None:
+        return compaction_blocked_until(session_id, hard=hard)
+    return blocked_moment(
+        backoff_until=room.backoff_until, cooldown_until=room.cooldown_until, hard=hard
+    )
 
 
 def blocked_moment(*, backoff_until: Any, cooldown_until: Any, hard: bool) -> Any:

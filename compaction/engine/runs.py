@@ -7,14 +7,14 @@ from django.conf import settings
 from django.db.models import Max
 
 from bots.models import ChatSession
-from bots.queries import bot_usable_in, participant_seat, session_seat
+from bots.queries import bot_usable_in, participant_seat, room_snapshot_take, session_seat
 from chat_platform.errors import CompactionBusy
 from compaction.engine.common import MANUAL_MAX_PASSES, Plan, session_fresh
 from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.holds import holds_release_at_hard
 from compaction.engine.passes import enveloped, run_pass
-from compaction.engine.policy import arm_failure, clear_failures, compaction_blocked_until
+from compaction.engine.policy import arm_failure, clear_failures, seat_blocked_until
 from compaction.engine.summariser import EXTRACTIVE_MODEL
 from compaction.lock import single_flight
 from compaction.measure import Measure, context_measure, seat_key, session_budget
@@ -24,8 +24,12 @@ from compaction.results import RunResult
 
 def seat_load(session_id: int, bot_id: int | None) -> ChatSession | None:
     """The session, as ``bot_id`` sits in it (a room's participant; None: the session's bot).
-    None when the session, or that bot's place in it, is gone."""
+    None when the session, or that bot's place in it, is gone. A room's participants and user
+    name are read once here, in one statement (``bots.queries.room_snapshot_take``), for the
+    whole run: its passes' measures and transcripts reuse them."""
     session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
+    if session is not None:
+        room_snapshot_take(session)
     if session is None or bot_id is None or bot_id == session.bot_id:
         return session
     seat = participant_seat(session=session, bot_id=bot_id)
@@ -48,12 +52,13 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
         last: RunResult | None = None
         for _ in range(settings.COMPACTION_SOFT_PASSES):
             session = session_fresh(session)
-            pressure = context_measure(session=session).pressure
+            measure = context_measure(session=session)
+            pressure = measure.pressure
             if last is None and not budget.soft_due(pressure):
                 return None  # below S since the turn asked (another run, an unpin): nothing due
             if last is not None and pressure <= budget.target:
                 return last  # landed: a further pass would do nothing
-            if compaction_blocked_until(session_id, hard=False, bot_id=key):
+            if seat_blocked_until(session_id, hard=False, room=measure.room):
                 return skipped(session, "soft", "cooldown", pressure)
             plan = Plan(trigger="soft", target=budget.target)
             result = pass_or_fuse(session, plan, budget)
@@ -76,13 +81,14 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
         if not flight.acquired:
             return skipped(session, "hard", "busy", measure.pressure)
         session = session_fresh(session)
-        pressure = context_measure(session=session).pressure
+        fresh = context_measure(session=session)
+        pressure = fresh.pressure
         if flight.waited and not budget.hard_due(pressure):
             return None  # the run we waited for did the work
         if budget.hard_due(pressure):
             holds_release_at_hard(session, pressure=pressure)  # undone spans may go again
         result: RunResult | None = None
-        blocked = compaction_blocked_until(session.pk, hard=True, bot_id=key)
+        blocked = seat_blocked_until(session.pk, hard=True, room=fresh.room)
         if blocked is None:
             plan = Plan(trigger="hard", target=budget.target_blocking)
             result = pass_or_fuse(session, plan, budget)

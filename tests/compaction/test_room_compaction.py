@@ -8,10 +8,13 @@ import json
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.db import connection
 from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens
+from compaction import engine
 from compaction.lock import lock_key
 from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
 from compaction.pipeline import bot_budget
@@ -1059,3 +1062,61 @@ def test_another_user_cannot_undo_resummarise_release_or_expand_in_a_room(
     assert {a.json()["error"]["code"] for a in answers} == {"not_found"}
     assert state() == before
     assert len(fake_openai.requests) == requests
+
+
+def test_a_seats_soft_compaction_reads_the_room_once_and_covers_in_one_statement(
+    owner, owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    """A soft compaction run of a seat that is not the room's default bot: the room's
+    participants and user name are read once for the whole run (not once per measure), the
+    seat's cool-down comes with the totals its measure read, and the coverage is written by one
+    ``INSERT … SELECT`` (no read of the bot's whole coverage first); the seat's totals move by
+    exactly what the summary covers."""
+    session, planner, critic = room
+    owner_client.patch(f"/api/v1/sessions/{session.pk}/", {"reply_mode": "all"}, format="json")
+    # The critic's compaction is off while the room talks, then due: S 400, T 280 of B 2800.
+    Bot.objects.filter(pk=critic.pk).update(
+        compaction_enabled=False, compaction_threshold=400, compaction_kept_percent=10
+    )
+    _rounds(owner_client, session, fake_openai, django_capture_on_commit_callbacks, 1, 5, "P", "C")
+    Bot.objects.filter(pk=critic.pk).update(compaction_enabled=True)
+    assert not SummaryCoverage.objects.filter(bot=critic).exists()
+
+    with CaptureQueriesContext(connection) as queries:
+        result = engine.compaction_soft(session_id=session.pk, bot_id=critic.pk)
+
+    # one pass compacted; the next found nothing left that it may take (the current turn)
+    outcomes = CompactionEvent.objects.filter(session=session, bot=critic).order_by("id")
+    assert [(e.outcome, e.reason) for e in outcomes] == [
+        ("compacted", ""),
+        ("noop", "nothing_to_compact"),
+    ]
+    assert result is not None and result.reason == "nothing_to_compact"
+    summaries = list(Summary.objects.filter(session=session, bot=critic))
+    assert len(summaries) == 1
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert sum("bots_sessionparticipant" in sql for sql in sqls) == 1
+    assert not any(sql.startswith('SELECT "auth_user"') for sql in sqls)
+    writes = [sql for sql in sqls if sql.startswith('INSERT INTO "compaction_summarycoverage"')]
+    assert len(writes) == 1 and " SELECT " in writes[0]
+    # the coverage is read only by the range's NOT EXISTS, never as the bot's whole list first
+    assert not any('"message_id" FROM "compaction_summarycoverage"' in sql for sql in sqls)
+    # the seat's row: read by each measure (with its cool-down), never again for the cool-down,
+    # the range or a get_or_create
+    assert [sql.split()[0] for sql in sqls if "compaction_seatstate" in sql] == [
+        "SELECT",  # the run's first measure
+        "SELECT",  # the pass's measure
+        "UPDATE",  # the commit: the seat's covered totals
+        "SELECT",  # the measure after the commit
+        "UPDATE",  # failures cleared
+        "SELECT",  # the second round's measure (still above T)
+        "SELECT",  # the second pass's measure: nothing left to take
+    ]
+    covered = SummaryCoverage.objects.filter(bot=critic)
+    for summary in summaries:
+        seqs = sorted(covered.filter(summary=summary).values_list("message__seq", flat=True))
+        assert seqs[0] == summary.first_seq and seqs[-1] == summary.last_seq
+    seat = SeatState.objects.get(session=session, bot=critic)
+    held = covered.aggregate(tokens=Sum("message__token_count"))["tokens"]
+    assert (seat.covered_tokens, seat.covered_messages) == (held, covered.count())
+    assert held == sum(s.source_tokens for s in summaries)
