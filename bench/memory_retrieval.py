@@ -378,9 +378,9 @@ def fed_already(corpus: Corpus, window: int, embedding: bool):  # noqa: ANN201
 
 
 def evidence_state(session, turn: Turn, tool_result: str, hits: list[str]) -> str:  # noqa: ANN001
-    """Where an evidence turn was, for the misses: in the tool result; in a hit whose excerpt
-    left it out (other messages of it were hit); in records that were not hit (raw snapshot / only fusion copies); in no
-    record (still in live history, or never compacted)."""
+    """Where an evidence turn was, for the misses: in the tool result; in a record that was hit
+    through its other messages; in records that were not hit (raw snapshot / only fusion
+    copies); in no record (still in live history, or never compacted)."""
     from memory.models import MemoryRecord
 
     needle = normalise(turn.text)
