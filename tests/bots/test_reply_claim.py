@@ -84,6 +84,49 @@ def test_a_reply_without_a_user_message_is_claimed_with_none(owner, django_asser
     assert (claimed.pk, claimed.session.pk, claimed.status) == (reply.pk, session.pk, "streaming")
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the statements PostgreSQL is sent")
+@pytest.mark.django_db(transaction=True)  # the prompt version is known once committed
+def test_a_turn_on_the_plain_orm_path_costs_its_own_fixed_set_of_statements(
+    fake_session, fake_openai, monkeypatch, settings
+):
+    """The same turn with ``DB_FAST_PATHS`` off (issue 17, item 6: the statement counts through
+    both paths): the claim and the finish become ORM reads and conditional updates, nothing is
+    hand-written, and the count is as fixed as the fast path's."""
+    settings.DB_FAST_PATHS = False
+    message_add(fake_session, role="user", content="earlier")
+    message_add(fake_session, role="assistant", content="answer")
+    new = message_add(fake_session, role="user", content="now")
+    reply = message_add(
+        fake_session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_recount(session_id=fake_session.pk)
+    prompt_version_store(bot_id=fake_session.bot_id, text=fake_session.bot.system_prompt)
+    fake_openai.script(Reply(text="Done."))
+    before_the_call, queries = _turn_counted(monkeypatch, reply)
+
+    assert Message.objects.get(pk=reply.pk).content == "Done."
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert not any(sql.startswith("WITH") for sql in sqls)
+    assert before_the_call == [6]  # the fast path's 5, with the claim in two statements
+    assert [sql.split()[0] for sql in sqls] == [
+        "UPDATE",  # the claim: pending -> streaming, conditional
+        "SELECT",  # ... and the reply with its session, bot and user message
+        "SELECT",  # the user's daily token limit
+        "(SELECT",  # pins and summaries
+        "SELECT",  # memory index
+        "SELECT",  # history with its text
+        "UPDATE",  # last_admission, once the provider answered
+        # the finish: conditional write of the reply, re-read, then the running totals, atomic
+        *["BEGIN", "SAVEPOINT", "SELECT", "UPDATE", "SELECT", "RELEASE", "UPDATE", "COMMIT"],
+        "SELECT",  # the reply and its message, for search
+        "INSERT",  # the context record
+        *["SELECT", "(SELECT", "SELECT", "SELECT"],  # the context meter
+        "SELECT",  # a reply queued behind this one, to hand over
+    ]
+    assert "connections_userquota" in sqls[2] and '"content"' in sqls[5]
+    assert sqls[16].startswith('INSERT INTO "compaction_contextrecord"')
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="one-statement claim and finish")
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monkeypatch):
