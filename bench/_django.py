@@ -18,7 +18,19 @@ def _ensure_database(url: str) -> None:
             conn.execute(f'create database "{name}"')
 
 
-def setup() -> None:
+# The key variable of the bots that call a bench's local fake provider (``fake_bot``).
+FAKE_KEY_ENV = "BENCH_FAKE_KEY"
+
+
+def setup(*, fake_key: bool = False) -> None:
+    """``fake_key``: set ``FAKE_KEY_ENV`` and allow-list it for bots (the provider policy
+    checks a bot's key variable against ``PROVIDER_KEY_ENV_ALLOWED`` at settings load)."""
+    if fake_key:
+        os.environ[FAKE_KEY_ENV] = "sk-bench"
+        allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
+        os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
+            dict.fromkeys([*filter(None, allowed.split(",")), FAKE_KEY_ENV])
+        )
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench")
@@ -32,3 +44,14 @@ def setup() -> None:
 
     django.setup()
     call_command("migrate", verbosity=0)
+
+
+def fake_bot(owner, fake, **fields):  # noqa: ANN001, ANN201 - models load after setup()
+    """A bot of ``owner`` calling the local fake provider ``fake`` with ``FAKE_KEY_ENV``, its
+    address approved as staff would approve a local server (``setup(fake_key=True)`` first)."""
+    from bots.models import Bot
+
+    bot = Bot.objects.create(owner=owner, api_base=fake.url, api_key_env=FAKE_KEY_ENV, **fields)
+    bot.api_base_approved = fake.url
+    bot.save(update_fields=["api_base_approved"])
+    return bot

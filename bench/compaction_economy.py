@@ -12,22 +12,15 @@ bot with a 32k window, summariser = the same fake model. Prints, from one run:
     .venv/bin/python bench/compaction_economy.py   # DATABASE_URL defaults to .../chat_bench
 """
 
-import os
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _django import setup  # noqa: E402
+from _django import fake_bot, setup  # noqa: E402
 
-os.environ["BENCH_FAKE_KEY"] = "sk-bench"
-# The provider policy: a bot's key variable must be allow-listed (checked at settings load).
-_allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
-os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
-    dict.fromkeys([*filter(None, _allowed.split(",")), "BENCH_FAKE_KEY"])
-)
-setup()
+setup(fake_key=True)
 
 from django.contrib.auth import get_user_model  # noqa: E402
 
@@ -73,19 +66,15 @@ def main() -> None:
     user, _ = get_user_model().objects.get_or_create(username="bench-economy")
     Bot.objects.filter(owner=user).delete()
     with FakeOpenAI(responder=responder) as fake:
-        bot = Bot.objects.create(
-            owner=user,
+        bot = fake_bot(
+            user,
+            fake,
             name="economy",
             model=MODEL,
-            api_base=fake.url,
-            api_key_env="BENCH_FAKE_KEY",
             context_window=32_000,
             max_output_tokens=1_000,
             system_prompt="You are a project assistant.",
         )
-        # ... and its api_base approved, as staff would approve a local server.
-        bot.api_base_approved = fake.url
-        bot.save(update_fields=["api_base_approved"])
         session = session_create(user=user, bot_id=bot.pk)
         added = 0
         for turn in range(TURNS):

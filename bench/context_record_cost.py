@@ -19,7 +19,6 @@ after the other, which on a shared 2-core host swings by more than the record co
 """
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -29,14 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _django import setup  # noqa: E402
+from _django import fake_bot, setup  # noqa: E402
 
-os.environ["BENCH_FAKE_KEY"] = "sk-bench"
-_allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
-os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
-    dict.fromkeys([*filter(None, _allowed.split(",")), "BENCH_FAKE_KEY"])
-)
-setup()
+setup(fake_key=True)
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
@@ -108,18 +102,15 @@ def main() -> None:
     user, _ = get_user_model().objects.get_or_create(username="bench-record-cost")
     Bot.objects.filter(owner=user).delete()
     with FakeOpenAI(responder=responder) as fake:
-        bot = Bot.objects.create(
-            owner=user,
+        bot = fake_bot(
+            user,
+            fake,
             name="Recorder",
             model=MODEL,
-            api_base=fake.url,
-            api_key_env="BENCH_FAKE_KEY",
             context_window=4_000,
             max_output_tokens=400,
             system_prompt="You are a careful assistant.",
         )
-        bot.api_base_approved = fake.url  # as staff would approve a local server
-        bot.save(update_fields=["api_base_approved"])
         # Warm-up outside the figures: the first turn and compaction import what later reuse.
         warm = session_create(user=user, bot_id=bot.pk)
         for _ in range(3):

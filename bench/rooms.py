@@ -28,7 +28,6 @@ tightest bot compacts first, that import used to land in the room's figure alone
 """
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -38,15 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _django import setup  # noqa: E402
+from _django import fake_bot, setup  # noqa: E402
 
-os.environ["BENCH_FAKE_KEY"] = "sk-bench"
-# The provider policy: a bot's key variable must be allow-listed (checked at settings load).
-_allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
-os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
-    dict.fromkeys([*filter(None, _allowed.split(",")), "BENCH_FAKE_KEY"])
-)
-setup()
+setup(fake_key=True)
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
@@ -161,19 +154,15 @@ def main() -> None:
     with FakeOpenAI(responder=responder) as fake:
         bots = {}
         for name, window in WINDOWS:
-            bot = Bot.objects.create(
-                owner=user,
+            bots[name] = fake_bot(
+                user,
+                fake,
                 name=name,
                 model=MODEL,
-                api_base=fake.url,
-                api_key_env="BENCH_FAKE_KEY",
                 context_window=window,
                 max_output_tokens=400,
                 system_prompt=f"You are {name}.",
             )
-            bot.api_base_approved = fake.url  # as staff would approve a local server
-            bot.save(update_fields=["api_base_approved"])
-            bots[name] = bot
         room = session_create(user=user, bot_id=bots[order[0]].pk, title="bench room")
         for name in order[1:]:
             participant_add(user=user, session_id=room.pk, bot_id=bots[name].pk)
