@@ -93,18 +93,8 @@ def test_a_turn_on_the_plain_orm_path_costs_its_own_fixed_set_of_statements(
     both paths): the claim and the finish become ORM reads and conditional updates, nothing is
     hand-written, and the count is as fixed as the fast path's."""
     settings.DB_FAST_PATHS = False
-    message_add(fake_session, role="user", content="earlier")
-    message_add(fake_session, role="assistant", content="answer")
-    new = message_add(fake_session, role="user", content="now")
-    reply = message_add(
-        fake_session, role="assistant", content="", status="pending", token_count=0, reply_to=new
-    )
-    session_context_recount(session_id=fake_session.pk)
-    prompt_version_store(bot_id=fake_session.bot_id, text=fake_session.bot.system_prompt)
-    fake_openai.script(Reply(text="Done."))
-    before_the_call, queries = _turn_counted(monkeypatch, reply)
+    before_the_call, queries = _one_bot_turn_counted(fake_session, fake_openai, monkeypatch)
 
-    assert Message.objects.get(pk=reply.pk).content == "Done."
     sqls = [q["sql"] for q in queries.captured_queries]
     assert not any(sql.startswith("WITH") for sql in sqls)
     assert before_the_call == [6]  # the fast path's 5, with the claim in two statements
@@ -135,19 +125,8 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
     the admission record
     once the provider answered, one to finish, the context record; then the context meter's
     reads."""
-    message_add(fake_session, role="user", content="earlier")
-    message_add(fake_session, role="assistant", content="answer")
-    new = message_add(fake_session, role="user", content="now")
-    reply = message_add(
-        fake_session, role="assistant", content="", status="pending", token_count=0, reply_to=new
-    )
-    session_context_recount(session_id=fake_session.pk)
-    # The bot's prompt version is stored when the prompt is saved (``bot_update``), not by a turn.
-    prompt_version_store(bot_id=fake_session.bot_id, text=fake_session.bot.system_prompt)
-    fake_openai.script(Reply(text="Done."))
-    before_the_call, queries = _turn_counted(monkeypatch, reply)
+    before_the_call, queries = _one_bot_turn_counted(fake_session, fake_openai, monkeypatch)
 
-    assert Message.objects.get(pk=reply.pk).content == "Done."
     assert before_the_call == [5]
     sqls = [q["sql"] for q in queries.captured_queries]
     assert [sql.split()[0] for sql in sqls] == [
@@ -254,6 +233,24 @@ def test_a_room_reply_costs_a_fixed_set_of_statements(owner, fake_bot, fake_open
         sql.startswith('SELECT "bots_chatsession"."id", "bots_chatsession"."user_id"')
         for sql in sqls
     )
+
+
+def _one_bot_turn_counted(fake_session, fake_openai, monkeypatch):
+    """Two stored messages, a new one and its pending reply answered "Done.": the turn run
+    through ``_turn_counted``."""
+    message_add(fake_session, role="user", content="earlier")
+    message_add(fake_session, role="assistant", content="answer")
+    new = message_add(fake_session, role="user", content="now")
+    reply = message_add(
+        fake_session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_recount(session_id=fake_session.pk)
+    # The bot's prompt version is stored when the prompt is saved (``bot_update``), not by a turn.
+    prompt_version_store(bot_id=fake_session.bot_id, text=fake_session.bot.system_prompt)
+    fake_openai.script(Reply(text="Done."))
+    before_the_call, queries = _turn_counted(monkeypatch, reply)
+    assert Message.objects.get(pk=reply.pk).content == "Done."
+    return before_the_call, queries
 
 
 def _turn_counted(monkeypatch, reply):
