@@ -22,15 +22,22 @@ def _ensure_database(url: str) -> None:
 FAKE_KEY_ENV = "BENCH_FAKE_KEY"
 
 
+def fake_key_env() -> None:
+    """Set ``FAKE_KEY_ENV`` and allow-list it for bots (the provider policy checks a bot's key
+    variable against ``PROVIDER_KEY_ENV_ALLOWED`` at settings load), in this process's
+    environment: processes started after it (the stack's web and worker) inherit both."""
+    os.environ[FAKE_KEY_ENV] = "sk-bench"
+    allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
+    os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
+        dict.fromkeys([*filter(None, allowed.split(",")), FAKE_KEY_ENV])
+    )
+
+
 def setup(*, fake_key: bool = False) -> None:
     """``fake_key``: set ``FAKE_KEY_ENV`` and allow-list it for bots (the provider policy
     checks a bot's key variable against ``PROVIDER_KEY_ENV_ALLOWED`` at settings load)."""
     if fake_key:
-        os.environ[FAKE_KEY_ENV] = "sk-bench"
-        allowed = os.environ.get("PROVIDER_KEY_ENV_ALLOWED", "OPENAI_API_KEY,ANTHROPIC_API_KEY")
-        os.environ["PROVIDER_KEY_ENV_ALLOWED"] = ",".join(
-            dict.fromkeys([*filter(None, allowed.split(",")), FAKE_KEY_ENV])
-        )
+        fake_key_env()
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench")

@@ -25,6 +25,17 @@ user message's send divided by the replies it produced (the send is shared by th
 one-bot reply's is its own send. The warm-up runs one compaction as well as one turn before the
 figures: the first summariser call of a process imports litellm (seconds), and since the room's
 tightest bot compacts first, that import used to land in the room's figure alone.
+
+``--stack``: the same run on the stack as deployed (bench/_stack.py: uvicorn, the Celery worker
+fleet, PostgreSQL, Redis; DATABASE_URL defaults to .../chat_bench_stack, REDIS_URL to db 14,
+flushed). There a turn dispatches soft compaction to the ``compaction`` queue and the reply does
+not wait for it (CONTRACT: soft is asynchronous), so the figure is what a user waits for: each
+user message goes over the room's websocket and its time is from the send to the last reply's
+``message.completed``, divided by the replies; a one-bot reply's, from its send to its
+``message.completed``. The worker's and the web server's CPU are read per reply too, so the
+compaction work the room costs shows even where nobody waits for it. Before each measured send
+the queues are drained (no task queued or running): a side's compaction never runs during the
+other side's replies, only during its own.
 """
 
 import argparse
@@ -37,9 +48,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _django import fake_bot, setup  # noqa: E402
+from _django import fake_bot, fake_key_env, setup  # noqa: E402
 
-setup(fake_key=True)
+STACK = "--stack" in sys.argv
+if STACK:
+    import _stack
+
+    fake_key_env()
+    _stack.django_setup()
+else:
+    setup(fake_key=True)
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
@@ -112,9 +130,118 @@ def sent_tokens(body: dict) -> int:
     )
 
 
+def queues_busy(redis_client) -> bool:  # noqa: ANN001
+    """A task queued (``chat``, ``compaction``) or taken and not yet acknowledged (the tasks are
+    ``acks_late``: kombu keeps them in ``unacked`` until they return)."""
+    return bool(
+        redis_client.llen("chat") or redis_client.llen("compaction") or redis_client.hlen("unacked")
+    )
+
+
+async def drained(redis_client, timeout: float = 120) -> None:  # noqa: ANN001
+    """Until no task is queued or running, seen three times 10 ms apart (a finishing turn
+    dispatches its soft compaction on commit, just after its frame)."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < 3:
+        quiet = 0 if queues_busy(redis_client) else quiet + 1
+        if time.monotonic() > deadline:
+            raise SystemExit("the stack's queues did not drain in time")
+        await asyncio.sleep(0.01)
+
+
+async def replies_completed(ws, count: int, timeout: float = 60) -> list[float]:  # noqa: ANN001
+    """``perf_counter`` times of the next ``count`` chat replies' ``message.completed``."""
+    import asyncio
+    import json
+
+    done: list[float] = []
+    while len(done) < count:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=timeout))
+        kind = frame.get("type")
+        if kind in ("message.failed", "error"):
+            raise SystemExit(f"a reply failed: {str(frame)[:300]}")
+        message = frame.get("message") or {}
+        if (
+            kind == "message.completed"
+            and message.get("role") == "assistant"
+            and message.get("kind", "chat") == "chat"
+        ):
+            done.append(time.perf_counter())
+    return done
+
+
+async def stack_run(
+    stack,  # noqa: ANN001
+    token: str,
+    room_id: int,
+    solo_ids: list[int],
+    contents: list[str],
+    where: list[str],
+    replies_per_message: int,
+    *,
+    side: str | None = None,
+) -> tuple[list[float], list[float], float, Counter[tuple[str, str]]]:
+    """The measured loop on the stack: per user message, the room (one send, every seat's reply)
+    then each one-bot chat, each after the queues drained (``side``: one label for all of them,
+    the warm-up's). Returns the room's elapsed time per user message, the one-bot chats' times
+    per reply, their sum, and CPU seconds by (side, process)."""
+    import json
+
+    import redis
+    import websockets
+
+    redis_client = redis.Redis.from_url(settings.REDIS_URL)
+    headers = {"Authorization": f"Token {token}"}
+    sockets = {
+        sid: await websockets.connect(
+            f"{stack.ws_base}/ws/sessions/{sid}/",
+            additional_headers=headers,
+            open_timeout=30,
+            max_size=None,
+        )
+        for sid in [room_id, *solo_ids]
+    }
+    cpu: Counter[tuple[str, str]] = Counter()
+    room_elapsed: list[float] = []
+    solo_times: list[float] = []
+
+    async def one(side: str, sid: int, content: str, count: int) -> float:
+        where[0] = side
+        await drained(redis_client)
+        worker, web = stack.worker.cpu(), stack.web.cpu()
+        started = time.perf_counter()
+        await sockets[sid].send(json.dumps({"type": "message.send", "content": content}))
+        done = await replies_completed(sockets[sid], count)
+        elapsed = max(done) - started
+        await drained(redis_client)
+        cpu[(side, "worker")] += stack.worker.cpu() - worker
+        cpu[(side, "web")] += stack.web.cpu() - web
+        return elapsed
+
+    try:
+        for n, content in enumerate(contents):
+            room_elapsed.append(await one(side or "room", room_id, content, replies_per_message))
+            for sid in solo_ids:
+                solo_times.append(await one(side or "solo", sid, content, 1))
+            if (n + 1) % 50 == 0:
+                print(f"  … {n + 1} messages", flush=True)
+    finally:
+        for ws in sockets.values():
+            await ws.close()
+    return room_elapsed, solo_times, sum(solo_times), cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=300)
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="run on the deployed stack (uvicorn, Celery worker fleet, Redis), see the docstring",
+    )
     args = parser.parse_args()
     rng = random.Random(19)
     prompts = {f"You are {name}.": name for name, _ in WINDOWS}
@@ -168,35 +295,14 @@ def main() -> None:
             participant_add(user=user, session_id=room.pk, bot_id=bots[name].pk)
         session_reply_mode_set(user=user, session_id=room.pk, reply_mode="all")
         solo = {name: session_create(user=user, bot_id=bots[name].pk) for name in order}
-        # Warm-up outside the figures: the first turn and the first compaction of a process
-        # import and cache what every later one reuses (litellm, for the summariser's call).
-        where[0] = phases.where = "warm"
-        warm = session_create(user=user, bot_id=bots[order[-1]].pk)
-        for _ in range(3):
-            session_message_send(user=user, session_id=warm.pk, content=" ".join(WORDS))
-        session_message_send(user=user, session_id=warm.pk, content="/compact")
-        room_times: list[float] = []
-        solo_times: list[float] = []
-        room_elapsed = 0.0
-        for n in range(args.messages):
-            content = " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60)))
-            where[0] = phases.where = "room"
-            before = Message.objects.filter(session=room, role="assistant").count()
-            started = time.perf_counter()
-            with connection.execute_wrapper(counted):
-                session_message_send(user=user, session_id=room.pk, content=content)
-            elapsed = time.perf_counter() - started
-            made = Message.objects.filter(session=room, role="assistant").count() - before
-            room_times.append(elapsed / max(1, made))
-            room_elapsed += elapsed
-            where[0] = phases.where = "solo"
-            for name in order:
-                started = time.perf_counter()
-                with connection.execute_wrapper(counted):
-                    session_message_send(user=user, session_id=solo[name].pk, content=content)
-                solo_times.append(time.perf_counter() - started)
-            if (n + 1) % 50 == 0:
-                print(f"  … {n + 1} messages", flush=True)
+        if args.stack:
+            room_times, solo_times, room_elapsed, cpu = on_stack(
+                args, user, bots, room, solo, order, where
+            )
+        else:
+            room_times, solo_times, room_elapsed = in_process(
+                args, user, bots, room, solo, order, where, phases, counted, rng
+            )
 
     limit = settings.ROOM_MAX_HOPS
     print(f"room of {len(order)} bots, {args.messages} user messages in 'all' mode")
@@ -232,33 +338,43 @@ def main() -> None:
     )
     room_replies = sum(replies_by_bot[("room", name)] for name in order)
     solo_replies = sum(replies_by_bot[("solo", name)] for name in order)
-    totals = {"room": room_elapsed, "solo": sum(solo_times)}
-    counts = {"room": room_replies, "solo": solo_replies}
-    print("per-reply time split (ms per reply): phase, room vs one-bot")
-    named = ["soft compaction", "hard compaction (waited)", "context build"]
-    for name in [*named, "everything else"]:
-        if name == "everything else":
-            values = {
-                w: totals[w] - sum(phases.totals[(w, n)] for n in named) for w in ("room", "solo")
-            }
-        else:
-            values = {w: phases.totals[(w, name)] for w in ("room", "solo")}
-        room_p, solo_p = (values[w] * 1000 / counts[w] for w in ("room", "solo"))
-        print(f"  {name:<26} {room_p:8.1f} vs {solo_p:8.1f}")
-    compaction_ms = {
-        w: sum(phases.totals[(w, n)] for n in named[:2]) * 1000 / counts[w]
-        for w in ("room", "solo")
-    }
-    room_rest = room_ms - compaction_ms["room"]
-    solo_rest = solo_ms - compaction_ms["solo"]
-    print(
-        f"  without compaction: room {room_rest:.1f} ms vs one-bot {solo_rest:.1f} ms -> "
-        f"{room_rest / solo_rest:.2f}x (a breakdown, not the goal's metric)"
-    )
-    print(
-        f"SQL statements per reply: room {statements['room'] / room_replies:.1f} vs one-bot "
-        f"{statements['solo'] / solo_replies:.1f}"
-    )
+    if args.stack:
+        print("CPU per reply (ms; soft compaction runs in the worker, off the reply's path):")
+        for proc in ("worker", "web"):
+            room_p = cpu[("room", proc)] * 1000 / room_replies
+            solo_p = cpu[("solo", proc)] * 1000 / solo_replies
+            print(
+                f"  {proc:<8} room {room_p:7.1f} vs one-bot {solo_p:7.1f} -> {room_p / solo_p:.2f}x"
+            )
+    else:
+        totals = {"room": room_elapsed, "solo": sum(solo_times)}
+        counts = {"room": room_replies, "solo": solo_replies}
+        print("per-reply time split (ms per reply): phase, room vs one-bot")
+        named = ["soft compaction", "hard compaction (waited)", "context build"]
+        for name in [*named, "everything else"]:
+            if name == "everything else":
+                values = {
+                    w: totals[w] - sum(phases.totals[(w, n)] for n in named)
+                    for w in ("room", "solo")
+                }
+            else:
+                values = {w: phases.totals[(w, name)] for w in ("room", "solo")}
+            room_p, solo_p = (values[w] * 1000 / counts[w] for w in ("room", "solo"))
+            print(f"  {name:<26} {room_p:8.1f} vs {solo_p:8.1f}")
+        compaction_ms = {
+            w: sum(phases.totals[(w, n)] for n in named[:2]) * 1000 / counts[w]
+            for w in ("room", "solo")
+        }
+        room_rest = room_ms - compaction_ms["room"]
+        solo_rest = solo_ms - compaction_ms["solo"]
+        print(
+            f"  without compaction: room {room_rest:.1f} ms vs one-bot {solo_rest:.1f} ms -> "
+            f"{room_rest / solo_rest:.2f}x (a breakdown, not the goal's metric)"
+        )
+        print(
+            f"SQL statements per reply: room {statements['room'] / room_replies:.1f} vs one-bot "
+            f"{statements['solo'] / solo_replies:.1f}"
+        )
     replies = list(
         Message.objects.filter(session=room, role="assistant", kind="chat").values_list(
             "prompted_by_id", "bot_id", "hop", "status"
@@ -280,6 +396,87 @@ def main() -> None:
         f"hop-limit violations: {violations}  (goal 0, ROOM_MAX_HOPS={limit})"
     )
     print(f"room replies: {len(replies)}, not complete: {unfinished}")
+
+
+def in_process(args, user, bots, room, solo, order, where, phases, counted, rng):  # noqa: ANN001, ANN201, PLR0913
+    """The measured loop in embedded mode: per user message, the room's send (every seat's reply,
+    and the soft compactions the in-process tasks run inside it) then each one-bot chat's."""
+    # Warm-up outside the figures: the first turn and the first compaction of a process
+    # import and cache what every later one reuses (litellm, for the summariser's call).
+    where[0] = phases.where = "warm"
+    warm = session_create(user=user, bot_id=bots[order[-1]].pk)
+    for _ in range(3):
+        session_message_send(user=user, session_id=warm.pk, content=" ".join(WORDS))
+    session_message_send(user=user, session_id=warm.pk, content="/compact")
+    room_times: list[float] = []
+    solo_times: list[float] = []
+    room_elapsed = 0.0
+    for n in range(args.messages):
+        content = " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60)))
+        where[0] = phases.where = "room"
+        before = Message.objects.filter(session=room, role="assistant").count()
+        started = time.perf_counter()
+        with connection.execute_wrapper(counted):
+            session_message_send(user=user, session_id=room.pk, content=content)
+        elapsed = time.perf_counter() - started
+        made = Message.objects.filter(session=room, role="assistant").count() - before
+        room_times.append(elapsed / max(1, made))
+        room_elapsed += elapsed
+        where[0] = phases.where = "solo"
+        for name in order:
+            started = time.perf_counter()
+            with connection.execute_wrapper(counted):
+                session_message_send(user=user, session_id=solo[name].pk, content=content)
+            solo_times.append(time.perf_counter() - started)
+        if (n + 1) % 50 == 0:
+            print(f"  … {n + 1} messages", flush=True)
+    return room_times, solo_times, room_elapsed
+
+
+def on_stack(args, user, bots, room, solo, order, where):  # noqa: ANN001, ANN201, PLR0913
+    """``--stack``: the measured loop on the deployed stack (``stack_run``); returns the room's
+    time per reply, the one-bot chats' times, the room's total and CPU seconds by (side,
+    process)."""
+    import asyncio
+
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.get_or_create(user=user)[0].key
+    rng = random.Random(20)
+    contents = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60)))
+        for _ in range(args.messages)
+    ]
+    # Warm-up outside the figures: each worker process imports litellm on its first model
+    # call; two tight one-bot chats with long messages compact early, on either process.
+    warm = [session_create(user=user, bot_id=bots[order[0]].pk) for _ in range(2)]
+    long = " ".join(WORDS * 3)
+    with _stack.running_stack() as stack:
+        asyncio.run(
+            stack_run(stack, token, warm[0].pk, [warm[1].pk], [long] * 8, where, 1, side="warm")
+        )
+        room_elapsed, solo_times, _, cpu = asyncio.run(
+            stack_run(
+                stack,
+                token,
+                room.pk,
+                [solo[name].pk for name in order],
+                contents,
+                where,
+                len(order),
+            )
+        )
+    users = Message.objects.filter(session=room, role="user").order_by("seq")
+    made = Counter(
+        Message.objects.filter(session=room, role="assistant", kind="chat").values_list(
+            "prompted_by_id", flat=True
+        )
+    )
+    counts = [made[pk] for pk in users.values_list("pk", flat=True)]
+    if len(counts) != len(room_elapsed) or 0 in counts:
+        raise SystemExit(f"room sends and replies do not match: {counts[:10]} …")
+    room_times = [elapsed / count for elapsed, count in zip(room_elapsed, counts, strict=True)]
+    return room_times, solo_times, sum(room_elapsed), cpu
 
 
 if __name__ == "__main__":
