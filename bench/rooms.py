@@ -64,6 +64,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bots import turn as bots_turn  # noqa: E402
+from bots import turn_hooks  # noqa: E402
 from bots.models import Bot, Message  # noqa: E402
 from bots.services.participants import participant_add, session_reply_mode_set  # noqa: E402
 from bots.services.send import session_message_send  # noqa: E402
@@ -300,7 +301,7 @@ def main() -> None:
                 args, user, bots, room, solo, order, where
             )
         else:
-            room_times, solo_times, room_elapsed = in_process(
+            room_times, solo_times, room_elapsed, sends = in_process(
                 args, user, bots, room, solo, order, where, phases, counted, rng
             )
 
@@ -332,10 +333,16 @@ def main() -> None:
     room_ms = statistics.mean(room_times) * 1000
     solo_ms = statistics.mean(solo_times) * 1000
     print(
-        f"per-reply platform time: room {room_ms:.1f} ms (p50 "
+        f"per-reply platform time, until the reply is complete: room {room_ms:.1f} ms (p50 "
         f"{statistics.median(room_times) * 1000:.1f}) vs one-bot {solo_ms:.1f} ms (p50 "
         f"{statistics.median(solo_times) * 1000:.1f}) -> {room_ms / solo_ms:.2f}x  (goal <= 1.2x)"
     )
+    if not args.stack:
+        room_send, solo_send = (statistics.mean(sends[w]) * 1000 for w in ("room", "solo"))
+        print(
+            f"per-reply send time, the in-process soft compaction after the replies included: "
+            f"room {room_send:.1f} ms vs one-bot {solo_send:.1f} ms -> {room_send / solo_send:.2f}x"
+        )
     room_replies = sum(replies_by_bot[("room", name)] for name in order)
     solo_replies = sum(replies_by_bot[("solo", name)] for name in order)
     if args.stack:
@@ -347,9 +354,9 @@ def main() -> None:
                 f"  {proc:<8} room {room_p:7.1f} vs one-bot {solo_p:7.1f} -> {room_p / solo_p:.2f}x"
             )
     else:
-        totals = {"room": room_elapsed, "solo": sum(solo_times)}
+        totals = {"room": room_elapsed, "solo": sum(sends["solo"])}
         counts = {"room": room_replies, "solo": solo_replies}
-        print("per-reply time split (ms per reply): phase, room vs one-bot")
+        print("per-reply send time split (ms per reply): phase, room vs one-bot")
         named = ["soft compaction", "hard compaction (waited)", "context build"]
         for name in [*named, "everything else"]:
             if name == "everything else":
@@ -365,8 +372,8 @@ def main() -> None:
             w: sum(phases.totals[(w, n)] for n in named[:2]) * 1000 / counts[w]
             for w in ("room", "solo")
         }
-        room_rest = room_ms - compaction_ms["room"]
-        solo_rest = solo_ms - compaction_ms["solo"]
+        room_rest = room_send - compaction_ms["room"]
+        solo_rest = solo_send - compaction_ms["solo"]
         print(
             f"  without compaction: room {room_rest:.1f} ms vs one-bot {solo_rest:.1f} ms -> "
             f"{room_rest / solo_rest:.2f}x (a breakdown, not the goal's metric)"
@@ -408,8 +415,18 @@ def in_process(args, user, bots, room, solo, order, where, phases, counted, rng)
     for _ in range(3):
         session_message_send(user=user, session_id=warm.pk, content=" ".join(WORDS))
     session_message_send(user=user, session_id=warm.pk, content="/compact")
+    # When each reply was complete (its ``message.completed``), as the turn announces it.
+    completed = [0.0]
+    announce = turn_hooks.notify_completed
+
+    def completed_now(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        completed[0] = time.perf_counter()
+        return announce(*args, **kwargs)
+
+    turn_hooks.notify_completed = completed_now
     room_times: list[float] = []
     solo_times: list[float] = []
+    sends = {"room": [], "solo": []}
     room_elapsed = 0.0
     for n in range(args.messages):
         content = " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 60)))
@@ -419,18 +436,21 @@ def in_process(args, user, bots, room, solo, order, where, phases, counted, rng)
         with connection.execute_wrapper(counted):
             session_message_send(user=user, session_id=room.pk, content=content)
         elapsed = time.perf_counter() - started
-        made = Message.objects.filter(session=room, role="assistant").count() - before
-        room_times.append(elapsed / max(1, made))
+        made = max(1, Message.objects.filter(session=room, role="assistant").count() - before)
+        room_times.append((completed[0] - started) / made)
+        sends["room"].append(elapsed / made)
         room_elapsed += elapsed
         where[0] = phases.where = "solo"
         for name in order:
             started = time.perf_counter()
             with connection.execute_wrapper(counted):
                 session_message_send(user=user, session_id=solo[name].pk, content=content)
-            solo_times.append(time.perf_counter() - started)
+            sends["solo"].append(time.perf_counter() - started)
+            solo_times.append(completed[0] - started)
         if (n + 1) % 50 == 0:
             print(f"  … {n + 1} messages", flush=True)
-    return room_times, solo_times, room_elapsed
+    turn_hooks.notify_completed = announce
+    return room_times, solo_times, room_elapsed, sends
 
 
 def on_stack(args, user, bots, room, solo, order, where):  # noqa: ANN001, ANN201, PLR0913

@@ -186,10 +186,16 @@ def _end_unfinished(
         realtime.notify_message_failed(message)
 
 
-def _fail(reply: Message, error: PlatformError, *, partial_text: str = "") -> None:
+def _fail(
+    reply: Message,
+    error: PlatformError,
+    *,
+    partial_text: str = "",
+    state: "_TurnState | None" = None,
+) -> None:
     _end_unfinished(reply, error, status=Message.Status.FAILED, partial_text=partial_text)
     try:
-        _notify_context(reply.session_id, bot_id=reply.bot_id)
+        _notify_context(reply.session_id, bot_id=reply.bot_id, state=state)
     except Exception:  # the failure is stored and sent; the meter can wait for the next turn
         log.exception("turn_context_notify_failed", session_id=reply.session_id)
 
@@ -203,6 +209,9 @@ class _TurnState:
     recorded: bool = False
     bot_id: int | None = None
     prompt: str = ""
+    # The soft compaction this turn found due (``compact_soft_dispatch``'s arguments), handed
+    # to the queue after the session's next reply (``_hand_over_next``), never before it.
+    soft_compaction: tuple[int, ...] | None = None
 
     @property
     def text(self) -> str:
@@ -257,6 +266,16 @@ def turn_run(*, message_id: int) -> None:
     finally:
         liveness.watcher.unregister(handle)
     _hand_over_next(reply.session_id)
+    _soft_compaction_dispatch(state)
+
+
+def _soft_compaction_dispatch(state: _TurnState) -> None:
+    """After the hand-over: a reply queued behind this one (the next bot of a room's round, a
+    message sent meanwhile) starts first. In embedded mode, where tasks run in-process, the
+    compaction then runs after that reply instead of before it; on the queue it yields to the
+    session's replies (``compaction.services.soft_compaction_yields``)."""
+    if state.soft_compaction is not None:
+        transaction.on_commit(partial(dispatch.compact_soft_dispatch, *state.soft_compaction))
 
 
 def _record(reply: Message, state: _TurnState) -> None:
@@ -322,7 +341,7 @@ def _safe_fail(reply: Message, error: PlatformError, state: _TurnState) -> None:
     """Fail the reply; if even that cannot be written (database down), the heartbeat stops and
     the watchdog marks it interrupted once the database answers."""
     try:
-        _fail(reply, error, partial_text=state.text)
+        _fail(reply, error, partial_text=state.text, state=state)
     except Exception:
         log.exception("turn_fail_write_failed", message_id=reply.pk)
 
@@ -678,7 +697,7 @@ def _turn_calls(
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     try:
-        _notify_context(session.pk, bot_id=bot.pk, seat=session)
+        _notify_context(session.pk, bot_id=bot.pk, seat=session, state=state)
     except Exception:  # the reply is complete and sent; the meter and soft trigger can wait
         log.exception("turn_context_notify_failed", session_id=session.pk)
 
@@ -732,23 +751,32 @@ def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
 
 
 def _notify_context(
-    session_id: int, *, bot_id: int | None = None, seat: ChatSession | None = None
+    session_id: int,
+    *,
+    bot_id: int | None = None,
+    seat: ChatSession | None = None,
+    state: _TurnState | None = None,
 ) -> None:
     """After every turn: the context report (same numbers as the endpoint), and a soft compaction
     on the ``compaction`` queue when pressure reached the soft threshold. The turn never waits.
     In a room both are the answering bot's own (its seat, ``bot_id``). ``seat``: the session as
-    the turn that just ended sat in it (its running totals are re-read, ``context_state``)."""
+    the turn that just ended sat in it (its running totals are re-read, ``context_state``).
+    ``state``: the turn's, which then dispatches the soft compaction itself, after the
+    session's next reply has started (``_soft_compaction_dispatch``)."""
     if seat is not None:
         session = seat
     else:
         session = ChatSession.objects.select_related("bot").get(pk=session_id)
         if session.is_room and bot_id is not None and bot_id != session.bot_id:
             session = session_seat(session, Bot.objects.get(pk=bot_id))
-    state = context_state(session=session)
+    context = context_state(session=session)
     transport.notify_context_updated(
-        session_id, context_report(session=session, state=state), bot=context_bot(session)
+        session_id, context_report(session=session, state=context), bot=context_bot(session)
     )
-    if soft_compaction_due(state):
+    if soft_compaction_due(context):
         key = seat_key(session)
         args = (session_id,) if key is None else (session_id, key)
-        transaction.on_commit(partial(dispatch.compact_soft_dispatch, *args))
+        if state is not None:
+            state.soft_compaction = args  # the turn dispatches it after its hand-over
+        else:
+            transaction.on_commit(partial(dispatch.compact_soft_dispatch, *args))

@@ -544,6 +544,12 @@ COMPACTION_BACKOFF_SECONDS = env.list(
 )
 # Soft compaction drains toward the target in at most this many passes.
 COMPACTION_SOFT_PASSES = env.int("COMPACTION_SOFT_PASSES", default=3)
+# Soft compaction on the queue yields to the session's replies: while one is running or queued
+# (the next bot of a room's round, a message sent meanwhile), it is put back for this many
+# seconds, at most COMPACTION_SOFT_YIELD_MAX times (then it runs anyway; the hard threshold
+# guards the turn meanwhile). 0 times: never yield.
+COMPACTION_SOFT_YIELD_SECONDS = env.float("COMPACTION_SOFT_YIELD_SECONDS", default=1.0)
+COMPACTION_SOFT_YIELD_MAX = env.int("COMPACTION_SOFT_YIELD_MAX", default=30)
 # Context records ("what the model saw", one per reply): deleted by a daily sweep once older
 # than this many days; 0 keeps them all.
 CONTEXT_RECORD_RETENTION_DAYS = env.int("CONTEXT_RECORD_RETENTION_DAYS", default=0)

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Count, F, Sum
 
@@ -13,7 +14,7 @@ from bots.queries import (
     session_get_for_user,
     session_seat_get,
 )
-from bots.transitions import messages_room_uncompact
+from bots.transitions import messages_room_uncompact, reply_running_first
 from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
@@ -64,6 +65,19 @@ def session_compact(
     result = compaction_manual(session=session, focus=focus.strip())
     context_notify(session_id=session.pk, bot_id=seat_key(session))
     return result
+
+
+def soft_compaction_yields(*, session_id: int, yielded: int) -> bool:
+    """Whether a soft compaction taken from the queue should wait: a reply of the session is
+    running or queued (in a room, the next bot of the round; anywhere, a message sent
+    meanwhile) and it has yielded fewer than ``COMPACTION_SOFT_YIELD_MAX`` times. Soft
+    compaction is not urgent (the hard threshold guards every turn), so it runs after the
+    replies rather than beside them, where its CPU slowed them (``bench/rooms.py --stack``).
+    (A task run in-process, embedded mode, is not asked: the turn dispatches it after its
+    hand-over, so the next reply has already run.)"""
+    if yielded >= settings.COMPACTION_SOFT_YIELD_MAX:
+        return False
+    return reply_running_first(session_id=session_id) is not None
 
 
 def session_compact_soft(*, session_id: int, bot_id: int | None = None) -> RunResult | None:

@@ -1,13 +1,30 @@
 """Celery tasks of the compaction queue: thin, safe to run twice, tolerant of vanished rows."""
 
+import structlog
 from celery import shared_task
 from django.conf import settings
 
+from chat_platform.outage import BROKER_ERRORS
 from compaction import records, services
 
+log = structlog.get_logger(__name__)
 
-@shared_task(name="compaction.tasks.compact_soft", ignore_result=True)
-def compact_soft(session_id: int, bot_id: int | None = None) -> None:
+
+@shared_task(bind=True, name="compaction.tasks.compact_soft", ignore_result=True)
+def compact_soft(self, session_id: int, bot_id: int | None = None, yielded: int = 0) -> None:  # noqa: ANN001
+    # In-process (embedded mode, eager): the next reply has run already (the turn dispatches
+    # this after its hand-over), and a countdown would not wait anyway.
+    eager = self.app.conf.task_always_eager
+    if not eager and services.soft_compaction_yields(session_id=session_id, yielded=yielded):
+        try:
+            self.apply_async(
+                (session_id, bot_id),
+                {"yielded": yielded + 1},
+                countdown=settings.COMPACTION_SOFT_YIELD_SECONDS,
+            )
+            return
+        except BROKER_ERRORS:  # it cannot be put back: run it now rather than drop it
+            log.warning("compaction_yield_requeue_failed", session_id=session_id, exc_info=True)
     services.session_compact_soft(session_id=session_id, bot_id=bot_id)
 
 

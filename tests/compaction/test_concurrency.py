@@ -236,7 +236,10 @@ def test_two_celery_workers_draining_soft_tasks_keep_single_flight(
 ):
     session = SessionFactory(user=owner, bot=small_bot)
     add_history(session, [100] * 40)
-    add_turn(session, "and now?", tokens=100)
+    _, reply = add_turn(session, "and now?", tokens=100)
+    # The turn has ended, as when a turn schedules soft compaction (a reply still in flight
+    # makes it wait on the queue: tests/compaction/test_soft_yields.py).
+    Message.objects.filter(pk=reply.pk).update(status="complete")
     recount(session)
     fake_openai.default = Reply(text=GOOD, hang=0.5)
     db = django_settings.DATABASES["default"]

@@ -1174,7 +1174,9 @@ def test_summaries_are_system_blocks_after_the_system_prompt(session, small_bot,
     assert not any("[Summary of" in m["content"] for m in chat["messages"] if m["role"] != "system")
 
 
-def test_the_soft_task_sends_the_meter_after_it_compacted(session, fake_openai, monkeypatch):
+def test_the_soft_task_sends_the_meter_after_it_compacted(
+    session, fake_openai, monkeypatch, eager_tasks
+):
     from chat_platform import realtime
     from compaction.tasks import compact_soft as soft_task
 
