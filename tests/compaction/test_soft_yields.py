@@ -10,28 +10,12 @@ from bots import turn_hooks
 from bots.models import Message
 from compaction import services, tasks
 from compaction.models import CompactionEvent
+from tests.compaction.test_room_compaction import FILLER, _bot
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
-from tests.factories import BotFactory, SessionFactory, UserFactory, message_add
+from tests.factories import SessionFactory, UserFactory, message_add
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-MODEL = "openai/fake-model"
-FILLER = "We chatted about the weather and the garden for a while without deciding anything. "
-
-
-def _bot(owner, fake_openai, name, window):
-    return BotFactory(
-        owner=owner,
-        name=name,
-        model=MODEL,
-        api_base=fake_openai.url,
-        api_key_env=FAKE_KEY_ENV,
-        system_prompt=f"You are {name}.",
-        context_window=window,
-        max_output_tokens=200,
-        compaction_model="builtin/extractive",
-    )
 
 
 def test_a_seats_soft_compaction_runs_after_the_next_bots_reply_in_process(

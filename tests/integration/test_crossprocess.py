@@ -11,24 +11,13 @@ import threading
 import httpx
 import pytest
 import websockets
-from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from bots.models import Message
 from tests.factories import BotFactory, SessionFactory, UserFactory
 from tests.fakeopenai import Reply
-from tests.integration.processes import celery_worker, process_env, web_server
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def real_stack(django_db_setup, tmp_path):
-    db = settings.DATABASES["default"]
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true")
-    with celery_worker(env, tmp_path / "worker.log"), web_server(env, tmp_path / "web.log") as base:
-        yield base
 
 
 async def _ws_turn(ws_url: str, token: str, content: str) -> list[dict]:

@@ -7,7 +7,6 @@ import time
 
 import httpx
 import pytest
-from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from bots.models import Message
@@ -16,21 +15,11 @@ from compaction.engine import SUMMARY_INSTRUCTIONS
 from compaction.models import CompactionEvent
 from tests.factories import BotFactory, SessionFactory, UserFactory
 from tests.fakeopenai import Reply
-from tests.integration.processes import celery_worker, process_env, web_server
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
 SLOW = ["Critic ", "takes ", "its ", "time."]
 CHUNK_DELAY = 0.4
-
-
-@pytest.fixture
-def real_stack(django_db_setup, tmp_path):
-    db = settings.DATABASES["default"]
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true")
-    with celery_worker(env, tmp_path / "worker.log"), web_server(env, tmp_path / "web.log") as base:
-        yield base
 
 
 def _wait(predicate, what: str, timeout: float = 60.0) -> None:
