@@ -461,6 +461,7 @@ def _recall_round(
         calls=calls,
         room_tokens=room,
         model=model,
+        live_before=context.recall_live_before,
     )
     with transaction.atomic():
         # seqs: the request takes the reply's place, results follow, then the reply, then what

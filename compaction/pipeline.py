@@ -94,6 +94,15 @@ class BuiltContext:
     # The hard compaction this call waited for: {"event": id | None, "outcome"}; None if none.
     waited_for_compaction: dict[str, Any] | None = None
 
+    @property
+    def recall_live_before(self) -> int:
+        """Recall searches the session's live (uncompacted) history below this seq: the message
+        this call answers. Not only what admission left out: the request after a recall round
+        carries the results whole and history makes room for them, oldest first, so what this
+        request shows may be gone from the next (``memory.queries.records_search``)."""
+        measure = self.measure
+        return measure.before_seq - 1 if measure.new_message is not None else measure.before_seq
+
     def record_admission(self) -> None:
         """Log the decision and keep it as the session's ``last_admission`` (see
         ``context_build(record=False)``)."""

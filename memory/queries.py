@@ -234,10 +234,23 @@ class SearchHit:
     excerpt: str
     rank: float
     seqs: tuple[int, ...] = ()  # the messages the excerpt carries (empty for a record hit)
+    # Live history the request does not show (``records_search(live_before=…)``): messages no
+    # record holds yet, so nothing to read by name; ``record`` is an unsaved stand-in.
+    history: bool = False
 
     @property
     def name(self) -> str:
-        return self.record.name
+        return HISTORY_NAME if self.history else self.record.name
+
+    @property
+    def header(self) -> str:
+        """The line a search result puts above the hit's text."""
+        return HISTORY_HEADER if self.history else f"[record {self.record.name}]"
+
+
+# What a recall result names a live-history hit by: no record, so ``read`` has nothing to open.
+HISTORY_NAME = "(history)"
+HISTORY_HEADER = "[chat history: not in a record yet, nothing to read]"
 
 
 # Candidates whose text is read per round of filling the result budget; neighbours come along.
@@ -248,7 +261,7 @@ _QUESTION = "?"
 
 @dataclass
 class _Group:
-    record_id: int
+    record_id: int | None  # None: live history
     rank: float
     lines: dict[int, str]  # seq -> line
 
@@ -262,6 +275,7 @@ def records_search(
     scope: str | None = None,
     budget: int | None = None,
     model: str = "",
+    live_before: int | None = None,
 ) -> list[SearchHit]:
     """Ranked hits over everything ``session`` may read, best first (CONTRACT §10).
 
@@ -275,6 +289,13 @@ def records_search(
     searched as records and come after every message and info hit: a copy never outranks its
     source. The hits fill at most ``budget`` tokens (``SEARCH_RESULT_TOKENS`` and no more), with
     at most ``limit`` records. The query is always data: any text gives hits or none.
+
+    ``live_before`` (recall, from the turn: the seq of the message it answers): the session's
+    uncompacted messages older than that are searched with the compacted ones and come as one
+    ``history`` hit — admission may have left them out, and a recall result takes its room from
+    history, so the request after it may not show what this one did (pinned ones are in every
+    request, so never). Without it (the records API, the memory panel) only compacted messages
+    are: they list records.
     """
     if limit <= 0 or not isinstance(query, str):
         return []
@@ -293,18 +314,19 @@ def records_search(
         MemoryRecord.Scope.SESSION,
     )
     scored, collection = (
-        search.messages_ranked(session_id=session.pk, query=wanted) if messages else ([], None)
+        search.messages_ranked(session_id=session.pk, query=wanted, live_before=live_before)
+        if messages
+        else ([], None)
     )
     info = _info_scored(records, text, wanted, collection, limit=limit)
     from_seq = _seen_from(session)
-    ranked: list[tuple[float, object]] = [
-        (m.score, m) for m in scored if m.record_id and m.seq >= from_seq
-    ]
+    # messages_ranked gives live rows (no record) only below ``live_before``.
+    ranked: list[tuple[float, object]] = [(m.score, m) for m in scored if m.seq >= from_seq]
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
     if messages:
         ranked = _with_vectors(session, text, ranked, from_seq=from_seq)
-    hits = _fill(session, ranked, room=room, limit=limit, model=model)
+    hits = _fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
     used = count_tokens("".join(_rendered(hit) for hit in hits), model=model)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
         hits += _snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
@@ -345,7 +367,7 @@ def _with_vectors(
 
 def _rendered(hit: SearchHit) -> str:
     """What one hit adds to a search result (``memory.recall`` joins hits with a blank line)."""
-    return f"[record {hit.name}]\n{hit.excerpt}\n\n"
+    return f"{hit.header}\n{hit.excerpt}\n\n"
 
 
 def _info_scored(
@@ -397,23 +419,28 @@ def _fill(
     room: int,
     limit: int,
     model: str,
+    live_before: int | None = None,
 ) -> list[SearchHit]:
     """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
-    record (a record's first appearance sets its place), each message once."""
-    names = {
+    record (a record's first appearance sets its place), each message once; live messages (no
+    record) form one group of their own."""
+    names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
             pk__in={i.record_id for _, i in ranked if isinstance(i, search.MessageScore)}
         ).defer("body", "search_vector")
     }
-    groups: dict[int, _Group] = {}
+    names[None] = MemoryRecord(session=session, name=HISTORY_NAME, kind=MemoryRecord.Kind.SNAPSHOT)
+    groups: dict[int | None, _Group] = {}
     order: list[object] = []  # _Group or SearchHit, in rank order
     shown: set[int] = set()
     used = 0
     for start in range(0, len(ranked), _FILL_CHUNK):
         chunk = ranked[start : start + _FILL_CHUNK]
         lines = _message_lines(
-            session, [item for _, item in chunk if isinstance(item, search.MessageScore)]
+            session,
+            [item for _, item in chunk if isinstance(item, search.MessageScore)],
+            live_before=live_before,
         )
         for score, item in chunk:
             if isinstance(item, SearchHit):
@@ -422,7 +449,7 @@ def _fill(
                     order.append(item)
                     used += cost
                 continue
-            assert isinstance(item, search.MessageScore) and item.record_id is not None
+            assert isinstance(item, search.MessageScore)
             record = names.get(item.record_id)
             if item.seq in shown or record is None:
                 continue
@@ -436,7 +463,11 @@ def _fill(
             new_group = group is None
             if new_group and len(order) >= limit:
                 continue
-            header = f"[record {record.name}]\n\n" if new_group else ""
+            header = (
+                f"{HISTORY_HEADER if item.record_id is None else f'[record {record.name}]'}\n\n"
+                if new_group
+                else ""
+            )
             cost = count_tokens(header + "".join(f"{lines[s]}\n" for s in seqs), model=model)
             if used + cost > room and len(seqs) > 1:  # the question alone, without its answer
                 seqs = seqs[:1]
@@ -478,6 +509,7 @@ def _fill(
                 excerpt="\n".join(entry.lines[s] for s in seqs),
                 rank=entry.rank,
                 seqs=seqs,
+                history=entry.record_id is None,
             )
         )
     return _within(hits, room, model=model)
@@ -491,20 +523,29 @@ def _within(hits: list[SearchHit], room: int, *, model: str) -> list[SearchHit]:
     return hits
 
 
-def _message_lines(session: ChatSession, scored: list["search.MessageScore"]) -> dict[int, str]:
+def _message_lines(
+    session: ChatSession, scored: list["search.MessageScore"], *, live_before: int | None
+) -> dict[int, str]:
     """Transcript lines (seq -> line) of ``scored`` and of the turn after each question among
-    them, read in one query."""
+    them, read in one query: compacted messages, and live ones below ``live_before`` that are
+    not pinned (a pin is in every request)."""
     if not scored:
         return {}
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
+    hidden = Q(seq__lt=live_before, pinned=False) if live_before else Q(pk__in=[])
     # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
-    # scored ones are indexed with a snapshot, so compacted by some bot of the room.
-    compacted = {} if session.is_room else {"compacted_by_id__isnull": False}
+    # scored ones are indexed with a snapshot, so compacted by some bot of the room; a live one
+    # is one no snapshot holds.
+    if session.is_room:
+        live = {m.seq for m in scored if m.record_id is None}
+        visible = ~Q(seq__in=live, pinned=True)
+    else:
+        visible = Q(compacted_by_id__isnull=False) | hidden
     rows = Message.objects.filter(
+        visible,
         session_id=session.pk,
         seq__in=seqs,
         role__in=(Message.Role.USER, Message.Role.ASSISTANT),
-        **compacted,
     ).values_list("seq", "role", "content", "created_at")
     asked = {m.seq for m in scored}
     lines = {}

@@ -330,14 +330,21 @@ def _read(session: ChatSession, call: ToolCall, *, model: str) -> tuple[str, lis
 
 
 def _search(
-    session: ChatSession, call: ToolCall, *, room: int, model: str
+    session: ChatSession, call: ToolCall, *, room: int, model: str, live_before: int | None
 ) -> tuple[str, list[str]]:
     """Whole messages (and info records) that fit what is left of B: the search fills ``room``
-    itself, so a hit is never cut mid-message to fit it."""
-    hits = records_search(session=session, query=call.arguments["query"], budget=room, model=model)
+    itself, so a hit is never cut mid-message to fit it. History older than ``live_before``
+    (the message the turn answers) is searched too, compacted or not."""
+    hits = records_search(
+        session=session,
+        query=call.arguments["query"],
+        budget=room,
+        model=model,
+        live_before=live_before,
+    )
     if not hits:
         return "[no matches]", []
-    body = "\n\n".join(f"[record {hit.name}]\n{hit.excerpt}" for hit in hits)
+    body = "\n\n".join(f"{hit.header}\n{hit.excerpt}" for hit in hits)
     return body, [hit.name for hit in hits]
 
 
@@ -402,6 +409,7 @@ def _answer(
     recall_round: int,
     room: int,
     model: str,
+    live_before: int | None = None,
 ) -> tuple[str, int]:
     if call.refusal:
         return _fit(call.refusal, room, model=model)
@@ -410,7 +418,7 @@ def _answer(
     if call.name == READ_TOOL:
         text, found = _read(session, call, model=model)
     else:
-        text, found = _search(session, call, room=room, model=model)
+        text, found = _search(session, call, room=room, model=model, live_before=live_before)
     text, tokens = _fit(text, room, model=model)
     _event(
         session=session,
@@ -458,9 +466,12 @@ def recall_execute(
     calls: Sequence[ToolCall],
     room_tokens: int,
     model: str,
+    live_before: int | None = None,
 ) -> list[ToolResult]:
     """Answer one round of the model's (checked) requests, within ``room_tokens`` in all: one
-    result per call, whatever happens in any of them. At most ``RECALL_MAX_CALLS`` run."""
+    result per call, whatever happens in any of them. At most ``RECALL_MAX_CALLS`` run.
+    ``live_before``: the seq of the message the turn answers (older live history is searched
+    too; ``memory.queries.records_search``)."""
     results = []
     room = max(0, room_tokens)
     for index, call in enumerate(calls):
@@ -468,7 +479,13 @@ def recall_execute(
             call = ToolCall(id=call.id, name=call.name, arguments={}, refusal=NOT_RUN_TEXT)
         try:
             text, tokens = _answer(
-                session, reply, call, recall_round=recall_round, room=room, model=model
+                session,
+                reply,
+                call,
+                recall_round=recall_round,
+                room=room,
+                model=model,
+                live_before=live_before,
             )
         except Exception:
             failure = _failed(session, reply, call, recall_round=recall_round)

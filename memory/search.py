@@ -240,7 +240,10 @@ BM25_B = 0.75
 # collection is one session's compacted messages (recall: what left the model's context) or every
 # indexed message of one user's sessions (search all my chats). Literal SQL; every value is a
 # parameter ({scope} and {query} become "%s"-placeholders only).
-_SCOPE_SESSION = "{t}session_id = %s AND {t}record_id IS NOT NULL"
+# Recall's collection: the session's compacted messages, and (``live_before``) its live ones
+# older than the request's history, which the model is not shown either. With no such seq the
+# second parameter is 0 and only compacted messages count.
+_SCOPE_SESSION = "{t}session_id = %s AND ({t}record_id IS NOT NULL OR {t}seq < %s)"
 # A branch chat's messages before its branch point are copies of its original's (which is
 # searched itself): they are left out, so a hit is never listed once per branch. A branch whose
 # original was deleted has no ``branch_of`` any more, and its messages are its own.
@@ -298,19 +301,27 @@ class Collection:
 
 
 def messages_ranked(
-    *, query: list[str], session_id: int | None = None, user_id: int | None = None
+    *,
+    query: list[str],
+    session_id: int | None = None,
+    user_id: int | None = None,
+    live_before: int | None = None,
 ) -> tuple[list[MessageScore], Collection]:
     """Every indexed message holding a term of ``query``, best first (ties: newest first), and
     the statistics they were ranked with. Exactly one scope: ``session_id``, that session's
-    compacted messages (recall); ``user_id``, every indexed message of that user's sessions,
-    compacted or not (search all my chats: one query over all of them)."""
+    compacted messages (recall), and with ``live_before`` its uncompacted ones of a lower seq
+    (history the request does not show: ``record_id`` None); ``user_id``, every indexed message
+    of that user's sessions, compacted or not (search all my chats: one query over all of
+    them)."""
     if (session_id is None) == (user_id is None):
         raise ValueError("messages_ranked needs exactly one of session_id and user_id")
     empty = Collection(documents=0, mean_length=0.0, frequency={})
     if not query:
         return [], empty
     scope, owner = (
-        (_SCOPE_SESSION, session_id) if session_id is not None else (_SCOPE_USER, user_id)
+        (_SCOPE_SESSION, [session_id, max(0, live_before or 0)])
+        if session_id is not None
+        else (_SCOPE_USER, [user_id])
     )
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -319,14 +330,14 @@ def messages_ranked(
             sql = _PG_CANDIDATES.replace(
                 "{scope}", scope.replace("{t}", "memory_messageindex.")
             ).replace("{query}", ored)
-            cursor.execute(sql, [owner, owner, owner, *query])
+            cursor.execute(sql, [*owner, *owner, *owner, *query])
         elif connection.vendor == "sqlite":
             # Each term an FTS5 string literal; a term is word characters, never a quote.
             match = " OR ".join(f'"{term}"' for term in query)
             sql = _SQLITE_CANDIDATES.replace(
                 "{scope}", scope.replace("{t}", "memory_messageindex.")
             ).replace("{m_scope}", scope.replace("{t}", "m."))
-            cursor.execute(sql, [owner, owner, match, owner])
+            cursor.execute(sql, [*owner, *owner, match, *owner])
         else:
             raise NotImplementedError(f"No message search for {connection.vendor}")
         fetched = cursor.fetchall()

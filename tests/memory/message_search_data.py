@@ -243,6 +243,12 @@ def answers(session: ChatSession, ravi: ChatSession) -> dict:
         "ravi": hits(ravi, "What did Ravi say about the harmonica?"),
         "ravi_ranked": ranked(ravi, "What did Ravi say about the harmonica?"),
     }
+    # The last turn, live: indexed as its reply ended; recall searches it below the first seq
+    # its request shows (``live_before``), as a history hit.
+    live = Message.objects.filter(session=session, seq__gt=22).values_list("pk", flat=True)
+    services.messages_index_written(message_ids=list(live))
+    asked = (None, 24, session.last_seq + 1)
+    out["live"] = {n: hits(session, "boat lake Friday", live_before=n) for n in asked}
     fuse(session, 1, 16)
     out["after_fusion"] = hits(session, "boat lake")
     return out

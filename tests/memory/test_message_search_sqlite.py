@@ -51,8 +51,8 @@ def test_sqlite_and_postgresql_give_the_same_hits(tmp_path, owner, bot, other_us
         ["trigger", "memory_message_fts_ad"],
         ["trigger", "memory_message_fts_ai"],
     ]
-    # 22 + 10 (ravi) + 2 + 2 (foreign); then ravi's session is deleted
-    assert out["cascade"] == [[36, 36], [26, 26]]
+    # 22 + 2 live + 10 (ravi) + 2 + 2 (foreign); then ravi's session is deleted
+    assert out["cascade"] == [[38, 38], [28, 28]]
     sqlite = out["answers"]
     # every hit, message excerpts included, and every BM25 score are the same
     assert sqlite == postgres
@@ -75,3 +75,12 @@ def test_sqlite_and_postgresql_give_the_same_hits(tmp_path, owner, bot, other_us
         ["snapshot_17_22", [21]],
         ["snapshot_1_16", []],
     ]
+    # live history below the request's first shown seq: one history hit, on both databases
+    assert [h[:2] for h in sqlite["live"]["null"] if h[0] != "boat_name"] == [
+        ["snapshot_1_8", [1]],
+        ["snapshot_17_22", [21]],
+    ]
+    assert [h[:2] for h in sqlite["live"]["25"] if h[0] != "boat_name"][:1] == [
+        ["(history)", [23, 24]]
+    ]
+    assert [h[:2] for h in sqlite["live"]["24"] if h[0] != "boat_name"][:1] == [["(history)", [23]]]
