@@ -451,6 +451,22 @@ def message_pinned_set(*, message_id: int, pinned: bool) -> None:
 # --- compaction coverage ----------------------------------------------------------------------
 
 
+def session_one_bot_hold(*, session_id: int) -> bool:
+    """A one-bot compaction's commit (caller's transaction), first of its writes: the session
+    row locked, as ``participant_add`` locks it before it turns a session into a room and moves
+    its coverage, so the two run one after the other and take their locks in the same order (the
+    session row, then summaries, messages and coverage). True while the session is still one
+    bot's; False when a bot joined meanwhile and made it a room: one-bot coverage
+    (``compacted_by_id``) written now would cover nothing for any seat. One statement."""
+    is_room = (
+        ChatSession.objects.select_for_update()
+        .filter(pk=session_id)
+        .values_list("is_room", flat=True)
+        .first()
+    )
+    return is_room is False
+
+
 def messages_compact(*, message_ids: list[int], summary_id: int) -> int:
     """Conditional claim of exactly these messages for a new summary: one pinned, compacted or
     changed meanwhile is left alone (the caller compares the count and rolls back)."""

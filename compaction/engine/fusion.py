@@ -11,7 +11,13 @@ from bots.models import ChatSession
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from chat_platform.transcript import raw_header
 from compaction.budget import Budget
-from compaction.engine.common import FUSION_INPUT_PERCENT, FUSION_SHARE_PERCENT, Conflict, Plan
+from compaction.engine.common import (
+    FUSION_INPUT_PERCENT,
+    FUSION_SHARE_PERCENT,
+    Conflict,
+    Plan,
+    session_kind_held,
+)
 from compaction.engine.events import event_write
 from compaction.engine.holds import held_spans, in_spans
 from compaction.engine.passes import (
@@ -129,6 +135,7 @@ def fuse_commit(
     replaced: int,
 ) -> tuple[Summary, int, CompactionEvent]:
     """Supersede the parents, create the fused summary, re-point coverage (caller's atomic)."""
+    session_kind_held(session)  # a bot joined meanwhile -> conflict
     parent_ids = [p.pk for p in parents]
     superseded = Summary.objects.filter(pk__in=parent_ids, status=Summary.Status.ACTIVE).update(
         status=Summary.Status.SUPERSEDED, superseded_at=timezone.now()

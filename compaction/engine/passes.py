@@ -25,6 +25,7 @@ from compaction.engine.common import (
     Plan,
     current_turn_seq,
     session_fresh,
+    session_kind_held,
 )
 from compaction.engine.events import event_write, room_frame, unchanged
 from compaction.engine.holds import held_spans
@@ -394,6 +395,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
     assert accepted is not None
     try:
         with transaction.atomic():
+            session_kind_held(session)  # a bot joined meanwhile -> conflict
             summary = summary_create(
                 session,
                 plan,

@@ -17,7 +17,13 @@ from django.utils import timezone
 
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, ValidationFailed
-from compaction.engine.common import Conflict, Plan, session_fresh, summary_seat
+from compaction.engine.common import (
+    Conflict,
+    Plan,
+    session_fresh,
+    session_kind_held,
+    summary_seat,
+)
 from compaction.engine.events import event_write
 from compaction.engine.passes import (
     coverage_move,
@@ -85,6 +91,7 @@ def _resummarise(
     assert accepted is not None
     try:
         with transaction.atomic():
+            session_kind_held(session)  # a bot joined meanwhile -> conflict
             superseded = Summary.objects.filter(pk=old.pk, status=Summary.Status.ACTIVE).update(
                 status=Summary.Status.SUPERSEDED, superseded_at=timezone.now()
             )

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, ValidationFailed
-from compaction.engine.common import session_fresh, summary_seat
+from compaction.engine.common import Conflict, session_fresh, session_kind_held, summary_seat
 from compaction.engine.events import event_write
 from compaction.engine.passes import coverage_release, coverage_restore
 from compaction.engine.runs import manual_passes
@@ -104,6 +104,13 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
         tokens_before = context_measure(session=session).pressure
         try:
             with transaction.atomic():
+                try:
+                    session_kind_held(session)
+                except Conflict:
+                    raise CompactionBusy(
+                        "A bot joined this chat while the compaction was being undone; nothing "
+                        "was changed. Try again."
+                    ) from None
                 result = _revert_commit(session, summary, tokens_before=tokens_before)
                 if result.tokens_after >= hard and not compact_rest:
                     raise _OverHard(result.tokens_after)
