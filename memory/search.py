@@ -241,9 +241,9 @@ BM25_B = 0.75
 # indexed message of one user's sessions (search all my chats). Literal SQL; every value is a
 # parameter ({scope} and {query} become "%s"-placeholders only).
 # Recall's collection: the session's compacted messages, and (``live_before``) its live ones
-# older than the request's history, which the model is not shown either. With no such seq the
-# second parameter is 0 and only compacted messages count.
-_SCOPE_SESSION = "{t}session_id = %s AND ({t}record_id IS NOT NULL OR {t}seq < %s)"
+# older than the message the turn answers, which the answering request may not show.
+_SCOPE_SESSION = "{t}session_id = %s AND {t}record_id IS NOT NULL"
+_SCOPE_SESSION_LIVE = "{t}session_id = %s AND ({t}record_id IS NOT NULL OR {t}seq < %s)"
 # A branch chat's messages before its branch point are copies of its original's (which is
 # searched itself): they are left out, so a hit is never listed once per branch. A branch whose
 # original was deleted has no ``branch_of`` any more, and its messages are its own.
@@ -319,9 +319,11 @@ def messages_ranked(
     if not query:
         return [], empty
     scope, owner = (
-        (_SCOPE_SESSION, [session_id, max(0, live_before or 0)])
-        if session_id is not None
-        else (_SCOPE_USER, [user_id])
+        (_SCOPE_USER, [user_id])
+        if session_id is None
+        else (_SCOPE_SESSION, [session_id])
+        if live_before is None
+        else (_SCOPE_SESSION_LIVE, [session_id, live_before])
     )
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
