@@ -539,6 +539,8 @@ def _message_lines(
     if session.is_room:
         live = {m.seq for m in scored if m.record_id is None}
         visible = ~Q(seq__in=live, pinned=True)
+        if live_before:  # never the message the turn answers, or what came after it
+            visible &= Q(seq__lt=live_before)
     else:
         visible = Q(compacted_by_id__isnull=False) | hidden
     rows = Message.objects.filter(
