@@ -245,7 +245,11 @@ class SearchHit:
     @property
     def header(self) -> str:
         """The line a search result puts above the hit's text."""
-        return HISTORY_HEADER if self.history else f"[record {self.record.name}]"
+        return _header(self.record, history=self.history)
+
+
+def _header(record: MemoryRecord, *, history: bool) -> str:
+    return HISTORY_HEADER if history else f"[record {record.name}]"
 
 
 # What a recall result names a live-history hit by: no record, so ``read`` has nothing to open.
@@ -463,11 +467,7 @@ def _fill(
             new_group = group is None
             if new_group and len(order) >= limit:
                 continue
-            header = (
-                f"{HISTORY_HEADER if item.record_id is None else f'[record {record.name}]'}\n\n"
-                if new_group
-                else ""
-            )
+            header = f"{_header(record, history=item.record_id is None)}\n\n" if new_group else ""
             cost = count_tokens(header + "".join(f"{lines[s]}\n" for s in seqs), model=model)
             if used + cost > room and len(seqs) > 1:  # the question alone, without its answer
                 seqs = seqs[:1]
@@ -532,7 +532,6 @@ def _message_lines(
     if not scored:
         return {}
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
-    hidden = Q(seq__lt=live_before, pinned=False) if live_before else Q(pk__in=[])
     # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
     # scored ones are indexed with a snapshot, so compacted by some bot of the room; a live one
     # is one no snapshot holds.
@@ -542,7 +541,9 @@ def _message_lines(
         if live_before:  # never the message the turn answers, or what came after it
             visible &= Q(seq__lt=live_before)
     else:
-        visible = Q(compacted_by_id__isnull=False) | hidden
+        visible = Q(compacted_by_id__isnull=False)
+        if live_before:
+            visible |= Q(seq__lt=live_before, pinned=False)
     rows = Message.objects.filter(
         visible,
         session_id=session.pk,

@@ -318,13 +318,12 @@ def messages_ranked(
     empty = Collection(documents=0, mean_length=0.0, frequency={})
     if not query:
         return [], empty
-    scope, owner = (
-        (_SCOPE_USER, [user_id])
-        if session_id is None
-        else (_SCOPE_SESSION, [session_id])
-        if live_before is None
-        else (_SCOPE_SESSION_LIVE, [session_id, live_before])
-    )
+    if session_id is None:
+        scope, owner = _SCOPE_USER, [user_id]
+    elif live_before is None:
+        scope, owner = _SCOPE_SESSION, [session_id]
+    else:
+        scope, owner = _SCOPE_SESSION_LIVE, [session_id, live_before]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # Every term a bound parameter: ``plainto_tsquery`` of one stored-form word.

@@ -86,13 +86,15 @@ def seat_contexts(session, bots):
     return out
 
 
-def history_lines(session):
-    return [
-        c
-        for c in Message.objects.filter(session=session)
-        .order_by("seq")
-        .values_list("content", flat=True)
-    ]
+def seats_after_a_turn(session, bots):
+    """``seat_contexts`` once the user has said "And now?"."""
+    add_turn(session, "And now?", tokens=10)
+    recount(session)
+    return seat_contexts(session, bots)
+
+
+# The whole history and the new turn: what a seat holds when nothing of it is compacted.
+EVERYTHING = [f"owner: m message {i}" for i in range(6)] + ["owner: And now?"]
 
 
 def test_manual_pass_that_a_join_overtakes_is_a_conflict(
@@ -114,12 +116,9 @@ def test_manual_pass_that_a_join_overtakes_is_a_conflict(
     assert not Summary.objects.filter(session=session).exists()
     assert not Message.objects.filter(session=session, compacted_by_id__isnull=False).exists()
     assert not SummaryCoverage.objects.filter(message__session=session).exists()
-    add_turn(session, "And now?", tokens=10)
-    recount(session)
-    everything = [f"owner: m message {i}" for i in range(6)] + ["owner: And now?"]
-    assert seat_contexts(session, [small_bot, critic]) == {
-        small_bot.name: everything,
-        "Critic": everything,
+    assert seats_after_a_turn(session, [small_bot, critic]) == {
+        small_bot.name: EVERYTHING,
+        "Critic": EVERYTHING,
     }
 
 
@@ -176,15 +175,13 @@ def test_resummary_that_a_join_overtakes_is_a_conflict(
         (old.pk, "active")
     ]
     assert coverage_of(session) == [(small_bot.name, old.pk, seq) for seq in range(1, 5)]
-    add_turn(session, "And now?", tokens=10)
-    recount(session)
-    contexts = seat_contexts(session, [small_bot, critic])
+    contexts = seats_after_a_turn(session, [small_bot, critic])
     assert contexts[small_bot.name] == [
         "owner: m message 4",
         "owner: m message 5",
         "owner: And now?",
     ]
-    assert contexts["Critic"] == [f"owner: m message {i}" for i in range(6)] + ["owner: And now?"]
+    assert contexts["Critic"] == EVERYTHING
 
 
 def test_undo_that_a_join_overtakes_changes_nothing(
@@ -225,12 +222,9 @@ def test_undo_that_a_join_overtakes_changes_nothing(
 
     assert (result.restored_messages, result.restored_tokens) == (4, 600)
     assert coverage_of(session) == []
-    add_turn(session, "And now?", tokens=10)
-    recount(session)
-    everything = [f"owner: m message {i}" for i in range(6)] + ["owner: And now?"]
-    assert seat_contexts(session, [small_bot, critic]) == {
-        small_bot.name: everything,
-        "Critic": everything,
+    assert seats_after_a_turn(session, [small_bot, critic]) == {
+        small_bot.name: EVERYTHING,
+        "Critic": EVERYTHING,
     }
 
 

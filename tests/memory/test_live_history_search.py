@@ -64,19 +64,12 @@ def _call(arguments):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_search_tool_finds_live_history_the_request_left_out(owner, fake_openai, monkeypatch):
-    monkeypatch.setenv("CHAT_PLATFORM_TEST_FAKE_KEY", "sk-test-fake-key")
-    bot = BotFactory(
-        owner=owner,
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        api_key_env="CHAT_PLATFORM_TEST_FAKE_KEY",
-        system_prompt="",
-        context_window=1200,
-        max_output_tokens=200,
-        compaction_enabled=False,  # nothing is compacted: the old turn stays live
-    )
-    session = SessionFactory(user=owner, bot=bot)
+def test_the_search_tool_finds_live_history_the_request_left_out(owner, fake_bot, fake_openai):
+    fake_bot.system_prompt = ""
+    fake_bot.context_window, fake_bot.max_output_tokens = 1200, 200
+    fake_bot.compaction_enabled = False  # nothing is compacted: the old turn stays live
+    fake_bot.save()
+    session = SessionFactory(user=owner, bot=fake_bot)
     key = _said(session, "user", KEY)
     noted = _said(session, "assistant", "Got it, the flowerpot by the shed.")
     _filler(session, 40)
