@@ -10,6 +10,10 @@ run: ## Install and start the platform in embedded mode (SQLite, built-in models
 test: ## Install everything and run lint, checks and the whole test suite (real PostgreSQL + Redis)
 	bash scripts/test.sh
 
+soak: ## The long runs kept out of `make test` (500 turns through the stack, a 24 MB import); PostgreSQL + Redis up
+	bash scripts/services.sh
+	.venv/bin/pytest --soak -m soak --durations=0
+
 lint: ## ruff check + format check
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
@@ -38,4 +42,4 @@ bench-smoke: ## Small bounded runs of turn_overhead and concurrent_sessions (fai
 	$(PY) bench/turn_overhead.py --pairs 3 --warmup 1 --smoke
 	$(PY) bench/concurrent_sessions.py --quick --rate 10 --smoke
 
-.PHONY: help run test lint format web worker worker-chat worker-compaction beat bench bench-smoke
+.PHONY: help run test soak lint format web worker worker-chat worker-compaction beat bench bench-smoke

@@ -4,6 +4,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Phase times, printed at the end (and when a step fails): where the run's minutes went.
+phases=()
+phase_name=""
+phase_start=$SECONDS
+run_start=$SECONDS
+phase() {
+  if [ -n "$phase_name" ]; then phases+=("$(printf '%6ds  %s' $((SECONDS - phase_start)) "$phase_name")"); fi
+  phase_name="$1"
+  phase_start=$SECONDS
+  [ -z "$1" ] || echo "== $1"
+}
+report_phases() {
+  local status=$?
+  phase ""
+  echo "== phase times"
+  printf '%s\n' "${phases[@]}"
+  printf '%6ds  whole run (exit %d)\n' $((SECONDS - run_start)) "$status"
+}
+trap report_phases EXIT
+phase "install (apt, services, venv)"
+
 need_apt=()
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
@@ -22,21 +43,21 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 
-echo "== ruff"
+phase "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== mypy (typed modules listed in pyproject.toml)"
+phase "mypy (typed modules listed in pyproject.toml)"
 .venv/bin/mypy
-echo "== import contracts (dependency directions of ARCHITECTURE.md)"
+phase "import contracts (docs/architecture.md)"
 .venv/bin/lint-imports
-echo "== migrations are up to date"
+phase "migrations are up to date"
 DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
-echo "== deploy checks with production settings"
+phase "deploy checks with production settings"
 env -u DATABASE_URL -u REDIS_URL DEBUG=false HTTPS=true ALLOWED_HOSTS=chat.example.com \
   SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https \
   SECRET_KEY="$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
   .venv/bin/python manage.py check --deploy --fail-level WARNING
-echo "== docker-compose.yml is valid"
+phase "docker-compose.yml is valid"
 docker-compose -f docker-compose.yml config -q
 run_pytest() {
   set +e
@@ -53,18 +74,18 @@ if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
   # of its own); they run in a process of their own, apart from the async/threaded suites.
   # --durations: the slowest tests are in the log, for whoever shortens the run next.
-  echo "== pytest (everything but the browser)"
+  phase "pytest (everything but the browser)"
   run_pytest -m "not browser" --durations=25
-  echo "== pytest (headless Chromium end-to-end)"
+  phase "pytest (headless Chromium end-to-end)"
   run_pytest -m browser --durations=10
 else
-  echo "== pytest $*"
+  phase "pytest $*"
   run_pytest "$@"
 fi
 # Only for the whole suite (arguments select tests: skip). No timing is asserted; a turn that
 # failed, got stuck, was lost or sent its deltas twice fails the run.
 if [ $# -eq 0 ] && [ -z "${SKIP_BENCH_SMOKE:-}" ]; then
-  echo "== bench smoke: the whole stack, a few turns and a burst of 20 sessions"
+  phase "bench smoke: the whole stack, a few turns and a burst of 20 sessions"
   export DATABASE_URL="${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/chat_bench_smoke}"
   export REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379/14}"
   .venv/bin/python bench/turn_overhead.py --pairs 3 --warmup 1 --smoke

@@ -11,6 +11,23 @@ from tests.factories import BotFactory, SessionFactory, UserFactory
 pytest_plugins = ["tests.fakeopenai"]
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--soak", action="store_true", help="also run the soak tests (marker soak; make soak)"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Soak tests (hundreds of turns, tens of megabytes) run only with ``--soak``: each has a
+    sibling in the suite that proves the same property at a tenth of the size (docs/testing.md)."""
+    if config.getoption("--soak"):
+        return
+    soak = [item for item in items if item.get_closest_marker("soak")]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if not item.get_closest_marker("soak")]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     """Run each test (setup, call, teardown) in its own copy of the main thread's context.

@@ -536,14 +536,23 @@ def test_progress_is_reported_for_the_key_the_page_chose(owner, owner_client, ot
 
 
 # 600 conversations under tracemalloc, each with two other branches written as branch chats:
-# minutes on a loaded 2-core host. What it asserts is memory and counts, never time.
+# minutes on a loaded 2-core host, so a soak run (make soak); the suite imports a tenth of it.
+# What it asserts is memory and counts, never time.
+@pytest.mark.parametrize(
+    ("count", "share"),
+    [
+        pytest.param(60, 2, id="2.4MB"),
+        pytest.param(600, 4, id="24MB", marks=pytest.mark.soak),
+    ],
+)
 @pytest.mark.timeout(900)
-def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
-    """About 24 MB of conversations: the import's peak Python allocation stays a small fraction
-    of the file (one conversation and one batch of messages at a time)."""
+def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path, count, share):
+    """About 40 KB per conversation (24 MB for 600): the import's peak Python allocation stays
+    a fraction of the file (one conversation and one batch of messages at a time; ~1 MB measured
+    at 2.4 MB, where that fixed part is already 43 %). Loading the file whole would take several
+    times its size."""
     path = tmp_path / "conversations.json"
     line = "The ferry to Brindisi leaves at seven from pier nine. " * 40  # ~2 KB
-    count = 600
     with path.open("w") as out:
         out.write("[")
         for c in range(count):
@@ -556,7 +565,11 @@ def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
             out.write(("," if c else "") + json.dumps(conv))
         out.write("]")
     size = path.stat().st_size
-    assert size > 20 * 1024 * 1024
+    assert size > count * 35 * 1024
+    # One small import first: what any first import loads once (the token counter's encoding,
+    # lazy imports) is not what this test measures.
+    warm = io.BytesIO(json.dumps([chatgpt_conversation()]).encode())
+    chats_import(user=owner, bot_id=bot.pk, raw=warm, size=len(warm.getvalue()))
     tracemalloc.start()
     try:
         with path.open("rb") as raw:
@@ -565,10 +578,13 @@ def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path):
     finally:
         tracemalloc.stop()
     assert len(result.imported) == count
-    assert Message.objects.filter(session__user=owner, session__branch_of=None).count() == count * 6
-    # each conversation's two other branches are branch chats: 5 + 1 and 1 + 2 messages
-    assert ChatSession.objects.filter(user=owner).exclude(branch_of=None).count() == count * 2
-    assert Message.objects.filter(session__user=owner).exclude(session__branch_of=None).count() == (
-        count * 9
+    assert (
+        Message.objects.filter(session__user=owner, session__branch_of=None).count()
+        == (count + 1) * 6
     )
-    assert peak < size / 4, (peak, size)
+    # each conversation's two other branches are branch chats: 5 + 1 and 1 + 2 messages
+    assert ChatSession.objects.filter(user=owner).exclude(branch_of=None).count() == (count + 1) * 2
+    assert Message.objects.filter(session__user=owner).exclude(session__branch_of=None).count() == (
+        (count + 1) * 9
+    )
+    assert peak < size / share, (peak, size)
