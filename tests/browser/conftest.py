@@ -13,10 +13,9 @@ from tests.browser.support import (
     FAKE_KEY_ENV,
     TIMEOUT_MS,
     chromium_path,
-    manage,
+    embedded_platform,
 )
 from tests.fakeopenai import FakeOpenAI
-from tests.integration.processes import process_env, web_server
 
 # httpx waits 5 s by default. On CI's two shared cores the embedded server's first answer
 # (a password hash for the token, a cold import) can take longer than that, and a test then
@@ -57,28 +56,17 @@ def fake(fake_llm) -> FakeOpenAI:
 
 @pytest.fixture(scope="module")
 def server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("browser")
-    env = process_env(
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp / 'browser.sqlite3'}",
+    with embedded_platform(
+        tmp_path_factory,
+        "browser",
         # The demo user is not staff: its bots may call only listed provider addresses.
         PROVIDER_API_BASES=fake_llm.url,
         # A provider error is final at once (no retries, no backoff) so failure tests are quick.
         LLM_MAX_RETRIES="0",
         LLM_RETRY_BACKOFF_SECONDS="0",
         **{FAKE_KEY_ENV: "sk-fake"},
-    )
-    manage(env, "migrate", "--noinput")
-    manage(env, "seed_demo")
-    log = tmp / "web.log"
-    try:
-        with web_server(env, log) as base:
-            yield base
-    finally:
-        if log.exists():
-            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
+    ) as (base, _log):
+        yield base
 
 
 @pytest.fixture(scope="module")

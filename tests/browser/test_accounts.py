@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.support import ARTIFACTS, manage
-from tests.integration.processes import process_env, web_server
+from tests.browser.support import ARTIFACTS, embedded_platform
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -16,30 +15,16 @@ NEW_PASSWORD = "a-long-pass-phrase-9"
 
 def _platform(tmp_path_factory, mode: str) -> Iterator[str]:
     """An embedded platform in this sign-up mode, with a staff account."""
-    tmp = tmp_path_factory.mktemp(f"accounts-{mode}")
-    env = process_env(
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp / 'accounts.sqlite3'}",
-        ACCOUNT_SIGNUP_MODE=mode,
-    )
-    manage(env, "migrate", "--noinput")
-    manage(env, "seed_demo")
-    manage(
-        env,
+    boss = (
         "shell",
         "-c",
         "from django.contrib.auth import get_user_model; "
         "get_user_model().objects.create_superuser('boss', 'boss@example.com', 'boss-pass-123')",
     )
-    log = tmp / "web.log"
-    try:
-        with web_server(env, log) as base:
-            yield base
-    finally:
-        if log.exists():
-            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
+    with embedded_platform(
+        tmp_path_factory, f"accounts-{mode}", setup=[boss], ACCOUNT_SIGNUP_MODE=mode
+    ) as (base, _log):
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -6,89 +6,28 @@ subprocess; Chromium is Debian's (``playwright install`` is never used).
 """
 
 import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.integration.processes import ROOT, process_env, web_server
+from tests.browser.conftest import _new_page
+from tests.browser.support import SCREENSHOTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
-TIMEOUT_MS = 15_000
-SCREENSHOTS = ROOT / "docs" / "screenshots"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
-
-def chromium_path() -> str:
-    path = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(path).exists():
-        pytest.fail("Chromium is required (Debian's `chromium` package).", pytrace=False)
-    return path
-
-
-def manage(env: dict[str, str], *command: str) -> None:
-    done = subprocess.run(  # noqa: S603
-        [sys.executable, "manage.py", *command],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"manage.py {' '.join(command)} failed:\n{done.stderr[-3000:]}"
+@pytest.fixture
+def embedded_site(server_url) -> str:
+    """The module's embedded platform (tests/browser/conftest.py); each test makes its own bot."""
+    return server_url
 
 
 @pytest.fixture
-def embedded_site(tmp_path) -> Iterator[str]:
-    """The platform in embedded mode with the demo data; yields its base URL."""
-    env = process_env(
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp_path / 'bots-browser.sqlite3'}",
-    )
-    manage(env, "migrate", "--noinput")
-    manage(env, "seed_demo")
-    log = tmp_path / "web.log"
+def chromium_page(chromium):
+    context, page = _new_page(chromium, viewport={"width": 1280, "height": 900})
     try:
-        with web_server(env, log) as base:
-            yield base
+        yield page
     finally:
-        if log.exists():
-            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
-
-
-@pytest.fixture
-def chromium_page():
-    executable = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(TIMEOUT_MS)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.js_errors = errors
-        try:
-            yield page
-        finally:
-            context.close()
-            browser.close()
+        context.close()
 
 
 def sign_in(page, base: str, path: str) -> None:

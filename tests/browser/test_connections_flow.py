@@ -8,8 +8,14 @@ import httpx
 import pytest
 
 from tests.browser.conftest import _new_page
-from tests.browser.support import api_headers, assistant, log_in, manage, open_new_chat, send
-from tests.integration.processes import process_env, web_server
+from tests.browser.support import (
+    api_headers,
+    assistant,
+    embedded_platform,
+    log_in,
+    open_new_chat,
+    send,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -19,21 +25,15 @@ PROVIDER_KEY = "sk-browser-connection-key-5551"
 
 @pytest.fixture(scope="module")
 def site(fake_llm, tmp_path_factory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("connections")
-    env = process_env(
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp / 'browser.sqlite3'}",
+    admin = ("createsuperuser", "--noinput", "--username", "admin", "--email", "a@x.test")
+    with embedded_platform(
+        tmp_path_factory,
+        "connections",
+        setup=[admin],
         CONNECTION_ENCRYPTION_KEY="browser-test-encryption-key-0123456789abcdef",
         LLM_MAX_RETRIES="0",
         DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD,
-    )
-    manage(env, "migrate", "--noinput")
-    manage(env, "seed_demo")
-    manage(env, "createsuperuser", "--noinput", "--username", "admin", "--email", "a@x.test")
-    log = tmp / "web.log"
-    with web_server(env, log) as base:
+    ) as (base, log):
         yield base
     assert PROVIDER_KEY not in log.read_text(errors="replace")
 

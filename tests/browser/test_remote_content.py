@@ -20,13 +20,12 @@ from tests.browser.support import (
     api_headers,
     assistant,
     create_streamer,
+    embedded_platform,
     log_in,
-    manage,
     open_new_chat,
     send,
 )
 from tests.fakeopenai import Reply
-from tests.integration.processes import process_env, web_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -98,27 +97,16 @@ def allowed() -> Iterator[Listener]:
 @pytest.fixture(scope="module")
 def server_url(fake_llm, allowed, tmp_path_factory) -> Iterator[str]:
     """As tests/browser/conftest.py's, with one image origin allowed by the operator."""
-    tmp = tmp_path_factory.mktemp("remote-content")
-    env = process_env(
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp / 'browser.sqlite3'}",
+    with embedded_platform(
+        tmp_path_factory,
+        "remote-content",
         PROVIDER_API_BASES=fake_llm.url,
         LLM_MAX_RETRIES="0",
         LLM_RETRY_BACKOFF_SECONDS="0",
         CSP_IMG_SRC_EXTRA=allowed.origin,
         **{FAKE_KEY_ENV: "sk-fake"},
-    )
-    manage(env, "migrate", "--noinput")
-    manage(env, "seed_demo")
-    log = tmp / "web.log"
-    try:
-        with web_server(env, log) as base:
-            yield base
-    finally:
-        if log.exists():
-            print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
+    ) as (base, _log):
+        yield base
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ import httpx
 import pytest
 
 from tests.browser.conftest import _new_page
-from tests.browser.support import assistant, manage, open_new_chat, send
+from tests.browser.support import assistant, embedded_platform, open_new_chat, send
 from tests.fakeopenai import Reply
-from tests.integration.processes import process_env, web_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -25,21 +24,17 @@ USAGE = {"prompt_tokens": 31, "completion_tokens": 11, "total_tokens": 42}
 
 @pytest.fixture(scope="module")
 def site(fake_llm, tmp_path_factory) -> Iterator[tuple[str, object]]:
-    tmp = tmp_path_factory.mktemp("whole-flow")
-    env = process_env(
-        REDIS_URL=None,
-        SECRET_KEY=None,
-        DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp / 'flow.sqlite3'}",
+    boss = ("createsuperuser", "--noinput", "--username", "boss", "--email", "b@x.test")
+    with embedded_platform(
+        tmp_path_factory,
+        "whole-flow",
+        seed=False,
+        setup=[boss],
         ACCOUNT_SIGNUP_MODE="invite",
         CONNECTION_ENCRYPTION_KEY="whole-flow-encryption-key-0123456789abcdef",
         LLM_MAX_RETRIES="0",
         DJANGO_SUPERUSER_PASSWORD=BOSS_PASSWORD,
-    )
-    manage(env, "migrate", "--noinput")
-    manage(env, "createsuperuser", "--noinput", "--username", "boss", "--email", "b@x.test")
-    log = tmp / "web.log"
-    with web_server(env, log) as base:
+    ) as (base, log):
         yield base, log
     assert PROVIDER_KEY not in log.read_text(errors="replace")
 
