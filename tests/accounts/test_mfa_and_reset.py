@@ -97,6 +97,33 @@ def test_a_signed_in_user_sets_up_totp_after_confirming_their_password(owner):
     assert owner.authenticator_set.filter(type="totp").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_turning_on_totp_revokes_the_token_and_keys_made_with_the_password_alone(owner):
+    from openai_api.keys import key_create
+
+    token = APIClient().post(
+        "/api/v1/auth/token/", {"username": "owner", "password": PASSWORD}, format="json"
+    )
+    key, _raw = key_create(user=owner, name="laptop")
+    client = Client()
+    client.post("/accounts/login/", {"username": "owner", "password": PASSWORD})
+    asked = client.get("/accounts/2fa/totp/activate/")
+    client.post(asked["Location"], {"password": PASSWORD})
+    client.get("/accounts/2fa/totp/activate/")
+    secret = client.session["mfa.totp.secret"]
+    # allauth announces the new authenticator once its transaction commits (a real commit here).
+    activated = client.post("/accounts/2fa/totp/activate/", {"code": _code(secret)})
+    assert activated.status_code == 302
+    page = client.get("/accounts/2fa/")
+    assert (
+        "Two-factor authentication is on. The API token and API keys made before it were "
+        "revoked (2 ended): make new ones if you need them."
+    ) in page.content.decode()
+    assert not Token.objects.filter(key=token.json()["token"]).exists()
+    key.refresh_from_db()
+    assert key.revoked is True
+
+
 # --- password reset -----------------------------------------------------------------------------
 
 
