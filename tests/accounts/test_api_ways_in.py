@@ -142,6 +142,38 @@ async def test_an_unverified_accounts_token_cannot_open_the_websocket(settings):
     await communicator.disconnect()
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_an_unverified_accounts_session_cookie_cannot_open_the_websocket(settings):
+    from asgiref.sync import sync_to_async
+
+    settings.ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+
+    def make():
+        user = UserFactory(username="mallory", email="victim@corp.example")
+        EmailAddress.objects.create(user=user, email=user.email, verified=False, primary=True)
+        session = SessionFactory(user=user, bot=BotFactory(owner=user))
+        browser = Client()
+        browser.force_login(user)
+        return session, browser.cookies["sessionid"].value
+
+    session, cookie = await sync_to_async(make)()
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[
+            (b"cookie", f"sessionid={cookie}".encode()),
+            (b"origin", b"http://localhost"),
+            (b"host", b"localhost"),
+        ],
+    )
+    await communicator.connect(timeout=5)
+    assert await communicator.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4401,
+    }
+    await communicator.disconnect()
+
+
 def test_a_pending_account_is_told_so_and_an_inactive_one_gets_nothing(settings, db):
     settings.ACCOUNT_SIGNUP_MODE = "approval"
     response = Client().post(
