@@ -4,7 +4,8 @@
 account is made in one transaction with its invitation claim or its approval request
 (``save_user``), so a refused claim leaves no account behind. SSO sign-ins must carry a verified
 email in ``OIDC_ALLOWED_DOMAINS`` (when set); they create accounts only with
-``OIDC_CREATE_ACCOUNTS``; in ``approval`` mode those accounts wait like any other.
+``OIDC_CREATE_ACCOUNTS``; in ``approval`` mode those accounts wait like any other. They sign into
+an existing account by email only when this site verified its address (``authenticate_by_email``).
 """
 
 import logging
@@ -98,12 +99,37 @@ def _email_domain_allowed(email: str) -> bool:
     return bool(at) and domain.lower() in allowed
 
 
+def _provider_verified(sociallogin: Any) -> list[str]:
+    return [a.email for a in sociallogin.email_addresses if a.verified and a.email]
+
+
 class SocialAccountAdapter(DefaultSocialAccountAdapter):
+    def authenticate_by_email(self, sociallogin: Any) -> tuple[Any, str] | None:
+        """An existing account is signed into by the provider's verified email only when this
+        site verified that address too (or staff set it): an account someone registered with
+        another person's address, never confirmed, is not handed to that person's identity —
+        nor that person's chats to its registrant (docs/accounts.md, "Single sign-on")."""
+        found = super().authenticate_by_email(sociallogin)
+        if found is None:
+            return None
+        user, email = found
+        if services.email_verified_here(user=user, email=email):
+            return found
+        logger.info("sso email match ignored: the address is unconfirmed here")
+        return None
+
     def pre_social_login(self, request: HttpRequest, sociallogin: Any) -> None:
-        """Every SSO sign-in, new account or not: a verified address in an allowed domain."""
+        """Every SSO sign-in, new account or not: a verified address in an allowed domain. A new
+        account takes its address from whoever claimed it here without confirming it."""
+        self._check_domain(request, sociallogin)
+        if not sociallogin.is_existing and settings.OIDC_CREATE_ACCOUNTS:
+            for email in _provider_verified(sociallogin):
+                services.email_claims_release(email=email)
+
+    def _check_domain(self, request: HttpRequest, sociallogin: Any) -> None:
         if not settings.OIDC_ALLOWED_DOMAINS:
             return
-        verified = [a.email for a in sociallogin.email_addresses if a.verified and a.email]
+        verified = _provider_verified(sociallogin)
         if not any(_email_domain_allowed(email) for email in verified):
             shown = ", ".join(verified) or "no verified email address"
             logger.info("sso sign-in refused: domain not allowed", extra={"emails": shown})

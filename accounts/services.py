@@ -1,18 +1,22 @@
-"""Sign-up modes, invitations and approvals: every write of this app (docs/accounts.md)."""
+"""Sign-up modes, invitations, approvals, and the credentials an account keeps: every write of
+this app (docs/accounts.md)."""
 
 import hashlib
 import secrets
 from datetime import timedelta
 from typing import Any
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from accounts.models import AccountApproval, Invitation
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from openai_api.models import ApiKey
 
 TOKEN_MAX_LENGTH = 100
 NOTE_MAX_LENGTH = 200
@@ -206,3 +210,40 @@ def pending_user_for_credentials(*, username: object, password: object) -> Any |
     if user is None or not user.check_password(password):
         return None
     return user
+
+
+# --- credentials and email claims (docs/accounts.md, "Who keeps access") -----------------------
+
+
+def credentials_revoke(*, user: Any) -> int:
+    """Delete the account's DRF token and revoke its API keys (for good); returns how many
+    credentials ended. Called when an identity is connected and when a password is reset: a
+    credential made before either (perhaps by someone else) stops working at once."""
+    tokens, _ = Token.objects.filter(user=user).delete()
+    keys = ApiKey.objects.filter(user=user, revoked=False).update(revoked=True)
+    return tokens + keys
+
+
+def email_verified_here(*, user: Any, email: str) -> bool:
+    """Whether this site stands behind ``user``'s claim to ``email``: allauth recorded the address
+    as confirmed, or staff set it (an account made in the admin or a command has no address
+    record at all; every sign-up, invitation and SSO account has one)."""
+    addresses = EmailAddress.objects.filter(user=user)
+    if addresses.filter(email__iexact=email, verified=True).exists():
+        return True
+    return not addresses.exists() and (user.email or "").casefold() == email.casefold()
+
+
+def email_claims_release(*, email: str) -> int:
+    """Free ``email`` from accounts that claim it without having confirmed it, for a person whose
+    identity provider vouches for it (SSO). Their unconfirmed address records go and their
+    account address is blanked; their accounts are otherwise untouched. Returns how many
+    accounts lost the claim."""
+    users = get_user_model().objects.filter(email__iexact=email)
+    claimed = {u.pk for u in users if not email_verified_here(user=u, email=email)}
+    unconfirmed = EmailAddress.objects.filter(email__iexact=email, verified=False)
+    claimed |= set(unconfirmed.values_list("user_id", flat=True))
+    with transaction.atomic():
+        unconfirmed.delete()
+        get_user_model().objects.filter(pk__in=claimed, email__iexact=email).update(email="")
+    return len(claimed)

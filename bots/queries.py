@@ -25,8 +25,30 @@ def _as_id(value: object) -> int:
     return number
 
 
+# A request made with an API key limited to some bots carries their ids on its user
+# (``openai_api.auth``): every chokepoint below sees only those bots and their sessions.
+_BOT_SCOPE = "_api_key_bot_scope"
+
+
+def user_bot_scope_set(user: AbstractBaseUser, bot_ids: frozenset[int]) -> None:
+    """Limit what this request's ``user`` reaches here to ``bot_ids`` (docs/openai-api.md)."""
+    setattr(user, _BOT_SCOPE, bot_ids)
+
+
+def user_bot_scope(user: AbstractBaseUser) -> frozenset[int] | None:
+    """The bots this request's user is limited to, or None (all of theirs)."""
+    scope = getattr(user, _BOT_SCOPE, None)
+    return scope if isinstance(scope, frozenset) else None
+
+
+def _scoped(queryset: QuerySet, user: AbstractBaseUser, field: str) -> QuerySet:
+    scope = user_bot_scope(user)
+    return queryset if scope is None else queryset.filter(**{f"{field}__in": scope})
+
+
 def bot_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Bot]:
-    return Bot.objects.filter(Q(owner=user) | Q(is_shared=True)).select_related("owner")
+    bots = Bot.objects.filter(Q(owner=user) | Q(is_shared=True)).select_related("owner")
+    return _scoped(bots, user, "pk")
 
 
 def bot_get_for_user(*, user: AbstractBaseUser, bot_id: object) -> Bot:
@@ -50,7 +72,7 @@ def bot_get_for_edit(*, user: AbstractBaseUser, bot_id: object) -> Bot:
 def session_list_for_user(
     *, user: AbstractBaseUser, bot_id: object | None = None
 ) -> QuerySet[ChatSession]:
-    sessions = ChatSession.objects.filter(user=user).select_related("bot")
+    sessions = _scoped(ChatSession.objects.filter(user=user).select_related("bot"), user, "bot_id")
     if bot_id not in (None, ""):
         try:
             sessions = sessions.filter(bot_id=_as_id(bot_id))
@@ -60,9 +82,8 @@ def session_list_for_user(
 
 
 def session_get_for_user(*, user: AbstractBaseUser, session_id: object) -> ChatSession:
-    session = (
-        ChatSession.objects.select_related("bot").filter(pk=_as_id(session_id), user=user).first()
-    )
+    sessions = ChatSession.objects.select_related("bot").filter(pk=_as_id(session_id), user=user)
+    session = _scoped(sessions, user, "bot_id").first()
     if session is None:
         raise NotFound("Session not found.")
     return session
@@ -95,11 +116,10 @@ def message_list(*, session: ChatSession, after_seq: int | None = None) -> Query
 
 
 def message_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Message:
-    message = (
-        Message.objects.select_related("session")
-        .filter(pk=_as_id(message_id), session__user=user)
-        .first()
+    messages = Message.objects.select_related("session").filter(
+        pk=_as_id(message_id), session__user=user
     )
+    message = _scoped(messages, user, "session__bot_id").first()
     if message is None:
         raise NotFound("Message not found.")
     return message

@@ -90,3 +90,17 @@ class InternalError(PlatformError):
     code = "internal_error"
     http_status = 500
     default_message = "Something went wrong on our side; it has been logged."
+
+
+class SignInRefused(PlatformError):
+    """The password was right, but the account may not have a credential this way (yet):
+    ``account_pending`` and ``email_unverified`` (403), ``mfa_required`` and ``mfa_invalid``
+    (401: the request lacks its second factor). docs/accounts.md, "The token endpoint"."""
+
+    code = "sign_in_refused"
+    http_status = 403
+
+    def __init__(self, code: str, message: str, *, http_status: int = 403) -> None:
+        super().__init__(message)
+        self.code = code
+        self.http_status = http_status

@@ -33,8 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import structlog
 
 from chat_platform.provider_policy import DEFAULT_PORTS, endpoint_parse
+
+log = structlog.get_logger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
@@ -133,12 +136,16 @@ def _guarded_handle_request(self: httpx.HTTPTransport, request: httpx.Request) -
     _check(request, policy)
     response: httpx.Response = _original_handle_request(self, request)
     if response.status_code in _REDIRECTS:
-        location = response.headers.get("location", "")
+        # Where it pointed goes to the server's log only: the refusal's text reaches users (a
+        # failed reply, a check, a connection's refresh) and must not tell them an address.
+        log.warning(
+            "outbound_redirect_refused",
+            status=response.status_code,
+            location=response.headers.get("location", ""),
+        )
         response.close()
         raise OutboundRefused(
-            f"the provider answered with a redirect (HTTP {response.status_code})"
-            + (f" to {location}" if location else "")
-            + ", not followed",
+            f"the provider answered with a redirect (HTTP {response.status_code}), not followed",
             status_code=response.status_code,
         )
     return response

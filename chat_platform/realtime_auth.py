@@ -1,4 +1,5 @@
-"""Websocket handshake auth: the Django session cookie, or ``Authorization: Token <key>``."""
+"""Websocket handshake auth: the Django session cookie, or ``Authorization: Token <key>``, for
+accounts the login page would let in (``chat_platform.account_gate``)."""
 
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,15 +12,25 @@ from django.contrib.auth.models import AnonymousUser
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
+from chat_platform.account_gate import account_refusal
+
 
 @database_sync_to_async
 def _user_for_token(key: str) -> Any:
     from rest_framework.authtoken.models import Token
 
     token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or not token.user.is_active:
+    if token is None or account_refusal(token.user) is not None:
         return AnonymousUser()
     return token.user
+
+
+@database_sync_to_async
+def _gated(user: Any) -> Any:
+    """The session's user, if the login page would still let them in (account_gate)."""
+    if getattr(user, "is_authenticated", False) and account_refusal(user) is not None:
+        return AnonymousUser()
+    return user
 
 
 class _TokenAuthMiddleware:
@@ -32,6 +43,10 @@ class _TokenAuthMiddleware:
         scheme, _, key = raw.partition(" ")
         if scheme.lower() == "token" and key.strip():
             scope = dict(scope, user=await _user_for_token(key.strip()))
+        elif settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory" and "user" in scope:
+            # A session's user is active (Django's session auth checks that); under mandatory
+            # verification the address is asked for as well.
+            scope = dict(scope, user=await _gated(scope["user"]))
         return await self.inner(scope, receive, send)
 
 

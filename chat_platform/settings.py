@@ -263,7 +263,9 @@ SOCIALACCOUNT_PROVIDERS = oidc.providers_setting(
     issuer=OIDC_ISSUER, client_id=OIDC_CLIENT_ID, secret=OIDC_CLIENT_SECRET, name=OIDC_NAME
 )
 SOCIALACCOUNT_AUTO_SIGNUP = True
-# An existing account whose email the provider vouches for (email_verified) signs in as itself.
+# An existing account whose email the provider vouches for (email_verified) signs in as itself,
+# but only when that account's address was verified here too (or set by staff): the social
+# adapter (accounts/adapter.py) never hands a self-registered, unconfirmed account to SSO.
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
 SOCIALACCOUNT_STORE_TOKENS = False
@@ -316,8 +318,9 @@ IMPORT_MAX_DEPTH = env.int("IMPORT_MAX_DEPTH", default=64)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        # DRF's own two, for accounts the login page would let in (chat_platform/account_gate.py).
+        "chat_platform.account_gate.TokenAuthentication",
+        "chat_platform.account_gate.SessionAuthentication",
         # API keys (openai_api): ``Authorization: Bearer <key>``; a read key may only read.
         "openai_api.auth.ApiKeyAuthentication",
     ],

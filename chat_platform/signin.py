@@ -1,9 +1,10 @@
 """Sign-in throttling: failed attempts per account and per address (CONTRACT §11 ``rate_limited``).
 
 Every way in that checks a password goes through ``SignInAttempt``: the token endpoint
-(``TokenSignInApi``), the login page and the admin login (``sign_in_throttled``). Two DRF
-throttles count failed attempts over a sliding window on the ``throttle`` cache (Redis in real
-mode, so the counts hold across web workers and processes):
+(``accounts.api.TokenSignInApi``, which counts a wrong TOTP code as a failure too), the login
+page and the admin login (``sign_in_throttled``). Two DRF throttles count failed attempts over a
+sliding window on the ``throttle`` cache (Redis in real mode, so the counts hold across web
+workers and processes):
 
 * ``SignInAccountThrottle``: by the submitted username (case-folded, hashed), whichever address
   it comes from, existing account or not (the answer never tells which);
@@ -21,21 +22,12 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
 from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions as drf
-from rest_framework.authtoken.models import Token
-from rest_framework.authtoken.serializers import AuthTokenSerializer
-from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
-
-from chat_platform.api import api_errors
 
 THROTTLE_CACHE = "throttle"
 _PASSWORD_ACCEPTED = "_sign_in_password_accepted"
@@ -147,33 +139,6 @@ def sign_in_throttle_clear() -> None:
             redis.delete(*keys)
     else:
         cache.clear()
-
-
-class TokenSignInApi(ObtainAuthToken):
-    """``POST /api/v1/auth/token/``: DRF's token view, throttled. An account with two-factor
-    authentication gets no token from its password alone (403): it signs in on the page and
-    makes an API key there."""
-
-    @extend_schema(
-        request=AuthTokenSerializer,
-        responses={200: AuthTokenSerializer, **api_errors(403, 429)},
-    )
-    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = request.data
-        attempt = SignInAttempt(request, data.get("username") if hasattr(data, "get") else None)
-        if attempt.refused:
-            raise attempt.exception()
-        serializer = self.get_serializer(data=request.data)
-        serializer.is_valid(raise_exception=True)  # a wrong password raises: counted
-        attempt.succeeded()
-        user = serializer.validated_data["user"]
-        if is_mfa_enabled(user):
-            raise drf.PermissionDenied(
-                "This account uses two-factor authentication: a password alone cannot make a "
-                "token. Sign in on the page and create an API key instead."
-            )
-        token, _created = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key})
 
 
 def sign_in_throttled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -5,8 +5,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounts import views as account_views
+from accounts.api import TokenSignInApi
 from bots import pages
-from chat_platform.signin import TokenSignInApi
 from connections import pages as usage_pages
 
 api_v1 = [

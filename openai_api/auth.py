@@ -1,5 +1,12 @@
-"""API keys on ``/api/v1/`` (DRF): ``Authorization: Bearer <key>`` signs in as the key's user;
-a ``read`` key may only read (GET, HEAD, OPTIONS)."""
+"""API keys on ``/api/v1/`` (DRF): ``Authorization: Bearer <key>`` signs in as the key's user.
+
+A key means what it says (docs/openai-api.md, "Keys on /api/v1/"): a ``read`` key may only read
+(GET, HEAD, OPTIONS); a key limited to some bots reaches only those bots and their sessions —
+the chokepoints of ``bots.queries`` see the limit on the request's user, every path that names
+a session, message, summary, attachment or bot is checked here (another bot's is
+``not_found``), and what spans all of a user's chats (search, compaction events of every chat,
+the export of everything) is refused to it.
+"""
 
 from typing import Any
 
@@ -9,8 +16,21 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from openai_api.keys import KeyRefused, key_authenticate
+from bots.queries import user_bot_scope, user_bot_scope_set
+from chat_platform.errors import NotFound, PermissionDenied
+from openai_api.keys import (
+    READ_ONLY_MESSAGE,
+    KeyRefused,
+    key_authenticate,
+    key_bot_scope,
+    key_scope_holds,
+)
 from openai_api.models import ApiKey
+
+# Endpoints (URL names) that read across all of a user's chats: not for a key limited to some
+# bots. ``compaction-events`` is one only without ``?session=``.
+_ACROSS_CHATS = frozenset({"search", "export-all", "compaction-events"})
+SCOPE_MESSAGE = "This API key is limited to some bots; it cannot use what spans all of your chats."
 
 
 class ApiKeyAuthentication(BaseAuthentication):
@@ -25,19 +45,36 @@ class ApiKeyAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Incorrect, revoked or expired API key."
             ) from None
-        return key.user, key
+        user = key.user
+        scope = key_bot_scope(key=key)
+        if scope is not None:
+            user_bot_scope_set(user, scope)
+        return user, key
 
     def authenticate_header(self, request: Request) -> str:
         return "Bearer"
 
 
 class ApiKeyAccess(BasePermission):
-    message = "This API key is read-only."
+    message = READ_ONLY_MESSAGE
 
     def has_permission(self, request: Request, view: Any) -> bool:
         key = request.auth
-        if isinstance(key, ApiKey) and key.access == ApiKey.Access.READ:
-            return request.method in SAFE_METHODS
+        if not isinstance(key, ApiKey):
+            return True
+        if key.access == ApiKey.Access.READ and request.method not in SAFE_METHODS:
+            return False
+        scope = user_bot_scope(request.user)
+        if scope is not None:
+            match = request.resolver_match
+            name = match.url_name if match is not None else None
+            if name in _ACROSS_CHATS and not (
+                name == "compaction-events" and request.query_params.get("session")
+            ):
+                raise PermissionDenied(SCOPE_MESSAGE)
+            kwargs = match.kwargs if match is not None else {}
+            if not key_scope_holds(user=request.user, scope=scope, kwargs=kwargs):
+                raise NotFound("Not found.")
         return True
 
 

@@ -64,6 +64,8 @@ def from_platform(exc: errors.PlatformError) -> OpenAIError:
         return OpenAIError(exc.message, code="context_length_exceeded", param="messages")
     if isinstance(exc, errors.NotFound):
         return OpenAIError(exc.message, status=404, code="not_found")
+    if isinstance(exc, errors.PermissionDenied):
+        return OpenAIError(exc.message, status=403, code="permission_denied")
     if isinstance(exc, errors.PayloadTooLarge):
         return OpenAIError(exc.message, status=413, code="payload_too_large", param="messages")
     if isinstance(exc, errors.ValidationFailed):

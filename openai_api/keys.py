@@ -6,6 +6,7 @@ never reaches a log line, an error message or an answer other than the one that 
 """
 
 import datetime as dt
+from typing import Any
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -13,10 +14,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from bots.models import Bot
+from attachments.models import Attachment
+from bots.models import Bot, ChatSession, Message
 from bots.queries import bot_list_for_user
-from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.account_gate import account_refusal
+from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from compaction.models import Summary
 from connections import usage
 from openai_api.models import ApiKey
 
@@ -28,7 +32,9 @@ NAME_MAX_CHARS = 50
 
 
 class KeyRefused(Exception):
-    """No such key, revoked, expired, or its user is inactive: one answer for all of them."""
+    """No such key, revoked, expired, or its user may not act now (inactive, waiting for
+    approval, email unverified under mandatory verification: ``account_gate``): one answer for
+    all of them."""
 
 
 def key_authenticate(*, raw: str) -> ApiKey:
@@ -38,7 +44,7 @@ def key_authenticate(*, raw: str) -> ApiKey:
         key = ApiKey.objects.get_from_key(raw)
     except ApiKey.DoesNotExist:
         raise KeyRefused() from None
-    if key.has_expired or not key.user.is_active:
+    if key.has_expired or account_refusal(key.user) is not None:
         raise KeyRefused()
     now = timezone.now()
     if key.last_used_at is None or key.last_used_at < now - LAST_USED_RESOLUTION:
@@ -96,6 +102,52 @@ def key_bot_for_model(*, key: ApiKey, model: str) -> Bot:
     if bot is None:
         raise NotFound(f"The model {model!r} does not exist or this key may not use it.")
     return bot
+
+
+READ_ONLY_MESSAGE = "This API key is read-only."
+
+
+def key_check_write(*, key: ApiKey) -> None:
+    """A ``read`` key may not post, create or change anything (``permission_denied``)."""
+    if key.access == ApiKey.Access.READ:
+        raise PermissionDenied(READ_ONLY_MESSAGE)
+
+
+def key_bot_scope(*, key: ApiKey) -> frozenset[int] | None:
+    """The ids of the bots a key is limited to, or None for a key that covers all of them."""
+    if key.all_bots:
+        return None
+    return frozenset(key.bots.values_list("pk", flat=True))
+
+
+# Path parameters that name an object under /api/v1/, and where its bot is read from.
+_SCOPED_KWARGS: dict[str, tuple[Any, str]] = {
+    "session_id": (ChatSession, "bot_id"),
+    "message_id": (Message, "session__bot_id"),
+    "summary_id": (Summary, "session__bot_id"),
+    "attachment_id": (Attachment, "session__bot_id"),
+}
+
+
+def key_scope_holds(*, user: AbstractBaseUser, scope: frozenset[int], kwargs: dict) -> bool:
+    """Whether every object a request's path names (a session, message, summary, attachment or
+    bot) belongs to a bot in ``scope``. A missing object, or another user's, is left to the
+    view's own ``not_found``; a path that names none holds trivially."""
+    for name, value in kwargs.items():
+        if name == "bot_id":
+            if int(value) not in scope:
+                return False
+            continue
+        if name not in _SCOPED_KWARGS:
+            continue
+        model, field = _SCOPED_KWARGS[name]
+        owner = "user" if model is ChatSession else "session__user"
+        bot_ids = list(
+            model.objects.filter(pk=int(value), **{owner: user}).values_list(field, flat=True)[:1]
+        )
+        if bot_ids and bot_ids[0] not in scope:
+            return False
+    return True
 
 
 # --- the daily token budget -------------------------------------------------------------------

@@ -158,6 +158,9 @@ def _body(request: HttpRequest) -> Any:
 
 def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
     key = _authenticate(request)
+    # A completion writes (the call's messages, a session): a read key is refused before the
+    # body is read, and nothing is stored.
+    keys.key_check_write(key=key)
     chat = completions.check_request(
         _body(request), header_session_id=request.headers.get(SESSION_HEADER)
     )

@@ -121,7 +121,8 @@ def _read_capped(response: httpx.Response) -> bytes:
 
 def _error_message(response: httpx.Response, body: bytes) -> str:
     if response.is_redirect:
-        return f"redirected to {response.headers.get('location', '?')}, not followed"
+        # Never where it pointed: this text reaches the user (docs/security.md).
+        return "redirected, not followed"
     text = body.decode(response.encoding or "utf-8", errors="replace").strip()
     try:
         payload = json.loads(body)

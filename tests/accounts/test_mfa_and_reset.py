@@ -65,15 +65,9 @@ def test_the_token_endpoint_refuses_a_password_alone_for_an_account_with_totp(to
     response = APIClient().post(
         "/api/v1/auth/token/", {"username": "ann", "password": PASSWORD}, format="json"
     )
-    assert response.status_code == 403
-    assert response.json()["error"] == {
-        "code": "permission_denied",
-        "message": (
-            "This account uses two-factor authentication: a password alone cannot make a "
-            "token. Sign in on the page and create an API key instead."
-        ),
-        "details": {},
-    }
+    # The code goes with the password (tests/accounts/test_api_ways_in.py has the rest).
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "mfa_required"
     assert not Token.objects.filter(user=user).exists()
 
 
@@ -101,6 +95,33 @@ def test_a_signed_in_user_sets_up_totp_after_confirming_their_password(owner):
     activated = client.post("/accounts/2fa/totp/activate/", {"code": _code(secret)})
     assert activated.status_code == 302
     assert owner.authenticator_set.filter(type="totp").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_turning_on_totp_revokes_the_token_and_keys_made_with_the_password_alone(owner):
+    from openai_api.keys import key_create
+
+    token = APIClient().post(
+        "/api/v1/auth/token/", {"username": "owner", "password": PASSWORD}, format="json"
+    )
+    key, _raw = key_create(user=owner, name="laptop")
+    client = Client()
+    client.post("/accounts/login/", {"username": "owner", "password": PASSWORD})
+    asked = client.get("/accounts/2fa/totp/activate/")
+    client.post(asked["Location"], {"password": PASSWORD})
+    client.get("/accounts/2fa/totp/activate/")
+    secret = client.session["mfa.totp.secret"]
+    # allauth announces the new authenticator once its transaction commits (a real commit here).
+    activated = client.post("/accounts/2fa/totp/activate/", {"code": _code(secret)})
+    assert activated.status_code == 302
+    page = client.get("/accounts/2fa/")
+    assert (
+        "Two-factor authentication is on. The API token and API keys made before it were "
+        "revoked (2 ended): make new ones if you need them."
+    ) in page.content.decode()
+    assert not Token.objects.filter(key=token.json()["token"]).exists()
+    key.refresh_from_db()
+    assert key.revoked is True
 
 
 # --- password reset -----------------------------------------------------------------------------
@@ -227,3 +248,33 @@ def test_the_issuer_must_be_https_unless_debug(issuer, debug, ok):
     assert (done.returncode == 0) is ok, done.stderr[-2000:]
     if not ok:
         assert "OIDC_ISSUER must be an https:// URL (http:// only with DEBUG)" in done.stderr
+
+
+def test_a_password_reset_revokes_the_accounts_token_and_keys_and_says_so():
+    from openai_api.keys import key_create
+
+    user = UserFactory(username="bob", email="bob@example.com")
+    token = Token.objects.create(user=user)
+    key, raw = key_create(user=user, name="laptop")
+    client = Client()
+    client.post("/accounts/password/reset/", {"email": "bob@example.com"})
+    link = re.search(r"http://testserver(/accounts/password/reset/key/\S+/)", mail.outbox[0].body)
+    form = client.get(link.group(1), follow=True)
+    new = "a-brand-new-pass-77"
+    done = client.post(
+        form.redirect_chain[-1][0], {"password1": new, "password2": new}, follow=True
+    )
+    assert done.status_code == 200
+    assert (
+        "Your password was reset. The account&#x27;s API token and API keys were revoked "
+        "(2 ended): make new ones if you need them."
+    ) in done.content.decode()
+    assert not Token.objects.filter(pk=token.pk).exists()
+    key.refresh_from_db()
+    assert key.revoked is True
+    by_key = APIClient()
+    by_key.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert by_key.get("/api/v1/bots/").status_code == 401
+    by_token = APIClient()
+    by_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert by_token.get("/api/v1/bots/").status_code == 401

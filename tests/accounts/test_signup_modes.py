@@ -248,7 +248,8 @@ def test_a_pending_user_cannot_sign_in_on_the_page_or_get_a_token(pending_user):
     token = APIClient().post(
         "/api/v1/auth/token/", {"username": "newbie", "password": PASSWORD}, format="json"
     )
-    assert token.status_code == 400
+    assert token.status_code == 403
+    assert token.json()["error"]["code"] == "account_pending"
     assert not Token.objects.filter(user=pending_user).exists()
 
 

@@ -6,12 +6,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from accounts.models import AccountApproval
 from chat_platform import oidc
-from tests.factories import UserFactory
+from openai_api.keys import key_create
+from tests.factories import BotFactory, SessionFactory, UserFactory, message_add
 from tests.fakeoidc import fake_oidc  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +176,104 @@ def test_in_approval_mode_an_sso_account_waits_too(sso, settings):
     assert user.is_active is False
     assert AccountApproval.objects.get(user=user).status == "pending"
     assert _signed_in_as(client) is None
+
+
+# --- pre-registration: an address someone else claimed here (issue 30, item 8) -----------------
+
+
+def _api(**credentials):
+    client = APIClient()
+    client.credentials(**credentials)
+    return client
+
+
+def test_sso_never_hands_over_an_account_registered_with_the_victims_unconfirmed_address(
+    sso, settings
+):
+    settings.ACCOUNT_SIGNUP_MODE = "open"
+    # Mallory signs up with the victim's address (never confirmed) and takes a token and a key.
+    signup = Client().post(
+        "/accounts/signup/",
+        {
+            "username": "mallory",
+            "email": "victim@example.com",
+            "password1": "a-long-pass-phrase-9",
+            "password2": "a-long-pass-phrase-9",
+        },
+    )
+    assert signup.status_code == 302
+    mallory = User.objects.get(username="mallory")
+    token = APIClient().post(
+        "/api/v1/auth/token/",
+        {"username": "mallory", "password": "a-long-pass-phrase-9"},
+        format="json",
+    )
+    assert token.status_code == 200
+    by_token = _api(HTTP_AUTHORIZATION=f"Token {token.json()['token']}")
+    key = by_token.post("/api/v1/api-keys/", {"name": "k"}, format="json")
+    assert key.status_code == 201
+    by_key = _api(HTTP_AUTHORIZATION=f"Bearer {key.json()['key']}")
+
+    # The victim signs in with SSO: the provider vouches for the address.
+    sso.identity(sub="victim-sub", email="victim@example.com", preferred_username="victim")
+    browser = Client()
+    assert _sign_in(browser).status_code == 302
+    victim = User.objects.get(email="victim@example.com")
+    assert victim.pk != mallory.pk
+    assert _signed_in_as(browser) == str(victim.pk)
+    assert victim.socialaccount_set.get().uid == "victim-sub"
+    assert EmailAddress.objects.get(user=victim).verified is True
+    # Mallory's account lost the unconfirmed claim and nothing else; it has no SSO identity.
+    mallory.refresh_from_db()
+    assert mallory.email == ""
+    assert not EmailAddress.objects.filter(user=mallory).exists()
+    assert not mallory.socialaccount_set.exists()
+
+    # The victim's chat is theirs alone.
+    session = SessionFactory(user=victim, bot=BotFactory(owner=victim))
+    message_add(session, role="user", content="The merger closes on Friday.")
+    for attacker in (by_token, by_key):
+        assert attacker.get("/api/v1/sessions/").json() == []
+        assert attacker.get(f"/api/v1/sessions/{session.pk}/messages/").status_code == 404
+        found = attacker.get("/api/v1/search/", {"q": "merger"})
+        assert found.status_code == 200
+        assert "merger" not in found.content.decode()
+    # The next SSO sign-in is the same (new) account.
+    again = Client()
+    assert _sign_in(again).status_code == 302
+    assert _signed_in_as(again) == str(victim.pk)
+
+
+def test_without_create_accounts_an_unconfirmed_claim_is_refused_and_left_alone(sso, settings):
+    settings.OIDC_CREATE_ACCOUNTS = False
+    mallory = UserFactory(username="mallory", email="victim@example.com")
+    EmailAddress.objects.create(user=mallory, email=mallory.email, verified=False, primary=True)
+    sso.identity(email="victim@example.com")
+    client = Client()
+    response = _sign_in(client)
+    assert response.status_code == 403
+    assert "this site does not create accounts at first sign-in" in response.content.decode()
+    assert _signed_in_as(client) is None
+    mallory.refresh_from_db()
+    assert not mallory.socialaccount_set.exists()
+    assert mallory.has_usable_password()
+
+
+def test_connecting_an_identity_revokes_the_accounts_token_and_keys_and_says_so(sso, settings):
+    settings.OIDC_CREATE_ACCOUNTS = False
+    ann = UserFactory(username="ann-local", email="ann@example.com")
+    EmailAddress.objects.create(user=ann, email=ann.email, verified=True, primary=True)
+    token = Token.objects.create(user=ann)
+    key, _raw = key_create(user=ann, name="laptop")
+    sso.identity(email="ann@example.com")
+    client = Client()
+    assert _sign_in(client).status_code == 302
+    assert _signed_in_as(client) == str(ann.pk)
+    assert not Token.objects.filter(pk=token.pk).exists()
+    key.refresh_from_db()
+    assert key.revoked is True
+    page = client.get("/accounts/3rdparty/").content.decode()
+    assert (
+        "Single sign-on is now connected to this account. Its API token and API keys were "
+        "revoked (2 ended): make new ones if you need them."
+    ) in page

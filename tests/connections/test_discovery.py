@@ -102,6 +102,7 @@ def test_garbage_answers_give_a_clear_error(staff, staff_client, odd_server, mod
     error = response.json()["error"]
     assert error["code"] == "validation_error"
     assert error["details"]["base_url"][0].startswith(reason)
+    assert "169.254.169.254" not in response.content.decode()  # a redirect's target is not told
     assert Connection.objects.get(pk=connection.pk).model_list == []
 
 

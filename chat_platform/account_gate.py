@@ -1,0 +1,64 @@
+"""What every way in asks of an account before it may act (docs/accounts.md, "Every way in").
+
+The login page lets an account in only when it is active (approved, in ``approval`` mode) and,
+under ``ACCOUNT_EMAIL_VERIFICATION=mandatory``, when it has a verified email address (allauth's
+own check, ``has_verified_email``). The API's ways in hold the same: DRF's token and session
+authentication (``TokenAuthentication`` and ``SessionAuthentication`` below), API keys on
+``/api/v1/`` and ``/v1/`` (``openai_api.keys.key_authenticate``) and the websocket handshake
+(``chat_platform.realtime_auth``). A second factor is asked for where credentials are made (the
+login page and ``POST /api/v1/auth/token/``), so a credential that exists was made with it.
+"""
+
+from typing import Any
+
+from allauth.account.utils import has_verified_email
+from django.conf import settings
+from drf_spectacular.authentication import SessionScheme
+from rest_framework import authentication, exceptions
+
+UNVERIFIED_MESSAGE = "This account's email address is not verified yet: confirm it first."
+INACTIVE_MESSAGE = "This account is inactive or waiting for approval."
+
+
+def account_refusal(user: Any) -> str | None:
+    """Why ``user`` may not act now (a message for the refusal), or None when it may."""
+    if user is None or not getattr(user, "is_active", False):
+        return INACTIVE_MESSAGE
+    if email_verification_missing(user):
+        return UNVERIFIED_MESSAGE
+    return None
+
+
+def email_verification_missing(user: Any) -> bool:
+    """Mandatory verification and no verified address: the login page refuses this account.
+    One query, and only when verification is mandatory."""
+    return settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory" and not has_verified_email(user)
+
+
+def _checked(result: tuple[Any, Any] | None) -> tuple[Any, Any] | None:
+    if result is not None:
+        refusal = account_refusal(result[0])
+        if refusal is not None:
+            raise exceptions.AuthenticationFailed(refusal)
+    return result
+
+
+class TokenAuthentication(authentication.TokenAuthentication):
+    """DRF's ``Authorization: Token <key>``, for accounts the login page would let in."""
+
+    def authenticate(self, request: Any) -> tuple[Any, Any] | None:
+        return _checked(super().authenticate(request))
+
+
+class SessionAuthentication(authentication.SessionAuthentication):
+    """DRF's session authentication (CSRF included), for accounts the login page would let in:
+    a session made before verification became mandatory does not outlive the rule."""
+
+    def authenticate(self, request: Any) -> tuple[Any, Any] | None:
+        return _checked(super().authenticate(request))
+
+
+class GatedSessionScheme(SessionScheme):
+    """The session cookie in the OpenAPI schema, as drf-spectacular says DRF's own."""
+
+    target_class = "chat_platform.account_gate.SessionAuthentication"

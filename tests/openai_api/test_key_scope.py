@@ -1,0 +1,131 @@
+"""Keys mean what they say (issue 30, item 10; docs/openai-api.md, "What a key may do"): a read
+key posts nothing, on /v1/ as on /api/v1/; a key limited to some bots reaches only those bots and
+their sessions on /api/v1/ (another bot's are not_found), and nothing that spans every chat."""
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from bots.models import ChatSession, Message
+from openai_api.keys import key_create
+from openai_api.models import ApiSession
+from tests.factories import BotFactory, SessionFactory, message_add
+
+
+def _bearer(raw: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_key_cannot_post_a_chat_completion_and_nothing_is_stored(
+    owner, fake_openai, settings
+):
+    settings.CHAT_WAIT_TIMEOUT_SECONDS = 1  # where the call is let through (main), it returns
+    bot = BotFactory(
+        owner=owner, name="Writer", model="openai/fake-model", api_base=fake_openai.url
+    )
+    _key, raw = key_create(user=owner, name="reader", access="read")
+    response = Client().post(
+        "/v1/chat/completions",
+        {"model": bot.slug, "messages": [{"role": "user", "content": "Write to the log."}]},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    )
+    assert response.status_code == 403
+    assert response.json() == {
+        "error": {
+            "message": "This API key is read-only.",
+            "type": "invalid_request_error",
+            "code": "permission_denied",
+            "param": None,
+        }
+    }
+    assert not ChatSession.objects.exists()
+    assert not Message.objects.exists()
+    assert not ApiSession.objects.exists()
+    assert fake_openai.requests == []
+    # It still reads.
+    listed = Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert [m["id"] for m in listed.json()["data"]] == [bot.slug]
+
+
+def test_a_read_key_cannot_send_a_message_on_api_v1(owner, chat_session):
+    _key, raw = key_create(user=owner, name="reader", access="read")
+    refused = _bearer(raw).post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "hi"}, format="json"
+    )
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "permission_denied"
+    assert chat_session.messages.count() == 0
+
+
+@pytest.fixture
+def two_bots(owner):
+    mine = BotFactory(owner=owner, name="Alpha")
+    other = BotFactory(owner=owner, name="Beta")
+    allowed = SessionFactory(user=owner, bot=mine, title="alpha chat")
+    hidden = SessionFactory(user=owner, bot=other, title="beta chat")
+    message_add(allowed, role="user", content="alpha notes")
+    secret = message_add(hidden, role="user", content="the beta merger closes on Friday")
+    _key, raw = key_create(user=owner, name="alpha only", bots=[mine.pk])
+    return _bearer(raw), mine, other, allowed, hidden, secret
+
+
+def test_a_bot_scoped_key_sees_and_uses_only_its_bots_sessions(two_bots):
+    client, mine, other, allowed, hidden, secret = two_bots
+    assert [s["id"] for s in client.get("/api/v1/sessions/").json()] == [allowed.pk]
+    assert [b["id"] for b in client.get("/api/v1/bots/").json()] == [mine.pk]
+    assert client.get(f"/api/v1/sessions/{allowed.pk}/messages/").status_code == 200
+
+    for path in (
+        f"/api/v1/sessions/{hidden.pk}/",
+        f"/api/v1/sessions/{hidden.pk}/messages/",
+        f"/api/v1/sessions/{hidden.pk}/summaries/",
+        f"/api/v1/sessions/{hidden.pk}/records/",
+        f"/api/v1/messages/{secret.pk}/context/",
+        f"/api/v1/bots/{other.pk}/",
+    ):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json()["error"]["code"] == "not_found"
+        assert "merger" not in response.content.decode()
+
+    sent = client.post(
+        f"/api/v1/sessions/{hidden.pk}/messages/", {"content": "more"}, format="json"
+    )
+    assert sent.status_code == 404
+    pinned = client.post(f"/api/v1/messages/{secret.pk}/pin/")
+    assert pinned.status_code == 404
+    made = client.post("/api/v1/sessions/", {"bot": other.pk}, format="json")
+    assert made.status_code == 404
+    assert list(hidden.messages.values_list("content", "pinned")) == [
+        ("the beta merger closes on Friday", False)
+    ]
+    assert ChatSession.objects.filter(bot=other).count() == 1
+
+
+def test_a_bot_scoped_key_is_refused_what_spans_every_chat(two_bots):
+    client, *_ = two_bots
+    for path in ("/api/v1/search/?q=merger", "/api/v1/compaction-events/", "/api/v1/export/"):
+        response = client.get(path)
+        assert response.status_code == 403, path
+        assert response.json()["error"] == {
+            "code": "permission_denied",
+            "message": (
+                "This API key is limited to some bots; it cannot use what spans all of your chats."
+            ),
+            "details": {},
+        }
+
+
+def test_a_key_for_all_bots_reaches_all_of_them(owner, two_bots):
+    _client, _mine, _other, allowed, hidden, _secret = two_bots
+    _key, raw = key_create(user=owner, name="everything")
+    client = _bearer(raw)
+    assert sorted(s["id"] for s in client.get("/api/v1/sessions/").json()) == sorted(
+        [allowed.pk, hidden.pk]
+    )
+    assert client.get(f"/api/v1/sessions/{hidden.pk}/messages/").status_code == 200
+    assert client.get("/api/v1/search/?q=merger").status_code == 200
