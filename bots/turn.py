@@ -581,8 +581,10 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     model = session.chat_model
     config = turn_hooks.config_with(bot_model_config(bot, model=model), options)
     # The daily token limits of the session's user (and of the API key that asked for this
-    # reply): what the turn may spend is reserved before the first call, the spent tokens
-    # counted when it ends, however it ends (connections.usage).
+    # reply): what the turn sends is held before the first call, the spent tokens counted when
+    # it ends, however it ends (docs/connections.md "Daily token limits"). The calls the turn
+    # causes on the way (a hard compaction, a question's embedding) are charged to the same
+    # limits and fit in the turn's own hold.
     limits = [*usage.user_limits(session.user_id), *options.quota]
     reservation = usage.quota_reserve(
         limits,
@@ -591,7 +593,8 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     )
     spent = [0]
     try:
-        _turn_calls(reply, handle, state, session, bot, model, config, options, started, spent)
+        with usage.quota_scope(extra=options.quota, within=reservation):
+            _turn_calls(reply, handle, state, session, bot, model, config, options, started, spent)
     finally:
         usage.quota_settle(reservation, used=spent[0])
 
