@@ -198,77 +198,46 @@ def summarise(
         output=max_tokens,
         purpose="summary",
     ) as meter:
-        return _summarise_charged(
-            session,
-            plan,
-            config,
-            meter,
-            max_tokens=max_tokens,
-            transcript=transcript,
-            replaced_tokens=replaced_tokens,
-            first_seq=first_seq,
-            last_seq=last_seq,
-            tokens_before=tokens_before,
-            source_tokens=source_tokens,
-            snapshot=snapshot,
-        )
-
-
-def _summarise_charged(
-    session: ChatSession,
-    plan: Plan,
-    config: gateway.ModelConfig,
-    meter: usage.Meter,
-    *,
-    max_tokens: int,
-    transcript: str,
-    replaced_tokens: int,
-    first_seq: int,
-    last_seq: int,
-    tokens_before: int,
-    source_tokens: int,
-    snapshot: MemoryRecord | None,
-) -> tuple[dict[str, Any] | None, RunResult | None]:
-    bot = session.bot
-    if snapshot is None:
-        snapshot = memory_services.snapshot_write(
-            session=session,
-            first_seq=first_seq,
-            last_seq=last_seq,
-            body=transcript,
-            seat_bot_id=seat_key(session),
-        )
-    # On commit, like every frame: a caller's transaction may still roll the snapshot back.
-    started_frame = room_frame(session, {"type": "compaction.started", "trigger": plan.trigger})
-    transaction.on_commit(partial(realtime.send_frame, session.pk, started_frame))
-    started = time.monotonic()
-    common = {
-        "tokens_before": tokens_before,
-        "tokens_after": tokens_before,
-        "source_tokens": source_tokens,
-        "model": config.model,
-        "snapshot": snapshot,
-    }
-    try:
-        completion = gateway.complete(
-            config, prompt_messages(transcript, plan.focus), max_tokens=max_tokens
-        )
-        meter.add(completion.prompt_tokens + completion.completion_tokens)
-    except Exception as exc:  # whatever the summariser raised: a failed attempt, on record
-        if not isinstance(exc, gateway.ModelCallFailed):
-            log.exception("compaction_summariser_crashed", session_id=session.pk)
-        event = event_write(
-            session,
-            trigger=plan.trigger,
-            outcome=CompactionEvent.Outcome.FAILED,
-            reason="summariser_error",
-            error=str(exc)[:2000],
-            duration_ms=int((time.monotonic() - started) * 1000),
-            **common,
-        )
-        return None, RunResult(
-            "failed", "summariser_error", tokens_before, tokens_before, None, event
-        )
+        bot = session.bot
+        if snapshot is None:
+            snapshot = memory_services.snapshot_write(
+                session=session,
+                first_seq=first_seq,
+                last_seq=last_seq,
+                body=transcript,
+                seat_bot_id=seat_key(session),
+            )
+        # On commit, like every frame: a caller's transaction may still roll the snapshot back.
+        started_frame = room_frame(session, {"type": "compaction.started", "trigger": plan.trigger})
+        transaction.on_commit(partial(realtime.send_frame, session.pk, started_frame))
+        started = time.monotonic()
+        common = {
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_before,
+            "source_tokens": source_tokens,
+            "model": config.model,
+            "snapshot": snapshot,
+        }
+        try:
+            completion = gateway.complete(
+                config, prompt_messages(transcript, plan.focus), max_tokens=max_tokens
+            )
+            meter.add(completion.prompt_tokens + completion.completion_tokens)
+        except Exception as exc:  # whatever the summariser raised: a failed attempt, on record
+            if not isinstance(exc, gateway.ModelCallFailed):
+                log.exception("compaction_summariser_crashed", session_id=session.pk)
+            event = event_write(
+                session,
+                trigger=plan.trigger,
+                outcome=CompactionEvent.Outcome.FAILED,
+                reason="summariser_error",
+                error=str(exc)[:2000],
+                duration_ms=int((time.monotonic() - started) * 1000),
+                **common,
+            )
+            return None, RunResult(
+                "failed", "summariser_error", tokens_before, tokens_before, None, event
+            )
     gate = summary_gate(
         text=completion.text,
         finish_reason=completion.finish_reason,
