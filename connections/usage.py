@@ -251,14 +251,21 @@ def payer_check(*, user_id: int, extra: Sequence[Limit] = ()) -> None:
 
 @dataclass
 class Meter:
-    """What the provider reported for a charged call (prompt + completion tokens)."""
+    """A held call's account: what the provider reported (prompt + completion tokens), settled
+    once (``settle``: the hold released, the tokens counted), as soon as the caller knows the
+    last of them — before its answer is shown, so the next request sees them counted."""
 
+    reservation: Reservation | None = None
     used: int = 0
-    calls: list[int] = field(default_factory=list)
+    settled: bool = field(default=False, repr=False)
 
     def add(self, tokens: int) -> None:
         self.used += max(0, int(tokens))
-        self.calls.append(int(tokens))
+
+    def settle(self) -> None:
+        if not self.settled:
+            self.settled = True
+            quota_settle(self.reservation, used=self.used)
 
 
 @contextmanager
@@ -277,8 +284,8 @@ def quota_charge(
         within=_current().within,
         what=f"this {purpose}'s input",
     )
-    meter = Meter()
+    meter = Meter(reservation)
     try:
         yield meter
     finally:
-        quota_settle(reservation, used=meter.used)
+        meter.settle()
