@@ -670,7 +670,7 @@ def explain_misses(  # noqa: ANN001
         if matrix is not None:
             import numpy as np
 
-            query = embeddings.query_vector(bot, a.question.text)
+            query = embeddings.query_vector(bot, a.question.text, user_id=session.user_id)
             if query is not None:
                 ranked = np.argsort(-(matrix @ query))
                 by_meaning = {order[int(i)]: rank for rank, i in enumerate(ranked, start=1)}

@@ -581,19 +581,22 @@ def _turn_body(reply: Message, handle: TurnHandle, state: _TurnState) -> None:
     model = session.chat_model
     config = turn_hooks.config_with(bot_model_config(bot, model=model), options)
     # The daily token limits of the session's user (and of the API key that asked for this
-    # reply): what the turn may spend is reserved before the first call, the spent tokens
-    # counted when it ends, however it ends (connections.usage).
+    # reply): what the turn sends is held before the first call, the spent tokens counted when
+    # it ends, however it ends (docs/connections.md "Daily token limits"). The calls the turn
+    # causes on the way (a hard compaction, a question's embedding) are charged to the same
+    # limits and fit in the turn's own hold.
     limits = [*usage.user_limits(session.user_id), *options.quota]
     reservation = usage.quota_reserve(
         limits,
         tokens=session.context_tokens + config.max_output_tokens,
         may_exceed=config.max_output_tokens,
     )
-    spent = [0]
+    spent = usage.Meter(reservation)
     try:
-        _turn_calls(reply, handle, state, session, bot, model, config, options, started, spent)
+        with usage.quota_scope(extra=options.quota, within=reservation):
+            _turn_calls(reply, handle, state, session, bot, model, config, options, started, spent)
     finally:
-        usage.quota_settle(reservation, used=spent[0])
+        spent.settle()  # once: a turn that finished settled before its reply was shown
 
 
 def _turn_calls(
@@ -606,7 +609,7 @@ def _turn_calls(
     config: gateway.ModelConfig,
     options: turn_hooks.TurnOptions,
     started: float,
-    spent: list[int],
+    spent: usage.Meter,
 ) -> None:
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (CONTRACT §10).
@@ -640,7 +643,7 @@ def _turn_calls(
         )
         completion = stream.completion
         if completion is not None:
-            spent[0] += completion.prompt_tokens + completion.completion_tokens
+            spent.add(completion.prompt_tokens + completion.completion_tokens)
             asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
         if asked or not may_recall or completion is None or handle.stopped.is_set():
             break
@@ -678,6 +681,8 @@ def _turn_calls(
     if completion is not None:
         fields["prompt_tokens"] = completion.prompt_tokens
         fields["completion_tokens"] = completion.completion_tokens
+    # Counted before the reply is shown: a client that sends again at once sees them spent.
+    spent.settle()
     finished = _finish(reply, counted=True, completed=True, **fields)
     # After the finish (its frame and the REST waiters go first): the record's INSERT is never
     # on the way to the user's reply. Read on demand, it is there a moment later.

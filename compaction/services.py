@@ -1,5 +1,6 @@
 """Compaction as the interfaces see it: access-checked manual compaction and its notice text."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +35,7 @@ from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline import context_bot, context_report, seat_key
 from compaction.queries import summary_get_for_user
+from connections import usage
 from memory.models import MemoryRecord
 from memory.queries import record_get_for_session
 from memory.services import snapshot_name
@@ -49,20 +51,31 @@ REASON_TEXT = {
     "busy": "another compaction of this session did not finish in time",
     "internal_error": "an internal error stopped it (see the server log)",
     "service_unavailable": "Redis, which guards compaction, is not answering; try again shortly",
+    "quota_exceeded": "your daily token limit has no room for the summariser's input",
 }
 
 
 def session_compact(
-    *, user: AbstractBaseUser, session_id: object, focus: str = "", bot_id: object = None
+    *,
+    user: AbstractBaseUser,
+    session_id: object,
+    focus: str = "",
+    bot_id: object = None,
+    quota: Sequence[usage.Limit] = (),
 ) -> RunResult:
-    """``POST /compact/``; in a room, of one bot's seat (``?bot=``, default: the default bot)."""
+    """``POST /compact/``; in a room, of one bot's seat (``?bot=``, default: the default bot).
+    ``quota``: the limits of the API key the request came through; with the user's, a spent
+    one refuses (``quota_exceeded``) before any summariser call, and every call counts on them
+    (docs/connections.md "Daily token limits")."""
     session = session_get_for_use(user=user, session_id=session_id)
     session = session_seat_get(session=session, bot_id=bot_id)
     if not bot_usable_in(session=session):
         raise NotFound(BOT_UNAVAILABLE)
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
-    result = compaction_manual(session=session, focus=focus.strip())
+    usage.payer_check(user_id=session.user_id, extra=quota)
+    with usage.quota_scope(extra=quota):
+        result = compaction_manual(session=session, focus=focus.strip())
     context_notify(session_id=session.pk, bot_id=seat_key(session))
     return result
 
@@ -96,18 +109,24 @@ def _seat_usable(session: ChatSession) -> None:
 
 
 def summary_revert_for_user(
-    *, user: AbstractBaseUser, summary_id: object, compact_rest: bool = False
+    *,
+    user: AbstractBaseUser,
+    summary_id: object,
+    compact_rest: bool = False,
+    quota: Sequence[usage.Limit] = (),
 ) -> RevertResult:
     """Undo a compaction (CONTRACT §17). Another user's summary is ``not_found`` and nothing
     changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to be
-    usable in the chat, like ``/compact``."""
+    usable in the chat, like ``/compact``, and a daily limit with room (``quota``: the key's)."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
     if compact_rest:
         session = session_get_for_use(user=user, session_id=summary.session_id)
         _seat_usable(summary_seat(session, summary.bot_id))
+        usage.payer_check(user_id=session.user_id, extra=quota)
     else:
         session_get_for_user(user=user, session_id=summary.session_id)
-    result = summary_revert(summary=summary, compact_rest=compact_rest)
+    with usage.quota_scope(extra=quota):
+        result = summary_revert(summary=summary, compact_rest=compact_rest)
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     return result
 
@@ -118,16 +137,23 @@ def _summary_seat_key(summary: Summary) -> int | None:
 
 
 def summary_resummarise_for_user(
-    *, user: AbstractBaseUser, summary_id: object, focus: str = ""
+    *,
+    user: AbstractBaseUser,
+    summary_id: object,
+    focus: str = "",
+    quota: Sequence[usage.Limit] = (),
 ) -> dict[str, Any]:
     """Re-summarise a summary's span from its snapshot with the user's focus (CONTRACT §17).
-    The answer says what happened: the new summary, or why the old one stays."""
+    The answer says what happened: the new summary, or why the old one stays. A spent daily
+    limit (the user's, or ``quota``: the key's) refuses before the summariser is called."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
     session = session_get_for_use(user=user, session_id=summary.session_id)
     _seat_usable(summary_seat(session, summary.bot_id))  # runs that bot's summariser
     if not text_is_storable(focus):
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
-    result = summary_resummarise(summary=summary, focus=focus.strip())
+    usage.payer_check(user_id=session.user_id, extra=quota)
+    with usage.quota_scope(extra=quota):
+        result = summary_resummarise(summary=summary, focus=focus.strip())
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     summary.refresh_from_db()
     if result.compacted:

@@ -3,30 +3,34 @@
 A limit is a ``Limit(subject, limit)``: ``user:<id>`` (the user's own ``UserQuota``, else the
 most generous of their groups' ``GroupQuota``), ``key:<id>`` (an API key's
 ``daily_token_limit``). Each subject has one ``TokenCounter`` row per UTC day in the database,
-so a restart loses nothing.
+so a restart loses nothing (docs/connections.md "Daily token limits").
 
-* ``quota_check`` — before a message is stored (REST, websocket, ``/v1/chat/completions``):
-  a spent limit is a ``QuotaExceeded`` (429 ``quota_exceeded``, ``details.resets_at``) and
-  nothing is written.
-* ``quota_reserve`` — when a turn starts: one conditional ``UPDATE`` per subject adds what the
-  turn may spend (the context it sends plus its output reserve) to ``reserved``, only while
-  the context fits beside what is used and what running turns reserved
-  (``used + reserved + context <= limit``; only the output reserve, ``may_exceed``, may cross
-  it). Concurrent turns therefore cannot all pass on the same remaining budget, and the day
-  ends over its limit by at most one turn's output (as long as a turn spends what it reserved;
-  recall rounds re-send the context and may spend more).
-* ``quota_settle`` — when the turn ends (any way): its reservation is released and the tokens
-  the provider reported (prompt + completion, the numbers stored on the reply) are added.
+* ``quota_check`` — before a message is stored or an action that calls a model starts (REST,
+  websocket, ``/v1/chat/completions``, ``/compact``, re-summarise): a spent limit is a
+  ``QuotaExceeded`` (429 ``quota_exceeded``, ``details.resets_at``) and nothing is written.
+* ``quota_reserve`` — before a model call (a turn, a summary, an embedding): one conditional
+  ``UPDATE`` per subject holds what the call *sends* in ``reserved``, only while it fits beside
+  what is used and what the calls running now send (``used + reserved + sends <= limit``).
+  The output reserve is never held: it cannot make a limit with room refuse, so concurrent
+  turns never fail with nothing used because of what they might still write; the day may end
+  over its limit by the outputs of the calls that ran at once.
+* ``quota_settle`` — when the call ends (any way): its hold is released and the tokens the
+  provider reported (prompt + completion) are added.
+* ``quota_charge`` — the three above around one provider call of any kind, for the session's
+  user plus whatever ``quota_scope`` adds (the API key the action came through); a call made
+  inside a running turn fits in the turn's own hold (``quota_scope(within=...)``).
 
-A reservation of a worker that died is released by nothing but the day's end (the counter of
-the next day starts at 0).
+A hold of a worker that died is released by nothing but the day's end (the counter of the next
+day starts at 0).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
@@ -94,7 +98,9 @@ def key_limit(*, key_id: object, limit: int | None) -> list[Limit]:
     return [] if limit is None else [Limit(f"key:{key_id}", int(limit))]
 
 
-def _refusal(limit: Limit, used: int, *, needs: int | None = None) -> QuotaExceeded:
+def _refusal(
+    limit: Limit, used: int, *, needs: int | None = None, what: str = "this turn's context"
+) -> QuotaExceeded:
     whose = "this API key's" if limit.subject.startswith("key:") else "your"
     reset = resets_at()
     if needs is not None and used < limit.limit:
@@ -102,7 +108,7 @@ def _refusal(limit: Limit, used: int, *, needs: int | None = None) -> QuotaExcee
         # turns hold it).
         state = (
             f"has {limit.limit - used:,} left ({used:,} used, some of it held by running turns "
-            f"or too little for this turn's context of {needs:,})"
+            f"or too little for {what} of {needs:,})"
         )
     else:
         state = f"is spent ({used:,} used)"
@@ -150,37 +156,39 @@ def _ensure_rows(subjects: Sequence[str], day: dt.date) -> None:
 
 
 def quota_reserve(
-    limits: Sequence[Limit], *, tokens: int, may_exceed: int | None = None
+    limits: Sequence[Limit],
+    *,
+    tokens: int,
+    may_exceed: int | None = None,
+    within: Reservation | None = None,
+    what: str = "this turn's context",
 ) -> Reservation | None:
-    """Reserve ``tokens`` on every limited subject, or none of them (``QuotaExceeded``).
+    """Hold what a call sends on every limited subject, or on none of them (``QuotaExceeded``).
 
-    ``may_exceed`` (the turn's output reserve, part of ``tokens``): what may cross the limit.
-    Then the rest (the context the turn sends) must fit beside what is used and what running
-    turns reserved, alone or not, so the day ends over its limit by at most one turn's output.
-    Without it, a turn running alone may cross the limit by all it spends."""
+    ``tokens``: what the call may spend; ``may_exceed``: the part of it that is output (the
+    output reserve), which is never held and never refuses. The rest, what the call sends, must
+    fit beside what is used and what running calls send: ``used + reserved + sends <= limit``.
+    ``within``: the hold of the call this one runs inside (a turn's, for the hard compaction
+    it needs): what that hold already counts is not counted twice."""
     if not limits:
         return None
     day = today()
-    tokens = max(0, int(tokens))
+    sends = max(0, int(tokens) - max(0, int(may_exceed or 0)))
+    mine = within.tokens if within is not None else 0
     subjects = [limit.subject for limit in limits]
     _ensure_rows(subjects, day)
     with transaction.atomic():
         for limit in limits:
-            under = TokenCounter.objects.filter(
-                subject=limit.subject, day=day, used__lt=limit.limit
-            )
-            if may_exceed is not None:
-                must_fit = max(0, tokens - max(0, int(may_exceed)))
-                fits = Q(used__lte=Value(limit.limit - must_fit) - F("reserved"))
-            else:
-                # Either the only turn running (it may end over the limit by what it spends)
-                # or fitting beside the others' reservations.
-                fits = Q(reserved=0) | Q(used__lte=Value(limit.limit - tokens) - F("reserved"))
-            claimed = under.filter(fits).update(reserved=F("reserved") + tokens)
+            own = mine if within is not None and limit.subject in within.subjects else 0
+            claimed = TokenCounter.objects.filter(
+                Q(used__lte=Value(limit.limit - sends + own) - F("reserved")),
+                subject=limit.subject,
+                day=day,
+                used__lt=limit.limit,
+            ).update(reserved=F("reserved") + sends)
             if claimed != 1:
-                needs = tokens - max(0, int(may_exceed)) if may_exceed is not None else tokens
-                raise _refusal(limit, tokens_today(limit.subject)[0], needs=max(0, needs))
-    return Reservation(day=day, subjects=tuple(subjects), tokens=tokens)
+                raise _refusal(limit, tokens_today(limit.subject)[0], needs=sends, what=what)
+    return Reservation(day=day, subjects=tuple(subjects), tokens=sends)
 
 
 def quota_settle(reservation: Reservation | None, *, used: int) -> None:
@@ -191,3 +199,93 @@ def quota_settle(reservation: Reservation | None, *, used: int) -> None:
         reserved=Greatest(F("reserved") - reservation.tokens, Value(0)),
         used=F("used") + max(0, int(used)),
     )
+
+
+# --- charging any provider call ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who else pays for the calls made in this context, beside the session's user."""
+
+    # Limits beyond the user's own (the API key the action came through).
+    extra: tuple[Limit, ...] = ()
+    # The hold of the call these calls run inside (a turn's): they fit in it.
+    within: Reservation | None = None
+
+
+_scope: ContextVar[Scope | None] = ContextVar("quota_scope", default=None)
+_NO_SCOPE = Scope()
+
+
+def _current() -> Scope:
+    return _scope.get() or _NO_SCOPE
+
+
+@contextmanager
+def quota_scope(
+    *, extra: Sequence[Limit] = (), within: Reservation | None = None
+) -> Iterator[None]:
+    """Provider calls made inside count against ``extra`` too (an API key's limit) and fit in
+    ``within``. A context variable: one request's or one task's scope, never another's."""
+    token = _scope.set(Scope(extra=tuple(extra), within=within))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def scope_limits() -> tuple[Limit, ...]:
+    return _current().extra
+
+
+def payer_limits(*, user_id: int) -> list[Limit]:
+    """The limits a call made for ``user_id`` now counts against (the scope's key's too)."""
+    return [*user_limits(user_id), *scope_limits()]
+
+
+def payer_check(*, user_id: int, extra: Sequence[Limit] = ()) -> None:
+    """``quota_check`` for an action of ``user_id`` (through a key: ``extra``), before it starts."""
+    quota_check([*user_limits(user_id), *extra, *scope_limits()])
+
+
+@dataclass
+class Meter:
+    """A held call's account: what the provider reported (prompt + completion tokens), settled
+    once (``settle``: the hold released, the tokens counted), as soon as the caller knows the
+    last of them — before its answer is shown, so the next request sees them counted."""
+
+    reservation: Reservation | None = None
+    used: int = 0
+    settled: bool = field(default=False, repr=False)
+
+    def add(self, tokens: int) -> None:
+        self.used += max(0, int(tokens))
+
+    def settle(self) -> None:
+        if not self.settled:
+            self.settled = True
+            quota_settle(self.reservation, used=self.used)
+
+
+@contextmanager
+def quota_charge(
+    *, user_id: int, sends: int, output: int = 0, purpose: str = "call"
+) -> Iterator[Meter]:
+    """One provider call of any kind (summary, fusion, embedding, tool…) charged to ``user_id``
+    and the scope's limits: held before the call (``QuotaExceeded`` and no call when it does
+    not fit), settled with what the ``Meter`` was told when the block ends, however it ends.
+    A user and key without limits are not counted (no statement beyond reading the limit)."""
+    limits = payer_limits(user_id=user_id)
+    reservation = quota_reserve(
+        limits,
+        tokens=sends + output,
+        may_exceed=output,
+        within=_current().within,
+        what=f"this {purpose}'s input",
+    )
+    meter = Meter(reservation)
+    try:
+        yield meter
+    finally:
+        meter.settle()

@@ -43,7 +43,9 @@ from django.db import DatabaseError, connection
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from chat_platform.celery_app import app as celery_app
+from chat_platform.errors import QuotaExceeded
 from chat_platform.llm import gateway
+from connections import usage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -120,10 +122,17 @@ def embedding_config(bot: Bot) -> gateway.ModelConfig:
     return replace(config, timeout=float(settings.EMBEDDING_TIMEOUT_SECONDS))
 
 
-def embed_texts(bot: Bot, texts: list[str], *, retry: bool = True) -> list[bytes]:
-    """``texts`` embedded by the bot's model, as stored bytes; raises ``ModelCallFailed``."""
+def embed_texts(bot: Bot, texts: list[str], *, user_id: int, retry: bool = True) -> list[bytes]:
+    """``texts`` embedded by the bot's model, as stored bytes; raises ``ModelCallFailed``.
+
+    Charged to ``user_id`` (the session's user) and the scope's API key like any provider call:
+    ``QuotaExceeded`` and no call when the inputs do not fit in what is left today
+    (docs/connections.md "Daily token limits")."""
     clipped = [text[:EMBED_TEXT_MAX_CHARS] for text in texts]
-    vectors = gateway.embed(embedding_config(bot), clipped, retry=retry)
+    config = embedding_config(bot)
+    sends = gateway.embedding_tokens(config, clipped)
+    with usage.quota_charge(user_id=user_id, sends=sends, purpose="embedding") as meter:
+        vectors = gateway.embed(config, clipped, retry=retry, on_usage=meter.add)
     return [vector_bytes(v) for v in vectors]
 
 
@@ -156,8 +165,8 @@ def messages_embed_pending(*, session_id: int) -> int:
         texts = dict(Message.objects.filter(pk__in=batch).values_list("pk", "content"))
         ids = [pk for pk in batch if texts.get(pk, "").strip()]
         try:
-            vectors = embed_texts(bot, [texts[pk] for pk in ids])
-        except gateway.ModelCallFailed as exc:
+            vectors = embed_texts(bot, [texts[pk] for pk in ids], user_id=session.user_id)
+        except (gateway.ModelCallFailed, QuotaExceeded) as exc:
             left = _pending(session_id, model).count()
             log.warning(
                 "memory_embedding_failed",
@@ -208,15 +217,15 @@ def messages_embed_dispatch(session_id: int) -> None:
 # --- reading: the vector side of a search ------------------------------------------------------
 
 
-def query_vector(bot: Bot, text: str) -> np.ndarray | None:
-    """The question's vector, or ``None``: no embedding model, or the model failed (logged as a
-    warning; the search goes on lexically)."""
+def query_vector(bot: Bot, text: str, *, user_id: int) -> np.ndarray | None:
+    """The question's vector, or ``None``: no embedding model, the model failed, or ``user_id``'s
+    daily limit has no room for it (logged as a warning; the search goes on lexically)."""
     if not bot.embedding_model or not text.strip():
         return None
     try:
         # One attempt: a search waiting out retries would hold the turn; it has a fallback.
-        (vector,) = embed_texts(bot, [text], retry=False)
-    except gateway.ModelCallFailed as exc:
+        (vector,) = embed_texts(bot, [text], user_id=user_id, retry=False)
+    except (gateway.ModelCallFailed, QuotaExceeded) as exc:
         log.warning(
             "memory_search_embedding_failed",
             bot_id=bot.pk,

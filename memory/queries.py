@@ -356,7 +356,7 @@ def _with_vectors(
     bot = session.bot
     if not bot.embedding_model:
         return ranked
-    vector = embeddings.query_vector(bot, text)
+    vector = embeddings.query_vector(bot, text, user_id=session.user_id)
     if vector is None:
         return ranked
     similar = [

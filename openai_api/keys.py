@@ -162,6 +162,15 @@ def key_limits(*, key: ApiKey) -> list[usage.Limit]:
     ]
 
 
+def request_key_limits(auth: object) -> tuple[usage.Limit, ...]:
+    """The daily limit of the API key a ``/api/v1/`` request came through (``request.auth``),
+    or none (a session, a DRF token): an action through a key counts against its limit on every
+    endpoint it reaches, as on ``/v1/`` (docs/openai-api.md)."""
+    if isinstance(auth, ApiKey):
+        return tuple(usage.key_limit(key_id=auth.pk, limit=auth.daily_token_limit))
+    return ()
+
+
 def key_budget_check(*, key: ApiKey) -> None:
     """``QuotaExceeded`` when the key's or its user's daily limit is spent."""
     usage.quota_check(key_limits(key=key))

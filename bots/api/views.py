@@ -35,6 +35,7 @@ from chat_platform import errors
 from chat_platform.api import api_errors, error_response
 from compaction.payloads import result_payload
 from compaction.pipeline import context_report
+from openai_api.keys import request_key_limits
 
 
 def _valid(serializer_class, data, **kwargs):
@@ -181,6 +182,7 @@ class SessionMessagesApi(APIView):
             client_id=data.get("client_id"),
             reply_as=data.get("reply_as"),
             attachments=data.get("attachments"),
+            quota=request_key_limits(request.auth),
         )
         if result.is_command:
             return Response(

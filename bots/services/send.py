@@ -38,6 +38,7 @@ from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
     PayloadTooLarge,
+    QuotaExceeded,
     ServiceUnavailable,
     ValidationFailed,
 )
@@ -240,6 +241,7 @@ def session_message_send(
     client_id: object = None,
     reply_as: object = None,
     attachments: object = None,
+    quota: Sequence[usage.Limit] = (),
 ) -> SendResult:
     """Send a user message: write it and a pending reply, then run the turn after commit. In a
     room, one pending reply per bot that answers (``bots.room``: mentions, ``all``, or
@@ -248,6 +250,9 @@ def session_message_send(
     The same ``client_id`` twice returns the first result and writes nothing. ``attachments``:
     ids of files uploaded to this chat (``attachments.services.attachment_upload``), sent as
     part of the message.
+
+    ``quota``: the daily limits of the API key the message came through (beside the user's): a
+    spent one refuses the send, and ``/compact``, before anything is stored.
     """
     session = session_get_for_use(user=user, session_id=session_id)
     text, cid = check_message_content(
@@ -261,11 +266,16 @@ def session_message_send(
     command = COMPACT_COMMAND.match(text.strip())
     if command and files:
         raise ValidationFailed(details={"attachments": ["/compact takes no attachments."]})
+    limits = [*usage.user_limits(user.pk), *quota]
     if command:
-        return session_compact_command(
-            session=session, text=text, client_id=cid, focus=command["focus"] or ""
-        )
-    limits = usage.user_limits(user.pk)
+        if not (cid and _existing_send(session=session, client_id=cid)):
+            # /compact calls the summariser: a spent limit refuses it before the command is
+            # stored (docs/connections.md "Daily token limits").
+            usage.quota_check(limits)
+        with usage.quota_scope(extra=quota):
+            return session_compact_command(
+                session=session, text=text, client_id=cid, focus=command["focus"] or ""
+            )
     if limits and not (cid and _existing_send(session=session, client_id=cid)):
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
@@ -399,6 +409,8 @@ def session_compact_command(
             result = compaction_manual(session=seat, focus=focus.strip())
     except CompactionBusy:
         result = RunResult("failed", "busy")
+    except QuotaExceeded:  # the summariser's input did not fit in what is left today
+        result = RunResult("failed", "quota_exceeded")
     except ServiceUnavailable:
         result = RunResult("failed", "service_unavailable")
     except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless

@@ -668,12 +668,26 @@ def _embedding_vectors(response: Any, count: int) -> list[list[float]]:
     return vectors
 
 
-def embed(config: ModelConfig, texts: list[str], *, retry: bool = True) -> list[list[float]]:
+def embedding_tokens(config: ModelConfig, texts: list[str]) -> int:
+    """What an embedding call of ``texts`` sends, counted as the provider would bill it."""
+    return sum(count_tokens(text, model=config.model) for text in texts)
+
+
+def embed(
+    config: ModelConfig,
+    texts: list[str],
+    *,
+    retry: bool = True,
+    on_usage: Callable[[int], None] | None = None,
+) -> list[list[float]]:
     """One embedding call (``litellm.embedding``) for ``texts``, under the same provider policy,
     keys, outbound rules and retry policy as a completion (``retry=False``: one attempt, for a
     caller that has a fallback and must not wait); one vector per text, in order. Raises
     ``ModelCallFailed`` (an answer that is not one finite vector per text, all of one size,
-    included: "the provider's answer could not be read")."""
+    included: "the provider's answer could not be read").
+
+    ``on_usage``: told the tokens the call cost once the provider answered (its reported
+    ``usage``, else the inputs counted), for the caller to charge (connections.usage)."""
     started = time.monotonic()
     kwargs: dict[str, Any] = {}
     try:
@@ -706,6 +720,9 @@ def embed(config: ModelConfig, texts: list[str], *, retry: bool = True) -> list[
             state = attempt.retry_state
             with attempt, outbound.scope(policy):
                 response = litellm.embedding(**call)
+        if on_usage is not None:
+            reported = _get(_get(response, "usage"), "prompt_tokens")
+            on_usage(int(reported) if reported else embedding_tokens(config, texts))
         vectors = _embedding_vectors(response, len(texts))
     except EmbeddingUnreadable as exc:
         failure = ModelCallFailed(

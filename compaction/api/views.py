@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 from chat_platform.api import api_errors
 from compaction import queries, records, services
 from compaction.payloads import event_payload, result_payload, summary_payload
+from openai_api.keys import request_key_limits
 
 
 class CompactInputSerializer(serializers.Serializer):
@@ -44,6 +45,7 @@ class SessionCompactApi(APIView):
             session_id=session_id,
             focus=serializer.validated_data["focus"],
             bot_id=request.query_params.get("bot"),
+            quota=request_key_limits(request.auth),
         )
         return Response(result_payload(result))
 
@@ -92,6 +94,7 @@ class SummaryRevertApi(APIView):
             user=request.user,
             summary_id=summary_id,
             compact_rest=serializer.validated_data["compact_rest"],
+            quota=request_key_limits(request.auth),
         )
         return Response(services.revert_payload(result))
 
@@ -132,6 +135,7 @@ class SummaryResummariseApi(APIView):
                 user=request.user,
                 summary_id=summary_id,
                 focus=serializer.validated_data["focus"],
+                quota=request_key_limits(request.auth),
             )
         )
 

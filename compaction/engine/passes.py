@@ -15,6 +15,7 @@ from django.db.models import Count, F, Sum
 from bots import transitions
 from bots.models import ChatSession, Message
 from chat_platform import realtime
+from chat_platform.errors import QuotaExceeded
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.common import (
@@ -43,6 +44,7 @@ from compaction.models import CompactionEvent, SeatState, Summary, SummaryCovera
 from compaction.quality import retention_score, summary_gate
 from compaction.ranges import RangeRow, range_select
 from compaction.results import RunResult
+from connections import usage
 from memory import services as memory_services
 from memory.models import MemoryRecord
 
@@ -56,6 +58,8 @@ def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]
     a session retrying its summariser after every turn, or fail the turn that needed room."""
     try:
         return attempt()
+    except QuotaExceeded:
+        raise  # not a failed attempt: nothing was tried (the caller refuses or skips)
     except Exception as exc:
         log.exception("compaction_attempt_crashed", session_id=session.pk, trigger=plan.trigger)
         pressure = context_measure(session=session_fresh(session)).pressure
@@ -181,50 +185,59 @@ def summarise(
     """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure).
 
     ``snapshot``: the span's existing snapshot, whose body is ``transcript`` (a re-summary
-    reads it again; it is neither rewritten nor taken out of the index)."""
-    bot = session.bot
-    config = compaction_model_config(bot, model=plan.model)
-    window = summariser_window(bot, config)
-    if snapshot is None:
-        snapshot = memory_services.snapshot_write(
-            session=session,
-            first_seq=first_seq,
-            last_seq=last_seq,
-            body=transcript,
-            seat_bot_id=seat_key(session),
-        )
-    # On commit, like every frame: a caller's transaction may still roll the snapshot back.
-    started_frame = room_frame(session, {"type": "compaction.started", "trigger": plan.trigger})
-    transaction.on_commit(partial(realtime.send_frame, session.pk, started_frame))
-    started = time.monotonic()
-    common = {
-        "tokens_before": tokens_before,
-        "tokens_after": tokens_before,
-        "source_tokens": source_tokens,
-        "model": config.model,
-        "snapshot": snapshot,
-    }
-    try:
-        completion = gateway.complete(
-            config,
-            prompt_messages(transcript, plan.focus),
-            max_tokens=min(MAX_SUMMARY_TOKENS, max(1, window // 10)),
-        )
-    except Exception as exc:  # whatever the summariser raised: a failed attempt, on record
-        if not isinstance(exc, gateway.ModelCallFailed):
-            log.exception("compaction_summariser_crashed", session_id=session.pk)
-        event = event_write(
-            session,
-            trigger=plan.trigger,
-            outcome=CompactionEvent.Outcome.FAILED,
-            reason="summariser_error",
-            error=str(exc)[:2000],
-            duration_ms=int((time.monotonic() - started) * 1000),
-            **common,
-        )
-        return None, RunResult(
-            "failed", "summariser_error", tokens_before, tokens_before, None, event
-        )
+    reads it again; it is neither rewritten nor taken out of the index).
+
+    The call is charged to the session's user (and the API key of the scope) before anything
+    is written: a limit it does not fit raises ``QuotaExceeded``, no snapshot, no event, no call
+    (docs/connections.md "Daily token limits")."""
+    config = compaction_model_config(session.bot, model=plan.model)
+    max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
+    with usage.quota_charge(
+        user_id=session.user_id,
+        sends=request_tokens(transcript, plan.focus, config.model),
+        output=max_tokens,
+        purpose="summary",
+    ) as meter:
+        bot = session.bot
+        if snapshot is None:
+            snapshot = memory_services.snapshot_write(
+                session=session,
+                first_seq=first_seq,
+                last_seq=last_seq,
+                body=transcript,
+                seat_bot_id=seat_key(session),
+            )
+        # On commit, like every frame: a caller's transaction may still roll the snapshot back.
+        started_frame = room_frame(session, {"type": "compaction.started", "trigger": plan.trigger})
+        transaction.on_commit(partial(realtime.send_frame, session.pk, started_frame))
+        started = time.monotonic()
+        common = {
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_before,
+            "source_tokens": source_tokens,
+            "model": config.model,
+            "snapshot": snapshot,
+        }
+        try:
+            completion = gateway.complete(
+                config, prompt_messages(transcript, plan.focus), max_tokens=max_tokens
+            )
+            meter.add(completion.prompt_tokens + completion.completion_tokens)
+        except Exception as exc:  # whatever the summariser raised: a failed attempt, on record
+            if not isinstance(exc, gateway.ModelCallFailed):
+                log.exception("compaction_summariser_crashed", session_id=session.pk)
+            event = event_write(
+                session,
+                trigger=plan.trigger,
+                outcome=CompactionEvent.Outcome.FAILED,
+                reason="summariser_error",
+                error=str(exc)[:2000],
+                duration_ms=int((time.monotonic() - started) * 1000),
+                **common,
+            )
+            return None, RunResult(
+                "failed", "summariser_error", tokens_before, tokens_before, None, event
+            )
     gate = summary_gate(
         text=completion.text,
         finish_reason=completion.finish_reason,

@@ -8,7 +8,7 @@ from django.db.models import Max
 
 from bots.models import ChatSession
 from bots.queries import bot_usable_in, participant_seat, room_snapshot_take, session_seat
-from chat_platform.errors import CompactionBusy
+from chat_platform.errors import CompactionBusy, QuotaExceeded
 from compaction.engine.common import MANUAL_MAX_PASSES, Plan, session_fresh
 from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
@@ -20,6 +20,7 @@ from compaction.lock import single_flight
 from compaction.measure import Measure, context_measure, seat_key, session_budget
 from compaction.models import CompactionEvent
 from compaction.results import RunResult
+from connections import usage
 
 
 def seat_load(session_id: int, bot_id: int | None) -> ChatSession | None:
@@ -61,7 +62,13 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
             if seat_blocked_until(session_id, hard=False, room=measure.room):
                 return skipped(session, "soft", "cooldown", pressure)
             plan = Plan(trigger="soft", target=budget.target)
-            result = pass_or_fuse(session, plan, budget)
+            try:
+                # Charged to the session's user (docs/connections.md "Daily token limits"):
+                # a spent limit skips the pass, arms nothing, and the reply stays as it is.
+                usage.payer_check(user_id=session.user_id)
+                result = pass_or_fuse(session, plan, budget)
+            except QuotaExceeded:
+                return skipped(session, "soft", "quota_exceeded", pressure)
             if result.outcome in ("failed", "rejected"):
                 arm_failure(session_id, hard=False, bot_id=key)
             if not result.compacted:
@@ -73,7 +80,11 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
 
 def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | None:
     """Before a model call under hard pressure: compact toward Ts, waiting (<= 60 s) for any run
-    in flight and reusing its result. Degrades only downward: extractive fallback, or trimming."""
+    in flight and reusing its result. Degrades only downward: extractive fallback, or trimming.
+
+    A summariser call the daily limit refuses raises ``QuotaExceeded`` (no fallback, no
+    back-off): the turn fails visibly with ``quota_exceeded`` rather than overspend or answer
+    from a trimmed history (docs/connections.md "Daily token limits")."""
     bot = session.bot
     budget = measure.budget
     key = seat_key(session)
@@ -162,11 +173,16 @@ def manual_passes(session: ChatSession, *, focus: str = "") -> RunResult:
         parents = fusion_due(session, budget) if i == 0 else []
         if parents:
             plan = Plan(trigger="fusion", target=0)
-            last = enveloped(session, plan, partial(fuse, session, parents, plan))
+            attempt = partial(fuse, session, parents, plan)
         else:
             plan = Plan(trigger="manual", target=0, focus=focus, min_tokens=0)
             attempt = partial(run_pass, session, plan, record_noop=not done)
+        try:
             last = enveloped(session, plan, attempt)
+        except QuotaExceeded:
+            if not done:
+                raise  # refused before any call: the caller answers quota_exceeded
+            break  # the limit ran out on the way: what was compacted stays
         session = session_fresh(session)
         if not last.compacted:
             break

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from bots.models import ChatSession
-from chat_platform.errors import CompactionBusy, ValidationFailed
+from chat_platform.errors import CompactionBusy, QuotaExceeded, ValidationFailed
 from compaction.engine.common import Conflict, session_fresh, session_kind_held, summary_seat
 from compaction.engine.events import event_write
 from compaction.engine.passes import coverage_release, coverage_restore
@@ -129,7 +129,11 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
                 },
             ) from None
         if compact_rest:
-            result.compaction = manual_passes(session_fresh(session))
+            try:
+                result.compaction = manual_passes(session_fresh(session))
+            except QuotaExceeded:  # the undo stands; the rest waits for a limit with room
+                pressure = context_measure(session=session_fresh(session)).pressure
+                result.compaction = RunResult("skipped", "quota_exceeded", pressure, pressure)
             result.tokens_after = context_measure(session=session_fresh(session)).pressure
         return result
 

@@ -69,12 +69,15 @@ def test_a_group_limit_applies_and_the_users_own_wins(owner):
     assert usage.user_limits(owner.pk) == [usage.Limit(f"user:{owner.pk}", 10)]
 
 
-def test_concurrent_turns_cannot_overshoot_by_more_than_one_turn():
+def test_what_a_call_sends_must_fit_beside_what_is_used():
+    """Without an output reserve, everything a call may spend is what it sends: it must fit."""
     limit = [usage.Limit("user:1", 100)]
     TokenCounter.objects.create(subject="user:1", day=usage.today(), used=90)
-    first = usage.quota_reserve(limit, tokens=50)  # alone: may cross the limit
     with pytest.raises(QuotaExceeded):
-        usage.quota_reserve(limit, tokens=5)  # 90 + 50 + 5 > 100 while the first runs
+        usage.quota_reserve(limit, tokens=50)  # 90 + 50 > 100
+    first = usage.quota_reserve(limit, tokens=10)  # 90 + 10 == 100
+    with pytest.raises(QuotaExceeded):
+        usage.quota_reserve(limit, tokens=1)  # 90 + 10 held + 1 > 100 while the first runs
     usage.quota_settle(first, used=50)
     counter = TokenCounter.objects.get(subject="user:1")
     assert (counter.used, counter.reserved) == (140, 0)
@@ -152,7 +155,7 @@ def test_only_the_output_reserve_may_cross_the_limit():
     # context 10 (50 - 40 of output) fits beside 90 used: reserved, though it may end at 140
     first = usage.quota_reserve(limit, tokens=50, may_exceed=40)
     with pytest.raises(QuotaExceeded):
-        # context 1 does not fit beside 90 used + 50 reserved
+        # context 1 does not fit beside 90 used + the 10 the first sends
         usage.quota_reserve(limit, tokens=5, may_exceed=4)
     usage.quota_settle(first, used=50)
     counter = TokenCounter.objects.get(subject="user:3")
@@ -166,15 +169,17 @@ def test_a_context_that_does_not_fit_is_refused_even_alone():
     assert caught.value.details["limit"] == 100
     assert TokenCounter.objects.get(subject="user:4").reserved == 0
     exact = usage.quota_reserve(limit, tokens=150, may_exceed=50)  # context 100 == 100
-    assert TokenCounter.objects.get(subject="user:4").reserved == 150
+    # only what the call sends is held: the output reserve never is
+    assert TokenCounter.objects.get(subject="user:4").reserved == 100
     usage.quota_settle(exact, used=0)
 
 
 def test_concurrent_reservations_on_postgres_stop_at_the_limit_whatever_the_order():
     """Eight turns reserve at the same moment, each on its own database connection: the
-    conditional UPDATE lets exactly as many through as fit (context 20 each beside the others'
-    reservations of 30: 0+20, 30+20, 60+20 <= 100, 90+20 > 100), so the day cannot end over the
-    limit by more than one turn's output (here it ends under it)."""
+    conditional UPDATE lets exactly as many through as fit (context 20 each beside what the
+    others send: 0+20, 20+20, … 80+20 <= 100, 100+20 > 100; their output reserves of 10 are
+    never held), so the day ends over the limit by at most the outputs of the turns that ran
+    at once."""
     import threading
 
     from django.db import connection
@@ -203,12 +208,12 @@ def test_concurrent_reservations_on_postgres_stop_at_the_limit_whatever_the_orde
     for thread in threads:
         thread.join(timeout=60)
     reservations = [o for o in outcomes if isinstance(o, usage.Reservation)]
-    assert (len(reservations), outcomes.count("refused")) == (3, 5)
-    assert TokenCounter.objects.get(subject="user:5").reserved == 90
+    assert (len(reservations), outcomes.count("refused")) == (5, 3)
+    assert TokenCounter.objects.get(subject="user:5").reserved == 100
     for reservation in reservations:
         usage.quota_settle(reservation, used=30)
     counter = TokenCounter.objects.get(subject="user:5")
-    assert (counter.used, counter.reserved) == (90, 0)
+    assert (counter.used, counter.reserved) == (150, 0)
 
 
 def test_a_turn_whose_context_does_not_fit_the_rest_of_the_day_fails_visibly(

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from bots.models import ChatSession
-from chat_platform.errors import CompactionBusy
+from chat_platform.errors import CompactionBusy, QuotaExceeded
 from compaction.engine import compaction_manual
 from compaction.services import compaction_notice_text
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
             raise CommandError(f"No session {options['session_id']}.")
         try:
             result = compaction_manual(session=session, focus=options["focus"])
-        except CompactionBusy as exc:
+        except (CompactionBusy, QuotaExceeded) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(compaction_notice_text(result))
         if result.outcome in ("failed", "rejected"):
