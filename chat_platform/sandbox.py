@@ -10,9 +10,10 @@ kills it when the wall-clock time runs out. The function receives the input byte
 ``params`` object and returns a JSON-able value; it may raise ``Refused`` (a plain refusal the
 user reads). What comes back is JSON, never pickle: the child handled hostile input.
 
-``run_limited`` raises ``LimitExceeded`` (``limit``: ``time`` | ``memory`` | ``cpu``) when a
-limit stopped the child, ``Refused`` with the child's words when the work refused the input,
-and ``SandboxFailed`` when the child died in another way.
+The child's environment holds none of the server's secrets. ``run_limited`` raises
+``LimitExceeded`` (``limit``: ``time`` | ``memory`` | ``cpu``) when a limit stopped the child,
+``Refused`` with the child's words when the work refused the input, and ``SandboxFailed`` when
+the child died in another way.
 """
 
 import json
@@ -26,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
-_HEADER = struct.Struct(">Q")  # the length of the JSON params that precede the input bytes
+_HEADER = struct.Struct(">Q")
+_PASSED_ENV = frozenset(
+    {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR"}
+)  # the length of the JSON params that precede the input bytes
 
 
 class Refused(ValueError):
@@ -68,8 +72,10 @@ def run_limited(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=_ROOT,
+        # Only what an interpreter needs: the child reads hostile input, so none of the
+        # server's secrets (SECRET_KEY, provider keys, database URL) are in its environment.
         env={
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k in _PASSED_ENV},
             "SANDBOX_MEMORY_BYTES": str(limits.memory_bytes),
             # A second over the wall clock: the parent's timeout is what normally stops it.
             "SANDBOX_CPU_SECONDS": str(_cpu_seconds(limits)),

@@ -150,3 +150,23 @@ def test_a_failed_file_does_not_count_towards_the_unsent_limit(
 def test_the_extract_task_is_routed_to_the_heavy_queue(settings):
     routes = settings.CELERY_TASK_ROUTES
     assert routes["attachments.tasks.extract"] == {"queue": "heavy"}
+
+
+def test_the_child_sees_none_of_the_servers_secrets_and_a_crash_is_reported(monkeypatch):
+    from chat_platform import sandbox
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-server-secret")
+    limits = sandbox.Limits(seconds=30, memory_bytes=512 * 1024 * 1024)
+    names = sandbox.run_limited(
+        target="tests.attachments.sandbox_targets:environment", data=b"", params={}, limits=limits
+    )
+    assert "OPENAI_API_KEY" not in names and "SECRET_KEY" not in names
+    assert "DATABASE_URL" not in names
+    assert {"SANDBOX_MEMORY_BYTES", "SANDBOX_CPU_SECONDS"} <= set(names)
+    with pytest.raises(sandbox.SandboxFailed) as crashed:
+        sandbox.run_limited(
+            target="tests.attachments.sandbox_targets:crash", data=b"", params={}, limits=limits
+        )
+    assert str(crashed.value) == (
+        "the child process ended with status 1: RuntimeError: not a refusal"
+    )
