@@ -23,14 +23,14 @@ format: ## Format the code with ruff
 web: ## Real mode: ASGI server (needs DATABASE_URL, REDIS_URL, SECRET_KEY)
 	.venv/bin/uvicorn chat_platform.asgi:application --host 0.0.0.0 --port 8000 --workers 2 --timeout-graceful-shutdown 5
 
-worker: ## Real mode: Celery workers, one process per core x CELERY_WORKER_CONCURRENCY threads (chat + compaction)
+worker: ## Real mode: Celery workers, one process per core x CELERY_WORKER_CONCURRENCY threads (chat + compaction + heavy)
 	bash scripts/worker.sh
 
 worker-chat: ## Real mode, under load: workers for the chat queue only (pair with worker-compaction)
 	WORKER_QUEUES=chat bash scripts/worker.sh
 
-worker-compaction: ## Real mode, under load: one worker process for the compaction queue
-	WORKER_QUEUES=compaction WORKER_PROCESSES=$${WORKER_PROCESSES:-1} CELERY_WORKER_CONCURRENCY=$${CELERY_WORKER_CONCURRENCY:-4} bash scripts/worker.sh
+worker-compaction: ## Real mode, under load: one worker process for the compaction and heavy queues
+	WORKER_QUEUES=$${WORKER_QUEUES:-compaction,heavy} WORKER_PROCESSES=$${WORKER_PROCESSES:-1} CELERY_WORKER_CONCURRENCY=$${CELERY_WORKER_CONCURRENCY:-4} bash scripts/worker.sh
 
 beat: ## Real mode: Celery beat (orphan sweep every minute)
 	.venv/bin/celery -A chat_platform -q beat -l INFO

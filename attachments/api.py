@@ -1,8 +1,11 @@
 """REST adapters for attachments (parse, call one service or selector, serialise):
 
 - ``POST /api/v1/sessions/{id}/attachments/`` (multipart, field ``file``) -> 201
-  ``{id, name, size, kind}``; then ``POST /api/v1/sessions/{id}/messages/`` with
-  ``attachments: [ids]`` sends them as part of the message.
+  ``{id, name, size, kind, status: "ready", error: ""}``, or for a PDF, whose text is read by a
+  task, 202 with ``status: "processing"``; ``GET /api/v1/attachments/{id}/status/`` then says
+  ``ready`` or ``failed`` (``error`` names the limit or the problem); then
+  ``POST /api/v1/sessions/{id}/messages/`` with ``attachments: [ids]`` sends the ready ones as
+  part of the message.
 - ``GET /api/v1/attachments/{id}/``: the original file, to its owner only (others: not_found).
 """
 
@@ -29,7 +32,7 @@ _ENVELOPE_BYTES = 64 * 1024
 class AttachmentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Attachment
-        fields = ["id", "name", "size", "kind"]
+        fields = ["id", "name", "size", "kind", "status", "error"]
 
 
 class SessionAttachmentsApi(APIView):
@@ -44,7 +47,11 @@ class SessionAttachmentsApi(APIView):
                 "required": ["file"],
             }
         },
-        responses={201: AttachmentSerializer, **api_errors(400, 404, 413)},
+        responses={
+            201: AttachmentSerializer,
+            202: AttachmentSerializer,
+            **api_errors(400, 404, 413),
+        },
     )
     def post(self, request: Request, session_id: int) -> Response:
         # Access first: another user's chat is not_found whatever the body holds.
@@ -60,7 +67,24 @@ class SessionAttachmentsApi(APIView):
         attachment = attachment_upload(
             user=request.user, session_id=session_id, name=upload.name, data=upload.read()
         )
-        return Response(AttachmentSerializer(attachment).data, status=status.HTTP_201_CREATED)
+        code = (
+            status.HTTP_202_ACCEPTED
+            if attachment.status == Attachment.Status.PROCESSING
+            else status.HTTP_201_CREATED
+        )
+        return Response(AttachmentSerializer(attachment).data, status=code)
+
+
+class AttachmentStatusApi(APIView):
+    @extend_schema(
+        operation_id="v1_attachment_status",
+        responses={200: AttachmentSerializer, **api_errors(404)},
+    )
+    def get(self, request: Request, attachment_id: int) -> Response:
+        attachment = attachment_get_for_user(
+            user=request.user, attachment_id=attachment_id, with_content=False
+        )
+        return Response(AttachmentSerializer(attachment).data)
 
 
 class AttachmentDownloadApi(APIView):

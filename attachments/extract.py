@@ -114,12 +114,17 @@ _BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
 class AttachmentRefused(ValueError):
     """The file is not accepted; ``str(exc)`` says why, for the user."""
 
+    sandbox_refusal = True  # raised in the extraction child: a refusal, not a crash
+
 
 @dataclass(frozen=True)
 class Extracted:
     kind: str  # "text" | "pdf" | "image"
     content_type: str
-    text: str  # what the model reads ("" for images)
+    text: str  # what the model reads ("" for images, and for a PDF until it is extracted)
+    # A PDF's text is extracted later, by a task in a limited child process
+    # (``pdf_text_child``), never in the process that received the upload.
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ class Limits:
     max_text_chars: int  # the most text a file may contribute
     pdf_max_pages: int
     pdf_max_stream_bytes: int  # the most one PDF stream may decompress to
+    # The most the pages' content streams may decode to, all pages together (a shared stream
+    # counts once per page that draws it: each page's text is extracted from it again).
+    pdf_max_decoded_bytes: int = 0
 
 
 def check_file_name(name: object) -> str:
@@ -160,14 +168,17 @@ def supported_kinds_text() -> str:
 
 
 def extract(*, name: str, data: bytes, limits: Limits) -> Extracted:
-    """What the file is and its text; raises ``AttachmentRefused``."""
+    """What the file is and its text (a PDF's text: ``deferred``, see ``pdf_text_child``);
+    raises ``AttachmentRefused``."""
     if not data:
         raise AttachmentRefused(f"{name} is empty.")
     ext = _extension(name)
     if ext in IMAGE_SIGNATURES:
         return _image(name, ext, data)
     if ext == "pdf":
-        return Extracted("pdf", "application/pdf", _pdf_text(name, data, limits))
+        if not data.startswith(b"%PDF-"):
+            raise AttachmentRefused(f"{name} is named as a PDF but is not one.")
+        return Extracted("pdf", "application/pdf", "", deferred=True)
     if ext in TEXT_EXTENSIONS:
         return Extracted("text", "text/plain; charset=utf-8", _plain_text(name, data, limits))
     raise AttachmentRefused(
@@ -233,6 +244,20 @@ def _pdf_text(name: str, data: bytes, limits: Limits) -> str:
         return _pdf_read(name, data, limits)
 
 
+def _content_bytes(page: object) -> int:
+    """How many bytes the page's content stream decodes to (what its text is parsed from)."""
+    contents = page.get_contents()  # type: ignore[attr-defined]
+    return len(contents.get_data()) if contents is not None else 0
+
+
+def pdf_text_child(data: bytes, params: dict[str, object]) -> str:
+    """The entry point of the extraction child (``chat_platform.sandbox``): the PDF's text, or
+    ``AttachmentRefused``. ``params``: ``{"name", "limits": {Limits' fields}}``."""
+    raw = params["limits"]
+    assert isinstance(raw, dict)
+    return _pdf_text(str(params["name"]), data, Limits(**raw))
+
+
 def _pdf_read(name: str, data: bytes, limits: Limits) -> str:
     import pypdf
     from pypdf.errors import FileNotDecryptedError, LimitReachedError
@@ -246,6 +271,17 @@ def _pdf_read(name: str, data: bytes, limits: Limits) -> str:
             raise AttachmentRefused(
                 f"{name} has {pages:,} pages; at most {limits.pdf_max_pages:,} are accepted."
             )
+        # Decoding is cheap next to parsing what was decoded: the whole is counted before any
+        # page's text is parsed, so a file over the limit costs no parse at all.
+        decoded = 0
+        for page in reader.pages:
+            decoded += _content_bytes(page)
+            if limits.pdf_max_decoded_bytes and decoded > limits.pdf_max_decoded_bytes:
+                raise AttachmentRefused(
+                    f"{name}: PDF text extraction stopped: over "
+                    f"{limits.pdf_max_decoded_bytes:,} bytes decoded. Attach a shorter PDF, "
+                    "or its text."
+                )
         parts: list[str] = []
         total = 0
         for page in reader.pages:
@@ -254,7 +290,7 @@ def _pdf_read(name: str, data: bytes, limits: Limits) -> str:
             if total > limits.max_text_chars:
                 _check_length(name, "x" * total, limits)
             parts.append(part)
-    except AttachmentRefused:
+    except (AttachmentRefused, MemoryError):
         raise
     except LimitReachedError:
         raise AttachmentRefused(

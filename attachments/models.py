@@ -33,8 +33,18 @@ class Attachment(models.Model):
     content_type = models.CharField(max_length=100)
     size = models.PositiveBigIntegerField()
     data = models.BinaryField()
+
+    class Status(models.TextChoices):
+        # A PDF's text is read by a task in a limited child process (docs/attachments.md):
+        # ``processing`` until then; ``failed`` with ``error`` saying why (a limit it hit).
+        PROCESSING = "processing"
+        READY = "ready"
+        FAILED = "failed"
+
     # The extracted text (text and pdf kinds); empty for images.
     text = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.READY)
+    error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -43,6 +53,10 @@ class Attachment(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(kind__in=["text", "pdf", "image"]), name="attachment_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["processing", "ready", "failed"]),
+                name="attachment_status_valid",
             ),
         ]
 

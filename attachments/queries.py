@@ -10,13 +10,19 @@ from attachments.models import Attachment
 from chat_platform.errors import NotFound
 
 
-def attachment_get_for_user(*, user: AbstractBaseUser, attachment_id: object) -> Attachment:
-    """The owner's file; anyone else's (or none) is the same ``not_found``."""
+def attachment_get_for_user(
+    *, user: AbstractBaseUser, attachment_id: object, with_content: bool = True
+) -> Attachment:
+    """The owner's file; anyone else's (or none) is the same ``not_found``. Without content:
+    its bytes and text are not loaded (the status a page polls)."""
     try:
         pk = int(str(attachment_id))
     except ValueError:
         pk = 0
-    found = Attachment.objects.filter(pk=pk, user_id=user.pk).first()
+    rows = Attachment.objects.filter(pk=pk, user_id=user.pk)
+    if not with_content:
+        rows = rows.defer("data", "text")
+    found = rows.first()
     if found is None:
         raise NotFound("Attachment not found.")
     return found

@@ -1,26 +1,37 @@
 """Attachments: upload a file to a chat, then send it with a message.
 
 An upload is checked whole before a row is written (name, size, what the bytes are, whether the
-chat's model accepts images); a send names uploaded ids, and the message it writes carries the
+chat's model accepts images). A PDF's text is read afterwards, never in the process that took
+the upload: the row is ``processing`` and ``attachments.tasks.extract`` (queue ``heavy``) runs
+``attachment_extract``, which parses it in a child process bounded in time, memory and decoded
+bytes (``chat_platform.sandbox``) and leaves it ``ready`` or ``failed`` with the limit named
+(docs/attachments.md). A send names uploaded, ready ids, and the message it writes carries the
 files' text in its ``content`` (so its ``token_count``, the running totals, admission,
 compaction, snapshots and search all see it as the text it is). Images are a marker line in the
 text, sent to the model as image content parts (``attachments.queries.images_for_messages``).
 """
 
+import threading
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import timedelta
+from functools import partial
 
 import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 
 from attachments.extract import AttachmentRefused, Limits, check_file_name, extract
 from attachments.models import Attachment
 from bots.models import ChatSession, Message
 from bots.queries import session_get_for_use
+from chat_platform import sandbox
+from chat_platform.celery_app import app as celery_app
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm import gateway
+from chat_platform.outage import BROKER_ERRORS
 
 log = structlog.get_logger(__name__)
 
@@ -33,6 +44,7 @@ def _limits() -> Limits:
         max_text_chars=settings.ATTACHMENT_TEXT_MAX_CHARS,
         pdf_max_pages=settings.ATTACHMENT_PDF_MAX_PAGES,
         pdf_max_stream_bytes=settings.ATTACHMENT_PDF_MAX_STREAM_BYTES,
+        pdf_max_decoded_bytes=settings.ATTACHMENT_PDF_MAX_DECODED_BYTES,
     )
 
 
@@ -70,7 +82,11 @@ def attachment_upload(
     ):
         refusal = images_refusal(session.chat_model)
         raise ValidationFailed(refusal, details={"file": [refusal]})
-    unsent = Attachment.objects.filter(session=session, message__isnull=True).count()
+    unsent = (
+        Attachment.objects.filter(session=session, message__isnull=True)
+        .exclude(status=Attachment.Status.FAILED)
+        .count()
+    )
     if unsent >= settings.ATTACHMENT_UNSENT_MAX:
         message = (
             f"This chat already has {unsent} files waiting to be sent: send them (or start "
@@ -86,6 +102,7 @@ def attachment_upload(
         size=len(data),
         data=data,
         text=extracted.text,
+        status=Attachment.Status.PROCESSING if extracted.deferred else Attachment.Status.READY,
     )
     log.info(
         "attachment_uploaded",
@@ -93,8 +110,92 @@ def attachment_upload(
         session_id=session.pk,
         kind=attachment.kind,
         size=attachment.size,
+        status=attachment.status,
     )
+    if extracted.deferred:
+        transaction.on_commit(partial(attachment_extract_dispatch, attachment.pk))
     return attachment
+
+
+EXTRACT_TASK = "attachments.tasks.extract"
+_discovery_lock = threading.Lock()
+
+
+def attachment_extract_dispatch(attachment_id: int) -> bool:
+    """Hand a ``processing`` file to the ``heavy`` queue (by task name: the domain never imports
+    its task module). A broker that is down leaves it ``processing``: the send refuses it until
+    it is ready, and the unsent sweep removes it after the retention."""
+    if EXTRACT_TASK not in celery_app.tasks:
+        with _discovery_lock:  # a web process discovers task modules when first asked
+            if EXTRACT_TASK not in celery_app.tasks:
+                celery_app.loader.import_default_modules()
+    try:
+        celery_app.tasks[EXTRACT_TASK].delay(attachment_id)
+    except BROKER_ERRORS:
+        log.exception("attachment_extract_dispatch_failed", attachment_id=attachment_id)
+        return False
+    return True
+
+
+def attachment_extract(*, attachment_id: int) -> str | None:
+    """Read a ``processing`` PDF's text in a limited child process; the file ends ``ready`` or
+    ``failed`` (``error`` names the limit or what was wrong). Safe to run twice, and a file
+    deleted meanwhile is nothing to do. Returns the status written (None: nothing to do)."""
+    row = (
+        Attachment.objects.filter(pk=attachment_id, status=Attachment.Status.PROCESSING)
+        .only("pk", "name", "data")
+        .first()
+    )
+    if row is None:
+        return None
+    name = row.name
+    try:
+        text = _pdf_text_limited(name=name, data=bytes(row.data))
+    except AttachmentRefused as exc:
+        status, values = Attachment.Status.FAILED, {"error": str(exc)}
+    else:
+        status, values = Attachment.Status.READY, {"text": text}
+    del row
+    written = Attachment.objects.filter(
+        pk=attachment_id, status=Attachment.Status.PROCESSING
+    ).update(status=status, **values)
+    log.info(
+        "attachment_extracted",
+        attachment_id=attachment_id,
+        status=status,
+        error=values.get("error", ""),
+        written=bool(written),
+    )
+    return status if written else None
+
+
+def _pdf_text_limited(*, name: str, data: bytes) -> str:
+    """``extract.pdf_text_child`` in a child process: bounded by ``ATTACHMENT_EXTRACT_SECONDS``
+    (wall clock and CPU), ``ATTACHMENT_EXTRACT_MEMORY_BYTES`` and the decoded-bytes limit it
+    checks itself. A limit reached is an ``AttachmentRefused`` naming it."""
+    limits = sandbox.Limits(
+        seconds=settings.ATTACHMENT_EXTRACT_SECONDS,
+        memory_bytes=settings.ATTACHMENT_EXTRACT_MEMORY_BYTES,
+    )
+    try:
+        text = sandbox.run_limited(
+            target="attachments.extract:pdf_text_child",
+            data=data,
+            params={"name": name, "limits": asdict(_limits())},
+            limits=limits,
+        )
+    except sandbox.Refused as exc:
+        raise AttachmentRefused(str(exc)) from None
+    except sandbox.LimitExceeded as exc:
+        raise AttachmentRefused(
+            f"{name}: PDF text extraction stopped: {exc}. Attach a shorter PDF, or its text."
+        ) from None
+    except sandbox.SandboxFailed as exc:
+        log.error("attachment_extract_crashed", name=name, error=str(exc))
+        raise AttachmentRefused(f"{name} could not be read as a PDF (it may be damaged).") from None
+    if not isinstance(text, str):  # pragma: no cover - the child returns a string or refuses
+        raise AttachmentRefused(f"{name} could not be read as a PDF (it may be damaged).")
+    return text
 
 
 def check_attachments_for_send(*, session: ChatSession, attachments: object) -> list[Attachment]:
@@ -131,6 +232,9 @@ def check_attachments_for_send(*, session: ChatSession, attachments: object) -> 
             }
         )
     chosen = [found[i] for i in attachments]
+    not_ready = [_not_ready(a) for a in chosen if a.status != Attachment.Status.READY]
+    if not_ready:
+        raise ValidationFailed(not_ready[0], details={"attachments": not_ready})
     total = sum(a.size for a in chosen)
     limit = settings.ATTACHMENT_MESSAGE_MAX_BYTES
     if total > limit:
@@ -146,6 +250,12 @@ def check_attachments_for_send(*, session: ChatSession, attachments: object) -> 
             images_refusal(model), details={"attachments": [images_refusal(model)]}
         )
     return chosen
+
+
+def _not_ready(attachment: Attachment) -> str:
+    if attachment.status == Attachment.Status.PROCESSING:
+        return f"{attachment.name} is still being read: send it once it is ready."
+    return f"{attachment.name} cannot be sent: {attachment.error} Remove it."
 
 
 def message_text_with(content: str, attachments: Sequence[Attachment]) -> str:

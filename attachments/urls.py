@@ -9,6 +9,11 @@ urlpatterns = [
         name="session-attachments",
     ),
     path(
+        "attachments/<int:attachment_id>/status/",
+        api.AttachmentStatusApi.as_view(),
+        name="attachment-status",
+    ),
+    path(
         "attachments/<int:attachment_id>/",
         api.AttachmentDownloadApi.as_view(),
         name="attachment-download",

@@ -302,6 +302,14 @@ ATTACHMENT_PDF_MAX_PAGES = env.int("ATTACHMENT_PDF_MAX_PAGES", default=1000)
 ATTACHMENT_PDF_MAX_STREAM_BYTES = env.int(
     "ATTACHMENT_PDF_MAX_STREAM_BYTES", default=50 * 1024 * 1024
 )
+# Heavy work (a PDF's text, an import's parse) runs in a child process of a worker on the
+# "heavy" queue, bounded by these (docs/security.md, "Heavy work"): wall-clock seconds (CPU is
+# capped at the same), the child's address space, and the bytes a PDF's pages may decode to.
+ATTACHMENT_EXTRACT_SECONDS = env.float("ATTACHMENT_EXTRACT_SECONDS", default=20.0)
+ATTACHMENT_EXTRACT_MEMORY_BYTES = env.int("ATTACHMENT_EXTRACT_MEMORY_BYTES", default=768 * 1024**2)
+ATTACHMENT_PDF_MAX_DECODED_BYTES = env.int(
+    "ATTACHMENT_PDF_MAX_DECODED_BYTES", default=20 * 1024 * 1024
+)
 ATTACHMENT_IMAGE_TOKENS = env.int("ATTACHMENT_IMAGE_TOKENS", default=1000)
 # Uploaded but not yet sent, per chat: more are refused until some are sent.
 ATTACHMENT_UNSENT_MAX = env.int("ATTACHMENT_UNSENT_MAX", default=20)
@@ -432,6 +440,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {
     "bots.tasks.*": {"queue": "chat"},
     "compaction.tasks.*": {"queue": "compaction"},
+    # Parsing what users upload (a PDF's text, an import file): its own queue, so a slow or
+    # hostile file never delays a reply or a summary (docs/security.md, "Heavy work").
+    "attachments.tasks.extract": {"queue": "heavy"},
+    "transfer.tasks.*": {"queue": "heavy"},
     # Embedding compacted messages (memory.embeddings) is compaction's follow-up work.
     "memory.tasks.*": {"queue": "compaction"},
 }

@@ -8,7 +8,9 @@
 # a time. Several processes each with a thread pool use every core and serve
 # processes x threads turns at once.
 #
-#   WORKER_QUEUES=chat,compaction (default) | chat | compaction   (separate fleets under load)
+#   WORKER_QUEUES=chat,compaction,heavy (default) | chat | compaction | heavy   (separate fleets
+#   under load). "heavy": parsing uploads (a PDF's text, later imports), each in a limited child
+#   process (chat_platform/sandbox.py), so a hostile file ends only that child.
 #   DATABASE_POOL_MAX_SIZE defaults to 2 x threads + 2 per process: a streaming turn may hold a
 #   connection while its heartbeat/stop watcher uses another (docs/operations.md, budgets).
 #
@@ -23,7 +25,7 @@ cd "$(dirname "$0")/.."
 
 processes="${WORKER_PROCESSES:-$(nproc 2>/dev/null || echo 1)}"
 threads="${CELERY_WORKER_CONCURRENCY:-16}"
-queues="${WORKER_QUEUES:-chat,compaction}"
+queues="${WORKER_QUEUES:-chat,compaction,heavy}"
 max_delay="${WORKER_RESTART_MAX_DELAY:-30}"
 export CELERY_WORKER_CONCURRENCY="$threads"
 export DATABASE_POOL_MAX_SIZE="${DATABASE_POOL_MAX_SIZE:-$((2 * threads + 2))}"

@@ -17,7 +17,7 @@ user's custom-instructions fields; nodes with no text are skipped. Times from ``
 ``metadata.model_slug``.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +25,14 @@ from transfer.fields import obj, text
 from transfer.streaming import refused
 
 MAX_NODES = 100_000
+# Branches that share nodes below their fork each carry them: their messages, all together.
+MAX_BRANCH_MESSAGES = 2 * MAX_NODES
 ROLES = ("user", "assistant", "system", "tool")
+# The keys of a conversation the import reads; the streaming reader skips every other one
+# unbuilt (``transfer.streaming.items``'s ``keep``), so they never cost memory or time.
+CONVERSATION_KEYS = frozenset(
+    {"title", "create_time", "mapping", "current_node", "conversation_id", "id"}
+)
 
 
 @dataclass
@@ -145,39 +152,31 @@ def conversation_parse(raw: Any, where: str) -> Conversation:
             raise refused(f"{where}.current_node: names no node of the mapping.")
         current = leaves[-1]
     main = _path_to(current, parents, where)
-    on_main = {node_id: position for position, node_id in enumerate(main)}
     created = _epoch(raw.get("create_time"), f"{where}.create_time")
-    skipped = 0
-
-    def turns_of(path: list[str], start: datetime | None) -> tuple[list[Turn], int]:
-        out, missing, previous = [], 0, start
-        for node_id in path:
-            turn = _turn(
-                node_id,
-                mapping[node_id].get("message"),
-                f"{where}.mapping[{node_id[:40]}].message",
-                previous,
-            )
-            if turn is None:
-                missing += 1
-                continue
-            previous = turn.created_at or previous
-            out.append(turn)
-        return out, missing
-
-    transcript, skipped = turns_of(main, created)
-    seq_of: dict[str, int] = {}
-    for seq, turn in enumerate(transcript, start=1):
-        seq_of[turn.source_id] = seq
+    turns = _Turns(mapping, where)
+    transcript, skipped = turns.along(main, created)
+    # The transcript seq at or before each node of the main path (0 before the first text).
+    seq_of = {turn.source_id: seq for seq, turn in enumerate(transcript, start=1)}
+    seq_upto: dict[str, int] = {}
+    last = 0
+    for node_id in main:
+        last = seq_of.get(node_id, last)
+        seq_upto[node_id] = last
+    forks = _Forks(main, parents, where)
     branches = []
+    total = 0
     for leaf in (n for n, kids in children.items() if not kids and n != current):
-        path = _path_to(leaf, parents, where)
-        fork = max((i for i, n in enumerate(path) if n in on_main), default=-1)
-        shared = path[: fork + 1]
-        fork_seq = max((seq_of[n] for n in shared if n in seq_of), default=0)
-        turns, missing = turns_of(path[fork + 1 :], None)
-        if turns:
-            branches.append(Branch(fork_seq=fork_seq, turns=turns))
+        fork, own = forks.of(leaf)
+        total += own
+        if total > MAX_BRANCH_MESSAGES:
+            raise refused(
+                f"{where}.mapping: its branches hold more than {MAX_BRANCH_MESSAGES:,} "
+                "messages together."
+            )
+        branch_turns, missing = turns.along(forks.path_below(leaf, own), None)
+        if branch_turns:
+            fork_seq = seq_upto[fork] if fork is not None else 0
+            branches.append(Branch(fork_seq=fork_seq, turns=branch_turns))
         skipped += missing
     title = raw.get("title")
     source_id = raw.get("conversation_id", raw.get("id", ""))
@@ -189,6 +188,82 @@ def conversation_parse(raw: Any, where: str) -> Conversation:
         branches=branches,
         skipped=skipped,
     )
+
+
+class _Turns:
+    """Each node's turn, read once however many paths cross it."""
+
+    def __init__(self, mapping: dict[str, Any], where: str) -> None:
+        self.mapping, self.where = mapping, where
+        self.done: dict[str, Turn | None] = {}
+
+    def of(self, node_id: str) -> Turn | None:
+        if node_id not in self.done:
+            self.done[node_id] = _turn(
+                node_id,
+                self.mapping[node_id].get("message"),
+                f"{self.where}.mapping[{node_id[:40]}].message",
+                None,
+            )
+        return self.done[node_id]
+
+    def along(self, path: list[str], start: datetime | None) -> tuple[list[Turn], int]:
+        """The turns of ``path`` (a node without a time takes the one before it) and how many
+        of its nodes had no text."""
+        out: list[Turn] = []
+        missing, previous = 0, start
+        for node_id in path:
+            turn = self.of(node_id)
+            if turn is None:
+                missing += 1
+                continue
+            if turn.created_at is None and previous is not None:
+                turn = replace(turn, created_at=previous)
+            previous = turn.created_at or previous
+            out.append(turn)
+        return out, missing
+
+
+class _Forks:
+    """Where each node leaves the main path: its nearest ancestor on it (None: it has none) and
+    how many of its own nodes lie below that fork, found for every node in one amortised pass
+    (each node's parent chain is climbed once, then remembered), never by walking every leaf
+    back to the root."""
+
+    def __init__(self, main: list[str], parents: dict[str, str | None], where: str) -> None:
+        self.parents, self.where = parents, where
+        self.fork: dict[str, str | None] = {n: n for n in main}
+        self.depth: dict[str, int] = {n: 0 for n in main}
+
+    def of(self, node_id: str) -> tuple[str | None, int]:
+        chain: list[str] = []
+        climbing: set[str] = set()
+        at: str | None = node_id
+        while at is not None and at not in self.fork:
+            if at in climbing:
+                raise refused(
+                    f"{self.where}.mapping: the parents of node {node_id[:40]} form a loop."
+                )
+            climbing.add(at)
+            chain.append(at)
+            at = self.parents.get(at)
+        fork = self.fork[at] if at is not None else None
+        depth = self.depth[at] if at is not None else 0
+        for n in reversed(chain):
+            depth += 1
+            self.fork[n], self.depth[n] = fork, depth
+        return self.fork[node_id], self.depth[node_id]
+
+    def path_below(self, node_id: str, own: int) -> list[str]:
+        """The ``own`` nodes from just below the fork down to ``node_id``."""
+        path: list[str] = []
+        at: str | None = node_id
+        for _ in range(own):
+            assert at is not None
+            path.append(at)
+            at = self.parents.get(at)
+        path.reverse()
+        return path
 
 
 def _path_to(node_id: str, parents: dict[str, str | None], where: str) -> list[str]:

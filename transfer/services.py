@@ -10,8 +10,9 @@ at a time. Written history is token-counted with the bot's model, written throug
 compaction (``bots.dispatch.compact_soft_dispatch``) so the bot carries what it can of it.
 
 Re-importing is idempotent: every conversation's digest (sha256 of its canonical JSON, ids left
-out) is recorded with its session (``ImportedConversation``); one seen before, whose session
-still exists, is skipped and reported.
+out; of a ChatGPT conversation, the keys the import reads, ``CONVERSATION_KEYS``) is recorded
+with its session (``ImportedConversation``); one seen before, whose session still exists, is
+skipped and reported.
 """
 
 import hashlib
@@ -38,7 +39,7 @@ from compaction.models import TRIGGERS, CompactionEvent, Summary
 from memory.models import MemoryRecord
 from memory.services import messages_index_written
 from transfer import fields as f
-from transfer.chatgpt import Conversation, Turn, conversation_parse
+from transfer.chatgpt import CONVERSATION_KEYS, Conversation, Turn, conversation_parse
 from transfer.lossless import FORMAT, VERSION
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.streaming import CountingReader, Item, items, refused, top_level_kind
@@ -88,7 +89,10 @@ def chats_import(
     new_sessions: list[int] = []
     with transaction.atomic():
         kind, events = top_level_kind(reader)
-        stream = items(kind, events, reader, max_depth=settings.IMPORT_MAX_DEPTH)
+        # A conversation's keys that the import does not read are skipped as they stream by,
+        # never built (a conversation carrying a huge unused object costs no memory).
+        keep = CONVERSATION_KEYS if kind == "array" else None
+        stream = items(kind, events, reader, max_depth=settings.IMPORT_MAX_DEPTH, keep=keep)
         if kind == "array":
             result = _chatgpt_import(user=user, bot=bot, stream=stream, created=new_sessions)
         else:
@@ -106,10 +110,16 @@ def chats_import(
     return result
 
 
-def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+# Canonical JSON (sorted keys, no spaces), produced piece by piece: ``iterencode`` is the pure
+# Python encoder, so a big value is hashed a chunk at a time and never held as one string by
+# one C call that keeps the GIL for seconds (issue 30: that stalled a web process until
+# uvicorn killed it). The bytes are exactly ``json.dumps``' with the same options.
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _digest_update(hasher: Any, value: Any) -> None:
+    for chunk in _CANONICAL.iterencode(value):
+        hasher.update(chunk.encode("utf-8", "surrogatepass"))
 
 
 def _without_ids(value: Any) -> Any:
@@ -196,8 +206,10 @@ def _chatgpt_import(
     for item in stream:
         any_item = True
         where = f"conversations[{item.index}]"
-        digest = hashlib.sha256(_canonical(item.value)).hexdigest()
         conversation = conversation_parse(item.value, where)
+        hasher = hashlib.sha256()
+        _digest_update(hasher, item.value)
+        digest = hasher.hexdigest()
         done = ImportedConversation.objects.filter(user=user, digest=digest).select_related(
             "session"
         )
@@ -376,9 +388,12 @@ class _Lossless:
 
     def feed(self, item: Item) -> None:
         key = item.key or ""
-        self.hasher.update(_canonical([key, item.index, _without_ids(item.value)]))
+        if key not in LOSSLESS_KEYS and key not in ("format", "version"):
+            # Refused before it is hashed: an unknown key's value is never encoded.
+            raise refused(f"{key[:60]}: not a part of the {FORMAT} format.")
         if item.index is None and key in LOSSLESS_KEYS[1:]:
             raise refused(f"{key}: must be a list.")
+        _digest_update(self.hasher, [key, item.index, _without_ids(item.value)])
         where = key if item.index is None else f"{key}[{item.index}]"
         if key == "format":
             return  # checked first, in _lossless_import

@@ -99,15 +99,23 @@ def _not_json(exc: Exception, reader: CountingReader) -> ValidationFailed:
 
 
 def items(
-    kind: str, events: Iterator[tuple[str, str, Any]], reader: CountingReader, *, max_depth: int
+    kind: str,
+    events: Iterator[tuple[str, str, Any]],
+    reader: CountingReader,
+    *,
+    max_depth: int,
+    keep: frozenset[str] | None = None,
 ) -> Iterator[Item]:
-    """The file's top-level pieces in order (after ``top_level_kind``)."""
+    """The file's top-level pieces in order (after ``top_level_kind``). ``keep``: of an item
+    that is an object, only these keys are built; the others' values stream past unbuilt (their
+    nesting is still checked)."""
     depth = 1  # inside the top-level object or array
     key: str | None = None
     in_list = False
     index = 0
     builder: ijson.ObjectBuilder | None = None
     build_depth = 0
+    skipping = False
     while True:
         step = _next_event(events, reader)
         if step is None:
@@ -124,6 +132,13 @@ def items(
         elif event in _CLOSE:
             depth -= 1
         if builder is not None:
+            if skipping:  # inside a value of a key not kept: until it ends
+                skipping = depth != build_depth + 1
+                continue
+            at_key = event == "map_key" and depth == build_depth + 1
+            if keep is not None and at_key and value not in keep:
+                skipping = True
+                continue
             builder.event(event, value)
             if depth == build_depth:
                 yield Item(key, builder.value, index if in_list else None)

@@ -3,7 +3,10 @@
  * file at once (POST sessions/{id}/attachments/), show it as a chip that can be removed (with
  * the size limits beside the chips; a file over the per-file limit is refused before it is
  * sent, the server's refusals are shown in its plain words), and the next send
- * carries their ids (POST messages with attachments: [ids]). In the transcript a message's
+ * carries their ids (POST messages with attachments: [ids]). A PDF's text is read by the server
+ * after the upload (202, status "processing"): its chip says so and the Send button waits until
+ * it is "ready" (GET attachments/{id}/status/); a "failed" one is removed and its error (the
+ * limit it hit) shown. In the transcript a message's
  * attached files show as download links instead of their text (the model reads the text).
  */
 import { api, csrfToken, describeError } from "./api.js";
@@ -14,7 +17,7 @@ import { scheduleContextRefresh } from "./gauge.js";
 import { state } from "./state.js";
 import { hideError, showError } from "./status.js";
 
-// Uploaded, not yet sent: {id, name, size, kind}.
+// Uploaded, not yet sent: {id, name, size, kind, status, error}.
 const waiting = [];
 let uploads = 0;
 
@@ -35,6 +38,39 @@ export function attachmentsWaiting() {
   return current().length > 0;
 }
 
+// A waiting file whose text the server is still reading: the send waits for it.
+export function attachmentsProcessing() {
+  return current().some(function (a) {
+    return a.status === "processing";
+  });
+}
+
+const POLL_MS = 1000;
+
+function watch(attachment) {
+  setTimeout(function () {
+    if (waiting.indexOf(attachment) === -1) return; // removed meanwhile
+    api("GET", "attachments/" + attachment.id + "/status/")
+      .then(function (now) {
+        attachment.status = now.status;
+        attachment.error = now.error;
+        if (now.status === "failed") {
+          waiting.splice(waiting.indexOf(attachment), 1);
+          showError(now.error);
+        } else if (now.status === "processing") {
+          watch(attachment);
+        }
+      })
+      .catch(function () {
+        watch(attachment);
+      })
+      .finally(function () {
+        renderList();
+        ui.composer.dispatchEvent(new Event("input"));
+      });
+  }, POLL_MS);
+}
+
 export function renderAttachments() {
   renderList();
 }
@@ -47,7 +83,9 @@ function renderList() {
       return el(
         "li",
         { class: "attach-chip" },
-        el("span", { text: a.name + " (" + sizeText(a.size) + ")" }),
+        el("span", {
+          text: a.name + " (" + sizeText(a.size) + (a.status === "processing" ? ", reading…" : "") + ")",
+        }),
         el("button", {
           type: "button",
           class: "button-icon",
@@ -64,7 +102,7 @@ function renderList() {
   );
   list.hidden = files.length === 0 && uploads === 0;
   if (limits) limits.hidden = list.hidden;
-  list.setAttribute("aria-busy", uploads > 0 ? "true" : "false");
+  list.setAttribute("aria-busy", uploads > 0 || attachmentsProcessing() ? "true" : "false");
 }
 
 function sizeText(bytes) {
@@ -110,6 +148,7 @@ function upload(file) {
     .then(function (attachment) {
       attachment.session = sessionId;
       waiting.push(attachment);
+      if (attachment.status === "processing") watch(attachment);
     })
     .catch(function (err) {
       showError(err.message || String(err));

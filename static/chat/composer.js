@@ -2,7 +2,12 @@
  * The composer: the text box, Enter to send, Esc or the button to stop a reply, the slash-command
  * hint; with no chat open, typing starts one with the selected bot.
  */
-import { attachmentsWaiting, renderAttachments, sendWithAttachments } from "./attach.js";
+import {
+  attachmentsProcessing,
+  attachmentsWaiting,
+  renderAttachments,
+  sendWithAttachments,
+} from "./attach.js";
 import { el } from "./dom.js";
 import { ui } from "./page.js";
 import { sendContent } from "./sending.js";
@@ -17,7 +22,9 @@ export function updateComposer() {
   var hasSession = state.sessionId !== null;
   var canWrite = hasSession || (state.botId !== null && !state.creatingSession);
   ui.composer.disabled = !canWrite;
-  ui.send.disabled = !canWrite || (!ui.composer.value.trim() && !attachmentsWaiting());
+  // A file still being read (a PDF) holds the send until it is ready.
+  ui.send.disabled =
+    !canWrite || attachmentsProcessing() || (!ui.composer.value.trim() && !attachmentsWaiting());
   renderAttachments();
   var streaming = hasSession && hasActiveReply();
   ui.stop.hidden = !streaming;
@@ -32,6 +39,7 @@ function submitComposer() {
     return;
   }
   var content = ui.composer.value.replace(/\s+$/, "");
+  if (attachmentsProcessing()) return; // Enter while a file is being read: the button waits too
   if (attachmentsWaiting()) {
     ui.composer.value = "";
     autoResize();

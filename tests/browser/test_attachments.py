@@ -5,6 +5,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.attachments.pdfs import pdf_bytes
 from tests.browser.support import api_headers, create_bot, create_streamer, log_in, open_new_chat
 from tests.fakeopenai import Reply
 
@@ -179,3 +180,41 @@ def test_refusals_are_shown_in_plain_words_and_nothing_waits(server_url, desktop
         f"{server_url}/api/v1/sessions/{session_id}/messages/", headers=headers
     ).json()
     assert messages == []
+
+
+def test_a_pdf_is_read_after_the_upload_and_the_send_waits_for_it(server_url, desktop, tmp_path):
+    """Issue 30: a PDF's text is read by a task (202 "processing"); the chip says so, the page
+    asks until it is ready, then it sends exactly like any file. A failed one is removed with
+    the reason (here: a file that only claims to be a PDF)."""
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(server_url, headers, name="PDF reader", model="builtin/recall")
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    report = tmp_path / "report.pdf"
+    report.write_bytes(pdf_bytes(["The vault code is 4711."]))
+    page.set_input_files("#attach-input", str(report))
+    chip = page.locator("#attach-list .attach-chip")
+    chip.wait_for()
+    page.wait_for_function(
+        "() => !document.querySelector('#attach-list .attach-chip').textContent.includes('reading')"
+    )
+    assert chip.inner_text().startswith("report.pdf (")
+    page.fill("#composer", "What is the vault code?")
+    page.press("#composer", "Enter")
+    user = page.locator('#transcript article.msg[data-role="user"]').first
+    user.locator(".attach-links a").wait_for()
+    assert user.locator(".attach-links a").inner_text() == "📎 report.pdf"
+    session_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    stored = httpx.get(f"{server_url}/api/v1/sessions/{session_id}/messages/", headers=headers)
+    content = stored.json()[0]["content"]
+    assert content.startswith("What is the vault code?\n\n[Attached file #")
+    assert content.endswith(": report.pdf]\nThe vault code is 4711.\n[End of report.pdf]")
+    damaged = tmp_path / "damaged.pdf"
+    damaged.write_bytes(b"%PDF-1.4 garbage")
+    page.set_input_files("#attach-input", str(damaged))
+    page.locator("#error-banner-text", has_text="damaged.pdf").wait_for()
+    assert page.locator("#error-banner-text").inner_text() == (
+        "damaged.pdf could not be read as a PDF (it may be damaged)."
+    )
+    page.wait_for_function("() => !document.querySelector('#attach-list .attach-chip')")

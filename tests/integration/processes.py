@@ -99,7 +99,7 @@ def celery_worker(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Po
                 "-q",  # no banner: in real mode every line is a JSON event
                 "worker",
                 "-Q",
-                "chat,compaction",
+                "chat,compaction,heavy",
                 "-P",
                 "threads",
                 "-c",

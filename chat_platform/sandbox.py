@@ -1,0 +1,158 @@
+"""Run one piece of heavy, hostile-input work (a PDF's text layer, an import file's parse) in a
+child process with hard limits, so a "bomb" can only ever kill that child (docs/security.md,
+"Heavy work").
+
+The child is a fresh interpreter (``python chat_platform/sandbox.py <module:function>``: run by
+path, so it imports neither Django nor Celery), never a fork of the caller: a fork of a worker
+process running ``-P threads`` would copy locks other threads hold. Before the work starts the
+child caps its own address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent
+kills it when the wall-clock time runs out. The function receives the input bytes and a JSON
+``params`` object and returns a JSON-able value; it may raise ``Refused`` (a plain refusal the
+user reads). What comes back is JSON, never pickle: the child handled hostile input.
+
+The child's environment holds none of the server's secrets. ``run_limited`` raises
+``LimitExceeded`` (``limit``: ``time`` | ``memory`` | ``cpu``) when a limit stopped the child,
+``Refused`` with the child's words when the work refused the input, and ``SandboxFailed`` when
+the child died in another way.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parent.parent
+_HEADER = struct.Struct(">Q")
+_PASSED_ENV = frozenset(
+    {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR"}
+)  # the length of the JSON params that precede the input bytes
+
+
+class Refused(ValueError):
+    """The work refused its input; ``str(exc)`` says why, for the user. In the child, any
+    exception class with ``sandbox_refusal = True`` is such a refusal."""
+
+    sandbox_refusal = True
+
+
+class SandboxFailed(RuntimeError):
+    """The child ended without an answer (a crash, a signal no limit explains)."""
+
+
+class LimitExceeded(RuntimeError):
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class Limits:
+    seconds: float  # wall clock (the parent kills the child); CPU is capped at the same
+    memory_bytes: int  # the child's whole address space (RLIMIT_AS)
+
+
+def run_limited(
+    *,
+    target: str,
+    data: bytes,
+    params: dict[str, Any],
+    limits: Limits,
+    on_line: Callable[[dict[str, Any]], None] | None = None,
+) -> Any:
+    """``target`` (``"package.module:function"``) over ``data`` in a limited child process."""
+    blob = json.dumps(params).encode()
+    child = subprocess.Popen(  # noqa: S603 - our own interpreter and script, no shell
+        [sys.executable, str(Path(__file__).resolve()), target],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=_ROOT,
+        # Only what an interpreter needs: the child reads hostile input, so none of the
+        # server's secrets (SECRET_KEY, provider keys, database URL) are in its environment.
+        env={
+            **{k: v for k, v in os.environ.items() if k in _PASSED_ENV},
+            "SANDBOX_MEMORY_BYTES": str(limits.memory_bytes),
+            # A second over the wall clock: the parent's timeout is what normally stops it.
+            "SANDBOX_CPU_SECONDS": str(_cpu_seconds(limits)),
+        },
+    )
+    try:
+        out, err = child.communicate(_HEADER.pack(len(blob)) + blob + data, timeout=limits.seconds)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise LimitExceeded("time", f"over {_seconds(limits.seconds)} s") from None
+    lines = [line for line in out.decode("utf-8", "replace").splitlines() if line.strip()]
+    answer: dict[str, Any] | None = None
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and "progress" in value:
+            if on_line is not None:
+                on_line(value)
+        elif isinstance(value, dict):
+            answer = value
+    if answer is not None and "ok" in answer:
+        return answer["ok"]
+    if answer is not None and answer.get("refused") is not None:
+        raise Refused(str(answer["refused"]))
+    if (answer is not None and answer.get("limit") == "memory") or b"MemoryError" in err:
+        raise LimitExceeded("memory", f"over {limits.memory_bytes // (1024 * 1024):,} MB of memory")
+    if child.returncode in (-24, -9):  # SIGXCPU at the soft CPU limit, SIGKILL at the hard one
+        raise LimitExceeded("cpu", f"over {_cpu_seconds(limits)} s of CPU time")
+    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+    raise SandboxFailed(f"the child process ended with status {child.returncode}: {tail[0]}")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _cpu_seconds(limits: Limits) -> int:
+    return int(limits.seconds) + 1
+
+
+# --- the child ----------------------------------------------------------------------------------
+
+
+def _child_main(target: str) -> None:  # pragma: no cover - runs in the child process
+    import importlib
+    import resource
+    import signal
+
+    memory = int(os.environ["SANDBOX_MEMORY_BYTES"])
+    cpu = int(os.environ["SANDBOX_CPU_SECONDS"])
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    raw = sys.stdin.buffer.read()
+    (size,) = _HEADER.unpack_from(raw)
+    params = json.loads(raw[_HEADER.size : _HEADER.size + size])
+    data = raw[_HEADER.size + size :]
+    del raw
+    sys.path.insert(0, str(_ROOT))
+    module_name, function_name = target.split(":")
+    function = getattr(importlib.import_module(module_name), function_name)
+    try:
+        result: dict[str, Any] = {"ok": function(data, params)}
+    except MemoryError:
+        result = {"limit": "memory"}
+    except Exception as exc:
+        # The work's own refusals (a class with ``sandbox_refusal = True``) are for the user;
+        # anything else is a crash, reported on stderr.
+        if not getattr(exc, "sandbox_refusal", False):
+            raise
+        result = {"refused": str(exc)}
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _child_main(sys.argv[1])
