@@ -17,6 +17,7 @@ from bots.queries import (
 from bots.transitions import messages_room_uncompact, reply_running_first
 from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.heavy import heavy_request
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
 from compaction.engine.common import summary_seat
@@ -62,7 +63,8 @@ def session_compact(
         raise NotFound(BOT_UNAVAILABLE)
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
-    result = compaction_manual(session=session, focus=focus.strip())
+    with heavy_request(user_id=user.pk, kind="compact"):
+        result = compaction_manual(session=session, focus=focus.strip())
     context_notify(session_id=session.pk, bot_id=seat_key(session))
     return result
 
@@ -107,7 +109,8 @@ def summary_revert_for_user(
         _seat_usable(summary_seat(session, summary.bot_id))
     else:
         session_get_for_user(user=user, session_id=summary.session_id)
-    result = summary_revert(summary=summary, compact_rest=compact_rest)
+    with heavy_request(user_id=user.pk, kind="revert"):
+        result = summary_revert(summary=summary, compact_rest=compact_rest)
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     return result
 
@@ -127,7 +130,8 @@ def summary_resummarise_for_user(
     _seat_usable(summary_seat(session, summary.bot_id))  # runs that bot's summariser
     if not text_is_storable(focus):
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
-    result = summary_resummarise(summary=summary, focus=focus.strip())
+    with heavy_request(user_id=user.pk, kind="resummarise"):
+        result = summary_resummarise(summary=summary, focus=focus.strip())
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     summary.refresh_from_db()
     if result.compacted:

@@ -34,6 +34,7 @@ from bots.queries import (
 from bots.room import answering_bots
 from bots.services.participants import reply_as_bot
 from bots.services.session import do_session_title_default
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
@@ -41,6 +42,7 @@ from chat_platform.errors import (
     ServiceUnavailable,
     ValidationFailed,
 )
+from chat_platform.heavy import heavy_request
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
@@ -262,9 +264,10 @@ def session_message_send(
     if command and files:
         raise ValidationFailed(details={"attachments": ["/compact takes no attachments."]})
     if command:
-        return session_compact_command(
-            session=session, text=text, client_id=cid, focus=command["focus"] or ""
-        )
+        with heavy_request(user_id=user.pk, kind="compact"):  # refused before it is stored
+            return session_compact_command(
+                session=session, text=text, client_id=cid, focus=command["focus"] or ""
+            )
     limits = usage.user_limits(user.pk)
     if limits and not (cid and _existing_send(session=session, client_id=cid)):
         # A spent daily limit refuses before anything is stored (a retry of a message already
@@ -456,6 +459,7 @@ def message_wait_finished(*, message_id: int, timeout: float) -> Message:
 
     def is_finished() -> bool:
         latest[:] = [Message.objects.get(pk=message_id)]
+        connection_release()  # not held between checks (docs/security.md)
         return latest[0].is_finished
 
     realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
