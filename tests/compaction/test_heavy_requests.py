@@ -2,6 +2,7 @@
 or a reply (429 ``rate_limited`` with ``Retry-After``, nothing done), and no database connection
 held while they wait, so one user repeating ``/compact`` never empties the pool for others."""
 
+import json
 import threading
 import time
 from collections import Counter
@@ -362,3 +363,45 @@ def test_a_reply_wait_holds_no_database_connection(owner, session):
     waiter.join(30)
     assert in_use == 0
     assert [(m.pk, m.status, m.content) for m in done] == [(reply.pk, "complete", "Done.")]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("inmemory_channel_layer")
+async def test_compact_over_websocket_past_the_limit_is_an_error_frame(
+    owner, api_bot, fake_openai, settings
+):
+    from channels.db import database_sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from chat_platform.asgi import application
+
+    settings.HEAVY_REQUESTS_PER_USER = 1
+
+    def setup():
+        session = SessionFactory(user=owner, bot=api_bot)
+        add_history(session, [3000, 3000, 3000, 100, 100])
+        recount(session)
+        return session, Token.objects.get_or_create(user=owner)[0].key
+
+    def stored():
+        return Message.objects.filter(session=session).count()
+
+    session, token = await database_sync_to_async(setup)()
+    before = await database_sync_to_async(stored)()
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[(b"authorization", f"Token {token}".encode())],
+    )
+    assert (await communicator.connect(timeout=5))[0]
+    with slot_held_elsewhere(owner):
+        await communicator.send_to(
+            text_data=json.dumps({"type": "message.send", "content": "/compact"})
+        )
+        frame = json.loads(await communicator.receive_from(timeout=15))
+    await communicator.disconnect()
+    assert frame["type"] == "error"
+    assert frame["error"]["code"] == "rate_limited"
+    assert frame["error"]["details"] == {"retry_after_seconds": 5, "limit": 1}
+    assert await database_sync_to_async(stored)() == before
+    assert fake_openai.requests == []
