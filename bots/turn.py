@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from bots import dispatch, liveness, realtime, turn_hooks
@@ -38,6 +38,7 @@ from bots.transitions import (
     room_notice_create,
 )
 from chat_platform import realtime as transport
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import (
     ContextTooLarge,
     InternalError,
@@ -109,16 +110,7 @@ class DeltaBatcher:
 def _checkpoint(message_id: int, partial_text: str) -> None:
     """Save the partial text: if the worker dies, the watchdog keeps it."""
     reply_checkpoint(message_id=message_id, content=partial_text)
-    _release_connection()
-
-
-def _release_connection() -> None:
-    """With the psycopg pool, hand this thread's connection back while the turn waits on the
-    provider: a streaming turn holds no database connection between its short writes, so the
-    pool, not the number of concurrent streams, bounds PostgreSQL's connections."""
-    pooled = bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
-    if pooled and not connection.in_atomic_block:
-        connection.close()
+    connection_release()
 
 
 def _finish(
@@ -372,9 +364,9 @@ def _stream_round(
         try:
             context.record_admission()
         finally:
-            _release_connection()
+            connection_release()
 
-    _release_connection()
+    connection_release()
     called = time.monotonic()
     error = ""
     stream = gateway.stream(config, context.messages, tools=tools, on_open=record_admission)

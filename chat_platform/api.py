@@ -62,7 +62,10 @@ def _request_fields(context: dict[str, Any]) -> dict[str, str]:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, errors.PlatformError):
         set_rollback()
-        return error_response(exc.code, exc.message, exc.details, exc.http_status)
+        response = error_response(exc.code, exc.message, exc.details, exc.http_status)
+        if isinstance(exc, errors.RateLimited):
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, RequestDataTooBig):
         return error_response("payload_too_large", "The request body is too large.", {}, 413)
     if isinstance(exc, OUTAGE_ERRORS):

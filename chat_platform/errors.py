@@ -78,6 +78,19 @@ class QuotaExceeded(PlatformError):
     default_message = "The daily token limit is spent."
 
 
+class RateLimited(PlatformError):
+    """Too many of the user's requests at once (``chat_platform/heavy.py``); the answer carries
+    ``Retry-After`` and ``details.retry_after_seconds``."""
+
+    code = "rate_limited"
+    http_status = 429
+    default_message = "Too many requests at once; try again shortly."
+
+    def __init__(self, message: str | None = None, *, retry_after: int, details: Any = None):
+        self.retry_after = retry_after
+        super().__init__(message, details={"retry_after_seconds": retry_after, **(details or {})})
+
+
 class ServiceUnavailable(PlatformError):
     code = "service_unavailable"
     http_status = 503

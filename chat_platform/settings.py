@@ -544,6 +544,12 @@ CELERY_BEAT_SCHEDULE["turns-watchdog"] = {
 }
 # How long POST .../messages/ with wait=true waits for the reply.
 CHAT_WAIT_TIMEOUT_SECONDS = env.float("CHAT_WAIT_TIMEOUT_SECONDS", default=120.0)
+# Heavy requests (compaction, re-summarise, undo, model discovery, wait=true sends) one user may
+# have running at once, over all processes; one more is refused with 429 rate_limited
+# (chat_platform/heavy.py, docs/security.md).
+HEAVY_REQUESTS_PER_USER = env.int("HEAVY_REQUESTS_PER_USER", default=8)
+if HEAVY_REQUESTS_PER_USER < 1:
+    raise ImproperlyConfigured("HEAVY_REQUESTS_PER_USER must be at least 1")
 
 # --- Compaction ---------------------------------------------------------------------------
 # The single-flight lease: extended by a heartbeat while a compaction runs, so it only expires

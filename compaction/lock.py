@@ -8,13 +8,14 @@ data, only the lease.
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
 from django.conf import settings
 
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import ServiceUnavailable
 from chat_platform.realtime import redis_client
 
@@ -68,11 +69,8 @@ def single_flight(session_id: int, *, wait: float, bot_id: int | None = None) ->
     (0 = don't wait)."""
     if not settings.REDIS_URL:
         lock = _local_lock(session_id, bot_id)
-        if lock.acquire(blocking=False):
-            waited = False
-        elif wait > 0 and lock.acquire(timeout=wait):
-            waited = True
-        else:
+        waited = not lock.acquire(blocking=False)
+        if waited and (wait <= 0 or not _wait_released(lambda: lock.acquire(timeout=wait))):
             yield Flight(acquired=False, waited=wait > 0)
             return
         try:
@@ -89,7 +87,9 @@ def single_flight(session_id: int, *, wait: float, bot_id: int | None = None) ->
         if not acquired:
             waited = True
             deadline = time.monotonic() + wait
-            acquired = wait > 0 and lock.acquire(blocking=True, blocking_timeout=wait)
+            acquired = wait > 0 and _wait_released(
+                lambda: lock.acquire(blocking=True, blocking_timeout=wait)
+            )
     if not acquired:
         yield Flight(acquired=False, waited=wait > 0 and time.monotonic() >= deadline)
         return
@@ -103,6 +103,13 @@ def single_flight(session_id: int, *, wait: float, bot_id: int | None = None) ->
             lock.release()
         except Exception:  # the lease expired meanwhile; someone else may hold it now
             log.warning("compaction_lease_lost", session_id=session_id, bot_id=bot_id)
+
+
+def _wait_released(acquire: Callable[[], bool]) -> bool:
+    """Wait for another holder with the database connection given back: callers queued behind
+    a long compaction must not hold the pool meanwhile (docs/security.md)."""
+    connection_release()
+    return bool(acquire())
 
 
 def in_flight(session_id: int, bot_id: int | None = None) -> bool:

@@ -18,6 +18,7 @@ from bots.queries import (
 from bots.transitions import messages_room_uncompact, reply_running_first
 from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.heavy import heavy_request
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
 from compaction.engine.common import summary_seat
@@ -74,7 +75,7 @@ def session_compact(
     if not text_is_storable(focus):  # the focus is stored on the summary
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     usage.payer_check(user_id=session.user_id, extra=quota)
-    with usage.quota_scope(extra=quota):
+    with heavy_request(user_id=user.pk, kind="compact"), usage.quota_scope(extra=quota):
         result = compaction_manual(session=session, focus=focus.strip())
     context_notify(session_id=session.pk, bot_id=seat_key(session))
     return result
@@ -125,7 +126,7 @@ def summary_revert_for_user(
         usage.payer_check(user_id=session.user_id, extra=quota)
     else:
         session_get_for_user(user=user, session_id=summary.session_id)
-    with usage.quota_scope(extra=quota):
+    with heavy_request(user_id=user.pk, kind="revert"), usage.quota_scope(extra=quota):
         result = summary_revert(summary=summary, compact_rest=compact_rest)
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     return result
@@ -152,7 +153,7 @@ def summary_resummarise_for_user(
     if not text_is_storable(focus):
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
     usage.payer_check(user_id=session.user_id, extra=quota)
-    with usage.quota_scope(extra=quota):
+    with heavy_request(user_id=user.pk, kind="resummarise"), usage.quota_scope(extra=quota):
         result = summary_resummarise(summary=summary, focus=focus.strip())
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
     summary.refresh_from_db()

@@ -24,7 +24,9 @@ from django.db.models import ProtectedError
 from django.utils import timezone
 
 from chat_platform import provider_policy
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import PermissionDenied, ValidationFailed
+from chat_platform.heavy import heavy_request
 from chat_platform.llm import discovery
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from connections import crypto
@@ -241,7 +243,9 @@ def connection_models_discover(connection: Connection) -> list[dict[str, object]
 
 def connection_models_refresh(*, user: AbstractBaseUser, connection_id: object) -> Connection:
     connection = connection_get_for_staff(user=user, connection_id=connection_id)
-    models = connection_models_discover(connection)
+    with heavy_request(user_id=user.pk, kind="refresh_models"):
+        connection_release()  # the server may take seconds to list its models
+        models = connection_models_discover(connection)
     Connection.objects.filter(pk=connection.pk).update(
         model_list=models, models_refreshed_at=timezone.now()
     )

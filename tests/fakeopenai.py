@@ -47,6 +47,8 @@ class Reply:
     error_message: str = "fake server error"
     # Seconds to wait before answering anything (a hung server).
     hang: float = 0.0
+    # With ``hang``: answer as soon as this is set (a test lets the hung server go on cue).
+    until: threading.Event | None = None
     delay_between_chunks: float = 0.0
     # After this many text deltas, wait ``stall`` seconds before sending the rest (a stream
     # that stops mid-way).
@@ -406,7 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- answers -----------------------------------------------------------------------------
     def _answer(self, body: dict, reply: Reply) -> bool:
-        if reply.hang and self._pause(reply.hang):
+        if reply.hang and self._pause(reply.hang, until=reply.until):
             return False
         if reply.redirect_to is not None:
             self.send_response(reply.redirect_status)
@@ -487,10 +489,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         return True
 
-    def _pause(self, seconds: float) -> bool:
-        """Wait ``seconds``; True (give up) if the server stops or the client goes away."""
+    def _pause(self, seconds: float, *, until: threading.Event | None = None) -> bool:
+        """Wait ``seconds`` (or until ``until`` is set); True (give up) if the server stops or
+        the client goes away."""
         end = time.monotonic() + seconds
-        while (remaining := end - time.monotonic()) > 0:
+        while (remaining := end - time.monotonic()) > 0 and not (until and until.is_set()):
             if self.fake.stopping.wait(min(0.05, remaining)) or self._client_gone():
                 return True
         return False

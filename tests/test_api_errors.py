@@ -235,9 +235,13 @@ def test_every_operation_documents_its_error_responses(schema):
         (
             "POST",
             "/api/v1/sessions/{session_id}/messages/",
-            {201, 202, 400, 401, 404, 413, 422, 502, 503},
+            {201, 202, 400, 401, 404, 413, 422, 429, 502, 503},
         ),
-        ("POST", "/api/v1/sessions/{session_id}/compact/", {200, 400, 401, 404, 409, 413, 503}),
+        (
+            "POST",
+            "/api/v1/sessions/{session_id}/compact/",
+            {200, 400, 401, 404, 409, 413, 429, 503},
+        ),
         ("GET", "/api/v1/sessions/{session_id}/context/", {200, 401, 404, 503}),
         ("GET", "/api/v1/sessions/{session_id}/summaries/", {200, 401, 404}),
         ("POST", "/api/v1/messages/{message_id}/pin/", {200, 401, 404}),

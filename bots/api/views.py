@@ -33,6 +33,7 @@ from bots.services import send as send_services
 from bots.services import session as session_services
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
+from chat_platform.heavy import heavy_request
 from compaction.payloads import result_payload
 from compaction.pipeline import context_report
 from openai_api.keys import request_key_limits
@@ -163,7 +164,7 @@ class SessionMessagesApi(APIView):
             201: SendOutputSerializer,
             202: SendOutputSerializer,
             # Errors of the reply carry {user_message, assistant_message} in details.
-            **api_errors(422, 502, 503),
+            **api_errors(422, 429, 502, 503),
         },
     )
     def post(self, request: Request, session_id: int) -> Response:
@@ -175,6 +176,13 @@ class SessionMessagesApi(APIView):
             client_id=data.get("client_id"),
             allow_blank=bool(data.get("attachments")),
         )
+        if not data["wait"]:
+            return self._send(request, session_id, data)
+        # Waiting for the reply holds this request: one of the user's heavy-request slots.
+        with heavy_request(user_id=request.user.pk, kind="send_wait"):
+            return self._send(request, session_id, data)
+
+    def _send(self, request: Request, session_id: int, data: dict) -> Response:
         result = send_services.session_message_send(
             user=request.user,
             session_id=session_id,

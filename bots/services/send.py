@@ -34,6 +34,7 @@ from bots.queries import (
 from bots.room import answering_bots
 from bots.services.participants import reply_as_bot
 from bots.services.session import do_session_title_default
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
@@ -42,6 +43,7 @@ from chat_platform.errors import (
     ServiceUnavailable,
     ValidationFailed,
 )
+from chat_platform.heavy import heavy_request
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
@@ -272,7 +274,7 @@ def session_message_send(
             # /compact calls the summariser: a spent limit refuses it before the command is
             # stored (docs/connections.md "Daily token limits").
             usage.quota_check(limits)
-        with usage.quota_scope(extra=quota):
+        with heavy_request(user_id=user.pk, kind="compact"), usage.quota_scope(extra=quota):
             return session_compact_command(
                 session=session, text=text, client_id=cid, focus=command["focus"] or ""
             )
@@ -468,6 +470,7 @@ def message_wait_finished(*, message_id: int, timeout: float) -> Message:
 
     def is_finished() -> bool:
         latest[:] = [Message.objects.get(pk=message_id)]
+        connection_release()  # not held between checks (docs/security.md)
         return latest[0].is_finished
 
     realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)

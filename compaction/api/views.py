@@ -35,7 +35,7 @@ class SessionCompactApi(APIView):
         parameters=[
             OpenApiParameter("bot", int, required=False, description="A room's participant.")
         ],
-        responses={200: CompactionResultSerializer, **api_errors(404, 409, 503)},
+        responses={200: CompactionResultSerializer, **api_errors(404, 409, 429, 503)},
     )
     def post(self, request: Request, session_id: int) -> Response:
         serializer = CompactInputSerializer(data=request.data)
@@ -85,7 +85,7 @@ class SummaryRevertApi(APIView):
 
     @extend_schema(
         request=RevertInputSerializer,
-        responses={200: RevertResultSerializer, **api_errors(400, 404, 409, 503)},
+        responses={200: RevertResultSerializer, **api_errors(400, 404, 409, 429, 503)},
     )
     def post(self, request: Request, summary_id: int) -> Response:
         serializer = RevertInputSerializer(data=request.data)
@@ -124,7 +124,7 @@ class SummaryResummariseApi(APIView):
                     "replaced": serializers.DictField(),
                 },
             ),
-            **api_errors(400, 404, 409, 503),
+            **api_errors(400, 404, 409, 429, 503),
         },
     )
     def post(self, request: Request, summary_id: int) -> Response:

@@ -15,6 +15,7 @@ from django.db.models import Count, F, Sum
 from bots import transitions
 from bots.models import ChatSession, Message
 from chat_platform import realtime
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import QuotaExceeded
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
@@ -218,6 +219,8 @@ def summarise(
             "model": config.model,
             "snapshot": snapshot,
         }
+        # No database connection is held while the summariser thinks (docs/security.md).
+        connection_release()
         try:
             completion = gateway.complete(
                 config, prompt_messages(transcript, plan.focus), max_tokens=max_tokens

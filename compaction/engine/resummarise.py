@@ -32,6 +32,7 @@ from compaction.engine.passes import (
     summarise,
     summary_create,
 )
+from compaction.engine.summariser import summariser_ready
 from compaction.engine.undo import summary_snapshot
 from compaction.lock import single_flight
 from compaction.measure import context_measure, seat_key
@@ -47,6 +48,7 @@ def summary_resummarise(*, summary: Summary, focus: str) -> RunResult:
     a compaction running waits for it (<= 60 s), like ``/compact``; then ``compaction_busy``."""
     session = summary_seat(summary.session, summary.bot_id)
     wait = settings.COMPACTION_WAIT_SECONDS
+    summariser_ready(session.bot)
     with single_flight(session.pk, wait=wait, bot_id=seat_key(session)) as flight:
         if not flight.acquired:
             raise CompactionBusy()

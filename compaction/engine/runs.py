@@ -15,7 +15,7 @@ from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.holds import holds_release_at_hard
 from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import arm_failure, clear_failures, seat_blocked_until
-from compaction.engine.summariser import EXTRACTIVE_MODEL
+from compaction.engine.summariser import EXTRACTIVE_MODEL, summariser_ready
 from compaction.lock import single_flight
 from compaction.measure import Measure, context_measure, seat_key, session_budget
 from compaction.models import CompactionEvent
@@ -47,6 +47,7 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
         return None  # (a bot un-shared since the turn: its owner's model is not run for others)
     key = seat_key(session)
     budget = session_budget(session)
+    summariser_ready(session.bot)
     with single_flight(session_id, wait=0, bot_id=key) as flight:
         if not flight.acquired:
             return None  # a run is in flight: it is doing this work already
@@ -88,6 +89,7 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
     bot = session.bot
     budget = measure.budget
     key = seat_key(session)
+    summariser_ready(bot)
     with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS, bot_id=key) as flight:
         if not flight.acquired:
             return skipped(session, "hard", "busy", measure.pressure)
@@ -132,6 +134,7 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
         CompactionEvent.objects.filter(session=session, **mine).aggregate(last=Max("id"))["last"]
         or 0
     )
+    summariser_ready(session.bot)
     with single_flight(session.pk, wait=settings.COMPACTION_WAIT_SECONDS, bot_id=key) as flight:
         if not flight.acquired:
             raise CompactionBusy()

@@ -3,12 +3,16 @@ the request costs."""
 
 from dataclasses import replace
 
+import structlog
 from django.conf import settings
 
 from bots.model_config import bot_model_config
 from bots.models import Bot
+from chat_platform.dbconn import connection_release
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
+
+log = structlog.get_logger("compaction.engine")
 
 EXTRACTIVE_MODEL = "builtin/extractive"
 # Summariser input <= 85 % of its window; output max_tokens = min(4096, window // 10).
@@ -59,6 +63,25 @@ def summariser_window(bot: Bot, config: gateway.ModelConfig) -> int:
         )
     )
     return known or settings.CONTEXT_ABSOLUTE_CAP_TOKENS
+
+
+def summariser_ready(bot: Bot) -> None:
+    """Load what a pass needs before its lease is taken (docs/compaction.md, "Single flight"):
+    litellm (seconds to import in a cold process), the summariser window's model facts and the
+    token counter's encoding. A pass holding the lease then spends it on the database and the
+    summariser call only, and one that finds nothing to do hands the lease on at once. Loading
+    may take seconds: the database connection is given back first.
+
+    Only a preload: whatever fails here fails again inside the pass, which records it as a
+    failed attempt (``engine/passes.py: enveloped``)."""
+    connection_release()
+    try:
+        gateway.warm_up()
+        config = compaction_model_config(bot)
+        summariser_window(bot, config)
+        request_tokens("", "", config.model)
+    except Exception:
+        log.warning("summariser_preload_failed", bot_id=bot.pk, exc_info=True)
 
 
 def prompt_messages(transcript: str, focus: str) -> list[dict[str, str]]:

@@ -27,6 +27,7 @@ from compaction.engine.common import Conflict, session_fresh, session_kind_held,
 from compaction.engine.events import event_write
 from compaction.engine.passes import coverage_release, coverage_restore
 from compaction.engine.runs import manual_passes
+from compaction.engine.summariser import summariser_ready
 from compaction.lock import single_flight
 from compaction.measure import context_measure, seat_key, session_budget
 from compaction.models import CompactionEvent, Summary
@@ -92,6 +93,8 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
     ``compact_rest``: undo even then, and compact everything else that is compactable (the
     restored span is held, so it stays), under the same lease."""
     session = summary_seat(summary.session, summary.bot_id)
+    if compact_rest:
+        summariser_ready(session.bot)
     with single_flight(session.pk, wait=0, bot_id=seat_key(session)) as flight:
         if not flight.acquired:
             raise CompactionBusy(
