@@ -65,6 +65,7 @@ async def _wait_for_stored(session, count: int) -> list[str]:
     return await database_sync_to_async(_user_texts)(session)
 
 
+@pytest.mark.timeout(600)  # 1,000 sends, each its own transaction, on a shared 2-core machine
 async def test_a_thousand_quick_sends_are_stored_in_the_order_sent(
     owner, fake_session, handed_over
 ):
