@@ -70,6 +70,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # The server answers this with HTTP 500 (before accept) or close 1011: say why.
             log.exception("ws_consumer_failed", session_id=self.session_id)
             raise
+        finally:
+            # Ended without a disconnect (cancelled, or failed): the drain still ends, after
+            # the sends already received, rather than wait forever on an empty queue.
+            self._drain_end()
 
     # The channel layer's receive runs beside the client's frames for the socket's whole life
     # (AsyncConsumer.__call__ sets it, await_many_dispatch reads it back). When Redis is down it
@@ -150,11 +154,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.closing = True
         await self.close(code=code, reason=reason)
 
-    async def disconnect(self, code: int) -> None:
-        self.gone = True
-        if self.drain is not None:
+    def _drain_end(self) -> None:
+        if getattr(self, "drain", None) is not None and not self.gone:
             # Sends already received are still stored, in order; the drain then ends.
             self.sends.put_nowait(None)
+        self.gone = True
+
+    async def disconnect(self, code: int) -> None:
+        self._drain_end()
         if self.group:
             try:
                 await self.channel_layer.group_discard(self.group, self.channel_name)

@@ -115,3 +115,46 @@ async def test_bad_frames_between_sends_get_an_error_and_the_socket_stays_open(
     stored = await _wait_for_stored(fake_session, 21)
     await communicator.disconnect()
     assert stored == [*sent, "last"]
+
+
+async def test_a_stop_acts_at_once_while_a_send_waits_behind_a_running_turn(
+    owner, fake_session, fake_openai, eager_tasks
+):
+    # Embedded-like: the first send's turn runs inside it (eager), so the second send waits in
+    # the socket's queue; the stop must not wait behind it.
+    from tests.fakeopenai import Reply
+
+    chunks = [f"word{i} " for i in range(200)]
+    fake_openai.script(
+        Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.05), Reply(text="Two.")
+    )
+    communicator = await _connect(fake_session.pk, owner)
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "one"}))
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "two"}))
+    frame = {}
+    while frame.get("type") != "message.delta":
+        frame = json.loads(await communicator.receive_from(timeout=20))
+    await communicator.send_to(text_data=json.dumps({"type": "generation.stop"}))
+    finals = []
+    while len(finals) < 2:
+        frame = json.loads(await communicator.receive_from(timeout=30))
+        if frame["type"] == "message.completed" and frame["message"]["role"] == "assistant":
+            finals.append(frame["message"])
+    await communicator.disconnect()
+    first, second = finals
+    assert len(first["content"]) < len("".join(chunks))  # stopped mid-stream
+    assert second["content"] == "Two."
+    rows = await database_sync_to_async(
+        lambda: list(
+            Message.objects.filter(session=fake_session)
+            .order_by("seq")
+            .values_list("role", "content", "finish_reason")
+        )
+    )()
+    assert [(r, c) for r, c, _ in rows] == [
+        ("user", "one"),
+        ("assistant", first["content"]),
+        ("user", "two"),
+        ("assistant", "Two."),
+    ]
+    assert rows[1][2] == "stopped"
