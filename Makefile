@@ -35,6 +35,9 @@ worker-compaction: ## Real mode, under load: one worker process for the compacti
 beat: ## Real mode: Celery beat (orphan sweep every minute)
 	.venv/bin/celery -A chat_platform -q beat -l INFO
 
+fuzz: ## schemathesis over the API's OpenAPI schema, anonymous and signed in (FUZZ_MAX_EXAMPLES, default 10): no 5xx
+	FUZZ_ALL=1 FUZZ_MAX_EXAMPLES=$${FUZZ_MAX_EXAMPLES:-10} .venv/bin/pytest tests/test_fuzz_api.py -q -m fuzz --timeout 3600
+
 bench: ## Run the benchmarks in bench/ (prints ratios; the stack benches start their own processes)
 	@for f in bench/[a-z]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 

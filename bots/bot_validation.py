@@ -37,10 +37,10 @@ def check_bot_connection(
     *, user: AbstractBaseUser | None, bot: Bot, changed: set[str] | None = None
 ) -> None:
     """A bot on a provider connection: the acting user may use it (staff: any), it replaces
-    ``api_base`` / ``api_key_env`` (not both), and the model is one the connection lists
-    (staff may name any model of its provider). A listed id (``fake-model``) is stored as the
-    litellm string (``openai/fake-model``); the context window fills in from what discovery
-    reported when the caller left it at 0."""
+    ``api_base`` / ``api_key_env`` (not both), and every model name it sets (``MODEL_FIELDS``)
+    is one the connection lists (staff may name any model of its provider). A listed id
+    (``fake-model``) is stored as the litellm string (``openai/fake-model``); the context window
+    fills in from what discovery reported when the caller left it at 0."""
     connection = bot.connection
     assert connection is not None
     errors: dict[str, list[str]] = {}
@@ -54,29 +54,13 @@ def check_bot_connection(
         errors["connection"] = [
             "A bot uses either a connection or its own api_base / api_key_env, not both."
         ]
-    bot.model = connection_model_string(connection, bot.model)
-    listed = [connection_model_string(connection, m) for m in connection_model_ids(connection)]
-    if not connection_serves(connection, bot.model):
-        errors["model"] = [f"Not a model of the connection {connection.name}."]
-    elif (
-        listed
-        and bot.model not in listed
-        and not _is_staff(user)
-        and (touched or "model" in changed)
-    ):
-        shown = ", ".join(m.partition("/")[2] or m for m in listed[:20])
-        errors["model"] = [f"Not a model of the connection {connection.name}: pick one of {shown}."]
-    if bot.compaction_model and not (
-        bot.compaction_model.startswith("builtin/")
-        or connection_serves(connection, bot.compaction_model)
-    ):
-        errors["compaction_model"] = [
-            "With a connection, the compaction model is a built-in one or one of the connection's."
-        ]
-    if bot.embedding_model and not connection_serves(connection, bot.embedding_model):
-        errors["embedding_model"] = [
-            "With a connection, the embedding model is one of the connection's."
-        ]
+    if _check_allowed_models_shape(bot=bot, errors=errors):
+        _check_connection_models(
+            user=user,
+            bot=bot,
+            errors=errors,
+            checked={f for f in MODEL_FIELDS if touched or f in changed},
+        )
     if errors:
         raise ValidationFailed(details=errors)
     if "context_window" not in changed and not bot.context_window:
@@ -86,6 +70,63 @@ def check_bot_connection(
     # The connection is what staff approved: no per-bot approvals are kept beside it.
     bot.api_base_approved = ""
     bot.models_approved = ""
+
+
+# Every field that names a model a bot's calls use (tool choices will join them): one rule each.
+MODEL_FIELDS = ("model", "allowed_models", "compaction_model", "embedding_model")
+
+
+def _check_connection_models(
+    *, user: AbstractBaseUser | None, bot: Bot, errors: dict, checked: set[str]
+) -> None:
+    """The one rule for every model name of a bot on a connection (docs/connections.md): a
+    listed id becomes its litellm string; the name is one of the connection's provider; and
+    unless the user is staff, one the connection lists (when discovery listed any). Only the
+    fields in ``checked`` are held to the list, so what staff set stays usable while the owner
+    edits other fields. A built-in compaction model is always allowed; blank fields are unset."""
+    connection = bot.connection
+    assert connection is not None
+    listed = [connection_model_string(connection, m) for m in connection_model_ids(connection)]
+    shown = ", ".join(m.partition("/")[2] or m for m in listed[:20])
+    not_listed = f"Not a model of the connection {connection.name}: pick one of {shown}."
+
+    def refusal(field: str, model: str) -> str | None:
+        if field == "compaction_model" and model.startswith("builtin/"):
+            return None
+        if not connection_serves(connection, model):
+            return _NOT_SERVED[field].format(name=connection.name)
+        if listed and model not in listed and not _is_staff(user) and field in checked:
+            return not_listed
+        return None
+
+    bot.model = connection_model_string(connection, bot.model)
+    bot.allowed_models = [connection_model_string(connection, m) for m in bot.allowed_models]
+    for field in ("compaction_model", "embedding_model"):
+        value = getattr(bot, field)
+        if value and not value.startswith("builtin/"):
+            setattr(bot, field, connection_model_string(connection, value))
+    problem = refusal("model", bot.model)
+    if problem:
+        errors["model"] = [problem]
+    for model in bot.allowed_models:
+        problem = refusal("allowed_models", model)
+        if problem:
+            errors.setdefault("allowed_models", []).append(f"{model}: {problem}")
+    for field in ("compaction_model", "embedding_model"):
+        value = getattr(bot, field)
+        problem = refusal(field, value) if value else None
+        if problem:
+            errors[field] = [problem]
+
+
+_NOT_SERVED = {
+    "model": "Not a model of the connection {name}.",
+    "allowed_models": "Not a model of the connection {name}.",
+    "compaction_model": (
+        "With a connection, the compaction model is a built-in one or one of the connection's."
+    ),
+    "embedding_model": "With a connection, the embedding model is one of the connection's.",
+}
 
 
 def check_bot_provider(

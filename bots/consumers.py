@@ -45,6 +45,11 @@ def _send_in_thread(**kwargs: Any) -> Any:
         close_old_connections()
 
 
+# The running drains, referenced so none is collected while it works (asyncio keeps only a weak
+# reference to a task).
+_DRAINS: set[asyncio.Task] = set()
+
+
 class SessionConsumer(AsyncWebsocketConsumer):
     # None until the handshake is authorised: a refused socket is accepted and then closed
     # (4401/4404/4503), and a client may still send frames before that close reaches it.
@@ -55,6 +60,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
     closing: bool = False
     # Set when the channel-layer receive failed (Redis down); it is not tried again.
     layer_lost: bool = False
+    # Set when the client's socket is gone: sends still queued are stored, errors not sent.
+    gone: bool = False
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         try:
@@ -63,6 +70,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # The server answers this with HTTP 500 (before accept) or close 1011: say why.
             log.exception("ws_consumer_failed", session_id=self.session_id)
             raise
+        finally:
+            # Ended without a disconnect (cancelled, or failed): the drain still ends, after
+            # the sends already received, rather than wait forever on an empty queue.
+            self._drain_end()
 
     # The channel layer's receive runs beside the client's frames for the socket's whole life
     # (AsyncConsumer.__call__ sets it, await_many_dispatch reads it back). When Redis is down it
@@ -92,7 +103,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._close(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
 
     async def connect(self) -> None:
-        self.pending: set[asyncio.Task] = set()
+        # The socket's sends, in the order received, handled one at a time by ``_drain``
+        # (docs/chat-turn.md "One socket, one order"); ``None`` ends the drain.
+        self.sends: asyncio.Queue[dict | None] = asyncio.Queue()
+        self.drain: asyncio.Task | None = None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self._refuse(CLOSE_NOT_AUTHENTICATED)
@@ -124,6 +138,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Accepted once subscribed: when the client sees the socket open, the session's frames
         # already reach it, and a message it sends at once is handled without waiting.
         self.answered = True
+        self.drain = asyncio.create_task(self._drain())
+        _DRAINS.add(self.drain)
+        self.drain.add_done_callback(_DRAINS.discard)
         await self.accept()
 
     async def _refuse(self, code: int, reason: str | None = None) -> None:
@@ -137,7 +154,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.closing = True
         await self.close(code=code, reason=reason)
 
+    def _drain_end(self) -> None:
+        if getattr(self, "drain", None) is not None and not self.gone:
+            # Sends already received are still stored, in order; the drain then ends.
+            self.sends.put_nowait(None)
+        self.gone = True
+
     async def disconnect(self, code: int) -> None:
+        self._drain_end()
         if self.group:
             try:
                 await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -162,15 +186,22 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         kind = frame["type"]
         if kind == "message.send":
-            task = asyncio.create_task(self._message_send(frame))
-            self.pending.add(task)
-            task.add_done_callback(self.pending.discard)
+            self.sends.put_nowait(frame)
         elif kind == "generation.stop":
+            # Not queued: a stop acts at once, never behind sends waiting their turn.
             await self._call(send_services.generation_stop, session_id=self.session_id)
         else:
             await self._send_error(
                 ValidationFailed(f"Unknown frame type {kind!r}.", details={"type": kind})
             )
+
+    async def _drain(self) -> None:
+        """Hand the socket's sends to the service one at a time, in the order received: each is
+        stored (its seq allocated) before the next starts. In embedded mode a send's turn runs
+        inside it, so the next send waits for that reply (a chat's replies run one at a time
+        anyway)."""
+        while (frame := await self.sends.get()) is not None:
+            await self._message_send(frame)
 
     async def _message_send(self, frame: dict) -> None:
         try:
@@ -202,7 +233,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return None
 
     async def _send_error(self, exc: PlatformError) -> None:
-        if self.closing:
+        if self.closing or self.gone:
             return
         await self.send(text_data=json.dumps({"type": "error", "error": exc.as_dict()}))
 

@@ -116,6 +116,8 @@ MIDDLEWARE = [
     # Outermost but for the policy, so it sees every answer: errors under /api/ are always the
     # JSON error shape.
     "chat_platform.api.ApiErrorShapeMiddleware",
+    # NUL in a path parameter or an /api/ query value: 400 before any view or lookup.
+    "chat_platform.request_text.UnstorableUrlTextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

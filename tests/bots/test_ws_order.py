@@ -1,0 +1,160 @@
+"""One socket, one order: the sends of one websocket are stored in the order they were received
+(docs/chat-turn.md), while ``generation.stop`` and bad frames are answered at once."""
+
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from rest_framework.authtoken.models import Token
+
+from bots import dispatch
+from bots.models import Message
+from chat_platform.asgi import application
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("inmemory_channel_layer"),
+]
+
+FRAMES = 1000
+
+
+@pytest.fixture
+def handed_over(monkeypatch):
+    """The replies' hand-over to the task queue, recorded instead of sent: these tests are about
+    what the socket stores, not the turns (the reply rows stay pending outbox rows)."""
+    ids: list[int] = []
+
+    def record(message_id: int) -> bool:
+        ids.append(message_id)
+        return True
+
+    monkeypatch.setattr(dispatch, "turn_dispatch", record)
+    return ids
+
+
+async def _connect(session_id: int, user) -> WebsocketCommunicator:
+    token = await database_sync_to_async(lambda: Token.objects.get_or_create(user=user)[0].key)()
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session_id}/",
+        headers=[(b"authorization", f"Token {token}".encode())],
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    return communicator
+
+
+def _user_texts(session) -> list[str]:
+    return list(
+        Message.objects.filter(session=session, role="user")
+        .order_by("seq")
+        .values_list("content", flat=True)
+    )
+
+
+async def _wait_for_stored(session, count: int) -> list[str]:
+    # Bounded by a count of polls, not a timing assertion: the check is the stored order.
+    for _ in range(1500):
+        texts = await database_sync_to_async(_user_texts)(session)
+        if len(texts) >= count:
+            return texts
+        await asyncio.sleep(0.1)
+    return await database_sync_to_async(_user_texts)(session)
+
+
+@pytest.mark.timeout(600)  # 1,000 sends, each its own transaction, on a shared 2-core machine
+async def test_a_thousand_quick_sends_are_stored_in_the_order_sent(
+    owner, fake_session, handed_over
+):
+    communicator = await _connect(fake_session.pk, owner)
+    texts = [f"step {i:03d}" for i in range(FRAMES)]
+    for text in texts:
+        await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": text}))
+    stored = await _wait_for_stored(fake_session, FRAMES)
+    await communicator.disconnect()
+    assert stored == texts
+    # each user message is followed by its reply, seqs gap-free
+    seqs = await database_sync_to_async(
+        lambda: list(
+            Message.objects.filter(session=fake_session)
+            .order_by("seq")
+            .values_list("seq", "role", "content")
+        )
+    )()
+    assert [s for s, _, _ in seqs] == list(range(1, 2 * FRAMES + 1))
+    assert [role for _, role, _ in seqs] == ["user", "assistant"] * FRAMES
+    assert len(handed_over) == FRAMES
+
+
+async def test_bad_frames_between_sends_get_an_error_and_the_socket_stays_open(
+    owner, fake_session, handed_over
+):
+    communicator = await _connect(fake_session.pk, owner)
+    sent = []
+    for i in range(20):
+        sent.append(f"m{i:02d}")
+        await communicator.send_to(
+            text_data=json.dumps({"type": "message.send", "content": f"m{i:02d}"})
+        )
+        if i % 5 == 4:
+            await communicator.send_to(text_data="{not json")
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": ""}))
+    stored = await _wait_for_stored(fake_session, 20)
+    errors = []
+    while len(errors) < 5:
+        frame = json.loads(await communicator.receive_from(timeout=10))
+        if frame["type"] == "error":
+            errors.append(frame["error"])
+    assert [e["code"] for e in errors] == ["validation_error"] * 5
+    assert [e["message"] for e in errors].count("The frame is not valid JSON.") == 4
+    # still open: one more send is stored after everything before it
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "last"}))
+    stored = await _wait_for_stored(fake_session, 21)
+    await communicator.disconnect()
+    assert stored == [*sent, "last"]
+
+
+async def test_a_stop_acts_at_once_while_a_send_waits_behind_a_running_turn(
+    owner, fake_session, fake_openai, eager_tasks
+):
+    # Embedded-like: the first send's turn runs inside it (eager), so the second send waits in
+    # the socket's queue; the stop must not wait behind it.
+    from tests.fakeopenai import Reply
+
+    chunks = [f"word{i} " for i in range(200)]
+    fake_openai.script(
+        Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.05), Reply(text="Two.")
+    )
+    communicator = await _connect(fake_session.pk, owner)
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "one"}))
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "two"}))
+    frame = {}
+    while frame.get("type") != "message.delta":
+        frame = json.loads(await communicator.receive_from(timeout=20))
+    await communicator.send_to(text_data=json.dumps({"type": "generation.stop"}))
+    finals = []
+    while len(finals) < 2:
+        frame = json.loads(await communicator.receive_from(timeout=30))
+        if frame["type"] == "message.completed" and frame["message"]["role"] == "assistant":
+            finals.append(frame["message"])
+    await communicator.disconnect()
+    first, second = finals
+    assert len(first["content"]) < len("".join(chunks))  # stopped mid-stream
+    assert second["content"] == "Two."
+    rows = await database_sync_to_async(
+        lambda: list(
+            Message.objects.filter(session=fake_session)
+            .order_by("seq")
+            .values_list("role", "content", "finish_reason")
+        )
+    )()
+    assert [(r, c) for r, c, _ in rows] == [
+        ("user", "one"),
+        ("assistant", first["content"]),
+        ("user", "two"),
+        ("assistant", "Two."),
+    ]
+    assert rows[1][2] == "stopped"
