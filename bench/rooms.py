@@ -29,8 +29,8 @@ tightest bot compacts first, that import used to land in the room's figure alone
 ``--stack``: the same run on the stack as deployed (bench/_stack.py: uvicorn, the Celery worker
 fleet, PostgreSQL, Redis; DATABASE_URL defaults to .../chat_bench_stack, REDIS_URL to db 14,
 flushed). There a turn dispatches soft compaction to the ``compaction`` queue and the reply does
-not wait for it (CONTRACT: soft is asynchronous), so the figure is what a user waits for: each
-user message goes over the room's websocket and its time is from the send to the last reply's
+not wait for it (docs/compaction.md: soft is asynchronous), so the figure is what a user waits for:
+each user message goes over the room's websocket and its time is from the send to the last reply's
 ``message.completed``, divided by the replies; a one-bot reply's, from its send to its
 ``message.completed``. The worker's and the web server's CPU are read per reply too, so the
 compaction work the room costs shows even where nobody waits for it. Before each measured send

@@ -22,7 +22,7 @@ from compaction.models import ContextRecord
 class ModelListInput(forms.TextInput):
     """A model string typed freely (any litellm model), with the models discovered on the
     connections the staff member may use offered as a list (a ``<datalist>``), as on the bot
-    page (CONTRACT §18)."""
+    page (docs/connections.md)."""
 
     list_id = "bot-model-suggestions"
 

@@ -1,4 +1,4 @@
-"""The bot pages (CONTRACT §14): list, create, edit, delete, and the Check model endpoint.
+"""The bot pages (docs/architecture.md): list, create, edit, delete, and the Check model endpoint.
 
 The form only checks shapes and types; saving goes through ``bots.services.bot`` (``bot_create`` /
 ``bot_update`` / ``bot_delete``), which run the model's full validation and the provider and
@@ -8,7 +8,7 @@ the service's ``validation_error`` details are shown inline, field by field.
 Access follows ``bots.queries``: a bot the user may not use (someone else's private bot) is a
 404 whether or not it exists. A *shared* bot the user does not own is shown read-only: it is in
 their list and in ``GET /api/v1/bots/{id}/`` already, so a 404 would only hide what they can use;
-its ``api_base`` and ``api_key_env`` are left out, as in the API (CONTRACT §4). Writing to it
+its ``api_base`` and ``api_key_env`` are left out, as in the API (docs/bots.md). Writing to it
 (edit, delete, Check model) is 403 — the user knows it exists, so nothing is revealed.
 """
 
@@ -201,7 +201,7 @@ def _model_max(model: str) -> int | None:
 
 
 def _budget_for(values: dict[str, Any]) -> Budget | None:
-    """CONTRACT §5 for the values on the page (the same ``budget_compute`` the turn uses);
+    """docs/compaction.md for the values on the page (the same ``budget_compute`` the turn uses);
     ``None`` when they are not numbers in range yet."""
     context_window = _as_int(values.get("context_window"), 0)
     try:

@@ -1,4 +1,4 @@
-"""URLs of the bot pages (CONTRACT §14), mounted at ``/bots/`` by ``chat_platform.urls``."""
+"""URLs of the bot pages (docs/architecture.md), mounted at ``/bots/`` by ``chat_platform.urls``."""
 
 from django.urls import path
 

@@ -2,11 +2,11 @@
 
 ``check_bot_settings`` runs after the model's own ``full_clean`` and knows who is acting:
 
-* provider credentials and endpoint (CONTRACT §4, ``chat_platform.provider_policy``):
+* provider credentials and endpoint (docs/bots.md, ``chat_platform.provider_policy``):
   ``api_key_env`` only from ``PROVIDER_KEY_ENV_ALLOWED`` (everyone, staff included); ``api_base``
   an http(s) URL, any for staff, otherwise under ``PROVIDER_API_BASES``. An api_base staff set
   stays usable when its non-staff owner edits other fields (it is only re-checked when changed).
-* a usable budget: B > 0 (CONTRACT §5), else every message would be refused, and a system
+* a usable budget: B > 0 (docs/compaction.md), else every message would be refused, and a system
   prompt under the hard threshold H = 75 % of B (``check_bot_system_prompt``), else it leaves
   no room for the conversation.
 """
@@ -266,8 +266,8 @@ def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | Non
     """Refuse a system prompt that leaves no room for the conversation.
 
     The system prompt is sent with every call and no compaction can shorten it, so a non-empty
-    one must stay under the hard threshold H = 75 % of B (CONTRACT §5): at H every message waits
-    for a blocking compaction that cannot bring the pressure down, and a prompt near B leaves
+    one must stay under the hard threshold H = 75 % of B (docs/compaction.md): at H every message
+    waits for a blocking compaction that cannot bring the pressure down, and a prompt near B leaves
     every message a ``context_too_large``. Tokens are counted as the turn counts them (the one
     counter, with the message overhead). The error names ``system_prompt``, unless the caller
     changed only what sets B (then that field: max_output_tokens, context_window, model).

@@ -1,4 +1,4 @@
-"""Websocket adapter (CONTRACT §12): authenticate, authorise through a selector, validate frames,
+"""Websocket adapter (docs/api.md): authenticate, authorise through a selector, validate frames,
 call the same services as the REST API, relay the session group's frames."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""A bot's model as the gateway is given it: the one Bot -> ``ModelConfig`` (CONTRACT §5).
+"""A bot's model as the gateway is given it: the one Bot -> ``ModelConfig`` (docs/compaction.md).
 
 The chat turn, the model check and the compaction engine all start from here, so what a bot's
 settings mean to a call (its connection or its api_base and key variable, the staff approvals

@@ -1,4 +1,4 @@
-"""Server-rendered pages (CONTRACT §14).
+"""Server-rendered pages (docs/architecture.md).
 
 The chat page is only a shell: its script reads and writes everything through the public REST
 API and the session websocket, so the browser has no private path into the domain and behaves

@@ -226,7 +226,7 @@ def session_seat(session: ChatSession, bot: Bot) -> ChatSession:
 
 
 def session_seat_get(*, session: ChatSession, bot_id: object) -> ChatSession:
-    """``?bot=`` (CONTRACT §15): the session from that participant's seat (a removed one's too:
+    """``?bot=`` (docs/rooms.md): the session from that participant's seat (a removed one's too:
     its view stays readable); none given, the session as it is (its default bot). A bot that
     never took part is not found, whoever it belongs to."""
     if bot_id in (None, ""):

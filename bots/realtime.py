@@ -1,4 +1,4 @@
-"""The chat's frames (CONTRACT §12): a message's public shape and the ``notify_*`` helpers of
+"""The chat's frames (docs/api.md): a message's public shape and the ``notify_*`` helpers of
 the turn, plus "this reply is finished" for REST waiters in other processes.
 
 Groups and the send path are the platform's (``chat_platform.realtime``); this module only says
@@ -20,7 +20,7 @@ log = structlog.get_logger(__name__)
 
 
 def message_speaker(message: Message) -> dict[str, Any] | None:
-    """The bot that spoke an assistant message, ``{id, slug, name}`` (CONTRACT §15); None for
+    """The bot that spoke an assistant message, ``{id, slug, name}`` (docs/rooms.md); None for
     the user's messages, notices, and a bot since deleted. Read from what is loaded: the
     message's own bot, else its session's when it is the same bot (the one-bot case)."""
     if message.role != Message.Role.ASSISTANT or message.bot_id is None:

@@ -1,4 +1,4 @@
-"""Rooms: who answers a message, and who a bot's reply hands the floor to (CONTRACT §15).
+"""Rooms: who answers a message, and who a bot's reply hands the floor to (docs/rooms.md).
 
 A user message goes to the bots it ``@mentions`` (by slug or by name, case-folded), else to the
 room's default bot; ``reply_mode`` ``all`` makes every participant answer, in participant order;

@@ -38,7 +38,7 @@ UNFINISHED = [Message.Status.PENDING, Message.Status.STREAMING]
 
 def earlier_reply_unfinished() -> Exists:
     """An earlier reply of the same session is still pending or streaming (for a filter on
-    ``Message``): replies of one session run one at a time, in seq order (CONTRACT §15)."""
+    ``Message``): replies of one session run one at a time, in seq order (docs/rooms.md)."""
     return Exists(
         Message.objects.filter(
             session_id=OuterRef("session_id"),

@@ -294,7 +294,7 @@ def _call_entry(
     latency_ms: int,
     error: str = "",
 ) -> dict[str, Any]:
-    """One model call as the context record keeps it (CONTRACT §17)."""
+    """One model call as the context record keeps it (docs/context-records.md)."""
     parts = list(context.parts)
     if tools:
         names = [t.get("function", {}).get("name", "") for t in tools]
@@ -604,7 +604,7 @@ def _turn_calls(
     spent: usage.Meter,
 ) -> None:
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
-    # index visible but offers no recall (CONTRACT §10).
+    # index visible but offers no recall (docs/memory.md).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
     rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0

@@ -13,7 +13,7 @@
   delivery is harmless: the turn's claim is a conditional update.
 
 ``messages_sweep_orphans`` (beat, every minute; ``manage.py sweep_orphans``) is the last resort
-of CONTRACT §10: anything still ``pending``/``streaming`` after ``CHAT_ORPHAN_AFTER_SECONDS``.
+of docs/memory.md: anything still ``pending``/``streaming`` after ``CHAT_ORPHAN_AFTER_SECONDS``.
 """
 
 import threading

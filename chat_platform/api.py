@@ -1,4 +1,4 @@
-"""REST plumbing shared by every app: the one error shape of CONTRACT §11.
+"""REST plumbing shared by every app: the one error shape of docs/api.md.
 
 Every answer under ``/api/`` is ``{"error": {"code", "message", "details"}}`` when it is an
 error: DRF views through ``exception_handler`` (unexpected exceptions included: 500
@@ -173,7 +173,7 @@ class ErrorBodySerializer(serializers.Serializer):
 
 
 class ErrorSerializer(serializers.Serializer):
-    """The error shape of every failed /api/ request (CONTRACT §11)."""
+    """The error shape of every failed /api/ request (docs/api.md)."""
 
     error = ErrorBodySerializer()
 

@@ -1,4 +1,4 @@
-"""Domain errors with the stable codes of CONTRACT §11.
+"""Domain errors with the stable codes of docs/api.md.
 
 Services raise these; the REST exception handler and the websocket consumer turn them into the
 same ``{"error": {"code", "message", "details"}}`` shape.

@@ -1,4 +1,4 @@
-"""Which provider credentials and endpoints a bot may use (CONTRACT §2, §4).
+"""Which provider credentials and endpoints a bot may use (docs/configuration.md, §4).
 
 A bot names an environment variable (``api_key_env``) whose value the platform sends to the bot's
 ``api_base`` as its key. Left open, that lets anyone send ``SECRET_KEY`` to a server they control,

@@ -1,4 +1,4 @@
-"""The frame transport (CONTRACT §12): the session group, the one send path to the channel layer,
+"""The frame transport (docs/api.md): the session group, the one send path to the channel layer,
 and the process's one Redis client.
 
 Every app publishes its frames through here (the chat turn, compaction's meter, memory's index),

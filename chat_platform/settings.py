@@ -276,7 +276,7 @@ SOCIALACCOUNT_STORE_TOKENS = False
 # little larger than that (JSON escaping), so Django's own cap sits above it.
 MESSAGE_MAX_BYTES = 1024 * 1024
 # The most tokens one search_records result (and one records-API ?q= answer) may fill; a turn
-# also never gives it more than what is left of its budget B (CONTRACT §10).
+# also never gives it more than what is left of its budget B (docs/memory.md).
 SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
 # Each embedding call (a bot's embedding_model: messages after a compaction, a question when it
 # searches) waits at most this long; a search whose call fails goes on with word search alone.
@@ -287,7 +287,7 @@ if EMBEDDING_TIMEOUT_SECONDS <= 0:
 # line is always offered. Search finds the records it leaves out.
 MEMORY_INDEX_MAX_PERCENT = env.int("MEMORY_INDEX_MAX_PERCENT", default=10)
 # Rooms: at most this many bot-triggered replies (one bot handing the floor to another) per user
-# message (CONTRACT §15).
+# message (docs/rooms.md).
 ROOM_MAX_HOPS = env.int("ROOM_MAX_HOPS", default=3)
 if ROOM_MAX_HOPS < 0:
     raise ImproperlyConfigured("ROOM_MAX_HOPS must be 0 or more")

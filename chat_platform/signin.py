@@ -1,4 +1,4 @@
-"""Sign-in throttling: failed attempts per account and per address (CONTRACT §11 ``rate_limited``).
+"""Sign-in throttling: failed attempts per account and per address (docs/api.md ``rate_limited``).
 
 Every way in that checks a password goes through ``SignInAttempt``: the token endpoint
 (``accounts.api.TokenSignInApi``, which counts a wrong TOTP code as a failure too), the login

@@ -90,7 +90,8 @@ class SummaryAdmin(ReadOnlyAdmin):
                     ("first_seq", "last_seq"),
                     ("level", "status", "trigger"),
                     ("model", "created_at", "superseded_at"),
-                    # Reversible compaction (CONTRACT §17): undone when, still held, replaced by.
+                    # Reversible compaction (docs/context-records.md): undone when, still held,
+                    # replaced by.
                     ("reverted_at", "held", "superseded_by"),
                     ("source_tokens", "token_count"),
                     ("retention", "missing_facts"),
@@ -245,7 +246,7 @@ class CompactionStateAdmin(ReadOnlyAdmin):
 
 @admin.register(SeatState)
 class SeatStateAdmin(ReadOnlyAdmin):
-    """A room's bots, each with its own compaction state and totals (CONTRACT §15)."""
+    """A room's bots, each with its own compaction state and totals (docs/rooms.md)."""
 
     list_display = [
         "session",

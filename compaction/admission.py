@@ -1,4 +1,5 @@
-"""Admission (CONTRACT §7): what the next model call may carry, decided from token counts only.
+"""Admission (docs/compaction.md): what the next model call may carry, decided from token counts
+only.
 
 Pure: no Django, no I/O, no message text. The caller passes stored token counts; this module
 answers which history rows to load, so text is only ever materialised for what will be sent.

@@ -1,4 +1,4 @@
-"""Budget arithmetic (CONTRACT §5): pure integer maths, no Django, no I/O.
+"""Budget arithmetic (docs/compaction.md): pure integer maths, no Django, no I/O.
 
 Every number here is an ``int`` and every division floors, so the same inputs give the same
 thresholds in every process and every test.
@@ -29,8 +29,8 @@ class Budget:
     target_blocking: int  # Ts: where blocking compaction aims to land
 
     def soft_due(self, pressure: int) -> bool:
-        """The soft rule (CONTRACT §8): at or past S, a compaction runs in the background. The
-        one statement of it: the turn's trigger, the task that runs it and ``/compact``'s notice
+        """The soft rule (docs/compaction.md): at or past S, a compaction runs in the background.
+        The one statement of it: the turn's trigger, the task that runs it and ``/compact``'s notice
         all ask here (``pressure_level``)."""
         return pressure_level(self, pressure) != "ok"
 

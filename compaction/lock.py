@@ -30,7 +30,7 @@ class Flight:
 
 
 def lock_key(session_id: int, bot_id: int | None = None) -> str:
-    """The session's lease; in a room each bot has its own (CONTRACT §15: one bot's compaction
+    """The session's lease; in a room each bot has its own (docs/rooms.md: one bot's compaction
     never blocks another's reply)."""
     if bot_id is None:
         return f"chat-platform:compaction:session:{session_id}"

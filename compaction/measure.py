@@ -49,7 +49,7 @@ HISTORY_PAGE_SIZE = 500
 
 @dataclass(frozen=True)
 class RoomView:
-    """A room as one participant sees it (CONTRACT §15): its own turns are ``assistant``, every
+    """A room as one participant sees it (docs/rooms.md): its own turns are ``assistant``, every
     other speaker's arrive as ``user`` messages carrying the speaker (``name`` and a ``Name: ``
     prefix); other bots' recall exchanges are never shown; with ``sees_from_join`` nothing
     before it joined is. ``prefix_tokens``: what the speaker's label adds to a message, so
@@ -149,7 +149,7 @@ def room_view(session: ChatSession) -> RoomView | None:
 
 
 def seat_key(session: ChatSession) -> int | None:
-    """What compaction state is keyed by besides the session (CONTRACT §15): in a room, the bot
+    """What compaction state is keyed by besides the session (docs/rooms.md): in a room, the bot
     whose seat ``session`` is (``bots.queries.session_seat``); None in a one-bot session, whose
     summaries, lease and cool-down are the session's, exactly as before rooms."""
     return session.bot_id if session.is_room else None
@@ -195,7 +195,7 @@ class Measure:
     recalled: list[Entry] = field(default_factory=list)
     # A room, as this bot sees it; None in a one-bot session.
     room: RoomView | None = None
-    # "Use the full text next turn" (CONTRACT §17): compacted messages this call carries
+    # "Use the full text next turn" (docs/context-records.md): compacted messages this call carries
     # verbatim, whole like pins, instead of the summaries inside their span (left out of
     # ``summaries``); the span's record name, for the context record. Empty on other calls.
     expanded: list[PinnedEntry] = field(default_factory=list)
@@ -237,7 +237,8 @@ class Measure:
 
     @property
     def pressure(self) -> int:
-        """Tokens of everything the next call would send, with nothing dropped (CONTRACT §5)."""
+        """Tokens of everything the next call would send, with nothing dropped
+        (docs/compaction.md)."""
         return sum(self.parts.values())
 
 
@@ -253,7 +254,7 @@ def system_part_tokens(text: str, *, model: str) -> int:
 
 
 def bot_budget(bot: Bot, *, model: str | None = None) -> Budget:
-    """CONTRACT §5: W from the bot, else litellm's model info, else the absolute cap.
+    """docs/compaction.md: W from the bot, else litellm's model info, else the absolute cap.
 
     ``model``: another of the bot's ``chat_models`` (a chat's override). Its own window counts:
     litellm's ``max_input_tokens`` for it, else the bot's context_window, else the cap (the
@@ -324,7 +325,7 @@ def _pins_and_summaries_query(
         .values_list("part", "pk", "first_seq", "token_count")
     )
     # The seat's pending expansion, if any (at most one row per (session, bot)): (2, claiming
-    # reply or 0, first, last). An expansion is for one seat's next reply (CONTRACT §17):
+    # reply or 0, first, last). An expansion is for one seat's next reply (docs/context-records.md):
     # another bot's in the same room is never read here.
     expansion = (
         ContextExpansion.objects.filter(session_id=session_id, bot_id=seat_bot_id)

@@ -42,7 +42,7 @@ class Summary(models.Model):
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="summaries"
     )
-    # The bot whose seat it was written from (CONTRACT §15): in a room each bot compacts the
+    # The bot whose seat it was written from (docs/rooms.md): in a room each bot compacts the
     # room as it saw it, so summaries are keyed by (session, bot). Null only once the bot is gone.
     bot = models.ForeignKey(
         "bots.Bot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -69,7 +69,7 @@ class Summary(models.Model):
     )
     reverted_at = models.DateTimeField(null=True, blank=True)
     # A reverted summary's span is held: the range picker and fusion leave it alone until the
-    # user releases it or pressure reaches the hard threshold (CONTRACT §17).
+    # user releases it or pressure reaches the hard threshold (docs/context-records.md).
     held = models.BooleanField(default=False)
 
     class Meta:
@@ -162,7 +162,7 @@ class CompactionEvent(models.Model):
 
 
 class CompactionState(models.Model):
-    """Per-session failure policy, in the database so every process sees it (CONTRACT §8)."""
+    """Per-session failure policy, in the database so every process sees it (docs/compaction.md)."""
 
     session = models.OneToOneField(
         "bots.ChatSession",
@@ -184,11 +184,11 @@ class CompactionState(models.Model):
 class ContextExpansion(models.Model):
     """ "Use the full text next turn" (POST /api/v1/sessions/{id}/expand/): the next reply of
     ``bot`` carries the messages ``first_seq``–``last_seq`` verbatim instead of the summaries
-    inside that span. Keyed by (session, bot) like every seat's compaction state (CONTRACT
-    §15): in a room each bot's seat has its own pending expansion, and in a one-bot session
-    ``bot`` is the session's bot. Claimed by that bot's first reply whose context is built
-    (``reply``), which keeps it across its recall rounds; deleted when that bot's next reply's
-    context is built. Another bot's reply never claims or deletes it."""
+    inside that span. Keyed by (session, bot) like every seat's compaction state (docs/rooms.md): in
+    a room each bot's seat has its own pending expansion, and in a one-bot session ``bot`` is the
+    session's bot. Claimed by that bot's first reply whose context is built (``reply``), which keeps
+    it across its recall rounds; deleted when that bot's next reply's context is built. Another
+    bot's reply never claims or deletes it."""
 
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="context_expansions"
@@ -239,7 +239,7 @@ class SummaryCoverage(models.Model):
 
 
 class SeatState(models.Model):
-    """A bot's own compaction state in a room (CONTRACT §15), keyed by (session, bot): its
+    """A bot's own compaction state in a room (docs/rooms.md), keyed by (session, bot): its
     failure policy (as ``CompactionState`` for a one-bot session) and its running totals.
 
     The session's running totals count every message of the room in context (a room never sets
@@ -293,7 +293,7 @@ class PromptVersion(models.Model):
 class ContextRecord(models.Model):
     """What the model saw for one reply: every call the turn made (recall rounds included), each
     as its ordered parts with their provenance and token counts, the admission, the budget, a
-    hard compaction it waited for, the provider's usage and the latency (CONTRACT §17).
+    hard compaction it waited for, the provider's usage and the latency (docs/context-records.md).
 
     Parts refer to what is stored already (message seqs and ids, summary ids, prompt versions)
     and carry text only where nothing else keeps it (the index block, a room's header, the

@@ -11,7 +11,7 @@ def event_payload(event: CompactionEvent) -> dict[str, Any]:
     return {
         "id": event.pk,
         "session": event.session_id,
-        "bot": event.bot_id,  # the seat it compacted (CONTRACT §15)
+        "bot": event.bot_id,  # the seat it compacted (docs/rooms.md)
         "trigger": event.trigger,
         "outcome": event.outcome,
         "reason": event.reason,
@@ -32,7 +32,7 @@ def summary_payload(summary: Summary) -> dict[str, Any]:
     return {
         "id": summary.pk,
         "session": summary.session_id,
-        "bot": summary.bot_id,  # the seat it was written from (CONTRACT §15)
+        "bot": summary.bot_id,  # the seat it was written from (docs/rooms.md)
         "level": summary.level,
         "text": summary.text,
         "token_count": summary.token_count,
@@ -48,7 +48,7 @@ def summary_payload(summary: Summary) -> dict[str, Any]:
         "focus": summary.focus,
         "created_at": iso_utc(summary.created_at),
         "reverted_at": iso_utc(summary.reverted_at),
-        # An undone span automatic compaction leaves alone until released (CONTRACT §17).
+        # An undone span automatic compaction leaves alone until released (docs/context-records.md).
         "held": summary.held,
         "superseded_by": summary.superseded_by_id,
     }

@@ -87,8 +87,8 @@ class BuiltContext:
     measure: Measure
     admission: Admission
     path: str = "turn"
-    # Provenance (CONTRACT §17): the ordered parts the messages were rendered from, with their
-    # token counts (``compaction.provenance``), and what admission trimmed and why.
+    # Provenance (docs/context-records.md): the ordered parts the messages were rendered from, with
+    # their token counts (``compaction.provenance``), and what admission trimmed and why.
     parts: tuple[dict[str, Any], ...] = ()
     admission_info: dict[str, Any] | None = None
     # The hard compaction this call waited for: {"event": id | None, "outcome"}; None if none.
@@ -184,8 +184,8 @@ def context_admit(
     record: bool = True,
     history: Iterable[HistoryRow] | None = None,
 ) -> Admission:
-    """Decide what the call carries (CONTRACT §7) and record it (``admission_record``); raise on
-    reject, which is always recorded at once. ``record=False`` leaves recording an admitted call
+    """Decide what the call carries (docs/compaction.md) and record it (``admission_record``); raise
+    on reject, which is always recorded at once. ``record=False`` leaves recording an admitted call
     to the caller. ``history`` (newest first) is the history already read; else it is walked in
     keyset pages."""
     admission = _decide(measure, history_newest_first(measure) if history is None else history)
@@ -351,7 +351,7 @@ def render_row(
         ):
             pass  # this bot's own recall exchange (others' never reach it: RoomView.where)
         else:
-            # Another speaker (the user, another bot): a named user message (CONTRACT §15).
+            # Another speaker (the user, another bot): a named user message (docs/rooms.md).
             slug, name = room.speakers.get(
                 None if role == Message.Role.USER else bot_id, ("bot", "Another bot")
             )
@@ -560,8 +560,8 @@ def context_build(
 
 
 def _expansion_settle(measure: Measure, *, reply: Message, remeasure: Any) -> Measure:
-    """A pending expansion is for one reply of its seat (CONTRACT §17): the seat's first reply
-    whose context is built claims it and keeps it across its recall rounds; that seat's later
+    """A pending expansion is for one reply of its seat (docs/context-records.md): the seat's first
+    reply whose context is built claims it and keeps it across its recall rounds; that seat's later
     reply's build deletes it. Only the row of the seat whose reply is being built (``reply``'s
     bot: the measured session's) is claimed or deleted; in a room another bot's pending
     expansion waits for that bot's reply, untouched.
@@ -655,7 +655,7 @@ def index_block_render(lines: Sequence[str], *, recall_open: bool) -> str:
 def _index_block(
     measure: Measure, admission: Admission, *, recall_open: bool
 ) -> tuple[str, list[IndexLine]]:
-    """The index as a system block (after summaries, before history; CONTRACT §10), newest first,
+    """The index as a system block (after summaries, before history; docs/memory.md), newest first,
     with the lines admission kept, and those lines. Tokens of joined text can exceed the sum of
     its parts by a merge or two: drop further lines until the block costs no more than
     admission reserved."""
@@ -685,7 +685,7 @@ class ContextState:
 
 def context_state(*, session: ChatSession) -> ContextState:
     """In a room, ``session`` is a bot's seat (``bots.queries.session_seat``): the state is that
-    bot's own — its measure, cool-down, lease and last admission (CONTRACT §15)."""
+    bot's own — its measure, cool-down, lease and last admission (docs/rooms.md)."""
     session.refresh_from_db(
         fields=["context_tokens", "context_messages", "last_admission", "last_seq"]
     )
@@ -719,8 +719,8 @@ def context_bot(session: ChatSession) -> dict[str, Any] | None:
 
 
 def soft_compaction_due(state: ContextState) -> bool:
-    """The soft trigger (CONTRACT §7): compaction on, pressure at or past S, no cool-down and no
-    run in flight. The one place that says so; the turn asks it after every reply."""
+    """The soft trigger (docs/compaction.md): compaction on, pressure at or past S, no cool-down and
+    no run in flight. The one place that says so; the turn asks it after every reply."""
     return bool(
         state.session.bot.compaction_enabled
         and state.measure.budget.soft_due(state.measure.pressure)
@@ -730,7 +730,7 @@ def soft_compaction_due(state: ContextState) -> bool:
 
 
 def context_report(*, session: ChatSession, state: ContextState | None = None) -> dict[str, Any]:
-    """What the next call would carry: the numbers behind the context meter (CONTRACT §11)."""
+    """What the next call would carry: the numbers behind the context meter (docs/api.md)."""
     if state is None:
         state = context_state(session=session)
     measure = state.measure

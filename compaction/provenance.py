@@ -1,4 +1,4 @@
-"""Provenance: which stored things each part of a model call came from (CONTRACT §17).
+"""Provenance: which stored things each part of a model call came from (docs/context-records.md).
 
 The pipeline renders a call's messages; beside them it describes the call as ordered parts —
 ``{kind, ref, tokens, trimmed?}`` — that name what is already stored (message seqs and ids,
@@ -18,8 +18,8 @@ from typing import Any
 
 from compaction.admission import Admission
 
-# What a part is (CONTRACT §17), in the order a call renders them: the fixed system parts, the
-# summaries and the index, then the chosen rows in seq order.
+# What a part is (docs/context-records.md), in the order a call renders them: the fixed system
+# parts, the summaries and the index, then the chosen rows in seq order.
 PART_KINDS = (
     "system",
     "room",

@@ -1,4 +1,4 @@
-"""Summary quality gates and fact retention (CONTRACT §8). Pure: stdlib only, no I/O.
+"""Summary quality gates and fact retention (docs/compaction.md). Pure: stdlib only, no I/O.
 
 ``summary_gate`` decides whether a summariser's answer may replace the messages it covers:
 reasoning blocks are stripped first, then the answer is rejected when it is empty, was cut off

@@ -65,8 +65,8 @@ def event_list_for_user(
 
 def message_fit_for_user(*, user: AbstractBaseUser, message_id: object) -> dict[str, Any]:
     """Would this user message fit if it were sent again now? The part that is sent whatever
-    happens (system prompt, the message, pins, active summaries: CONTRACT §7) against the budget
-    B, read from stored token counts only, as the send path decides ``context_too_large``.
+    happens (system prompt, the message, pins, active summaries: docs/compaction.md) against the
+    budget B, read from stored token counts only, as the send path decides ``context_too_large``.
 
     What a failed reply offers instead of a plain Retry (issue 18, defect 8) reads this: how
     many tokens over, and, after ``/compact``, whether a retry can now succeed. Someone else's

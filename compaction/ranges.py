@@ -1,4 +1,4 @@
-"""Which messages one compaction pass takes (CONTRACT §8 "Range"). Pure: no Django, no I/O.
+"""Which messages one compaction pass takes (docs/compaction.md "Range"). Pure: no Django, no I/O.
 
 The caller passes the session's uncompacted in-context rows, oldest first, as stored token counts
 (no text). The pass takes the oldest *units* it may take until it has freed enough:

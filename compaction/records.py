@@ -1,4 +1,4 @@
-"""Context records: what the model saw for each reply (CONTRACT §17).
+"""Context records: what the model saw for each reply (docs/context-records.md).
 
 The turn accumulates its calls in memory (the pipeline's parts, the admission, the provider's
 usage, the latency) and writes them here once when it ends, however it ends: one INSERT. A
@@ -83,7 +83,7 @@ def record_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Contex
 
 
 def record_payload(record: ContextRecord, *, payload: bool = False) -> dict[str, Any]:
-    """CONTRACT §17: ``{message, calls: [...]}``; ``payload`` adds each call's rebuilt
+    """docs/context-records.md: ``{message, calls: [...]}``; ``payload`` adds each call's rebuilt
     ``messages``."""
     calls = [dict(call) for call in record.calls]
     if payload:

@@ -116,9 +116,9 @@ def summary_revert_for_user(
     compact_rest: bool = False,
     quota: Sequence[usage.Limit] = (),
 ) -> RevertResult:
-    """Undo a compaction (CONTRACT §17). Another user's summary is ``not_found`` and nothing
-    changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to be
-    usable in the chat, like ``/compact``, and a daily limit with room (``quota``: the key's)."""
+    """Undo a compaction (docs/context-records.md). Another user's summary is ``not_found`` and
+    nothing changes; "undo and compact the rest" runs the bot's summariser, so it needs the bot to
+    be usable in the chat, like ``/compact``, and a daily limit with room (``quota``: the key's)."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
     if compact_rest:
         session = session_get_for_use(user=user, session_id=summary.session_id)
@@ -144,9 +144,10 @@ def summary_resummarise_for_user(
     focus: str = "",
     quota: Sequence[usage.Limit] = (),
 ) -> dict[str, Any]:
-    """Re-summarise a summary's span from its snapshot with the user's focus (CONTRACT §17).
-    The answer says what happened: the new summary, or why the old one stays. A spent daily
-    limit (the user's, or ``quota``: the key's) refuses before the summariser is called."""
+    """Re-summarise a summary's span from its snapshot with the user's focus
+    (docs/context-records.md). The answer says what happened: the new summary, or why the old one
+    stays. A spent daily limit (the user's, or ``quota``: the key's) refuses before the summariser
+    is called."""
     summary = summary_get_for_user(user=user, summary_id=summary_id)
     session = session_get_for_use(user=user, session_id=summary.session_id)
     _seat_usable(summary_seat(session, summary.bot_id))  # runs that bot's summariser
@@ -176,8 +177,8 @@ def session_expand_for_user(
     summary_id: int | None = None,
     bot_id: object = None,
 ) -> dict[str, Any]:
-    """ "Use the full text next turn" (CONTRACT §17) for a snapshot (``record``) or a summary
-    (its snapshot's span). Someone else's chat, record or summary is ``not_found``.
+    """ "Use the full text next turn" (docs/context-records.md) for a snapshot (``record``) or a
+    summary (its snapshot's span). Someone else's chat, record or summary is ``not_found``.
 
     In a room, for one bot's next reply: a summary's bot; a record's seat bot (the bot whose
     compaction wrote the snapshot); ``bot_id`` (``?bot=``) names the seat otherwise, and a
@@ -273,8 +274,8 @@ def context_notify(*, session_id: int, bot_id: int | None = None) -> None:
 
 
 def compaction_notice_text(result: RunResult, *, session: ChatSession | None = None) -> str:
-    """The chat notice answering ``/compact`` (CONTRACT §9). With the ``session`` (its seat in a
-    room): when there was nothing to compact although the gauge says compaction is due, say
+    """The chat notice answering ``/compact`` (docs/compaction.md). With the ``session`` (its seat
+    in a room): when there was nothing to compact although the gauge says compaction is due, say
     what fills the context instead, so the command and the gauge tell one story."""
     if result.outcome == "compacted" and result.first_seq is not None:
         return (

@@ -1,4 +1,4 @@
-"""REST: ``/api/v1/connections/`` (CONTRACT §18). Parse, call one service or selector, shape.
+"""REST: ``/api/v1/connections/`` (docs/connections.md). Parse, call one service or selector, shape.
 
 The key is write-only: no answer carries it, only ``has_key``. Non-staff users list the
 connections they may use (with their models), without base URL, key variable or who may use

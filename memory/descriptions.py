@@ -1,4 +1,4 @@
-"""Snapshot descriptions that tell one snapshot from the rest of the session (CONTRACT §10).
+"""Snapshot descriptions that tell one snapshot from the rest of the session (docs/memory.md).
 
 ``Pre-compaction snapshot of messages <first>–<last>: <terms>``, at most 140 characters. The terms
 are what sets this transcript apart from the session's other records, TF-IDF-like: how often a
@@ -283,7 +283,7 @@ def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERM
 
 
 def snapshot_description(first_seq: int, last_seq: int, body: str, others: Iterable[str]) -> str:
-    """CONTRACT §10's description: the prefix, then as many distinctive terms as fit in 140."""
+    """docs/memory.md's description: the prefix, then as many distinctive terms as fit in 140."""
     description = f"Pre-compaction snapshot of messages {first_seq}–{last_seq}"
     separator = ": "
     for topic in distinctive_terms(body, others):

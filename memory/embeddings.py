@@ -1,4 +1,4 @@
-"""Search by meaning: message embeddings, and the vector side of hybrid search (CONTRACT §10).
+"""Search by meaning: message embeddings, and the vector side of hybrid search (docs/memory.md).
 
 A bot that names an ``embedding_model`` (any litellm embedding model, called through the one
 gateway with the bot's provider settings, like its chat model) has its compacted messages

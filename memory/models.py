@@ -19,7 +19,7 @@ record_name_validator = RegexValidator(
 
 
 class MemoryRecord(models.Model):
-    """A named record of memory: a pre-compaction snapshot or a saved fact (CONTRACT §10).
+    """A named record of memory: a pre-compaction snapshot or a saved fact (docs/memory.md).
 
     Two scopes, told apart by which owner columns are set (a check constraint holds the shape):
     - ``session``: ``session`` set, ``user``/``bot`` empty. Dies with its session (CASCADE).
@@ -146,7 +146,7 @@ class MemoryRecord(models.Model):
 
 
 class RecallEvent(models.Model):
-    """One read or search a model made while answering (CONTRACT §10).
+    """One read or search a model made while answering (docs/memory.md).
 
     ``names``: the names asked for (read; empty for a search). ``found``: the names that came back,
     in the order given to the model (read: the found subset; search: the hits, best first) — a
@@ -192,7 +192,7 @@ class RecallEvent(models.Model):
 
 
 class MessageIndex(models.Model):
-    """One compacted message, indexed for search (CONTRACT §10: search is at message level).
+    """One compacted message, indexed for search (docs/memory.md: search is at message level).
 
     Written once, when the compaction that replaced the message succeeds
     (``memory.services.messages_index``), with the snapshot that holds it: the record a hit names.

@@ -1,4 +1,4 @@
-"""The public shapes of records and recall events (REST and websocket, CONTRACT §11–12)."""
+"""The public shapes of records and recall events (REST and websocket, docs/api.md)."""
 
 from typing import Any
 

@@ -1,7 +1,7 @@
 """Reads of the memory app: what a session may read, the index, recall reads and search.
 
 Everything here takes an already-authorised ``session`` (the interfaces resolve it through
-``bots.queries.session_get_for_user``). "Readable from a session" (CONTRACT §10) is one rule,
+``bots.queries.session_get_for_user``). "Readable from a session" (docs/memory.md) is one rule,
 ``records_readable_q``: the session's own records plus the bot-scoped records of
 (session.user, session.bot). A session-scoped record shadows a bot-scoped one of the same name, so
 a name always means one record inside a session.
@@ -77,7 +77,7 @@ def record_get_for_session(*, session: ChatSession, name: object) -> MemoryRecor
 @dataclass(frozen=True)
 class IndexLine:
     name: str
-    text: str  # exactly one line of CONTRACT §10, without a newline
+    text: str  # exactly one line of docs/memory.md, without a newline
     tokens: int  # count_tokens(text + "\n"): what the line adds to the index block
 
 
@@ -281,7 +281,7 @@ def records_search(
     model: str = "",
     live_before: int | None = None,
 ) -> list[SearchHit]:
-    """Ranked hits over everything ``session`` may read, best first (CONTRACT §10).
+    """Ranked hits over everything ``session`` may read, best first (docs/memory.md).
 
     The compacted messages themselves (``MessageIndex``), ranked by BM25 over their terms (and,
     for a bot with an ``embedding_model``, fused with their similarity in meaning), any
@@ -339,7 +339,7 @@ def records_search(
 
 def _seen_from(session: ChatSession) -> int:
     """The first seq ``session``'s bot may see: in a room, a bot that sees from its join never
-    finds what was said before it came in (CONTRACT §15); else 1."""
+    finds what was said before it came in (docs/rooms.md); else 1."""
     if not session.is_room:
         return 1
     seat = participant_seat(session=session, bot_id=session.bot_id)

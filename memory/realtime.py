@@ -1,4 +1,4 @@
-"""Memory's frames (CONTRACT §12): ``memory.updated {records}`` and ``recall {…}``.
+"""Memory's frames (docs/api.md): ``memory.updated {records}`` and ``recall {…}``.
 
 Transport and group names are the platform's (``chat_platform.realtime``, the one place that
 knows them): memory publishes through it without importing ``bots``'s turn or frames.

@@ -227,7 +227,7 @@ def _sqlite(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
 
 
 # --- messages ---------------------------------------------------------------------------------
-# Search is at message level (CONTRACT §10): every compacted message is a document of its
+# Search is at message level (docs/memory.md): every compacted message is a document of its
 # session (``MessageIndex``), its terms computed once by ``memory.terms``. The database finds the
 # candidates (messages holding any query term; OR semantics), Python ranks them by Okapi BM25
 # from the terms themselves, so both vendors rank identically and rare words weigh more than a

@@ -1,5 +1,5 @@
-"""``/api/v1/api-keys/`` (CONTRACT §16): the signed-in user's keys. Managed with the session or
-a ``Token``, never with an API key (a key must not mint or revoke keys)."""
+"""``/api/v1/api-keys/`` (docs/openai-api.md): the signed-in user's keys. Managed with the session
+or a ``Token``, never with an API key (a key must not mint or revoke keys)."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status

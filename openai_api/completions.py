@@ -82,7 +82,7 @@ def from_platform(exc: errors.PlatformError) -> OpenAIError:
 
 def quota_error(message: str) -> OpenAIError:
     """A spent daily token limit (the key's or its user's), as OpenAI says a spent token rate
-    limit (CONTRACT §16: ``rate_limit_exceeded``, 429); the message says when it resets."""
+    limit (docs/openai-api.md: ``rate_limit_exceeded``, 429); the message says when it resets."""
     return OpenAIError(message, status=429, type_="tokens", code="rate_limit_exceeded")
 
 

@@ -69,7 +69,7 @@ def key_bots(*, key: ApiKey) -> list[Bot]:
 
 def _qualified(bot: Bot) -> str:
     """``<owner>/<slug>``: a shared bot's id when its slug is taken among the key's bots (a
-    slug is unique per owner only, CONTRACT §15; ``/`` never occurs in a slug)."""
+    slug is unique per owner only, docs/rooms.md; ``/`` never occurs in a slug)."""
     return f"{bot.owner.get_username()}/{bot.slug}"
 
 

@@ -1,4 +1,4 @@
-"""``/v1/``: the OpenAI-compatible interface (CONTRACT §16). Async views: a call waits for its
+"""``/v1/``: the OpenAI-compatible interface (docs/openai-api.md). Async views: a call waits for its
 reply (or streams it) without holding the server's one thread for sync views; every database
 step runs in a worker thread. Authentication is ``Authorization: Bearer <key>`` only (no
 cookies, hence no CSRF). Every error is OpenAI's shape; every 500 is logged with its traceback,

@@ -1,4 +1,4 @@
-"""Every answer under /api/ is the JSON error shape (CONTRACT §11), and the schema says so."""
+"""Every answer under /api/ is the JSON error shape (docs/api.md), and the schema says so."""
 
 import json
 import logging

@@ -85,3 +85,18 @@ def test_the_check_finds_a_moved_function_and_a_missing_file():
         "bots.services.reply_claim: reply_claim is not defined in __init__.py",
         "bots/nowhere.py: no such file",
     ]
+
+
+def test_the_code_cites_only_its_own_docs():
+    """Comments cite the pages of docs/, never a document the repository does not hold."""
+    outside = "CON" + "TRACT"  # spelled apart so this file does not find itself
+    suffixes = {".py", ".js", ".html", ".css", ".sh", ".toml", ".yml", ".cfg"}
+    citing = [
+        str(path.relative_to(ROOT))
+        for path in ROOT.rglob("*")
+        if path.suffix in suffixes
+        and path.is_file()
+        and not {".venv", "vendor", "node_modules", ".git"} & set(path.parts)
+        and re.search(rf"\b{outside}\b(?:\.md|\s*§)", path.read_text(errors="replace"))
+    ]
+    assert citing == []

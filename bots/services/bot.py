@@ -41,7 +41,7 @@ BOT_COMPACTION_FIELDS = (
 BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled", "embedding_model")
 BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
 # Where a bot's calls go and which key they use is its owner's (and staff's) business only:
-# the API and the page leave these out for anyone else (CONTRACT §4).
+# the API and the page leave these out for anyone else (docs/bots.md).
 BOT_PRIVATE_FIELDS = ("api_base", "api_key_env")
 
 

@@ -1,4 +1,5 @@
-"""Which models a provider connection offers: ``models_list`` (CONTRACT §18, "Refresh models").
+"""Which models a provider connection offers: ``models_list`` (docs/connections.md, "Refresh
+models").
 
 Two sources, one answer (``[DiscoveredModel(id, context_window)]``, sorted by id):
 

@@ -1,5 +1,5 @@
 """The recall protocol, shared by the turn (``memory.recall``) and the built-in models: tool
-names and schemas, the index block's header and invitation, and the JSON replies of CONTRACT §10
+names and schemas, the index block's header and invitation, and the JSON replies of docs/memory.md
 for models that don't call tools. A leaf: it imports nothing of the apps.
 """
 

@@ -1,4 +1,5 @@
-"""The one token counter (CONTRACT §6): storage, pressure, admission, compaction range and gates.
+"""The one token counter (docs/compaction.md): storage, pressure, admission, compaction range and
+gates.
 
 tiktoken is used directly (not litellm's ``token_counter``) so counting never imports litellm.
 Only the two encodings litellm ships are ever loaded (``o200k_base`` and ``cl100k_base``), and
@@ -62,7 +63,7 @@ def count_tools_tokens(tools: Sequence[Mapping[str, Any]] | None, *, model: str 
 
     The one count for every tool a call offers (the platform's recall tools and an API client's
     alike): the budget counts it in the fixed part, since the schemas go with the call
-    (CONTRACT §5: pressure is everything the next call would send), and the context record's
+    (docs/compaction.md: pressure is everything the next call would send), and the context record's
     ``tools`` part reports the same figure."""
     return count_message_tokens(json.dumps(list(tools)), model=model) if tools else 0
 

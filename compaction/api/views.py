@@ -284,9 +284,9 @@ MessageContextSerializer = inline_serializer(
 
 
 class MessageContextApi(APIView):
-    """What the model saw for a reply (CONTRACT §17): each call's parts with their provenance
-    and token counts; ``?payload=1`` adds each call's ``messages`` rebuilt exactly as sent.
-    The session's owner and staff only; anyone else gets not_found."""
+    """What the model saw for a reply (docs/context-records.md): each call's parts with their
+    provenance and token counts; ``?payload=1`` adds each call's ``messages`` rebuilt exactly as
+    sent. The session's owner and staff only; anyone else gets not_found."""
 
     @extend_schema(
         parameters=[OpenApiParameter("payload", int, required=False, enum=[0, 1])],

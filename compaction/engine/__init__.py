@@ -1,4 +1,4 @@
-"""The compaction engine (CONTRACT §8): distil old history into audited summaries.
+"""The compaction engine (docs/compaction.md): distil old history into audited summaries.
 
 One pass: claim the session (single-flight lease) -> choose a range from stored counts -> write
 the raw snapshot -> call the summariser -> gate the output -> commit summary + coverage + counters

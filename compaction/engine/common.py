@@ -71,7 +71,7 @@ def current_turn_seq(session: ChatSession) -> int | None:
 
 def summary_seat(session: ChatSession, bot_id: int | None) -> ChatSession:
     """The session from the seat of the bot that wrote a summary (or a snapshot): undo,
-    re-summarise and expand act on that bot's own context only (CONTRACT §15, §17). A one-bot
+    re-summarise and expand act on that bot's own context only (docs/rooms.md, §17). A one-bot
     session is itself, as it always was."""
     fresh = ChatSession.objects.select_related("bot", "user").get(pk=session.pk)
     if not fresh.is_room or bot_id is None or bot_id == fresh.bot_id:

@@ -44,7 +44,7 @@ def event_write(
 
 
 def room_frame(session: ChatSession, frame: dict) -> dict:
-    """A compaction frame names the bot whose seat it concerns in a room (CONTRACT §15); a
+    """A compaction frame names the bot whose seat it concerns in a room (docs/rooms.md); a
     one-bot session's frames are as they always were."""
     if session.is_room:
         bot = session.bot

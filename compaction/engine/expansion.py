@@ -1,10 +1,10 @@
-"""Expand a span for one reply (CONTRACT §17): "Use the full text next turn" on a marker or a
-snapshot. The request only records which span; the one pipeline applies it when it builds the
+"""Expand a span for one reply (docs/context-records.md): "Use the full text next turn" on a marker
+or a snapshot. The request only records which span; the one pipeline applies it when it builds the
 next reply's context (``compaction.measure``: ``expand_for``; ``compaction.pipeline``:
 ``_expansion_settle``), counting the span's messages whole, inside B, instead of the summaries
 within it.
 
-In a room the expansion is one seat's (CONTRACT §15): ``session`` is the session from that
+In a room the expansion is one seat's (docs/rooms.md): ``session`` is the session from that
 bot's seat, the span is what that bot's own summaries cover of what it was shown, and only that
 bot's next reply carries it. It is stored per (session, bot) under the seat's snapshot name
 (``snapshot_<f>_<l>_b<bot>``): the measure of that seat, and no other, reads it by its bot,
@@ -76,7 +76,7 @@ def session_expand(*, session: ChatSession, record: MemoryRecord) -> ExpandResul
     tokens_after = measure.pressure - replaced_tokens + tokens
     name = snapshot_name(first_seq, last_seq, seat_key(session)) if session.is_room else record.name
     with transaction.atomic():
-        # The seat's own row (CONTRACT §15): replacing this bot's pending expansion leaves
+        # The seat's own row (docs/rooms.md): replacing this bot's pending expansion leaves
         # every other bot's in the room as it is.
         ContextExpansion.objects.update_or_create(
             session=session,

@@ -1,5 +1,6 @@
-"""Frontier fusion (CONTRACT §8): once >= 2 active summaries exceed 20 % of B, fuse them (with
-their snapshots where they fit) into one of level max+1, superseding the parents atomically."""
+"""Frontier fusion (docs/compaction.md): once >= 2 active summaries exceed 20 % of B, fuse them
+(with their snapshots where they fit) into one of level max+1, superseding the parents
+atomically."""
 
 from functools import partial
 from typing import Any

@@ -1,5 +1,5 @@
-"""Undone summaries that are held (CONTRACT §17): no pass or fusion takes their span until the
-user releases it or pressure reaches the hard threshold."""
+"""Undone summaries that are held (docs/context-records.md): no pass or fusion takes their span
+until the user releases it or pressure reaches the hard threshold."""
 
 from django.db import transaction
 
@@ -10,7 +10,8 @@ from compaction.models import CompactionEvent, Summary
 
 
 def held_spans(session: ChatSession) -> list[tuple[int, int]]:
-    """The spans of undone summaries still held: no pass or fusion takes them (CONTRACT §17)."""
+    """The spans of undone summaries still held: no pass or fusion takes them
+    (docs/context-records.md)."""
     return list(
         seat_summaries(session, seat_key(session))
         .filter(status=Summary.Status.REVERTED, held=True)

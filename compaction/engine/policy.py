@@ -1,4 +1,4 @@
-"""The failure policy, in the database so every process obeys it (CONTRACT §8): a 5-minute
+"""The failure policy, in the database so every process obeys it (docs/compaction.md): a 5-minute
 cool-down for automatic compaction, the hard path's 30/60/120/240/270 s back-off."""
 
 from datetime import timedelta

@@ -1,7 +1,7 @@
-"""Re-summarise a span with a focus (CONTRACT §17): the compaction runs again over the same
-messages, from the span's snapshot (the exact transcript the first summariser read), with the
-user's focus added to the prompt (CONTRACT §8). The quality gates apply as to any compaction: a
-rejected result changes nothing and the old summary stays active. An accepted one takes the old
+"""Re-summarise a span with a focus (docs/context-records.md): the compaction runs again over the
+same messages, from the span's snapshot (the exact transcript the first summariser read), with the
+user's focus added to the prompt (docs/compaction.md). The quality gates apply as to any compaction:
+a rejected result changes nothing and the old summary stays active. An accepted one takes the old
 one's place — same span, same level, same parents (so undoing it gives back what the old one
 would have) — and the old one is superseded, kept for the audit (``superseded_by``).
 

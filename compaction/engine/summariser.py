@@ -1,5 +1,5 @@
-"""The summariser: which model compacts (CONTRACT §8), its window, the prompt it gets and what
-the request costs."""
+"""The summariser: which model compacts (docs/compaction.md), its window, the prompt it gets and
+what the request costs."""
 
 from dataclasses import replace
 
@@ -35,9 +35,9 @@ summary."""
 
 
 def compaction_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
-    """CONTRACT §8: compaction_model, else the chat model (built-in chat -> builtin/extractive),
-    with the bot's provider settings (``bot_model_config``) at the summariser's temperature; a
-    built-in summariser is called with no api_base or key."""
+    """docs/compaction.md: compaction_model, else the chat model (built-in chat ->
+    builtin/extractive), with the bot's provider settings (``bot_model_config``) at the summariser's
+    temperature; a built-in summariser is called with no api_base or key."""
     chosen = model or bot.compaction_model or bot.model
     if chosen.startswith("builtin/") and chosen != EXTRACTIVE_MODEL:
         chosen = EXTRACTIVE_MODEL

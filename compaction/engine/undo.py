@@ -1,6 +1,7 @@
-"""Reversible compaction (CONTRACT §17): undo a summary, release the hold on what was undone.
+"""Reversible compaction (docs/context-records.md): undo a summary, release the hold on what was
+undone.
 
-In a room each action is the summary's own bot's (CONTRACT §15): it runs from that bot's seat
+In a room each action is the summary's own bot's (docs/rooms.md): it runs from that bot's seat
 (``summary_seat``) under that seat's lease, against that bot's hard threshold, and moves that
 bot's coverage (``SummaryCoverage``) and totals (``SeatState``) only; other bots' summaries,
 coverage and totals are untouched.

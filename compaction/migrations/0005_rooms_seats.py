@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 
 def backfill_bots(apps, schema_editor):
-    """Summaries and events written before rooms were their session's bot's (CONTRACT §15)."""
+    """Summaries and events written before rooms were their session's bot's (docs/rooms.md)."""
     ChatSession = apps.get_model("bots", "ChatSession")
     bot_of = ChatSession.objects.filter(pk=models.OuterRef("session_id")).values("bot_id")[:1]
     for name in ("Summary", "CompactionEvent"):

@@ -7,7 +7,7 @@ from memory.payloads import record_payload
 
 
 class RecordSerializer(serializers.Serializer):
-    """A list item (CONTRACT §11); ``to_representation`` defers to the one payload function."""
+    """A list item (docs/api.md); ``to_representation`` defers to the one payload function."""
 
     name = serializers.CharField()
     kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices)

@@ -1,4 +1,4 @@
-"""REST adapters of the memory app (CONTRACT §11): parse, authorise through the one chokepoint,
+"""REST adapters of the memory app (docs/api.md): parse, authorise through the one chokepoint,
 call one service or selector, serialise. Another user's session is ``404 not_found`` before the
 body is even looked at."""
 

@@ -1,4 +1,4 @@
-"""The message index (CONTRACT §10: search at message level): the table, its vendor search
+"""The message index (docs/memory.md: search at message level): the table, its vendor search
 objects (memory/search_schema.py), and every message already compacted indexed, each held by the
 narrowest succeeded snapshot that covers it (a pass's, not a fusion's)."""
 

@@ -1,4 +1,4 @@
-// Bot settings page: live budget thresholds (CONTRACT §5, integer arithmetic exactly as
+// Bot settings page: live budget thresholds (docs/compaction.md, integer arithmetic exactly as
 // compaction/budget.py), the unknown-model warning, and the Check model button.
 // No framework, no build step.
 
@@ -21,7 +21,7 @@ function wholeNumber(name, minimum) {
   return Number.isSafeInteger(value) && value >= minimum ? value : null;
 }
 
-// CONTRACT §5. All operands are non-negative safe integers, so Math.floor of the quotient is
+// docs/compaction.md. All operands are non-negative safe integers, so Math.floor of the quotient is
 // Python's floor division; products stay far below 2**53 because B <= CAP.
 export function budgetCompute({ contextWindow, modelMax, maxOutput, threshold, kept, cap }) {
   const window = contextWindow > 0 ? contextWindow : modelMax > 0 ? modelMax : cap;

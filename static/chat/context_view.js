@@ -1,5 +1,5 @@
 /*
- * "What the model saw" on a reply (CONTRACT §17): the reply's context record, read from
+ * "What the model saw" on a reply (docs/context-records.md): the reply's context record, read from
  * GET messages/{id}/context/?payload=1 — per model call a stacked bar of its parts over the budget
  * (coloured as in the gauge), each part expandable to its text as sent (a summary links to its
  * marker, recalled records open in the memory panel, trimmed history says it was left out), and

@@ -13,7 +13,7 @@ import { state } from "./state.js";
 let contextTimer = null; // the REST fallback for a context.updated that may not come
 
 // The gauge is a stacked bar over the budget B: one segment per part of what the next model
-// call would send, with the compaction marks drawn on it (CONTRACT's target, soft and hard, said
+// call would send, with the compaction marks drawn on it (docs/compaction.md's target, soft and hard, said
 // as a person would) and a legend with the numbers, so nothing needs a hover to be read.
 const GAUGE_PARTS = [
   ["system", "System prompt"],

@@ -1,5 +1,5 @@
 /*
- * A compaction marker's actions (CONTRACT §17): "Undo" (POST summaries/{id}/revert/ — refused in
+ * A compaction marker's actions (docs/context-records.md): "Undo" (POST summaries/{id}/revert/ — refused in
  * plain words when the restored messages would push the context past the hard threshold, with
  * the offer "Undo and compact the rest"), "Re-summarise…" with a focus (POST .../resummarise/),
  * and "Use the full text next turn" (POST sessions/{id}/expand/). After each, the transcript,

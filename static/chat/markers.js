@@ -40,7 +40,7 @@ function unique(lists) {
 export function loadMarkers(epoch) {
   if (state.sessionId === null) return Promise.resolve();
   var sessionId = state.sessionId;
-  // A room: every participant's summaries and events (?bot=, CONTRACT §15), each read once.
+  // A room: every participant's summaries and events (?bot=, docs/rooms.md), each read once.
   return roomReady()
     .then(function () {
       var bots = roomBotIds();
@@ -97,7 +97,7 @@ function renderMarkers() {
     });
 }
 
-// What the bot does with a summary, by its status (CONTRACT §8): only an active one is sent.
+// What the bot does with a summary, by its status (docs/compaction.md): only an active one is sent.
 const SUMMARY_HEADINGS = {
   active: "Summary the bot now sees",
   superseded: "Earlier summary, merged into a later one (the bot no longer sees it)",

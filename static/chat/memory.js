@@ -349,7 +349,7 @@ function excerptParts(excerpt) {
 
 const FIELD_LABELS = { name: "Name", description: "Description", body: "Text", scope: "Visible in", kind: "Kind" };
 
-// A record name (CONTRACT §10: [a-z0-9_-]{1,80}) from whatever the user typed, as the built-in
+// A record name (docs/memory.md: [a-z0-9_-]{1,80}) from whatever the user typed, as the built-in
 // "remember" names its notes: "Dentist Appointment" -> "dentist_appointment", accents dropped
 // ("Café" -> "cafe"), every other run of characters one "_". "" when nothing is left. A name the
 // snapshots own ("snapshot_…") becomes "note_snapshot_…".

@@ -1,5 +1,5 @@
 /*
- * Rooms (CONTRACT §15): the participants bar of the open chat — each bot with its initials, the
+ * Rooms (docs/rooms.md): the participants bar of the open chat — each bot with its initials, the
  * default marked, "Make default" and remove; "Add a bot" from the bots the user may use, seeing
  * everything or only from when it joins; who answers (reply_mode); "Reply as …" beside Send in
  * manual mode; and which bot's seat the gauge and the markers show (?bot=).

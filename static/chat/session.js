@@ -40,7 +40,7 @@ let resyncingFull = false;
 let staleTimer = null;
 
 // ---------------------------------------------------------------------------------------------
-// URLs (CONTRACT §14): /chat/<id>/ names the open chat, /chat/new/ (or /) an unsaved new one.
+// URLs (docs/architecture.md): /chat/<id>/ names the open chat, /chat/new/ (or /) an unsaved new one.
 // Switching chats pushes a history entry, so Back/Forward move between chats and any chat can
 // be bookmarked; popstate opens whatever the address now names.
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _openai_listed(settings):
     """The owner here is not staff: openai/ without an api_base means OpenAI's own endpoint,
-    which the operator must list for users (CONTRACT §4; docs/security.md)."""
+    which the operator must list for users (docs/bots.md; docs/security.md)."""
     settings.PROVIDER_API_BASES = ["https://api.openai.com/v1"]
 
 

@@ -320,7 +320,7 @@ def test_a_model_litellm_does_not_know_gets_a_warning(owner_web, owner):
     response = owner_web.post(
         "/bots/new/", post_data(model="not a model at all", context_window="0")
     )
-    assert response.status_code == 302  # any litellm model string is accepted (CONTRACT §4)...
+    assert response.status_code == 302  # any litellm model string is accepted (docs/bots.md)...
 
     page = owner_web.get(response["Location"])
     html = page.content.decode()

@@ -1,4 +1,4 @@
-"""Management commands and the orphan sweep (CONTRACT §10, §13)."""
+"""Management commands and the orphan sweep (docs/memory.md, §13)."""
 
 from datetime import timedelta
 from io import StringIO

@@ -138,7 +138,7 @@ def test_a_turn_costs_a_fixed_set_of_statements(fake_session, fake_openai, monke
         "UPDATE",  # last_admission, once the provider answered
         "WITH",  # finish + running totals
         "SELECT",  # the reply and its message, for search (no term here: nothing to insert)
-        "INSERT",  # the context record: what the model saw (CONTRACT §17)
+        "INSERT",  # the context record: what the model saw (docs/context-records.md)
         # the context meter, on the turn's own session: its running totals re-read, pins and
         # summaries, memory index, cool-down
         *["SELECT", "(SELECT", "SELECT", "SELECT"],

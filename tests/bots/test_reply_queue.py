@@ -1,4 +1,4 @@
-"""One reply at a time per session (issue 18, defect 1; CONTRACT §15): a message sent while a
+"""One reply at a time per session (issue 18, defect 1; docs/rooms.md): a message sent while a
 reply runs is stored at once and answered after that reply ends, seeing it."""
 
 from datetime import timedelta

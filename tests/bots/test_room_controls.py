@@ -1,4 +1,4 @@
-"""The room controls the page uses (CONTRACT §15): making a participant the default with
+"""The room controls the page uses (docs/rooms.md): making a participant the default with
 PATCH /participants/{bot_id}/, and "reply as …" over the websocket as over REST."""
 
 import json

@@ -1,4 +1,4 @@
-"""Rooms (CONTRACT §15): participants, who answers (mentions, all, manual, hand-overs and their
+"""Rooms (docs/rooms.md): participants, who answers (mentions, all, manual, hand-overs and their
 bounds), and each bot's own view of the room through the one pipeline."""
 
 import pytest
@@ -132,7 +132,7 @@ def test_removing_the_default_makes_the_next_one_default_and_the_last_cannot_lea
 def test_a_removed_bot_is_listed_with_when_it_left_and_comes_back_when_added_again(
     owner, owner_client, chat_session
 ):
-    """CONTRACT §15: GET participants lists removed bots too (``removed_at``), so a client can
+    """docs/rooms.md: GET participants lists removed bots too (``removed_at``), so a client can
     show who spoke; re-adding clears it and the bot joins again at the session's last seq."""
     first = chat_session.bot
     second = BotFactory(owner=owner, name="Second")

@@ -1,4 +1,4 @@
-"""Chat titles (from the first message, rename) and the chat pages of CONTRACT §14."""
+"""Chat titles (from the first message, rename) and the chat pages of docs/architecture.md."""
 
 import pytest
 from django.test import Client

@@ -1,4 +1,4 @@
-"""The websocket surface (CONTRACT §12) against the real ASGI app and the Redis channel layer."""
+"""The websocket surface (docs/api.md) against the real ASGI app and the Redis channel layer."""
 
 import asyncio
 import json

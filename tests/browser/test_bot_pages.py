@@ -61,7 +61,7 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     page.fill("#id_compaction_kept_percent", "30")
     page.fill("#id_memory_index_size", "12")
 
-    # W 8000, R 512 -> B 7488, H 5616, S 3000, T 2246, Ts 2246 (CONTRACT §5).
+    # W 8000, R 512 -> B 7488, H 5616, S 3000, T 2246, Ts 2246 (docs/compaction.md).
     assert thresholds(page) == {
         "window": 8000,
         "budget": 7488,

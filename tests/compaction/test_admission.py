@@ -1,4 +1,4 @@
-"""CONTRACT §7 admission, decided from token counts only (pure, no database)."""
+"""docs/compaction.md admission, decided from token counts only (pure, no database)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CONTRACT §5 budget arithmetic and REFERENCE.md worked numbers (pure, no database)."""
+"""docs/compaction.md budget arithmetic and REFERENCE.md worked numbers (pure, no database)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Compaction as users reach it (CONTRACT §9, §11, §12, §13): ``/compact`` in chat over REST and
-the websocket, the compaction endpoints, access isolation and the ``compact_session`` command."""
+"""Compaction as users reach it (docs/compaction.md, §11, §12, §13): ``/compact`` in chat over REST
+and the websocket, the compaction endpoints, access isolation and the ``compact_session``
+command."""
 
 import json
 from io import StringIO

@@ -1,4 +1,4 @@
-"""Single-flight and lifecycle of compaction under concurrency (CONTRACT §8, REFERENCE).
+"""Single-flight and lifecycle of compaction under concurrency (docs/compaction.md, REFERENCE).
 
 Threads racing every kind of trigger on one session, a lease left behind by a killed worker,
 two real Celery workers draining a pile of soft tasks, and what deletions remove or keep.

@@ -1,5 +1,5 @@
-"""Context records (CONTRACT §17): the parts of every model call with their provenance, written
-once per turn, rebuilt byte for byte, served to the owner and staff only, swept by age."""
+"""Context records (docs/context-records.md): the parts of every model call with their provenance,
+written once per turn, rebuilt byte for byte, served to the owner and staff only, swept by age."""
 
 import datetime
 import json

@@ -1,4 +1,4 @@
-"""The compaction engine through the database, Redis and a fake summariser (CONTRACT §5–§8).
+"""The compaction engine through the database, Redis and a fake summariser (docs/compaction.md).
 
 Triggers at exact threshold boundaries, the range rules, every quality gate, the fault matrix
 (soft / hard / manual x HTTP 500, timeout and each bad output), cool-down and back-off on a
@@ -417,9 +417,9 @@ def test_manual_takes_everything_but_the_latest_exchange(session, fake_openai):
 
 
 def test_manual_compacts_all_history_even_beyond_one_summariser_input(session, fake_openai):
-    """CONTRACT §9: ``/compact`` compacts *all* uncompacted history except the latest exchange;
-    §8: each summariser input stays <= 85 % of its window (2200 -> 1870). With more history
-    than one input holds, that takes more than one summariser call, not a partial result."""
+    """docs/compaction.md: ``/compact`` compacts *all* uncompacted history except the latest
+    exchange; §8: each summariser input stays <= 85 % of its window (2200 -> 1870). With more
+    history than one input holds, that takes more than one summariser call, not a partial result."""
     add_history(session, [800] * 6 + [100, 100])
     recount(session)
     fake_openai.default = Reply(text=GOOD)
@@ -435,9 +435,9 @@ def test_manual_compacts_all_history_even_beyond_one_summariser_input(session, f
 
 
 def test_summariser_input_stays_within_85_percent_of_its_window(session, fake_openai):
-    """CONTRACT §8: summariser input <= 85 % of the summariser's window (2200 -> 1870), counted
-    as sent. Stored counts hold text + 4 per message, but each transcript line also carries its
-    ``[seq] role:`` label, so many short messages cost more in the transcript than stored."""
+    """docs/compaction.md: summariser input <= 85 % of the summariser's window (2200 -> 1870),
+    counted as sent. Stored counts hold text + 4 per message, but each transcript line also carries
+    its ``[seq] role:`` label, so many short messages cost more in the transcript than stored."""
     for i in range(400):
         message_add(session, role=ROLES[i % 2], content="ok" if i % 2 else "sure")
     add_history(session, [100, 100], tag="latest")
@@ -453,8 +453,8 @@ def test_summariser_input_stays_within_85_percent_of_its_window(session, fake_op
 
 
 def test_message_pinned_while_being_summarised_is_not_compacted(session, fake_openai, monkeypatch):
-    """Pinned messages are never compacted (CONTRACT §8 range: unpinned). A pin that lands while
-    the summariser is working must not be swallowed by the summary it was cut from."""
+    """Pinned messages are never compacted (docs/compaction.md range: unpinned). A pin that lands
+    while the summariser is working must not be swallowed by the summary it was cut from."""
     add_history(session, [100, 100, 100, 100, 100, 100])
     recount(session)
     fake_openai.script(Reply(text=GOOD))
@@ -715,7 +715,7 @@ def test_http_500_is_retried_within_bounds_then_recorded_once(session, fake_open
 
 
 def test_summary_that_costs_more_than_its_source_as_sent_is_rejected(session, fake_openai):
-    """CONTRACT §8: a summary not shorter than what it replaces is rejected. What it replaces
+    """docs/compaction.md: a summary not shorter than what it replaces is rejected. What it replaces
     costs ``source_tokens`` in the context (stored counts: text + per-message overhead); the
     summary costs its labelled block (``Summary.token_count``). A summary whose text alone is
     just under the source but whose block is over it would make the context *larger*."""
@@ -926,8 +926,9 @@ def test_hard_failures_back_off_30_60_120_240_270_270(session, small_bot, fake_o
 
 
 def test_hard_retry_waits_for_the_backoff_not_the_cooldown(session, small_bot, fake_openai, clock):
-    """CONTRACT §8: under hard pressure retries back off 30 s, 60 s, … (the 5-minute cool-down
-    governs soft compaction). So 30 s + 1 s after a hard failure the summariser is tried again."""
+    """docs/compaction.md: under hard pressure retries back off 30 s, 60 s, … (the 5-minute
+    cool-down governs soft compaction). So 30 s + 1 s after a hard failure the summariser is tried
+    again."""
     small_bot.compaction_fallback_extractive = False
     small_bot.save()
     reply = _hard_ready(session)

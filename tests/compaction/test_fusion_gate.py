@@ -1,5 +1,5 @@
-"""Frontier fusion never grows the frontier (CONTRACT §8, issue 8 item 6): a fused summary that
-is not shorter than the parents it replaces is rejected, with and without snapshots, and the
+"""Frontier fusion never grows the frontier (docs/compaction.md, issue 8 item 6): a fused summary
+that is not shorter than the parents it replaces is rejected, with and without snapshots, and the
 parents stay active; the built-in extractive summariser fuses to at most half its parents."""
 
 import pytest

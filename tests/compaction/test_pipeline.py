@@ -1,4 +1,4 @@
-"""Budget-first admission in the one context pipeline (CONTRACT §5–7), through the database."""
+"""Budget-first admission in the one context pipeline (docs/compaction.md), through the database."""
 
 import pytest
 from django.db import connection

@@ -1,4 +1,4 @@
-"""CONTRACT §8 summary quality gates and fact retention (pure, no database)."""
+"""docs/compaction.md summary quality gates and fact retention (pure, no database)."""
 
 from __future__ import annotations
 

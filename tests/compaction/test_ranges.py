@@ -1,4 +1,4 @@
-"""CONTRACT §8 "Range": which messages one compaction pass takes (pure, no database)."""
+"""docs/compaction.md "Range": which messages one compaction pass takes (pure, no database)."""
 
 from __future__ import annotations
 

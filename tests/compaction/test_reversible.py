@@ -1,5 +1,5 @@
-"""Reversible compaction (issue 22 items 5–8, CONTRACT §17): undo a summary (and the hold on
-the undone span), re-summarise a span with a focus, expand a span for one reply.
+"""Reversible compaction (issue 22 items 5–8, docs/context-records.md): undo a summary (and the hold
+on the undone span), re-summarise a span with a focus, expand a span for one reply.
 
 Budget (``small_bot``): W 2200, R 200 -> B 2000, S 1000, H 1500, T 800; no system prompt and no
 memory index, so pressure is history + active summaries exactly.

@@ -1,4 +1,4 @@
-"""Rooms (CONTRACT §15): compaction keyed by (session, bot). Each bot compacts the room as it
+"""Rooms (docs/rooms.md): compaction keyed by (session, bot). Each bot compacts the room as it
 was shown it, with its own budget, summaries, snapshots, totals, lease and cool-down; no request
 to one bot carries another's summaries or snapshots; ``?bot=`` on every compaction endpoint and
 ``/compact @slug`` in chat."""
@@ -533,7 +533,7 @@ def seats(owner_client, room, fake_openai, eager_tasks):
 
 def _as_seen_by(bot, messages) -> list[str]:
     """The contents a bot is sent for these messages: its own turns as they are, everyone
-    else's with the speaker's name in front (CONTRACT §15)."""
+    else's with the speaker's name in front (docs/rooms.md)."""
     shown = []
     for m in messages:
         if m.role == "assistant" and m.bot_id == bot.pk:

@@ -1,8 +1,8 @@
-"""Snapshot descriptions name what sets a snapshot apart from the rest of its session (CONTRACT
-§10; issue 16, item 3): TF-IDF-like against the session's other records, names, dates and numbers
-with their context, the user's turns over the replies, never filler every snapshot shares, within
-140 characters, deterministic. Written by ``snapshot_write``, the call every compaction attempt
-makes before its summariser."""
+"""Snapshot descriptions name what sets a snapshot apart from the rest of its session
+(docs/memory.md; issue 16, item 3): TF-IDF-like against the session's other records, names, dates
+and numbers with their context, the user's turns over the replies, never filler every snapshot
+shares, within 140 characters, deterministic. Written by ``snapshot_write``, the call every
+compaction attempt makes before its summariser."""
 
 import pytest
 

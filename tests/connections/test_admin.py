@@ -94,7 +94,7 @@ def test_staff_put_a_bot_on_a_connection_in_the_admin(client, superuser, fake_co
 
 
 def test_the_bot_admin_offers_the_discovered_models_as_a_list(client, superuser, fake_connection):
-    """Staff pick a bot's model from the list discovered on the connections (CONTRACT §18),
+    """Staff pick a bot's model from the list discovered on the connections (docs/connections.md),
     and may still type any litellm model string."""
     client.force_login(superuser)
     page = client.get("/admin/bots/bot/add/").content.decode()

@@ -1,4 +1,4 @@
-"""Hybrid search (issue 16 item 5; CONTRACT §10 "Optionally hybrid with embeddings"): a bot that
+"""Hybrid search (issue 16 item 5; docs/memory.md "Optionally hybrid with embeddings"): a bot that
 names an ``embedding_model`` has its compacted messages embedded after each compaction
 (``memory.embeddings.messages_embed_pending``, on the compaction queue), and ``records_search``
 fuses the lexical ranking with the messages closest in meaning to the question (reciprocal rank
@@ -453,7 +453,7 @@ def talks_line(seq: int) -> str:
 
 def test_a_room_bot_that_sees_from_its_join_finds_nothing_earlier_by_meaning(hybrid):
     """In a room, a bot that joined at seq 4 seeing only from then never gets messages 1–4
-    back, neither by their words nor by their meaning (CONTRACT §15)."""
+    back, neither by their words nor by their meaning (docs/rooms.md)."""
     from bots.models import ChatSession, SessionParticipant
 
     assert data.hits(hybrid, "How did I get hurt?") == [["snapshot_1_4", [1]]]

@@ -1,4 +1,4 @@
-"""Recall searches the history the model is not shown, compacted or not (issue 16; CONTRACT §10).
+"""Recall searches the history the model is not shown, compacted or not (issue 16; docs/memory.md).
 
 With a small window, admission sends only the newest run of history; older turns wait for
 compaction (soft compaction now waits for the session's replies, so they can wait a while). Those

@@ -1,4 +1,4 @@
-"""Message-level search (issue 16, item 1; CONTRACT §10 "Recall … search_records" and "Search"):
+"""Message-level search (issue 16, item 1; docs/memory.md "Recall … search_records" and "Search"):
 every compacted message is indexed once (``memory.services.messages_index``), ranked by BM25
 over its Snowball terms with any query word counting, and a hit is the record that holds the
 matching messages with each one whole, dated and attributed (``memory.queries.records_search``).

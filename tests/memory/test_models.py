@@ -1,4 +1,4 @@
-"""The database holds memory's invariants (CONTRACT §10): scopes, names, ranges, cascades."""
+"""The database holds memory's invariants (docs/memory.md): scopes, names, ranges, cascades."""
 
 import pytest
 from django.db import DataError, IntegrityError, connection, transaction

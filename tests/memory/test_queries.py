@@ -1,4 +1,4 @@
-"""Memory reads (CONTRACT §10): who may read what, the index lines, recall reads and search on
+"""Memory reads (docs/memory.md): who may read what, the index lines, recall reads and search on
 PostgreSQL. The SQLite (embedded) search runs in test_search_sqlite.py."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Recall tool abuse (CONTRACT §10), through a real turn against the local fake provider: a model
+"""Recall tool abuse (docs/memory.md), through a real turn against the local fake provider: a model
 that sends too many calls, unstorable text (NUL, a lone surrogate), oversized or malformed
 arguments, unknown tools or wrong types gets a tool result it can read, never a failed turn,
 and nothing unstorable or unbounded is written."""

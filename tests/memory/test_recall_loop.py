@@ -1,5 +1,5 @@
-"""The index in the context and the recall loop of the turn (CONTRACT §7, §10), through a real
-turn against the local fake OpenAI-compatible server (tool calls and the JSON protocol)."""
+"""The index in the context and the recall loop of the turn (docs/compaction.md, §10), through a
+real turn against the local fake OpenAI-compatible server (tool calls and the JSON protocol)."""
 
 import json
 

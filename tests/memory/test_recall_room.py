@@ -1,4 +1,4 @@
-"""A recall exchange that no longer fits never fails the turn (CONTRACT §10: "all recalled text
+"""A recall exchange that no longer fits never fails the turn (docs/memory.md: "all recalled text
 at what is left of B"; REFERENCE: degrade only downward).
 
 Each round's results are cut to what is left of B when the round runs, but the fixed part can

@@ -1,4 +1,4 @@
-"""The records API (CONTRACT §11): every endpoint, exact bodies, access as not_found."""
+"""The records API (docs/api.md): every endpoint, exact bodies, access as not_found."""
 
 import json
 

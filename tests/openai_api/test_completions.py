@@ -325,7 +325,7 @@ def test_a_message_bigger_than_the_budget_is_context_length_exceeded(stack, user
     assert caught.value.body["code"] == "context_length_exceeded"
     assert caught.value.body["type"] == "invalid_request_error"
     assert fake_openai.requests == []
-    # The user's message stays stored (CONTRACT §7); its reply failed, nothing was sent.
+    # The user's message stays stored (docs/compaction.md); its reply failed, nothing was sent.
     assert list(Message.objects.values_list("role", "status")) == [
         ("user", "complete"),
         ("assistant", "failed"),

@@ -1,4 +1,4 @@
-"""API keys: the REST endpoints (CONTRACT §16) and keys on /api/v1/ (read or full)."""
+"""API keys: the REST endpoints (docs/openai-api.md) and keys on /api/v1/ (read or full)."""
 
 import datetime as dt
 
@@ -137,7 +137,7 @@ def test_chats_an_api_client_started_are_marked_with_the_keys_name(owner_client,
 
 
 def test_model_ids_are_the_bots_own_slugs(owner, other_user):
-    """The one slug (``Bot.slug``, CONTRACT §15) names a bot on /v1/ too: an edited slug is the
+    """The one slug (``Bot.slug``, docs/rooms.md) names a bot on /v1/ too: an edited slug is the
     new model id; a shared bot whose slug one of the user's bots has is ``<owner>/<slug>``."""
     from chat_platform.errors import NotFound
     from openai_api.keys import key_bot_for_model, key_create, key_models

@@ -31,7 +31,7 @@ TIGHT_BOT = {
     "memory_index_size": 8,
 }
 DEMO_BOTS = [RECALL_BOT, TIGHT_BOT]
-# A room with both (CONTRACT §15): every message is answered by each bot in turn, and each
+# A room with both (docs/rooms.md): every message is answered by each bot in turn, and each
 # compacts the room from its own seat — the tight one every few turns, the roomy one rarely —
 # so a newcomer can watch two bots remember one conversation separately, without any key.
 DEMO_ROOM_TITLE = "Demo room: two bots, two memories"

@@ -1,4 +1,4 @@
-"""The built-in models, ``builtin/recall`` and ``builtin/extractive`` (CONTRACT §3).
+"""The built-in models, ``builtin/recall`` and ``builtin/extractive`` (docs/models.md).
 
 Plain functions over OpenAI-shaped messages (``generate``), wrapped as a litellm custom provider in
 ``provider`` so that they travel the same ``litellm.completion`` road as any other model. Nothing

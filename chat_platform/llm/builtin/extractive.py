@@ -1,6 +1,6 @@
 """``builtin/extractive``: a fact-preserving extractive summariser (deterministic, offline).
 
-Input (what the compaction engine sends; CONTRACT §8):
+Input (what the compaction engine sends; docs/compaction.md):
 
 * a ``system`` message with instructions (ignored, except a ``Focus: <text>`` line), and
 * a ``user`` message holding the transcript — optionally inside ``<transcript>…</transcript>``,

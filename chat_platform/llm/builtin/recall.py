@@ -1,6 +1,6 @@
 """``builtin/recall``: answers by quoting the context it is given. Not a language model.
 
-What it reads (the shapes the context pipeline renders; CONTRACT §7, §10):
+What it reads (the shapes the context pipeline renders; docs/compaction.md, §10):
 
 * **The question** is the last ``user`` message that is not recalled data (does not start with
   a ``[record <name>]`` frame). Everything after it is this turn's recall exchange.
