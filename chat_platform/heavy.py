@@ -2,7 +2,7 @@
 
 A heavy request keeps a web thread busy while it waits on a model, a compaction lease or a
 reply: manual compaction (REST, ``/compact`` typed in chat, the websocket), re-summarise, undo,
-model discovery and ``wait: true`` sends; uploads and imports can take the same hook. Each one
+model discovery, imports and ``wait: true`` sends. Each one
 holds one of its user's ``HEAVY_REQUESTS_PER_USER`` slots while it runs; one more is refused at
 once, before anything is written, with 429 ``rate_limited`` and ``Retry-After``. One user
 repeating ``/compact`` can then occupy only that many threads, never every thread of the web
@@ -76,8 +76,8 @@ def heavy_request(*, user_id: int | None, kind: str) -> Iterator[None]:
         log.info("heavy_request_refused", user_id=user_id, kind=kind, limit=limit)
         raise RateLimited(
             f"You already have {limit} long-running request(s) in progress (compaction, "
-            "re-summary, model discovery or a send that waits for its reply). Try again when "
-            "one has finished.",
+            "re-summary, model discovery, an import or a send that waits for its reply). Try "
+            "again when one has finished.",
             retry_after=RETRY_AFTER_SECONDS,
             details={"limit": limit},
         )

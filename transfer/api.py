@@ -32,6 +32,7 @@ from rest_framework.views import APIView
 from bots.queries import session_get_for_user
 from chat_platform.api import api_errors
 from chat_platform.errors import ValidationFailed
+from chat_platform.heavy import heavy_request
 from transfer import progress
 from transfer.exports import session_filename, session_markdown_chunks, user_zip_chunks
 from transfer.lossless import session_json_chunks
@@ -144,7 +145,7 @@ class ImportApi(APIView):
         },
         responses={
             201: OpenApiResponse(description="{format, imported: [...], skipped: [...]}"),
-            **api_errors(400, 401, 404, 413),
+            **api_errors(400, 401, 404, 413, 429),
         },
     )
     def post(self, request: Request) -> Response:
@@ -170,9 +171,12 @@ class ImportApi(APIView):
 
         report(0)
         try:
-            result = chats_import(
-                user=request.user, bot_id=bot_id, raw=upload, size=total, on_progress=report
-            )
+            # An import keeps a web thread busy for as long as the file takes: one user holds at
+            # most HEAVY_REQUESTS_PER_USER of them (docs/security.md, "Heavy requests").
+            with heavy_request(user_id=user_id, kind="import"):
+                result = chats_import(
+                    user=request.user, bot_id=bot_id, raw=upload, size=total, on_progress=report
+                )
         except BaseException:
             report(0, "failed")
             raise

@@ -164,3 +164,22 @@ def test_a_conversations_unused_keys_are_never_built_nor_serialised(owner, bot, 
     assert ImportedConversation.objects.count() == 1
     assert Message.objects.count() == 2
     assert ImportedBranch.objects.count() == 0
+
+
+def test_an_import_past_the_users_heavy_request_limit_is_refused_and_stores_nothing(
+    owner, bot, owner_client, settings
+):
+    """An import keeps a web thread busy while the file is read: it holds one of the user's
+    heavy-request slots (docs/security.md, "Heavy requests"), and one past the limit is refused
+    at once with nothing stored; once the slot is free the same file imports."""
+    from tests.compaction.test_heavy_requests import assert_rate_limited, slot_held_elsewhere
+    from tests.transfer.test_import_export import _import, _stored_counts, chatgpt_conversation
+
+    settings.HEAVY_REQUESTS_PER_USER = 1
+    data = json.dumps([chatgpt_conversation()]).encode()
+    before = _stored_counts()
+    with slot_held_elsewhere(owner):
+        assert_rate_limited(_import(owner_client, bot, data), limit=1)
+        assert _stored_counts() == before
+    assert _import(owner_client, bot, data).status_code == 201
+    assert ChatSession.objects.filter(user=owner).count() == 3  # the chat and its two branches
