@@ -142,9 +142,11 @@ def do_message_pair_create(
     client_id: str | None,
     answering: list[Bot] | None = None,
     attachments: Sequence[Attachment] = (),
+    charged_to: str = "",
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
     room, one pending reply per answering bot (seqs n+1…, the order they answer in).
+    ``charged_to``: see ``charge_subject``.
 
     ``attachments`` (checked, unsent files of the session) become part of the message: their
     text in its content, so in its token count, and they are claimed by it.
@@ -173,6 +175,7 @@ def do_message_pair_create(
                 model=session.chat_model if bot.pk == session.bot_id else bot.model,
                 bot=bot,
                 offset=offset,
+                charged_to=charged_to,
             )
             for offset, bot in enumerate(bots, start=1)
         ]
@@ -182,6 +185,15 @@ def do_message_pair_create(
         created=True,
         replies=replies if answering else [],
     )
+
+
+def charge_subject(quota: Sequence[usage.Limit]) -> str:
+    """What a reply asked for through an API key is charged to beside its user's own limit:
+    the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
+    turn, which runs later in a worker that does not know the request. The turn's options hook
+    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys on
+    /api/v1/"). Blank without a key: the turn costs what it always did."""
+    return " ".join(limit.subject for limit in quota)
 
 
 def _answering(*, session: ChatSession, text: str, reply_as: object) -> list[Bot] | None:
@@ -291,6 +303,7 @@ def session_message_send(
                 client_id=cid,
                 answering=answering,
                 attachments=files,
+                charged_to=charge_subject(quota),
             )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
@@ -335,12 +348,17 @@ def session_message_send(
 
 
 def reply_again_open(
-    *, session: ChatSession, user_message: Message, bot: Bot | None = None
+    *,
+    session: ChatSession,
+    user_message: Message,
+    bot: Bot | None = None,
+    quota: Sequence[usage.Limit] = (),
 ) -> SendResult:
     """In the caller's transaction: a new pending reply to ``user_message`` by ``bot`` (default:
     the chat's), after the last message of ``session`` (a regenerated reply, on its branch);
     refused at once if it can never fit, else handed to the queue after commit, as a send's
-    reply is."""
+    reply is. ``quota``: the limits of the API key it was asked for with (``charge_subject``;
+    the caller checked them)."""
     row = transitions.allocate_seqs(session_id=session.pk, count=1)
     session.last_seq = row.last_seq
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
@@ -350,6 +368,7 @@ def reply_again_open(
         model=session.chat_model if speaker.pk == session.bot_id else speaker.model,
         bot=speaker,
         offset=row.last_seq - user_message.seq,
+        charged_to=charge_subject(quota),
     )
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)
