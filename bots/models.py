@@ -322,7 +322,7 @@ class Message(models.Model):
     # key (``key:<id>``, ``connections.usage``), beside the user's own, that its turn is charged
     # to. Written by the send only, never from a client's field; blank for every other message,
     # so the claim, which loads the reply whole, tells a key's reply at no extra statement
-    # (docs/openai-api.md "Keys on /api/v1/").
+    # (docs/openai-api.md "Keys").
     charged_to = models.CharField(max_length=200, blank=True, default="")
     # The reply a user message asked for, so a repeated client_id returns both halves.
     reply_to = models.OneToOneField(

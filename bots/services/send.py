@@ -191,8 +191,8 @@ def charge_subject(quota: Sequence[usage.Limit]) -> str:
     """What a reply asked for through an API key is charged to beside its user's own limit:
     the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
     turn, which runs later in a worker that does not know the request. The turn's options hook
-    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys on
-    /api/v1/"). Blank without a key: the turn costs what it always did."""
+    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys"). Blank
+    without a key: the turn costs what it always did."""
     return " ".join(limit.subject for limit in quota)
 
 

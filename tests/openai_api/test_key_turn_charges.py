@@ -1,5 +1,5 @@
 """A key's daily limit holds for the replies it asks for on /api/v1/ (issue 30, deliver 9;
-docs/openai-api.md "Keys on /api/v1/", docs/connections.md "Daily token limits"): the turn that
+docs/openai-api.md "Keys", docs/connections.md "Daily token limits"): the turn that
 answers a message sent (or a reply regenerated, a message edited) with a key reserves against the
 key's limit before the provider call and settles the provider-reported usage to it, exactly as a
 ``/v1/chat/completions`` turn does; once spent the next send is refused with nothing stored and
