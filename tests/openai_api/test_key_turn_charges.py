@@ -10,10 +10,13 @@ import datetime as dt
 import pytest
 from rest_framework.test import APIClient
 
-from bots.models import Message
+from bots import turn_hooks
+from bots.models import ChatSession, Message
 from connections import usage
 from connections.models import TokenCounter
 from openai_api.keys import key_create
+from tests.bots.test_rooms import _fake_bot
+from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.fakeopenai import Reply
 
 # Real commits: the turn is handed over on commit and, with eager tasks, runs in the request.
@@ -171,3 +174,69 @@ def test_a_spent_key_cannot_regenerate_or_edit(
     assert Message.objects.count() == stored
     assert fake_session.user.chat_sessions.count() == 1
     assert len(fake_openai.requests) == 1
+
+
+@pytest.fixture
+def room(owner, owner_client, fake_openai, monkeypatch):
+    """Planner (the default bot) and Critic, made through the API (as tests/bots/test_rooms.py)."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    planner = _fake_bot(owner, fake_openai, "Planner", context_window=4000, max_output_tokens=500)
+    critic = _fake_bot(owner, fake_openai, "Critic", context_window=8000, max_output_tokens=500)
+    session_id = owner_client.post("/api/v1/sessions/", {"bot": planner.pk}, format="json").json()[
+        "id"
+    ]
+    added = owner_client.post(
+        f"/api/v1/sessions/{session_id}/participants/", {"bot": critic.pk}, format="json"
+    )
+    assert added.status_code == 201
+    return ChatSession.objects.get(pk=session_id), planner, critic
+
+
+def test_a_hand_over_a_key_send_sets_off_is_charged_to_the_key_too(
+    owner, owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    session, _planner, _critic = room
+    key, client = _key_client(owner, daily_token_limit=10_000)
+    fake_openai.script(
+        Reply(text="Over to you, @critic.", usage=USAGE),
+        Reply(text="Done.", usage={"prompt_tokens": 40, "completion_tokens": 2}),
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _send(client, session, "Start")
+
+    assert response.status_code == 201
+    replies = Message.objects.filter(session=session, role="assistant").order_by("seq")
+    assert [(m.content, m.status, m.hop) for m in replies] == [
+        ("Over to you, @critic.", "complete", 0),
+        ("Done.", "complete", 1),
+    ]
+    assert len(fake_openai.requests) == 2
+    assert _counter(f"key:{key.pk}") == (650 + 42, 0)
+
+
+def test_the_turns_options_hook_reads_nothing_for_a_reply_without_a_key(
+    owner, owner_client, fake_session, fake_openai, eager_tasks, django_assert_num_queries
+):
+    """The claim loads the reply whole: a reply asked for without a key costs the hook no
+    statement, one with a key exactly one (its limit as it stands now)."""
+    key, client = _key_client(owner, daily_token_limit=600)
+    plain = owner_client.post(
+        f"/api/v1/sessions/{fake_session.pk}/messages/", {"content": "a"}, format="json"
+    )
+    keyed = client.post(
+        f"/api/v1/sessions/{fake_session.pk}/messages/", {"content": "b"}, format="json"
+    )
+    plain_reply = Message.objects.select_related("reply_to").get(
+        pk=plain.json()["assistant_message"]["id"]
+    )
+    keyed_reply = Message.objects.select_related("reply_to").get(
+        pk=keyed.json()["assistant_message"]["id"]
+    )
+    assert (plain_reply.charged_to, keyed_reply.charged_to) == ("", f"key:{key.pk}")
+
+    with django_assert_num_queries(0):
+        assert turn_hooks.options_for(plain_reply) == turn_hooks.TurnOptions()
+    with django_assert_num_queries(1):
+        options = turn_hooks.options_for(keyed_reply)
+    assert options == turn_hooks.TurnOptions(quota=(usage.Limit(f"key:{key.pk}", 600),))
