@@ -30,6 +30,7 @@ from bots.queries import (
     session_get_for_use,
     session_get_for_user,
     session_seat,
+    user_bot_scope,
 )
 from bots.room import answering_bots
 from bots.services.participants import reply_as_bot
@@ -196,18 +197,29 @@ def charge_subject(quota: Sequence[usage.Limit]) -> str:
     return " ".join(limit.subject for limit in quota)
 
 
-def _answering(*, session: ChatSession, text: str, reply_as: object) -> list[Bot] | None:
+def _answering(
+    *, user: AbstractBaseUser, session: ChatSession, text: str, reply_as: object
+) -> list[Bot] | None:
     """Rooms: the bots that answer ``text``, in order; None in a one-bot session (its bot
-    answers, and no participant is read)."""
+    answers, and no participant is read).
+
+    A request through an API key limited to some bots (``user_bot_scope``) makes none of the
+    room's other bots speak: ``reply_as`` one of them is refused as a bot not in the chat, and
+    mentions and ``all`` reach only the key's bots (docs/openai-api.md "Keys")."""
+    scope = user_bot_scope(user)
     if reply_as is not None:
         bot = reply_as_bot(session=session, bot_id=reply_as)
+        if scope is not None and bot.pk not in scope:
+            raise ValidationFailed(details={"reply_as": ["Must be the id of a bot in this chat."]})
         return [bot] if session.is_room or bot.pk != session.bot_id else None
     if not session.is_room:
         return None
     # Read once for the send: the fit check's room view below reuses them.
     room_snapshot_take(session)
     participants = [
-        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
+        p
+        for p in participants_of(session=session)
+        if bot_usable_in(session=session, bot=p.bot) and (scope is None or p.bot_id in scope)
     ]
     return answering_bots(session=session, text=text, participants=participants) or None
 
@@ -294,7 +306,7 @@ def session_message_send(
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
         usage.quota_check(limits)
-    answering = _answering(session=session, text=text, reply_as=reply_as)
+    answering = _answering(user=user, session=session, text=text, reply_as=reply_as)
     with transaction.atomic():
         try:
             result = do_message_pair_create(
