@@ -318,6 +318,12 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     tool_call_id = models.CharField(max_length=100, blank=True, default="")
     tool_name = models.CharField(max_length=100, blank=True, default="")
+    # A pending reply asked for through an API key on /api/v1/: the daily-limit subject of that
+    # key (``key:<id>``, ``connections.usage``), beside the user's own, that its turn is charged
+    # to. Written by the send only, never from a client's field; blank for every other message,
+    # so the claim, which loads the reply whole, tells a key's reply at no extra statement
+    # (docs/openai-api.md "Keys").
+    charged_to = models.CharField(max_length=200, blank=True, default="")
     # The reply a user message asked for, so a repeated client_id returns both halves.
     reply_to = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reply"

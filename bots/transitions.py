@@ -154,12 +154,20 @@ def exchange_open(
 
 
 def reply_pending_create(
-    *, user_message: Message, model: str, bot: Bot | None = None, offset: int = 1
+    *,
+    user_message: Message,
+    model: str,
+    bot: Bot | None = None,
+    offset: int = 1,
+    charged_to: str = "",
 ) -> Message:
     """The pending reply at the seq its user message reserved (the outbox row of the turn),
     spoken by ``bot`` (default: the session's). In a room where several bots answer, the first
     (``offset`` 1) is *the* reply to the message; the others follow it at the next reserved
-    seqs, answering the same message with the replies before them in view."""
+    seqs, answering the same message with the replies before them in view.
+
+    ``charged_to``: the daily-limit subject of the API key the reply was asked for with
+    (``Message.charged_to``), charged by its turn beside the user's own."""
     session = user_message.session
     reply = Message(
         session=session,
@@ -170,6 +178,7 @@ def reply_pending_create(
         reply_to=user_message if offset == 1 else None,
         prompted_by=user_message,
         model=model,
+        charged_to=charged_to,
     )
     reply.bot = bot if bot is not None else session.bot
     reply.save(force_insert=True)
@@ -178,7 +187,8 @@ def reply_pending_create(
 
 def reply_handover_create(*, after: Message, bot: Bot, hop: int, prompted_by_id: int) -> Message:
     """Rooms: a pending reply of ``bot`` at the session's next seq, handed the floor by the
-    reply ``after`` (which mentioned it): the ``hop``-th bot-triggered reply of its chain."""
+    reply ``after`` (which mentioned it): the ``hop``-th bot-triggered reply of its chain. It
+    is charged where ``after`` was (a key's send pays for the hand-overs it set off)."""
     row = allocate_seqs(session_id=after.session_id, count=1)
     reply = Message(
         session_id=after.session_id,
@@ -189,6 +199,7 @@ def reply_handover_create(*, after: Message, bot: Bot, hop: int, prompted_by_id:
         prompted_by_id=prompted_by_id,
         hop=hop,
         model=bot.model,
+        charged_to=after.charged_to,
     )
     reply.bot = bot
     reply.save(force_insert=True)
@@ -558,6 +569,7 @@ def messages_copy_prefixes(*, source_id: int, targets: list[tuple[int, int]]) ->
     replaced = {
         "session_id": "b.target_id",
         "client_id": "''",
+        "charged_to": "''",
         "compacted_by_id": "NULL",
         # One reply per message: the copy answers the copy, set below (and a room's reply
         # belongs to the copy of the message that prompted it).

@@ -318,6 +318,8 @@ def is_api_turn(user_message: Message | None) -> bool:
 
 
 def turn_options(reply: Message) -> TurnOptions | None:
+    if reply.charged_to:
+        return key_charge_options(reply.charged_to)
     if not is_api_turn(reply.reply_to):
         return None
     row = (
@@ -346,6 +348,30 @@ def turn_options(reply: Message) -> TurnOptions | None:
         tools=tuple(options.get("tools") or ()),
         exchange=messages,
     )
+
+
+def key_charge_options(charged_to: str) -> TurnOptions:
+    """A reply asked for through an API key on ``/api/v1/`` (``bots.services.send
+    .charge_subject``): the key's daily limit as it stands now counts this turn too, as on
+    ``/v1/`` (docs/openai-api.md "Keys"). One statement, for such replies only;
+    a key that was deleted meanwhile (or whose limit was lifted) charges nothing more.
+
+    Why a column on the reply and not the ``client_id`` marker ``/v1/`` uses: a REST client
+    chooses its own ``client_id`` (idempotency), so a marker there could be spoofed or collide;
+    ``Message.charged_to`` is written by the send alone, and the claim loads it with the reply
+    at no extra statement, so a turn without a key costs exactly what it did."""
+    key_ids = [
+        subject.removeprefix("key:") for subject in charged_to.split() if subject.startswith("key:")
+    ]
+    rows = (
+        ApiKey.objects.filter(pk__in=key_ids, daily_token_limit__isnull=False)
+        .order_by("pk")
+        .values_list("pk", "daily_token_limit")
+        if key_ids
+        else []
+    )
+    limits = [limit for pk, cap in rows for limit in usage.key_limit(key_id=pk, limit=cap)]
+    return TurnOptions(quota=tuple(limits))
 
 
 def turn_completed(reply: Message, user_message: Message | None) -> None:

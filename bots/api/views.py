@@ -278,13 +278,18 @@ def _branch_body(result: branch_services.BranchResult) -> dict:
 class MessageEditApi(APIView):
     """Edit a sent message: a new branch (201) with the new text and its pending reply."""
 
-    @extend_schema(request=MessageEditSerializer, responses={201: None, **api_errors(400, 404)})
+    @extend_schema(
+        request=MessageEditSerializer, responses={201: None, **api_errors(400, 404, 429)}
+    )
     def post(self, request: Request, message_id: int) -> Response:
         queries.message_get_for_user(user=request.user, message_id=message_id)
         data = _valid(MessageEditSerializer, request.data)
         check_send(content=data["content"], client_id=None)
         result = branch_services.message_edit(
-            user=request.user, message_id=message_id, content=data["content"]
+            user=request.user,
+            message_id=message_id,
+            content=data["content"],
+            quota=request_key_limits(request.auth),
         )
         return Response(_branch_body(result), status=status.HTTP_201_CREATED)
 
@@ -292,9 +297,11 @@ class MessageEditApi(APIView):
 class MessageRegenerateApi(APIView):
     """Regenerate a reply: a new branch (201) with a new pending reply to the same message."""
 
-    @extend_schema(request=None, responses={201: None, **api_errors(400, 404)})
+    @extend_schema(request=None, responses={201: None, **api_errors(400, 404, 429)})
     def post(self, request: Request, message_id: int) -> Response:
-        result = branch_services.reply_regenerate(user=request.user, message_id=message_id)
+        result = branch_services.reply_regenerate(
+            user=request.user, message_id=message_id, quota=request_key_limits(request.auth)
+        )
         return Response(_branch_body(result), status=status.HTTP_201_CREATED)
 
 

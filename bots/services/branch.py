@@ -14,6 +14,7 @@ and of that origin's branches at ``k``; a new branch at ``k`` is made a branch o
 all versions of one message are siblings.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from bots.services.send import (
 )
 from chat_platform.errors import ValidationFailed
 from compaction.services import summaries_copy_prefix
+from connections import usage
 from memory.services import records_copy_prefix
 
 log = structlog.get_logger(__name__)
@@ -165,10 +167,17 @@ def do_branches_import(
     return transitions.branches_messages_import(messages=messages, reply_to_seqs=reply_to)
 
 
-def message_edit(*, user: AbstractBaseUser, message_id: object, content: object) -> BranchResult:
+def message_edit(
+    *,
+    user: AbstractBaseUser,
+    message_id: object,
+    content: object,
+    quota: Sequence[usage.Limit] = (),
+) -> BranchResult:
     """Edit a sent message: a branch with the messages before it, then the new text sent there
     (answered through the one pipeline). The original message and its reply stay, as the other
-    version."""
+    version. ``quota``: as for ``session_message_send`` (an API key's limits: a spent one
+    refuses the edit before the branch is made, and the new reply is charged to the key)."""
     message = message_get_for_user(user=user, message_id=message_id)
     if message.role != Message.Role.USER or message.kind != Message.Kind.CHAT:
         raise ValidationFailed(details={"message": ["Only a message you sent can be edited."]})
@@ -179,17 +188,29 @@ def message_edit(*, user: AbstractBaseUser, message_id: object, content: object)
         )
     session = session_get_for_use(user=user, session_id=message.session_id)
     _check_idle(session)
+    _check_quota(user=user, quota=quota)
     with transaction.atomic():
         branch = do_branch_create(session=session, at_seq=message.seq)
     log.info("message_edited", session_id=session.pk, branch_id=branch.pk, seq=message.seq)
-    sent = session_message_send(user=user, session_id=branch.pk, content=text)
+    sent = session_message_send(user=user, session_id=branch.pk, content=text, quota=quota)
     return BranchResult(session=branch, send=sent)
 
 
-def reply_regenerate(*, user: AbstractBaseUser, message_id: object) -> BranchResult:
+def _check_quota(*, user: AbstractBaseUser, quota: Sequence[usage.Limit]) -> None:
+    """A spent daily limit (the user's, or the API key's in ``quota``) refuses a new reply
+    before its branch is stored, as a send is refused (docs/connections.md "Daily token
+    limits")."""
+    limits = [*usage.user_limits(user.pk), *quota]
+    if limits:
+        usage.quota_check(limits)
+
+
+def reply_regenerate(
+    *, user: AbstractBaseUser, message_id: object, quota: Sequence[usage.Limit] = ()
+) -> BranchResult:
     """Regenerate a reply: a branch with everything up to the message it answered, and a new
     pending reply there (the turn runs as for any message). The old reply stays as the other
-    version."""
+    version. ``quota``: an API key's limits (see ``message_edit``)."""
     reply = message_get_for_user(user=user, message_id=message_id)
     if reply.role != Message.Role.ASSISTANT or reply.kind != Message.Kind.CHAT:
         raise ValidationFailed(details={"message": ["Only a reply can be regenerated."]})
@@ -201,6 +222,7 @@ def reply_regenerate(*, user: AbstractBaseUser, message_id: object) -> BranchRes
     question = Message.objects.get(pk=question_id)
     session = session_get_for_use(user=user, session_id=reply.session_id)
     _check_idle(session)
+    _check_quota(user=user, quota=quota)
     # The branch starts where the reply did: right after the question for the first reply (its
     # own lookups are not carried), at the reply for a later bot's (the replies before it stay
     # in view, as they were when it answered).
@@ -208,7 +230,7 @@ def reply_regenerate(*, user: AbstractBaseUser, message_id: object) -> BranchRes
     with transaction.atomic():
         branch = do_branch_create(session=session, at_seq=at_seq)
         copied = Message.objects.get(session=branch, seq=question.seq)
-        result = reply_again_open(session=branch, user_message=copied, bot=reply.bot)
+        result = reply_again_open(session=branch, user_message=copied, bot=reply.bot, quota=quota)
     pending = result.assistant_message
     assert pending is not None
     log.info("reply_regenerated", session_id=session.pk, branch_id=branch.pk, seq=pending.seq)

@@ -30,6 +30,7 @@ from bots.queries import (
     session_get_for_use,
     session_get_for_user,
     session_seat,
+    user_bot_scope,
 )
 from bots.room import answering_bots
 from bots.services.participants import reply_as_bot
@@ -142,9 +143,11 @@ def do_message_pair_create(
     client_id: str | None,
     answering: list[Bot] | None = None,
     attachments: Sequence[Attachment] = (),
+    charged_to: str = "",
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
     room, one pending reply per answering bot (seqs n+1…, the order they answer in).
+    ``charged_to``: see ``charge_subject``.
 
     ``attachments`` (checked, unsent files of the session) become part of the message: their
     text in its content, so in its token count, and they are claimed by it.
@@ -173,6 +176,7 @@ def do_message_pair_create(
                 model=session.chat_model if bot.pk == session.bot_id else bot.model,
                 bot=bot,
                 offset=offset,
+                charged_to=charged_to,
             )
             for offset, bot in enumerate(bots, start=1)
         ]
@@ -184,18 +188,38 @@ def do_message_pair_create(
     )
 
 
-def _answering(*, session: ChatSession, text: str, reply_as: object) -> list[Bot] | None:
+def charge_subject(quota: Sequence[usage.Limit]) -> str:
+    """What a reply asked for through an API key is charged to beside its user's own limit:
+    the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
+    turn, which runs later in a worker that does not know the request. The turn's options hook
+    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys"). Blank
+    without a key: the turn costs what it always did."""
+    return " ".join(limit.subject for limit in quota)
+
+
+def _answering(
+    *, user: AbstractBaseUser, session: ChatSession, text: str, reply_as: object
+) -> list[Bot] | None:
     """Rooms: the bots that answer ``text``, in order; None in a one-bot session (its bot
-    answers, and no participant is read)."""
+    answers, and no participant is read).
+
+    A request through an API key limited to some bots (``user_bot_scope``) makes none of the
+    room's other bots speak: ``reply_as`` one of them is refused as a bot not in the chat, and
+    mentions and ``all`` reach only the key's bots (docs/openai-api.md "Keys")."""
+    scope = user_bot_scope(user)
     if reply_as is not None:
         bot = reply_as_bot(session=session, bot_id=reply_as)
+        if scope is not None and bot.pk not in scope:
+            raise ValidationFailed(details={"reply_as": ["Must be the id of a bot in this chat."]})
         return [bot] if session.is_room or bot.pk != session.bot_id else None
     if not session.is_room:
         return None
     # Read once for the send: the fit check's room view below reuses them.
     room_snapshot_take(session)
     participants = [
-        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
+        p
+        for p in participants_of(session=session)
+        if bot_usable_in(session=session, bot=p.bot) and (scope is None or p.bot_id in scope)
     ]
     return answering_bots(session=session, text=text, participants=participants) or None
 
@@ -282,7 +306,7 @@ def session_message_send(
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
         usage.quota_check(limits)
-    answering = _answering(session=session, text=text, reply_as=reply_as)
+    answering = _answering(user=user, session=session, text=text, reply_as=reply_as)
     with transaction.atomic():
         try:
             result = do_message_pair_create(
@@ -291,6 +315,7 @@ def session_message_send(
                 client_id=cid,
                 answering=answering,
                 attachments=files,
+                charged_to=charge_subject(quota),
             )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
@@ -335,12 +360,17 @@ def session_message_send(
 
 
 def reply_again_open(
-    *, session: ChatSession, user_message: Message, bot: Bot | None = None
+    *,
+    session: ChatSession,
+    user_message: Message,
+    bot: Bot | None = None,
+    quota: Sequence[usage.Limit] = (),
 ) -> SendResult:
     """In the caller's transaction: a new pending reply to ``user_message`` by ``bot`` (default:
     the chat's), after the last message of ``session`` (a regenerated reply, on its branch);
     refused at once if it can never fit, else handed to the queue after commit, as a send's
-    reply is."""
+    reply is. ``quota``: the limits of the API key it was asked for with (``charge_subject``;
+    the caller checked them)."""
     row = transitions.allocate_seqs(session_id=session.pk, count=1)
     session.last_seq = row.last_seq
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
@@ -350,6 +380,7 @@ def reply_again_open(
         model=session.chat_model if speaker.pk == session.bot_id else speaker.model,
         bot=speaker,
         offset=row.last_seq - user_message.seq,
+        charged_to=charge_subject(quota),
     )
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)

@@ -10,6 +10,7 @@ from bots.models import ChatSession, Message
 from openai_api.keys import key_create
 from openai_api.models import ApiSession
 from tests.factories import BotFactory, SessionFactory, message_add
+from tests.fakeopenai import Reply
 
 
 def _bearer(raw: str) -> APIClient:
@@ -129,3 +130,57 @@ def test_a_key_for_all_bots_reaches_all_of_them(owner, two_bots):
     )
     assert client.get(f"/api/v1/sessions/{hidden.pk}/messages/").status_code == 200
     assert client.get("/api/v1/search/?q=merger").status_code == 200
+
+
+# --- a room reached through a key limited to some of its bots -----------------------------------
+
+
+@pytest.fixture
+def scoped_room(owner, owner_client, fake_openai, monkeypatch):
+    """A room of Planner (default) and Critic, and a key limited to Planner."""
+    from tests.bots.test_rooms import _fake_bot
+    from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    planner = _fake_bot(owner, fake_openai, "Planner")
+    critic = _fake_bot(owner, fake_openai, "Critic")
+    made = owner_client.post("/api/v1/sessions/", {"bot": planner.pk}, format="json")
+    session = ChatSession.objects.get(pk=made.json()["id"])
+    added = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/participants/", {"bot": critic.pk}, format="json"
+    )
+    assert added.status_code == 201
+    _key, raw = key_create(user=owner, name="planner only", bots=[planner.pk])
+    return _bearer(raw), session, planner, critic
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bot_scoped_key_cannot_make_another_bot_of_a_room_answer(
+    scoped_room, owner_client, fake_openai, eager_tasks
+):
+    client, session, planner, critic = scoped_room
+    refused = client.post(
+        f"/api/v1/sessions/{session.pk}/messages/",
+        {"content": "hi", "reply_as": critic.pk},
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {
+        "reply_as": ["Must be the id of a bot in this chat."]
+    }
+    assert session.messages.count() == 0
+    assert fake_openai.requests == []
+
+    owner_client.patch(f"/api/v1/sessions/{session.pk}/", {"reply_mode": "all"}, format="json")
+    fake_openai.script(Reply(text="Planner here."))
+    sent = client.post(
+        f"/api/v1/sessions/{session.pk}/messages/",
+        {"content": "everyone, and @critic too", "wait": True},
+        format="json",
+    )
+    assert sent.status_code == 201
+    assert [(m.role, m.bot_id, m.content) for m in session.messages.order_by("seq")] == [
+        ("user", None, "everyone, and @critic too"),
+        ("assistant", planner.pk, "Planner here."),
+    ]
+    assert len(fake_openai.requests) == 1
