@@ -1,6 +1,6 @@
 """API keys on ``/api/v1/`` (DRF): ``Authorization: Bearer <key>`` signs in as the key's user.
 
-A key means what it says (docs/openai-api.md, "Keys on /api/v1/"): a ``read`` key may only read
+A key means what it says (docs/openai-api.md, "Keys"): a ``read`` key may only read
 (GET, HEAD, OPTIONS); a key limited to some bots reaches only those bots and their sessions —
 the chokepoints of ``bots.queries`` see the limit on the request's user, every path that names
 a session, message, summary, attachment or bot is checked here (another bot's is
