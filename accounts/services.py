@@ -198,6 +198,8 @@ def pending_user_for_credentials(*, username: object, password: object) -> Any |
     approval" instead of "wrong password"); None otherwise."""
     if not isinstance(username, str) or not isinstance(password, str) or not username:
         return None
+    if not text_is_storable(username):  # NUL or a lone surrogate: no such account, no query
+        return None
     user = (
         get_user_model()
         .objects.filter(

@@ -119,8 +119,11 @@ def test_auth_token_fields(client, owner, field, bad):
 
 
 def test_query_params_with_nul(owner_client, chat_session):
+    # Every /api/ query value is checked before any view (chat_platform/request_text.py).
     listed = owner_client.get("/api/v1/sessions/", {"bot": "1\u0000"})
-    assert (listed.status_code, listed.json()) == (200, [])
+    assert listed.status_code == 400
+    assert listed.json()["error"]["code"] == "validation_error"
+    assert set(listed.json()["error"]["details"]) == {"bot"}
     messages = owner_client.get(
         f"/api/v1/sessions/{chat_session.pk}/messages/", {"after_seq": "\u0000"}
     )
@@ -128,7 +131,7 @@ def test_query_params_with_nul(owner_client, chat_session):
     assert messages.json()["error"] == {
         "code": "validation_error",
         "message": "The request is not valid.",
-        "details": {"after_seq": ["A whole number is required."]},
+        "details": {"after_seq": ["Text may not contain NUL characters or unpaired surrogates."]},
     }
 
 
