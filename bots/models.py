@@ -323,7 +323,8 @@ class Message(models.Model):
     # to. Written by the send only, never from a client's field; blank for every other message,
     # so the claim, which loads the reply whole, tells a key's reply at no extra statement
     # (docs/openai-api.md "Keys").
-    charged_to = models.CharField(max_length=200, blank=True, default="")
+    # (A database default too: the bulk loaders' COPY and raw INSERTs name their columns.)
+    charged_to = models.CharField(max_length=200, blank=True, default="", db_default="")
     # The reply a user message asked for, so a repeated client_id returns both halves.
     reply_to = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reply"

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
+# The length of the JSON params that precede the input bytes on the child's stdin.
 _HEADER = struct.Struct(">Q")
-_PASSED_ENV = frozenset(
-    {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR"}
-)  # the length of the JSON params that precede the input bytes
+# All of the parent's environment the child gets: nothing secret.
+_PASSED_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR"})
 
 
 class Refused(ValueError):
