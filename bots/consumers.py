@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from bots import queries
+from bots import dispatch, queries
 from bots.command_check import check_send
 from bots.services import send as send_services
 from chat_platform import realtime
@@ -34,19 +34,31 @@ SEND_UNAVAILABLE = (
 )
 
 
-def _send_in_thread(**kwargs: Any) -> Any:
-    # Runs off the consumer's thread: in embedded mode the turn runs eagerly inside this call,
-    # and the socket must keep relaying its deltas (and accept generation.stop) meanwhile.
+def _send_in_thread(**kwargs: Any) -> list[int]:
+    """Store one send, off the consumer's thread; returns the replies whose turns were deferred
+    (eager tasks, embedded mode), which the consumer runs beside its next sends."""
     close_old_connections()
     try:
         check_send(content=kwargs["content"], client_id=kwargs["client_id"])
-        return send_services.session_message_send(**kwargs)
+        with dispatch.eager_turns_deferred() as deferred:
+            send_services.session_message_send(**kwargs)
+        return deferred
     finally:
         close_old_connections()
 
 
-# The running drains, referenced so none is collected while it works (asyncio keeps only a weak
-# reference to a task).
+def _turn_in_thread(message_id: int) -> None:
+    # A sync_to_async thread: in embedded mode the in-memory channel layer's frames reach the
+    # server's event loop from it (chat_platform/realtime.py).
+    close_old_connections()
+    try:
+        dispatch.turn_run_deferred(message_id)
+    finally:
+        close_old_connections()
+
+
+# The running drains (and embedded mode's turns), referenced so none is collected while it works
+# (asyncio keeps only a weak reference to a task).
 _DRAINS: set[asyncio.Task] = set()
 
 
@@ -205,7 +217,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _message_send(self, frame: dict) -> None:
         try:
-            await sync_to_async(_send_in_thread, thread_sensitive=False)(
+            deferred = await sync_to_async(_send_in_thread, thread_sensitive=False)(
                 user=self.scope["user"],
                 session_id=self.session_id,
                 content=frame.get("content"),
@@ -213,6 +225,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 # Rooms in manual mode: the participant that answers (as over REST).
                 reply_as=frame.get("reply_as"),
             )
+            for message_id in deferred:  # embedded mode: the turn runs beside the next sends
+                turn = asyncio.create_task(
+                    sync_to_async(_turn_in_thread, thread_sensitive=False)(message_id)
+                )
+                _DRAINS.add(turn)
+                turn.add_done_callback(_DRAINS.discard)
         except PlatformError as exc:
             await self._send_error(exc)
         except OUTAGE_ERRORS:

@@ -8,6 +8,8 @@ always gets its turn. Running a turn twice is safe (its claim is a conditional u
 """
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import structlog
 from django.db import DatabaseError
@@ -36,11 +38,41 @@ def _task(name: str):
     return celery_app.tasks[name]
 
 
+_deferring = threading.local()
+
+
+@contextmanager
+def eager_turns_deferred() -> Iterator[list[int]]:
+    """With eager tasks (embedded mode), the turns dispatched inside this block are not run
+    inside the caller: their reply ids are collected in the list it yields, for the caller to
+    run elsewhere (``turn_run_deferred``). A websocket's sends are then stored one at a time, in
+    the order received, while an earlier reply still streams (docs/chat-turn.md "One socket, one
+    order"). Without eager tasks the turns go to the queue as always."""
+    deferred: list[int] = []
+    _deferring.ids = deferred
+    try:
+        yield deferred
+    finally:
+        _deferring.ids = None
+
+
+def turn_run_deferred(message_id: int) -> None:
+    """Run a turn that ``eager_turns_deferred`` collected, here (eagerly)."""
+    try:
+        _task(TURN_TASK).delay(message_id)
+    except Exception:  # its last word: a turn that crashed is logged; the watchdog ends it
+        log.exception("turn_deferred_failed", message_id=message_id)
+
+
 def turn_dispatch(message_id: int) -> bool:
     """Hand a pending reply to the ``chat`` queue. Returns False (and logs) if the broker is down:
     the reply stays an undispatched outbox row for the watchdog."""
     try:
-        _task(TURN_TASK).delay(message_id)
+        deferred = getattr(_deferring, "ids", None)
+        if deferred is not None and celery_app.conf.task_always_eager:
+            deferred.append(message_id)
+        else:
+            _task(TURN_TASK).delay(message_id)
     except BROKER_ERRORS:
         log.exception("turn_dispatch_failed", message_id=message_id)
         return False
