@@ -3,9 +3,9 @@
 A bot with a small window (so it compacts and fuses as it goes) takes ``--turns`` user messages
 through the real chat turn in embedded mode (services -> the task in-process -> the one context
 pipeline -> gateway -> litellm -> a local fake OpenAI server answering at once). The record's
-own work in the turn is timed where it happens: ``bots.turn._call_entry`` (a call's parts and
+own work in the turn is timed where it happens: ``turns.turn._call_entry`` (a call's parts and
 budget, kept for the record: before the reply's ``message.completed``, so on the way to the
-user) and ``bots.turn.context_record_write`` (the prompt version and the one INSERT, with its
+user) and ``turns.turn.context_record_write`` (the prompt version and the one INSERT, with its
 commit: after the finish has sent the frame and woken the REST waiters, so worker time, not
 reply latency). Prints, per turn, the platform's time, the record's time and its share, and the
 record's statements; then the record's time on the reply's path against the added latency
@@ -37,11 +37,11 @@ from django.db import connection  # noqa: E402
 
 from bots import turn as bots_turn  # noqa: E402
 from bots.models import Bot  # noqa: E402
-from bots.services.send import session_message_send  # noqa: E402
-from bots.services.session import session_create  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent, ContextRecord  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
+from turns.services.send import session_message_send  # noqa: E402
+from turns.services.session import session_create  # noqa: E402
 
 MODEL = "openai/fake-model"
 WORDS = str.split(

@@ -11,13 +11,14 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from bots import dispatch, queries
+from bots import queries
 from bots.command_check import check_send
-from bots.services import send as send_services
 from chat_platform import realtime
 from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
 from chat_platform.jsontext import JSONTooDeep, json_loads
 from chat_platform.outage import OUTAGE_ERRORS
+from turns import dispatch
+from turns.services import send as send_services
 
 log = structlog.get_logger(__name__)
 

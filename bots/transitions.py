@@ -298,7 +298,7 @@ def reply_claim(*, message_id: int) -> Message | None:
     return it with its session, bot and user message loaded; None if it is not pending (already
     claimed by a duplicate delivery, finished, or gone) or if it is queued: an earlier reply of
     its session is still pending or streaming (that one's end hands this one over,
-    ``bots.dispatch.turn_dispatch_next``). So a message sent while a reply streams is answered
+    ``turns.dispatch.turn_dispatch_next``). So a message sent while a reply streams is answered
     after it, seeing it.
 
     On PostgreSQL this is one statement, the turn's first: the conditional update and the reads

@@ -7,7 +7,7 @@ behind. The file is read as a stream (``transfer.streaming``), one conversation 
 at a time. Written history is token-counted with the bot's model, written through
 ``bots.transitions.messages_import``, indexed for search at once
 (``memory.services.messages_index_written``), and after commit each new session gets a soft
-compaction (``bots.dispatch.compact_soft_dispatch``) so the bot carries what it can of it.
+compaction (``turns.dispatch.compact_soft_dispatch``) so the bot carries what it can of it.
 
 Re-importing is idempotent: every conversation's digest (sha256 of its canonical JSON, ids left
 out; of a ChatGPT conversation, the keys the import reads, ``CONVERSATION_KEYS``) is recorded
@@ -28,10 +28,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from bots.dispatch import compact_soft_dispatch
 from bots.models import Bot, ChatSession, Message
 from bots.queries import bot_get_for_user
-from bots.services.branch import ImportedBranchMessages, do_branches_import
 from bots.transitions import messages_import, session_context_recount
 from chat_platform.errors import NotFound, PayloadTooLarge
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
@@ -43,6 +41,8 @@ from transfer.chatgpt import CONVERSATION_KEYS, Conversation, Turn, conversation
 from transfer.lossless import FORMAT, VERSION
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.streaming import CountingReader, Item, items, refused, top_level_kind
+from turns.dispatch import compact_soft_dispatch
+from turns.services.branch import ImportedBranchMessages, do_branches_import
 
 log = structlog.get_logger(__name__)
 

@@ -26,17 +26,17 @@ from bots.api.serializers import (
 )
 from bots.command_check import check_send
 from bots.models import Message
-from bots.services import bot as bot_services
-from bots.services import branch as branch_services
-from bots.services import participants as participant_services
-from bots.services import send as send_services
-from bots.services import session as session_services
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
 from chat_platform.heavy import heavy_request
 from compaction.payloads import result_payload
 from compaction.pipeline import context_report
 from openai_api.keys import request_key_limits
+from turns.services import bot as bot_services
+from turns.services import branch as branch_services
+from turns.services import participants as participant_services
+from turns.services import send as send_services
+from turns.services import session as session_services
 
 
 def _valid(serializer_class, data, **kwargs):

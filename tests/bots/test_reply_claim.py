@@ -4,14 +4,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from bots import turn
 from bots.models import Bot, ChatSession, Message
-from bots.services.participants import participant_add
-from bots.services.session import session_create
 from bots.transitions import reply_claim, session_context_recount
 from compaction.records import prompt_version_store
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns import turn
+from turns.services.participants import participant_add
+from turns.services.session import session_create
 
 pytestmark = pytest.mark.django_db
 

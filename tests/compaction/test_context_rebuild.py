@@ -6,10 +6,7 @@ import json
 
 import pytest
 
-from bots import turn
 from bots.models import Bot, Message
-from bots.services.bot import bot_update
-from bots.services.send import do_message_pair_create, message_pin_set
 from chat_platform.celery_app import app as celery_app
 from compaction.models import CompactionEvent, ContextRecord, PromptVersion
 from compaction.records import record_rebuild
@@ -18,6 +15,9 @@ from tests.bots.test_rooms import _send, room  # noqa: F401 - the room fixture
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory
 from tests.fakeopenai import Reply
+from turns import turn
+from turns.services.bot import bot_update
+from turns.services.send import do_message_pair_create, message_pin_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

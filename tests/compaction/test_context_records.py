@@ -9,9 +9,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from bots import turn
 from bots.models import ChatSession, Message
-from bots.services.send import do_message_pair_create
 from bots.transitions import session_context_recount
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline, records
@@ -26,6 +24,8 @@ from compaction.records import (
 )
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns import turn
+from turns.services.send import do_message_pair_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,12 +11,12 @@ import json
 
 import pytest
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add
 from memory import services
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns import turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

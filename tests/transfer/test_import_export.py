@@ -11,7 +11,6 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from bots.models import ChatSession, Message
-from bots.services.send import session_message_send
 from compaction.models import CompactionEvent, Summary
 from compaction.services import session_compact
 from memory.models import MemoryRecord, MessageIndex
@@ -21,6 +20,7 @@ from tests.factories import BotFactory, SessionFactory
 from tests.fakeopenai import Reply
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.services import chats_import
+from turns.services.send import session_message_send
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,7 +75,7 @@ def lived_session(owner, eager_tasks):
             ),
         )
     first = Message.objects.get(session=session, seq=1)
-    from bots.services.send import message_pin_set
+    from turns.services.send import message_pin_set
 
     message_pin_set(user=owner, message_id=first.pk, pinned=True)
     result = session_compact(user=owner, session_id=session.pk)

@@ -17,8 +17,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from bots import dispatch, liveness, realtime, turn_hooks
-from bots.liveness import CHECKPOINT_SECONDS, TurnHandle
+from bots import realtime
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from bots.queries import (
@@ -28,7 +27,6 @@ from bots.queries import (
     room_snapshot_take,
     session_seat,
 )
-from bots.room import handovers
 from bots.transitions import (
     message_finish,
     recall_exchange_store,
@@ -74,6 +72,10 @@ from memory.recall import (
 )
 from memory.recall import TOOLS as RECALL_TOOLS
 from memory.services import messages_index_written
+from turns import dispatch, liveness
+from turns import hooks as turn_hooks
+from turns.liveness import CHECKPOINT_SECONDS, TurnHandle
+from turns.room import handovers
 
 log = structlog.get_logger(__name__)
 
@@ -702,7 +704,7 @@ def _turn_calls(
 
 def _room_hand_over(reply: Message, *, speaker: Bot) -> None:
     """A bot's finished reply that mentions other participants hands them the floor: a pending
-    reply each, after what is queued (``bots.room.handovers`` says who, within the bounds); a
+    reply each, after what is queued (``turns.room.handovers`` says who, within the bounds); a
     bound that stopped someone leaves a notice in the transcript. Best effort: the reply is
     complete and sent whatever happens here."""
     try:

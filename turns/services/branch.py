@@ -25,17 +25,17 @@ from django.db import transaction
 from bots import transitions
 from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
-from bots.services.send import (
+from chat_platform.errors import ValidationFailed
+from compaction.services import summaries_copy_prefix
+from connections import usage
+from memory.services import records_copy_prefix
+from turns.services.send import (
     COMPACT_COMMAND,
     SendResult,
     check_message_content,
     reply_again_open,
     session_message_send,
 )
-from chat_platform.errors import ValidationFailed
-from compaction.services import summaries_copy_prefix
-from connections import usage
-from memory.services import records_copy_prefix
 
 log = structlog.get_logger(__name__)
 

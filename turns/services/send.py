@@ -20,7 +20,7 @@ from attachments.services import (
     do_attachments_claim,
     message_text_with,
 )
-from bots import dispatch, realtime, transitions
+from bots import realtime, transitions
 from bots.models import Bot, ChatSession, Message
 from bots.queries import (
     bot_usable_in,
@@ -32,9 +32,6 @@ from bots.queries import (
     session_seat,
     user_bot_scope,
 )
-from bots.room import answering_bots
-from bots.services.participants import reply_as_bot
-from bots.services.session import do_session_title_default
 from chat_platform.dbconn import connection_release
 from chat_platform.errors import (
     CompactionBusy,
@@ -51,6 +48,10 @@ from compaction.engine import RunResult, compaction_manual
 from compaction.pipeline import context_fixed_fits, context_measure, context_precheck, seat_key
 from compaction.services import compaction_notice_text, context_notify
 from connections import usage
+from turns import dispatch
+from turns.room import answering_bots
+from turns.services.participants import reply_as_bot
+from turns.services.session import do_session_title_default
 
 log = structlog.get_logger(__name__)
 
@@ -270,7 +271,7 @@ def session_message_send(
     quota: Sequence[usage.Limit] = (),
 ) -> SendResult:
     """Send a user message: write it and a pending reply, then run the turn after commit. In a
-    room, one pending reply per bot that answers (``bots.room``: mentions, ``all``, or
+    room, one pending reply per bot that answers (``turns.room``: mentions, ``all``, or
     ``reply_as``), run one at a time in that order.
 
     The same ``client_id`` twice returns the first result and writes nothing. ``attachments``:
