@@ -6,6 +6,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.urls import reverse
 
 from chat_platform.errors import NotFound
+from transfer import progress
 from transfer.models import ImportJob
 
 
@@ -19,13 +20,16 @@ def import_job_get_for_user(*, user: AbstractBaseUser, job_id: object) -> Import
 
 def import_job_as_dict(job: ImportJob) -> dict[str, Any]:
     failed = job.status == ImportJob.Status.FAILED
+    bytes_read = job.bytes_read
+    if job.status == ImportJob.Status.RUNNING:
+        bytes_read = progress.job_progress_read(job_id=job.pk) or bytes_read
     return {
         "id": job.pk,
         "status": job.status,
         "status_url": reverse("import-job", kwargs={"job_id": job.pk}),
         "file_name": job.file_name,
         "bytes_total": job.bytes_total,
-        "bytes_read": job.bytes_read,
+        "bytes_read": bytes_read,
         "result": job.result if job.status == ImportJob.Status.DONE else None,
         "error": {
             "code": job.error_code,

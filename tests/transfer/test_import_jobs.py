@@ -84,15 +84,19 @@ def test_the_post_answers_202_with_a_job_and_parses_nothing(owner, owner_client,
         assert b"".join(bytes(c.data) for c in chunks) == data
         assert owner_client.get(body["status_url"]).json()["status"] == "queued"
     # The worker's turn: what it reported on the way, and the job's end.
-    written = []
+    written, in_status = [], []
     real_write = progress.progress_write
-    monkeypatch.setattr(
-        progress,
-        "progress_write",
-        lambda **kw: written.append((kw["phase"], kw["bytes_read"])) or real_write(**kw),
-    )
+
+    def write(**values):
+        written.append((values["phase"], values["bytes_read"]))
+        real_write(**values)
+        if values["phase"] == "reading":  # what the job's status says meanwhile
+            in_status.append(owner_client.get(body["status_url"]).json()["bytes_read"])
+
+    monkeypatch.setattr(progress, "progress_write", write)
     finished = run_job(owner_client, job.pk)
     assert written == [("reading", 0), ("reading", MB), ("reading", 2 * MB), ("done", len(data))]
+    assert in_status == [0, MB, 2 * MB]
     assert (finished["status"], finished["bytes_read"], finished["error"]) == (
         "done",
         len(data),

@@ -7,11 +7,11 @@ queue. ``import_job_run`` (the task) runs ``chats_import`` in a child process bo
 ``IMPORT_RUN_SECONDS`` (wall clock, CPU one second more) and ``IMPORT_RUN_MEMORY_BYTES``
 (``chat_platform.sandbox``): the child sets Django up itself, reads the chunks from the database,
 writes the chats in one transaction and reports how far it has read, line by line; the worker
-relays that to the job row and the page's progress key, and waits without a database
-connection. A limit reached, a bad file or a crash ends the job ``failed`` with an error in the
-API's shape, with nothing of the file written (the child's transaction commits whole or not at
-all); either way the chunks are deleted when the job ends. After a ``done`` job each new chat
-gets its soft compaction.
+relays that to the ``progress`` cache (the job's status and the page's key), and waits
+without a database connection. A limit reached, a bad file or a crash ends the job ``failed``
+with an error in the API's shape, with nothing of the file written (the child's transaction
+commits whole or not at all); either way the chunks are deleted when the job ends. After a
+``done`` job each new chat gets its soft compaction.
 """
 
 from collections.abc import Iterator
@@ -126,6 +126,7 @@ def import_job_run(*, job_id: int) -> str | None:
     if job is None:
         return None
     _progress(job, phase="reading", bytes_read=0)
+    progress.job_progress_write(job_id=job.pk, bytes_read=0)
     connection_release()  # the child works; this thread only waits
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -200,12 +201,12 @@ def _database_params() -> dict[str, Any]:
 
 
 def _relay(job: ImportJob, line: dict[str, Any]) -> None:
-    """A progress line of the child: how far it has read, onto the job and the page's key."""
+    """A progress line of the child: how far it has read, for the job's status and the page's
+    key (the cache: the job's row is written when it ends)."""
     done = line.get("bytes_read")
     if not isinstance(done, int):
         return
-    ImportJob.objects.filter(pk=job.pk, status=ImportJob.Status.RUNNING).update(bytes_read=done)
-    connection_release()
+    progress.job_progress_write(job_id=job.pk, bytes_read=done)
     _progress(job, phase="reading", bytes_read=done)
 
 
