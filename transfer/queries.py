@@ -12,7 +12,12 @@ from transfer.models import ImportJob
 
 def import_job_get_for_user(*, user: AbstractBaseUser, job_id: object) -> ImportJob:
     """The user's import job; any other (another user's, none) is the one not-found."""
-    job = ImportJob.objects.filter(pk=job_id, user_id=user.pk).first() if user.pk else None
+    try:
+        number = int(str(job_id))
+    except ValueError:
+        number = 0
+    in_range = 0 < number < 2**63  # a bigint: a larger id is no row, never a database error
+    job = ImportJob.objects.filter(pk=number, user_id=user.pk).first() if in_range else None
     if job is None:
         raise NotFound("Import not found.")
     return job

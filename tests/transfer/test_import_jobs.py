@@ -217,16 +217,16 @@ def test_a_crash_of_the_child_fails_the_job_and_deletes_its_chunks(owner_client,
 def test_a_job_is_its_users_alone(owner_client, other_client, bot, client):
     response = _import(owner_client, bot, json.dumps(_good_lossless(bot.pk)).encode())
     url = response.json()["status_url"]
-    for reader in (other_client,):
-        refused = reader.get(url)
-        assert refused.status_code == 404
-        assert refused.json()["error"] == {
-            "code": "not_found",
-            "message": "Import not found.",
-            "details": {},
-        }
+    refused = other_client.get(url)
+    assert refused.status_code == 404
+    assert refused.json()["error"] == {
+        "code": "not_found",
+        "message": "Import not found.",
+        "details": {},
+    }
     assert client.get(url).status_code == 401
-    assert other_client.get("/api/v1/import/jobs/999999/").status_code == 404
+    for missing in ("999999", "0", str(2**63), "9" * 40):
+        assert other_client.get(f"/api/v1/import/jobs/{missing}/").status_code == 404
     assert owner_client.get(url).json()["status"] == "queued"
 
 
@@ -254,3 +254,44 @@ def test_the_import_task_is_routed_to_the_heavy_queue(settings):
     app.loader.import_default_modules()
     assert "transfer.tasks.import_run" in app.tasks
     assert settings.CELERY_TASK_ROUTES["transfer.tasks.*"] == {"queue": "heavy"}
+
+
+def test_a_job_whose_worker_was_lost_is_taken_again_and_a_live_one_is_not(
+    owner_client, bot, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.IMPORT_RUN_SECONDS = 100
+    response = _import(owner_client, bot, json.dumps(_good_lossless(bot.pk)).encode())
+    job_id = response.json()["id"]
+    recently = timezone.now() - timedelta(seconds=120)  # within its limit + a minute
+    ImportJob.objects.filter(pk=job_id).update(status="running", started_at=recently)
+    assert jobs.import_job_run(job_id=job_id) is None
+    assert ImportJob.objects.get(pk=job_id).status == "running"
+    lost = timezone.now() - timedelta(seconds=170)
+    ImportJob.objects.filter(pk=job_id).update(started_at=lost)
+    assert jobs.import_job_run(job_id=job_id) == "done"
+    assert ChatSession.objects.filter(title="T").count() == 1
+    assert ImportChunk.objects.count() == 0
+
+
+def test_a_broker_that_is_down_fails_the_job_at_once_and_keeps_nothing(
+    owner_client, bot, monkeypatch
+):
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from transfer.tasks import import_run
+
+    def down(*args, **kwargs):
+        raise RedisConnectionError("Connection refused")
+
+    monkeypatch.setattr(import_run, "delay", down)
+    before = _stored_counts()
+    response = _import(owner_client, bot, json.dumps(_good_lossless(bot.pk)).encode())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "service_unavailable"
+    job = ImportJob.objects.get()
+    assert (job.status, job.error_code) == ("failed", "service_unavailable")
+    assert (_stored_counts(), ImportChunk.objects.count()) == (before, 0)
