@@ -70,11 +70,11 @@ from bots.services.participants import participant_add, session_reply_mode_set  
 from bots.services.send import session_message_send  # noqa: E402
 from bots.services.session import session_create  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
-from compaction import pipeline as context_pipeline  # noqa: E402
 from compaction import services as compaction_services  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402
 from compaction.pipeline import bot_budget  # noqa: E402
+from compaction.pipeline import build as context_pipeline  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
 
 MODEL = "openai/fake-model"

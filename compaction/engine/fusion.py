@@ -35,9 +35,10 @@ from compaction.engine.summariser import (
     compaction_model_config,
     summariser_window,
 )
-from compaction.measure import context_measure, seat_key, seat_summaries
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
+from compaction.seats import seat_key, seat_summaries
 from memory import services as memory_services
 
 

@@ -30,9 +30,10 @@ from compaction.engine.passes import coverage_release, coverage_restore
 from compaction.engine.runs import manual_passes
 from compaction.engine.summariser import summariser_ready
 from compaction.lock import single_flight
-from compaction.measure import context_measure, seat_key, session_budget
+from compaction.measure import context_measure, session_budget
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
+from compaction.seats import seat_key
 from memory import services as memory_services
 from memory.models import MemoryRecord
 
