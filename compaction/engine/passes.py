@@ -40,9 +40,10 @@ from compaction.engine.summariser import (
     summariser_window,
 )
 from compaction.engine.transcript import transcript_line
+from compaction.facts import retention_score
 from compaction.measure import context_measure
 from compaction.models import CompactionEvent, SeatState, Summary, SummaryCoverage
-from compaction.quality import retention_score, summary_gate
+from compaction.quality import summary_gate
 from compaction.ranges import RangeRow, range_select
 from compaction.results import RunResult
 from compaction.seats import RoomView, seat_filter, seat_key
