@@ -19,10 +19,10 @@ from compaction.engine.common import (
     Plan,
     session_kind_held,
 )
+from compaction.engine.coverage import coverage_move
 from compaction.engine.events import event_write
 from compaction.engine.holds import held_spans, in_spans
 from compaction.engine.passes import (
-    coverage_move,
     enveloped,
     record_success,
     run_pass,

@@ -24,9 +24,9 @@ from compaction.engine.common import (
     session_kind_held,
     summary_seat,
 )
+from compaction.engine.coverage import coverage_move
 from compaction.engine.events import event_write
 from compaction.engine.passes import (
-    coverage_move,
     enveloped,
     record_success,
     summarise,

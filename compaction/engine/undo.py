@@ -25,8 +25,8 @@ from django.utils import timezone
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, QuotaExceeded, ValidationFailed
 from compaction.engine.common import Conflict, session_fresh, session_kind_held, summary_seat
+from compaction.engine.coverage import coverage_release, coverage_restore
 from compaction.engine.events import event_write
-from compaction.engine.passes import coverage_release, coverage_restore
 from compaction.engine.runs import manual_passes
 from compaction.engine.summariser import summariser_ready
 from compaction.lock import single_flight
