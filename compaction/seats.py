@@ -35,7 +35,7 @@ class RoomView:
     hidden_tokens: int = 0
     hidden_messages: int = 0
     # The rest of the seat's row, read with its totals (one statement): what the context report
-    # and the soft trigger ask of it after a turn (``compaction.pipeline.context_state``).
+    # and the soft trigger ask of it after a turn (``compaction.pipeline.report.context_state``).
     last_admission: Any = None
     backoff_until: Any = None  # datetime | None
     cooldown_until: Any = None  # datetime | None

@@ -21,7 +21,7 @@ def _read_by_settings() -> set[str]:
 def test_every_setting_read_by_settings_py_is_in_env_example():
     read = _read_by_settings()
     listed = set(LISTED.findall((ROOT / ".env.example").read_text()))
-    assert len(read) > 30  # the pattern still finds what settings.py reads
+    assert len(read) > 30  # the pattern still finds what the settings read
     assert sorted(read - listed) == []
 
 
