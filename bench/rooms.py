@@ -59,17 +59,18 @@ if STACK:
 else:
     setup(fake_key=True)
 
+from _rooms_stack import stack_run  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bots.models import Bot, Message  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
-from compaction import pipeline as context_pipeline  # noqa: E402
 from compaction import services as compaction_services  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402
 from compaction.pipeline import bot_budget  # noqa: E402
+from compaction.pipeline import build as context_pipeline  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
 from turns import hooks as turn_hooks  # noqa: E402
 from turns import turn as bots_turn  # noqa: E402
@@ -131,110 +132,6 @@ def sent_tokens(body: dict) -> int:
     )
 
 
-def queues_busy(redis_client) -> bool:  # noqa: ANN001
-    """A task queued (``chat``, ``compaction``) or taken and not yet acknowledged (the tasks are
-    ``acks_late``: kombu keeps them in ``unacked`` until they return)."""
-    return bool(
-        redis_client.llen("chat") or redis_client.llen("compaction") or redis_client.hlen("unacked")
-    )
-
-
-async def drained(redis_client, timeout: float = 120) -> None:  # noqa: ANN001
-    """Until no task is queued or running, seen three times 10 ms apart (a finishing turn
-    dispatches its soft compaction on commit, just after its frame)."""
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    quiet = 0
-    while quiet < 3:
-        quiet = 0 if queues_busy(redis_client) else quiet + 1
-        if time.monotonic() > deadline:
-            raise SystemExit("the stack's queues did not drain in time")
-        await asyncio.sleep(0.01)
-
-
-async def replies_completed(ws, count: int, timeout: float = 60) -> list[float]:  # noqa: ANN001
-    """``perf_counter`` times of the next ``count`` chat replies' ``message.completed``."""
-    import asyncio
-    import json
-
-    done: list[float] = []
-    while len(done) < count:
-        frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=timeout))
-        kind = frame.get("type")
-        if kind in ("message.failed", "error"):
-            raise SystemExit(f"a reply failed: {str(frame)[:300]}")
-        message = frame.get("message") or {}
-        if (
-            kind == "message.completed"
-            and message.get("role") == "assistant"
-            and message.get("kind", "chat") == "chat"
-        ):
-            done.append(time.perf_counter())
-    return done
-
-
-async def stack_run(
-    stack,  # noqa: ANN001
-    token: str,
-    room_id: int,
-    solo_ids: list[int],
-    contents: list[str],
-    where: list[str],
-    replies_per_message: int,
-    *,
-    side: str | None = None,
-) -> tuple[list[float], list[float], float, Counter[tuple[str, str]]]:
-    """The measured loop on the stack: per user message, the room (one send, every seat's reply)
-    then each one-bot chat, each after the queues drained (``side``: one label for all of them,
-    the warm-up's). Returns the room's elapsed time per user message, the one-bot chats' times
-    per reply, their sum, and CPU seconds by (side, process)."""
-    import json
-
-    import redis
-    import websockets
-
-    redis_client = redis.Redis.from_url(settings.REDIS_URL)
-    headers = {"Authorization": f"Token {token}"}
-    sockets = {
-        sid: await websockets.connect(
-            f"{stack.ws_base}/ws/sessions/{sid}/",
-            additional_headers=headers,
-            open_timeout=30,
-            max_size=None,
-        )
-        for sid in [room_id, *solo_ids]
-    }
-    cpu: Counter[tuple[str, str]] = Counter()
-    room_elapsed: list[float] = []
-    solo_times: list[float] = []
-
-    async def one(side: str, sid: int, content: str, count: int) -> float:
-        where[0] = side
-        await drained(redis_client)
-        worker, web = stack.worker.cpu(), stack.web.cpu()
-        started = time.perf_counter()
-        await sockets[sid].send(json.dumps({"type": "message.send", "content": content}))
-        done = await replies_completed(sockets[sid], count)
-        elapsed = max(done) - started
-        await drained(redis_client)
-        cpu[(side, "worker")] += stack.worker.cpu() - worker
-        cpu[(side, "web")] += stack.web.cpu() - web
-        return elapsed
-
-    try:
-        for n, content in enumerate(contents):
-            room_elapsed.append(await one(side or "room", room_id, content, replies_per_message))
-            for sid in solo_ids:
-                solo_times.append(await one(side or "solo", sid, content, 1))
-            if (n + 1) % 50 == 0:
-                print(f"  … {n + 1} messages", flush=True)
-    finally:
-        for ws in sockets.values():
-            await ws.close()
-    return room_elapsed, solo_times, sum(solo_times), cpu
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=300)
@@ -280,22 +177,7 @@ def main() -> None:
     user, _ = get_user_model().objects.get_or_create(username="bench-rooms")
     Bot.objects.filter(owner=user).delete()
     with FakeOpenAI(responder=responder) as fake:
-        bots = {}
-        for name, window in WINDOWS:
-            bots[name] = fake_bot(
-                user,
-                fake,
-                name=name,
-                model=MODEL,
-                context_window=window,
-                max_output_tokens=400,
-                system_prompt=f"You are {name}.",
-            )
-        room = session_create(user=user, bot_id=bots[order[0]].pk, title="bench room")
-        for name in order[1:]:
-            participant_add(user=user, session_id=room.pk, bot_id=bots[name].pk)
-        session_reply_mode_set(user=user, session_id=room.pk, reply_mode="all")
-        solo = {name: session_create(user=user, bot_id=bots[name].pk) for name in order}
+        bots, room, solo = chats_create(user, fake, order)
         if args.stack:
             room_times, solo_times, room_elapsed, cpu = on_stack(
                 args, user, bots, room, solo, order, where
@@ -305,8 +187,53 @@ def main() -> None:
                 args, user, bots, room, solo, order, where, phases, counted, rng
             )
 
-    limit = settings.ROOM_MAX_HOPS
-    print(f"room of {len(order)} bots, {args.messages} user messages in 'all' mode")
+    report_budgets(args.messages, bots, room, solo, order, sizes, summariser_calls)
+    report_times(
+        args.stack,
+        room_times,
+        solo_times,
+        room_elapsed,
+        cpu if args.stack else sends,
+        replies_by_bot,
+        order,
+        phases,
+        statements,
+    )
+    report_hops(room)
+
+
+def chats_create(user, fake, order: list[str]):  # noqa: ANN001, ANN201
+    """The three bots, their room (``all`` mode) and a one-bot chat of each."""
+    bots = {}
+    for name, window in WINDOWS:
+        bots[name] = fake_bot(
+            user,
+            fake,
+            name=name,
+            model=MODEL,
+            context_window=window,
+            max_output_tokens=400,
+            system_prompt=f"You are {name}.",
+        )
+    room = session_create(user=user, bot_id=bots[order[0]].pk, title="bench room")
+    for name in order[1:]:
+        participant_add(user=user, session_id=room.pk, bot_id=bots[name].pk)
+    session_reply_mode_set(user=user, session_id=room.pk, reply_mode="all")
+    solo = {name: session_create(user=user, bot_id=bots[name].pk) for name in order}
+    return bots, room, solo
+
+
+def report_budgets(  # noqa: PLR0913
+    messages: int,
+    bots: dict,
+    room,  # noqa: ANN001
+    solo: dict,
+    order: list[str],
+    sizes: dict,
+    summariser_calls: Counter[str],
+) -> None:
+    """Requests over each bot's B, and compaction rounds per bot in the room and alone."""
+    print(f"room of {len(order)} bots, {messages} user messages in 'all' mode")
     print(f"{'bot':<10} {'window':>7} {'B':>6} {'requests':>9} {'max sent':>9} {'over B':>7}")
     over_total = 0
     for name, window in WINDOWS:
@@ -330,6 +257,22 @@ def main() -> None:
         f"summariser calls: room {summariser_calls['room']}, "
         f"one-bot chats {summariser_calls['solo']}"
     )
+
+
+def report_times(  # noqa: PLR0913
+    stack: bool,
+    room_times: list[float],
+    solo_times: list[float],
+    room_elapsed: float,
+    measured: dict,
+    replies_by_bot: Counter[tuple[str, str]],
+    order: list[str],
+    phases: Phases,
+    statements: Counter[str],
+) -> None:
+    """Per-reply time, room vs one-bot; on the stack the CPU per reply (``measured``: CPU
+    seconds by (side, process)), in process the send time split by phase (``measured``: send
+    times by side) and SQL statements per reply."""
     room_ms = statistics.mean(room_times) * 1000
     solo_ms = statistics.mean(solo_times) * 1000
     print(
@@ -337,24 +280,24 @@ def main() -> None:
         f"{statistics.median(room_times) * 1000:.1f}) vs one-bot {solo_ms:.1f} ms (p50 "
         f"{statistics.median(solo_times) * 1000:.1f}) -> {room_ms / solo_ms:.2f}x  (goal <= 1.2x)"
     )
-    if not args.stack:
-        room_send, solo_send = (statistics.mean(sends[w]) * 1000 for w in ("room", "solo"))
+    if not stack:
+        room_send, solo_send = (statistics.mean(measured[w]) * 1000 for w in ("room", "solo"))
         print(
             f"per-reply send time, the in-process soft compaction after the replies included: "
             f"room {room_send:.1f} ms vs one-bot {solo_send:.1f} ms -> {room_send / solo_send:.2f}x"
         )
     room_replies = sum(replies_by_bot[("room", name)] for name in order)
     solo_replies = sum(replies_by_bot[("solo", name)] for name in order)
-    if args.stack:
+    if stack:
         print("CPU per reply (ms; soft compaction runs in the worker, off the reply's path):")
         for proc in ("worker", "web"):
-            room_p = cpu[("room", proc)] * 1000 / room_replies
-            solo_p = cpu[("solo", proc)] * 1000 / solo_replies
+            room_p = measured[("room", proc)] * 1000 / room_replies
+            solo_p = measured[("solo", proc)] * 1000 / solo_replies
             print(
                 f"  {proc:<8} room {room_p:7.1f} vs one-bot {solo_p:7.1f} -> {room_p / solo_p:.2f}x"
             )
     else:
-        totals = {"room": room_elapsed, "solo": sum(sends["solo"])}
+        totals = {"room": room_elapsed, "solo": sum(measured["solo"])}
         counts = {"room": room_replies, "solo": solo_replies}
         print("per-reply send time split (ms per reply): phase, room vs one-bot")
         named = ["soft compaction", "hard compaction (waited)", "context build"]
@@ -382,6 +325,11 @@ def main() -> None:
             f"SQL statements per reply: room {statements['room'] / room_replies:.1f} vs one-bot "
             f"{statements['solo'] / solo_replies:.1f}"
         )
+
+
+def report_hops(room) -> None:  # noqa: ANN001
+    """Hand-overs, hop-limit violations and replies not complete."""
+    limit = settings.ROOM_MAX_HOPS
     replies = list(
         Message.objects.filter(session=room, role="assistant", kind="chat").values_list(
             "prompted_by_id", "bot_id", "hop", "status"

@@ -6,7 +6,7 @@ sessions, 613 turns) through the real turn exactly as ``bench/memory_retrieval.p
 every summary the feed wrote (active, superseded and fused alike) and prints:
 
 * each summary's retention of its checked facts — the score the quality gate stored on it
-  (``compaction.quality.retention_score`` of the transcript the summariser saw against the
+  (``compaction.facts.retention_score`` of the transcript the summariser saw against the
   summary), with its trigger, level, span and the facts it missed;
 * the distribution: min / p10 / median / mean, and the share of summaries at ≥ 90 %;
 * for a few summaries (``--facts N``), what the fact check counts as facts in its source (the
@@ -53,8 +53,8 @@ def main() -> None:
 
     memory_retrieval.setup(sqlite=False)
 
+    from compaction.facts import extract_facts, retention_score
     from compaction.models import CompactionEvent, Summary
-    from compaction.quality import extract_facts, retention_score
 
     corpus = retrieval_corpus.build()
     if options.quick:

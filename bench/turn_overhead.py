@@ -258,8 +258,12 @@ def main() -> None:
 
         from chat_platform.llm import gateway
 
-        lean = getattr(gateway, "_configure_lean", None)
-        if lean is not None:  # (absent from gateways older than issue 10)
+        # (chat_platform/llm/gateway/lazy_litellm.py; a module-level function in older gateways,
+        # absent from those older than issue 10)
+        lean = getattr(getattr(gateway, "lazy_litellm", None), "configure_lean", None) or getattr(
+            gateway, "_configure_lean", None
+        )
+        if lean is not None:
             lean(litellm)
         _stack.direct_call(stack.provider_url)
         time.sleep(0.5)

@@ -14,8 +14,8 @@ app = Celery("chat_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# Riding out a broker outage: the retry settings are in settings.py (CELERY_BROKER_*); here,
-# the one kombu defect that would still end a worker. (Nothing here may read app.conf: that
+# Riding out a broker outage: the retry settings are in settings/queues.py (CELERY_BROKER_*);
+# here, the one kombu defect that would still end a worker. (Nothing here may read app.conf: that
 # would load Django's settings whenever the package is imported.)
 
 

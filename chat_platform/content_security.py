@@ -1,4 +1,4 @@
-"""The Content-Security-Policy every answer carries (django-csp, configured in settings.py).
+"""The Content-Security-Policy every answer carries (django-csp, configured in settings/core.py).
 
 Replies are model output, and a model can be talked into writing anything it saw into a URL: an
 image the browser fetches on render is then an exfiltration channel. So the pages load nothing

@@ -144,6 +144,85 @@ def _drop_orphan_tool_results(admitted_newest_first: list[HistoryRow]) -> None:
         admitted_newest_first.pop()
 
 
+def _index_kept(index_lines: list[int], block_tokens: int, room: int) -> tuple[int, int]:
+    """How many index lines (newest first) fit in ``room``, the block's fixed cost charged with
+    the first; and the room left."""
+    kept = 0
+    for line_tokens in index_lines:
+        cost = line_tokens + (block_tokens if kept == 0 else 0)
+        if cost > room:
+            break
+        room -= cost
+        kept += 1
+    return kept, room
+
+
+def _history_admitted(
+    rows: Iterable[HistoryRow], excluded: set[int], room: int
+) -> tuple[list[HistoryRow], HistoryTotals, bool]:
+    """The newest candidates that fit in ``room`` (newest first), read only up to the first that
+    does not; the count and tokens of the rows read; and whether the candidates ran out."""
+    admitted: list[HistoryRow] = []
+    read_count = 0
+    read_tokens = 0
+    exhausted = True
+    for row in _candidates(rows, excluded):
+        read_count += 1
+        read_tokens += row.tokens
+        if row.tokens > room:
+            exhausted = False
+            break
+        room -= row.tokens
+        admitted.append(row)
+    return admitted, HistoryTotals(count=read_count, tokens=read_tokens), exhausted
+
+
+def _fixed_tokens(
+    system_tokens: int,
+    new_message: Entry | None,
+    recalled: Sequence[Entry],
+    pinned: Sequence[PinnedEntry],
+    summaries: Sequence[Entry],
+) -> int:
+    """What is sent whatever happens: system, new message, recalled, pins, summaries."""
+    return (
+        system_tokens
+        + (new_message.tokens if new_message is not None else 0)
+        + sum(r.tokens for r in recalled)
+        + sum(p.tokens for p in pinned)
+        + sum(s.tokens for s in summaries)
+    )
+
+
+def _rejected(budget: int, without_history: int, totals: HistoryTotals | None) -> Admission:
+    """The fixed part alone exceeds the budget: nothing is sent, no history is read."""
+    return Admission(
+        decision="reject",
+        budget_tokens=budget,
+        estimated_tokens=without_history + (totals.tokens if totals else 0),
+        selected_tokens=0,
+        admitted_history_ids=[],
+        kept_index_lines=0,
+        dropped_messages=totals.count if totals else 0,
+        exhausted=False,
+    )
+
+
+def _totals_seen(totals: HistoryTotals | None, read: HistoryTotals) -> HistoryTotals:
+    """The candidates' totals, never fewer than were read."""
+    if totals is None:
+        return read
+    if totals.count < read.count or totals.tokens < read.tokens:
+        # The totals are read before the rows; a concurrent turn that finished in between adds a
+        # row the walk sees but the totals did not count yet. What was read is the truer lower
+        # bound: never report fewer candidates (or a negative drop) than were actually seen.
+        return HistoryTotals(
+            count=max(totals.count, read.count),
+            tokens=max(totals.tokens, read.tokens),
+        )
+    return totals
+
+
 def admission_decide(
     *,
     budget: int,
@@ -181,13 +260,7 @@ def admission_decide(
     excluded = {p.id for p in pinned} | {r.id for r in recalled}
     if new_message is not None:
         excluded.add(new_message.id)
-    fixed = (
-        system_tokens
-        + (new_message.tokens if new_message is not None else 0)
-        + sum(r.tokens for r in recalled)
-        + sum(p.tokens for p in pinned)
-        + sum(s.tokens for s in summaries)
-    )
+    fixed = _fixed_tokens(system_tokens, new_message, recalled, pinned, summaries)
     index_full = sum(index_lines) + (index_block_tokens if index_lines else 0)
 
     if history_totals is None and isinstance(history_newest_first, Sequence):
@@ -196,53 +269,18 @@ def admission_decide(
         history_totals = HistoryTotals(count=len(given), tokens=sum(r.tokens for r in given))
 
     if fixed > budget:
-        return Admission(
-            decision="reject",
-            budget_tokens=budget,
-            estimated_tokens=fixed + index_full + (history_totals.tokens if history_totals else 0),
-            selected_tokens=0,
-            admitted_history_ids=[],
-            kept_index_lines=0,
-            dropped_messages=history_totals.count if history_totals else 0,
-            exhausted=False,
-        )
+        return _rejected(budget, fixed + index_full, history_totals)
 
     room = budget - fixed
-    kept_index_lines = 0
-    for line_tokens in index_lines:
-        cost = line_tokens + (index_block_tokens if kept_index_lines == 0 else 0)
-        if cost > room:
-            break
-        room -= cost
-        kept_index_lines += 1
+    kept_index_lines, room = _index_kept(index_lines, index_block_tokens, room)
     index_selected = sum(index_lines[:kept_index_lines]) + (
         index_block_tokens if kept_index_lines else 0
     )
 
-    admitted: list[HistoryRow] = []  # newest first while collecting
-    read_count = 0
-    read_tokens = 0
-    exhausted = True
-    for row in _candidates(history_newest_first, excluded):
-        read_count += 1
-        read_tokens += row.tokens
-        if row.tokens > room:
-            exhausted = False
-            break
-        room -= row.tokens
-        admitted.append(row)
+    admitted, read, exhausted = _history_admitted(history_newest_first, excluded, room)
     _drop_orphan_tool_results(admitted)
 
-    if history_totals is None:
-        history_totals = HistoryTotals(count=read_count, tokens=read_tokens)
-    elif history_totals.count < read_count or history_totals.tokens < read_tokens:
-        # The totals are read before the rows; a concurrent turn that finished in between adds a
-        # row the walk sees but the totals did not count yet. What was read is the truer lower
-        # bound: never report fewer candidates (or a negative drop) than were actually seen.
-        history_totals = HistoryTotals(
-            count=max(history_totals.count, read_count),
-            tokens=max(history_totals.tokens, read_tokens),
-        )
+    history_totals = _totals_seen(history_totals, read)
 
     dropped = history_totals.count - len(admitted)
     trimmed = dropped > 0 or kept_index_lines < len(index_lines)

@@ -1,7 +1,7 @@
 """The audit of one summary: its source (the pre-compaction snapshot) beside what it kept.
 
 A staff-only read used by the admin (``compaction/admin.py``). Fact extraction is the one in
-``compaction/quality.py`` that scored the summary when it was made, so the page marks exactly the
+``compaction/facts.py`` that scored the summary when it was made, so the page marks exactly the
 facts the stored retention score counted as missing:
 
 * a snapshot line with facts (names, numbers, dates, identifiers) of which none appears in the
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from bots.models import ChatSession
 from bots.queries import participants_of
+from compaction.facts import extract_facts, retention_score
 from compaction.models import CompactionEvent, Summary
-from compaction.quality import extract_facts, retention_score
 from memory.models import MemoryRecord
 
 # A snapshot is bounded by the summariser's input (85 % of its window); past this many lines the

@@ -6,175 +6,38 @@ engine and the pipeline no longer import each other (``compaction.engine -> meas
 ``compaction.pipeline -> engine, measure``; import-linter holds it).
 
 Pressure comes from the session's running totals, so neither time nor memory grows with the
-length of the conversation; history is read newest first in bounded keyset pages of
-(id, seq, token_count, role, tool ids) and only as far as admission pulls.
+length of the conversation; the history itself is read by the pipeline, only as far as
+admission pulls (``compaction.pipeline.history``). A seat's view (a room as one bot sees it) is
+``compaction.seats``.
 """
 
-import json
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from django.conf import settings
 from django.db.models import (
-    Exists,
     F,
     IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
-    TextField,
     Value,
 )
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Coalesce
 
 from bots.models import Bot, ChatSession, Message
-from bots.queries import participants_of, room_user_name
 from chat_platform.compiled import CompiledValues
 from chat_platform.llm import gateway
 from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
-from chat_platform.llm.tokens import count_message_tokens, count_tokens
-from compaction.admission import Entry, HistoryRow, HistoryTotals, PinnedEntry
+from chat_platform.llm.tokens import count_message_tokens
+from compaction.admission import Entry, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
-from compaction.models import ContextExpansion, SeatState, Summary, SummaryCoverage
+from compaction.models import ContextExpansion, Summary, SummaryCoverage
+from compaction.seats import RoomView, in_context, room_view, seat_summaries
 from memory.queries import IndexLine, memory_index_lines
 from memory.services import snapshot_name
-
-# Rows per keyset page when walking history newest-first (ids and counts only, no text).
-HISTORY_PAGE_SIZE = 500
-
-
-@dataclass(frozen=True)
-class RoomView:
-    """A room as one participant sees it (docs/rooms.md): its own turns are ``assistant``, every
-    other speaker's arrive as ``user`` messages carrying the speaker (``name`` and a ``Name: ``
-    prefix); other bots' recall exchanges are never shown; with ``sees_from_join`` nothing
-    before it joined is. ``prefix_tokens``: what the speaker's label adds to a message, so
-    admission counts what is really sent."""
-
-    bot_id: int
-    from_seq: int  # history, pins and summaries start at this seq (1: everything)
-    header: str  # who is present: a short system block after the bot's prompt
-    speakers: dict[int | None, tuple[str, str]]  # bot id (None: the user) -> (slug, name)
-    prefix_tokens: dict[int | None, int]
-    # This bot's own running totals (``SeatState``): what its summaries cover, and what it never
-    # sees (before it joined); the session's totals less these are its history.
-    covered_tokens: int = 0
-    covered_messages: int = 0
-    hidden_tokens: int = 0
-    hidden_messages: int = 0
-    # The rest of the seat's row, read with its totals (one statement): what the context report
-    # and the soft trigger ask of it after a turn (``compaction.pipeline.context_state``).
-    last_admission: Any = None
-    backoff_until: Any = None  # datetime | None
-    cooldown_until: Any = None  # datetime | None
-
-    def seen(self) -> Q:
-        """The room's messages this bot is shown: from its join (if it sees from there), and no
-        other bot's recall exchange."""
-        seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
-        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id))
-
-    def covered(self) -> Exists:
-        """The message is covered by one of this bot's own summaries (``SummaryCoverage``)."""
-        return Exists(SummaryCoverage.objects.filter(bot_id=self.bot_id, message_id=OuterRef("pk")))
-
-    def where(self) -> Q:
-        """The room's in-context messages this bot sees and its own summaries do not cover."""
-        return self.seen() & ~self.covered()
-
-    def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
-        if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
-            return tokens
-        return tokens + self.prefix_tokens.get(None if role == Message.Role.USER else bot_id, 0)
-
-    @property
-    def max_prefix_tokens(self) -> int:
-        return max(self.prefix_tokens.values(), default=0)
-
-
-def room_view(session: ChatSession) -> RoomView | None:
-    """The room from the session's bot's seat (``bots.queries.session_seat``); None for a
-    one-bot session (no query)."""
-    if not session.is_room:
-        return None
-    participants = participants_of(session=session, include_removed=True)
-    bot = session.bot
-    seat = next((p for p in participants if p.bot_id == bot.pk), None)
-    from_seq = seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
-    user_name = room_user_name(session)
-    speakers: dict[int | None, tuple[str, str]] = {None: (_name_slug(user_name), user_name)}
-    for participant in participants:
-        speakers[participant.bot_id] = (participant.bot.slug or "bot", participant.bot.name)
-    present = [p.bot for p in participants if p.removed_at is None and p.bot_id != bot.pk]
-    others = ", ".join(f"{b.name} (@{b.slug})" for b in present) or "nobody else"
-    header = (
-        f"You are {bot.name} (@{bot.slug}) in a group chat with {user_name} and {others}. "
-        "Messages from the others start with the speaker's name."
-    )
-    prefix = {
-        key: count_tokens(f"{name}: ", model=bot.model) + count_tokens(slug, model=bot.model) + 1
-        for key, (slug, name) in speakers.items()
-    }
-    totals = (
-        SeatState.objects.filter(session_id=session.pk, bot_id=bot.pk)
-        .values_list(
-            "covered_tokens",
-            "covered_messages",
-            "hidden_tokens",
-            "hidden_messages",
-            "last_admission",
-            "backoff_until",
-            "cooldown_until",
-        )
-        .first()
-    ) or (0, 0, 0, 0, None, None, None)
-    return RoomView(
-        bot_id=bot.pk,
-        from_seq=from_seq,
-        header=header,
-        speakers=speakers,
-        prefix_tokens=prefix,
-        covered_tokens=totals[0],
-        covered_messages=totals[1],
-        hidden_tokens=totals[2] if from_seq > 1 else 0,
-        hidden_messages=totals[3] if from_seq > 1 else 0,
-        last_admission=totals[4],
-        backoff_until=totals[5],
-        cooldown_until=totals[6],
-    )
-
-
-def seat_key(session: ChatSession) -> int | None:
-    """What compaction state is keyed by besides the session (docs/rooms.md): in a room, the bot
-    whose seat ``session`` is (``bots.queries.session_seat``); None in a one-bot session, whose
-    summaries, lease and cool-down are the session's, exactly as before rooms."""
-    return session.bot_id if session.is_room else None
-
-
-def seat_filter(session: ChatSession) -> dict[str, int]:
-    """The filter that keys a seat's compaction rows (summaries, events) besides the session:
-    ``{"bot_id": ...}`` in a room, nothing in a one-bot session (``seat_key``)."""
-    key = seat_key(session)
-    return {} if key is None else {"bot_id": key}
-
-
-def seat_summaries(session: ChatSession | int, bot_id: int | None) -> QuerySet[Summary]:
-    """The summaries of one seat: in a room (``bot_id`` = ``seat_key(session)``), that bot's
-    own; in a one-bot session (None), all of the session's. Every reader of a seat's summaries
-    (measure, holds, fusion) filters through here."""
-    where: dict[str, Any] = {"session": session}
-    if bot_id is not None:
-        where["bot_id"] = bot_id
-    return Summary.objects.filter(**where)
-
-
-def _name_slug(name: str) -> str:
-    """An OpenAI ``name`` (``[a-zA-Z0-9_-]{1,64}``) for a speaker."""
-    return re.sub(r"[^a-zA-Z0-9_-]+", "-", name).strip("-")[:64] or "user"
 
 
 @dataclass(frozen=True)
@@ -280,19 +143,6 @@ def session_budget(session: ChatSession) -> Budget:
     return bot_budget(session.bot, model=session.chat_model)
 
 
-def in_context_before(
-    session: ChatSession | int, before_seq: int, room: RoomView | None = None
-) -> Q:
-    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq;
-    in a room, those its bot may see."""
-    where = Message.in_context_q() & Q(session=session, seq__lt=before_seq)
-    return where & room.where() if room is not None else where
-
-
-def _in_context(session: ChatSession | int, before_seq: int, room: RoomView | None = None):
-    return Message.objects.filter(in_context_before(session, before_seq, room))
-
-
 _PINNED, _SUMMARY, _EXPANSION = 0, 1, 2
 
 
@@ -310,7 +160,7 @@ def _pins_and_summaries_query(
     session."""
     part = IntegerField()
     pinned = (
-        _in_context(session_id, before_seq)
+        in_context(session_id, before_seq)
         .filter(pinned=True)
         .exclude(pk=exclude_id)
         .annotate(part=Value(_PINNED, output_field=part))
@@ -489,26 +339,7 @@ def context_measure(
         expanded_record = snapshot_name(
             expansion[0], expansion[1], room.bot_id if room is not None else None
         )
-    excluded_tokens = (
-        sum(p.tokens for p in pinned)
-        + (new_entry.tokens if new_entry else 0)
-        + sum(r.tokens for r in recalled_entries)
-    )
-    excluded_count = len(pinned) + (1 if new_entry else 0) + len(recalled_entries)
-    if room is not None:
-        # The room's totals count every message in context; this bot's own exclude what its
-        # summaries cover and what it never saw.
-        excluded_tokens += room.covered_tokens + room.hidden_tokens
-        excluded_count += room.covered_messages + room.hidden_messages
-    # Messages written after before_seq (a later send racing this turn) are in the running totals
-    # too; they are few and only make the estimate cautious, never the selection larger.
-    count = max(0, session.context_messages - excluded_count)
-    tokens = max(0, session.context_tokens - excluded_tokens)
-    if room is not None:
-        # Speakers' labels are sent but not stored: count each as the longest (cautious, as
-        # for pins), so a room's pressure never reads lower than what admission will send.
-        tokens += count * room.max_prefix_tokens
-    totals = HistoryTotals(count=count, tokens=tokens)
+    totals = _history_totals(session, room, pinned, new_entry, recalled_entries)
     model = session.chat_model
     budget = session_budget(session)
     block_tokens = index_block_tokens(model)
@@ -516,15 +347,9 @@ def context_measure(
         session=session,
         budget=budget,
         before_seq=before_seq,
-        # The chat's own instruction (sent after the bot's prompt), an API client's system part
-        # and a room's header are all part of the system part.
-        system_tokens=_system_tokens(bot.system_prompt, model)
-        + _system_tokens(session.extra_instruction, model)
-        + _system_tokens(extra_system, model)
-        # The call's tool schemas (recall tools while recall is open, an API client's): they go
-        # with the call, so they count like a prompt
-        + tools_tokens
-        + (_system_tokens(room.header, model) if room is not None else 0),
+        system_tokens=_system_part_tokens(
+            session, room, extra_system=extra_system, tools_tokens=tools_tokens
+        ),
         new_message=new_entry,
         pinned=pinned,
         summaries=summaries,
@@ -546,56 +371,50 @@ def context_measure(
     )
 
 
-def tool_calls_text() -> Cast:
-    """``Message.tool_calls`` as its JSON text: nearly every row holds ``[]``, and decoding each
-    through the field costs more than the rest of the row on a long history."""
-    return Cast("tool_calls", output_field=TextField())
-
-
-def tool_calls_load(text: str | None) -> list[dict]:
-    if not text or text in ("[]", "null"):
-        return []
-    calls = json.loads(text)
-    return calls if isinstance(calls, list) else []
-
-
-def history_row(
-    pk: int,
-    seq: int,
-    tokens: int,
-    role: str,
-    tool_call_id: str | None,
-    calls: str | None,
-    room: RoomView | None = None,
-    bot_id: int | None = None,
-) -> HistoryRow:
-    """A history row for admission from the stored columns (``calls``: ``tool_calls_text``);
-    in a room, with what its speaker's label adds."""
-    return HistoryRow(
-        id=pk,
-        seq=seq,
-        tokens=room.row_tokens(tokens, role, bot_id) if room is not None else tokens,
-        role=role,
-        tool_call_id=tool_call_id or None,
-        tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
+def _history_totals(
+    session: ChatSession,
+    room: RoomView | None,
+    pinned: list[PinnedEntry],
+    new_entry: Entry | None,
+    recalled_entries: list[Entry],
+) -> HistoryTotals:
+    """The unpinned history's count and tokens, from the session's running totals less what is
+    sent whole (pins, the new message, the recalled exchange) and, in a room, what this bot's
+    summaries cover and what it never saw."""
+    excluded_tokens = (
+        sum(p.tokens for p in pinned)
+        + (new_entry.tokens if new_entry else 0)
+        + sum(r.tokens for r in recalled_entries)
     )
+    excluded_count = len(pinned) + (1 if new_entry else 0) + len(recalled_entries)
+    if room is not None:
+        # The room's totals count every message in context; this bot's own exclude what its
+        # summaries cover and what it never saw.
+        excluded_tokens += room.covered_tokens + room.hidden_tokens
+        excluded_count += room.covered_messages + room.hidden_messages
+    # Messages written after before_seq (a later send racing this turn) are in the running totals
+    # too; they are few and only make the estimate cautious, never the selection larger.
+    count = max(0, session.context_messages - excluded_count)
+    tokens = max(0, session.context_tokens - excluded_tokens)
+    if room is not None:
+        # Speakers' labels are sent but not stored: count each as the longest (cautious, as
+        # for pins), so a room's pressure never reads lower than what admission will send.
+        tokens += count * room.max_prefix_tokens
+    return HistoryTotals(count=count, tokens=tokens)
 
 
-def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
-    """Unpinned history as (ids, counts), newest first, in keyset pages; stops when not pulled."""
-    room = measure.room
-    rows = (
-        _in_context(measure.session, measure.before_seq, room)
-        .filter(pinned=False)
-        .annotate(calls=tool_calls_text())
-        .order_by("-seq")
-        .values_list("pk", "seq", "token_count", "role", "tool_call_id", "calls", "bot_id")
+def _system_part_tokens(
+    session: ChatSession, room: RoomView | None, *, extra_system: str, tools_tokens: int
+) -> int:
+    """The chat's own instruction (sent after the bot's prompt), an API client's system part
+    and a room's header are all part of the system part."""
+    model = session.chat_model
+    return (
+        _system_tokens(session.bot.system_prompt, model)
+        + _system_tokens(session.extra_instruction, model)
+        + _system_tokens(extra_system, model)
+        # The call's tool schemas (recall tools while recall is open, an API client's): they go
+        # with the call, so they count like a prompt
+        + tools_tokens
+        + (_system_tokens(room.header, model) if room is not None else 0)
     )
-    cursor = measure.before_seq
-    while True:
-        page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
-        for pk, seq, tokens, role, tool_call_id, calls, bot_id in page:
-            yield history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id)
-        if len(page) < HISTORY_PAGE_SIZE:
-            return
-        cursor = page[-1][1]

@@ -8,9 +8,10 @@ from django.db.models import QuerySet
 from bots.models import Message
 from bots.queries import message_get_for_user, session_get_for_user, session_seat_get
 from chat_platform.errors import NotFound, ValidationFailed
-from compaction.measure import seat_summaries
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
-from compaction.pipeline import context_fixed_fits, context_measure
+from compaction.pipeline.admit import context_fixed_fits
+from compaction.seats import seat_summaries
 
 
 def summary_list_for_user(

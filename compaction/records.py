@@ -21,10 +21,11 @@ from django.utils import timezone
 from attachments.queries import images_for_messages
 from bots.models import Message
 from chat_platform.errors import NotFound
-from compaction.measure import RoomView, tool_calls_text
 from compaction.models import ContextRecord, PromptVersion, Summary
-from compaction.pipeline import CHOSEN_FIELDS, index_block_render, render_row
+from compaction.pipeline.history import CHOSEN_FIELDS, tool_calls_text
+from compaction.pipeline.render import index_block_render, render_row
 from compaction.provenance import ROW_KINDS, prompt_version, seqs_of
+from compaction.seats import RoomView
 
 log = structlog.get_logger(__name__)
 

@@ -35,8 +35,9 @@ from compaction.engine.undo import (
 from compaction.measure import context_measure
 from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.payloads import event_payload, result_payload, summary_payload
-from compaction.pipeline import context_bot, context_report, seat_key
+from compaction.pipeline.report import context_bot, context_report
 from compaction.queries import summary_get_for_user
+from compaction.seats import seat_key
 from connections import usage
 from memory.models import MemoryRecord
 from memory.queries import record_get_for_session

@@ -26,9 +26,10 @@ from chat_platform import errors
 from chat_platform.jsontext import json_loads
 from chat_platform.outage import OUTAGE_ERRORS
 from chat_platform.realtime import session_group
-from openai_api import completions, keys, shapes
-from openai_api.completions import OpenAIError, Started
+from openai_api import completions, keys, openai_errors, request_check, shapes
+from openai_api.completions import Started
 from openai_api.models import ApiKey
+from openai_api.openai_errors import OpenAIError
 from turns.services.message import message_wait_finished
 
 log = structlog.get_logger(__name__)
@@ -87,7 +88,7 @@ def _guarded(view: Callable[..., Any]) -> Callable[..., Any]:
         except OpenAIError as exc:
             return _error(exc)
         except errors.PlatformError as exc:
-            return _error(completions.from_platform(exc))
+            return _error(openai_errors.from_platform(exc))
         except OUTAGE_ERRORS:
             log.exception("openai_api_service_unavailable", path=request.path)
             return _error(
@@ -153,7 +154,7 @@ def _body(request: HttpRequest) -> Any:
     try:
         return json_loads(raw)
     except ValueError as exc:
-        raise completions.invalid(f"The body is not valid JSON: {exc}", None) from None
+        raise openai_errors.invalid(f"The body is not valid JSON: {exc}", None) from None
 
 
 def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
@@ -161,14 +162,14 @@ def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
     # A completion writes (the call's messages, a session): a read key is refused before the
     # body is read, and nothing is stored.
     keys.key_check_write(key=key)
-    chat = completions.check_request(
+    chat = request_check.check_request(
         _body(request), header_session_id=request.headers.get(SESSION_HEADER)
     )
     bot = completions.completion_bot(key=key, request=chat)
     try:
         keys.key_budget_check(key=key)
     except errors.QuotaExceeded as exc:
-        raise completions.quota_error(exc.message) from None
+        raise openai_errors.quota_error(exc.message) from None
     conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
     return key, bot, chat, conversation
 
@@ -181,7 +182,7 @@ def _refused_at_send(started: Started) -> OpenAIError | None:
     reply = completions.reply_read(reply_id=started.reply.pk)
     started.reply = reply
     if reply.status == Message.Status.FAILED:
-        return completions.reply_error(reply)
+        return openai_errors.reply_error(reply)
     if started.dispatched is False and not reply.is_finished:
         return OpenAIError(
             "The message is saved, but the task queue is unavailable: the reply starts by itself "
@@ -248,7 +249,7 @@ async def chat_completions_view(request: HttpRequest) -> HttpResponse:
             code="timeout",
         )
     if reply.status != Message.Status.COMPLETE:
-        return _with_session(_error(completions.reply_error(reply)), started)
+        return _with_session(_error(openai_errors.reply_error(reply)), started)
     body = shapes.completion(
         completion_id=_completion_id(reply),
         created=int(reply.created_at.timestamp()),
@@ -358,7 +359,7 @@ async def _stream(
                 # The database is the truth (frames are lossy): the finished reply, or wait on.
                 reply = await _in_thread(_finished_reply)(reply_id=reply_id)
         if reply.status != Message.Status.COMPLETE:
-            exc = completions.reply_error(reply)
+            exc = openai_errors.reply_error(reply)
             yield _sse(shapes.error_body(exc.message, type_=exc.type_, code=exc.code))
             yield b"data: [DONE]\n\n"
             return

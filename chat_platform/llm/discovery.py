@@ -142,9 +142,9 @@ def models_list_openai_compatible(
 
 def models_list_litellm(*, provider: str) -> list[DiscoveredModel]:
     """The models litellm's bundled map lists for ``provider`` (no network)."""
-    from chat_platform.llm.gateway import _litellm
+    from chat_platform.llm.gateway import lazy_litellm
 
-    litellm = _litellm()
+    litellm = lazy_litellm.get()
     names = sorted(set(getattr(litellm, "models_by_provider", {}).get(provider, ()) or ()))
     if not names:
         raise DiscoveryFailed(f"litellm lists no models for the provider {provider!r}")

@@ -72,8 +72,9 @@ def _http() -> httpx.Client:
 
 
 def open_stream(kwargs: dict[str, Any]) -> SSEStream:
-    """POST the call the gateway built (``_call_kwargs``) and return its chunks once the server
-    has answered 200; an error status raises ``ProviderHTTPError`` with the provider's message."""
+    """POST the call the gateway built (``request.call_kwargs``) and return its chunks once the
+    server has answered 200; an error status raises ``ProviderHTTPError`` with the provider's
+    message."""
     body: dict[str, Any] = {
         "model": kwargs["model"][len(OPENAI_PREFIX) :],
         "messages": kwargs["messages"],

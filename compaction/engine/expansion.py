@@ -18,8 +18,9 @@ from bots.models import ChatSession
 from chat_platform.errors import ValidationFailed
 from compaction.engine.common import session_fresh
 from compaction.engine.events import event_write
-from compaction.measure import context_measure, expanded_span, seat_key
+from compaction.measure import context_measure, expanded_span
 from compaction.models import CompactionEvent, ContextExpansion, Summary
+from compaction.seats import seat_key
 from memory.models import MemoryRecord
 from memory.services import snapshot_name
 

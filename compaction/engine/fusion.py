@@ -19,10 +19,10 @@ from compaction.engine.common import (
     Plan,
     session_kind_held,
 )
+from compaction.engine.coverage import coverage_move
 from compaction.engine.events import event_write
 from compaction.engine.holds import held_spans, in_spans
 from compaction.engine.passes import (
-    coverage_move,
     enveloped,
     record_success,
     run_pass,
@@ -35,9 +35,10 @@ from compaction.engine.summariser import (
     compaction_model_config,
     summariser_window,
 )
-from compaction.measure import context_measure, seat_key, seat_summaries
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
+from compaction.seats import seat_key, seat_summaries
 from memory import services as memory_services
 
 

@@ -5,8 +5,8 @@ from django.db import transaction
 
 from bots.models import ChatSession
 from compaction.engine.events import event_write
-from compaction.measure import seat_key, seat_summaries
 from compaction.models import CompactionEvent, Summary
+from compaction.seats import seat_key, seat_summaries
 
 
 def held_spans(session: ChatSession) -> list[tuple[int, int]]:

@@ -7,8 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from compaction.measure import RoomView
 from compaction.models import CompactionState, SeatState
+from compaction.seats import RoomView
 
 
 def now():

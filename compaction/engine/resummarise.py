@@ -24,9 +24,9 @@ from compaction.engine.common import (
     session_kind_held,
     summary_seat,
 )
+from compaction.engine.coverage import coverage_move
 from compaction.engine.events import event_write
 from compaction.engine.passes import (
-    coverage_move,
     enveloped,
     record_success,
     summarise,
@@ -35,9 +35,10 @@ from compaction.engine.passes import (
 from compaction.engine.summariser import summariser_ready
 from compaction.engine.undo import summary_snapshot
 from compaction.lock import single_flight
-from compaction.measure import context_measure, seat_key
+from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
+from compaction.seats import seat_key
 from memory.models import MemoryRecord
 
 TRIGGER = "resummarise"

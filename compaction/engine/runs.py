@@ -17,9 +17,10 @@ from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import arm_failure, clear_failures, seat_blocked_until
 from compaction.engine.summariser import EXTRACTIVE_MODEL, summariser_ready
 from compaction.lock import single_flight
-from compaction.measure import Measure, context_measure, seat_key, session_budget
+from compaction.measure import Measure, context_measure, session_budget
 from compaction.models import CompactionEvent
 from compaction.results import RunResult
+from compaction.seats import seat_key
 from connections import usage
 
 

@@ -2,7 +2,7 @@
 
 from bots.models import Message
 from chat_platform.transcript import line
-from compaction.measure import RoomView
+from compaction.seats import RoomView
 
 
 def transcript_line(message: Message, room: RoomView | None = None) -> str:

@@ -25,14 +25,15 @@ from django.utils import timezone
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, QuotaExceeded, ValidationFailed
 from compaction.engine.common import Conflict, session_fresh, session_kind_held, summary_seat
+from compaction.engine.coverage import coverage_release, coverage_restore
 from compaction.engine.events import event_write
-from compaction.engine.passes import coverage_release, coverage_restore
 from compaction.engine.runs import manual_passes
 from compaction.engine.summariser import summariser_ready
 from compaction.lock import single_flight
-from compaction.measure import context_measure, seat_key, session_budget
+from compaction.measure import context_measure, session_budget
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
+from compaction.seats import seat_key
 from memory import services as memory_services
 from memory.models import MemoryRecord
 

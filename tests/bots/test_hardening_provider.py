@@ -15,6 +15,7 @@ import pytest
 from bots.models import Bot, Message
 from chat_platform import outbound
 from chat_platform.llm import gateway
+from chat_platform.llm.gateway import request
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import FakeOpenAI, Reply
@@ -367,7 +368,7 @@ def test_a_listed_default_is_passed_explicitly_so_the_environment_cannot_redirec
     settings.PROVIDER_API_BASES = ["http://localhost:11434"]
     monkeypatch.setenv("OLLAMA_API_BASE", internal.url.removesuffix("/v1"))
     config = gateway.ModelConfig(model="ollama/llama3", max_output_tokens=5, timeout=2)
-    kwargs = gateway._call_kwargs(config, [], tools=None, max_tokens=None, stream=False)
+    kwargs = request.call_kwargs(config, [], tools=None, max_tokens=None, stream=False)
     assert (kwargs["api_base"], kwargs["api_key"]) == ("http://localhost:11434", "no-key-required")
     with pytest.raises(gateway.ModelCallFailed):
         gateway.complete(config, [{"role": "user", "content": "hi"}])

@@ -14,7 +14,8 @@ from bots.models import ChatSession, Message
 from bots.transitions import session_context_add, session_context_recount
 from chat_platform import realtime as transport
 from chat_platform.llm.tokens import count_message_tokens
-from compaction import pipeline
+from compaction.pipeline import admit as pipeline_admit
+from compaction.pipeline import history as pipeline_history
 from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
 from turns import recall_loop, stream, turn, watchdog
@@ -71,8 +72,8 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
     _, reply = _turn(session, "second question")
     session.refresh_from_db()
 
-    real_walk = pipeline.history_newest_first
-    real_whole = pipeline._whole_history
+    real_walk = pipeline_history.history_newest_first
+    real_whole = pipeline_history.whole_history
     finished_text = "The first answer, finished by a concurrent turn."
     raced = []
 
@@ -94,10 +95,10 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
         return real_whole(measure, new_message)
 
     # History is read whole (the totals say it fits) or walked (forced): race both.
-    monkeypatch.setattr(pipeline, "history_newest_first", walk_after_the_other_turn)
-    monkeypatch.setattr(pipeline, "_whole_history", whole_after_the_other_turn)
+    monkeypatch.setattr(pipeline_history, "history_newest_first", walk_after_the_other_turn)
+    monkeypatch.setattr(pipeline_history, "whole_history", whole_after_the_other_turn)
     if history_read == "walk":
-        monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
+        monkeypatch.setattr(pipeline_history, "fits_whole", lambda measure: False)
     fake_openai.script(Reply(text="Second answer."))
 
     turn.turn_run(message_id=reply.pk)
@@ -553,13 +554,13 @@ def test_the_admission_is_recorded_while_the_provider_works_on_the_first_token(
     _, reply = _turn(fake_session)
     fake_openai.script(Reply(text="Fine.", chunks=["Fi", "ne."]))
     at_record = []
-    real = pipeline.admission_record
+    real = pipeline_admit.admission_record
 
     def record(measure, admission, *, path):
         at_record.append(len(fake_openai.requests))
         real(measure, admission, path=path)
 
-    monkeypatch.setattr(pipeline, "admission_record", record)
+    monkeypatch.setattr(pipeline_admit, "admission_record", record)
     turn.turn_run(message_id=reply.pk)
 
     reply.refresh_from_db()

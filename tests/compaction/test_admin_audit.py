@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from compaction.audit import source_lines
+from compaction.facts import retention_score
 from compaction.models import CompactionEvent, Summary
-from compaction.quality import retention_score
 from memory.models import MemoryRecord
 from tests.factories import BotFactory, SessionFactory, UserFactory, message_add
 

@@ -12,9 +12,10 @@ from django.utils import timezone
 from bots.models import ChatSession, Message
 from bots.transitions import session_context_recount
 from chat_platform.llm.tokens import count_message_tokens
-from compaction import pipeline, records
+from compaction import records
 from compaction.models import ContextRecord, PromptVersion, Summary
 from compaction.pipeline import context_build, session_budget
+from compaction.pipeline import history as pipeline_history
 from compaction.provenance import prompt_version, seq_ranges, seqs_of
 from compaction.records import (
     context_record_write,
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def history_read(request, monkeypatch):
     """Both ways history reaches admission (see tests/compaction/test_pipeline.py)."""
     if request.param == "walk":
-        monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
+        monkeypatch.setattr(pipeline_history, "fits_whole", lambda measure: False)
     return request.param
 
 

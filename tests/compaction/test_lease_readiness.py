@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import pytest
 
 from chat_platform.llm import gateway
+from chat_platform.llm.gateway import lazy_litellm
 from compaction.engine import compaction_manual, runs
 from compaction.lock import in_flight
 from compaction.models import CompactionEvent
@@ -45,7 +46,7 @@ def calls(monkeypatch) -> list[str]:
     """The order of: litellm asked for, the summariser's model facts read, the lease taken and
     given back."""
     order: list[str] = []
-    litellm = gateway._litellm
+    litellm = lazy_litellm.get
     model_facts = gateway.model_max_input_tokens
     lease = runs.single_flight
 
@@ -64,7 +65,7 @@ def calls(monkeypatch) -> list[str]:
             yield flight
         order.append("lease given back")
 
-    monkeypatch.setattr(gateway, "_litellm", recorded_litellm)
+    monkeypatch.setattr(lazy_litellm, "get", recorded_litellm)
     monkeypatch.setattr(gateway, "model_max_input_tokens", recorded_model_facts)
     monkeypatch.setattr(runs, "single_flight", recorded_lease)
     return order

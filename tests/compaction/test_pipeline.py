@@ -10,6 +10,7 @@ from chat_platform.errors import ContextTooLarge
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline
 from compaction.pipeline import HISTORY_PAGE_SIZE, context_build, context_report
+from compaction.pipeline import history as pipeline_history
 from tests.factories import BotFactory, SessionFactory, message_add
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,7 @@ def history_read(request, monkeypatch):
     """Both ways history reaches admission: read whole with its text when the running totals say
     it fits, or walked in pages of counts (forced here) with text read for the admitted run."""
     if request.param == "walk":
-        monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
+        monkeypatch.setattr(pipeline_history, "fits_whole", lambda measure: False)
     return request.param
 
 
@@ -343,7 +344,7 @@ def test_a_history_that_fits_is_read_with_its_text_in_one_query(owner, monkeypat
     reply = _fitting_session(owner, 12)
     with CaptureQueriesContext(connection) as whole_queries:
         whole = context_build(session=reply.session, reply=reply, record=False)
-    monkeypatch.setattr(pipeline, "_fits_whole", lambda measure: False)
+    monkeypatch.setattr(pipeline_history, "fits_whole", lambda measure: False)
     with CaptureQueriesContext(connection) as walk_queries:
         walked = context_build(session=reply.session, reply=reply, record=False)
 
@@ -371,7 +372,9 @@ def test_totals_that_lag_behind_the_rows_still_trim_to_the_budget(owner):
     # The totals claim 150 tokens in 2 messages; the rows hold 350 in 4.
     type(session).objects.filter(pk=session.pk).update(context_tokens=150, context_messages=2)
     session.refresh_from_db()
-    assert pipeline._fits_whole(pipeline.context_measure(session=session, new_message=rows[-1]))
+    assert pipeline_history.fits_whole(
+        pipeline.context_measure(session=session, new_message=rows[-1])
+    )
 
     built = context_build(session=session, reply=reply)
 

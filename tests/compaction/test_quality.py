@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from compaction.facts import extract_facts, retention_score
 from compaction.quality import (
     GateResult,
-    extract_facts,
     has_tool_syntax,
-    retention_score,
     strip_reasoning,
     summary_gate,
 )

@@ -6,7 +6,7 @@ import pytest
 
 from chat_platform.llm import gateway
 from chat_platform.llm.builtin import generate
-from chat_platform.llm.gateway import Completion, ModelCallFailed, ModelConfig
+from chat_platform.llm.gateway import Completion, ModelCallFailed, ModelConfig, lazy_litellm
 from tests.llm.test_builtin_extractive import PROMPT, SYSTEM
 from tests.llm.test_builtin_recall import BOT, HISTORY, INDEX, RECALL_TOOL, SAVE, SEARCH, SUMMARY
 
@@ -179,7 +179,7 @@ def test_unknown_builtin_model_is_model_unavailable_without_retry():
 
 
 async def test_async_completion_and_streaming_through_litellm():
-    litellm = gateway._litellm()
+    litellm = lazy_litellm.get()
     expected = generate("recall", BUDGET_QUESTION)
 
     response = await litellm.acompletion(model="builtin/recall", messages=BUDGET_QUESTION)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from chat_platform.llm import gateway, openai_compat
-from chat_platform.llm.gateway import ModelCallFailed, ModelConfig
+from chat_platform.llm.gateway import ModelCallFailed, ModelConfig, lazy_litellm
 from tests.fakeopenai import Reply
 
 API_BASE = "http://llm.internal:8000/v1"
@@ -49,7 +49,7 @@ def test_a_direct_stream_never_touches_litellm(fake_openai, monkeypatch):
     def no_litellm():
         raise AssertionError("litellm was used")
 
-    monkeypatch.setattr(gateway, "_litellm", no_litellm)
+    monkeypatch.setattr(lazy_litellm, "get", no_litellm)
     fake_openai.script(
         Reply(text="Hello there, friend.", usage={"prompt_tokens": 9, "completion_tokens": 5})
     )

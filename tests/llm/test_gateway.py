@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chat_platform.llm import gateway
-from chat_platform.llm.gateway import ModelCallFailed, ModelConfig
+from chat_platform.llm.gateway import ModelCallFailed, ModelConfig, lazy_litellm
 from tests.fakeopenai import Reply
 
 KEY_ENV = "CHAT_PLATFORM_TEST_GATEWAY_KEY"
@@ -686,7 +686,7 @@ def test_model_max_input_tokens():
 
 
 def test_litellm_is_configured_offline_and_knows_builtin():
-    litellm = gateway._litellm()
+    litellm = lazy_litellm.get()
 
     assert litellm.suppress_debug_info is True
     assert getattr(litellm, "telemetry", False) is False

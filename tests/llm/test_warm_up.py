@@ -19,8 +19,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 """
 CHECK_WARM = """
 assert "litellm" in sys.modules, "litellm was not imported"
-from chat_platform.llm import gateway
-assert gateway._litellm_module is not None
+from chat_platform.llm.gateway import lazy_litellm
+assert lazy_litellm._module is not None
 import litellm
 assert any(p["provider"] == "builtin" for p in litellm.custom_provider_map)
 print("WARM")

@@ -1,4 +1,5 @@
-"""A turn whose recall exchange overflows the budget says so (compaction/pipeline.py ``_reject``).
+"""A turn whose recall exchange overflows the budget says so
+(compaction/pipeline/admit.py ``_reject``).
 
 Before, a model asking for 10,000 record names in one call failed the reply (REST: 422) with
 "This message, with the system prompt and pinned messages, does not fit", blaming a user message

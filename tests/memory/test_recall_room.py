@@ -62,7 +62,7 @@ def test_a_pin_made_during_recall_drops_the_rounds_that_no_longer_fit_not_the_re
         Reply(text="", tool_calls=[_call("read_records", {"names": ["logbook"]}, "c2")]),
         Reply(text="It says the boat left at dawn."),
     )
-    real_execute = turn.recall_execute
+    real_execute = recall_loop.recall_execute
     rounds = []
 
     def execute_then_pin(**kwargs):

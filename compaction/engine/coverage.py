@@ -1,0 +1,116 @@
+"""What a summary covers: in a one-bot session its messages' ``compacted_by``, written through
+``bots.transitions``; in a room the seat's ``SummaryCoverage`` rows and ``SeatState`` totals.
+Moved to a fused or re-summarised summary, restored on undo, released on delete; always inside
+the caller's transaction."""
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, F, Sum
+
+from bots import coverage
+from bots.models import ChatSession, Message
+from compaction.engine.common import Conflict
+from compaction.models import SeatState, Summary, SummaryCoverage
+
+# A one-bot session records coverage on its messages (``Message.compacted_by_id``, through
+# ``bots.transitions``); a room records it per bot (``SummaryCoverage``) with the seat's own
+# totals (``SeatState``). Fusion, re-summary and undo move coverage through these, so each keeps
+# one path whatever the session is.
+
+
+def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens: int) -> None:
+    """In a room (caller's transaction): the bot's summary covers exactly these messages, for
+    this bot alone (``SummaryCoverage``), and the bot's own totals drop by what it replaced.
+    The same conditions as ``coverage.messages_compact``: a message pinned, changed or
+    covered for this bot meanwhile is a conflict.
+
+    One statement writes the coverage of those of ``ids`` still complete and unpinned
+    (``INSERT … SELECT``): fewer rows than ids is a conflict, and so is a message this bot
+    covers already, which the unique (bot, message) pair refuses — no read of the bot's whole
+    coverage per pass. The seat's row exists after its first turn: one UPDATE moves its totals."""
+    bot_id = session.bot_id
+    try:
+        with transaction.atomic():
+            written = coverage_insert(summary_id=summary.pk, bot_id=bot_id, message_ids=ids)
+    except IntegrityError as exc:
+        raise Conflict() from exc
+    if written != len(ids):
+        raise Conflict()
+    moved = {
+        "covered_tokens": F("covered_tokens") + tokens,
+        "covered_messages": F("covered_messages") + len(ids),
+    }
+    if not SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(**moved):
+        SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
+        SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(**moved)
+
+
+def coverage_insert(*, summary_id: int, bot_id: int, message_ids: list[int]) -> int:
+    """``SummaryCoverage`` rows (summary, bot, message) for those of ``message_ids`` that are
+    complete and unpinned, in one ``INSERT … SELECT``; how many were written."""
+    claimable = Message.objects.filter(
+        pk__in=message_ids, status=Message.Status.COMPLETE, pinned=False
+    ).order_by()
+    source_sql, source_params = claimable.values("id").query.sql_with_params()
+    quote = connection.ops.quote_name
+    meta = SummaryCoverage._meta
+    columns = ", ".join(quote(meta.get_field(f).column) for f in ("summary", "bot", "message"))
+    with connection.cursor() as cursor:
+        # Identifiers from the models, the rows from Django's own compiled SQL; values are
+        # parameters.
+        cursor.execute(
+            f"INSERT INTO {quote(meta.db_table)} ({columns}) "  # noqa: S608
+            f"SELECT CAST(%s AS BIGINT), CAST(%s AS BIGINT), claimable.{quote('id')} "
+            f"FROM ({source_sql}) claimable",
+            [summary_id, bot_id, *source_params],
+        )
+        return cursor.rowcount
+
+
+def coverage_move(session: ChatSession, *, from_summary_ids: list[int], to_summary_id: int) -> None:
+    """Fusion, re-summary: what ``from_summary_ids`` covered is covered by ``to_summary_id``
+    (caller's transaction). The totals do not move: the same messages stay covered."""
+    if session.is_room:
+        SummaryCoverage.objects.filter(summary_id__in=from_summary_ids).update(
+            summary_id=to_summary_id
+        )
+    else:
+        coverage.messages_compaction_move(
+            from_summary_ids=from_summary_ids, to_summary_id=to_summary_id
+        )
+
+
+def coverage_restore(
+    session: ChatSession, *, from_summary_id: int, to_summary_id: int, first_seq: int, last_seq: int
+) -> None:
+    """Undo of a fusion: the fused summary's coverage in one parent's span is that parent's
+    again (the reverse of ``coverage_move``; caller's transaction)."""
+    if session.is_room:
+        SummaryCoverage.objects.filter(
+            summary_id=from_summary_id, message__seq__gte=first_seq, message__seq__lte=last_seq
+        ).update(summary_id=to_summary_id)
+    else:
+        coverage.messages_compaction_restore(
+            from_summary_id=from_summary_id,
+            to_summary_id=to_summary_id,
+            first_seq=first_seq,
+            last_seq=last_seq,
+        )
+
+
+def coverage_release(session: ChatSession, *, summary_id: int) -> tuple[int, int]:
+    """Undo: what ``summary_id`` covers is no longer covered and comes back into the context —
+    in a room, into its bot's context only: its coverage rows go and its seat's totals drop by
+    exactly what they held (the reverse of ``seat_cover``); other bots' seats are untouched.
+    Returns the (tokens, messages) that came back. Caller's transaction."""
+    if not session.is_room:
+        return coverage.messages_uncompact(summary_id=summary_id)
+    rows = SummaryCoverage.objects.filter(summary_id=summary_id)
+    held = rows.aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
+    tokens, messages = held["tokens"] or 0, held["messages"]
+    rows.delete()
+    if messages:
+        SeatState.objects.filter(session_id=session.pk, bot_id=session.bot_id).update(
+            covered_tokens=F("covered_tokens") - tokens,
+            covered_messages=F("covered_messages") - messages,
+        )
+    return tokens, messages

@@ -1,0 +1,143 @@
+"""Which messages a pass compacts: the oldest uncompacted, unpinned history, read from stored
+counts in keyset pages (``compaction.ranges.range_select`` decides), and how much of it a pass
+should take."""
+
+import math
+
+from bots.models import ChatSession, Message
+from compaction.engine.common import (
+    DEFAULT_SUMMARY_RATIO,
+    RANGE_PAGE_SIZE,
+    Plan,
+    current_turn_seq,
+)
+from compaction.engine.holds import held_spans
+from compaction.engine.summariser import (
+    INPUT_SHARE_PERCENT,
+    compaction_model_config,
+    request_tokens,
+    summariser_window,
+)
+from compaction.engine.transcript import transcript_line
+from compaction.models import CompactionEvent
+from compaction.ranges import RangeRow, range_select
+from compaction.seats import RoomView, seat_filter
+
+
+def range_rows(
+    session: ChatSession,
+    *,
+    before_seq: int | None,
+    want_tokens: int,
+    room: RoomView | None = None,
+) -> list[RangeRow]:
+    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand; in a
+    room, those the bot was shown and its own summaries do not cover yet (``RoomView.where``).
+
+    The spans of undone summaries that are still held are left out, as if not there: the scan
+    goes on past them (a held span is not taken again until it is released)."""
+    rows: list[RangeRow] = []
+    queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
+    if room is not None:
+        queryset = queryset.filter(room.where())
+    for first, last in held_spans(session):
+        queryset = queryset.exclude(seq__gte=first, seq__lte=last)
+    if before_seq is not None:
+        queryset = queryset.filter(seq__lt=before_seq)
+    queryset = queryset.values_list(
+        "pk", "seq", "token_count", "role", "status", "pinned", "tool_call_id", "tool_calls"
+    )
+    cursor = 0
+    taken = 0
+    extra_pages = 1  # one page past the need, so a tool call at the cut can take its results
+    while True:
+        page = list(queryset.filter(seq__gt=cursor)[:RANGE_PAGE_SIZE])
+        for pk, seq, tokens, role, status, pinned, tool_call_id, tool_calls in page:
+            rows.append(
+                RangeRow(
+                    id=pk,
+                    seq=seq,
+                    tokens=tokens,
+                    role=role,
+                    status=status,
+                    pinned=pinned,
+                    tool_call_id=tool_call_id or None,
+                    tool_call_ids=tuple(c.get("id", "") for c in tool_calls or ()),
+                )
+            )
+            taken += tokens
+        if len(page) < RANGE_PAGE_SIZE:
+            return rows
+        cursor = page[-1][1]
+        if taken >= want_tokens:
+            if extra_pages == 0:
+                return rows
+            extra_pages -= 1
+
+
+def range_choose(
+    session: ChatSession, plan: Plan, tokens_to_free: int, *, room: RoomView | None
+) -> tuple[list[RangeRow], str]:
+    """The range (from stored counts) and its transcript, whose request as sent fits in 85 % of
+    the summariser's window: speaker labels cost more than the stored per-message overhead, so
+    an over-long transcript shrinks the range by its overflow and is measured again.
+
+    ``room``: the seat's view, as the pass's measure read it (None in a one-bot session)."""
+    config = compaction_model_config(session.bot, model=plan.model)
+    limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
+    cap = max(0, limit - request_tokens("", plan.focus, config.model))
+    current_turn = current_turn_seq(session)
+    rows = range_rows(
+        session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap), room=room
+    )
+    loaded: dict[int, Message] = {}
+    for _ in range(8):
+        selection = range_select(
+            rows_oldest_first=rows,
+            current_turn_seq=current_turn,
+            tokens_to_free=tokens_to_free,
+            min_tokens=plan.min_tokens,
+            max_tokens=cap,
+        )
+        if not selection:
+            return [], ""
+        wanted = [row.id for row in selection if row.id not in loaded]
+        loaded.update(
+            (m.pk, m) for m in Message.objects.filter(pk__in=wanted).select_related("bot")
+        )
+        transcript = "\n".join(transcript_line(loaded[row.id], room) for row in selection)
+        sent = request_tokens(transcript, plan.focus, config.model)
+        if sent <= limit:
+            return selection, transcript
+        # Shrink in proportion to the overflow, 5 % beyond it: labels and time stamps can make
+        # short messages cost several times their stored count, so subtracting the overflow
+        # (tokens as sent) from a cap in stored tokens could leave nothing, or less than nothing.
+        stored = sum(row.tokens for row in selection)
+        cap = min(cap - 1, stored * limit * 19 // (sent * 20))
+        if cap <= 0:
+            return [], ""
+    return [], ""
+
+
+def source_tokens_to_take(session: ChatSession, excess: int) -> int:
+    """Source tokens to take so that pressure lands on the target *after* the new summary.
+
+    The summary comes back into the context, so freeing exactly the excess would leave pressure
+    above the target and cost a second, tiny pass. The session's last compression ratio (summary
+    / source; 25 % before the first) predicts how much comes back.
+    """
+    if excess <= 0:
+        return 0
+    last = (
+        CompactionEvent.objects.filter(
+            session=session, outcome=CompactionEvent.Outcome.COMPACTED, source_tokens__gt=0
+        )
+        .filter(**seat_filter(session))
+        .exclude(trigger="fusion")
+        .order_by("-id")
+        .values_list("summary_tokens", "source_tokens")
+        .first()
+    )
+    ratio = last[0] / last[1] if last else DEFAULT_SUMMARY_RATIO
+    ratio = min(max(ratio, 0.05), 0.9)
+    return math.ceil(excess / (1 - ratio))

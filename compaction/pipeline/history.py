@@ -1,0 +1,180 @@
+"""The history of a context build: the rows admission decides on (ids and stored counts, read
+newest first in keyset pages, or whole with their text when the running totals say everything
+fits), and the text of what admission chose (see the package doc)."""
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
+
+from bots.models import Message
+from compaction.admission import Admission, HistoryRow
+from compaction.measure import Measure
+from compaction.seats import RoomView, in_context, in_context_before
+
+# Rows per keyset page when walking history newest-first (ids and counts only, no text).
+HISTORY_PAGE_SIZE = 500
+
+
+def tool_calls_text() -> Cast:
+    """``Message.tool_calls`` as its JSON text: nearly every row holds ``[]``, and decoding each
+    through the field costs more than the rest of the row on a long history."""
+    return Cast("tool_calls", output_field=TextField())
+
+
+def tool_calls_load(text: str | None) -> list[dict]:
+    if not text or text in ("[]", "null"):
+        return []
+    calls = json.loads(text)
+    return calls if isinstance(calls, list) else []
+
+
+def history_row(
+    pk: int,
+    seq: int,
+    tokens: int,
+    role: str,
+    tool_call_id: str | None,
+    calls: str | None,
+    room: RoomView | None = None,
+    bot_id: int | None = None,
+) -> HistoryRow:
+    """A history row for admission from the stored columns (``calls``: ``tool_calls_text``);
+    in a room, with what its speaker's label adds."""
+    return HistoryRow(
+        id=pk,
+        seq=seq,
+        tokens=room.row_tokens(tokens, role, bot_id) if room is not None else tokens,
+        role=role,
+        tool_call_id=tool_call_id or None,
+        tool_call_ids=tuple(c.get("id", "") for c in tool_calls_load(calls)),
+    )
+
+
+def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
+    """Unpinned history as (ids, counts), newest first, in keyset pages; stops when not pulled."""
+    room = measure.room
+    rows = (
+        in_context(measure.session, measure.before_seq, room)
+        .filter(pinned=False)
+        .annotate(calls=tool_calls_text())
+        .order_by("-seq")
+        .values_list("pk", "seq", "token_count", "role", "tool_call_id", "calls", "bot_id")
+    )
+    cursor = measure.before_seq
+    while True:
+        page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
+        for pk, seq, tokens, role, tool_call_id, calls, bot_id in page:
+            yield history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id)
+        if len(page) < HISTORY_PAGE_SIZE:
+            return
+        cursor = page[-1][1]
+
+
+# Rendered from the first six; the seq names the row in the call's provenance.
+CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id", "bot_id", "seq")
+
+
+def fits_whole(measure: Measure) -> bool:
+    """Do the running totals say the whole history fits, with everything else? Then admission
+    will take every candidate, so their text is read with their counts (one query)."""
+    return measure.pressure <= measure.budget.budget
+
+
+def whole_history(
+    measure: Measure, new_message: Message | None
+) -> tuple[list[HistoryRow], dict[int, tuple[Any, ...]]]:
+    """Every candidate with its text, when the whole history fits (``fits_whole``): the history
+    rows for admission, newest first, and ``CHOSEN_FIELDS`` tuples by id for rendering (pins,
+    the recalled exchange and the new message included).
+
+    The running totals are read before the rows: if a concurrent turn made the history grow past
+    the budget meanwhile, admission still decides on the rows read, and trims."""
+    outside = _sent_whole_ids(measure, new_message)
+    where = in_context_before(measure.session, measure.before_seq, measure.room)
+    if outside:
+        where |= Q(pk__in=outside)
+    rows = (
+        Message.objects.filter(where)
+        .annotate(calls=tool_calls_text())
+        .order_by("-seq")
+        .values_list(*CHOSEN_FIELDS, "token_count", "pinned")
+    )
+    history: list[HistoryRow] = []
+    texts: dict[int, tuple[Any, ...]] = {}
+    room = measure.room
+    for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in rows:
+        texts[pk] = (pk, role, content, calls, tool_call_id, bot_id, seq)
+        if not pinned and pk not in outside:
+            history.append(history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id))
+    return history, texts
+
+
+def _sent_whole_ids(measure: Measure, new_message: Message | None) -> set[int]:
+    """Pins, the recalled exchange, an expanded span and the new message: sent whatever
+    admission decides."""
+    ids = {p.id for p in measure.pinned} | {r.id for r in measure.recalled}
+    ids |= {e.id for e in measure.expanded}
+    if new_message is not None:
+        ids.add(new_message.pk)
+    return ids
+
+
+def _chosen_ids(measure: Measure, admission: Admission, new_message: Message | None) -> set[int]:
+    return _sent_whole_ids(measure, new_message) | set(admission.admitted_history_ids)
+
+
+def chosen_from(
+    texts: dict[int, tuple[Any, ...]],
+    measure: Measure,
+    admission: Admission,
+    new_message: Message | None,
+) -> list[tuple[Any, ...]]:
+    """What admission chose, in seq order, from rows already read (``whole_history``: newest
+    first, so reversed)."""
+    wanted = _chosen_ids(measure, admission, new_message)
+    return [row for pk, row in reversed(texts.items()) if pk in wanted]
+
+
+def chosen_rows(
+    measure: Measure, admission: Admission, new_message: Message | None
+) -> list[tuple[Any, ...]]:
+    """The text of what admission chose, in seq order: ``CHOSEN_FIELDS`` tuples, no model
+    instances (a long history costs no per-row object building).
+
+    The admitted history is the newest contiguous run of candidates, so it is read as a seq
+    range, not as a list of ids (thousands of placeholders cost more to send and plan than the
+    rows); rows of that range admission left out (an orphaned tool result at its start, failed
+    replies, commands) are dropped here. Older pins, the recalled exchange and the new message
+    come by id."""
+    wanted = _chosen_ids(measure, admission, new_message)
+    if not wanted:
+        return []
+    first = admission.admitted_from_seq
+    if first is None:
+        where = Q(pk__in=wanted)
+    else:
+        history_ids = set(admission.admitted_history_ids)
+        outside = [pk for pk in wanted if pk not in history_ids]
+        # Every row of the range, whatever became of it since (a compaction that just marked
+        # it): admission counted it, so it goes as it was read.
+        where = Q(session=measure.session, seq__gte=first, seq__lt=measure.before_seq)
+        if outside:
+            where |= Q(pk__in=outside)
+    rows = (
+        Message.objects.filter(where)
+        .annotate(calls=tool_calls_text())
+        .order_by("seq")
+        .values_list(*CHOSEN_FIELDS)
+    )
+    return [row for row in rows if row[0] in wanted]
+
+
+def tapped(rows: Iterator[HistoryRow], seen: dict[int, int]) -> Iterator[HistoryRow]:
+    """The lazily read history, noting each row's tokens as admission pulls it (no more rows
+    than admission reads: the provenance of what it admitted)."""
+    for row in rows:
+        seen[row.id] = row.tokens
+        yield row

@@ -1,0 +1,158 @@
+"""A seat: whose compaction state a session is (docs/rooms.md). In a room, one bot's view of
+it — who speaks, what it is shown, what its own summaries cover (``RoomView``); the messages a
+seat's model may see (``in_context_before``); the keys and summaries of a seat. A one-bot
+session is a seat with no room: keyed by the session alone, exactly as before rooms."""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from bots.models import ChatSession, Message
+from bots.queries import participants_of, room_user_name
+from chat_platform.llm.tokens import count_tokens
+from compaction.models import SeatState, Summary, SummaryCoverage
+
+
+@dataclass(frozen=True)
+class RoomView:
+    """A room as one participant sees it (docs/rooms.md): its own turns are ``assistant``, every
+    other speaker's arrive as ``user`` messages carrying the speaker (``name`` and a ``Name: ``
+    prefix); other bots' recall exchanges are never shown; with ``sees_from_join`` nothing
+    before it joined is. ``prefix_tokens``: what the speaker's label adds to a message, so
+    admission counts what is really sent."""
+
+    bot_id: int
+    from_seq: int  # history, pins and summaries start at this seq (1: everything)
+    header: str  # who is present: a short system block after the bot's prompt
+    speakers: dict[int | None, tuple[str, str]]  # bot id (None: the user) -> (slug, name)
+    prefix_tokens: dict[int | None, int]
+    # This bot's own running totals (``SeatState``): what its summaries cover, and what it never
+    # sees (before it joined); the session's totals less these are its history.
+    covered_tokens: int = 0
+    covered_messages: int = 0
+    hidden_tokens: int = 0
+    hidden_messages: int = 0
+    # The rest of the seat's row, read with its totals (one statement): what the context report
+    # and the soft trigger ask of it after a turn (``compaction.pipeline.report.context_state``).
+    last_admission: Any = None
+    backoff_until: Any = None  # datetime | None
+    cooldown_until: Any = None  # datetime | None
+
+    def seen(self) -> Q:
+        """The room's messages this bot is shown: from its join (if it sees from there), and no
+        other bot's recall exchange."""
+        seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
+        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id))
+
+    def covered(self) -> Exists:
+        """The message is covered by one of this bot's own summaries (``SummaryCoverage``)."""
+        return Exists(SummaryCoverage.objects.filter(bot_id=self.bot_id, message_id=OuterRef("pk")))
+
+    def where(self) -> Q:
+        """The room's in-context messages this bot sees and its own summaries do not cover."""
+        return self.seen() & ~self.covered()
+
+    def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
+        if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
+            return tokens
+        return tokens + self.prefix_tokens.get(None if role == Message.Role.USER else bot_id, 0)
+
+    @property
+    def max_prefix_tokens(self) -> int:
+        return max(self.prefix_tokens.values(), default=0)
+
+
+def room_view(session: ChatSession) -> RoomView | None:
+    """The room from the session's bot's seat (``bots.queries.session_seat``); None for a
+    one-bot session (no query)."""
+    if not session.is_room:
+        return None
+    participants = participants_of(session=session, include_removed=True)
+    bot = session.bot
+    seat = next((p for p in participants if p.bot_id == bot.pk), None)
+    from_seq = seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
+    user_name = room_user_name(session)
+    speakers: dict[int | None, tuple[str, str]] = {None: (_name_slug(user_name), user_name)}
+    for participant in participants:
+        speakers[participant.bot_id] = (participant.bot.slug or "bot", participant.bot.name)
+    present = [p.bot for p in participants if p.removed_at is None and p.bot_id != bot.pk]
+    others = ", ".join(f"{b.name} (@{b.slug})" for b in present) or "nobody else"
+    header = (
+        f"You are {bot.name} (@{bot.slug}) in a group chat with {user_name} and {others}. "
+        "Messages from the others start with the speaker's name."
+    )
+    prefix = {
+        key: count_tokens(f"{name}: ", model=bot.model) + count_tokens(slug, model=bot.model) + 1
+        for key, (slug, name) in speakers.items()
+    }
+    totals = (
+        SeatState.objects.filter(session_id=session.pk, bot_id=bot.pk)
+        .values_list(
+            "covered_tokens",
+            "covered_messages",
+            "hidden_tokens",
+            "hidden_messages",
+            "last_admission",
+            "backoff_until",
+            "cooldown_until",
+        )
+        .first()
+    ) or (0, 0, 0, 0, None, None, None)
+    return RoomView(
+        bot_id=bot.pk,
+        from_seq=from_seq,
+        header=header,
+        speakers=speakers,
+        prefix_tokens=prefix,
+        covered_tokens=totals[0],
+        covered_messages=totals[1],
+        hidden_tokens=totals[2] if from_seq > 1 else 0,
+        hidden_messages=totals[3] if from_seq > 1 else 0,
+        last_admission=totals[4],
+        backoff_until=totals[5],
+        cooldown_until=totals[6],
+    )
+
+
+def seat_key(session: ChatSession) -> int | None:
+    """What compaction state is keyed by besides the session (docs/rooms.md): in a room, the bot
+    whose seat ``session`` is (``bots.queries.session_seat``); None in a one-bot session, whose
+    summaries, lease and cool-down are the session's, exactly as before rooms."""
+    return session.bot_id if session.is_room else None
+
+
+def seat_filter(session: ChatSession) -> dict[str, int]:
+    """The filter that keys a seat's compaction rows (summaries, events) besides the session:
+    ``{"bot_id": ...}`` in a room, nothing in a one-bot session (``seat_key``)."""
+    key = seat_key(session)
+    return {} if key is None else {"bot_id": key}
+
+
+def seat_summaries(session: ChatSession | int, bot_id: int | None) -> QuerySet[Summary]:
+    """The summaries of one seat: in a room (``bot_id`` = ``seat_key(session)``), that bot's
+    own; in a one-bot session (None), all of the session's. Every reader of a seat's summaries
+    (measure, holds, fusion) filters through here."""
+    where: dict[str, Any] = {"session": session}
+    if bot_id is not None:
+        where["bot_id"] = bot_id
+    return Summary.objects.filter(**where)
+
+
+def _name_slug(name: str) -> str:
+    """An OpenAI ``name`` (``[a-zA-Z0-9_-]{1,64}``) for a speaker."""
+    return re.sub(r"[^a-zA-Z0-9_-]+", "-", name).strip("-")[:64] or "user"
+
+
+def in_context_before(
+    session: ChatSession | int, before_seq: int, room: RoomView | None = None
+) -> Q:
+    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq;
+    in a room, those its bot may see."""
+    where = Message.in_context_q() & Q(session=session, seq__lt=before_seq)
+    return where & room.where() if room is not None else where
+
+
+def in_context(session: ChatSession | int, before_seq: int, room: RoomView | None = None):
+    return Message.objects.filter(in_context_before(session, before_seq, room))
