@@ -157,11 +157,11 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     counting.on = False
 
     assert body["assistant_message"]["content"] == "One two three."
-    # web: the send's 11 statements; worker: the turn's 15 (claim, context, finish, index,
+    # web: the send's 10 statements; worker: the turn's 15 (claim, context, finish, index,
     # record, gauge). Redis: the send's heavy-request slot (EVALSHA, ZREM), the reply-finished
     # PUBLISH, the compaction lease's EXISTS, the waiter's SUBSCRIBE.
     assert counting.summary() == {
-        "sql_web": 11,
+        "sql_web": 10,
         "sql_worker": 15,
         "redis": 5,
         "frames": {
@@ -269,7 +269,7 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     ]
     # two turns (Planner's, then Critic's, handed the floor in Planner's notifier)
     assert counting.summary() == {
-        "sql_web": 15,
+        "sql_web": 14,
         "sql_worker": 44,
         "redis": 7,
         "frames": {
@@ -306,7 +306,7 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
     ]
     # the recall round: the tool call and its result stored and announced (2 message.created)
     assert counting.summary() == {
-        "sql_web": 11,
+        "sql_web": 10,
         "sql_worker": 32,
         "redis": 5,
         "frames": {
