@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,12 +48,22 @@ def prepare(rev: str) -> Path:
     if not (tree / ".git").exists():
         CACHE.mkdir(exist_ok=True)
         _run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), sha])
-    python = tree / ".venv" / "bin" / "python"
-    if not (tree / ".venv" / "ready").exists():
-        print(f"building a virtualenv of {rev} ({sha[:12]}) in {tree / '.venv'}", flush=True)
-        shutil.rmtree(tree / ".venv", ignore_errors=True)
+    virtualenv(tree, tree / ".venv", label=f"{rev} ({sha[:12]})")
+    return tree
+
+
+def virtualenv(tree: Path, venv: Path, *, label: str) -> Path:
+    """A virtualenv at ``venv`` with ``tree`` installed editable (built once); its python.
+
+    This checkout gets one too (``.bench-cache/this-venv``): the shared ``.venv`` holds an
+    editable install of another checkout (/work/main), whose finder serves any module this tree
+    lacks from there (Celery's autodiscovery then imports that checkout's ``tasks``)."""
+    python = venv / "bin" / "python"
+    if not (venv / "ready").exists():
+        print(f"building a virtualenv of {label} in {venv}", flush=True)
+        shutil.rmtree(venv, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
-        _run([base, "-m", "venv", str(tree / ".venv")])
+        _run([base, "-m", "venv", str(venv)])
         purelib = subprocess.check_output(
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             text=True,
@@ -64,12 +75,12 @@ def prepare(rev: str) -> Path:
             _run([*pip, "--no-build-isolation", "-e", str(tree)])
         except subprocess.CalledProcessError:
             _run([*pip, "-e", str(tree)])
-        celery = tree / ".venv" / "bin" / "celery"  # scripts/worker.sh runs ROOT/.venv/bin/celery
+        celery = venv / "bin" / "celery"  # the worker fleet's (bench/_stack.py: beside python)
         if not celery.exists():
             celery.write_text(f"#!{python}\nfrom celery.__main__ import main\nmain()\n")
             celery.chmod(0o755)
-        (tree / ".venv" / "ready").write_text(sha + "\n")
-    return tree
+        (venv / "ready").write_text(str(tree) + "\n")
+    return python
 
 
 def _free_port() -> int:
@@ -153,13 +164,16 @@ def _database(name: str) -> str:
 def compare(args: Any) -> dict[str, list[dict]]:
     """Run both sides interleaved; returns each side's triples and its end report."""
     rev_tree = prepare(args.against)
+    this_python = virtualenv(ROOT, CACHE / "this-venv", label="this checkout")
     sha = rev_tree.name
+    # SIGTERM (timeout, kill) ends the sitting through the finally blocks: sides and Redis stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stem = os.environ.get("DATABASE_URL", "x/chat_bench_stack").rsplit("/", 1)[1]
     results: dict[str, list[dict]] = {"this": [], "rev": []}
     with private_redis() as redis_this, private_redis() as redis_rev:
         sides = {}
         for name, tree, python, redis_url, db in (
-            ("this", ROOT, sys.executable, redis_this, f"{stem}_bench_this"),
+            ("this", ROOT, str(this_python), redis_this, f"{stem}_bench_this"),
             ("rev", rev_tree, str(rev_tree / ".venv" / "bin" / "python"), redis_rev,
              f"{stem}_bench_{sha}"),
         ):  # fmt: skip

@@ -209,7 +209,8 @@ def running_stack(
         worker_env["CELERY_WORKER_CONCURRENCY"] = str(worker_threads)
         if worker_processes:
             worker_env["WORKER_PROCESSES"] = str(worker_processes)
-        worker_env["CELERY"] = str(ROOT / ".venv" / "bin" / "celery")
+        # The celery beside this interpreter: this checkout's .venv, or --against's side's own venv.
+        worker_env["CELERY"] = str(Path(sys.executable).parent / "celery")
         worker = _start(
             "worker",
             [

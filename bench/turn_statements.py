@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _against  # noqa: E402
 import _stack  # noqa: E402
 
+ROOT_TREE = _stack.ROOT
 LITERALS = re.compile(r"'(?:[^']|'')*'|\b\d+\b")
 
 
@@ -138,7 +139,8 @@ def main() -> None:
         return
     stem = os.environ.get("DATABASE_URL", "x/chat_bench_stack").rsplit("/", 1)[1]
     with _against.private_redis() as redis_url:
-        this = _side(_stack.ROOT, sys.executable, f"{stem}_stmts_this", redis_url)
+        this_python = _against.virtualenv(ROOT_TREE, _against.CACHE / "this-venv", label="this")
+        this = _side(ROOT_TREE, str(this_python), f"{stem}_stmts_this", redis_url)
         results = {"this": this}
         _print("this", this)
         for line in this["sql"]:
