@@ -21,7 +21,10 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+# The tree whose stack runs: this checkout, or another commit's worktree (``--against``, which runs
+# this bench code over that tree). The fake provider is always this checkout's (``BENCH``).
+ROOT = Path(os.environ.get("BENCH_ROOT") or Path(__file__).resolve().parents[1])
+BENCH = Path(__file__).resolve().parent
 WORDS = 50
 CHUNK_DELAY = 0.010
 TEXT = " ".join(f"w{i:02d}" for i in range(WORDS))
@@ -188,7 +191,7 @@ def running_stack(
         port = _free_port()
         provider = _start(
             "provider",
-            [sys.executable, str(ROOT / "bench" / "_fake_provider.py"), "--port", str(port)],
+            [sys.executable, str(BENCH / "_fake_provider.py"), "--port", str(port)],
             env,
             logdir,
         )
@@ -206,7 +209,8 @@ def running_stack(
         worker_env["CELERY_WORKER_CONCURRENCY"] = str(worker_threads)
         if worker_processes:
             worker_env["WORKER_PROCESSES"] = str(worker_processes)
-        worker_env["CELERY"] = str(ROOT / ".venv" / "bin" / "celery")
+        # The celery beside this interpreter: this checkout's .venv, or --against's side's own venv.
+        worker_env["CELERY"] = str(Path(sys.executable).parent / "celery")
         worker = _start(
             "worker",
             [

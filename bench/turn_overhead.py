@@ -29,6 +29,13 @@ Two ways to say what a turn costs, both printed:
   no web, queue or database) and as the plain litellm call above.
 
     .venv/bin/python bench/turn_overhead.py [--pairs 30] [--history 10,200,1000,2000] [--smoke]
+
+``--against REV`` runs this checkout and REV side by side in one sitting, interleaved triple by
+triple, each on its own stack, database and private Redis (``bench/_against.py``: REV's worktree
+and virtualenv are built once under ``.bench-cache/`` and reused), and prints both sides' figures
+and the ratios this/REV:
+
+    .venv/bin/python bench/turn_overhead.py --against 94ecda9 [--pairs 10]
 """
 
 from __future__ import annotations
@@ -121,6 +128,35 @@ def _minus_provider(clock: _stack.ProviderClock, call: Any) -> tuple[Any, float 
     return result, clock.seconds()
 
 
+def run_triple(
+    stack: _stack.Stack,
+    client: Any,
+    fix: Any,
+    sids: list[int],
+    clock: _stack.ProviderClock,
+    i: int,
+) -> dict[str, tuple[Any, float | None]]:
+    """One direct call, one websocket turn and one REST ``wait`` turn, in an order rotated by
+    ``i`` (so drift in the machine's load hits every side alike): each side's result and the
+    provider's time for it (asked between calls, outside every clock)."""
+    sides = ["direct", "ws", "rest"]
+    out: dict[str, tuple[Any, float | None]] = {}
+    for side in sides[i % 3 :] + sides[: i % 3]:
+        if side == "direct":
+            out[side] = _minus_provider(clock, lambda: _stack.direct_call(stack.provider_url))
+        elif side == "ws":
+            sid = sids.pop()
+            out[side] = _minus_provider(
+                clock, lambda sid=sid: asyncio.run(ws_turn(stack, fix.token, sid))
+            )
+        else:
+            sid = sids.pop()
+            out[side] = _minus_provider(
+                clock, lambda sid=sid: rest_turn(client, stack, fix.token, sid)
+            )
+    return out
+
+
 def _history_runs(
     stack: _stack.Stack, fix: Any, args: argparse.Namespace, clock: _stack.ProviderClock
 ) -> dict:
@@ -164,6 +200,52 @@ def _history_runs(
     return results
 
 
+def _say(payload: dict) -> None:
+    import _against
+
+    print(_against.SAY + json.dumps(payload), flush=True)
+
+
+def side_serve(args: argparse.Namespace) -> None:
+    """``--side`` (started by ``--against``): this tree's stack, warmed, then one triple per
+    command read from stdin, each answered on stdout (``_against.SAY``), until ``end``."""
+    import httpx
+
+    _stack.django_setup()
+    with _stack.running_stack() as stack, httpx.Client() as client:
+        fix = _stack.fixture(stack.provider_url, "turn-overhead")
+        sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup) + 6)
+
+        async def warm_all() -> None:
+            await asyncio.gather(*(ws_turn(stack, fix.token, sids.pop()) for _ in range(6)))
+
+        asyncio.run(warm_all())
+        clock = _stack.ProviderClock(stack.provider_url)
+        for _ in range(args.warmup):
+            _stack.direct_call(stack.provider_url)
+            asyncio.run(ws_turn(stack, fix.token, sids.pop()))
+            rest_turn(client, stack, fix.token, sids.pop())
+        time.sleep(0.5)
+        cpu0 = _cpu_self()
+        for _ in range(args.pairs):
+            _stack.direct_call(stack.provider_url)
+        time.sleep(0.5)
+        _say({"direct_cpu": (_cpu_self() - cpu0) / args.pairs})
+        worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command["do"] == "triple":
+                triple = run_triple(stack, client, fix, sids, clock, command["i"])
+                _say({side: {"result": r, "provider": p} for side, (r, p) in triple.items()})
+            elif command["do"] == "cpu":
+                time.sleep(0.5)  # the last turn's bookkeeping after its reply
+                _say(
+                    {"worker": stack.worker.cpu() - worker_cpu0, "web": stack.web.cpu() - web_cpu0}
+                )
+            else:
+                break
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=30)
@@ -176,7 +258,20 @@ def main() -> None:
         "(comma-separated, e.g. 10,200,1000,2000), each against the direct call sending them",
     )
     parser.add_argument("--history-pairs", type=int, default=15)
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="run this checkout and REV side by side, interleaved in one sitting (REV's worktree "
+        "and virtualenv are built once under .bench-cache/), and print the ratios",
+    )
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        return side_serve(args)
+    if args.against:
+        import _against
+
+        return _against.report(args, _against.compare(args))
 
     import httpx
 
@@ -212,28 +307,11 @@ def main() -> None:
         provider_s: dict[str, list[float | None]] = {"direct": [], "ws": [], "rest": []}
         worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
         for i in range(args.pairs):
-            # rotate the order so that drift in the machine's load hits every side alike
-            sides = ["direct", "ws", "rest"]
-            sides = sides[i % 3 :] + sides[: i % 3]
-            for side in sides:
-                # (the provider is asked for its times between calls, outside every clock)
-                if side == "direct":
-                    result, seconds = _minus_provider(
-                        clock, lambda: _stack.direct_call(stack.provider_url)
-                    )
-                    direct.append(result)
-                elif side == "ws":
-                    sid = sids.pop()
-                    result, seconds = _minus_provider(
-                        clock, lambda sid=sid: asyncio.run(ws_turn(stack, fix.token, sid))
-                    )
-                    ws.append(result)
-                else:
-                    sid = sids.pop()
-                    result, seconds = _minus_provider(
-                        clock, lambda sid=sid: rest_turn(client, stack, fix.token, sid)
-                    )
-                    rest.append(result)
+            triple = run_triple(stack, client, fix, sids, clock, i)
+            direct.append(triple["direct"][0])
+            ws.append(triple["ws"][0])
+            rest.append(triple["rest"][0])
+            for side, (_, seconds) in triple.items():
                 provider_s[side].append(seconds)
         time.sleep(0.5)
         turns = len(ws) + len(rest)

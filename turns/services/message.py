@@ -29,11 +29,15 @@ def message_wait_finished(*, message_id: int, timeout: float) -> Message:
     the turn's finish (Redis pub/sub), not by polling the database."""
     latest: list[Message] = []
 
+    # With its bot: the response names it (``MessageOutputSerializer``), one join instead of a
+    # second statement after the wait (docs/performance.md, "Since 410db82").
+    rows = Message.objects.select_related("bot")
+
     def is_finished() -> bool:
-        latest[:] = [Message.objects.get(pk=message_id)]
+        latest[:] = [rows.get(pk=message_id)]
         connection_release()  # not held between checks (docs/security.md)
         return latest[0].is_finished
 
     realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
     # The last check read the row: on a wake-up it is the finished reply, no second read.
-    return latest[0] if latest else Message.objects.get(pk=message_id)
+    return latest[0] if latest else rows.get(pk=message_id)

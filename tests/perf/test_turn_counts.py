@@ -1,0 +1,319 @@
+"""The hot path guarded by counts, not timings (issue 36, item 5).
+
+One turn of each kind, run in this process, with the exact number of SQL statements it makes
+(the web part: the request or the socket's send; the worker part: ``turns.turn.turn_run``),
+the Redis commands the platform sends (the channel layer is the in-memory one here, so these are
+its own: the REST waiters' pub/sub, the reply-finished wake-up) and the frames it sends, by type.
+Zulip's query-count tests are the model: a change that adds a statement, a Redis command or a
+frame to a turn changes one of these numbers, in the same commit, with its reason.
+
+Each test first runs a turn of the same kind on another session (per-process caches: compiled
+statements, settings, the prompt version), then counts a turn on a fresh session. Nothing here
+depends on timing: deltas are sent one per chunk (``CHAT_STREAM_FLUSH_SECONDS = 0``), the
+partial-text checkpoint is off (its interval is an hour), and the statements of the liveness
+watcher's thread (heartbeats, on a clock) are left out.
+"""
+
+import asyncio
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+import redis.client
+from channels.testing import WebsocketCommunicator
+from django.db.backends import utils as db_utils
+from rest_framework.authtoken.models import Token
+
+from bots.models import ChatSession, Message
+from chat_platform import realtime as transport
+from chat_platform.asgi import application
+from tests.factories import BotFactory, SessionFactory
+from tests.fakeopenai import Reply
+from turns import stream as turn_stream
+from turns import turn
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("inmemory_channel_layer", "eager_tasks"),
+]
+
+CHUNKS = ["One ", "two ", "three."]
+
+
+@dataclass
+class Counts:
+    """What one turn did, as counted by ``counting``."""
+
+    sql: dict[str, list[str]] = field(default_factory=lambda: {"web": [], "worker": []})
+    redis: list[str] = field(default_factory=list)
+    frames: list[str] = field(default_factory=list)
+    on: bool = False
+    turns_ended: int = 0  # turn_run calls that returned (a websocket turn ends after its frame)
+
+    def summary(self) -> dict:
+        return {
+            "sql_web": len(self.sql["web"]),
+            "sql_worker": len(self.sql["worker"]),
+            "redis": len(self.redis),
+            "frames": dict(Counter(self.frames)),
+        }
+
+
+@pytest.fixture
+def counting(monkeypatch, settings):
+    """Counts every SQL statement (any connection, any thread but the liveness watcher's),
+    Redis command and frame while ``counts.on``; a statement made inside ``turn_run`` is the
+    worker part's."""
+    settings.CHAT_STREAM_FLUSH_SECONDS = 0.0
+    monkeypatch.setattr(turn_stream, "CHECKPOINT_SECONDS", 3600)
+    counts = Counts()
+    local = threading.local()
+
+    real_execute = db_utils.CursorWrapper._execute_with_wrappers
+
+    def execute(self, sql, params, many, executor):
+        if counts.on and threading.current_thread().name != "turn-watcher":
+            part = "worker" if getattr(local, "in_turn", False) else "web"
+            counts.sql[part].append(sql)
+        return real_execute(self, sql, params, many, executor)
+
+    monkeypatch.setattr(db_utils.CursorWrapper, "_execute_with_wrappers", execute)
+
+    real_turn = turn.turn_run
+
+    def turn_run(**kwargs):
+        local.in_turn = True
+        try:
+            return real_turn(**kwargs)
+        finally:
+            local.in_turn = False
+            counts.turns_ended += 1
+
+    monkeypatch.setattr(turn, "turn_run", turn_run)
+
+    def counted(real, name_of):
+        def wrapper(self, *args, **kwargs):
+            if counts.on:
+                counts.redis.extend(name_of(self, args))
+            return real(self, *args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        redis.Redis,
+        "execute_command",
+        counted(redis.Redis.execute_command, lambda _, args: [str(args[0])]),
+    )
+    monkeypatch.setattr(
+        redis.client.PubSub,
+        "execute_command",
+        counted(redis.client.PubSub.execute_command, lambda _, args: [str(args[0])]),
+    )
+    monkeypatch.setattr(
+        redis.client.Pipeline,
+        "execute",
+        counted(
+            redis.client.Pipeline.execute,
+            lambda pipe, _: [str(c[0][0]) for c in pipe.command_stack],
+        ),
+    )
+
+    real_frames = transport.send_frames
+
+    def send_frames(session_id, frames, **kwargs):
+        if counts.on:
+            counts.frames.extend(f["type"] for f in frames)
+        return real_frames(session_id, frames, **kwargs)
+
+    monkeypatch.setattr(transport, "send_frames", send_frames)
+    return counts
+
+
+def _script(fake_openai, times: int = 2) -> None:
+    for _ in range(times):
+        fake_openai.script(Reply(text="".join(CHUNKS), chunks=CHUNKS))
+
+
+def _rest_turn(owner_client, session: ChatSession, content: str = "Hello") -> dict:
+    response = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/messages/",
+        {"content": content, "wait": True},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
+    _script(fake_openai)
+    _rest_turn(owner_client, SessionFactory(user=owner, bot=fake_bot))  # warm the process
+    session = SessionFactory(user=owner, bot=fake_bot)
+
+    counting.on = True
+    body = _rest_turn(owner_client, session)
+    counting.on = False
+
+    assert body["assistant_message"]["content"] == "One two three."
+    # web: the send's 10 statements; worker: the turn's 15 (claim, context, finish, index,
+    # record, gauge). Redis: the send's heavy-request slot (EVALSHA, ZREM), the reply-finished
+    # PUBLISH, the compaction lease's EXISTS, the waiter's SUBSCRIBE.
+    assert counting.summary() == {
+        "sql_web": 10,
+        "sql_worker": 15,
+        "redis": 5,
+        "frames": {
+            "message.created": 2,
+            "message.delta": 3,
+            "message.completed": 1,
+            "context.updated": 1,
+        },
+    }
+
+
+async def _ws_turn(session_id: int, token: str) -> list[dict]:
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session_id}/",
+        headers=[(b"authorization", f"Token {token}".encode())],
+    )
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "Hi"}))
+    frames = []
+    while True:
+        frame = json.loads(await communicator.receive_from(timeout=30))
+        frames.append(frame)
+        if frame["type"] == "message.completed" and frame["message"]["role"] == "assistant":
+            break
+    # the turn's last frames (the context gauge) follow its message.completed
+    await communicator.disconnect()
+    return frames
+
+
+async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
+    from channels.db import database_sync_to_async
+
+    token = (await database_sync_to_async(Token.objects.get_or_create)(user=owner))[0].key
+    make = database_sync_to_async(lambda: SessionFactory(user=owner, bot=fake_bot).pk)
+    _script(fake_openai)
+    await _ws_turn(await make(), token)
+    while counting.turns_ended == 0:  # the warm turn's bookkeeping, outside the count
+        await asyncio.sleep(0.01)
+    session_id = await make()
+
+    ended = counting.turns_ended
+    counting.on = True
+    frames = await _ws_turn(session_id, token)
+    while counting.turns_ended == ended:  # its bookkeeping after message.completed
+        await asyncio.sleep(0.01)
+    counting.on = False
+
+    assert frames[-1]["message"]["content"] == "One two three."
+    # Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no waiter).
+    assert counting.summary() == {
+        "sql_web": 9,
+        "sql_worker": 15,
+        "redis": 2,
+        "frames": {
+            "message.created": 2,
+            "message.delta": 3,
+            "message.completed": 1,
+            "context.updated": 1,
+        },
+    }
+
+
+def _room(owner, owner_client, fake_openai) -> ChatSession:
+    from tests.conftest import FAKE_KEY_ENV
+
+    bots = [
+        BotFactory(
+            owner=owner,
+            name=name,
+            model="openai/fake-model",
+            api_base=fake_openai.url,
+            api_key_env=FAKE_KEY_ENV,
+        )
+        for name in ("Planner", "Critic")
+    ]
+    made = owner_client.post("/api/v1/sessions/", {"bot": bots[0].pk}, format="json")
+    session_id = made.json()["id"]
+    added = owner_client.post(
+        f"/api/v1/sessions/{session_id}/participants/", {"bot": bots[1].pk}, format="json"
+    )
+    assert added.status_code == 201, added.json()
+    return ChatSession.objects.get(pk=session_id)
+
+
+def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
+    """Planner answers and mentions Critic, who answers: two turns, one REST ``wait``."""
+    for _ in range(2):
+        fake_openai.script(
+            Reply(text="Over to you, @critic.", chunks=["Over to you, ", "@critic."])
+        )
+        fake_openai.script(Reply(text="Done here.", chunks=["Done ", "here."]))
+    _rest_turn(owner_client, _room(owner, owner_client, fake_openai))
+    session = _room(owner, owner_client, fake_openai)
+
+    counting.on = True
+    _rest_turn(owner_client, session)
+    counting.on = False
+
+    assert [m.status for m in Message.objects.filter(session=session).order_by("seq")] == [
+        "complete",
+        "complete",
+        "complete",
+    ]
+    # two turns (Planner's, then Critic's, handed the floor in Planner's notifier)
+    assert counting.summary() == {
+        "sql_web": 14,
+        "sql_worker": 44,
+        "redis": 7,
+        "frames": {
+            "message.created": 3,
+            "message.delta": 4,
+            "message.completed": 2,
+            "context.updated": 2,
+        },
+    }
+
+
+def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counting):
+    """One recall round (``search_records``), then the answer."""
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "search_records", "arguments": json.dumps({"query": "tea"})},
+    }
+    for _ in range(2):
+        fake_openai.script(Reply(text="", tool_calls=[call]))
+        fake_openai.script(Reply(text="".join(CHUNKS), chunks=CHUNKS))
+    _rest_turn(owner_client, SessionFactory(user=owner, bot=fake_bot))
+    session = SessionFactory(user=owner, bot=fake_bot)
+
+    counting.on = True
+    _rest_turn(owner_client, session)
+    counting.on = False
+
+    assert [m.role for m in Message.objects.filter(session=session).order_by("seq")] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    # the recall round: the tool call and its result stored and announced (2 message.created)
+    assert counting.summary() == {
+        "sql_web": 10,
+        "sql_worker": 32,
+        "redis": 5,
+        "frames": {
+            "message.created": 4,
+            "recall": 1,
+            "message.delta": 3,
+            "message.completed": 1,
+            "context.updated": 1,
+        },
+    }
