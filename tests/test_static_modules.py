@@ -62,3 +62,16 @@ def test_every_import_of_a_chat_module_names_one_of_its_exports():
     assert broken == []
     # Every module is reached from the entry (none is left over from an earlier layout).
     assert set(modules) - {"chat.js"} == imported
+
+
+def test_every_component_stylesheet_is_linked_once_in_cascade_order(member):
+    """The styles are one file per component (static/chat/css/); a file no template links is a
+    component that silently lost its rules. A Django ``{# #}`` comment ends at its line: one
+    spread over two lines is printed into the page, above the header."""
+    body = member.get("/chat/new/").content.decode()
+    assert "{#" not in body and "#}" not in body
+    links = re.findall(r'<link rel="stylesheet" href="/static/(chat/css/[\w-]+\.css)">', body)
+    assert len(links) == len(set(links))
+    assert sorted(links) == sorted(f"chat/css/{p.name}" for p in (CHAT / "css").glob("*.css"))
+    assert links[0] == "chat/css/base.css"
+    assert links[-2:] == ["chat/css/rooms.css", "chat/css/context.css"]
