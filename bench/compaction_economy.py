@@ -25,13 +25,13 @@ setup(fake_key=True)
 from django.contrib.auth import get_user_model  # noqa: E402
 
 from bots.models import Bot, ChatSession  # noqa: E402
-from bots.services.send import session_message_send  # noqa: E402
-from bots.services.session import session_create  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402
 from compaction.pipeline import bot_budget  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
+from turns.services.send import session_message_send  # noqa: E402
+from turns.services.session import session_create  # noqa: E402
 
 TURNS = 1_000
 MODEL = "openai/fake-model"

@@ -31,10 +31,10 @@ from django.db.models import Avg, Max  # noqa: E402
 
 from bots.management.commands.seed_demo import TIGHT_BOT  # noqa: E402
 from bots.models import Bot, Message  # noqa: E402
-from bots.services.send import session_message_send  # noqa: E402
-from bots.services.session import session_create  # noqa: E402
 from compaction.models import CompactionEvent, Summary  # noqa: E402
 from memory.models import RecallEvent  # noqa: E402
+from turns.services.send import session_message_send  # noqa: E402
+from turns.services.session import session_create  # noqa: E402
 
 TURNS = 300
 # (statement, question, the answer's key words)

@@ -11,7 +11,7 @@ date the evidence was said) and open-domain/inference — each naming its eviden
 1. **Feed.** One platform session for the conversation, a bot on the built-in models
    (``builtin/recall`` chats, ``builtin/extractive`` summarises), a small window
    (``--window``, default 4,096) and compaction on, so it compacts many times. Every corpus turn
-   is sent through the real send path (``bots.services.send.session_message_send`` -> the turn ->
+   is sent through the real send path (``turns.services.send.session_message_send`` -> the turn ->
    context pipeline -> gateway -> litellm -> the built-in model, compaction in-process as in
    embedded mode) as one user message ``"<speaker>: <text>"``; the built-in model answers it
    as it would any user.
@@ -286,7 +286,7 @@ class Responder:
 
 
 def say(user, session, content: str):  # noqa: ANN001
-    from bots.services.send import session_message_send
+    from turns.services.send import session_message_send
 
     result = session_message_send(user=user, session_id=session.pk, content=content)
     reply = result.assistant_message
@@ -310,7 +310,7 @@ def feed(corpus: Corpus, window: int, embedding_base: str = ""):  # noqa: ANN201
     from django.contrib.auth import get_user_model
 
     from bots.models import Bot, ChatSession, Message
-    from bots.services.session import session_create
+    from turns.services.session import session_create
 
     user, _ = get_user_model().objects.get_or_create(username="bench-retrieval")
     Bot.objects.filter(owner=user).delete()

@@ -63,12 +63,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bots import turn as bots_turn  # noqa: E402
-from bots import turn_hooks  # noqa: E402
 from bots.models import Bot, Message  # noqa: E402
-from bots.services.participants import participant_add, session_reply_mode_set  # noqa: E402
-from bots.services.send import session_message_send  # noqa: E402
-from bots.services.session import session_create  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
 from compaction import pipeline as context_pipeline  # noqa: E402
 from compaction import services as compaction_services  # noqa: E402
@@ -76,6 +71,11 @@ from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402
 from compaction.pipeline import bot_budget  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
+from turns import hooks as turn_hooks  # noqa: E402
+from turns import turn as bots_turn  # noqa: E402
+from turns.services.participants import participant_add, session_reply_mode_set  # noqa: E402
+from turns.services.send import session_message_send  # noqa: E402
+from turns.services.session import session_create  # noqa: E402
 
 MODEL = "openai/fake-model"
 WINDOWS = [("Scout", 4_000), ("Planner", 8_000), ("Archivist", 32_000)]

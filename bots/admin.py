@@ -6,17 +6,17 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from bots.bot_pages import MODEL_SUGGESTIONS, connection_model_suggestions
-from bots.bot_validation import check_bot_settings
 from bots.models import Bot, ChatSession, Message
-from bots.services.bot import (
+from chat_platform.errors import ValidationFailed
+from compaction.admin import record_html
+from compaction.models import ContextRecord
+from turns.bot_validation import check_bot_settings
+from turns.services.bot import (
     BOT_BASIC_FIELDS,
     BOT_COMPACTION_FIELDS,
     BOT_FIELDS,
     BOT_MEMORY_FIELDS,
 )
-from chat_platform.errors import ValidationFailed
-from compaction.admin import record_html
-from compaction.models import ContextRecord
 
 
 class ModelListInput(forms.TextInput):

@@ -1,8 +1,8 @@
 """The bot pages (docs/architecture.md): list, create, edit, delete, and the Check model endpoint.
 
-The form only checks shapes and types; saving goes through ``bots.services.bot`` (``bot_create`` /
+The form only checks shapes and types; saving goes through ``turns.services.bot`` (``bot_create`` /
 ``bot_update`` / ``bot_delete``), which run the model's full validation and the provider and
-budget checks of ``bots.bot_validation`` — the very code the REST API and the admin run — and
+budget checks of ``turns.bot_validation`` — the very code the REST API and the admin run — and
 the service's ``validation_error`` details are shown inline, field by field.
 
 Access follows ``bots.queries``: a bot the user may not use (someone else's private bot) is a
@@ -27,7 +27,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from bots.model_check import bot_model_check
 from bots.models import Bot
 from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
-from bots.services.bot import (
+from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
+from chat_platform.llm import gateway
+from compaction.budget import Budget, budget_compute
+from connections.queries import (
+    connection_list_for_user,
+    connection_model_ids,
+    connection_model_string,
+)
+from turns.services.bot import (
     BOT_BASIC_FIELDS,
     BOT_COMPACTION_FIELDS,
     BOT_FIELDS,
@@ -36,14 +44,6 @@ from bots.services.bot import (
     bot_create,
     bot_delete,
     bot_update,
-)
-from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
-from chat_platform.llm import gateway
-from compaction.budget import Budget, budget_compute
-from connections.queries import (
-    connection_list_for_user,
-    connection_model_ids,
-    connection_model_string,
 )
 
 # Suggestions only (a <datalist>): any litellm model string is accepted.

@@ -6,9 +6,9 @@ the same ``validation_error`` on ``focus``, with nothing stored. REST and websoc
 the chat page, which uses them) call ``check_send`` first.
 """
 
-from bots.services.send import COMPACT_COMMAND, check_message_content
 from chat_platform.errors import ValidationFailed
 from compaction.models import Summary
+from turns.services.send import COMPACT_COMMAND, check_message_content
 
 FOCUS_MAX_CHARS: int = Summary._meta.get_field("focus").max_length or 500
 

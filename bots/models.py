@@ -63,7 +63,7 @@ class Bot(models.Model):
     models_approved = models.TextField(blank=True, default="", editable=False)
     # Further models a user may pick for one chat (``ChatSession.model_override``) without
     # editing the bot, called with the bot's provider settings; the staff rules for ``model``
-    # apply to each (``bots.bot_validation``). Empty: the chat always uses ``model``.
+    # apply to each (``turns.bot_validation``). Empty: the chat always uses ``model``.
     allowed_models = models.JSONField(default=list, blank=True)
     api_key_env = models.CharField(
         max_length=128,

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from bots import turn, watchdog
+from turns import turn, watchdog
 
 
 @shared_task(name="bots.tasks.turn_run", ignore_result=True)

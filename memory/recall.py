@@ -1,6 +1,6 @@
 """Recall (docs/memory.md): what a model may ask of memory while it answers, and the answers.
 
-The turn (``bots.turn``) runs the loop — at most ``RECALL_MAX_ROUNDS`` rounds, each a model call
+The turn (``turns.turn``) runs the loop — at most ``RECALL_MAX_ROUNDS`` rounds, each a model call
 through the one context pipeline — and stores every exchange as ``tool`` messages. This module
 holds the protocol and does the lookups:
 

@@ -7,9 +7,9 @@ class OpenaiApiConfig(AppConfig):
     verbose_name = "OpenAI-compatible API"
 
     def ready(self) -> None:
-        # The turn asks its registered hooks (bots.turn_hooks) for a reply's per-call options
+        # The turn asks its registered hooks (turns.hooks) for a reply's per-call options
         # and tells them when it completed: the API sits above the turn, so it registers itself.
-        from bots import turn_hooks
         from openai_api import identity
+        from turns import hooks as turn_hooks
 
         turn_hooks.register(options=identity.turn_options, completed=identity.turn_completed)

@@ -1,12 +1,12 @@
 """``POST /v1/chat/completions`` as a service: check the request, find its conversation, send
-its message through the one send path (``bots.services.send``), and read the reply back.
+its message through the one send path (``turns.services.send``), and read the reply back.
 
 The request's messages map onto the transcript like this: client ``system``/``developer``
 messages are call parameters (not stored, not in the chain); every other message before the
 last is history (``openai_api.identity`` stores what the session lacks); the last one must be
 the user's new message, sent exactly as the chat page sends one. The turn that answers it is
 the chat's own turn (admission, compaction, memory, recall), with the call's ``temperature``,
-``max_tokens`` and ``stop`` given to it through ``bots.turn_hooks``.
+``max_tokens`` and ``stop`` given to it through ``turns.hooks``.
 """
 
 import math
@@ -17,14 +17,14 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from bots import transitions
+from bots import bulk
 from bots.models import Bot, ChatSession, Message
-from bots.services.send import COMPACT_COMMAND, reply_again_open, session_message_send
 from chat_platform import errors
 from chat_platform.textcheck import text_is_storable
 from openai_api import client_tools, identity, keys
 from openai_api.identity import ClientMessage, Conversation
 from openai_api.models import ApiKey, ApiTurn, ChainLink
+from turns.services.send import COMPACT_COMMAND, reply_again_open, session_message_send
 
 MAX_MESSAGES = 10_000
 MAX_STOP = 4
@@ -473,9 +473,9 @@ def _answered_call(*, conversation: Conversation, request: ChatRequest) -> Messa
 
 def _tool_results_send(*, key: ApiKey, request: ChatRequest, conversation: Conversation) -> Started:
     """Store the client's tool results after the call they answer and open the reply that
-    continues the turn (``bots.services.send.reply_again_open``: the pending reply, its
+    continues the turn (``turns.services.send.reply_again_open``: the pending reply, its
     refusal if it can never fit, its hand-over after commit). The turn gets the exchange (the
-    call and the results) through ``bots.turn_hooks`` and sends it whole, like a recall
+    call and the results) through ``turns.hooks`` and sends it whole, like a recall
     exchange: a result never reaches the model without its call."""
     session = conversation.session
     with transaction.atomic():
@@ -497,7 +497,7 @@ def _tool_results_send(*, key: ApiKey, request: ChatRequest, conversation: Conve
             )
             for i, r in enumerate(request.tool_results)
         ]
-        stored = transitions.history_append(session=session, messages=rows)
+        stored = bulk.history_append(session=session, messages=rows)
         result = reply_again_open(session=session, user_message=stored[-1])
         reply = result.assistant_message
         assert reply is not None

@@ -27,16 +27,16 @@ import structlog
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from bots import transitions
+from bots import bulk
 from bots.models import Bot, ChatSession, Message
 from bots.queries import session_get_for_use
-from bots.services.branch import branch_origin, do_branch_copy
-from bots.turn_hooks import TurnOptions
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
 from connections import usage
 from openai_api.client_tools import calls_key
 from openai_api.models import ApiKey, ApiSession, ApiTurn, ChainLink
+from turns.hooks import TurnOptions
+from turns.services.branch import branch_origin, do_branch_copy
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +144,7 @@ def _longest_prefix(*, user_id: int, bot_id: int, hashes: list[str]) -> ChainLin
 
 
 def history_row(m: ClientMessage, *, model: str, client_id: str = "") -> dict[str, Any]:
-    """A client message as ``transitions.history_append`` stores it: a tool result as a
+    """A client message as ``bulk.history_append`` stores it: a tool result as a
     ``tool`` message (the call's function name with it), calls counted with their text."""
     row: dict[str, Any] = {"role": m.role, "content": m.content, "client_id": client_id}
     counted = m.content
@@ -167,7 +167,7 @@ def _store_history(
     *, session: ChatSession, messages: list[ClientMessage], position: int, chain_hash: str
 ) -> tuple[list[Message], int, str]:
     """Append the client's history and its links; returns the rows and where the chain ends."""
-    stored = transitions.history_append(
+    stored = bulk.history_append(
         session=session, messages=_history_rows(messages, model=session.bot.model)
     )
     links = []
@@ -278,7 +278,7 @@ def conversation_fork(*, source: ChatSession, at: ChainLink, key: ApiKey) -> Cha
         forked_from=source,
         forked_at_seq=through_seq,
     )
-    # The one way a chat is copied up to a point (bots.services.branch): the messages, the
+    # The one way a chat is copied up to a point (turns.services.branch): the messages, the
     # summaries and snapshots that cover only those, the chat's notes, the search index. A client
     # that edited its history made a branch of the conversation, as an edit in the page does.
     do_branch_copy(session=source, branch=fork, at_seq=through_seq + 1)
@@ -351,7 +351,7 @@ def turn_options(reply: Message) -> TurnOptions | None:
 
 
 def key_charge_options(charged_to: str) -> TurnOptions:
-    """A reply asked for through an API key on ``/api/v1/`` (``bots.services.send
+    """A reply asked for through an API key on ``/api/v1/`` (``turns.services.send
     .charge_subject``): the key's daily limit as it stands now counts this turn too, as on
     ``/v1/`` (docs/openai-api.md "Keys"). One statement, for such replies only;
     a key that was deleted meanwhile (or whose limit was lifted) charges nothing more.
@@ -375,7 +375,7 @@ def key_charge_options(charged_to: str) -> TurnOptions:
 
 
 def turn_completed(reply: Message, user_message: Message | None) -> None:
-    """The turn's completion listener (``bots.turn_hooks``): write the call's links."""
+    """The turn's completion listener (``turns.hooks``): write the call's links."""
     if not is_api_turn(user_message):
         return
     turn = ApiTurn.objects.filter(reply_id=reply.pk).first()

@@ -9,7 +9,7 @@
   (position 1, 2, … in the client's transcript). ``chain_hash`` of position k hashes the whole
   transcript up to k, so a request's history is matched by looking up one hash.
 - ``ApiTurn``: a reply an API call asked for: its per-call options (read by the turn through
-  ``bots.turn_hooks``), the key (budget, audit) and the links to write once it completes.
+  ``turns.hooks``), the key (budget, audit) and the links to write once it completes.
 """
 
 from django.conf import settings

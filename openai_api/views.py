@@ -22,7 +22,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 
 from bots.models import Message
-from bots.services.send import message_wait_finished
 from chat_platform import errors
 from chat_platform.jsontext import json_loads
 from chat_platform.outage import OUTAGE_ERRORS
@@ -30,6 +29,7 @@ from chat_platform.realtime import session_group
 from openai_api import completions, keys, shapes
 from openai_api.completions import OpenAIError, Started
 from openai_api.models import ApiKey
+from turns.services.message import message_wait_finished
 
 log = structlog.get_logger(__name__)
 

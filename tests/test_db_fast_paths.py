@@ -6,13 +6,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from bots import turn
 from bots.models import ChatSession, Message
-from bots.services.send import do_message_pair_create
 from bots.transitions import message_finish, reply_claim, session_context_recount
 from chat_platform.dbwrite import update_returning
 from tests.factories import message_add
 from tests.fakeopenai import Reply
+from turns import turn
+from turns.services.send import do_message_pair_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

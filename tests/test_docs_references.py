@@ -1,5 +1,5 @@
 """The docs name only files and functions that exist: every backticked repository path in
-``docs/*.md`` and the README (``bots/transitions.py``, ``bots/services/send.py:
+``docs/*.md`` and the README (``bots/transitions.py``, ``turns/services/send.py:
 session_message_send``) is a file of the repository, and every dotted name that starts with one
 of our modules (``bots.transitions.reply_claim``) is defined there. A move that forgets its docs
 fails here instead of misleading the next reader."""
@@ -16,8 +16,8 @@ PACKAGES = {
     if path.is_dir() and (path / "__init__.py").exists() and path.name != "tests"
 } | {"tests", "bench", "scripts", "static", "templates", "docs"}
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-# A path with an extension, e.g. `bots/turn.py`, `static/chat/composer.js`, `bench/x.py:12`,
-# `bots/services/send.py: session_message_send`.
+# A path with an extension, e.g. `turns/turn.py`, `static/chat/composer.js`, `bench/x.py:12`,
+# `turns/services/send.py: session_message_send`.
 PATH = re.compile(r"^(?P<path>[\w.-]+(?:/[\w.-]+)*\.\w+)(?::\s*(?P<name>[A-Za-z_]\w*)?.*)?$")
 DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?$")
 
@@ -78,11 +78,11 @@ def test_docs_name_only_what_exists(doc):
 
 def test_the_check_finds_a_moved_function_and_a_missing_file():
     assert _broken(
-        "`bots/services.py: session_message_send`, `bots.services.reply_claim`, "
+        "`turns/services.py: session_message_send`, `turns.services.reply_claim`, "
         "`bots.transitions.reply_claim`, `bots/nowhere.py`, `compaction.started`"
     ) == [
-        "bots/services.py: session_message_send: no such file",
-        "bots.services.reply_claim: reply_claim is not defined in __init__.py",
+        "turns/services.py: session_message_send: no such file",
+        "turns.services.reply_claim: reply_claim is not defined in __init__.py",
         "bots/nowhere.py: no such file",
     ]
 

@@ -8,7 +8,7 @@ from rest_framework.utils import html
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from bots.realtime import message_payload
-from bots.services.bot import BOT_FIELDS, BOT_PRIVATE_FIELDS
+from turns.services.bot import BOT_FIELDS, BOT_PRIVATE_FIELDS
 
 
 class BotOutputSerializer(serializers.ModelSerializer):

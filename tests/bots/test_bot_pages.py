@@ -1,6 +1,6 @@
 """The bot pages (/bots/, /bots/new/, /bots/<id>/, delete, Check model) through Django's client.
 
-The forms save through bots.services, so each refusal here is the API's refusal: asserted with
+The forms save through turns.services, so each refusal here is the API's refusal: asserted with
 its message on the page, a 400, and nothing written.
 """
 

@@ -1,4 +1,4 @@
-"""A bot whose system prompt leaves no room for the conversation is refused (bots/bot_validation.py
+"""A bot whose system prompt leaves no room for the conversation is refused (turns/bot_validation.py
 ``check_bot_system_prompt``): a non-empty prompt must stay under H = 75 % of B, counted by the one
 token counter; on create and update, through the API, the bot pages and the admin."""
 

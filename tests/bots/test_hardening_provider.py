@@ -13,12 +13,12 @@ import logging
 import pytest
 
 from bots.models import Bot, Message
-from bots.turn import turn_run
 from chat_platform import outbound
 from chat_platform.llm import gateway
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import FakeOpenAI, Reply
+from turns.turn import turn_run
 
 OPERATOR_KEY = "sk-operator-OWN-key-0123456789"
 INTERNAL_SECRET = "INTERNAL-METADATA-SECRET"

@@ -5,8 +5,8 @@ stored."""
 import pytest
 
 from bots.models import Bot
-from bots.services.bot import BOT_FIELDS
 from tests.factories import BotFactory, SessionFactory
+from turns.services.bot import BOT_FIELDS
 
 pytestmark = pytest.mark.django_db
 

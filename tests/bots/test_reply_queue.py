@@ -7,10 +7,11 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from bots import dispatch, transitions, turn, watchdog
+from bots import transitions
 from bots.models import Message
-from bots.services.send import do_message_pair_create
 from tests.fakeopenai import Reply
+from turns import dispatch, turn, watchdog
+from turns.services.send import do_message_pair_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

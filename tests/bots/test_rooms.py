@@ -472,8 +472,8 @@ def test_two_messages_at_once_to_a_three_bot_room_are_answered_in_order(
 ):
     """Both sends commit before any turn runs; every reply then runs one at a time in seq
     order (the claim refuses while an earlier reply is unfinished) and none is left pending."""
-    from bots.services.participants import participant_add, session_reply_mode_set
-    from bots.services.send import session_message_send
+    from turns.services.participants import participant_add, session_reply_mode_set
+    from turns.services.send import session_message_send
 
     session, planner, critic = room
     third = _fake_bot(owner, fake_openai, "Judge")
@@ -525,7 +525,7 @@ def test_the_context_report_takes_bot_for_each_participants_budget(
 
 
 def test_a_branch_of_a_room_is_the_same_room(room, owner_client, fake_openai, eager_tasks):
-    """Editing a message of a room (bots.services.branch): the branch keeps the room's
+    """Editing a message of a room (turns.services.branch): the branch keeps the room's
     participants and reply mode, and a reply there answers with the room's view."""
     session, planner, critic = room
     fake_openai.script(Reply(text="Plan A."), Reply(text="Looks risky."), Reply(text="Plan B."))

@@ -4,8 +4,8 @@ import pytest
 from django.test import Client
 
 from bots.models import ChatSession, Message
-from bots.services.session import session_title_from_text
 from tests.factories import SessionFactory, message_add
+from turns.services.session import session_title_from_text
 
 pytestmark = pytest.mark.django_db
 

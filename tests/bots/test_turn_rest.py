@@ -253,7 +253,7 @@ def test_a_send_costs_a_fixed_set_of_statements(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from bots.services.send import session_message_send
+    from turns.services.send import session_message_send
 
     with (
         django_capture_on_commit_callbacks(execute=False),

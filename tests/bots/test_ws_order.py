@@ -9,9 +9,9 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from rest_framework.authtoken.models import Token
 
-from bots import dispatch
 from bots.models import Message
 from chat_platform.asgi import application
+from turns import dispatch
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -14,10 +14,8 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
-from bots.dispatch import compact_soft_dispatch
 from bots.models import Message
 from bots.transitions import session_context_recount
-from bots.turn import turn_run
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from chat_platform.transcript import stamp
 from compaction import engine
@@ -27,6 +25,8 @@ from compaction.pipeline import context_build, context_measure
 from memory.models import MemoryRecord
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns.dispatch import compact_soft_dispatch
+from turns.turn import turn_run
 
 pytestmark = pytest.mark.django_db
 
@@ -854,7 +854,7 @@ def test_a_crash_after_the_summariser_rolls_back_and_is_on_record(
     def crash(**kwargs):
         raise RuntimeError("crash inside the pass commit")
 
-    monkeypatch.setattr(passes.transitions, "messages_compact", crash)
+    monkeypatch.setattr(passes.coverage, "messages_compact", crash)
     failed = engine.compaction_soft(session_id=session.pk)
     assert (failed.outcome, failed.reason) == ("failed", "internal_error")
     [event] = CompactionEvent.objects.filter(session=session)

@@ -8,7 +8,6 @@ memory index, so pressure is history + active summaries exactly.
 import pytest
 
 from bots.models import Message
-from bots.turn import turn_run
 from chat_platform import realtime
 from compaction import engine
 from compaction.lock import single_flight
@@ -30,6 +29,7 @@ from tests.compaction.test_engine import (
 )
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns.turn import turn_run
 
 pytestmark = pytest.mark.django_db
 

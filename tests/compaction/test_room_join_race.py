@@ -11,7 +11,6 @@ import pytest
 
 from bots.models import ChatSession, Message
 from bots.queries import session_seat
-from bots.services.participants import participant_add
 from chat_platform.errors import CompactionBusy
 from compaction import engine
 from compaction.engine import undo
@@ -29,6 +28,7 @@ from tests.compaction.test_engine import (
 )
 from tests.factories import BotFactory, SessionFactory
 from tests.fakeopenai import Reply
+from turns.services.participants import participant_add
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,6 @@ running or queued (``compaction.services.soft_compaction_yields``), at most
 
 import pytest
 
-from bots import turn_hooks
 from bots.models import Message
 from compaction import services, tasks
 from compaction.models import CompactionEvent
@@ -14,6 +13,7 @@ from tests.compaction.test_room_compaction import FILLER, _bot
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import SessionFactory, UserFactory, message_add
 from tests.fakeopenai import Reply
+from turns import hooks as turn_hooks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -53,7 +53,7 @@ def _bot_admin_data(**fields):
     from django.forms.models import model_to_dict
 
     from bots.models import Bot
-    from bots.services.bot import BOT_FIELDS
+    from turns.services.bot import BOT_FIELDS
 
     data = {}
     for name, value in {**model_to_dict(Bot(), fields=BOT_FIELDS), **fields}.items():

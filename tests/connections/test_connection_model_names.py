@@ -1,5 +1,5 @@
 """Every model name a user sets on a bot that uses a connection (``model``, ``allowed_models``,
-``compaction_model``, ``embedding_model``) passes the one rule of ``bots.bot_validation``: a
+``compaction_model``, ``embedding_model``) passes the one rule of ``turns.bot_validation``: a
 non-staff user names only models the connection lists (docs/connections.md)."""
 
 import pytest

@@ -12,7 +12,6 @@ import pytest
 from rest_framework.test import APIClient
 
 from bots.models import Message
-from bots.turn import turn_run
 from chat_platform.errors import QuotaExceeded
 from compaction import engine
 from compaction.models import CompactionEvent, Summary
@@ -24,6 +23,7 @@ from openai_api.keys import key_create
 from tests.compaction.test_engine import GOOD, add_history, add_turn, recount
 from tests.factories import SessionFactory
 from tests.fakeopenai import Reply
+from turns.turn import turn_run
 
 pytestmark = pytest.mark.django_db
 

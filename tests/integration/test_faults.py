@@ -20,9 +20,7 @@ import redis
 from django.conf import settings
 from rest_framework.authtoken.models import Token
 
-from bots import watchdog
 from bots.models import Message
-from bots.services.send import session_message_send
 from compaction.lock import lock_key, single_flight
 from compaction.models import CompactionEvent
 from tests.factories import BotFactory, SessionFactory, UserFactory
@@ -34,6 +32,8 @@ from tests.integration.processes import (
     process_env,
     web_server,
 )
+from turns import watchdog
+from turns.services.send import session_message_send
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 

@@ -10,11 +10,11 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from bots.models import Message
-from bots.services.participants import participant_add, session_reply_mode_set
 from compaction.engine import SUMMARY_INSTRUCTIONS
 from compaction.models import CompactionEvent
 from tests.factories import BotFactory, SessionFactory, UserFactory
 from tests.fakeopenai import Reply
+from turns.services.participants import participant_add, session_reply_mode_set
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 

@@ -9,9 +9,9 @@ from django.db.models import Max
 
 from bots.management.commands.seed_demo import TIGHT_BOT
 from bots.models import Bot, Message
-from bots.services.send import session_message_send
-from bots.services.session import session_create
 from compaction.models import CompactionEvent, Summary
+from turns.services.send import session_message_send
+from turns.services.session import session_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

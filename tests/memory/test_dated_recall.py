@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add, session_context_recount
 from chat_platform.llm.builtin import generate
@@ -17,6 +16,7 @@ from compaction.engine.transcript import transcript_line
 from memory.models import MemoryRecord
 from tests.factories import message_add
 from tests.fakeopenai import Reply
+from turns import turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

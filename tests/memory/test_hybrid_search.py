@@ -13,7 +13,6 @@ import logging
 import numpy as np
 import pytest
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add, session_context_recount
 from compaction.engine import compaction_manual
@@ -23,6 +22,7 @@ from tests.factories import BotFactory, message_add
 from tests.fakeopenai import EmbeddingReply, Reply, fake_embedding
 from tests.memory import hybrid_search_data as data
 from tests.memory import message_search_data as talks
+from turns import turn
 
 pytestmark = pytest.mark.django_db
 
@@ -151,7 +151,7 @@ def test_a_compaction_embeds_its_messages_after_commit(
 def test_a_branch_embeds_the_messages_it_copies(
     hybrid, eager_tasks, django_capture_on_commit_callbacks
 ):
-    from bots.services.branch import do_branch_create
+    from turns.services.branch import do_branch_create
 
     with django_capture_on_commit_callbacks(execute=True):
         branch = do_branch_create(session=hybrid, at_seq=9)

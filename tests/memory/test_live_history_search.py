@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add
 from chat_platform.transcript import line as transcript_line
@@ -27,6 +26,7 @@ from memory.models import RecallEvent
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tests.memory import message_search_data as data
+from turns import turn
 
 KEY = "The spare key is under the blue flowerpot by the shed."
 WHEN = datetime(2024, 3, 8, 18, 0, tzinfo=UTC)
@@ -201,7 +201,7 @@ def test_the_records_api_q_lists_records_only(live, owner_client):
 @pytest.mark.django_db
 def test_a_bot_that_sees_from_its_join_never_finds_live_history_from_before_it(live, owner):
     from bots.queries import session_seat
-    from bots.services.participants import participant_add
+    from turns.services.participants import participant_add
 
     late = BotFactory(owner=owner, name="Late")
     participant_add(user=owner, session_id=live.pk, bot_id=late.pk, sees_from_join=True)

@@ -18,7 +18,6 @@ from django.apps import apps as django_apps
 from django.db import connection
 from django.test import override_settings
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add
 from chat_platform.llm.tokens import count_tokens
@@ -31,6 +30,7 @@ from tests.factories import MemoryRecordFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tests.memory import message_search_data as data
 from tests.memory.test_queries import INJECTION_SHAPED
+from turns import turn
 
 pytestmark = pytest.mark.django_db
 

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add
 from memory import services
 from memory.models import MemoryRecord, RecallEvent
 from tests.factories import message_add
 from tests.fakeopenai import Reply
+from turns import turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

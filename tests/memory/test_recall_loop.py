@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from bots import turn
 from bots.models import Message
 from bots.transitions import session_context_add, session_context_recount
 from chat_platform.llm.tokens import count_message_tokens
@@ -16,6 +15,7 @@ from memory.queries import memory_index_lines
 from memory.recall import INDEX_HEADER, INDEX_HELP
 from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns import turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

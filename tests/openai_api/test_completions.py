@@ -389,7 +389,7 @@ def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):
 def test_a_client_that_leaves_mid_stream_still_finds_its_conversation(
     stack, user, fake_bot, fake_openai
 ):
-    """The worker writes the chain when the reply completes (bots.turn_hooks), so a client
+    """The worker writes the chain when the reply completes (turns.hooks), so a client
     that hung up mid-stream and resends the reply it would have got continues the session."""
     import time
 

@@ -10,7 +10,6 @@ import datetime as dt
 import pytest
 from rest_framework.test import APIClient
 
-from bots import turn_hooks
 from bots.models import ChatSession, Message
 from connections import usage
 from connections.models import TokenCounter
@@ -18,6 +17,7 @@ from openai_api.keys import key_create
 from tests.bots.test_rooms import _fake_bot
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.fakeopenai import Reply
+from turns import hooks as turn_hooks
 
 # Real commits: the turn is handed over on commit and, with eager tasks, runs in the request.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,8 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from bots.models import Bot, ChatSession
-from bots.services.participants import participant_add, session_reply_mode_set
-from bots.services.session import session_create
+from turns.services.participants import participant_add, session_reply_mode_set
+from turns.services.session import session_create
 
 # The everyday built-in bot: a large window, so it rarely compacts.
 RECALL_BOT = {

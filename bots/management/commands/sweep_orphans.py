@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from bots.watchdog import messages_sweep_orphans, turns_watchdog
+from turns.watchdog import messages_sweep_orphans, turns_watchdog
 
 
 class Command(BaseCommand):

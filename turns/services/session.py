@@ -7,11 +7,11 @@ from django.db import transaction
 
 from bots.models import ChatSession, SessionParticipant
 from bots.queries import bot_get_for_user, session_get_for_user
-from bots.services.checks import full_clean
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.measure import bot_budget
+from turns.services.checks import full_clean
 
 log = structlog.get_logger(__name__)
 

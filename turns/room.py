@@ -7,7 +7,7 @@ hands it the floor, bounded: at most ``ROOM_MAX_HOPS`` bot-triggered replies per
 bot answers its own mention, a bot that already answered that message does not answer again (a
 cycle); when a bound stops a chain, a notice says so.
 
-This module decides; ``bots.services.send`` and ``bots.turn`` write through ``bots.transitions``.
+This module decides; ``turns.services.send`` and ``turns.turn`` write through ``bots.transitions``.
 """
 
 import re

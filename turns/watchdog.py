@@ -29,9 +29,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from attachments.services import attachments_sweep_unsent
-from bots import dispatch, realtime
+from bots import realtime
 from bots.models import Message
 from bots.transitions import UNFINISHED, earlier_reply_unfinished, reply_interrupt
+from turns import dispatch
 
 log = structlog.get_logger(__name__)
 

@@ -3,7 +3,7 @@
 The chat turn uses a transactional outbox: the pending reply written with the user's message *is*
 the outbox row. After commit, ``turn_dispatch`` hands it to the ``chat`` queue and stamps
 ``dispatched_at``. If the broker is down the stamp stays empty and the watchdog
-(``bots.watchdog.turns_watchdog``) hands it over once the broker answers again, so a committed send
+(``turns.watchdog.turns_watchdog``) hands it over once the broker answers again, so a committed send
 always gets its turn. Running a turn twice is safe (its claim is a conditional update).
 """
 

@@ -1,18 +1,18 @@
-"""Bot CRUD: create, update, delete, with the settings checks of ``bots.bot_validation``."""
+"""Bot CRUD: create, update, delete, with the settings checks of ``turns.bot_validation``."""
 
 from typing import Any
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 
-from bots.bot_validation import check_bot_settings
 from bots.models import Bot
 from bots.queries import bot_get_for_edit
-from bots.services.checks import full_clean
 from chat_platform.errors import NotFound, ValidationFailed
 from compaction.records import prompt_version_store
 from connections.models import Connection
 from connections.queries import connection_get_for_user
+from turns.bot_validation import check_bot_settings
+from turns.services.checks import full_clean
 
 log = structlog.get_logger(__name__)
 
