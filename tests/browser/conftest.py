@@ -88,7 +88,35 @@ def _new_page(browser, **context_args):
     page = context.new_page()
     page.js_errors = []
     page.on("pageerror", lambda error: page.js_errors.append(str(error)))
+    _watch_static_loads(page)
     return context, page
+
+
+def _watch_static_loads(page) -> None:
+    """A script, module or stylesheet under /static/ that does not load raises no page error
+    (the module graph just never runs, the styles are just missing), so every page records it
+    here and the fixture fails the test with it (docs/architecture.md, "The browser code")."""
+    page.static_errors = []
+
+    def response(response) -> None:
+        if "/static/" in response.url and response.status >= 400:
+            page.static_errors.append(f"{response.status} {response.url}")
+
+    def failed(request) -> None:
+        # A navigation cancels what the old page was still loading: not a missing file.
+        if "/static/" in request.url and request.failure != "net::ERR_ABORTED":
+            page.static_errors.append(f"{request.failure} {request.url}")
+
+    def console(message) -> None:
+        # A stylesheet answered with an error page is refused without a response event; a
+        # module that fails to load is named in its console error's location.
+        where = f"{message.text} {message.location.get('url', '')}"
+        if message.type == "error" and "/static/" in where:
+            page.static_errors.append(where)
+
+    page.on("response", response)
+    page.on("requestfailed", failed)
+    page.on("console", console)
 
 
 @pytest.fixture
@@ -98,6 +126,7 @@ def desktop(chromium):
         yield page
     finally:
         context.close()
+    assert page.static_errors == []
 
 
 @pytest.fixture
@@ -109,3 +138,4 @@ def phone(chromium):
         yield page
     finally:
         context.close()
+    assert page.static_errors == []
