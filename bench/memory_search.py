@@ -205,7 +205,8 @@ def explain_candidates(corpus: Corpus, question: str) -> list[str]:
 
     wanted = query_terms(search.clean_query(question), search.QUERY_MAX_TERMS)
     ored = " || ".join(["plainto_tsquery('simple', %s)"] * len(wanted))
-    sql = search._PG_CANDIDATES.replace("{query}", ored)
+    scope = search._SCOPE_SESSION.replace("{t}", "memory_messageindex.")
+    sql = search._PG_CANDIDATES.replace("{scope}", scope).replace("{query}", ored)
     session_id = corpus.session_ids[len(corpus.session_ids) // 2]
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", [session_id] * 3 + wanted)

@@ -142,14 +142,15 @@ def messages_index_written(*, message_ids: list[int]) -> int:
     if not done:
         return 0
     by_session: dict[int, list[int]] = {}
-    for pk, session_id in MessageIndex.objects.filter(
-        message_id__in=message_ids, embedding__isnull=True
-    ).values_list("message_id", "session_id"):
+    for pk, session_id in (
+        MessageIndex.objects.filter(message_id__in=message_ids, embedding__isnull=True)
+        .exclude(session__bot__embedding_model="")
+        .values_list("message_id", "session_id")
+    ):
         by_session.setdefault(session_id, []).append(pk)
-    embedding = ChatSession.objects.filter(pk__in=by_session).exclude(bot__embedding_model="")
-    for session_id in embedding.values_list("pk", flat=True):
+    for session_id, pending in by_session.items():
         transaction.on_commit(
-            partial(embeddings.messages_embed_dispatch, session_id, sorted(by_session[session_id]))
+            partial(embeddings.messages_embed_dispatch, session_id, sorted(pending))
         )
     return done
 
