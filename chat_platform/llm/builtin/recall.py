@@ -30,9 +30,9 @@ What it does, for a question:
 2. Otherwise, once per question: if the index lists a matching record that is not in context, it
    asks for it — ``read_records({"names": [...]})`` when that tool is offered, else exactly
    ``{"read_files": {"files": [...]}}``. What was read answers when a sentence holds half of
-   the question's content words and every one of them is said somewhere in context; a word
-   nothing says (the "flight" of "What is the flight number?" after a read that holds only an
-   invoice number) leads to the search.
+   the question's content words and every one of them is said somewhere in context or in the
+   index; a word neither says (the "flight" of "What is the flight number?" after a read that
+   holds only an invoice number) leads to the search.
 3. Otherwise, once per question, when memory is in play (an index block, or the search tool is
    offered): ``search_records({"query": "<the question's content words>"})``, else exactly
    ``{"search_records": {"query": "..."}}``.
@@ -510,13 +510,17 @@ def _choose_quotes(units: list[Unit], question_terms: set[str]) -> tuple[list[Un
     return sorted(chosen, key=lambda u: u.position), coverage
 
 
-def _unsaid(units: list[Unit], question_terms: set[str]) -> set[str]:
-    """The question's words no statement in context says ("flight" of "What is the flight
-    number?" when what was read says only "the invoice number is INV-30017")."""
+def _unsaid(units: list[Unit], index: list[IndexEntry], question_terms: set[str]) -> set[str]:
+    """The question's words that neither a statement in context nor the memory index says
+    ("flight" of "What is the flight number?" when what was read says only "the invoice number
+    is INV-30017" and its index line only "The invoice number and due date"). A word the index
+    line of what was read says ("food" of "Food allergies and diet") was read for."""
     said: set[str] = set()
     for unit in units:
         if not _is_question(unit.text):
             said.update(terms(unit.text))
+    for entry in index:
+        said.update(terms(re.sub(r"[_-]", " ", entry.name) + " " + entry.description))
     return question_terms - said
 
 
@@ -690,7 +694,7 @@ def respond(
     units = _units(messages, question)
     quotes, coverage = _choose_quotes(units, question_terms)
     enough = ANSWERED_AFTER_READ_SHARE if "read" in done.kinds else ANSWERED_SHARE
-    if "read" in done.kinds and _unsaid(units, question_terms):
+    if "read" in done.kinds and _unsaid(units, _index_entries(messages), question_terms):
         enough = math.inf  # what was read half-matches: the words it lacks may be elsewhere
     if coverage < enough and may_call:
         if "read" not in done.kinds:
