@@ -116,9 +116,10 @@ class BotForm(forms.ModelForm):
             "compaction_model": 'Empty = follow the chat model ("builtin/extractive" for '
             "built-in models).",
             "memory_index_size": "0–200; 0 turns the index and recall off.",
-            "embedding_model": "Optional: a litellm embedding model (e.g. "
-            "openai/text-embedding-3-small), called like the chat model. Recall then also finds "
-            "messages by meaning, not only by their words. Empty = word search only.",
+            "embedding_model": "builtin/embed (the default) runs on this server; or a litellm "
+            "embedding model (e.g. openai/text-embedding-3-small), called like the chat model. "
+            "Recall finds messages by meaning, not only by their words. Empty = word search "
+            "only.",
         }
         widgets = {
             "system_prompt": forms.Textarea(attrs={"rows": 4}),

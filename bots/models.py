@@ -9,6 +9,9 @@ from django.utils.text import slugify
 from chat_platform.textcheck import validate_storable_text
 
 DEFAULT_MODEL = "builtin/recall"
+# The built-in embedding model (docs/models.md): every bot searches by meaning unless its owner
+# blanks ``embedding_model``.
+DEFAULT_EMBEDDING_MODEL = "builtin/embed"
 
 env_var_name_validator = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]{0,127}$",
@@ -96,11 +99,14 @@ class Bot(models.Model):
         default=50, validators=[MaxValueValidator(200)]
     )
     recall_enabled = models.BooleanField(default=True)
-    # An embedding model (any litellm embedding model, called with the bot's provider settings):
-    # its compacted messages are then embedded and search fuses lexical and vector ranks
-    # (``memory.embeddings``). Blank: lexical search only.
+    # The embedding model: the built-in one by default, or any litellm embedding model (called
+    # with the bot's provider settings). The bot's messages are embedded as they are written and
+    # search fuses lexical and vector ranks (``memory.embeddings``). Blank: lexical search only.
     embedding_model = models.CharField(
-        max_length=200, blank=True, default="", validators=[validate_storable_text]
+        max_length=200,
+        blank=True,
+        default=DEFAULT_EMBEDDING_MODEL,
+        validators=[validate_storable_text],
     )
 
     created_at = models.DateTimeField(auto_now_add=True)

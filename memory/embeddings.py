@@ -1,28 +1,32 @@
 """Search by meaning: message embeddings, and the vector side of hybrid search (docs/memory.md).
 
-A bot that names an ``embedding_model`` (any litellm embedding model, called through the one
-gateway with the bot's provider settings, like its chat model) has its compacted messages
-embedded, and ``memory.queries.records_search`` then fuses two rankings of the same messages —
-the lexical one (BM25 over ``MessageIndex`` terms) and this one (cosine similarity between the
-question's vector and each message's in its thread: its own plus a share of the nearest messages
-of the same side before and after it, ``NEIGHBOUR_WEIGHT``) — by reciprocal rank fusion, in which
-only the lexical ranking's head votes (``LEXICAL_CANDIDATES``).
+A bot's ``embedding_model`` (``builtin/embed`` by default: the built-in model, run in-process on
+the CPU, docs/models.md; or any litellm embedding model, called with the bot's provider
+settings like its chat model — both through the one gateway) has its messages embedded, and
+``memory.queries.records_search`` then fuses two rankings of the same messages — the lexical one
+(BM25 over ``MessageIndex`` terms) and this one (cosine similarity between the question's vector
+and each message's in its thread: its own plus a share of the nearest messages of the same side
+before and after it, ``NEIGHBOUR_WEIGHT``) — by reciprocal rank fusion, in which only the
+lexical ranking's head votes (``LEXICAL_CANDIDATES``). A blank ``embedding_model``: words only.
 
-Writing. A compaction that succeeds indexes its messages (``memory.services.messages_index``)
-and, after commit, hands ``messages_embed_pending(session_id)`` to the ``compaction`` queue
-(``memory.tasks``; in-process in embedded mode). It embeds, in batches of ``EMBED_BATCH``,
-every indexed message of the session whose vector is missing or was made by another model (a
-changed model re-embeds). A failed batch (timeout, 5xx, an unreadable answer) is logged as a
-warning and ends the run: its rows stay pending and the next compaction of the session takes
-them again, so nothing is lost and the compaction itself never fails over it.
+Writing. Messages are embedded as they are written, live and compacted alike: when a turn (or an
+import) indexes the messages it wrote (``memory.services.messages_index_written``), and when a
+compaction indexes its range, ``messages_embed_dispatch`` hands the session (and, for written
+messages, their ids) to the ``compaction`` queue (``memory.tasks``; in-process in embedded
+mode) after commit. It embeds, in batches of ``EMBED_BATCH``, the indexed messages whose vector
+is missing or was made by another model (a changed model re-embeds). A failed batch (timeout,
+5xx, an unreadable answer) is logged as a warning and ends the run: its rows stay pending and
+the next compaction of the session takes them again, so nothing is lost and the turn or the
+compaction never fails over it. A live message keeps its vector when a compaction later takes
+it into a snapshot (the row is the same).
 
 Storage. No ``vector`` extension is required: a vector is stored beside its message
 (``MessageIndex.embedding``, little-endian float32, unit length) with the model that made it.
 Ranking reads the vectors of the session in scope (the newest ``VECTOR_SCAN_MAX`` at most) in
 chunks of ``VECTOR_CHUNK`` rows and keeps the best ``VECTOR_CANDIDATES`` (numpy: one matrix
 product per chunk), so memory stays bounded by a chunk whatever the session's length; the cost
-is linear in the session's compacted messages (``bench/memory_retrieval.py --embedding`` prints
-it at 10k and 100k). Both databases run the same Python, so SQLite ranks what PostgreSQL ranks.
+is linear in the session's messages (``bench/memory_search.py`` prints it at 10k and 100k).
+Both databases run the same Python, so SQLite ranks what PostgreSQL ranks.
 
 Reading. The question is embedded with the same model when the search runs. An outage there
 (or a model that answers garbage) degrades the search to lexical only, with a logged warning:
@@ -117,7 +121,12 @@ def vector_array(data: bytes | memoryview) -> np.ndarray:
 
 def embedding_config(bot: Bot) -> gateway.ModelConfig:
     """The bot's embedding model as the gateway is given it: the bot's provider settings (its
-    connection, or its api_base and key variable), the embedding call's own timeout."""
+    connection, or its api_base and key variable), the embedding call's own timeout. The
+    built-in model runs here: no provider settings."""
+    if bot.embedding_model.startswith(gateway.BUILTIN_PREFIX):
+        return gateway.ModelConfig(
+            model=bot.embedding_model, timeout=float(settings.EMBEDDING_TIMEOUT_SECONDS)
+        )
     config = bot_model_config(bot, model=bot.embedding_model)
     return replace(config, timeout=float(settings.EMBEDDING_TIMEOUT_SECONDS))
 
@@ -127,9 +136,12 @@ def embed_texts(bot: Bot, texts: list[str], *, user_id: int, retry: bool = True)
 
     Charged to ``user_id`` (the session's user) and the scope's API key like any provider call:
     ``QuotaExceeded`` and no call when the inputs do not fit in what is left today
-    (docs/connections.md "Daily token limits")."""
+    (docs/connections.md "Daily token limits"). The built-in model is no provider call: it runs
+    on this machine, costs no one tokens, and is never charged."""
     clipped = [text[:EMBED_TEXT_MAX_CHARS] for text in texts]
     config = embedding_config(bot)
+    if config.model.startswith(gateway.BUILTIN_PREFIX):
+        return [vector_bytes(v) for v in gateway.embed(config, clipped, retry=retry)]
     sends = gateway.embedding_tokens(config, clipped)
     with usage.quota_charge(user_id=user_id, sends=sends, purpose="embedding") as meter:
         vectors = gateway.embed(config, clipped, retry=retry, on_usage=meter.add)
@@ -139,19 +151,20 @@ def embed_texts(bot: Bot, texts: list[str], *, user_id: int, retry: bool = True)
 # --- writing: the compaction worker ------------------------------------------------------------
 
 
-def _pending(session_id: int, model: str):  # noqa: ANN202 - a queryset of MessageIndex
-    return (
-        MessageIndex.objects.filter(session_id=session_id, record_id__isnull=False)
-        .exclude(embedding_model=model, embedding__isnull=False)
-        .order_by("seq")
-    )
+def _pending(session_id: int, model: str, message_ids: list[int] | None = None):  # noqa: ANN202
+    """The session's indexed messages (live and compacted) without a vector of ``model``."""
+    rows = MessageIndex.objects.filter(session_id=session_id)
+    if message_ids is not None:
+        rows = rows.filter(message_id__in=message_ids)
+    return rows.exclude(embedding_model=model, embedding__isnull=False).order_by("seq")
 
 
-def messages_embed_pending(*, session_id: int) -> int:
-    """Embed the session's indexed messages that have no vector of its bot's embedding model
-    yet, in batches; how many were embedded. A failed batch is logged (warning) and ends the
-    run with its rows still pending, for the next compaction to take again; a vanished session
-    or a bot without an embedding model embeds nothing."""
+def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = None) -> int:
+    """Embed the session's indexed messages (only ``message_ids`` of them, when given: a turn's
+    just-written ones) that have no vector of its bot's embedding model yet, in batches; how
+    many were embedded. A failed batch is logged (warning) and ends the run with its rows still
+    pending, for the next compaction to take again; a vanished session or a bot without an
+    embedding model embeds nothing."""
     session = ChatSession.objects.select_related("bot").filter(pk=session_id).first()
     if session is None or not session.bot.embedding_model:
         return 0
@@ -159,7 +172,8 @@ def messages_embed_pending(*, session_id: int) -> int:
     model = bot.embedding_model
     done = 0
     for _ in range(EMBED_MAX_BATCHES):
-        batch = list(_pending(session_id, model).values_list("message_id", flat=True)[:EMBED_BATCH])
+        pending = _pending(session_id, model, message_ids)
+        batch = list(pending.values_list("message_id", flat=True)[:EMBED_BATCH])
         if not batch:
             break
         texts = dict(Message.objects.filter(pk__in=batch).values_list("pk", "content"))
@@ -167,7 +181,7 @@ def messages_embed_pending(*, session_id: int) -> int:
         try:
             vectors = embed_texts(bot, [texts[pk] for pk in ids], user_id=session.user_id)
         except (gateway.ModelCallFailed, QuotaExceeded) as exc:
-            left = _pending(session_id, model).count()
+            left = _pending(session_id, model, message_ids).count()
             log.warning(
                 "memory_embedding_failed",
                 session_id=session_id,
@@ -202,12 +216,13 @@ def _task(name: str) -> Any:
     return celery_app.tasks[name]
 
 
-def messages_embed_dispatch(session_id: int) -> None:
-    """After a compaction committed: embed its messages on the ``compaction`` queue (at once, in
-    embedded mode). A broker that is down loses nothing: the rows stay pending for the next
-    compaction of the session. Never raises (the compaction has succeeded)."""
+def messages_embed_dispatch(session_id: int, message_ids: list[int] | None = None) -> None:
+    """After a compaction, a turn or an import committed: embed the session's pending messages
+    (``message_ids`` only, when given) on the ``compaction`` queue (at once, in embedded mode).
+    A broker that is down loses nothing: the rows stay pending for the next compaction of the
+    session. Never raises (what called it has succeeded)."""
     try:
-        _task(EMBED_TASK).delay(session_id)
+        _task(EMBED_TASK).delay(session_id, message_ids)
     except BROKER_ERRORS:
         log.warning("memory_embedding_dispatch_failed", session_id=session_id, exc_info=True)
     except Exception:  # an eager run that failed unexpectedly: logged, never the compaction's
@@ -238,27 +253,35 @@ def query_vector(bot: Bot, text: str, *, user_id: int) -> np.ndarray | None:
 
 
 # The session's vectors of one model and the query's size, newest first; every value a parameter.
+# Compacted messages, and live ones below the given seq (``live_before``; 0: none), as the
+# lexical ranking takes them (``memory.search.messages_ranked``).
 _VECTORS_SQL = """
 SELECT i.message_id, i.seq, i.record_id, i.embedding, m.role, m.bot_id
 FROM memory_messageindex i JOIN bots_message m ON m.id = i.message_id
-WHERE i.session_id = %s AND i.record_id IS NOT NULL AND i.embedding_model = %s
+WHERE i.session_id = %s AND (i.record_id IS NOT NULL OR i.seq < %s) AND i.embedding_model = %s
   AND i.embedding IS NOT NULL AND length(i.embedding) = %s
 ORDER BY i.seq DESC LIMIT %s
 """
 
 
 def vector_ranked(
-    *, session_id: int, model: str, query: np.ndarray, limit: int = VECTOR_CANDIDATES
+    *,
+    session_id: int,
+    model: str,
+    query: np.ndarray,
+    limit: int = VECTOR_CANDIDATES,
+    live_before: int | None = None,
 ) -> list[MessageScore]:
-    """The ``limit`` compacted messages of the session most similar to ``query`` (cosine of
-    the question and the message in its thread, ``NEIGHBOUR_WEIGHT``; ties: newest first), out
-    of its newest ``VECTOR_SCAN_MAX`` vectors of ``model``, leaving out those less than
-    ``VECTOR_MIN_SHARE`` as similar as the best. Vectors of another size than the query's
-    (another model under the same name) are skipped."""
+    """The ``limit`` compacted messages of the session (and live ones of a seq below
+    ``live_before``: ``record_id`` None) most similar to ``query`` (cosine of the question and
+    the message in its thread, ``NEIGHBOUR_WEIGHT``; ties: newest first), out of its newest
+    ``VECTOR_SCAN_MAX`` vectors of ``model``, leaving out those less than ``VECTOR_MIN_SHARE``
+    as similar as the best. Vectors of another size than the query's (another model under the
+    same name) are skipped."""
     if limit <= 0 or not query.size:
         return []
     query = query.astype("<f4")
-    params = [session_id, model, query.size * 4, VECTOR_SCAN_MAX]
+    params = [session_id, live_before or 0, model, query.size * 4, VECTOR_SCAN_MAX]
     best: list[tuple[float, int, int, int]] = []  # (similarity, seq, message id, record id)
     try:
         for rows, matrix in _in_thread(_vector_chunks(params), query.size):

@@ -329,7 +329,7 @@ def records_search(
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
     if messages:
-        ranked = _with_vectors(session, text, ranked, from_seq=from_seq)
+        ranked = _with_vectors(session, text, ranked, from_seq=from_seq, live_before=live_before)
     hits = _fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
     used = count_tokens("".join(_rendered(hit) for hit in hits), model=model)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
@@ -347,7 +347,12 @@ def _seen_from(session: ChatSession) -> int:
 
 
 def _with_vectors(
-    session: ChatSession, text: str, ranked: list[tuple[float, object]], *, from_seq: int = 1
+    session: ChatSession,
+    text: str,
+    ranked: list[tuple[float, object]],
+    *,
+    from_seq: int = 1,
+    live_before: int | None = None,
 ) -> list[tuple[float, object]]:
     """Hybrid search, for a bot with an embedding model: the lexical ranking fused with the
     session's messages most similar in meaning to the question (``memory.embeddings``), so a
@@ -362,7 +367,7 @@ def _with_vectors(
     similar = [
         m
         for m in embeddings.vector_ranked(
-            session_id=session.pk, model=bot.embedding_model, query=vector
+            session_id=session.pk, model=bot.embedding_model, query=vector, live_before=live_before
         )
         if m.seq >= from_seq  # a room's late joiner, as for the words (``_seen_from``)
     ]

@@ -135,8 +135,24 @@ def messages_index(
 def messages_index_written(*, message_ids: list[int]) -> int:
     """Make just-written messages searchable across the user's chats at once (the turn calls
     it when a reply ends, for the reply and the message it answers; an import, for everything it
-    wrote). Compaction later takes them into its snapshot (``messages_index``)."""
-    return messages_index_written_rows(Message, MessageIndex, message_ids=message_ids)
+    wrote). Compaction later takes them into its snapshot (``messages_index``). For a bot with
+    an embedding model they are embedded too, after commit, on the compaction queue
+    (``memory.embeddings``: live messages are searched by meaning before any compaction)."""
+    done = messages_index_written_rows(Message, MessageIndex, message_ids=message_ids)
+    if not done:
+        return 0
+    by_session: dict[int, list[int]] = {}
+    for pk, session_id in (
+        MessageIndex.objects.filter(message_id__in=message_ids, embedding__isnull=True)
+        .exclude(session__bot__embedding_model="")
+        .values_list("message_id", "session_id")
+    ):
+        by_session.setdefault(session_id, []).append(pk)
+    for session_id, pending in by_session.items():
+        transaction.on_commit(
+            partial(embeddings.messages_embed_dispatch, session_id, sorted(pending))
+        )
+    return done
 
 
 def snapshots_for(

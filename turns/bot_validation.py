@@ -14,7 +14,7 @@
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.model_config import connection_serves
-from bots.models import Bot
+from bots.models import DEFAULT_EMBEDDING_MODEL, Bot
 from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
@@ -91,7 +91,7 @@ def _check_connection_models(
     not_listed = f"Not a model of the connection {connection.name}: pick one of {shown}."
 
     def refusal(field: str, model: str) -> str | None:
-        if field == "compaction_model" and model.startswith("builtin/"):
+        if field in ("compaction_model", "embedding_model") and model.startswith("builtin/"):
             return None
         if not connection_serves(connection, model):
             return _NOT_SERVED[field].format(name=connection.name)
@@ -125,7 +125,9 @@ _NOT_SERVED = {
     "compaction_model": (
         "With a connection, the compaction model is a built-in one or one of the connection's."
     ),
-    "embedding_model": "With a connection, the embedding model is one of the connection's.",
+    "embedding_model": (
+        "With a connection, the embedding model is the built-in one or one of the connection's."
+    ),
 }
 
 
@@ -297,13 +299,18 @@ def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | Non
 
 
 def check_bot_embedding_model(*, bot: Bot) -> None:
-    """An embedding model is a provider's (no built-in model embeds) and one line of text."""
+    """An embedding model is the built-in one or a provider's, and one line of text."""
     model = bot.embedding_model
     if not model:
         return
-    if model.startswith("builtin/"):
+    if model.startswith("builtin/") and model != DEFAULT_EMBEDDING_MODEL:
         raise ValidationFailed(
-            details={"embedding_model": ["No built-in model embeds: name a provider's model."]}
+            details={
+                "embedding_model": [
+                    f"The only built-in embedding model is {DEFAULT_EMBEDDING_MODEL}: "
+                    "name it or a provider's model."
+                ]
+            }
         )
     if model.strip() != model or any(ch.isspace() for ch in model):
         raise ValidationFailed(details={"embedding_model": ["A model name has no spaces."]})

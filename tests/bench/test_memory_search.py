@@ -3,7 +3,7 @@ search over what it wrote. No timing is asserted."""
 
 import pytest
 
-from bench import memory_search
+from bench import memory_search, search_seed
 from bots.models import ChatSession, Message
 from memory.models import MessageIndex
 from memory.queries import records_search
@@ -34,7 +34,7 @@ def test_grow_in_place_exact_counts(pool):
         "indexed_with_record": 40,
         "summaries": 2,
         "snapshots": 8,
-        "infos": memory_search.BOT_INFOS + 2 * memory_search.SESSION_INFOS,
+        "infos": search_seed.BOT_INFOS + 2 * search_seed.SESSION_INFOS,
     }
     memory_search.grow(corpus, 100)
     assert memory_search.row_counts(corpus) == {
@@ -45,7 +45,7 @@ def test_grow_in_place_exact_counts(pool):
         "indexed_with_record": 100,
         "summaries": 5,
         "snapshots": 20,
-        "infos": memory_search.BOT_INFOS + 5 * memory_search.SESSION_INFOS,
+        "infos": search_seed.BOT_INFOS + 5 * search_seed.SESSION_INFOS,
     }
     assert len(corpus.session_ids) == 5
 

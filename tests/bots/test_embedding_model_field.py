@@ -1,6 +1,7 @@
 """A bot's ``embedding_model`` (issue 16 item 5): a model field like the others — in the API, the
 bot page's Memory section and the admin — checked by the same provider rules as the chat and
-compaction models, and never a built-in model (none embeds)."""
+compaction models. Its default is the built-in ``builtin/embed`` (issue 33), the only built-in
+model that embeds; blank means words only."""
 
 import pytest
 
@@ -30,23 +31,37 @@ def test_the_api_takes_and_returns_an_embedding_model(owner_client, settings):
     assert (cleared.status_code, cleared.json()["embedding_model"]) == (200, "")
 
 
-def test_the_default_is_lexical_only(owner_client):
+def test_a_new_bot_embeds_with_the_built_in_model(owner_client):
     created = owner_client.post("/api/v1/bots/", {"name": "Plain"}, format="json")
 
+    assert (created.status_code, created.json()["embedding_model"]) == (201, "builtin/embed")
+    assert Bot.objects.get(pk=created.json()["id"]).embedding_model == "builtin/embed"
+    assert Bot().embedding_model == "builtin/embed"
+
+
+def test_blank_is_kept_and_means_words_only(owner_client):
+    created = owner_client.post(
+        "/api/v1/bots/", {"name": "Words", "embedding_model": ""}, format="json"
+    )
+
     assert (created.status_code, created.json()["embedding_model"]) == (201, "")
+    assert Bot.objects.get(pk=created.json()["id"]).embedding_model == ""
 
 
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        ("builtin/recall", "No built-in model embeds: name a provider's model."),
+        (
+            "builtin/recall",
+            "The only built-in embedding model is builtin/embed: name it or a provider's model.",
+        ),
         ("openai/text embedding", "A model name has no spaces."),
     ],
 )
 def test_a_built_in_or_malformed_embedding_model_is_refused_and_nothing_changes(
     owner_client, owner, model, message
 ):
-    bot = BotFactory(owner=owner, name="keep")
+    bot = BotFactory(owner=owner, name="keep", embedding_model="")
     created = owner_client.post(
         "/api/v1/bots/", {"name": "b", "embedding_model": model}, format="json"
     )

@@ -95,7 +95,7 @@ def test_listed_names_are_accepted_and_stored_as_model_strings(owner_client, con
         "openai/fake-model",
         ["openai/fake-model"],
         "openai/fake-model",
-        "",
+        "builtin/embed",  # the default: the built-in embedding model is allowed with a connection
     )
     # a built-in compaction model stays allowed
     response = owner_client.patch(

@@ -480,6 +480,59 @@ def test_read_then_search_then_answer_and_no_third_request():
     assert fourth.text == NO_MATCH_TEXT
 
 
+def test_a_read_that_lacks_the_questions_distinctive_word_leads_to_a_search():
+    # issue 33: the index line matched only "number"; what was read is an invoice number
+    index = {
+        "role": "system",
+        "content": "[Memory index: records you can read]\n" + INDEX_HELP + "\n"
+        "- billing (info): The invoice number and due date",
+    }
+    question = {"role": "user", "content": "What is the flight number?"}
+    after_read = [
+        index,
+        question,
+        call("read_records", {"names": ["billing"]}),
+        result("[record billing]\nThe invoice number is INV-30017, due on 1 May."),
+    ]
+    after_search = [
+        *after_read,
+        call("search_records", {"query": "flight number"}, "call_2"),
+        result(
+            "[record snapshot_1_9]\n[4] 2024-03-08 13:56Z user: The flight number is JL7079.",
+            "call_2",
+        ),
+    ]
+
+    first = generate("recall", [index, question], tools=RECALL_TOOLS)
+    second = generate("recall", after_read, tools=RECALL_TOOLS)
+    third = generate("recall", after_search, tools=RECALL_TOOLS)
+
+    assert first.tool_calls[0]["function"]["arguments"] == '{"names": ["billing"]}'
+    assert second.tool_calls[0]["function"] == {
+        "name": "search_records",
+        "arguments": '{"query": "flight number"}',
+    }
+    assert third.tool_calls == []
+    quote = "> The flight number is JL7079. — you said in message 4, on 2024-03-08"
+    assert quote in third.text.splitlines()
+    assert "INV-30017" not in third.text
+
+
+def test_a_read_that_says_every_question_word_is_answered_without_a_search():
+    question = {"role": "user", "content": "What is the invoice number?"}
+    messages = [
+        INDEX,
+        question,
+        call("read_records", {"names": ["diet"]}),
+        result("[record diet]\nThe invoice number is INV-30017, due on 1 May."),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert reply.tool_calls == []
+    assert "INV-30017" in reply.text
+
+
 def test_json_requests_count_as_asked_too():
     question = {"role": "user", "content": "What instrument does my sister play?"}
     asked = {

@@ -101,6 +101,8 @@ def test_the_provider_key_and_base_of_the_bot_are_used(hybrid, fake_openai):
 
 
 def test_a_bot_without_an_embedding_model_sends_nothing(owner, bot, other_user, fake_openai):
+    bot.embedding_model = ""  # blank: words only (the default is the built-in model)
+    bot.save(update_fields=["embedding_model"])
     session, _ = data.build(owner, bot, other_user)
 
     assert embeddings.messages_embed_pending(session_id=session.pk) == 0

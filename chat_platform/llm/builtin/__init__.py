@@ -1,15 +1,20 @@
-"""The built-in models, ``builtin/recall`` and ``builtin/extractive`` (docs/models.md).
+"""The built-in models, ``builtin/recall``, ``builtin/extractive`` and ``builtin/embed``
+(docs/models.md).
 
-Plain functions over OpenAI-shaped messages (``generate``), wrapped as a litellm custom provider in
-``provider`` so that they travel the same ``litellm.completion`` road as any other model. Nothing
-here imports litellm at module level.
+Plain functions over OpenAI-shaped messages (``generate``) and over texts (``embed``), wrapped as
+a litellm custom provider in ``provider`` so that they travel the same ``litellm.completion`` and
+``litellm.embedding`` roads as any other model. Nothing here imports litellm (or the embedding
+model's runtime) at module level.
 """
 
+from chat_platform.llm.builtin import embedding as embed_model
 from chat_platform.llm.builtin import extractive, recall
 from chat_platform.llm.builtin.result import BuiltinResult
 
 PROVIDER = "builtin"
 MODELS = {"recall": recall.MODEL, "extractive": extractive.MODEL}
+# Models that embed (``litellm.embedding``), not chat.
+EMBEDDING_MODELS = {"embed": embed_model.MODEL}
 
 
 class UnknownBuiltinModel(ValueError):
@@ -36,4 +41,22 @@ def generate(
     )
 
 
-__all__ = ["MODELS", "PROVIDER", "BuiltinResult", "UnknownBuiltinModel", "generate"]
+def embed(name: str, texts: list[str]) -> tuple[list[list[float]], int]:
+    """Built-in embedding model ``name`` (``"embed"``, with or without the ``builtin/``
+    prefix) over ``texts``: one vector per text, in order, and the tokens it read."""
+    name = name.removeprefix(f"{PROVIDER}/")
+    if name != "embed":
+        known = ", ".join(EMBEDDING_MODELS.values())
+        raise UnknownBuiltinModel(f"{PROVIDER}/{name} does not embed (known: {known})")
+    return embed_model.embed(texts)
+
+
+__all__ = [
+    "EMBEDDING_MODELS",
+    "MODELS",
+    "PROVIDER",
+    "BuiltinResult",
+    "UnknownBuiltinModel",
+    "embed",
+    "generate",
+]

@@ -9,7 +9,13 @@ arguments only (see ``litellm.main._complete_custom_providers``), which is why t
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from chat_platform.llm.builtin import PROVIDER, BuiltinResult, UnknownBuiltinModel, generate
+from chat_platform.llm.builtin import (
+    PROVIDER,
+    BuiltinResult,
+    UnknownBuiltinModel,
+    embed,
+    generate,
+)
 from chat_platform.llm.builtin.text import stream_pieces
 
 
@@ -107,11 +113,34 @@ def _chunks(result: BuiltinResult) -> Iterator[dict]:
     }
 
 
+def _embedding(kwargs: dict[str, Any]) -> Any:
+    """``litellm.embedding`` of a built-in model: the vectors in OpenAI's shape, with usage."""
+    from litellm.llms.custom_llm import CustomLLMError
+    from litellm.types.utils import Usage
+
+    inputs = kwargs["input"]
+    texts = [inputs] if isinstance(inputs, str) else list(inputs)
+    try:
+        vectors, tokens = embed(kwargs["model"], texts)
+    except UnknownBuiltinModel as exc:
+        raise CustomLLMError(status_code=404, message=str(exc)) from exc
+    response = kwargs["model_response"]
+    response.object = "list"
+    response.data = [
+        {"object": "embedding", "index": index, "embedding": vector}
+        for index, vector in enumerate(vectors)
+    ]
+    response.model = f"{PROVIDER}/{kwargs['model'].removeprefix(f'{PROVIDER}/')}"
+    response.usage = Usage(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
+    return response
+
+
 def build_handler() -> Any:
     from litellm import CustomLLM
 
     class BuiltinLLM(CustomLLM):
-        """``builtin/recall`` and ``builtin/extractive``: offline, deterministic, instant."""
+        """``builtin/recall``, ``builtin/extractive`` and ``builtin/embed``: offline,
+        deterministic, in-process."""
 
         def completion(self, *args: Any, **kwargs: Any) -> Any:
             return _fill(kwargs["model_response"], _run(kwargs), kwargs["model"])
@@ -128,5 +157,11 @@ def build_handler() -> Any:
         ) -> AsyncIterator[dict]:
             for chunk in _chunks(_run(kwargs)):
                 yield chunk
+
+        def embedding(self, *args: Any, **kwargs: Any) -> Any:
+            return _embedding(kwargs)
+
+        async def aembedding(self, *args: Any, **kwargs: Any) -> Any:
+            return _embedding(kwargs)
 
     return BuiltinLLM()

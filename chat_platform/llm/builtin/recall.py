@@ -29,7 +29,10 @@ What it does, for a question:
    content words), it quotes.
 2. Otherwise, once per question: if the index lists a matching record that is not in context, it
    asks for it — ``read_records({"names": [...]})`` when that tool is offered, else exactly
-   ``{"read_files": {"files": [...]}}``.
+   ``{"read_files": {"files": [...]}}``. What was read answers when a sentence holds half of
+   the question's content words and every one of them is said somewhere in context or in the
+   index; a word neither says (the "flight" of "What is the flight number?" after a read that
+   holds only an invoice number) leads to the search.
 3. Otherwise, once per question, when memory is in play (an index block, or the search tool is
    offered): ``search_records({"query": "<the question's content words>"})``, else exactly
    ``{"search_records": {"query": "..."}}``.
@@ -507,6 +510,20 @@ def _choose_quotes(units: list[Unit], question_terms: set[str]) -> tuple[list[Un
     return sorted(chosen, key=lambda u: u.position), coverage
 
 
+def _unsaid(units: list[Unit], index: list[IndexEntry], question_terms: set[str]) -> set[str]:
+    """The question's words that neither a statement in context nor the memory index says
+    ("flight" of "What is the flight number?" when what was read says only "the invoice number
+    is INV-30017" and its index line only "The invoice number and due date"). A word the index
+    line of what was read says ("food" of "Food allergies and diet") was read for."""
+    said: set[str] = set()
+    for unit in units:
+        if not _is_question(unit.text):
+            said.update(terms(unit.text))
+    for entry in index:
+        said.update(terms(re.sub(r"[_-]", " ", entry.name) + " " + entry.description))
+    return question_terms - said
+
+
 def _quote_line(unit: Unit) -> str:
     text = unit.text
     if count_tokens(text, model=MODEL) > QUOTE_MAX_TOKENS:
@@ -674,8 +691,11 @@ def respond(
     question_terms = set(terms(question_text))
     if not question_terms:
         return _text_result(NO_MATCH_TEXT, prompt)
-    quotes, coverage = _choose_quotes(_units(messages, question), question_terms)
+    units = _units(messages, question)
+    quotes, coverage = _choose_quotes(units, question_terms)
     enough = ANSWERED_AFTER_READ_SHARE if "read" in done.kinds else ANSWERED_SHARE
+    if "read" in done.kinds and _unsaid(units, _index_entries(messages), question_terms):
+        enough = math.inf  # what was read half-matches: the words it lacks may be elsewhere
     if coverage < enough and may_call:
         if "read" not in done.kinds:
             names = _records_to_request(messages, question, question_terms)

