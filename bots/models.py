@@ -102,6 +102,10 @@ class Bot(models.Model):
     embedding_model = models.CharField(
         max_length=200, blank=True, default="", validators=[validate_storable_text]
     )
+    # Tools from staff's MCP servers (app ``tools``, docs/tools.md): ``"<server>/<tool>"`` or
+    # ``"<server>/*"``, offered to the model beside the memory tools. Checked by
+    # ``turns.bot_validation.check_bot_tools`` (who may use the server, the schemas' share of B).
+    tools = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

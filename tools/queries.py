@@ -62,3 +62,10 @@ def tool_servers_usable_named(
         return {}
     found = tool_server_list_for_user(user=user).filter(name__in=sorted(names))
     return {server.name: server for server in found}
+
+
+def tool_servers_named(names: set[str]) -> dict[str, ToolServer]:
+    """The servers among ``names``, by name, whoever may use them (a bot's stored choices)."""
+    if not names:
+        return {}
+    return {s.name: s for s in ToolServer.objects.filter(name__in=sorted(names))}
