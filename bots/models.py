@@ -322,6 +322,9 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     tool_call_id = models.CharField(max_length=100, blank=True, default="")
     tool_name = models.CharField(max_length=100, blank=True, default="")
+    # A tool result of an MCP tool (docs/tools.md): whether the call succeeded (a failure's
+    # content is "[tool failed: <reason>]"); null for every other message.
+    tool_ok = models.BooleanField(null=True, blank=True)
     # A pending reply asked for through an API key on /api/v1/: the daily-limit subject of that
     # key (``key:<id>``, ``connections.usage``), beside the user's own, that its turn is charged
     # to. Written by the send only, never from a client's field; blank for every other message,
