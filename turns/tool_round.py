@@ -133,9 +133,12 @@ def tool_round_run(
     model: str,
     tool_round: int,
     should_stop: Callable[[], bool] | None = None,
+    alone: frozenset[str] = frozenset(),
 ) -> list[ToolOutcome]:
     """Run the model's ``calls`` (OpenAI shape) to the bot's ``offered`` tools: one outcome per
-    call, in the calls' order. Frames go out as the round starts and as each call ends."""
+    call, in the calls' order. Frames go out as the round starts and as each call ends.
+    ``alone``: functions that run only in a round of their own (the memory tools): asked for
+    beside the bot's tools, they are answered with a failure saying so."""
     by_function = {t.function: t for t in offered}
     endpoints = _endpoints([by_function[f] for f in by_function])
     outcomes: list[ToolOutcome] = []
@@ -156,7 +159,11 @@ def tool_round_run(
         )
         tool = by_function.get(name)
         endpoint = endpoints.get(tool.server) if tool is not None else None
-        if tool is None:
+        if name in alone:
+            outcome.content = tool_failed(
+                f"{name} runs on its own: call it again without other tools"
+            )
+        elif tool is None:
             outcome.content = tool_failed(f"no tool named {name[:100]}")
         elif arguments is None:
             outcome.content = tool_failed("the arguments are not a JSON object")
@@ -249,3 +256,50 @@ def tool_round_store(
         for message in [*stored, *moved]:
             transaction.on_commit(partial(realtime.notify_message_created, message))
     return stored
+
+
+class ToolLoop:
+    """The turn's MCP tool rounds: what it offers and how many rounds ran. While fewer than
+    ``TOOL_MAX_ROUNDS`` ran the bot's tools are offered; after that the model must answer."""
+
+    def __init__(self, *, bot: Bot, taken: tuple[str, ...] = ()) -> None:
+        self.offered = turn_tools(bot, taken=taken)
+        self.functions = frozenset(t.function for t in self.offered)
+        self.rounds = 0
+
+    @property
+    def open(self) -> bool:
+        return bool(self.offered) and self.rounds < settings.TOOL_MAX_ROUNDS
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [t.schema for t in self.offered] if self.open else []
+
+    def wanted(self, calls: list[dict[str, Any]]) -> bool:
+        """Whether ``calls`` (the platform's share of a completion's calls) ask for a tool."""
+        return self.open and any(
+            isinstance(c.get("function"), dict) and c["function"].get("name") in self.functions
+            for c in calls
+        )
+
+    def run(
+        self,
+        *,
+        reply: Message,
+        calls: list[dict[str, Any]],
+        text: str,
+        model: str,
+        alone: frozenset[str] = frozenset(),
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[Message]:
+        """One round: run, store, and return the stored exchange (the call, its results)."""
+        self.rounds += 1
+        outcomes = tool_round_run(
+            reply=reply,
+            calls=calls,
+            offered=self.offered,
+            model=model,
+            tool_round=self.rounds,
+            should_stop=should_stop,
+            alone=alone,
+        )
+        return tool_round_store(reply=reply, text=text, outcomes=outcomes, model=model)
