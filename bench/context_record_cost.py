@@ -3,9 +3,9 @@
 A bot with a small window (so it compacts and fuses as it goes) takes ``--turns`` user messages
 through the real chat turn in embedded mode (services -> the task in-process -> the one context
 pipeline -> gateway -> litellm -> a local fake OpenAI server answering at once). The record's
-own work in the turn is timed where it happens: ``turns.turn._call_entry`` (a call's parts and
+own work in the turn is timed where it happens: ``turns.stream.call_entry`` (a call's parts and
 budget, kept for the record: before the reply's ``message.completed``, so on the way to the
-user) and ``turns.turn.context_record_write`` (the prompt version and the one INSERT, with its
+user) and ``turns.finished.context_record_write`` (the prompt version and the one INSERT, with its
 commit: after the finish has sent the frame and woken the REST waiters, so worker time, not
 reply latency). Prints, per turn, the platform's time, the record's time and its share, and the
 record's statements; then the record's time on the reply's path against the added latency
@@ -35,11 +35,12 @@ setup(fake_key=True)
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bots import turn as bots_turn  # noqa: E402
 from bots.models import Bot  # noqa: E402
 from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent, ContextRecord  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
+from turns import finished as turn_finished  # noqa: E402
+from turns import stream as turn_stream  # noqa: E402
 from turns.services.send import session_message_send  # noqa: E402
 from turns.services.session import session_create  # noqa: E402
 
@@ -91,8 +92,8 @@ def main() -> None:
         return Reply(text=" ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 120))))
 
     record = Timed()
-    record.wrap(bots_turn, "_call_entry")
-    record.wrap(bots_turn, "context_record_write")
+    record.wrap(turn_stream, "call_entry")
+    record.wrap(turn_finished, "context_record_write")
     statements: Counter[str] = Counter()
 
     def counted(execute, sql, params, many, context):
@@ -154,7 +155,7 @@ def main() -> None:
         f"statements per turn: {statements['turn'] / args.turns:.1f} outside the record, "
         f"{statements['record'] / args.turns:.2f} in it (goal ≤ 1)"
     )
-    on_path = record.by_name["_call_entry"] * 1000 / args.turns
+    on_path = record.by_name["call_entry"] * 1000 / args.turns
     after = record.by_name["context_record_write"] * 1000 / args.turns
     share = 100 * on_path / args.added_ms
     print(

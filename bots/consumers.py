@@ -18,6 +18,7 @@ from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, Va
 from chat_platform.jsontext import JSONTooDeep, json_loads
 from chat_platform.outage import OUTAGE_ERRORS
 from turns import dispatch
+from turns.services import message as message_services
 from turns.services import send as send_services
 
 log = structlog.get_logger(__name__)
@@ -202,7 +203,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.sends.put_nowait(frame)
         elif kind == "generation.stop":
             # Not queued: a stop acts at once, never behind sends waiting their turn.
-            await self._call(send_services.generation_stop, session_id=self.session_id)
+            await self._call(message_services.generation_stop, session_id=self.session_id)
         else:
             await self._send_error(
                 ValidationFailed(f"Unknown frame type {kind!r}.", details={"type": kind})

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Count, F, Sum
 
+from bots.coverage import messages_room_uncompact
 from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import (
     BOT_UNAVAILABLE,
@@ -15,7 +16,7 @@ from bots.queries import (
     session_get_for_user,
     session_seat_get,
 )
-from bots.transitions import messages_room_uncompact, reply_running_first
+from bots.transitions import reply_running_first
 from chat_platform import realtime
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.heavy import heavy_request
@@ -300,7 +301,7 @@ def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_se
     point (with the audit fields as they are), and they cover the copies of those messages. A
     summary reaching the branch point or beyond is not carried: it speaks of messages the
     branch does not have, so the branch sees those messages raw (compacted again as needed)."""
-    from bots.transitions import messages_coverage_copy
+    from bots.coverage import messages_coverage_copy
     from compaction.models import Summary
 
     carried = 0

@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from bots import transitions
+from bots import bulk
 from bots.models import Bot, ChatSession, Message
 from chat_platform import errors
 from chat_platform.textcheck import text_is_storable
@@ -497,7 +497,7 @@ def _tool_results_send(*, key: ApiKey, request: ChatRequest, conversation: Conve
             )
             for i, r in enumerate(request.tool_results)
         ]
-        stored = transitions.history_append(session=session, messages=rows)
+        stored = bulk.history_append(session=session, messages=rows)
         result = reply_again_open(session=session, user_message=stored[-1])
         reply = result.assistant_message
         assert reply is not None

@@ -27,7 +27,7 @@ import structlog
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from bots import transitions
+from bots import bulk
 from bots.models import Bot, ChatSession, Message
 from bots.queries import session_get_for_use
 from chat_platform.errors import ValidationFailed
@@ -144,7 +144,7 @@ def _longest_prefix(*, user_id: int, bot_id: int, hashes: list[str]) -> ChainLin
 
 
 def history_row(m: ClientMessage, *, model: str, client_id: str = "") -> dict[str, Any]:
-    """A client message as ``transitions.history_append`` stores it: a tool result as a
+    """A client message as ``bulk.history_append`` stores it: a tool result as a
     ``tool`` message (the call's function name with it), calls counted with their text."""
     row: dict[str, Any] = {"role": m.role, "content": m.content, "client_id": client_id}
     counted = m.content
@@ -167,7 +167,7 @@ def _store_history(
     *, session: ChatSession, messages: list[ClientMessage], position: int, chain_hash: str
 ) -> tuple[list[Message], int, str]:
     """Append the client's history and its links; returns the rows and where the chain ends."""
-    stored = transitions.history_append(
+    stored = bulk.history_append(
         session=session, messages=_history_rows(messages, model=session.bot.model)
     )
     links = []

@@ -29,7 +29,7 @@ from chat_platform.realtime import session_group
 from openai_api import completions, keys, shapes
 from openai_api.completions import OpenAIError, Started
 from openai_api.models import ApiKey
-from turns.services.send import message_wait_finished
+from turns.services.message import message_wait_finished
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ Validate, then write, then notify — per file: the whole file is one transactio
 refused anywhere (bad JSON, a wrong type in its last message, nesting too deep) leaves nothing
 behind. The file is read as a stream (``transfer.streaming``), one conversation or one message
 at a time. Written history is token-counted with the bot's model, written through
-``bots.transitions.messages_import``, indexed for search at once
+``bots.bulk.messages_import``, indexed for search at once
 (``memory.services.messages_index_written``), and after commit each new session gets a soft
 compaction (``turns.dispatch.compact_soft_dispatch``) so the bot carries what it can of it.
 
@@ -28,9 +28,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from bots.bulk import messages_import
 from bots.models import Bot, ChatSession, Message
 from bots.queries import bot_get_for_user
-from bots.transitions import messages_import, session_context_recount
+from bots.transitions import session_context_recount
 from chat_platform.errors import NotFound, PayloadTooLarge
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.models import TRIGGERS, CompactionEvent, Summary

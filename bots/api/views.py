@@ -34,6 +34,7 @@ from compaction.pipeline import context_report
 from openai_api.keys import request_key_limits
 from turns.services import bot as bot_services
 from turns.services import branch as branch_services
+from turns.services import message as message_services
 from turns.services import participants as participant_services
 from turns.services import send as send_services
 from turns.services import session as session_services
@@ -220,7 +221,7 @@ class SessionMessagesApi(APIView):
                     errors.ServiceUnavailable.http_status,
                 )
         if data["wait"] and reply is not None and not reply.is_finished:
-            reply = send_services.message_wait_finished(
+            reply = message_services.message_wait_finished(
                 message_id=reply.pk, timeout=settings.CHAT_WAIT_TIMEOUT_SECONDS
             )
         body = {
@@ -256,7 +257,7 @@ class MessagePinApi(APIView):
 
     @extend_schema(request=None, responses=MessageOutputSerializer)
     def post(self, request: Request, message_id: int) -> Response:
-        message = send_services.message_pin_set(
+        message = message_services.message_pin_set(
             user=request.user, message_id=message_id, pinned=self.pinned
         )
         return Response(MessageOutputSerializer(message).data)

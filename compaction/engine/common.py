@@ -3,7 +3,7 @@ and the current turn (which no pass takes)."""
 
 from dataclasses import dataclass
 
-from bots import transitions
+from bots import coverage
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat, room_snapshot_carry, session_seat
 from chat_platform.errors import ValidationFailed
@@ -44,9 +44,9 @@ def session_kind_held(session: ChatSession) -> None:
     written the one-bot way (``Message.compacted_by_id``), which no seat of a room reads: its
     messages would leave every seat's context with no summary standing in. Nothing is written;
     the next turn re-evaluates pressure. A one-bot session's row is locked for the rest of the
-    commit (``transitions.session_one_bot_hold``); a room stays a room (nothing turns it back),
+    commit (``coverage.session_one_bot_hold``); a room stays a room (nothing turns it back),
     so its commit needs no lock and no statement."""
-    if not session.is_room and not transitions.session_one_bot_hold(session_id=session.pk):
+    if not session.is_room and not coverage.session_one_bot_hold(session_id=session.pk):
         raise Conflict()
 
 

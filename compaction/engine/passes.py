@@ -12,7 +12,7 @@ import structlog
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Sum
 
-from bots import transitions
+from bots import coverage, transitions
 from bots.models import ChatSession, Message
 from chat_platform import realtime
 from chat_platform.dbconn import connection_release
@@ -425,7 +425,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
             if session.is_room:
                 seat_cover(session, summary, ids, tokens=source_tokens)
             else:
-                claimed = transitions.messages_compact(message_ids=ids, summary_id=summary.pk)
+                claimed = coverage.messages_compact(message_ids=ids, summary_id=summary.pk)
                 if claimed != len(ids):
                     raise Conflict()
                 transitions.session_context_remove(
@@ -460,7 +460,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
 def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens: int) -> None:
     """In a room (caller's transaction): the bot's summary covers exactly these messages, for
     this bot alone (``SummaryCoverage``), and the bot's own totals drop by what it replaced.
-    The same conditions as ``transitions.messages_compact``: a message pinned, changed or
+    The same conditions as ``coverage.messages_compact``: a message pinned, changed or
     covered for this bot meanwhile is a conflict.
 
     One statement writes the coverage of those of ``ids`` still complete and unpinned
@@ -521,7 +521,7 @@ def coverage_move(session: ChatSession, *, from_summary_ids: list[int], to_summa
             summary_id=to_summary_id
         )
     else:
-        transitions.messages_compaction_move(
+        coverage.messages_compaction_move(
             from_summary_ids=from_summary_ids, to_summary_id=to_summary_id
         )
 
@@ -536,7 +536,7 @@ def coverage_restore(
             summary_id=from_summary_id, message__seq__gte=first_seq, message__seq__lte=last_seq
         ).update(summary_id=to_summary_id)
     else:
-        transitions.messages_compaction_restore(
+        coverage.messages_compaction_restore(
             from_summary_id=from_summary_id,
             to_summary_id=to_summary_id,
             first_seq=first_seq,
@@ -550,7 +550,7 @@ def coverage_release(session: ChatSession, *, summary_id: int) -> tuple[int, int
     exactly what they held (the reverse of ``seat_cover``); other bots' seats are untouched.
     Returns the (tokens, messages) that came back. Caller's transaction."""
     if not session.is_room:
-        return transitions.messages_uncompact(summary_id=summary_id)
+        return coverage.messages_uncompact(summary_id=summary_id)
     rows = SummaryCoverage.objects.filter(summary_id=summary_id)
     held = rows.aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
     tokens, messages = held["tokens"] or 0, held["messages"]

@@ -4,8 +4,9 @@ branch being continued."""
 
 import pytest
 
+from bots.coverage import messages_compact
 from bots.models import ChatSession, Message
-from bots.transitions import messages_compact, session_context_recount
+from bots.transitions import session_context_recount
 from compaction.models import Summary
 from memory.models import MemoryRecord, MessageIndex
 from tests.factories import SessionFactory, UserFactory

@@ -9,6 +9,7 @@ from bots.transitions import reply_claim, session_context_recount
 from compaction.records import prompt_version_store
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from turns import stream as turn_stream
 from turns import turn
 from turns.services.participants import participant_add
 from turns.services.session import session_create
@@ -258,14 +259,14 @@ def _turn_counted(monkeypatch, reply):
     call, the capture). No partial-text checkpoint: on a loaded machine the stream can outlast
     its interval."""
     before_the_call: list[int] = []
-    real_stream = turn.gateway.stream
+    real_stream = turn_stream.gateway.stream
 
     def stream(*args, **kwargs):
         before_the_call.append(len(queries.captured_queries))
         return real_stream(*args, **kwargs)
 
-    monkeypatch.setattr(turn.gateway, "stream", stream)
-    monkeypatch.setattr(turn, "CHECKPOINT_SECONDS", 3600)
+    monkeypatch.setattr(turn_stream.gateway, "stream", stream)
+    monkeypatch.setattr(turn_stream, "CHECKPOINT_SECONDS", 3600)
     with CaptureQueriesContext(connection) as queries:
         turn.turn_run(message_id=reply.pk)
     return before_the_call, queries

@@ -17,7 +17,7 @@ from chat_platform.llm.tokens import count_message_tokens
 from compaction import pipeline
 from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
-from turns import turn, watchdog
+from turns import recall_loop, stream, turn, watchdog
 
 MODEL = "openai/fake-model"
 
@@ -159,7 +159,7 @@ def test_an_unexpected_error_while_building_the_context_fails_the_reply_visibly(
     def broken(**kwargs):
         raise RuntimeError("history_totals went sideways")
 
-    monkeypatch.setattr(turn, "context_build", broken)
+    monkeypatch.setattr(recall_loop, "context_build", broken)
 
     turn.turn_run(message_id=reply.pk)
 
@@ -199,7 +199,7 @@ def test_an_error_mid_stream_keeps_the_partial_text(fake_session, fake_openai, f
             raise ValueError("channel layer exploded")
 
     monkeypatch.setattr(realtime, "notify_message_delta", delta_then_crash)
-    monkeypatch.setattr(turn.settings, "CHAT_STREAM_FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(stream.settings, "CHAT_STREAM_FLUSH_SECONDS", 0.0)
 
     turn.turn_run(message_id=reply.pk)
 
@@ -467,7 +467,7 @@ def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
 def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
     from django.test.utils import CaptureQueriesContext
 
-    from turns.services.send import message_wait_finished
+    from turns.services.message import message_wait_finished
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
@@ -505,7 +505,7 @@ def test_a_saturated_database_fails_the_turn_fast_with_a_clear_error(
     def no_connection(**kwargs):
         raise OperationalError("couldn't get a connection after 10.00 sec")
 
-    monkeypatch.setattr(turn, "context_build", no_connection)
+    monkeypatch.setattr(recall_loop, "context_build", no_connection)
 
     turn.turn_run(message_id=reply.pk)
 

@@ -15,9 +15,10 @@ from tests.bots.test_rooms import _send, room  # noqa: F401 - the room fixture
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory
 from tests.fakeopenai import Reply
-from turns import turn
+from turns import finished, turn
 from turns.services.bot import bot_update
-from turns.services.send import do_message_pair_create, message_pin_set
+from turns.services.message import message_pin_set
+from turns.services.send import do_message_pair_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,7 +81,7 @@ def test_rebuild_equals_sent_over_200_turns(owner, fake_openai, monkeypatch, set
             # queued, so pressure reaches the hard threshold and calls wait for compaction.
             celery_app.conf.task_always_eager = n <= TURNS // 2
             if n == TURNS // 2 + 1:
-                monkeypatch.setattr(turn, "soft_compaction_due", lambda state: False)
+                monkeypatch.setattr(finished, "soft_compaction_due", lambda state: False)
             if n == 120:  # noqa: PLR2004 - the prompt changes: older records keep theirs
                 bot_update(user=owner, bot_id=bot.pk, system_prompt="You keep short notes.")
             _script(fake_openai, session, n)

@@ -24,7 +24,7 @@ from compaction.records import (
 )
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
-from turns import turn
+from turns import finished, turn
 from turns.services.send import do_message_pair_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -179,7 +179,7 @@ def test_the_record_adds_exactly_one_statement_to_a_turn(owner, fake_bot, fake_o
 
     prompt_version_store(bot_id=fake_bot.pk, text=fake_bot.system_prompt)  # stored on create
     with_record = turn_statements(SessionFactory(user=owner, bot=fake_bot))
-    monkeypatch.setattr(turn, "context_record_write", lambda **kwargs: None)
+    monkeypatch.setattr(finished, "context_record_write", lambda **kwargs: None)
     without = turn_statements(SessionFactory(user=owner, bot=fake_bot))
 
     assert len(with_record) == len(without) + 1

@@ -854,7 +854,7 @@ def test_a_crash_after_the_summariser_rolls_back_and_is_on_record(
     def crash(**kwargs):
         raise RuntimeError("crash inside the pass commit")
 
-    monkeypatch.setattr(passes.transitions, "messages_compact", crash)
+    monkeypatch.setattr(passes.coverage, "messages_compact", crash)
     failed = engine.compaction_soft(session_id=session.pk)
     assert (failed.outcome, failed.reason) == ("failed", "internal_error")
     [event] = CompactionEvent.objects.filter(session=session)

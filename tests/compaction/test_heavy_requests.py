@@ -330,7 +330,7 @@ def test_a_dead_processs_slot_lapses(owner, settings):
 def test_a_reply_wait_holds_no_database_connection(owner, session):
     from bots.realtime import publish_reply_finished, reply_finished_channel
     from tests.factories import message_add
-    from turns.services.send import message_wait_finished
+    from turns.services.message import message_wait_finished
 
     reply = message_add(session, role="assistant", content="", status="pending", token_count=0)
     connection.close()

@@ -16,7 +16,7 @@ from bots.transitions import session_context_add
 from memory import services
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
-from turns import turn
+from turns import recall_loop, turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,7 +73,7 @@ def test_a_pin_made_during_recall_drops_the_rounds_that_no_longer_fit_not_the_re
             Message.objects.filter(pk=old.pk).update(pinned=True)
         return results
 
-    monkeypatch.setattr(turn, "recall_execute", execute_then_pin)
+    monkeypatch.setattr(recall_loop, "recall_execute", execute_then_pin)
 
     turn.turn_run(message_id=reply.pk)
 

@@ -75,7 +75,7 @@ def lived_session(owner, eager_tasks):
             ),
         )
     first = Message.objects.get(session=session, seq=1)
-    from turns.services.send import message_pin_set
+    from turns.services.message import message_pin_set
 
     message_pin_set(user=owner, message_id=first.pk, pinned=True)
     result = session_compact(user=owner, session_id=session.pk)

@@ -22,7 +22,7 @@ import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from bots import transitions
+from bots import bulk, transitions
 from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
 from chat_platform.errors import ValidationFailed
@@ -104,7 +104,7 @@ def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) ->
             for p in SessionParticipant.objects.filter(session=session)
         ]
     )
-    transitions.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
+    bulk.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
     summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
     # The copies of compacted messages are indexed with their snapshot's copy (recall in the
     # branch); the rest are not indexed again: search across the user's chats finds them in the
@@ -130,9 +130,9 @@ def do_branches_import(
 ) -> list[Message]:
     """An import's other branches of ``session`` as branch chats, each a version of the message
     at its fork (‹ i/n ›), as an edit's would be: the chats in one insert, their shared prefixes
-    copied inside the database in one INSERT … SELECT (``transitions.messages_copy_prefixes``),
+    copied inside the database in one INSERT … SELECT (``bulk.messages_copy_prefixes``),
     their own messages in one batched insert with the running totals
-    (``transitions.branches_messages_import``): a fixed number of statements per conversation,
+    (``bulk.branches_messages_import``): a fixed number of statements per conversation,
     however many branches it has, and no prefix text through Python. Just imported, ``session``
     has no summaries, snapshots, notes or participants yet (an import is never a room), so
     nothing else is copied. Returns the branches' own messages, written."""
@@ -152,7 +152,7 @@ def do_branches_import(
             for branch in branches
         ]
     )
-    transitions.messages_copy_prefixes(
+    bulk.messages_copy_prefixes(
         source_id=session.pk,
         targets=[
             (chat.pk, branch.fork_seq + 1) for chat, branch in zip(chats, branches, strict=True)
@@ -164,7 +164,7 @@ def do_branches_import(
             message.session = chat
         messages += branch.messages
         reply_to += branch.reply_to_seqs
-    return transitions.branches_messages_import(messages=messages, reply_to_seqs=reply_to)
+    return bulk.branches_messages_import(messages=messages, reply_to_seqs=reply_to)
 
 
 def message_edit(

@@ -1,6 +1,6 @@
 """A user's message: write it and its pending reply, hand the turn over after commit; the
-``/compact`` command; pins and stop requests. Every message write goes through
-``bots.transitions``."""
+``/compact`` command. Pins, stop requests and waiting for a reply are ``turns.services.message``.
+Every message write goes through ``bots.transitions``."""
 
 import re
 from collections.abc import Sequence
@@ -24,15 +24,12 @@ from bots import realtime, transitions
 from bots.models import Bot, ChatSession, Message
 from bots.queries import (
     bot_usable_in,
-    message_get_for_user,
     participants_of,
     room_snapshot_take,
     session_get_for_use,
-    session_get_for_user,
     session_seat,
     user_bot_scope,
 )
-from chat_platform.dbconn import connection_release
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
@@ -308,6 +305,32 @@ def session_message_send(
         # sent still gets its first result).
         usage.quota_check(limits)
     answering = _answering(user=user, session=session, text=text, reply_as=reply_as)
+    result = _send_write(
+        session=session, text=text, cid=cid, answering=answering, files=files, quota=quota
+    )
+    if not result.created:
+        result = _redispatch_if_undelivered(result)
+    log.info(
+        "message_sent",
+        session_id=session.pk,
+        message_id=result.user_message.pk,
+        created=result.created,
+    )
+    return result
+
+
+def _send_write(
+    *,
+    session: ChatSession,
+    text: str,
+    cid: str | None,
+    answering: list[Bot] | None,
+    files: list[Attachment],
+    quota: Sequence[usage.Limit],
+) -> SendResult:
+    """The send's one transaction: the user message and its pending replies (or the first
+    result of a concurrent send with the same ``client_id``), a default title, the fit check;
+    after commit the exchange's frames, then the hand-over to a worker (or the refusal)."""
     with transaction.atomic():
         try:
             result = do_message_pair_create(
@@ -349,14 +372,6 @@ def session_message_send(
                 if len(result.replies) > 1:
                     # The next bot's reply does not wait for a turn that never runs.
                     transaction.on_commit(partial(dispatch.turn_dispatch_next, session.pk))
-    if not result.created:
-        result = _redispatch_if_undelivered(result)
-    log.info(
-        "message_sent",
-        session_id=session.pk,
-        message_id=result.user_message.pk,
-        created=result.created,
-    )
     return result
 
 
@@ -479,32 +494,3 @@ def _compact_seat(session: ChatSession, focus: str) -> tuple[ChatSession | None,
             if key and folded.startswith(key, 1) and (len(folded) == end or folded[end].isspace()):
                 return session_seat(session, bot), focus[end:].strip()
     return None, focus
-
-
-def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:
-    message = message_get_for_user(user=user, message_id=message_id)
-    if message.pinned != pinned:
-        transitions.message_pinned_set(message_id=message.pk, pinned=pinned)
-        message.refresh_from_db()
-    return message
-
-
-def generation_stop(*, user: AbstractBaseUser, session_id: object) -> int:
-    """Ask the session's running replies to stop; the turn keeps the partial text."""
-    session = session_get_for_user(user=user, session_id=session_id)
-    return transitions.replies_stop_request(session=session)
-
-
-def message_wait_finished(*, message_id: int, timeout: float) -> Message:
-    """Block until a reply leaves pending/streaming (or the timeout passes); return it. Woken by
-    the turn's finish (Redis pub/sub), not by polling the database."""
-    latest: list[Message] = []
-
-    def is_finished() -> bool:
-        latest[:] = [Message.objects.get(pk=message_id)]
-        connection_release()  # not held between checks (docs/security.md)
-        return latest[0].is_finished
-
-    realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
-    # The last check read the row: on a wake-up it is the finished reply, no second read.
-    return latest[0] if latest else Message.objects.get(pk=message_id)

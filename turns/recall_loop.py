@@ -1,0 +1,227 @@
+"""A turn's recall loop: the model calls of one turn, each streamed (``turns.stream``), until
+one answers. While recall is possible (at most ``RECALL_MAX_ROUNDS`` rounds), a call that asks
+to look something up is answered (``memory.recall.recall_execute``), the exchange stored in the
+transcript before the reply, and the model called again with it (docs/memory.md)."""
+
+import json
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+from django.db import transaction
+
+from bots import realtime
+from bots.models import Bot, ChatSession, Message
+from bots.queries import BOT_UNAVAILABLE, bot_usable_in
+from bots.transitions import recall_exchange_store
+from chat_platform.errors import ContextTooLarge, NotFound
+from chat_platform.llm import gateway
+from chat_platform.llm.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_message_tokens,
+    count_tools_tokens,
+)
+from compaction.pipeline import BuiltContext, context_build
+from connections import usage
+from memory.recall import (
+    RECALL_MAX_ROUNDS,
+    ToolCall,
+    calls_from_completion,
+    calls_from_text,
+    recall_execute,
+)
+from memory.recall import TOOLS as RECALL_TOOLS
+from turns import hooks as turn_hooks
+from turns.liveness import TurnHandle
+from turns.stream import TurnState, stream_round
+
+log = structlog.get_logger(__name__)
+
+# Slack per recalled result under what is left of B: joined text can cost a token or two more
+# than its parts.
+RECALL_MARGIN_TOKENS = 8
+
+
+@dataclass
+class Answered:
+    """How the loop ended: the last call's stream and context, and the calls the model made to
+    the client's tools (``turns.hooks``), which end the turn."""
+
+    stream: gateway.ChatStream
+    context: BuiltContext
+    asked: list[dict[str, Any]]
+
+
+def calls_until_answer(
+    reply: Message,
+    handle: TurnHandle,
+    state: TurnState,
+    session: ChatSession,
+    bot: Bot,
+    model: str,
+    config: gateway.ModelConfig,
+    options: turn_hooks.TurnOptions,
+    spent: usage.Meter,
+) -> Answered:
+    """Call the model until it answers (or is stopped, or asks the client's tools)."""
+    # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
+    # index visible but offers no recall (docs/memory.md).
+    recall_on = bot.recall_enabled and bot.memory_index_size > 0
+    rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
+    recall_round = 0
+    asked: list[dict[str, Any]] = []  # calls to the client's tools (turn_hooks): end the turn
+    while True:
+        may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
+        tools = [*RECALL_TOOLS, *options.tools] if may_recall else list(options.tools)
+        context = _context_with_rounds(
+            reply,
+            rounds,
+            recall_open=may_recall,
+            extra_system=options.system,
+            # An API client's tool schemas go with every call: counted in B like a system part.
+            # The platform's own recall tools are not counted in B (the context record reports
+            # them): counting them took ~290 tokens from every small bot's fixed part, so its
+            # hard compaction kept next to no raw history (see the issue 17 note).
+            tools_tokens=count_tools_tokens(list(options.tools), model=model),
+            exchange=options.exchange,
+        )
+        stream = stream_round(
+            reply,
+            handle,
+            state,
+            config,
+            context,
+            tools=tools or None,
+            recall_round=recall_round,
+        )
+        completion = stream.completion
+        if completion is not None:
+            spent.add(completion.prompt_tokens + completion.completion_tokens)
+            asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
+        if asked or not may_recall or completion is None or handle.stopped.is_set():
+            break
+        own_calls = turn_hooks.platform_calls(options, completion.tool_calls)
+        calls = calls_from_completion(own_calls) or calls_from_text(
+            completion.text, call_id=f"recall-{reply.pk}-{recall_round + 1}"
+        )
+        if not calls:
+            break
+        check_bot_usable(session, fresh=True)
+        recall_round += 1
+        rounds.append(
+            _recall_round(reply, context, calls, recall_round=recall_round, text=completion.text)
+        )
+        reply.refresh_from_db(fields=["seq"])
+        state.parts.clear()  # the answer is what the model says after its lookups
+    return Answered(stream=stream, context=context, asked=asked)
+
+
+def check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
+    """The session's user may still run its bot (owner, or shared): checked when the turn starts
+    (a send queued before the owner un-shared it) and before each recall round."""
+    bot = Bot.objects.only("owner_id", "is_shared").get(pk=session.bot_id) if fresh else None
+    if not bot_usable_in(session=session, bot=bot):
+        raise NotFound(BOT_UNAVAILABLE)
+
+
+def _recall_round(
+    reply: Message,
+    context: BuiltContext,
+    calls: list[ToolCall],
+    *,
+    recall_round: int,
+    text: str,
+) -> list[Message]:
+    """Answer the model's requests and store the exchange in the transcript: the request as an
+    assistant ``tool`` message, one ``tool`` message per result, the reply moved after them.
+
+    Everything recalled fits in what is left of B once the turn's fixed part is sent."""
+    session = reply.session
+    model = session.chat_model
+    # A JSON request is stored as the tool call it became, not as text as well.
+    call_content = "" if calls_from_text(text, call_id="-") else text
+    call_tokens = count_message_tokens(
+        call_content + json.dumps([c.as_openai() for c in calls]), model=model
+    )
+    room = (
+        context.measure.budget.budget
+        - context.measure.fixed_tokens
+        - call_tokens
+        - (MESSAGE_OVERHEAD_TOKENS + RECALL_MARGIN_TOKENS) * len(calls)
+    )
+    results = recall_execute(
+        session=session,
+        reply=reply,
+        recall_round=recall_round,
+        calls=calls,
+        room_tokens=room,
+        model=model,
+        live_before=context.recall_live_before,
+    )
+    with transaction.atomic():
+        # seqs: the request takes the reply's place, results follow, then the reply, then what
+        # was sent meanwhile (queued behind this reply)
+        stored, moved = recall_exchange_store(
+            reply=reply,
+            call={
+                "content": call_content,
+                "tool_calls": [c.as_openai() for c in calls],
+                "token_count": call_tokens,
+                "model": model,
+            },
+            results=[
+                {
+                    "content": result.content,
+                    "tool_call_id": result.call.id,
+                    "tool_name": result.call.name,
+                    "token_count": count_message_tokens(result.content, model=model),
+                }
+                for result in results
+            ],
+        )
+        for message in [*stored, *moved]:
+            # A moved message's frame carries its new seq: the page re-sorts it.
+            transaction.on_commit(partial(realtime.notify_message_created, message))
+    return stored
+
+
+def _context_with_rounds(
+    reply: Message,
+    rounds: list[list[Message]],
+    *,
+    recall_open: bool,
+    extra_system: str = "",
+    tools_tokens: int = 0,
+    exchange: tuple[Message, ...] = (),
+) -> BuiltContext:
+    """The call's context with the turn's recall rounds. Each round's results were cut to what
+    was left of B when it ran, but the fixed part can grow before the next call (the user pins
+    a message, a hard compaction adds a summary): then the oldest rounds are left out of this
+    call, one at a time, rather than failing the reply (degrade only downward). They stay in
+    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own."""
+    kept = list(rounds)
+    while True:
+        try:
+            return context_build(
+                session=reply.session,
+                reply=reply,
+                # A client tool exchange the turn continues is never left out (its results
+                # would lose their call); the turn's own recall rounds may be.
+                recalled=[*exchange, *(m for round_ in kept for m in round_)],
+                recall_open=recall_open,
+                record=False,
+                extra_system=extra_system,
+                tools_tokens=tools_tokens,
+            )
+        except ContextTooLarge:
+            if not kept:
+                raise
+            kept = kept[1:]
+            log.warning(
+                "turn_recall_round_left_out",
+                message_id=reply.pk,
+                session_id=reply.session_id,
+                rounds=len(rounds),
+                kept=len(kept),
+            )

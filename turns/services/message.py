@@ -1,0 +1,39 @@
+"""A message's pin, a session's stop request, and waiting for a reply to finish (REST ``wait``,
+``/v1``): small services beside the send path (``turns.services.send``). Every message write
+goes through ``bots.transitions``."""
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from bots import realtime, transitions
+from bots.models import Message
+from bots.queries import message_get_for_user, session_get_for_user
+from chat_platform.dbconn import connection_release
+
+
+def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:
+    message = message_get_for_user(user=user, message_id=message_id)
+    if message.pinned != pinned:
+        transitions.message_pinned_set(message_id=message.pk, pinned=pinned)
+        message.refresh_from_db()
+    return message
+
+
+def generation_stop(*, user: AbstractBaseUser, session_id: object) -> int:
+    """Ask the session's running replies to stop; the turn keeps the partial text."""
+    session = session_get_for_user(user=user, session_id=session_id)
+    return transitions.replies_stop_request(session=session)
+
+
+def message_wait_finished(*, message_id: int, timeout: float) -> Message:
+    """Block until a reply leaves pending/streaming (or the timeout passes); return it. Woken by
+    the turn's finish (Redis pub/sub), not by polling the database."""
+    latest: list[Message] = []
+
+    def is_finished() -> bool:
+        latest[:] = [Message.objects.get(pk=message_id)]
+        connection_release()  # not held between checks (docs/security.md)
+        return latest[0].is_finished
+
+    realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
+    # The last check read the row: on a wake-up it is the finished reply, no second read.
+    return latest[0] if latest else Message.objects.get(pk=message_id)

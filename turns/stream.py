@@ -1,0 +1,202 @@
+"""One streamed model call of a turn: the deltas to the session (batched, ``DeltaBatcher``),
+checkpoints of the partial text, and the call as the context record keeps it (``call_entry``).
+The turn's core (``turns.turn``) and its recall loop (``turns.recall_loop``) call it."""
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from django.conf import settings
+
+from bots import realtime
+from bots.models import Message
+from bots.transitions import reply_checkpoint
+from chat_platform.dbconn import connection_release
+from chat_platform.errors import ModelUnavailable
+from chat_platform.llm import gateway
+from chat_platform.llm.tokens import count_tools_tokens
+from compaction.pipeline import BuiltContext
+from compaction.provenance import part
+from memory.recall import calls_from_text
+from turns.finished import TurnFinished, envelope
+from turns.liveness import CHECKPOINT_SECONDS, TurnHandle
+
+log = structlog.get_logger(__name__)
+
+# A streaming turn saves its partial text every CHECKPOINT_SECONDS (kept if the worker dies: the
+# watchdog marks the reply interrupted); the process's watcher looks for stops as often.
+
+
+@dataclass
+class TurnState:
+    """What a running turn holds: the text streamed so far, and its notifier (``finished``)."""
+
+    finished: TurnFinished
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class DeltaBatcher:
+    """Sends the first delta at once, then batches: at most one frame per flush interval."""
+
+    def __init__(self, reply: Message) -> None:
+        self.reply = reply
+        self.buffer: list[str] = []
+        # The first delta goes out the moment it arrives (time to first token is what a user
+        # feels); batching only starts after it.
+        self.last_flush = float("-inf")
+        self.interval = settings.CHAT_STREAM_FLUSH_SECONDS
+        self.holding = False  # text held back until it is known not to be a recall request
+
+    def add(self, delta: str) -> None:
+        self.buffer.append(delta)
+        if time.monotonic() - self.last_flush >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer:
+            realtime.notify_message_delta(self.reply, "".join(self.buffer))
+            self.buffer.clear()
+        self.last_flush = time.monotonic()
+
+
+def checkpoint(message_id: int, partial_text: str) -> None:
+    """Save the partial text: if the worker dies, the watchdog keeps it."""
+    reply_checkpoint(message_id=message_id, content=partial_text)
+    connection_release()
+
+
+def call_entry(
+    context: BuiltContext,
+    *,
+    recall_round: int,
+    model: str,
+    tools: list[dict[str, Any]] | None,
+    completion: gateway.Completion | None,
+    latency_ms: int,
+    error: str = "",
+) -> dict[str, Any]:
+    """One model call as the context record keeps it (docs/context-records.md)."""
+    parts = list(context.parts)
+    if tools:
+        names = [t.get("function", {}).get("name", "") for t in tools]
+        # The figure the budget counted for this call (``_turn_calls``): one count.
+        parts.append(part("tools", {"names": names}, count_tools_tokens(tools, model=model)))
+    entry: dict[str, Any] = {
+        "round": recall_round,
+        "model": model,
+        "budget": context.measure.budget.budget,
+        "parts": parts,
+        "admission": context.admission_info,
+        "waited_for_compaction": context.waited_for_compaction,
+        "usage": None
+        if completion is None
+        else {
+            "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens,
+        },
+        "finish_reason": completion.finish_reason if completion is not None else "",
+        "latency_ms": latency_ms,
+    }
+    if error:
+        entry["error"] = error
+    return entry
+
+
+def stream_round(
+    reply: Message,
+    handle: TurnHandle,
+    state: TurnState,
+    config: gateway.ModelConfig,
+    context: BuiltContext,
+    *,
+    tools: list[dict[str, Any]] | None,
+    recall_round: int = 0,
+) -> gateway.ChatStream:
+    """One model call, streamed to the session. While recall is possible, a reply that opens
+    with ``{`` is held back until it ends: it may be a JSON recall request, not an answer.
+
+    The admission (built unrecorded) is recorded while the provider works on its first token,
+    or, if the call never got that far, once it ended."""
+    batcher = DeltaBatcher(reply)
+    recorded = False
+
+    def record_admission() -> None:
+        nonlocal recorded
+        if recorded:
+            return
+        recorded = True
+        try:
+            context.record_admission()
+        finally:
+            connection_release()
+
+    connection_release()
+    called = time.monotonic()
+    error = ""
+    stream = gateway.stream(config, context.messages, tools=tools, on_open=record_admission)
+    handle.attach(stream)
+    # While recall is possible, text that opens with ``{`` is held back (``_relay``).
+    batcher.holding = tools is not None
+    try:
+        _relay(stream, reply, state, batcher)
+    except gateway.ModelCallFailed as exc:
+        error = f"The model did not answer: {exc}"
+        raise ModelUnavailable(error) from exc
+    finally:
+        completion = stream.completion
+        state.finished.calls.append(
+            call_entry(
+                context,
+                recall_round=recall_round,
+                model=config.model,
+                tools=tools,
+                completion=completion,
+                latency_ms=int((time.monotonic() - called) * 1000),
+                error=error,
+            )
+        )
+        if (
+            batcher.holding
+            and state.text
+            and not (
+                completion is not None and calls_from_text(completion.text, call_id="-") is not None
+            )
+        ):
+            batcher.add(state.text)  # not a recall request after all: send it
+        batcher.flush()
+        if not recorded:
+            # a bookkeeping write must not hide how the call ended
+            with envelope("turn_admission_record_failed", message_id=reply.pk):
+                record_admission()
+    return stream
+
+
+def _relay(
+    stream: gateway.ChatStream,
+    reply: Message,
+    state: TurnState,
+    batcher: DeltaBatcher,
+) -> None:
+    """Relay the call's deltas to the session, checkpointing the partial text. ``batcher.holding``
+    stays true while the text opens with ``{`` (maybe a JSON recall request), however the
+    stream ends."""
+    last_checkpoint = time.monotonic()
+    for delta in stream:
+        state.parts.append(delta)
+        if batcher.holding:
+            head = state.text.lstrip()
+            if not head:
+                continue
+            batcher.holding = head.startswith("{")
+            if batcher.holding:
+                continue
+            delta = state.text  # release what was held
+        batcher.add(delta)
+        if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS:
+            last_checkpoint = time.monotonic()
+            checkpoint(reply.pk, state.text)
