@@ -155,3 +155,60 @@ def test_a_server_that_is_down_never_fails_the_reply(tool_bot, tool_server, fake
     assert result.content == "[tool failed: the tool server calc cannot be reached]"
     reply.refresh_from_db()
     assert (reply.status, reply.content) == ("complete", "The calculator is down.")
+
+
+def test_stop_during_a_tool_call_ends_the_reply_stopped(
+    owner, tool_bot, fake_openai, mcp_server, frames
+):
+    import threading
+    import time
+
+    from turns.services.message import generation_stop
+
+    tool_bot.tools = ["calc/slow"]
+    tool_bot.save(update_fields=["tools"])
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__slow", {"seconds": 60}, "s1")]),
+        Reply(text="never asked"),
+    )
+    session, reply = _ask(tool_bot, "Take your time")
+    worker = threading.Thread(target=turn.turn_run, kwargs={"message_id": reply.pk})
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not mcp_server.calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [c for c, _ in mcp_server.calls] == ["slow"]
+    generation_stop(user=owner, session_id=session.pk)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    reply.refresh_from_db()
+    assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")
+    result = Message.objects.get(session=session, seq=3)
+    assert (result.tool_ok, result.content) == (False, "[tool failed: stopped by the user]")
+    assert len(fake_openai.requests) == 1
+
+
+def test_tools_of_a_server_closed_to_the_owner_are_never_offered(
+    owner, staff, fake_openai, monkeypatch, mcp_server, frames
+):
+    from tools.services import tool_server_create, tool_server_tools_refresh
+
+    server = tool_server_create(user=staff, name="secret", url=mcp_server.url)
+    tool_server_tools_refresh(user=staff, server_id=server.pk)
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    bot = BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["secret/*"],  # written past the checks, as if the server was closed later
+    )
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("secret__add", {"a": 1, "b": 1}, "x1")]),
+        Reply(text="ok"),
+    )
+    session, reply = _ask(bot, "add")
+    turn.turn_run(message_id=reply.pk)
+    first = fake_openai.requests[0]
+    assert not any("secret" in t["function"]["name"] for t in first.get("tools") or [])
+    assert mcp_server.calls == []
