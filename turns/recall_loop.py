@@ -26,6 +26,7 @@ from chat_platform.llm.tokens import (
     count_message_tokens,
     count_tools_tokens,
 )
+from compaction.measure import bot_budget
 from compaction.pipeline import BuiltContext, context_build
 from connections import usage
 from memory.recall import (
@@ -261,8 +262,16 @@ def _context_with_rounds(
     was left of B when it ran, but the fixed part can grow before the next call (the user pins
     a message, a hard compaction adds a summary): then the oldest rounds are left out of this
     call, one at a time, rather than failing the reply (degrade only downward). They stay in
-    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own."""
+    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own.
+
+    A long tool task has many rounds: those that could not fit even alone with the call's tool
+    schemas (their stored tokens past B) are left out before the first build, so a call costs
+    one or two builds, not one per round."""
+    budget = bot_budget(reply.session.bot, model=reply.session.chat_model).budget
     kept = list(rounds)
+    room = budget - tools_tokens - sum(m.token_count for m in exchange)
+    while kept and sum(m.token_count for round_ in kept for m in round_) > room:
+        kept = kept[1:]
     while True:
         try:
             return context_build(
