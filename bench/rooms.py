@@ -63,8 +63,6 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bots import turn as bots_turn  # noqa: E402
-from bots import turn_hooks  # noqa: E402
 from bots.models import Bot, Message  # noqa: E402
 from chat_platform.llm.tokens import count_message_tokens  # noqa: E402
 from compaction import pipeline as context_pipeline  # noqa: E402
@@ -73,6 +71,8 @@ from compaction.engine import SUMMARY_INSTRUCTIONS  # noqa: E402
 from compaction.models import CompactionEvent  # noqa: E402
 from compaction.pipeline import bot_budget  # noqa: E402
 from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
+from turns import hooks as turn_hooks  # noqa: E402
+from turns import turn as bots_turn  # noqa: E402
 from turns.services.participants import participant_add, session_reply_mode_set  # noqa: E402
 from turns.services.send import session_message_send  # noqa: E402
 from turns.services.session import session_create  # noqa: E402

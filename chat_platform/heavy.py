@@ -74,19 +74,25 @@ def heavy_request(*, user_id: int | None, kind: str) -> Iterator[None]:
     token = _take(user_id, limit)
     if token is None:
         log.info("heavy_request_refused", user_id=user_id, kind=kind, limit=limit)
-        raise RateLimited(
-            f"You already have {limit} long-running request(s) in progress (compaction, "
-            "re-summary, model discovery, an import or a send that waits for its reply). Try "
-            "again when one has finished.",
-            retry_after=RETRY_AFTER_SECONDS,
-            details={"limit": limit},
-        )
+        raise heavy_refusal(limit)
     held.add(user_id)
     try:
         yield
     finally:
         held.discard(user_id)
         _give_back(user_id, token)
+
+
+def heavy_refusal(limit: int) -> RateLimited:
+    """The one refusal of a heavy request past the user's limit (also of an import job past the
+    user's unfinished ones, ``transfer/services/jobs.py``)."""
+    return RateLimited(
+        f"You already have {limit} long-running request(s) in progress (compaction, "
+        "re-summary, model discovery, an import or a send that waits for its reply). Try "
+        "again when one has finished.",
+        retry_after=RETRY_AFTER_SECONDS,
+        details={"limit": limit},
+    )
 
 
 def _take(user_id: int, limit: int) -> str | None:

@@ -10,17 +10,23 @@ kills it when the wall-clock time runs out. The function receives the input byte
 ``params`` object and returns a JSON-able value; it may raise ``Refused`` (a plain refusal the
 user reads). What comes back is JSON, never pickle: the child handled hostile input.
 
-The child's environment holds none of the server's secrets. ``run_limited`` raises
-``LimitExceeded`` (``limit``: ``time`` | ``memory`` | ``cpu``) when a limit stopped the child,
-``Refused`` with the child's words when the work refused the input, and ``SandboxFailed`` when
-the child died in another way.
+The child's environment holds none of the server's secrets; a target that must write to the
+database (an import, ``transfer/child.py``) receives its connection in ``params``, on stdin.
+Progress lines (JSON objects with ``progress``) reach ``on_line`` while the child runs.
+``run_limited`` raises ``LimitExceeded`` (``limit``: ``time`` | ``memory`` | ``cpu``) when a
+limit stopped the child, ``Refused`` with the child's words when the work refused the input,
+and ``SandboxFailed`` when the child died in another way.
 """
 
+import contextlib
 import json
 import os
+import queue
 import struct
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,23 +87,12 @@ def run_limited(
             "SANDBOX_CPU_SECONDS": str(_cpu_seconds(limits)),
         },
     )
-    try:
-        out, err = child.communicate(_HEADER.pack(len(blob)) + blob + data, timeout=limits.seconds)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        raise LimitExceeded("time", f"over {_seconds(limits.seconds)} s") from None
-    lines = [line for line in out.decode("utf-8", "replace").splitlines() if line.strip()]
+    lines, err = _exchange(
+        child, _HEADER.pack(len(blob)) + blob + data, seconds=limits.seconds, on_line=on_line
+    )
     answer: dict[str, Any] | None = None
-    for line in lines:
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict) and "progress" in value:
-            if on_line is not None:
-                on_line(value)
-        elif isinstance(value, dict):
+    for value in lines:
+        if isinstance(value, dict):
             answer = value
     if answer is not None and "ok" in answer:
         return answer["ok"]
@@ -109,6 +104,77 @@ def run_limited(
         raise LimitExceeded("cpu", f"over {_cpu_seconds(limits)} s of CPU time")
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
     raise SandboxFailed(f"the child process ended with status {child.returncode}: {tail[0]}")
+
+
+def _exchange(
+    child: "subprocess.Popen[bytes]",
+    payload: bytes,
+    *,
+    seconds: float,
+    on_line: Callable[[dict[str, Any]], None] | None,
+) -> tuple[list[Any], bytes]:
+    """Feed ``payload`` to the child and read its stdout line by line as it comes: a progress
+    line (a JSON object with ``progress``) goes to ``on_line`` at once, in this thread; the
+    other JSON lines are returned (the last object is the answer), with all of stderr. Past
+    ``seconds`` the child is killed: ``LimitExceeded("time")``."""
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    stdin, stdout, stderr = child.stdin, child.stdout, child.stderr
+    received: queue.Queue[bytes | None] = queue.Queue()
+    err = bytearray()
+
+    def feed() -> None:
+        try:
+            stdin.write(payload)
+        except OSError:  # the child ended without reading it all
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    def read_out() -> None:
+        for raw in stdout:
+            received.put(raw)
+        received.put(None)
+
+    def read_err() -> None:
+        err.extend(stderr.read())
+
+    workers = [threading.Thread(target=t, daemon=True) for t in (feed, read_out, read_err)]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + seconds
+    lines: list[Any] = []
+    try:
+        while True:
+            try:
+                raw = received.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise LimitExceeded("time", f"over {_seconds(seconds)} s") from None
+            if raw is None:
+                break
+            try:
+                value = json.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if isinstance(value, dict) and "progress" in value:
+                if on_line is not None:
+                    on_line(value)
+            else:
+                lines.append(value)
+        child.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except (LimitExceeded, subprocess.TimeoutExpired):
+        child.kill()
+        child.wait()
+        for worker in workers:
+            worker.join()
+        raise LimitExceeded("time", f"over {_seconds(seconds)} s") from None
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    for worker in workers:
+        worker.join()
+    return lines, bytes(err)
 
 
 def _seconds(value: float) -> str:

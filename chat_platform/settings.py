@@ -326,6 +326,12 @@ ATTACHMENT_SWEEP_SECONDS = env.float("ATTACHMENT_SWEEP_SECONDS", default=600.0)
 # byte is read) and the deepest JSON nesting a file may have (ChatGPT's own is about 10).
 IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 IMPORT_MAX_DEPTH = env.int("IMPORT_MAX_DEPTH", default=64)
+# The child process an import job runs in (queue "heavy", docs/transfer.md "Import jobs"): wall
+# clock seconds (CPU one more) and address space. The child loads Django and the project (about
+# 180 MB of address space) before it reads a byte; a conversation is built whole, at several
+# times its size in the file.
+IMPORT_RUN_SECONDS = env.float("IMPORT_RUN_SECONDS", default=900.0)
+IMPORT_RUN_MEMORY_BYTES = env.int("IMPORT_RUN_MEMORY_BYTES", default=2 * 1024**3)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
 
-from bots import dispatch  # noqa: E402
 from tests.factories import BotFactory, SessionFactory, message_add  # noqa: E402
+from turns import dispatch  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 

@@ -2,17 +2,19 @@
 
 - ``GET /api/v1/sessions/{id}/export/?format=markdown|json``: one chat, streamed, as a download.
 - ``GET /api/v1/export/``: all of the user's chats as one zip, streamed.
-- ``POST /api/v1/import/`` (multipart: ``file``, ``bot``, optional ``progress`` key): 201
-  ``{format, imported: [{session, title, messages, branches, …}], skipped: [{title, session,
-  reason}]}``; a bad file is ``validation_error`` naming what was wrong, a file over
-  ``IMPORT_MAX_BYTES`` (or a request claiming to be) ``payload_too_large``.
+- ``POST /api/v1/import/`` (multipart: ``file``, ``bot``, optional ``progress`` key): the file is
+  stored and answered at once, 202 with the import job (``Location``: its status URL); a file
+  over ``IMPORT_MAX_BYTES`` (or a request claiming to be) is ``payload_too_large``, a bot the
+  user may not use ``not_found``, one import past the user's limit ``rate_limited``.
+- ``GET /api/v1/import/jobs/{id}/``: the job: ``status`` ``queued`` | ``running`` | ``done``
+  (``result``: ``{format, imported: [{session, title, messages, branches, …}], skipped: [{title,
+  session, reason}]}``) | ``failed`` (``error``: ``{code, message, details}``, e.g. a bad file's
+  ``validation_error`` naming what was wrong, or ``limit_exceeded``). Another user's is 404.
 - ``GET /api/v1/import/progress/?key=``: ``{phase, bytes_read, bytes_total}`` of an import in
-  flight, for the page's progress bar (the page polls it while its POST runs).
+  flight, for the page's progress bar, under the key the POST named.
 
-Progress: the POST itself does the work, in the request, and answers with the result or the
-error in the API's one error shape; it writes how far it has read to a cache the page polls. The
-upload already sits in this web process's temporary file, so handing it to a worker would mean
-copying it through storage both processes share, for no gain a user would see.
+The parse and the writes are a ``heavy``-queue task's, in a limited child process
+(``transfer/services/jobs.py``; docs/transfer.md, "Import jobs"): never this web process's.
 """
 
 from collections.abc import AsyncIterator, Iterator
@@ -36,7 +38,9 @@ from chat_platform.heavy import heavy_request
 from transfer import progress
 from transfer.exports import session_filename, session_markdown_chunks, user_zip_chunks
 from transfer.lossless import session_json_chunks
-from transfer.services import chats_import, check_import_size
+from transfer.queries import import_job_as_dict, import_job_get_for_user
+from transfer.services import check_import_size
+from transfer.services.jobs import import_job_create
 
 FORMATS = ("json", "markdown")
 _END = object()
@@ -144,8 +148,12 @@ class ImportApi(APIView):
             }
         },
         responses={
-            201: OpenApiResponse(description="{format, imported: [...], skipped: [...]}"),
-            **api_errors(400, 401, 404, 413, 429),
+            202: OpenApiResponse(
+                description="The import job, queued: {id, status, status_url, file_name, "
+                "bytes_total, bytes_read, result, error, created_at, finished_at}; poll "
+                "status_url until status is done or failed."
+            ),
+            **api_errors(400, 401, 404, 413, 429, 503),
         },
     )
     def post(self, request: Request) -> Response:
@@ -160,28 +168,34 @@ class ImportApi(APIView):
         key = request.data.get("progress") or ""
         if key and not progress.key_is_valid(key):
             raise ValidationFailed(details={"progress": ["1–64 letters, digits, '-' or '_'."]})
-        total = upload.size
-        user_id = request.user.pk
+        # Storing the upload keeps a web thread busy for as long as the file takes to copy: one
+        # user holds at most HEAVY_REQUESTS_PER_USER of them (docs/security.md, "Heavy
+        # requests"), and as many unfinished jobs. The parse is the heavy task's.
+        with heavy_request(user_id=request.user.pk, kind="import"):
+            job = import_job_create(
+                user=request.user, bot_id=bot_id, upload=upload, size=upload.size, progress_key=key
+            )
+        body = import_job_as_dict(job)
+        return Response(
+            body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]}
+        )
 
-        def report(done: int, phase: str = "reading") -> None:
-            if key:
-                progress.progress_write(
-                    user_id=user_id, key=key, phase=phase, bytes_read=done, bytes_total=total
-                )
 
-        report(0)
-        try:
-            # An import keeps a web thread busy for as long as the file takes: one user holds at
-            # most HEAVY_REQUESTS_PER_USER of them (docs/security.md, "Heavy requests").
-            with heavy_request(user_id=user_id, kind="import"):
-                result = chats_import(
-                    user=request.user, bot_id=bot_id, raw=upload, size=total, on_progress=report
-                )
-        except BaseException:
-            report(0, "failed")
-            raise
-        report(total or 0, "done")
-        return Response(result.as_dict(), status=status.HTTP_201_CREATED)
+class ImportJobApi(APIView):
+    @extend_schema(
+        operation_id="v1_import_job",
+        responses={
+            200: OpenApiResponse(
+                description="{id, status: queued|running|done|failed, status_url, file_name, "
+                "bytes_total, bytes_read, result: {format, imported, skipped} | null, error: "
+                "{code, message, details} | null, created_at, finished_at}"
+            ),
+            **api_errors(401, 404),
+        },
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        job = import_job_get_for_user(user=request.user, job_id=job_id)
+        return Response(import_job_as_dict(job))
 
 
 class ImportProgressApi(APIView):
@@ -189,7 +203,9 @@ class ImportProgressApi(APIView):
         operation_id="v1_import_progress",
         parameters=[OpenApiParameter("key", str, required=True)],
         responses={
-            200: OpenApiResponse(description="{phase, bytes_read, bytes_total}"),
+            200: OpenApiResponse(
+                description="{phase: queued|reading|done|failed|unknown, bytes_read, bytes_total}"
+            ),
             **api_errors(400, 401, 404),
         },
     )

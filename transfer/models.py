@@ -59,3 +59,60 @@ class ImportedBranch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} branch {self.position}"
+
+
+class ImportJob(models.Model):
+    """One uploaded import file and what became of it (docs/transfer.md, "Import jobs").
+
+    The POST stores the file as ``ImportChunk`` rows (the worker that runs the import may be on
+    another host: the database is the storage both share) and answers 202; the ``heavy`` task
+    parses and writes it in a limited child process and ends the job ``done`` (``result``) or
+    ``failed`` (``error_code``, ``error_message``, ``error_details``). The chunks are deleted when
+    the job ends, either way."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="import_jobs"
+    )
+    bot = models.ForeignKey("bots.Bot", on_delete=models.CASCADE, related_name="import_jobs")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    file_name = models.CharField(max_length=255, blank=True, default="")
+    bytes_total = models.BigIntegerField()
+    bytes_read = models.BigIntegerField(default=0)
+    # The page's key for ``GET /api/v1/import/progress/?key=`` (empty: none).
+    progress_key = models.CharField(max_length=64, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    error_details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "status"], name="import_job_user_status")]
+
+    def __str__(self) -> str:
+        return f"import {self.pk} {self.status}"
+
+
+class ImportChunk(models.Model):
+    """One piece of an import job's uploaded file, in order of ``position``."""
+
+    job = models.ForeignKey(ImportJob, on_delete=models.CASCADE, related_name="chunks")
+    position = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        ordering = ["job_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "position"], name="import_chunk_position_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"import {self.job_id} chunk {self.position}"

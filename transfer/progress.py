@@ -30,3 +30,18 @@ def progress_write(*, user_id: int, key: str, **values: Any) -> None:
 def progress_read(*, user_id: int, key: str) -> dict[str, Any] | None:
     value = caches["progress"].get(_key(user_id, key))
     return value if isinstance(value, dict) else None
+
+
+def _job_key(job_id: int) -> str:
+    return f"import-job:{job_id}"
+
+
+def job_progress_write(*, job_id: int, bytes_read: int) -> None:
+    """How far a running job has read, for its status: in the cache, not on the job's row (in
+    embedded mode the child's write transaction holds SQLite's one write lock until it ends)."""
+    caches["progress"].set(_job_key(job_id), bytes_read, TTL_SECONDS)
+
+
+def job_progress_read(*, job_id: int) -> int | None:
+    value = caches["progress"].get(_job_key(job_id))
+    return value if isinstance(value, int) else None

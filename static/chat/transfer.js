@@ -1,8 +1,9 @@
 /*
  * Export and import: the open chat's export links (Markdown, lossless JSON), and the import form
- * (POST /api/v1/import/ with the chosen bot). The bar shows the upload (the browser's own
- * progress events), then how far the server has read the file (GET /api/v1/import/progress/,
- * polled while the POST runs); the POST's answer is the result or the error, in words.
+ * (POST /api/v1/import/ with the chosen bot). The POST stores the file and answers 202 with an
+ * import job; a worker imports it. The bar shows the upload (the browser's own progress events),
+ * then how far the worker has read the file (the job's status URL, polled until the job is done
+ * or failed); the end is the result or the error, in words.
  */
 import { API } from "./page.js";
 import { csrfToken } from "./api.js";
@@ -55,46 +56,68 @@ function errorWords(xhr) {
   return "Import failed (HTTP " + xhr.status + ").";
 }
 
+function finished(job) {
+  submit.disabled = false;
+  if (job.status === "failed") {
+    show(null, "Import failed: " + ((job.error && job.error.message) || "unknown error."));
+    return;
+  }
+  var result = job.result || {};
+  show(100, resultWords(result));
+  var first = (result.imported || [])[0] || (result.skipped || [])[0];
+  loadSessions(first ? first.session : undefined).then(function () {
+    if (first) openSession(first.session);
+  });
+}
+
+function reading(job) {
+  var percent = job.bytes_total ? (100 * job.bytes_read) / job.bytes_total : 0;
+  var words = job.status === "queued" ? "Waiting for a worker…" : "Importing… " + Math.round(percent) + " % read";
+  show(50 + percent / 2, words);
+}
+
+/* Poll the job until it ends; a poll that fails (network) is tried again. */
+function follow(job) {
+  if (job.status === "done" || job.status === "failed") {
+    finished(job);
+    return;
+  }
+  reading(job);
+  setTimeout(function () {
+    fetch(job.status_url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (res) {
+        if (res.status === 404) throw new Error("gone");
+        return res.ok ? res.json() : job;
+      })
+      .then(follow, function (error) {
+        if (error && error.message === "gone") {
+          submit.disabled = false;
+          show(null, "Import failed: the import is no longer known to the server.");
+        } else {
+          follow(job);
+        }
+      });
+  }, POLL_MS);
+}
+
 function upload(picked) {
-  var key = "imp-" + Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
   var data = new FormData();
   data.append("file", picked);
   data.append("bot", state.botId);
-  data.append("progress", key);
   var xhr = new XMLHttpRequest();
-  var polling = null;
-  function poll() {
-    fetch(API + "import/progress/?key=" + encodeURIComponent(key), { credentials: "same-origin" })
-      .then(function (res) {
-        return res.json();
-      })
-      .then(function (p) {
-        if (polling === null || !p || !p.bytes_total) return;
-        show(50 + (50 * p.bytes_read) / p.bytes_total, "Importing… " + Math.round((100 * p.bytes_read) / p.bytes_total) + " % read");
-      })
-      .catch(function () {});
-  }
   xhr.upload.addEventListener("progress", function (event) {
     if (event.lengthComputable) show((50 * event.loaded) / event.total, "Uploading…");
   });
   xhr.upload.addEventListener("load", function () {
     show(50, "Importing…");
-    polling = setInterval(poll, POLL_MS);
   });
   xhr.addEventListener("loadend", function () {
-    clearInterval(polling);
-    polling = null;
-    submit.disabled = false;
-    if (xhr.status === 201) {
-      var result = JSON.parse(xhr.responseText);
-      show(100, resultWords(result));
-      var first = (result.imported || [])[0] || (result.skipped || [])[0];
-      loadSessions(first ? first.session : undefined).then(function () {
-        if (first) openSession(first.session);
-      });
-    } else {
-      show(null, xhr.status ? errorWords(xhr) : "Import failed: the server could not be reached.");
+    if (xhr.status === 202) {
+      follow(JSON.parse(xhr.responseText));
+      return;
     }
+    submit.disabled = false;
+    show(null, xhr.status ? errorWords(xhr) : "Import failed: the server could not be reached.");
   });
   xhr.open("POST", API + "import/");
   xhr.setRequestHeader("X-CSRFToken", csrfToken());

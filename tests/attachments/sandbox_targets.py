@@ -9,3 +9,18 @@ def environment(data: bytes, params: dict[str, object]) -> list[str]:
 
 def crash(data: bytes, params: dict[str, object]) -> None:
     raise RuntimeError("not a refusal")
+
+
+def progress_then_wait(data: bytes, params: dict[str, object]) -> str:
+    """Print a progress line, then wait for the file the parent's ``on_line`` creates: only a
+    parent that relays progress while the child runs lets this finish."""
+    import json
+    import sys
+    import time
+
+    sys.stdout.write(json.dumps({"progress": "reading", "bytes_read": 1}) + "\n")
+    sys.stdout.flush()
+    path = str(params["path"])
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    return "seen"

@@ -170,3 +170,26 @@ def test_the_child_sees_none_of_the_servers_secrets_and_a_crash_is_reported(monk
     assert str(crashed.value) == (
         "the child process ended with status 1: RuntimeError: not a refusal"
     )
+
+
+def test_progress_lines_reach_on_line_while_the_child_runs(tmp_path):
+    """The import relays its progress to the page as it reads (transfer/services/jobs.py): a
+    line reaches ``on_line`` while the child still runs (here the child finishes only after
+    ``on_line`` has run; read at its end, it would wait until the time limit)."""
+    from chat_platform import sandbox
+
+    flag = tmp_path / "seen"
+    lines = []
+
+    def on_line(line):
+        lines.append(line)
+        flag.touch()
+
+    answer = sandbox.run_limited(
+        target="tests.attachments.sandbox_targets:progress_then_wait",
+        data=b"",
+        params={"path": str(flag)},
+        limits=sandbox.Limits(seconds=30, memory_bytes=512 * 1024 * 1024),
+        on_line=on_line,
+    )
+    assert (answer, lines) == ("seen", [{"progress": "reading", "bytes_read": 1}])

@@ -3,6 +3,7 @@
 import json
 import re
 import zipfile
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -11,6 +12,9 @@ from playwright.sync_api import expect
 from tests.browser.support import api_headers, create_bot, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+# An import job starts a child interpreter that loads Django (seconds on two shared cores).
+IMPORT_MS = 60_000
 
 
 def _chat_with(base, headers, bot, title, texts):
@@ -26,6 +30,43 @@ def _chat_with(base, headers, bot, title, texts):
         )
         assert sent.status_code == 201, sent.text
     return session
+
+
+# The page reads the POST's answer as a queued job (the embedded server ran the job before it
+# answered): the page then has to poll the job's status URL until it ends. (Playwright cannot
+# replay the POST itself: Chromium does not hand it a file's bytes.)
+_QUEUED_ANSWER = """
+(() => {
+  const open = XMLHttpRequest.prototype.open;
+  XMLHttpRequest.prototype.open = function (method, url, ...rest) {
+    this.importPost = method === "POST" && /\\/api\\/v1\\/import\\/$/.test(url);
+    return open.call(this, method, url, ...rest);
+  };
+  const text = Object.getOwnPropertyDescriptor(XMLHttpRequest.prototype, "responseText");
+  Object.defineProperty(XMLHttpRequest.prototype, "responseText", {
+    get() {
+      const body = text.get.call(this);
+      if (!this.importPost || this.status !== 202) return body;
+      const job = JSON.parse(body);
+      return JSON.stringify({ ...job, status: "queued", result: null, error: null, bytes_read: 0 });
+    },
+  });
+})();
+"""
+
+
+def _answer_as_queued(page) -> list[str]:
+    """Show the page each import job as still queued; the job status URLs it then polls are
+    listed in the returned list (one poll per import: each job has ended by then)."""
+    polled: list[str] = []
+
+    def status(route):
+        polled.append(urlsplit(route.request.url).path)
+        route.continue_()
+
+    page.add_init_script(_QUEUED_ANSWER)
+    page.route(re.compile(r".*/api/v1/import/jobs/\d+/$"), status)
+    return polled
 
 
 def test_search_across_chats_opens_the_chat_at_the_message(desktop, server_url):
@@ -71,6 +112,9 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     headers = api_headers(base)
     bot = create_bot(base, headers, name="Porter", model="builtin/recall")
     session = _chat_with(base, headers, bot, "Moving day", ["The van comes at eight on Monday."])
+    # The POST answers 202 with the import job. This embedded server runs the job before it
+    # answers; shown to the page as still queued, the page must poll the job until it ends.
+    polled = _answer_as_queued(page)
     log_in(page, base, next_path=f"/chat/{session['id']}/")
     page.wait_for_selector("#export-links:not([hidden])")
     with page.expect_download() as info:
@@ -87,8 +131,9 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     page.click("#transfer-panel summary")
     page.set_input_files("#import-file", str(exported))
     page.click("#import-submit")
-    expect(page.locator("#import-status")).to_have_text("Imported 1 chat.")
+    expect(page.locator("#import-status")).to_have_text("Imported 1 chat.", timeout=IMPORT_MS)
     assert page.locator("#import-progress").evaluate("p => p.value") == 100
+    assert len(polled) == 1 and re.fullmatch(r"/api/v1/import/jobs/\d+/", polled[0])
     # the imported chat opens, with the same history
     page.wait_for_url(re.compile(rf"/chat/(?!{session['id']}/)\d+/$"))
     page.wait_for_selector("#transcript article.msg[data-seq='1']")
@@ -99,7 +144,7 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     # the same file again: nothing new
     page.click("#import-submit")
     expect(page.locator("#import-status")).to_have_text(
-        "Imported 0 chats; 1 already imported before, skipped."
+        "Imported 0 chats; 1 already imported before, skipped.", timeout=IMPORT_MS
     )
     # a bad file says what was wrong
     bad = tmp_path / "bad.json"
@@ -107,8 +152,11 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     page.set_input_files("#import-file", str(bad))
     page.click("#import-submit")
     expect(page.locator("#import-status")).to_have_text(
-        re.compile(r"^Import failed: The file ends early, after \d+ bytes")
+        re.compile(r"^Import failed: The file ends early, after \d+ bytes"), timeout=IMPORT_MS
     )
+    assert len(polled) == 3  # the failure, too, came from the job's status
+    assert page.locator("#import-progress").is_hidden()
+    assert page.locator("#import-submit").is_enabled()
     assert page.js_errors == []
 
 
@@ -128,7 +176,7 @@ def test_a_chatgpt_import_from_the_page_flips_to_its_other_branch_and_exports_al
     page.click("#transfer-panel summary")
     page.set_input_files("#import-file", str(exported))
     page.click("#import-submit")
-    expect(page.locator("#import-status")).to_have_text("Imported 1 chat.")
+    expect(page.locator("#import-status")).to_have_text("Imported 1 chat.", timeout=IMPORT_MS)
     page.wait_for_url(re.compile(r"/chat/\d+/$"))
     main = page.url.rstrip("/").rsplit("/", 1)[1]
     # the regenerated reply (a2b) is the other version of the last message

@@ -14,7 +14,7 @@ import pytest
 from bots.models import ChatSession, Message
 from transfer import chatgpt
 from transfer.chatgpt import conversation_parse
-from transfer.models import ImportedBranch, ImportedConversation
+from transfer.models import ImportChunk, ImportedBranch, ImportedConversation, ImportJob
 from transfer.services import chats_import
 
 CHAIN = 1_000
@@ -166,14 +166,16 @@ def test_a_conversations_unused_keys_are_never_built_nor_serialised(owner, bot, 
     assert ImportedBranch.objects.count() == 0
 
 
+@pytest.mark.django_db(transaction=True)
 def test_an_import_past_the_users_heavy_request_limit_is_refused_and_stores_nothing(
     owner, bot, owner_client, settings
 ):
-    """An import keeps a web thread busy while the file is read: it holds one of the user's
-    heavy-request slots (docs/security.md, "Heavy requests"), and one past the limit is refused
-    at once with nothing stored; once the slot is free the same file imports."""
+    """Storing an upload keeps a web thread busy while the file is copied: the POST holds one of
+    the user's heavy-request slots (docs/security.md, "Heavy requests"), and one past the limit
+    is refused at once with nothing stored; once the slot is free the same file imports."""
     from tests.compaction.test_heavy_requests import assert_rate_limited, slot_held_elsewhere
     from tests.transfer.test_import_export import _import, _stored_counts, chatgpt_conversation
+    from tests.transfer.test_import_export import imported as import_and_run
 
     settings.HEAVY_REQUESTS_PER_USER = 1
     data = json.dumps([chatgpt_conversation()]).encode()
@@ -181,5 +183,6 @@ def test_an_import_past_the_users_heavy_request_limit_is_refused_and_stores_noth
     with slot_held_elsewhere(owner):
         assert_rate_limited(_import(owner_client, bot, data), limit=1)
         assert _stored_counts() == before
-    assert _import(owner_client, bot, data).status_code == 201
+        assert (ImportJob.objects.count(), ImportChunk.objects.count()) == (0, 0)
+    assert import_and_run(owner_client, bot, data)["status"] == "done"
     assert ChatSession.objects.filter(user=owner).count() == 3  # the chat and its two branches

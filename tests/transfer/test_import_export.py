@@ -20,6 +20,7 @@ from tests.factories import BotFactory, SessionFactory
 from tests.fakeopenai import Reply
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.services import chats_import
+from transfer.services.jobs import import_job_run
 from turns.services.send import session_message_send
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,10 +39,33 @@ def _body(response) -> bytes:
 
 
 def _import(client, bot, data: bytes, name="chats.json", **extra):
+    """The POST alone: 202 and a queued job, or a refusal before anything is stored."""
     upload = SimpleUploadedFile(name, data, content_type="application/json")
     return client.post(
         "/api/v1/import/", {"file": upload, "bot": bot.pk}, format="multipart", **extra
     )
+
+
+def run_job(client, job_id):
+    """What the heavy worker does with a queued job, then the job as its user reads it (with
+    ``eager_tasks``, as in embedded mode, the POST ran it already: nothing left to do)."""
+    import_job_run(job_id=job_id)
+    response = client.get(f"/api/v1/import/jobs/{job_id}/")
+    assert response.status_code == 200
+    assert response.json()["status"] in ("done", "failed")
+    return response.json()
+
+
+def imported(client, bot, data: bytes, name="chats.json", **extra):
+    """POST the file (202, nothing parsed yet), run its job: the job, ended."""
+    response = _import(client, bot, data, name=name, **extra)
+    assert response.status_code == 202, response.content
+    return run_job(client, response.json()["id"])
+
+
+def _done(job):
+    assert (job["status"], job["error"]) == ("done", None), job
+    return job["result"]
 
 
 def _stored_counts():
@@ -102,9 +126,7 @@ def test_lossless_json_round_trips_exactly_except_ids(owner, owner_client, lived
     assert any(m["pinned"] for m in exported["messages"])
     assert {r["name"] for r in exported["records"]} >= {"locker"}
 
-    imported = _import(owner_client, lived_session.bot, first)
-    assert imported.status_code == 201, imported.json()
-    new_id = imported.json()["imported"][0]["session"]
+    new_id = _done(imported(owner_client, lived_session.bot, first))["imported"][0]["session"]
     assert new_id != lived_session.pk
     again = json.loads(_body(owner_client.get(f"/api/v1/sessions/{new_id}/export/?format=json")))
     assert _strip_ids(again) == _strip_ids(exported)
@@ -124,10 +146,9 @@ def test_lossless_json_round_trips_exactly_except_ids(owner, owner_client, lived
     # re-importing the same file (or this export of the import) creates nothing
     before = _stored_counts()
     for data in (first, json.dumps(again).encode()):
-        repeat = _import(owner_client, lived_session.bot, data)
-        assert repeat.status_code == 201
-        assert repeat.json()["imported"] == []
-        assert repeat.json()["skipped"] == [
+        repeat = _done(imported(owner_client, lived_session.bot, data))
+        assert repeat["imported"] == []
+        assert repeat["skipped"] == [
             {
                 "title": "Trip to Brindisi",
                 "session": new_id,
@@ -231,10 +252,8 @@ def test_chatgpt_tree_imports_current_branch_and_keeps_the_others(
         scheduled.append((session_id, Message.objects.filter(session_id=session_id).count()))
         return True
 
-    monkeypatch.setattr("transfer.services.compact_soft_dispatch", dispatched)
-    response = _import(owner_client, bot, data, name="conversations.json")
-    assert response.status_code == 201, response.json()
-    body = response.json()
+    monkeypatch.setattr("transfer.services.jobs.compact_soft_dispatch", dispatched)
+    body = _done(imported(owner_client, bot, data, name="conversations.json"))
     (entry,) = body["imported"]
     assert body["format"] == "chatgpt"
     assert (entry["title"], entry["messages"], entry["branches"], entry["skipped_nodes"]) == (
@@ -293,7 +312,7 @@ def test_chatgpt_tree_imports_current_branch_and_keeps_the_others(
     assert [b["fork_seq"] for b in exported["branches"]] == [5, 1]
     # re-import: nothing new
     before = _stored_counts()
-    again = _import(owner_client, bot, data, name="conversations.json").json()
+    again = _done(imported(owner_client, bot, data, name="conversations.json"))
     assert again["imported"] == [] and again["skipped"][0]["session"] == session.pk
     assert _stored_counts() == before
 
@@ -301,11 +320,10 @@ def test_chatgpt_tree_imports_current_branch_and_keeps_the_others(
 def test_chatgpt_branches_are_versions_at_their_fork_that_can_be_flipped_to_and_continued(
     owner, owner_client, fake_bot, fake_openai, monkeypatch, eager_tasks
 ):
-    monkeypatch.setattr("transfer.services.compact_soft_dispatch", lambda session_id: True)
+    monkeypatch.setattr("transfer.services.jobs.compact_soft_dispatch", lambda session_id: True)
     data = json.dumps([chatgpt_conversation()]).encode()
-    response = _import(owner_client, fake_bot, data, name="conversations.json")
-    assert response.status_code == 201, response.json()
-    main = response.json()["imported"][0]["session"]
+    result = _done(imported(owner_client, fake_bot, data, name="conversations.json"))
+    main = result["imported"][0]["session"]
     # a2b (the regenerated reply, fork after seq 5) first, then u1b (the edit, fork after seq 1)
     regenerated, edited = ChatSession.objects.filter(branch_of_id=main).order_by("pk")
     assert (regenerated.branch_seq, edited.branch_seq) == (6, 2)
@@ -388,48 +406,41 @@ def _good_lossless(bot_id: int) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "status", "message"),
+    ("mutate", "message"),
     [
-        (lambda d: json.dumps(d)[:-30], 400, "The file ends early, after "),
-        (lambda d: "[" * 100 + "]" * 100, 400, "The file nests deeper than 64 levels (at item."),
-        (lambda d: "", 400, "The file is empty."),
-        (lambda d: "[]", 400, "The file holds an empty list: no conversations to import."),
-        (lambda d: '{"title": "x"}', 400, "The file is a JSON object but not a chat export"),
+        (lambda d: json.dumps(d)[:-30], "The file ends early, after "),
+        (lambda d: "[" * 100 + "]" * 100, "The file nests deeper than 64 levels (at item."),
+        (lambda d: "", "The file is empty."),
+        (lambda d: "[]", "The file holds an empty list: no conversations to import."),
+        (lambda d: '{"title": "x"}', "The file is a JSON object but not a chat export"),
         (
             lambda d: json.dumps(
                 {**d, "messages": [*d["messages"], {**d["messages"][1], "seq": 3, "role": 5}]}
             ),
-            400,
             "messages[2].role: must be one of system, user, assistant, tool, not 5.",
         ),
         (
             lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "content": "a\x00b"}]}),
-            400,
             "messages[0].content: holds a NUL character",
         ),
         (
             lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "seq": "1"}]}),
-            400,
             "messages[0].seq: must be a whole number, not text.",
         ),
         (
             lambda d: json.dumps({**d, "messages": [d["messages"][1], d["messages"][0]]}),
-            400,
             "messages[1].seq: 1 does not follow 2: seqs must rise.",
         ),
         (
             lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "compacted_by": 7}]}),
-            400,
             "messages[0].compacted_by: names no summary listed before the messages.",
         ),
         (
             lambda d: json.dumps({**d, "messages": [{**d["messages"][0], "token_count": 10**12}]}),
-            400,
             "messages[0].token_count: must be between 0 and 100,000,000",
         ),
         (
             lambda d: json.dumps([{"mapping": {"a": {"parent": "zz", "children": []}}}]),
-            400,
             "conversations[0].mapping[a].parent: names no node of the mapping.",
         ),
         (
@@ -446,18 +457,15 @@ def _good_lossless(bot_id: int) -> dict:
                     }
                 ]
             ),
-            400,
             "conversations[0].mapping[a].message.content.parts: holds int, not text.",
         ),
     ],
 )
-def test_bad_files_fail_cleanly_with_nothing_stored(
-    owner, owner_client, bot, mutate, status, message
-):
+def test_bad_files_fail_cleanly_with_nothing_stored(owner, owner_client, bot, mutate, message):
     before = _stored_counts()
-    response = _import(owner_client, bot, mutate(_good_lossless(bot.pk)).encode())
-    assert response.status_code == status, response.content
-    error = response.json()["error"]
+    job = imported(owner_client, bot, mutate(_good_lossless(bot.pk)).encode())
+    assert (job["status"], job["result"]) == ("failed", None)
+    error = job["error"]
     assert error["code"] == "validation_error"
     assert error["message"].startswith(message), error["message"]
     assert error["details"]["file"] == [error["message"]]
@@ -470,9 +478,9 @@ def test_a_bad_conversation_late_in_the_file_leaves_nothing_of_the_earlier_ones(
     good = chatgpt_conversation()
     bad = {**chatgpt_conversation(), "conversation_id": "conv-2", "current_node": "nope"}
     before = _stored_counts()
-    response = _import(owner_client, bot, json.dumps([good, bad]).encode())
-    assert response.status_code == 400
-    assert response.json()["error"]["message"] == (
+    job = imported(owner_client, bot, json.dumps([good, bad]).encode())
+    assert (job["status"], job["error"]["code"]) == ("failed", "validation_error")
+    assert job["error"]["message"] == (
         "conversations[1].current_node: names no node of the mapping."
     )
     assert _stored_counts() == before
@@ -508,9 +516,8 @@ def test_another_users_bot_or_ids_in_the_file_never_reach_them(
     # ids in the file (the other user's bot and session) are data, never looked up
     tampered = _good_lossless(theirs.pk)
     tampered["session"]["id"] = their_session.pk
-    done = _import(owner_client, mine, json.dumps(tampered).encode())
-    assert done.status_code == 201
-    new = ChatSession.objects.get(pk=done.json()["imported"][0]["session"])
+    done = _done(imported(owner_client, mine, json.dumps(tampered).encode()))
+    new = ChatSession.objects.get(pk=done["imported"][0]["session"])
     assert (new.user, new.bot) == (owner, mine)
     assert Message.objects.filter(session=their_session).count() == 0
     missing = other_client.post("/api/v1/import/", {"bot": theirs.pk}, format="multipart")
@@ -525,7 +532,13 @@ def test_progress_is_reported_for_the_key_the_page_chose(owner, owner_client, ot
     response = owner_client.post(
         "/api/v1/import/", {"file": upload, "bot": bot.pk, "progress": "k-1"}, format="multipart"
     )
-    assert response.status_code == 201
+    assert response.status_code == 202
+    assert owner_client.get("/api/v1/import/progress/", {"key": "k-1"}).json() == {
+        "phase": "queued",
+        "bytes_read": 0,
+        "bytes_total": len(data),
+    }
+    assert run_job(owner_client, response.json()["id"])["status"] == "done"
     assert owner_client.get("/api/v1/import/progress/", {"key": "k-1"}).json() == {
         "phase": "done",
         "bytes_read": len(data),

@@ -1,369 +1,36 @@
-"""Import: a file of chats (the lossless JSON of one chat, or ChatGPT's ``conversations.json``)
-becomes sessions of the signed-in user with one bot.
-
-Validate, then write, then notify — per file: the whole file is one transaction, so a file
-refused anywhere (bad JSON, a wrong type in its last message, nesting too deep) leaves nothing
-behind. The file is read as a stream (``transfer.streaming``), one conversation or one message
-at a time. Written history is token-counted with the bot's model, written through
-``bots.bulk.messages_import``, indexed for search at once
-(``memory.services.messages_index_written``), and after commit each new session gets a soft
-compaction (``turns.dispatch.compact_soft_dispatch``) so the bot carries what it can of it.
-
-Re-importing is idempotent: every conversation's digest (sha256 of its canonical JSON, ids left
-out; of a ChatGPT conversation, the keys the import reads, ``CONVERSATION_KEYS``) is recorded
-with its session (``ImportedConversation``); one seen before, whose session still exists, is
-skipped and reported.
-"""
+"""The lossless format (``chat-platform.session``, version 1): one chat with its summaries,
+records, compaction events, messages and imported branches, validated field by field as its
+items stream by (docs/transfer.md)."""
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from functools import partial
-from typing import IO, Any
+from typing import Any
 
-import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import IntegrityError, transaction
-from django.utils import timezone
 
-from bots.bulk import messages_import
 from bots.models import Bot, ChatSession, Message
-from bots.queries import bot_get_for_user
-from bots.transitions import session_context_recount
-from chat_platform.errors import NotFound, PayloadTooLarge
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.models import TRIGGERS, CompactionEvent, Summary
 from memory.models import MemoryRecord
-from memory.services import messages_index_written
 from transfer import fields as f
-from transfer.chatgpt import CONVERSATION_KEYS, Conversation, Turn, conversation_parse
 from transfer.lossless import FORMAT, VERSION
 from transfer.models import ImportedBranch, ImportedConversation
-from transfer.streaming import CountingReader, Item, items, refused, top_level_kind
-from turns.dispatch import compact_soft_dispatch
-from turns.services.branch import ImportedBranchMessages, do_branches_import
+from transfer.services.common import (
+    ImportResult,
+    MessageWriter,
+    digest_claim,
+    digest_update,
+    session_finish,
+    session_new,
+    skipped_entry,
+    without_ids,
+)
+from transfer.streaming import Item, refused
 
-log = structlog.get_logger(__name__)
-
-BATCH = 500
 TOKENS_MAX = 100_000_000
 SUMMARY_STATUSES = [s for s in Summary.Status.values if s in ("active", "superseded")]
 LOSSLESS_KEYS = ("session", "summaries", "records", "compaction_events", "messages", "branches")
-
-
-@dataclass
-class ImportResult:
-    format: str
-    imported: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"format": self.format, "imported": self.imported, "skipped": self.skipped}
-
-
-def check_import_size(*, size: int | None) -> None:
-    """A file (or a request claiming a size) over ``IMPORT_MAX_BYTES`` is refused unread."""
-    limit = settings.IMPORT_MAX_BYTES
-    if size is not None and size > limit:
-        raise PayloadTooLarge(
-            f"The file is {size:,} bytes; imports take at most {limit:,} bytes.",
-            details={"file": [f"At most {limit:,} bytes."], "max_bytes": limit, "size": size},
-        )
-
-
-def chats_import(
-    *,
-    user: AbstractBaseUser,
-    bot_id: object,
-    raw: IO[bytes],
-    size: int | None,
-    on_progress: Callable[[int], None] | None = None,
-) -> ImportResult:
-    """Import one file for ``user`` into chats with the bot ``bot_id`` (one they may use)."""
-    check_import_size(size=size)
-    bot = bot_get_for_user(user=user, bot_id=bot_id)
-    if bot.owner_id != user.pk and not bot.is_shared:  # pragma: no cover - the selector's rule
-        raise NotFound("Bot not found.")
-    reader = CountingReader(raw, on_progress=on_progress)
-    new_sessions: list[int] = []
-    with transaction.atomic():
-        kind, events = top_level_kind(reader)
-        # A conversation's keys that the import does not read are skipped as they stream by,
-        # never built (a conversation carrying a huge unused object costs no memory).
-        keep = CONVERSATION_KEYS if kind == "array" else None
-        stream = items(kind, events, reader, max_depth=settings.IMPORT_MAX_DEPTH, keep=keep)
-        if kind == "array":
-            result = _chatgpt_import(user=user, bot=bot, stream=stream, created=new_sessions)
-        else:
-            result = _lossless_import(user=user, bot=bot, stream=stream, created=new_sessions)
-        for session_id in new_sessions:
-            transaction.on_commit(partial(compact_soft_dispatch, session_id))
-    log.info(
-        "chats_imported",
-        user_id=user.pk,
-        format=result.format,
-        imported=len(result.imported),
-        skipped=len(result.skipped),
-        bytes=reader.done,
-    )
-    return result
-
-
-# Canonical JSON (sorted keys, no spaces), produced piece by piece: ``iterencode`` is the pure
-# Python encoder, so a big value is hashed a chunk at a time and never held as one string by
-# one C call that keeps the GIL for seconds (issue 30: that stalled a web process until
-# uvicorn killed it). The bytes are exactly ``json.dumps``' with the same options.
-_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def _digest_update(hasher: Any, value: Any) -> None:
-    for chunk in _CANONICAL.iterencode(value):
-        hasher.update(chunk.encode("utf-8", "surrogatepass"))
-
-
-def _without_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_ids(v) for k, v in value.items() if k != "id"}
-    return value
-
-
-def _session_new(*, user: AbstractBaseUser, bot: Bot, title: str, created_at: Any) -> ChatSession:
-    session = ChatSession.objects.create(user=user, bot=bot, title=title)
-    if created_at is not None:
-        ChatSession.objects.filter(pk=session.pk).update(created_at=created_at)
-        session.created_at = created_at
-    return session
-
-
-def _claim_digest(
-    *, user: AbstractBaseUser, session: ChatSession, source: str, digest: str, source_id: str = ""
-) -> ImportedConversation | None:
-    """Record the digest with the new session; the existing record when it was imported before
-    (the caller then drops what it wrote)."""
-    existing = (
-        ImportedConversation.objects.filter(user=user, digest=digest)
-        .exclude(session=session)
-        .select_related("session")
-        .first()
-    )
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            ImportedConversation.objects.create(
-                user=user, session=session, source=source, digest=digest, source_id=source_id
-            )
-    except IntegrityError:  # a concurrent import of the same conversation won
-        return (
-            ImportedConversation.objects.filter(user=user, digest=digest)
-            .select_related("session")
-            .first()
-        )
-    return None
-
-
-def _finish_session(session: ChatSession) -> int:
-    tokens, _ = session_context_recount(session_id=session.pk)
-    return tokens
-
-
-class _MessageWriter:
-    """Messages of one imported session, written in batches of ``BATCH`` and indexed for
-    search with each batch."""
-
-    def __init__(self, session: ChatSession) -> None:
-        self.session = session
-        self.pending: list[Message] = []
-        self.reply_to: list[int | None] = []
-        self.count = 0
-
-    def add(self, message: Message, reply_to_seq: int | None = None) -> None:
-        self.pending.append(message)
-        self.reply_to.append(reply_to_seq)
-        if len(self.pending) >= BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        written = messages_import(
-            session_id=self.session.pk, messages=self.pending, reply_to_seqs=self.reply_to
-        )
-        messages_index_written(message_ids=[m.pk for m in written])
-        self.count += len(written)
-        self.pending, self.reply_to = [], []
-
-
-# --- ChatGPT ----------------------------------------------------------------------------------
-
-
-def _chatgpt_import(
-    *, user: AbstractBaseUser, bot: Bot, stream: Any, created: list[int]
-) -> ImportResult:
-    result = ImportResult(format="chatgpt")
-    any_item = False
-    for item in stream:
-        any_item = True
-        where = f"conversations[{item.index}]"
-        conversation = conversation_parse(item.value, where)
-        hasher = hashlib.sha256()
-        _digest_update(hasher, item.value)
-        digest = hasher.hexdigest()
-        done = ImportedConversation.objects.filter(user=user, digest=digest).select_related(
-            "session"
-        )
-        seen = done.first()
-        if seen is not None:
-            result.skipped.append(_skipped(conversation.title, seen))
-            continue
-        session = _chatgpt_session(user=user, bot=bot, conversation=conversation)
-        clash = _claim_digest(
-            user=user,
-            session=session,
-            source=ImportedConversation.Source.CHATGPT,
-            digest=digest,
-            source_id=conversation.source_id,
-        )
-        if clash is not None:
-            session.delete()
-            result.skipped.append(_skipped(conversation.title, clash))
-            continue
-        _chatgpt_branches(session=session, bot=bot, conversation=conversation)
-        created.append(session.pk)
-        result.imported.append(
-            {
-                "session": session.pk,
-                "title": session.title,
-                "messages": len(conversation.transcript),
-                "branches": len(conversation.branches),
-                "skipped_nodes": conversation.skipped,
-            }
-        )
-    if not any_item:
-        raise refused("The file holds an empty list: no conversations to import.")
-    return result
-
-
-def _skipped(title: str, seen: ImportedConversation) -> dict[str, Any]:
-    return {
-        "title": title,
-        "session": seen.session_id,
-        "reason": "Imported before: this conversation is already a chat.",
-    }
-
-
-def _chatgpt_session(
-    *, user: AbstractBaseUser, bot: Bot, conversation: Conversation
-) -> ChatSession:
-    first_time = conversation.created_at or (
-        conversation.transcript[0].created_at if conversation.transcript else None
-    )
-    session = _session_new(user=user, bot=bot, title=conversation.title, created_at=first_time)
-    writer = _MessageWriter(session)
-    for message, reply_to in _chatgpt_messages(
-        bot=bot,
-        turns=conversation.transcript,
-        first_seq=1,
-        previous_user_seq=None,
-        default_time=first_time or timezone.now(),
-    ):
-        message.session = session
-        writer.add(message, reply_to)
-    writer.flush()
-    ImportedBranch.objects.bulk_create(
-        [
-            ImportedBranch(
-                session=session,
-                position=position,
-                fork_seq=branch.fork_seq,
-                messages=[
-                    {
-                        "role": t.role,
-                        "kind": "chat",
-                        "content": t.content,
-                        "created_at": t.created_at.isoformat().replace("+00:00", "Z")
-                        if t.created_at
-                        else None,
-                        "model": t.model,
-                        "pinned": t.pinned,
-                        "source_id": t.source_id,
-                    }
-                    for t in branch.turns
-                ],
-            )
-            for position, branch in enumerate(conversation.branches, start=1)
-        ]
-    )
-    _finish_session(session)
-    return session
-
-
-def _chatgpt_messages(
-    *, bot: Bot, turns: list[Turn], first_seq: int, previous_user_seq: int | None, default_time: Any
-) -> Iterator[tuple[Message, int | None]]:
-    """``turns`` as unsaved messages at seqs from ``first_seq`` on, each with the seq of the
-    message it answers (a reply answers the user message just before it: ``previous_user_seq``
-    for the first one)."""
-    stamp = default_time
-    for seq, turn in enumerate(turns, start=first_seq):
-        stamp = turn.created_at or stamp
-        message = Message(
-            seq=seq,
-            role=turn.role,
-            kind=Message.Kind.CHAT,
-            content=turn.content,
-            status=Message.Status.COMPLETE,
-            token_count=count_message_tokens(turn.content, model=bot.model),
-            pinned=turn.pinned,
-            model=turn.model,
-            finish_reason="stop" if turn.role == "assistant" else "",
-            created_at=stamp,
-            updated_at=stamp,
-        )
-        yield message, previous_user_seq if turn.role == "assistant" else None
-        previous_user_seq = seq if turn.role == "user" else None
-
-
-def _chatgpt_branches(*, session: ChatSession, bot: Bot, conversation: Conversation) -> None:
-    """Each other branch of the tree as a branch chat of ``session`` (a version ‹ i/n › of the
-    message where it leaves the transcript, flipped to and continued like an edit's), written in
-    bulk (``do_branches_import``: the shared prefixes copied inside the database, the branches'
-    own messages in one batched insert). Only their own messages are indexed for search (the
-    prefix is found in the original, as for any branch); a branch compacts when it is
-    continued, like any chat, so the import's background work stays one compaction per
-    conversation. The branches also stay in ``ImportedBranch``, which the lossless export
-    carries."""
-    if not conversation.branches:
-        return
-    by_seq = dict(enumerate(conversation.transcript, start=1))
-    branches = []
-    for branch in conversation.branches:
-        fork = by_seq.get(branch.fork_seq)
-        written = list(
-            _chatgpt_messages(
-                bot=bot,
-                turns=branch.turns,
-                first_seq=branch.fork_seq + 1,
-                previous_user_seq=branch.fork_seq if fork and fork.role == "user" else None,
-                default_time=(fork.created_at if fork else None)
-                or session.created_at
-                or timezone.now(),
-            )
-        )
-        branches.append(
-            ImportedBranchMessages(
-                fork_seq=branch.fork_seq,
-                messages=[m for m, _ in written],
-                reply_to_seqs=[r for _, r in written],
-            )
-        )
-    own = do_branches_import(session=session, branches=branches)
-    messages_index_written(message_ids=[m.pk for m in own])
-
-
-# --- lossless ---------------------------------------------------------------------------------
 
 
 class _Lossless:
@@ -377,7 +44,7 @@ class _Lossless:
         self.records: dict[str, MemoryRecord] = {}
         self.last_seq = 0
         self.seqs: set[int] = set()
-        self.writer: _MessageWriter | None = None
+        self.writer: MessageWriter | None = None
         self.branches = 0
         self.unfinished = 0
         self.seen_keys: list[str] = []
@@ -394,7 +61,7 @@ class _Lossless:
             raise refused(f"{key[:60]}: not a part of the {FORMAT} format.")
         if item.index is None and key in LOSSLESS_KEYS[1:]:
             raise refused(f"{key}: must be a list.")
-        _digest_update(self.hasher, [key, item.index, _without_ids(item.value)])
+        digest_update(self.hasher, [key, item.index, without_ids(item.value)])
         where = key if item.index is None else f"{key}[{item.index}]"
         if key == "format":
             return  # checked first, in _lossless_import
@@ -422,8 +89,8 @@ class _Lossless:
             raise refused("session: appears twice.")
         title = f.text(raw.get("title", ""), "session.title", max_bytes=200)
         created = f.when(raw.get("created_at"), "session.created_at", allow_null=True)
-        self.session = _session_new(user=self.user, bot=self.bot, title=title, created_at=created)
-        self.writer = _MessageWriter(self.session)
+        self.session = session_new(user=self.user, bot=self.bot, title=title, created_at=created)
+        self.writer = MessageWriter(self.session)
 
     def summary(self, raw: dict[str, Any], where: str) -> None:
         session = self.need_session(where)
@@ -637,9 +304,7 @@ class _Lossless:
         self.branches += 1
 
 
-def _lossless_import(
-    *, user: AbstractBaseUser, bot: Bot, stream: Any, created: list[int]
-) -> ImportResult:
+def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportResult:
     result = ImportResult(format="lossless")
     state = _Lossless(user=user, bot=bot)
     first = next(stream, None)
@@ -656,16 +321,15 @@ def _lossless_import(
     session = state.need_session("the file")
     assert state.writer is not None
     state.writer.flush()
-    _finish_session(session)
+    session_finish(session)
     digest = state.hasher.hexdigest()
-    clash = _claim_digest(
+    clash = digest_claim(
         user=user, session=session, source=ImportedConversation.Source.LOSSLESS, digest=digest
     )
     if clash is not None:
         session.delete()
-        result.skipped.append(_skipped(session.title, clash))
+        result.skipped.append(skipped_entry(session.title, clash))
         return result
-    created.append(session.pk)
     result.imported.append(
         {
             "session": session.pk,

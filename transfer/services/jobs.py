@@ -1,0 +1,301 @@
+"""Import jobs (docs/transfer.md, "Import jobs"; docs/security.md, "Heavy work").
+
+An import file is never parsed in the web process. ``import_job_create`` (the POST) checks the
+size and the bot, stores the upload as ``ImportChunk`` rows of a new ``ImportJob`` (the database
+is the one storage the web host and a worker host share) and hands the job to the ``heavy``
+queue. ``import_job_run`` (the task) runs ``chats_import`` in a child process bounded by
+``IMPORT_RUN_SECONDS`` (wall clock, CPU one second more) and ``IMPORT_RUN_MEMORY_BYTES``
+(``chat_platform.sandbox``): the child sets Django up itself, reads the chunks from the database,
+writes the chats in one transaction and reports how far it has read, line by line; the worker
+relays that to the ``progress`` cache (the job's status and the page's key), and waits
+without a database connection. A limit reached, a bad file or a crash ends the job ``failed``
+with an error in the API's shape, with nothing of the file written (the child's transaction
+commits whole or not at all); either way the chunks are deleted when the job ends. After a
+``done`` job each new chat gets its soft compaction.
+"""
+
+from collections.abc import Iterator
+from datetime import timedelta
+from functools import partial
+from typing import IO, Any
+
+import structlog
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from bots.queries import bot_get_for_user
+from chat_platform import sandbox
+from chat_platform.celery_app import app as celery_app
+from chat_platform.dbconn import connection_release
+from chat_platform.errors import PlatformError, ServiceUnavailable
+from chat_platform.heavy import heavy_refusal
+from chat_platform.outage import BROKER_ERRORS
+from transfer import progress
+from transfer.models import ImportChunk, ImportJob
+from transfer.services.importing import chats_import, check_import_size
+from turns.dispatch import compact_soft_dispatch
+
+log = structlog.get_logger(__name__)
+
+RUN_TASK = "transfer.tasks.import_run"
+CHUNK_BYTES = 1024 * 1024
+# A job still ``running`` this long after its limit ran out lost its worker (a redelivered
+# task may take it again).
+STALE_AFTER_SECONDS = 60
+ACTIVE = (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
+
+
+# --- the POST -----------------------------------------------------------------------------------
+
+
+def import_job_create(
+    *, user: AbstractBaseUser, bot_id: object, upload: IO[bytes], size: int, progress_key: str = ""
+) -> ImportJob:
+    """Store ``upload`` as a queued job of ``user`` with the bot ``bot_id`` and queue its run.
+    Refused before anything is stored: a file over ``IMPORT_MAX_BYTES``, a bot the user may not
+    use, and a job past the user's ``HEAVY_REQUESTS_PER_USER`` unfinished ones."""
+    check_import_size(size=size)
+    bot = bot_get_for_user(user=user, bot_id=bot_id)
+    limit = settings.HEAVY_REQUESTS_PER_USER
+    if ImportJob.objects.filter(user=user, status__in=ACTIVE).count() >= limit:
+        log.info("import_job_refused", user_id=user.pk, limit=limit)
+        raise heavy_refusal(limit)
+    name = str(getattr(upload, "name", "") or "")[:255]
+    with transaction.atomic():
+        job = ImportJob.objects.create(
+            user=user, bot=bot, file_name=name, bytes_total=size, progress_key=progress_key
+        )
+        for position, data in enumerate(_pieces(upload)):
+            ImportChunk.objects.create(job=job, position=position, data=data)
+    _progress(job, phase="queued", bytes_read=0)
+    if not import_job_dispatch(job.pk):
+        _finish(
+            job.pk,
+            error={
+                "code": ServiceUnavailable.code,
+                "message": "The import could not be queued (the task queue is unavailable). "
+                "Try again in a minute.",
+                "details": {},
+            },
+        )
+        raise ServiceUnavailable("The import could not be queued. Try again in a minute.")
+    job.refresh_from_db()
+    return job
+
+
+def _pieces(upload: IO[bytes]) -> Iterator[bytes]:
+    chunks = getattr(upload, "chunks", None)
+    if chunks is not None:  # a Django upload: its own chunking, re-cut to CHUNK_BYTES
+        source: Iterator[bytes] = chunks(CHUNK_BYTES)
+    else:
+        source = iter(partial(upload.read, CHUNK_BYTES), b"")
+    pending = b""
+    for piece in source:
+        pending += piece
+        while len(pending) >= CHUNK_BYTES:
+            yield pending[:CHUNK_BYTES]
+            pending = pending[CHUNK_BYTES:]
+    if pending:
+        yield pending
+
+
+def import_job_dispatch(job_id: int) -> bool:
+    """Hand the job to the ``heavy`` queue by task name (the domain never imports its task
+    module). In embedded mode the task runs here and now, as every task does."""
+    if RUN_TASK not in celery_app.tasks:
+        celery_app.loader.import_default_modules()
+    try:
+        celery_app.tasks[RUN_TASK].delay(job_id)
+    except BROKER_ERRORS:
+        log.exception("import_job_dispatch_failed", job_id=job_id)
+        return False
+    return True
+
+
+# --- the task -----------------------------------------------------------------------------------
+
+
+def import_job_run(*, job_id: int) -> str | None:
+    """Run a queued job in a limited child process and end it ``done`` or ``failed``. Safe to
+    run twice (a job already taken is nothing to do, unless its run is long past its limit: its
+    worker was lost). Returns the status written (None: nothing to do)."""
+    job = _claim(job_id)
+    if job is None:
+        return None
+    _progress(job, phase="reading", bytes_read=0)
+    progress.job_progress_write(job_id=job.pk, bytes_read=0)
+    connection_release()  # the child works; this thread only waits
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    try:
+        answer = sandbox.run_limited(
+            target="transfer.child:import_child",
+            data=b"",
+            params={"job_id": job.pk, "database": _database_params()},
+            limits=_limits(),
+            on_line=partial(_relay, job),
+        )
+    except sandbox.LimitExceeded as exc:
+        error = {
+            "code": "limit_exceeded",
+            "message": f"The import stopped: {exc}. Nothing was imported; split the file into "
+            "smaller ones.",
+            "details": {"limit": exc.limit},
+        }
+    except sandbox.Refused as exc:  # pragma: no cover - the child answers refusals as data
+        error = {"code": "validation_error", "message": str(exc), "details": {"file": [str(exc)]}}
+    except Exception as exc:
+        log.exception("import_job_crashed", job_id=job.pk, error=str(exc))
+        error = {
+            "code": "internal_error",
+            "message": "The import failed: the file could not be processed. Nothing was imported.",
+            "details": {},
+        }
+    else:
+        if isinstance(answer, dict) and isinstance(answer.get("result"), dict):
+            result = answer["result"]
+        elif isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+            error = answer["error"]
+        else:  # pragma: no cover - the child answers one of the two
+            error = {"code": "internal_error", "message": "The import failed.", "details": {}}
+    status = _finish(job.pk, result=result, error=error)
+    if status == ImportJob.Status.DONE and result is not None:
+        for entry in result.get("imported", []):
+            compact_soft_dispatch(entry["session"])
+    return status
+
+
+def _claim(job_id: int) -> ImportJob | None:
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.IMPORT_RUN_SECONDS + STALE_AFTER_SECONDS)
+    taken = ImportJob.objects.filter(
+        Q(status=ImportJob.Status.QUEUED)
+        | Q(status=ImportJob.Status.RUNNING, started_at__lt=stale),
+        pk=job_id,
+    ).update(status=ImportJob.Status.RUNNING, started_at=now, bytes_read=0)
+    if not taken:
+        return None
+    return ImportJob.objects.filter(pk=job_id).first()
+
+
+def _limits() -> sandbox.Limits:
+    return sandbox.Limits(
+        seconds=settings.IMPORT_RUN_SECONDS, memory_bytes=settings.IMPORT_RUN_MEMORY_BYTES
+    )
+
+
+def _database_params() -> dict[str, Any]:
+    """The connection the child opens: this process's own database (in tests, the test
+    database), sent on its stdin, never in its environment. No pool: the child needs one."""
+    own = connection.settings_dict
+    options = {k: v for k, v in (own.get("OPTIONS") or {}).items() if k != "pool"}
+    return {
+        **{k: str(own[k]) if k == "NAME" else own[k] for k in ("ENGINE", "NAME", "USER", "HOST")},
+        "PASSWORD": own.get("PASSWORD") or "",
+        "PORT": str(own.get("PORT") or ""),
+        "OPTIONS": options,
+    }
+
+
+def _relay(job: ImportJob, line: dict[str, Any]) -> None:
+    """A progress line of the child: how far it has read, for the job's status and the page's
+    key (the cache: the job's row is written when it ends)."""
+    done = line.get("bytes_read")
+    if not isinstance(done, int):
+        return
+    progress.job_progress_write(job_id=job.pk, bytes_read=done)
+    _progress(job, phase="reading", bytes_read=done)
+
+
+def _progress(job: ImportJob, *, phase: str, bytes_read: int) -> None:
+    if job.progress_key:
+        progress.progress_write(
+            user_id=job.user_id,
+            key=job.progress_key,
+            phase=phase,
+            bytes_read=bytes_read,
+            bytes_total=job.bytes_total,
+        )
+
+
+def _finish(
+    job_id: int, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+) -> str | None:
+    """End the job (``done`` with ``result``, else ``failed`` with ``error``) and delete its
+    chunks, in one transaction."""
+    status = ImportJob.Status.FAILED if error is not None else ImportJob.Status.DONE
+    values: dict[str, Any] = {"status": status, "finished_at": timezone.now()}
+    if error is not None:
+        values.update(
+            error_code=str(error.get("code", "")),
+            error_message=str(error.get("message", "")),
+            error_details=error.get("details") or {},
+        )
+    else:
+        job = ImportJob.objects.filter(pk=job_id).only("bytes_total").first()
+        values.update(result=result, bytes_read=job.bytes_total if job else 0)
+    with transaction.atomic():
+        written = ImportJob.objects.filter(pk=job_id, status__in=ACTIVE).update(**values)
+        ImportChunk.objects.filter(job_id=job_id).delete()
+    job = ImportJob.objects.filter(pk=job_id).first()
+    if job is not None:
+        _progress(job, phase="done" if error is None else "failed", bytes_read=job.bytes_read)
+    log.info(
+        "import_job_finished",
+        job_id=job_id,
+        status=status,
+        error_code=values.get("error_code", ""),
+        written=bool(written),
+    )
+    return status if written else None
+
+
+# --- the child ----------------------------------------------------------------------------------
+
+
+class ChunkReader:
+    """A job's stored chunks as one binary file, fetched a chunk at a time (a read returns at
+    most the rest of the current chunk; an empty read is the end)."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        self.position = 0
+        self.chunk = b""
+        self.offset = 0
+
+    def read(self, size: int = -1) -> bytes:
+        if self.offset >= len(self.chunk):
+            data = (
+                ImportChunk.objects.filter(job_id=self.job_id, position=self.position)
+                .values_list("data", flat=True)
+                .first()
+            )
+            if data is None:
+                return b""
+            self.chunk, self.offset, self.position = bytes(data), 0, self.position + 1
+        end = len(self.chunk) if size < 0 else self.offset + size
+        piece = self.chunk[self.offset : end]
+        self.offset += len(piece)
+        return piece
+
+
+def import_job_child_run(*, job_id: int, on_progress: Any) -> dict[str, Any]:
+    """In the child (``transfer.child``): the job's file into chats. ``{"result": …}`` or
+    ``{"error": {code, message, details}}`` (a refusal in the API's shape; nothing written)."""
+    job = ImportJob.objects.select_related("user").filter(pk=job_id).first()
+    if job is None:
+        return {"error": {"code": "not_found", "message": "Import not found.", "details": {}}}
+    try:
+        result = chats_import(
+            user=job.user,
+            bot_id=job.bot_id,
+            raw=ChunkReader(job.pk),  # type: ignore[arg-type]
+            size=job.bytes_total,
+            on_progress=on_progress,
+        )
+    except PlatformError as exc:
+        return {"error": exc.as_dict()}
+    return {"result": result.as_dict()}
