@@ -6,6 +6,7 @@ HTTP (``.url``, ``/mcp``) and SSE (``.sse_url``, ``/sse``). Tools:
 - ``add(a, b)``: ``a + b``; ``echo(text)``: the text; ``clock()``: a fixed ISO time;
 - ``boom()``: fails (the SDK reports ``is_error``); ``big(words)``: ``words`` numbered words;
 - ``slow(seconds)``: waits, then answers "slept" (released early by ``server.release``);
+- ``report(step, words)``: "Step <step> report: serial S<step*7919>." and filler words;
 - ``note_save(key, value)`` / ``note_read(key)``: a small notes store;
 - ``/redirect/mcp``: answers 307 to the real endpoint (a server that redirects).
 
@@ -104,6 +105,13 @@ class TestMCPServer:
             while time.monotonic() < deadline and not self.release.is_set():
                 await anyio.sleep(0.02)
             return "slept"
+
+        @server.tool()
+        def report(step: int, words: int) -> str:
+            """A step's report: its serial number, then that many filler words."""
+            calls.append(("report", {"step": step, "words": words}))
+            filler = " ".join(f"w{i}" for i in range(words))
+            return f"Step {step} report: serial S{step * 7919}. {filler}"
 
         @server.tool()
         def note_save(key: str, value: str) -> str:

@@ -47,6 +47,7 @@ def test_the_bot_offers_its_tools_under_their_function_names(reply):
         "calc__boom",
         "calc__big",
         "calc__slow",
+        "calc__report",
         "calc__note_save",
         "calc__note_read",
     ]

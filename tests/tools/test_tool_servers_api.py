@@ -12,7 +12,7 @@ from tools.models import ToolServer
 URL = "/api/v1/tool-servers/"
 pytestmark = pytest.mark.django_db
 
-TOOL_NAMES = ["add", "echo", "clock", "boom", "big", "slow", "note_save", "note_read"]
+TOOL_NAMES = ["add", "echo", "clock", "boom", "big", "slow", "report", "note_save", "note_read"]
 
 
 def test_staff_registers_a_server_and_refresh_lists_its_tools_sending_the_headers(
