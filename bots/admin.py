@@ -16,6 +16,7 @@ from turns.services.bot import (
     BOT_COMPACTION_FIELDS,
     BOT_FIELDS,
     BOT_MEMORY_FIELDS,
+    BOT_TOOLS_FIELDS,
 )
 
 
@@ -47,6 +48,7 @@ class BotAdminForm(forms.ModelForm):
 
     def _post_clean(self) -> None:
         previous_api_base = None if self.instance._state.adding else self.initial.get("api_base")
+        previous_tools = None if self.instance._state.adding else self.initial.get("tools")
         super()._post_clean()  # copies the fields onto the instance and runs full_clean
         if self.errors:
             return
@@ -56,6 +58,7 @@ class BotAdminForm(forms.ModelForm):
                 bot=self.instance,
                 previous_api_base=previous_api_base,
                 changed=set(self.changed_data),
+                previous_tools=previous_tools if isinstance(previous_tools, list) else None,
             )
         except ValidationFailed as exc:
             for field, messages in exc.details.items():
@@ -83,6 +86,8 @@ class BotAdmin(admin.ModelAdmin):
         ("Basic settings", {"fields": ["owner", *BOT_BASIC_FIELDS]}),
         ("Advanced: Compaction", {"classes": ["collapse"], "fields": [*BOT_COMPACTION_FIELDS]}),
         ("Advanced: Memory", {"classes": ["collapse"], "fields": [*BOT_MEMORY_FIELDS]}),
+        # A JSON list of "<server>/<tool>" or "<server>/*" (docs/tools.md).
+        ("Advanced: Tools", {"classes": ["collapse"], "fields": [*BOT_TOOLS_FIELDS]}),
     ]
 
 

@@ -27,6 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from bots.model_check import bot_model_check
 from bots.models import Bot
 from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
+from bots.tool_choices import tool_choices
 from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
 from chat_platform.llm import gateway
 from compaction.budget import Budget, budget_compute
@@ -41,6 +42,7 @@ from turns.services.bot import (
     BOT_FIELDS,
     BOT_MEMORY_FIELDS,
     BOT_PRIVATE_FIELDS,
+    BOT_TOOLS_FIELDS,
     bot_create,
     bot_delete,
     bot_update,
@@ -59,6 +61,7 @@ COMPACTION_MODEL_SUGGESTIONS = ["builtin/extractive", "openai/gpt-4o-mini"]
 BASIC_FIELDS = list(BOT_BASIC_FIELDS)
 COMPACTION_FIELDS = list(BOT_COMPACTION_FIELDS)
 MEMORY_FIELDS = list(BOT_MEMORY_FIELDS)
+TOOLS_FIELDS = list(BOT_TOOLS_FIELDS)
 
 
 class BotForm(forms.ModelForm):
@@ -154,6 +157,16 @@ class BotForm(forms.ModelForm):
         self.fields["compaction_kept_percent"].widget.attrs.update({"min": "1", "max": "99"})
         self.fields["memory_index_size"].widget.attrs.update({"min": "0", "max": "200"})
         self.fields["max_output_tokens"].widget.attrs.update({"min": "1"})
+        # A checklist per tool server the user may use (static/bots/tool_checklist.js).
+        current = self.instance.tools if isinstance(self.instance.tools, list) else []
+        self.fields["tools"] = forms.MultipleChoiceField(
+            label="Tools",
+            choices=tool_choices(user=user, current=current),
+            required=False,
+            widget=forms.CheckboxSelectMultiple(attrs={"class": "tool-choice"}),
+            help_text="Tools from the MCP servers you may use: the model may call them while "
+            'it replies. "All tools" follows the server\'s list as staff refresh it.',
+        )
 
     def clean_allowed_models(self) -> list[str]:
         return [
@@ -292,6 +305,7 @@ def _form_context(
         "basic_fields": form.section(BASIC_FIELDS if editable else _public(BASIC_FIELDS)),
         "compaction_fields": form.section(COMPACTION_FIELDS),
         "memory_fields": form.section(MEMORY_FIELDS),
+        "tools_fields": form.section(TOOLS_FIELDS),
         "budget": budget,
         "budget_display": {
             name: f"{getattr(budget, name):,}" if budget else "—" for name in display_names
@@ -311,7 +325,9 @@ def _form_context(
         "api_base_suggestions": list(settings.PROVIDER_API_BASES),
         "is_staff": bool(request.user.is_staff),
         # Advanced opens by itself when something in it needs attention.
-        "advanced_open": any(name in form.errors for name in (*COMPACTION_FIELDS, *MEMORY_FIELDS)),
+        "advanced_open": any(
+            name in form.errors for name in (*COMPACTION_FIELDS, *MEMORY_FIELDS, *TOOLS_FIELDS)
+        ),
     }
 
 

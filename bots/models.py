@@ -108,6 +108,10 @@ class Bot(models.Model):
         default=DEFAULT_EMBEDDING_MODEL,
         validators=[validate_storable_text],
     )
+    # Tools from staff's MCP servers (app ``tools``, docs/tools.md): ``"<server>/<tool>"`` or
+    # ``"<server>/*"``, offered to the model beside the memory tools. Checked by
+    # ``turns.bot_validation.check_bot_tools`` (who may use the server, the schemas' share of B).
+    tools = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -324,6 +328,9 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     tool_call_id = models.CharField(max_length=100, blank=True, default="")
     tool_name = models.CharField(max_length=100, blank=True, default="")
+    # A tool result of an MCP tool (docs/tools.md): whether the call succeeded (a failure's
+    # content is "[tool failed: <reason>]"); null for every other message.
+    tool_ok = models.BooleanField(null=True, blank=True)
     # A pending reply asked for through an API key on /api/v1/: the daily-limit subject of that
     # key (``key:<id>``, ``connections.usage``), beside the user's own, that its turn is charged
     # to. Written by the send only, never from a client's field; blank for every other message,

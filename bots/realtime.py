@@ -54,6 +54,12 @@ def message_payload(message: Message) -> dict[str, Any]:
         payload["tool_calls"] = message.tool_calls
     if message.tool_name:
         payload["tool_name"] = message.tool_name
+    if message.tool_call_id:
+        payload["tool_call_id"] = message.tool_call_id
+    # An MCP tool's result (docs/tools.md): its name as the model called it, and its ok flag.
+    if message.tool_ok is not None:
+        payload["name"] = message.tool_name
+        payload["ok"] = message.tool_ok
     if message.error_code:
         payload["error"] = {"code": message.error_code, "message": message.error_message}
     return payload

@@ -18,6 +18,7 @@ api_v1 = [
     path("", include("openai_api.api_urls")),
     path("", include("attachments.urls")),
     path("", include("connections.urls")),
+    path("", include("tools.urls")),
 ]
 
 urlpatterns = [

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
 
-pytest_plugins = ["tests.fakeopenai"]
+pytest_plugins = ["tests.fakeopenai", "tests.mcpserver"]
 
 
 def pytest_addoption(parser):

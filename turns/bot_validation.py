@@ -6,18 +6,27 @@
   ``api_key_env`` only from ``PROVIDER_KEY_ENV_ALLOWED`` (everyone, staff included); ``api_base``
   an http(s) URL, any for staff, otherwise under ``PROVIDER_API_BASES``. An api_base staff set
   stays usable when its non-staff owner edits other fields (it is only re-checked when changed).
+* tools (docs/tools.md): ``"<server>/<tool>"`` or ``"<server>/*"``, a server the acting user
+  may use (staff: any) — checked for the entries they add, so what staff gave a bot stays while
+  its owner edits — a tool the server listed (once its tools were read), and schemas that take at
+  most ``TOOL_SCHEMAS_MAX_PERCENT`` of B (``check_bot_tools``).
 * a usable budget: B > 0 (docs/compaction.md), else every message would be refused, and a system
   prompt under the hard threshold H = 75 % of B (``check_bot_system_prompt``), else it leaves
   no room for the conversation.
 """
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.model_config import connection_serves
 from bots.models import DEFAULT_EMBEDDING_MODEL, Bot
 from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
-from chat_platform.llm.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens
+from chat_platform.llm.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_message_tokens,
+    count_tools_tokens,
+)
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.budget import Budget
 from compaction.measure import bot_budget
@@ -27,6 +36,9 @@ from connections.queries import (
     connection_model_window,
     connection_usable_by,
 )
+from memory.recall import TOOLS as RECALL_TOOLS
+from tools.offer import entry_parts, entry_servers, tools_offered
+from tools.queries import tool_servers_named, tool_servers_usable_named
 
 
 def _is_staff(user: AbstractBaseUser | None) -> bool:
@@ -316,12 +328,79 @@ def check_bot_embedding_model(*, bot: Bot) -> None:
         raise ValidationFailed(details={"embedding_model": ["A model name has no spaces."]})
 
 
+TOOLS_MAX = 100
+RECALL_TOOL_NAMES = tuple(t["function"]["name"] for t in RECALL_TOOLS)
+
+
+def _check_tools_shape(value: object) -> str | None:
+    if not isinstance(value, list):
+        return 'A list of "<server>/<tool>" or "<server>/*".'
+    if len(value) > TOOLS_MAX:
+        return f"At most {TOOLS_MAX} entries."
+    bad = [str(e)[:60] for e in value if not isinstance(e, str) or entry_parts(e) is None]
+    if bad:
+        return f'Not "<server>/<tool>" or "<server>/*": {", ".join(bad)}.'
+    if len(set(value)) != len(value):
+        return "A tool is listed twice."
+    return None
+
+
+def check_bot_tools(
+    *, user: AbstractBaseUser | None, bot: Bot, previous_tools: list | None = None
+) -> None:
+    """The bot's ``tools``: well formed; each entry added now names a server ``user`` may use
+    (one error whether it does not exist or is not theirs: ``validation_error``) and, once the
+    server's tools were read, a tool it listed; and the offered schemas take at most
+    ``TOOL_SCHEMAS_MAX_PERCENT`` of B (they go with every call, like the memory tools)."""
+    entries = bot.tools
+    if entries == []:
+        return
+    problem = _check_tools_shape(entries)
+    if problem:
+        raise ValidationFailed(details={"tools": [problem]})
+    added = [e for e in entries if e not in (previous_tools or [])]
+    usable = tool_servers_usable_named(user=user, names=entry_servers(added))
+    errors = []
+    for entry in added:
+        server_name, tool = entry.split("/", 1)
+        server = usable.get(server_name)
+        if server is None:
+            errors.append(f"{entry}: no such tool server, or you may not use it.")
+        elif tool != "*" and server.tools_refreshed_at and server.tool_named(tool) is None:
+            errors.append(f"{entry}: the server {server_name} lists no tool {tool}.")
+    if errors:
+        raise ValidationFailed(details={"tools": errors})
+    _check_tools_budget(bot=bot)
+
+
+def _check_tools_budget(*, bot: Bot) -> None:
+    servers = tool_servers_named(entry_servers(bot.tools))
+    offered = tools_offered(bot.tools, servers, taken=RECALL_TOOL_NAMES)
+    if not offered:
+        return
+    budget = bot_budget(bot)
+    limit = budget.budget * settings.TOOL_SCHEMAS_MAX_PERCENT // 100
+    tokens = count_tools_tokens([t.schema for t in offered], model=bot.model)
+    if tokens > limit:
+        raise ValidationFailed(
+            details={
+                "tools": [
+                    f"These tools' schemas take {tokens:,} tokens; this bot's budget is "
+                    f"{budget.budget:,} tokens and tool schemas may take at most {limit:,} "
+                    f"({settings.TOOL_SCHEMAS_MAX_PERCENT} % of it). Choose fewer tools or give "
+                    "the bot a larger context window."
+                ]
+            }
+        )
+
+
 def check_bot_settings(
     *,
     user: AbstractBaseUser | None,
     bot: Bot,
     previous_api_base: str | None,
     changed: set[str] | None = None,
+    previous_tools: list | None = None,
 ) -> None:
     check_bot_embedding_model(bot=bot)
     if bot.connection_id is not None:
@@ -329,3 +408,4 @@ def check_bot_settings(
     else:
         check_bot_provider(user=user, bot=bot, previous_api_base=previous_api_base)
     check_bot_budget(bot=bot, changed=changed)
+    check_bot_tools(user=user, bot=bot, previous_tools=previous_tools)

@@ -1,7 +1,11 @@
 """A turn's recall loop: the model calls of one turn, each streamed (``turns.stream``), until
 one answers. While recall is possible (at most ``RECALL_MAX_ROUNDS`` rounds), a call that asks
 to look something up is answered (``memory.recall.recall_execute``), the exchange stored in the
-transcript before the reply, and the model called again with it (docs/memory.md)."""
+transcript before the reply, and the model called again with it (docs/memory.md).
+
+The bot's MCP tools (docs/tools.md) go through the same loop: a call that asks for them is a
+tool round (``turns.tool_round.ToolLoop``: run, stored the same way), up to ``TOOL_MAX_ROUNDS``;
+then they are no longer offered and the model must answer."""
 
 import json
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from chat_platform.llm.tokens import (
     count_message_tokens,
     count_tools_tokens,
 )
+from compaction.measure import bot_budget
 from compaction.pipeline import BuiltContext, context_build
 from connections import usage
 from memory.recall import (
@@ -35,6 +40,7 @@ from memory.recall import TOOLS as RECALL_TOOLS
 from turns import hooks as turn_hooks
 from turns.liveness import TurnHandle
 from turns.stream import TurnState, stream_round
+from turns.tool_round import ToolLoop
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +57,22 @@ class Answered:
     stream: gateway.ChatStream
     context: BuiltContext
     asked: list[dict[str, Any]]
+    # The user stopped the reply during (or right after) a tool round.
+    stopped_in_tools: bool = False
+
+
+RECALL_NAMES = frozenset(t["function"]["name"] for t in RECALL_TOOLS)
+
+
+def _stop_asked(reply: Message, handle: TurnHandle) -> bool:
+    """Between and during tool calls: the user stopped the reply (the watcher's flag, or the
+    row's, read again)."""
+    if handle.stopped.is_set():
+        return True
+    if Message.objects.filter(pk=reply.pk, stop_requested=True).exists():
+        handle.stop()
+        return True
+    return False
 
 
 def calls_until_answer(
@@ -71,19 +93,23 @@ def calls_until_answer(
     rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0
     asked: list[dict[str, Any]] = []  # calls to the client's tools (turn_hooks): end the turn
+    # The bot's MCP tools, named around the memory tools and the client's.
+    client_names = tuple(t["function"]["name"] for t in options.tools)
+    tool_loop = ToolLoop(bot=bot, taken=(*RECALL_NAMES, *client_names))
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
-        tools = [*RECALL_TOOLS, *options.tools] if may_recall else list(options.tools)
+        mcp_tools = tool_loop.schemas()
+        tools = [*(RECALL_TOOLS if may_recall else []), *mcp_tools, *options.tools]
         context = _context_with_rounds(
             reply,
             rounds,
             recall_open=may_recall,
             extra_system=options.system,
-            # An API client's tool schemas go with every call: counted in B like a system part.
-            # The platform's own recall tools are not counted in B (the context record reports
-            # them): counting them took ~290 tokens from every small bot's fixed part, so its
-            # hard compaction kept next to no raw history (see the issue 17 note).
-            tools_tokens=count_tools_tokens(list(options.tools), model=model),
+            # An API client's tool schemas and the bot's MCP tools go with every call: counted
+            # in B like a system part. The platform's own recall tools are not counted in B (the
+            # context record reports them): counting them took ~290 tokens from every small
+            # bot's fixed part, so its hard compaction kept next to no raw history (issue 17).
+            tools_tokens=count_tools_tokens([*mcp_tools, *options.tools], model=model),
             exchange=options.exchange,
         )
         stream = stream_round(
@@ -99,9 +125,20 @@ def calls_until_answer(
         if completion is not None:
             spent.add(completion.prompt_tokens + completion.completion_tokens)
             asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
-        if asked or not may_recall or completion is None or handle.stopped.is_set():
+        if asked or completion is None or handle.stopped.is_set():
             break
         own_calls = turn_hooks.platform_calls(options, completion.tool_calls)
+        if tool_loop.wanted(own_calls):
+            rounds.append(
+                _tool_round(
+                    reply, handle, state, session, tool_loop, own_calls, model, text=completion.text
+                )
+            )
+            if handle.stopped.is_set():
+                return Answered(stream=stream, context=context, asked=[], stopped_in_tools=True)
+            continue
+        if not may_recall:
+            break
         calls = calls_from_completion(own_calls) or calls_from_text(
             completion.text, call_id=f"recall-{reply.pk}-{recall_round + 1}"
         )
@@ -115,6 +152,32 @@ def calls_until_answer(
         reply.refresh_from_db(fields=["seq"])
         state.parts.clear()  # the answer is what the model says after its lookups
     return Answered(stream=stream, context=context, asked=asked)
+
+
+def _tool_round(
+    reply: Message,
+    handle: TurnHandle,
+    state: TurnState,
+    session: ChatSession,
+    tool_loop: ToolLoop,
+    calls: list[dict[str, Any]],
+    model: str,
+    *,
+    text: str,
+) -> list[Message]:
+    """Run and store one round of the bot's MCP tools; the model answers after it."""
+    check_bot_usable(session, fresh=True)
+    stored = tool_loop.run(
+        reply=reply,
+        calls=calls,
+        text=text,
+        model=model,
+        alone=RECALL_NAMES,
+        should_stop=partial(_stop_asked, reply, handle),
+    )
+    reply.refresh_from_db(fields=["seq"])
+    state.parts.clear()  # the answer is what the model says after its tool calls
+    return stored
 
 
 def check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
@@ -199,8 +262,16 @@ def _context_with_rounds(
     was left of B when it ran, but the fixed part can grow before the next call (the user pins
     a message, a hard compaction adds a summary): then the oldest rounds are left out of this
     call, one at a time, rather than failing the reply (degrade only downward). They stay in
-    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own."""
+    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own.
+
+    A long tool task has many rounds: those that could not fit even alone with the call's tool
+    schemas (their stored tokens past B) are left out before the first build, so a call costs
+    one or two builds, not one per round."""
+    budget = bot_budget(reply.session.bot, model=reply.session.chat_model).budget
     kept = list(rounds)
+    room = budget - tools_tokens - sum(m.token_count for m in exchange)
+    while kept and sum(m.token_count for round_ in kept for m in round_) > room:
+        kept = kept[1:]
     while True:
         try:
             return context_build(

@@ -243,7 +243,7 @@ def _complete(
     frame, then the notifier's steps (``turns.finished``)."""
     stream, context, asked = answered.stream, answered.context, answered.asked
     completion = stream.completion
-    stopped = handle.stopped.is_set() and completion is None
+    stopped = handle.stopped.is_set() and (completion is None or answered.stopped_in_tools)
     text = state.text
     fields: dict[str, Any] = {
         "status": Message.Status.COMPLETE,

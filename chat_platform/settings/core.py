@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "accounts",
     "attachments",
     "connections",
+    "tools",
 ]
 
 MIDDLEWARE = [

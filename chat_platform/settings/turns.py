@@ -98,3 +98,23 @@ CELERY_BEAT_SCHEDULE["context-records-sweep"] = {
     "task": "compaction.tasks.context_records_sweep",
     "schedule": 3600.0,
 }
+
+
+# --- Tools from MCP servers (app ``tools``, docs/tools.md) -------------------------------------
+# Each call's deadline, the tool rounds of one reply (then the model must answer), the largest
+# result sent whole (a longer one is stored as the info record ``tool_<seq>`` and the model gets
+# its head), how long "Refresh tools" waits for a server, and the share of B (percent) a bot's
+# tool schemas may take (refused at save).
+TOOL_CALL_TIMEOUT_SECONDS = env.float("TOOL_CALL_TIMEOUT_SECONDS", default=60.0)
+TOOL_MAX_ROUNDS = env.int("TOOL_MAX_ROUNDS", default=25)
+TOOL_RESULT_MAX_TOKENS = env.int("TOOL_RESULT_MAX_TOKENS", default=4000)
+TOOL_LIST_TIMEOUT_SECONDS = env.float("TOOL_LIST_TIMEOUT_SECONDS", default=15.0)
+TOOL_SCHEMAS_MAX_PERCENT = env.int("TOOL_SCHEMAS_MAX_PERCENT", default=25)
+if TOOL_CALL_TIMEOUT_SECONDS <= 0 or TOOL_LIST_TIMEOUT_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "TOOL_CALL_TIMEOUT_SECONDS and TOOL_LIST_TIMEOUT_SECONDS must be > 0"
+    )
+if TOOL_MAX_ROUNDS < 1 or TOOL_RESULT_MAX_TOKENS < 100:
+    raise ImproperlyConfigured("TOOL_MAX_ROUNDS must be >= 1 and TOOL_RESULT_MAX_TOKENS >= 100")
+if not 1 <= TOOL_SCHEMAS_MAX_PERCENT <= 90:
+    raise ImproperlyConfigured("TOOL_SCHEMAS_MAX_PERCENT must be 1-90")

@@ -39,7 +39,8 @@ BOT_COMPACTION_FIELDS = (
     "compaction_fallback_extractive",
 )
 BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled", "embedding_model")
-BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
+BOT_TOOLS_FIELDS = ("tools",)
+BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS + BOT_TOOLS_FIELDS
 # Where a bot's calls go and which key they use is its owner's (and staff's) business only:
 # the API and the page leave these out for anyone else (docs/bots.md).
 BOT_PRIVATE_FIELDS = ("api_base", "api_key_env")
@@ -88,11 +89,18 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
     _connection_resolved(user=user, fields=fields)
     previous_api_base = bot.api_base
+    previous_tools = list(bot.tools or [])
     changed = {name for name, value in fields.items() if getattr(bot, name) != value}
     for name, value in fields.items():
         setattr(bot, name, value)
     full_clean(bot, exclude=["owner"])
-    check_bot_settings(user=user, bot=bot, previous_api_base=previous_api_base, changed=changed)
+    check_bot_settings(
+        user=user,
+        bot=bot,
+        previous_api_base=previous_api_base,
+        changed=changed,
+        previous_tools=previous_tools,
+    )
     # The connection check may fill model (listed id -> litellm string) and context_window.
     extra = ["model", "context_window"] if bot.connection_id else []
     bot.save(

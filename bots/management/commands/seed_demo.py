@@ -7,6 +7,7 @@ from django.db import transaction
 from bots.models import Bot, ChatSession
 from turns.services.participants import participant_add, session_reply_mode_set
 from turns.services.session import session_create
+from turns.tools_demo import demo_tools_seed
 
 # The everyday built-in bot: a large window, so it rarely compacts.
 RECALL_BOT = {
@@ -58,13 +59,25 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--force", action="store_true", help="Run even when DEBUG is false.")
+        parser.add_argument(
+            "--tools-url",
+            default="",
+            help="The demo tool server's URL (scripts/demo_mcp.py): registered as the public "
+            "tool server demo-tools, its tools read, and a shared bot given them.",
+        )
 
-    @transaction.atomic
     def handle(self, *args, **options):
         if not settings.DEBUG and not options["force"]:
             raise CommandError(
                 "seed_demo creates a demo/demo account: refused unless DEBUG or --force."
             )
+        user = self._seed()
+        if options["tools_url"]:
+            # Outside the seed's transaction: reading the server's tools is network I/O.
+            self.stdout.write(demo_tools_seed(user=user, url=options["tools_url"]))
+
+    @transaction.atomic
+    def _seed(self):
         user_model = get_user_model()
         # Seed only what is missing: `make run` seeds on every start, and a user's edits (the
         # demo password, a demo bot's settings) must survive a restart.
@@ -92,6 +105,7 @@ class Command(BaseCommand):
                 f"ready ({added} added); demo room {room}{staff}"
             )
         )
+        return user
 
     @staticmethod
     def _room(user, bots: list[Bot]) -> str:

@@ -1,0 +1,265 @@
+"""The tool loop in the turn (docs/tools.md): the fake provider scripts tool calls, the real
+test MCP server answers them; the transcript, the requests, the frames and the limits."""
+
+import json
+
+import pytest
+
+from bots.models import Message
+from bots.transitions import session_context_add
+from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.factories import BotFactory, SessionFactory, message_add
+from tests.fakeopenai import Reply
+from tools import realtime as tool_realtime
+from turns import turn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _call(name, arguments, call_id):
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+@pytest.fixture
+def tool_bot(owner, fake_openai, monkeypatch, tool_server):
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    return BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/add", "calc/boom", "calc/clock"],
+    )
+
+
+@pytest.fixture
+def frames(monkeypatch):
+    sent = []
+    monkeypatch.setattr(tool_realtime, "send_frame", lambda sid, frame: sent.append(frame))
+    return sent
+
+
+def _ask(bot, content):
+    session = SessionFactory(user=bot.owner, bot=bot)
+    new = message_add(session, role="user", content=content)
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_add(session_id=session.pk, tokens=new.token_count)
+    return session, reply
+
+
+def test_the_model_calls_a_tool_and_answers_with_its_result(
+    tool_bot, fake_openai, mcp_server, frames, owner_client
+):
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__add", {"a": 2, "b": 40}, "call_1")]),
+        Reply(text="The sum is 42."),
+    )
+    session, reply = _ask(tool_bot, "What is 2 + 40?")
+
+    turn.turn_run(message_id=reply.pk)
+
+    rows = list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("seq", "role", "kind", "content", "tool_call_id", "tool_name", "tool_ok")
+    )
+    assert rows == [
+        (1, "user", "chat", "What is 2 + 40?", "", "", None),
+        (2, "assistant", "tool", "", "", "", None),
+        (3, "tool", "tool", "42", "call_1", "calc__add", True),
+        (4, "assistant", "chat", "The sum is 42.", "", "", None),
+    ]
+    call = Message.objects.get(session=session, seq=2)
+    assert call.tool_calls == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "calc__add", "arguments": '{"a": 2, "b": 40}'},
+        }
+    ]
+    first, second = fake_openai.requests
+    names = [t["function"]["name"] for t in first["tools"]]
+    assert names[-3:] == ["calc__add", "calc__boom", "calc__clock"]
+    assert second["messages"][-2]["tool_calls"][0]["id"] == "call_1"
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+    assert [(f["type"], f["call_id"], f["name"]) for f in frames] == [
+        ("tool.started", "call_1", "calc__add"),
+        ("tool.finished", "call_1", "calc__add"),
+    ]
+    assert frames[1]["ok"] is True and frames[1]["message_id"] == reply.pk
+    listed = owner_client.get(f"/api/v1/sessions/{session.pk}/messages/").json()
+    result = next(m for m in listed if m["seq"] == 3)
+    assert (result["kind"], result["role"], result["ok"], result["name"]) == (
+        "tool",
+        "tool",
+        True,
+        "calc__add",
+    )
+    assert result["tool_call_id"] == "call_1"
+
+
+def test_a_failing_tool_is_a_result_and_the_reply_completes(
+    tool_bot, fake_openai, mcp_server, frames
+):
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__boom", {}, "b1")]),
+        Reply(text="The tool failed, sorry."),
+    )
+    session, reply = _ask(tool_bot, "Blow up")
+    turn.turn_run(message_id=reply.pk)
+    result = Message.objects.get(session=session, seq=3)
+    assert (result.tool_ok, result.content) == (
+        False,
+        "[tool failed: Error executing tool boom: the boom tool exploded]",
+    )
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "The tool failed, sorry.")
+
+
+def test_after_tool_max_rounds_the_model_must_answer(
+    tool_bot, fake_openai, mcp_server, frames, settings
+):
+    settings.TOOL_MAX_ROUNDS = 2
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__clock", {}, "r1")]),
+        Reply(text="", tool_calls=[_call("calc__clock", {}, "r2")]),
+        Reply(text="Done."),
+    )
+    session, reply = _ask(tool_bot, "Time, twice")
+    turn.turn_run(message_id=reply.pk)
+    requests = fake_openai.requests
+    assert len(requests) == 3
+    offered = [[t["function"]["name"] for t in r.get("tools") or []] for r in requests]
+    assert "calc__clock" in offered[0] and "calc__clock" in offered[1]
+    assert "calc__clock" not in offered[2]
+    reply.refresh_from_db()
+    assert (reply.content, reply.seq) == ("Done.", 6)
+    assert [c for c, _ in mcp_server.calls] == ["clock", "clock"]
+
+
+def test_a_server_that_is_down_never_fails_the_reply(tool_bot, tool_server, fake_openai, frames):
+    type(tool_server).objects.filter(pk=tool_server.pk).update(url="http://127.0.0.1:9/mcp")
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__add", {"a": 1, "b": 1}, "d1")]),
+        Reply(text="The calculator is down."),
+    )
+    session, reply = _ask(tool_bot, "1+1?")
+    turn.turn_run(message_id=reply.pk)
+    result = Message.objects.get(session=session, seq=3)
+    assert result.content == "[tool failed: the tool server calc cannot be reached]"
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "The calculator is down.")
+
+
+def test_stop_during_a_tool_call_ends_the_reply_stopped(
+    owner, tool_bot, fake_openai, mcp_server, frames
+):
+    import threading
+    import time
+
+    from turns.services.message import generation_stop
+
+    tool_bot.tools = ["calc/slow"]
+    tool_bot.save(update_fields=["tools"])
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__slow", {"seconds": 60}, "s1")]),
+        Reply(text="never asked"),
+    )
+    session, reply = _ask(tool_bot, "Take your time")
+    worker = threading.Thread(target=turn.turn_run, kwargs={"message_id": reply.pk})
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not mcp_server.calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [c for c, _ in mcp_server.calls] == ["slow"]
+    generation_stop(user=owner, session_id=session.pk)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    reply.refresh_from_db()
+    assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")
+    result = Message.objects.get(session=session, seq=3)
+    assert (result.tool_ok, result.content) == (False, "[tool failed: stopped by the user]")
+    assert len(fake_openai.requests) == 1
+
+
+def test_tools_of_a_server_closed_to_the_owner_are_never_offered(
+    owner, staff, fake_openai, monkeypatch, mcp_server, frames
+):
+    from tools.services import tool_server_create, tool_server_tools_refresh
+
+    server = tool_server_create(user=staff, name="secret", url=mcp_server.url)
+    tool_server_tools_refresh(user=staff, server_id=server.pk)
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    bot = BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["secret/*"],  # written past the checks, as if the server was closed later
+    )
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("secret__add", {"a": 1, "b": 1}, "x1")]),
+        Reply(text="ok"),
+    )
+    session, reply = _ask(bot, "add")
+    turn.turn_run(message_id=reply.pk)
+    first = fake_openai.requests[0]
+    assert not any("secret" in t["function"]["name"] for t in first.get("tools") or [])
+    assert mcp_server.calls == []
+
+
+def test_rounds_that_outgrow_the_budget_leave_the_oldest_out_and_no_request_exceeds_b(
+    owner, fake_openai, monkeypatch, tool_server, mcp_server, frames, settings
+):
+    from chat_platform.llm.tokens import count_message_tokens, count_tools_tokens
+    from compaction.measure import bot_budget
+
+    settings.TOOL_RESULT_MAX_TOKENS = 100_000
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    bot = BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/big"],
+        context_window=3000,
+        max_output_tokens=500,
+        memory_index_size=0,
+    )
+    budget = bot_budget(bot).budget
+    fake_openai.script(
+        *[
+            Reply(text="", tool_calls=[_call("calc__big", {"words": 500}, f"b{i}")])
+            for i in (1, 2, 3)
+        ],
+        Reply(text="Read them all."),
+    )
+    session, reply = _ask(bot, "Read three long pages")
+    turn.turn_run(message_id=reply.pk)
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Read them all.")
+
+    def sent(request):
+        messages = sum(
+            count_message_tokens(
+                (m.get("content") or "")
+                + (json.dumps(m["tool_calls"]) if m.get("tool_calls") else ""),
+                model="openai/fake-model",
+            )
+            for m in request["messages"]
+        )
+        return messages + count_tools_tokens(request.get("tools") or [], model="openai/fake-model")
+
+    requests = fake_openai.requests
+    assert len(requests) == 4
+    assert all(sent(r) <= budget for r in requests)
+    last_ids = [m.get("tool_call_id") for m in requests[-1]["messages"] if m["role"] == "tool"]
+    assert "b1" not in last_ids and "b3" in last_ids
+    # Every round stays in the transcript.
+    assert Message.objects.filter(session=session, role="tool").count() == 3

@@ -1,0 +1,235 @@
+"""One round of MCP tool calls inside a reply (turns/tool_round.py) against the real test MCP
+server: parallel calls, failures as results, big results as records, frames, the stored
+exchange (docs/tools.md)."""
+
+import json
+
+import pytest
+
+from bots.models import Message
+from memory.models import MemoryRecord
+from tests.factories import BotFactory, SessionFactory, message_add
+from tools import realtime as tool_realtime
+from turns.tool_round import tool_round_run, tool_round_store, turn_tools
+
+pytestmark = pytest.mark.django_db
+MODEL = "openai/fake-model"
+
+
+def _call(name, arguments, call_id):
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
+
+
+@pytest.fixture
+def frames(monkeypatch):
+    sent = []
+    monkeypatch.setattr(tool_realtime, "send_frame", lambda sid, frame: sent.append(frame))
+    return sent
+
+
+@pytest.fixture
+def reply(owner, tool_server):
+    bot = BotFactory(owner=owner, tools=["calc/*"])
+    session = SessionFactory(user=owner, bot=bot)
+    question = message_add(session, role="user", content="add please")
+    return message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=question
+    )
+
+
+def test_the_bot_offers_its_tools_under_their_function_names(reply):
+    offered = turn_tools(reply.session.bot, taken=("read_records",))
+    assert [t.function for t in offered] == [
+        "calc__add",
+        "calc__echo",
+        "calc__clock",
+        "calc__boom",
+        "calc__big",
+        "calc__slow",
+        "calc__report",
+        "calc__note_save",
+        "calc__note_read",
+    ]
+    assert offered[0].schema["function"]["parameters"]["required"] == ["a", "b"]
+
+
+def test_a_round_runs_every_call_and_failures_are_results(reply, mcp_server, frames, settings):
+    offered = turn_tools(reply.session.bot)
+    calls = [
+        _call("calc__add", {"a": 2, "b": 40}, "c1"),
+        _call("calc__boom", {}, "c2"),
+        _call("calc__nope", {}, "c3"),
+        _call("calc__echo", "not json", "c4"),
+        _call("calc__clock", {}, "c5"),
+    ]
+    outcomes = tool_round_run(reply=reply, calls=calls, offered=offered, model=MODEL, tool_round=1)
+    assert [(o.call_id, o.ok, o.content) for o in outcomes] == [
+        ("c1", True, "42"),
+        ("c2", False, "[tool failed: Error executing tool boom: the boom tool exploded]"),
+        ("c3", False, "[tool failed: no tool named calc__nope]"),
+        ("c4", False, "[tool failed: the arguments are not a JSON object]"),
+        ("c5", True, "2026-01-02T03:04:05Z"),
+    ]
+    assert sorted(name for name, _ in mcp_server.calls) == ["add", "boom", "clock"]
+    started = [f for f in frames if f["type"] == "tool.started"]
+    assert started[0] == {
+        "type": "tool.started",
+        "message_id": reply.pk,
+        "call_id": "c1",
+        "name": "calc__add",
+        "arguments": '{"a": 2, "b": 40}',
+    }
+    assert [f["call_id"] for f in started] == ["c1", "c2", "c3", "c4", "c5"]
+    finished = {f["call_id"]: f for f in frames if f["type"] == "tool.finished"}
+    assert set(finished) == {"c1", "c2", "c3", "c4", "c5"}
+    assert finished["c1"] == {
+        "type": "tool.finished",
+        "message_id": reply.pk,
+        "call_id": "c1",
+        "name": "calc__add",
+        "ok": True,
+        "tokens": outcomes[0].tokens,
+    }
+    assert finished["c2"]["ok"] is False
+    # every started frame comes before any finished frame of the round
+    kinds = [f["type"] for f in frames]
+    assert kinds.index("tool.finished") > max(i for i, k in enumerate(kinds) if k == "tool.started")
+
+    stored = tool_round_store(reply=reply, text="", outcomes=outcomes, model=MODEL)
+    call, *results = stored
+    assert (call.role, call.kind, call.seq) == ("assistant", "tool", 2)
+    assert [c["id"] for c in call.tool_calls] == ["c1", "c2", "c3", "c4", "c5"]
+    assert [
+        (m.role, m.kind, m.seq, m.tool_call_id, m.tool_name, m.tool_ok, m.content) for m in results
+    ][:2] == [
+        ("tool", "tool", 3, "c1", "calc__add", True, "42"),
+        (
+            "tool",
+            "tool",
+            4,
+            "c2",
+            "calc__boom",
+            False,
+            "[tool failed: Error executing tool boom: the boom tool exploded]",
+        ),
+    ]
+    reply.refresh_from_db()
+    assert reply.seq == 8
+
+
+def test_parallel_calls_run_at_once(reply, mcp_server, frames):
+    """Two slow calls of 2 s each: the second starts before the first ends (the server saw both
+    before either answered), so the round is concurrent."""
+    offered = turn_tools(reply.session.bot)
+    seen_at_first_finish = []
+
+    original = tool_realtime.send_frame
+
+    def spy(sid, frame):
+        if frame["type"] == "tool.finished" and not seen_at_first_finish:
+            seen_at_first_finish.append(len(mcp_server.calls))
+        frames.append(frame)
+
+    tool_realtime.send_frame = spy
+    try:
+        outcomes = tool_round_run(
+            reply=reply,
+            calls=[
+                _call("calc__slow", {"seconds": 2}, "a"),
+                _call("calc__slow", {"seconds": 2}, "b"),
+            ],
+            offered=offered,
+            model=MODEL,
+            tool_round=1,
+        )
+    finally:
+        tool_realtime.send_frame = original
+    assert [o.content for o in outcomes] == ["slept", "slept"]
+    assert seen_at_first_finish == [2]
+
+
+def test_a_slow_tool_times_out_as_a_failed_result(reply, mcp_server, frames, settings):
+    settings.TOOL_CALL_TIMEOUT_SECONDS = 0.5
+    outcomes = tool_round_run(
+        reply=reply,
+        calls=[_call("calc__slow", {"seconds": 30}, "s")],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+    )
+    assert [(o.ok, o.content) for o in outcomes] == [
+        (False, "[tool failed: the tool server calc did not answer within 0.5 s]")
+    ]
+
+
+def test_a_stop_ends_the_calls_still_running(reply, mcp_server, frames):
+    asked = []
+
+    def should_stop():
+        asked.append(1)
+        return len(asked) >= 2
+
+    outcomes = tool_round_run(
+        reply=reply,
+        calls=[
+            _call("calc__slow", {"seconds": 30}, "s"),
+            _call("calc__add", {"a": 1, "b": 1}, "t"),
+        ],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+        should_stop=should_stop,
+    )
+    assert [(o.ok, o.content) for o in outcomes] == [
+        (False, "[tool failed: stopped by the user]"),
+        (True, "2"),
+    ]
+
+
+def test_a_server_that_is_down_fails_its_calls_not_the_reply(reply, tool_server, frames):
+    type(tool_server).objects.filter(pk=tool_server.pk).update(url="http://127.0.0.1:9/mcp")
+    outcomes = tool_round_run(
+        reply=reply,
+        calls=[_call("calc__add", {"a": 1, "b": 1}, "x")],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+    )
+    assert [(o.ok, o.content) for o in outcomes] == [
+        (False, "[tool failed: the tool server calc cannot be reached]")
+    ]
+
+
+def test_a_big_result_is_kept_whole_as_a_record_and_the_model_gets_its_head(
+    reply, mcp_server, frames, settings
+):
+    settings.TOOL_RESULT_MAX_TOKENS = 200
+    [outcome] = tool_round_run(
+        reply=reply,
+        calls=[_call("calc__big", {"words": 1000}, "b")],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+    )
+    whole = " ".join(f"w{i}" for i in range(1000))
+    record = MemoryRecord.objects.get(session=reply.session, name="tool_3")
+    assert record.body == whole and record.kind == "info"
+    assert outcome.record == "tool_3"
+    assert outcome.content.startswith("w0 w1 w2")
+    assert outcome.content.endswith(
+        'The whole result is the record tool_3: read_records(["tool_3"]) reads it, '
+        "search_records finds any part of it.]"
+    )
+    assert outcome.tokens <= 200 + 8
+    stored = tool_round_store(reply=reply, text="", outcomes=[outcome], model=MODEL)
+    assert stored[1].seq == 3 and stored[1].content == outcome.content
+    assert Message.objects.get(pk=reply.pk).seq == 4
+
+
+def test_a_server_closed_to_the_owner_offers_nothing(owner, staff, mcp_server):
+    from tools.services import tool_server_create
+
+    tool_server_create(user=staff, name="secret", url=mcp_server.url)
+    bot = BotFactory(owner=owner, tools=["secret/*"])
+    assert turn_tools(bot) == []

@@ -1,0 +1,192 @@
+"""/api/v1/tool-servers/: staff register MCP servers, refresh their tools; users see what they
+may use (docs/tools.md)."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import Group
+
+from tests.tools.conftest import SECRET_HEADER
+from tools.models import ToolServer
+
+URL = "/api/v1/tool-servers/"
+pytestmark = pytest.mark.django_db
+
+TOOL_NAMES = ["add", "echo", "clock", "boom", "big", "slow", "report", "note_save", "note_read"]
+
+
+def test_staff_registers_a_server_and_refresh_lists_its_tools_sending_the_headers(
+    staff_client, mcp_server
+):
+    created = staff_client.post(
+        URL,
+        {"name": "calc", "url": mcp_server.url, "headers": {"Authorization": SECRET_HEADER}},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["name"] == "calc"
+    assert body["transport"] == "streamable-http"
+    assert body["public"] is False and body["groups"] == []
+    assert body["header_names"] == ["Authorization"]
+    assert body["tools"] == []
+    assert "headers" not in body and SECRET_HEADER not in created.content.decode()
+    stored = ToolServer.objects.get(pk=body["id"])
+    assert SECRET_HEADER not in stored.headers_encrypted and stored.headers_encrypted
+
+    refreshed = staff_client.post(f"{URL}{body['id']}/refresh-tools/")
+    assert refreshed.status_code == 200, refreshed.content
+    tools = refreshed.json()["tools"]
+    assert [t["name"] for t in tools] == TOOL_NAMES
+    add = tools[0]
+    assert add["description"] == "Add two integers."
+    assert add["input_schema"]["properties"] == {
+        "a": {"title": "A", "type": "integer"},
+        "b": {"title": "B", "type": "integer"},
+    }
+    assert add["input_schema"]["required"] == ["a", "b"]
+    assert SECRET_HEADER not in refreshed.content.decode()
+    # The header reached the server on every request of the refresh.
+    assert mcp_server.seen_headers
+    assert {h.get("authorization") for h in mcp_server.seen_headers} == {SECRET_HEADER}
+    stored.refresh_from_db()
+    assert [t["name"] for t in stored.tool_list] == TOOL_NAMES
+    assert stored.tools_refreshed_at is not None and stored.refresh_error == ""
+
+
+def test_the_sse_transport_lists_the_same_tools(staff_client, mcp_server):
+    created = staff_client.post(
+        URL, {"name": "old-one", "url": mcp_server.sse_url, "transport": "sse"}, format="json"
+    ).json()
+    refreshed = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    assert refreshed.status_code == 200, refreshed.content
+    assert [t["name"] for t in refreshed.json()["tools"]] == TOOL_NAMES
+
+
+def test_a_server_that_is_down_is_a_clear_validation_error_and_keeps_its_last_list(
+    staff, staff_client, tool_server
+):
+    ToolServer.objects.filter(pk=tool_server.pk).update(url="http://127.0.0.1:9/mcp")
+    response = staff_client.post(f"{URL}{tool_server.pk}/refresh-tools/")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert (
+        error["message"]
+        == "Could not list the tools of calc: the tool server calc cannot be reached."
+    )
+    tool_server.refresh_from_db()
+    assert [t["name"] for t in tool_server.tool_list] == TOOL_NAMES
+    assert tool_server.refresh_error == error["message"]
+
+
+def test_a_redirect_is_never_followed(staff_client, mcp_server):
+    created = staff_client.post(
+        URL, {"name": "moved", "url": mcp_server.redirect_url}, format="json"
+    ).json()
+    response = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "Could not list the tools of moved: the tool server moved answered with a redirect "
+        "(HTTP 307), not followed."
+    )
+    # The redirect's target never saw a request: only the redirecting path was asked.
+    assert len(mcp_server.seen_headers) == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"name": "Calc", "url": "http://127.0.0.1:1/mcp"}, "name"),
+        ({"name": "x" * 41, "url": "http://127.0.0.1:1/mcp"}, "name"),
+        ({"name": "calc", "url": "ftp://example.com/"}, "url"),
+        ({"name": "calc", "url": "http://u:p@example.com/mcp"}, "url"),
+        ({"name": "calc", "url": "http://example.com/mcp", "transport": "stdio"}, "transport"),
+        ({"name": "calc", "url": "http://example.com/mcp", "headers": ["a"]}, "headers"),
+        ({"name": "calc", "url": "http://example.com/mcp", "headers": {"A": "b\nc"}}, "headers"),
+        ({"name": "calc", "url": "http://example.com/mcp", "groups": [999999]}, "groups"),
+        ({"name": "calc", "url": "http://example.com/mcp", "colour": "red"}, "colour"),
+        ({"url": "http://example.com/mcp"}, "name"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_stored(staff_client, payload, field):
+    response = staff_client.post(URL, payload, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
+    assert field in response.json()["error"]["details"]
+    assert ToolServer.objects.count() == 0
+
+
+def test_headers_need_the_encryption_key(staff_client, settings):
+    settings.CONNECTION_ENCRYPTION_KEY = ""
+    response = staff_client.post(
+        URL, {"name": "calc", "url": "http://example.com/mcp", "headers": {"X": "y"}}, format="json"
+    )
+    assert response.status_code == 400
+    assert "CONNECTION_ENCRYPTION_KEY" in response.json()["error"]["details"]["headers"][0]
+    assert ToolServer.objects.count() == 0
+
+
+def test_patch_replaces_headers_and_null_clears_them(staff_client, tool_server):
+    patched = staff_client.patch(
+        f"{URL}{tool_server.pk}/", {"headers": {"X-Key": "one"}, "public": False}, format="json"
+    )
+    assert patched.status_code == 200
+    assert patched.json()["header_names"] == ["X-Key"] and patched.json()["public"] is False
+    cleared = staff_client.patch(f"{URL}{tool_server.pk}/", {"headers": None}, format="json")
+    assert cleared.json()["header_names"] == []
+    tool_server.refresh_from_db()
+    assert tool_server.headers_encrypted == ""
+
+
+def test_non_staff_cannot_manage_servers(owner_client, tool_server):
+    created = owner_client.post(
+        URL, {"name": "mine", "url": "http://example.com/mcp"}, format="json"
+    )
+    assert created.status_code == 403
+    assert created.json()["error"]["code"] == "permission_denied"
+    for response in (
+        owner_client.patch(f"{URL}{tool_server.pk}/", {"name": "x"}, format="json"),
+        owner_client.delete(f"{URL}{tool_server.pk}/"),
+        owner_client.post(f"{URL}{tool_server.pk}/refresh-tools/"),
+    ):
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+    assert list(ToolServer.objects.values_list("name", flat=True)) == ["calc"]
+
+
+def test_users_see_only_the_servers_their_groups_may_use_without_url_or_headers(
+    staff, staff_client, owner, owner_client, other_client, mcp_server
+):
+    team = Group.objects.create(name="team")
+    owner.groups.add(team)
+    for name, extra in (
+        ("team-tools", {"groups": [team.pk]}),
+        ("staff-only", {}),
+        ("everyone", {"public": True}),
+    ):
+        staff_client.post(
+            URL,
+            {"name": name, "url": mcp_server.url, "headers": {"X-Key": "k"}, **extra},
+            format="json",
+        )
+    seen = owner_client.get(URL).json()
+    assert [s["name"] for s in seen] == ["everyone", "team-tools"]
+    assert set(seen[0]) == {"id", "name", "transport", "tools", "tools_refreshed_at"}
+    assert [s["name"] for s in other_client.get(URL).json()] == ["everyone"]
+    assert [s["name"] for s in staff_client.get(URL).json()] == [
+        "everyone",
+        "staff-only",
+        "team-tools",
+    ]
+    staff_only = ToolServer.objects.get(name="staff-only")
+    assert owner_client.get(f"{URL}{staff_only.pk}/").status_code == 404
+    team_tools = ToolServer.objects.get(name="team-tools")
+    assert other_client.get(f"{URL}{team_tools.pk}/").status_code == 404
+    assert owner_client.get(f"{URL}{team_tools.pk}/").json()["name"] == "team-tools"
+
+
+def test_delete(staff_client, tool_server):
+    assert staff_client.delete(f"{URL}{tool_server.pk}/").status_code == 204
+    assert ToolServer.objects.count() == 0
+    assert json.loads(staff_client.get(URL).content) == []

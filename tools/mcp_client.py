@@ -1,0 +1,306 @@
+"""The one road to MCP servers: the official ``mcp`` SDK's client, under our outbound rules.
+
+No protocol code of our own: ``mcp.client.Client`` over ``streamable_http_client`` (default) or
+``sse_client`` (older servers) does the talking. What this module adds is the policy around it
+(docs/tools.md, "Security"):
+
+* **One origin.** Every request goes to the scheme, host and port staff gave as the server's URL
+  (any address, loopback and private included: staff chose it). A request anywhere else — an SSE
+  server whose ``endpoint`` event names another host, a token endpoint — is refused before it
+  is sent.
+* **No redirect is followed**, not even one the SDK would follow within the origin: a 3xx answer
+  fails the call with a reason naming the status, never the location.
+* **Bounded.** Each listing or call runs under its own deadline (``anyio.fail_after``); a server
+  that is down or slow costs at most that, and its failure is a ``ToolServerError`` whose text
+  is fit for a user or a model (never a header value: the SDK's errors are reduced to a reason).
+* **No ambient proxy or credentials** (``trust_env=False``).
+
+The functions are synchronous (the turn and the web tier are threads); each runs its own event
+loop, in a helper thread when the calling thread already has one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import httpx2
+import structlog
+from mcp.client import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+log = structlog.get_logger(__name__)
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# How often a running round looks at its stop flag.
+STOP_POLL_SECONDS = 0.25
+
+T = TypeVar("T")
+
+
+class ToolServerError(Exception):
+    """A listing or a call that could not be made; ``str()`` is the reason, fit to show."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str
+    transport: str = "streamable-http"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    ok: bool
+    text: str
+    seconds: float = 0.0
+
+
+def _origin(url: httpx2.URL) -> tuple[str, str, int | None]:
+    return (url.scheme, url.host, url.port)
+
+
+def _http_client(endpoint: Endpoint, timeout: float) -> httpx2.AsyncClient:
+    allowed = _origin(httpx2.URL(endpoint.url))
+
+    async def on_request(request: httpx2.Request) -> None:
+        if _origin(request.url) != allowed:
+            raise ToolServerError(
+                f"the tool server {endpoint.name} sent the client to another address; refused"
+            )
+
+    async def on_response(response: httpx2.Response) -> None:
+        if response.status_code in _REDIRECTS:
+            log.warning(
+                "tool_server_redirect_refused",
+                server=endpoint.name,
+                status=response.status_code,
+                location=response.headers.get("location", ""),
+            )
+            raise ToolServerError(
+                f"the tool server {endpoint.name} answered with a redirect "
+                f"(HTTP {response.status_code}), not followed"
+            )
+
+    return httpx2.AsyncClient(
+        headers=dict(endpoint.headers),
+        timeout=httpx2.Timeout(timeout),
+        follow_redirects=False,
+        trust_env=False,
+        event_hooks={"request": [on_request], "response": [on_response]},
+    )
+
+
+def _client(endpoint: Endpoint, timeout: float) -> Client:
+    if endpoint.transport == "sse":
+
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return _http_client(endpoint, limit)
+
+        limit = timeout
+        transport: Any = sse_client(endpoint.url, httpx_client_factory=factory)
+    else:
+        transport = streamable_http_client(
+            endpoint.url, http_client=_http_client(endpoint, timeout)
+        )
+    return Client(transport, cache=None, read_timeout_seconds=timeout)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def failure_reason(exc: BaseException, *, endpoint: Endpoint, timeout: float) -> str:
+    """What went wrong, in words fit for a user or a model (never a header or a key)."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, ToolServerError):
+        return str(leaf)
+    if isinstance(leaf, TimeoutError):
+        return f"the tool server {endpoint.name} did not answer within {timeout:g} s"
+    if isinstance(leaf, httpx2.HTTPStatusError):
+        return f"the tool server {endpoint.name} answered HTTP {leaf.response.status_code}"
+    if isinstance(leaf, httpx2.TimeoutException):
+        return f"the tool server {endpoint.name} did not answer within {timeout:g} s"
+    if isinstance(leaf, httpx2.TransportError):
+        return f"the tool server {endpoint.name} cannot be reached"
+    if isinstance(leaf, MCPError):
+        return f"the tool server {endpoint.name} refused: {leaf.message}"[:500]
+    return f"the tool server {endpoint.name} failed ({type(leaf).__name__})"
+
+
+def _run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to its end on a loop of its own (a helper thread if this one has one)."""
+    try:
+        import asyncio
+
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(factory)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, factory).result()
+
+
+def tools_list(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
+    """The server's tools as ``{name, description, input_schema}``; ``ToolServerError`` when the
+    list cannot be read within ``timeout`` seconds."""
+
+    async def fetch() -> list[dict[str, Any]]:
+        with anyio.fail_after(timeout):
+            async with _client(endpoint, timeout) as client:
+                found: list[dict[str, Any]] = []
+                cursor: str | None = None
+                for _ in range(20):  # pages
+                    page = await client.list_tools(cursor=cursor)
+                    found.extend(
+                        {
+                            "name": tool.name,
+                            "description": tool.description or "",
+                            "input_schema": tool.input_schema or {"type": "object"},
+                        }
+                        for tool in page.tools
+                    )
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                return found
+
+    try:
+        return _run(fetch)
+    except Exception as exc:
+        reason = failure_reason(exc, endpoint=endpoint, timeout=timeout)
+        log.info("tool_server_list_failed", server=endpoint.name, reason=reason)
+        raise ToolServerError(reason) from None
+
+
+def result_text(result: Any) -> str:
+    """A call result as text: its text parts, a placeholder for anything else, else the
+    structured content as JSON."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {getattr(block, 'mime_type', '') or 'binary'}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource: {getattr(block, 'uri', '')}]")
+        elif kind == "resource":
+            resource = getattr(block, "resource", None)
+            parts.append(getattr(resource, "text", None) or f"[resource: {kind}]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class Call:
+    endpoint: Endpoint
+    tool: str
+    arguments: dict[str, Any]
+
+
+async def _call_one(call: Call, timeout: float) -> CallOutcome:
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(timeout):
+            async with _client(call.endpoint, timeout) as client:
+                result = await client.call_tool(call.tool, call.arguments)
+    except Exception as exc:
+        reason = failure_reason(exc, endpoint=call.endpoint, timeout=timeout)
+        return CallOutcome(ok=False, text=reason, seconds=time.monotonic() - started)
+    text = result_text(result)
+    if result.is_error:
+        return CallOutcome(
+            ok=False, text=text or "the tool reported an error", seconds=time.monotonic() - started
+        )
+    return CallOutcome(ok=True, text=text, seconds=time.monotonic() - started)
+
+
+STOPPED = "stopped by the user"
+
+
+def tool_calls_run(
+    calls: list[Call],
+    *,
+    timeout: float,
+    should_stop: Callable[[], bool] | None = None,
+    on_finished: Callable[[int, CallOutcome], None] | None = None,
+) -> list[CallOutcome]:
+    """Run one round's calls concurrently, each within ``timeout`` seconds. A call that fails
+    is an outcome with ``ok=False`` and its reason, never an exception. The calls run on an
+    event loop in a helper thread; this thread waits, calls ``on_finished(index, outcome)`` as
+    each call ends (so database writes and frames stay on the caller's thread), and asks
+    ``should_stop`` whenever nothing ended for ``STOP_POLL_SECONDS``: once it is true, the
+    calls still running are cancelled and end as ``STOPPED``."""
+    if not calls:
+        return []
+    ended: queue.Queue[tuple[int, CallOutcome]] = queue.Queue()
+    stop = threading.Event()
+
+    async def round_() -> None:
+        left = [len(calls)]
+        async with anyio.create_task_group() as group:
+
+            async def one(index: int, call: Call) -> None:
+                ended.put((index, await _call_one(call, timeout)))
+                left[0] -= 1
+                if left[0] == 0:
+                    group.cancel_scope.cancel()  # only the stop watcher is left
+
+            async def watch() -> None:
+                while not stop.is_set():
+                    await anyio.sleep(0.05)
+                group.cancel_scope.cancel()
+
+            for index, call in enumerate(calls):
+                group.start_soon(one, index, call)
+            group.start_soon(watch)
+
+    worker = threading.Thread(target=anyio.run, args=(round_,), daemon=True, name="tool-round")
+    worker.start()
+    outcomes: list[CallOutcome | None] = [None] * len(calls)
+    pending = len(calls)
+    while pending:
+        try:
+            index, outcome = ended.get(timeout=STOP_POLL_SECONDS)
+        except queue.Empty:
+            if should_stop is not None and should_stop():
+                break
+            continue
+        outcomes[index] = outcome
+        pending -= 1
+        if on_finished is not None:
+            on_finished(index, outcome)
+    stop.set()
+    worker.join(timeout=10)
+    while True:  # what ended between the stop and the join
+        try:
+            index, outcome = ended.get_nowait()
+        except queue.Empty:
+            break
+        if outcomes[index] is None:
+            outcomes[index] = outcome
+            if on_finished is not None:
+                on_finished(index, outcome)
+    for index, outcome in enumerate(outcomes):
+        if outcome is None:
+            outcomes[index] = CallOutcome(ok=False, text=STOPPED)
+            if on_finished is not None:
+                on_finished(index, outcomes[index])  # type: ignore[arg-type]
+    return [o for o in outcomes if o is not None]

@@ -1,0 +1,230 @@
+"""Tool server CRUD (staff) and "Refresh tools": validate, then write (docs/tools.md).
+
+Every writer (the REST API, the admin) comes through here, so the rules hold once:
+
+* staff only (anyone else: ``not_found`` on an id, ``permission_denied`` on create);
+* ``name`` is ``[a-z0-9-]{1,40}`` and unique; ``url`` a plain http(s) URL — set by staff, it is
+  the one origin the client may reach (``tools.mcp_client``: any address, no redirect);
+* ``headers`` (``{name: value}``) are encrypted at once with the connections' key
+  (``connections.crypto``) and never returned; ``null`` or ``{}`` clears them;
+* ``groups`` are ids of existing groups.
+
+Reading a server's tools is network I/O: it runs outside any transaction, holding one of the
+user's heavy-request slots and no database connection (``chat_platform.heavy``, ``dbconn``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from chat_platform import provider_policy, redaction
+from chat_platform.dbconn import connection_release
+from chat_platform.errors import PermissionDenied, ValidationFailed
+from chat_platform.heavy import heavy_request
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
+from connections import crypto
+from tools.mcp_client import Endpoint, ToolServerError, tools_list
+from tools.models import ToolServer
+from tools.queries import is_staff, tool_server_get_for_staff
+
+log = structlog.get_logger(__name__)
+
+FIELDS = ("name", "url", "transport", "headers", "public", "groups")
+HEADERS_MAX = 20
+HEADER_VALUE_MAX_CHARS = 4096
+# An HTTP header name (RFC 9110 token).
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}\Z")
+NAME_RULE = "Lowercase letters, digits and '-', 1 to 40 characters."
+_NAME = re.compile(r"^[a-z0-9-]{1,40}\Z")
+
+
+def _staff(user: AbstractBaseUser) -> None:
+    if not is_staff(user):
+        raise PermissionDenied("Only staff can manage tool servers.")
+
+
+def _check_headers(errors: dict, raw: object) -> dict[str, str] | None:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        errors["headers"] = ["An object of header names and values."]
+        return None
+    if len(raw) > HEADERS_MAX:
+        errors["headers"] = [f"At most {HEADERS_MAX} headers."]
+        return None
+    problems = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            problems.append(f"{str(name)[:100]!r}: not a header name.")
+        elif not isinstance(value, str) or not text_is_storable(value):
+            problems.append(f"{name}: the value must be text.")
+        elif len(value) > HEADER_VALUE_MAX_CHARS or "\r" in value or "\n" in value:
+            problems.append(f"{name}: one line of at most {HEADER_VALUE_MAX_CHARS} characters.")
+    if problems:
+        errors["headers"] = problems
+        return None
+    if raw and not crypto.configured():
+        errors["headers"] = [
+            "CONNECTION_ENCRYPTION_KEY is not set on the server: headers cannot be stored."
+        ]
+        return None
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def _check_text(errors: dict, server: ToolServer, fields: dict[str, Any]) -> None:
+    if "name" in fields:
+        name = fields["name"]
+        if not isinstance(name, str) or not _NAME.match(name):
+            errors["name"] = [NAME_RULE]
+        else:
+            server.name = name
+            clash = ToolServer.objects.filter(name=name).exclude(pk=server.pk).exists()
+            if clash:
+                errors["name"] = ["A tool server with this name exists."]
+    if "url" in fields:
+        url = fields["url"]
+        if not isinstance(url, str) or not text_is_storable(url):
+            errors["url"] = [UNSTORABLE_MESSAGE if isinstance(url, str) else "Must be text."]
+        elif len(url) > 500 or not provider_policy.api_base_is_http(url.strip()):
+            errors["url"] = [
+                "Must be a plain http(s) URL of at most 500 characters: no user name or "
+                "password, query or fragment."
+            ]
+        else:
+            server.url = url.strip()
+    if "transport" in fields:
+        if fields["transport"] not in ToolServer.Transport.values:
+            errors["transport"] = [f"One of: {', '.join(ToolServer.Transport.values)}."]
+        else:
+            server.transport = fields["transport"]
+    if "public" in fields:
+        if not isinstance(fields["public"], bool):
+            errors["public"] = ["Must be true or false."]
+        else:
+            server.public = fields["public"]
+
+
+def check_tool_server_fields(
+    *, fields: dict[str, Any], server: ToolServer
+) -> tuple[dict[str, str] | None, list[Group] | None]:
+    """Apply ``fields`` to ``server`` (unsaved) after checking them; returns the new headers
+    (``None``: unchanged, ``{}``: cleared) and the groups (``None``: unchanged)."""
+    errors: dict[str, list[str]] = {}
+    for name in sorted(set(fields) - set(FIELDS)):
+        errors[name] = ["Unknown field."]
+    _check_text(errors, server, fields)
+    headers = _check_headers(errors, fields["headers"]) if "headers" in fields else None
+    groups: list[Group] | None = None
+    if "groups" in fields:
+        raw = fields["groups"]
+        if not isinstance(raw, list) or not all(
+            isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= 2**31 for g in raw
+        ):
+            errors["groups"] = ["A list of group ids."]
+        else:
+            groups = list(Group.objects.filter(pk__in=raw))
+            missing = sorted(set(raw) - {g.pk for g in groups})
+            if missing:
+                errors["groups"] = [f"No such group: {', '.join(map(str, missing))}."]
+    if not errors:
+        try:
+            server.full_clean(exclude=["created_by", "groups"], validate_unique=False)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationFailed(details=errors)
+    return headers, groups
+
+
+def tool_server_headers_store(server: ToolServer, headers: dict[str, str] | None) -> None:
+    """Encrypt ``headers`` onto the (unsaved) row: ``None`` keeps them, ``{}`` clears them."""
+    if headers is None:
+        return
+    server.headers_encrypted = crypto.key_encrypt(json.dumps(headers)) if headers else ""
+    server.header_names = sorted(headers)
+
+
+@transaction.atomic
+def tool_server_create(*, user: AbstractBaseUser, **fields: Any) -> ToolServer:
+    _staff(user)
+    for required in ("name", "url"):
+        if required not in fields:
+            raise ValidationFailed(details={required: ["This field is required."]})
+    server = ToolServer(created_by=user)  # type: ignore[misc]
+    headers, groups = check_tool_server_fields(fields=fields, server=server)
+    tool_server_headers_store(server, headers)
+    server.save()
+    if groups is not None:
+        server.groups.set(groups)
+    log.info("tool_server_created", server_id=server.pk, transport=server.transport)
+    return server
+
+
+@transaction.atomic
+def tool_server_update(*, user: AbstractBaseUser, server_id: object, **fields: Any) -> ToolServer:
+    server = tool_server_get_for_staff(user=user, server_id=server_id)
+    headers, groups = check_tool_server_fields(fields=fields, server=server)
+    tool_server_headers_store(server, headers)
+    server.save()
+    if groups is not None:
+        server.groups.set(groups)
+    log.info("tool_server_updated", server_id=server.pk, fields=sorted(fields))
+    return server
+
+
+def tool_server_delete(*, user: AbstractBaseUser, server_id: object) -> None:
+    """Bots naming the server keep the name; their turns find its tools unavailable."""
+    server = tool_server_get_for_staff(user=user, server_id=server_id)
+    server.delete()
+    log.info("tool_server_deleted", server_id=server_id)
+
+
+def tool_server_endpoint(server: ToolServer) -> Endpoint:
+    """Where and how to reach ``server``, its headers decrypted (``crypto.KeyUnavailable``)."""
+    headers: dict[str, str] = {}
+    if server.headers_encrypted:
+        headers = json.loads(crypto.key_decrypt(server.headers_encrypted))
+        for value in headers.values():
+            redaction.register_secret(value)
+    return Endpoint(name=server.name, url=server.url, transport=server.transport, headers=headers)
+
+
+def tool_server_tools_read(server: ToolServer) -> list[dict[str, Any]]:
+    """The server's tools as it lists them now; ``ValidationFailed`` with the reason."""
+    try:
+        endpoint = tool_server_endpoint(server)
+        return tools_list(endpoint, timeout=settings.TOOL_LIST_TIMEOUT_SECONDS)
+    except crypto.KeyUnavailable as exc:
+        raise ValidationFailed(str(exc), details={"headers": [str(exc)]}) from None
+    except ToolServerError as exc:
+        message = f"Could not list the tools of {server.name}: {exc}."
+        raise ValidationFailed(message, details={"url": [str(exc)]}) from None
+
+
+def tool_server_tools_refresh(*, user: AbstractBaseUser, server_id: object) -> ToolServer:
+    """Read the server's tools and keep them (name, description, input schema). A failure is
+    kept too (``refresh_error``) and answered as ``validation_error``; the last good list stays."""
+    server = tool_server_get_for_staff(user=user, server_id=server_id)
+    with heavy_request(user_id=user.pk, kind="refresh_tools"):
+        connection_release()  # the server may take seconds to answer
+        try:
+            found = tool_server_tools_read(server)
+        except ValidationFailed as exc:
+            ToolServer.objects.filter(pk=server.pk).update(refresh_error=exc.message[:2000])
+            raise
+    ToolServer.objects.filter(pk=server.pk).update(
+        tool_list=found, tools_refreshed_at=timezone.now(), refresh_error=""
+    )
+    server.refresh_from_db(fields=["tool_list", "tools_refreshed_at", "refresh_error"])
+    log.info("tool_server_tools_refreshed", server_id=server.pk, tools=len(found))
+    return server

@@ -1,0 +1,305 @@
+"""One round of MCP tool calls inside a reply (docs/tools.md, "The tool loop").
+
+The model asked for some of the bot's tools (``tools.offer``: one function per tool); this
+module runs those calls — concurrently, each within ``TOOL_CALL_TIMEOUT_SECONDS``, through
+``tools.mcp_client`` — tells the session (``tool.started`` as the round starts, ``tool.finished``
+as each call ends) and stores the round in the transcript as the reply's exchange: the request
+as an assistant ``tool`` message with ``tool_calls``, one ``tool`` message per result (its
+``tool_call_id``, the function's name, ``ok``), the reply moved after them
+(``bots.transitions.recall_exchange_store``, the store the memory tools' rounds use).
+
+A call never fails the reply: an unknown function, arguments that are not a JSON object, a
+server that is down, slow or answers an error, or a stop all become the result text
+``[tool failed: <reason>]``. A result longer than ``TOOL_RESULT_MAX_TOKENS`` is stored whole as
+the info record ``tool_<seq>`` (``seq``: its result message's) and the model gets its head and
+how to read the rest. Tool results are data from outside: they reach the model only as tool
+results, never as system text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.db import transaction
+
+from bots import realtime
+from bots.models import Bot, Message
+from bots.transitions import recall_exchange_store
+from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
+from connections.crypto import KeyUnavailable
+from memory.services import record_save
+from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint, tool_calls_run
+from tools.offer import OfferedTool, entry_servers, tools_offered
+from tools.queries import tool_servers_named, tool_servers_usable_named
+from tools.realtime import notify_tool_finished, notify_tool_started
+from tools.services import tool_server_endpoint
+
+log = structlog.get_logger(__name__)
+
+ARGUMENTS_MAX_CHARS = 20_000
+# Room for the note that follows a cut result's head.
+NOTE_TOKENS = 80
+
+
+def tool_failed(reason: str) -> str:
+    return f"[tool failed: {reason}]"
+
+
+def turn_tools(bot: Bot, *, taken: tuple[str, ...] = ()) -> list[OfferedTool]:
+    """The functions ``bot`` offers its model: its ``tools`` on the servers its owner may use
+    (a server since removed, or closed to the owner, offers nothing), named around ``taken``."""
+    if not bot.tools:
+        return []
+    servers = tool_servers_usable_named(user=bot.owner, names=entry_servers(bot.tools))
+    return tools_offered(bot.tools, servers, taken=taken)
+
+
+@dataclass
+class ToolOutcome:
+    call_id: str
+    name: str  # the function as the model called it
+    arguments: str
+    ok: bool
+    content: str  # what the model gets
+    tokens: int
+    record: str = ""
+    seconds: float = 0.0
+
+
+def _arguments(raw: object) -> tuple[str, dict[str, Any] | None]:
+    text = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
+    text = text[:ARGUMENTS_MAX_CHARS]
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return text, None
+    return text, value if isinstance(value, dict) else None
+
+
+def _endpoints(offered: list[OfferedTool]) -> dict[str, Endpoint | str]:
+    """Each server's endpoint, or why it cannot be reached (its headers cannot be opened)."""
+    found: dict[str, Endpoint | str] = {}
+    for name, server in tool_servers_named({t.server for t in offered}).items():
+        try:
+            found[name] = tool_server_endpoint(server)
+        except (KeyUnavailable, ValueError):
+            found[name] = f"the headers of the tool server {name} cannot be read"
+    return found
+
+
+def _result_for_model(
+    *, reply: Message, outcome: CallOutcome, label: str, seq: int, model: str
+) -> tuple[str, str]:
+    """The text the model gets for a call that succeeded, and the record holding the whole
+    result when it is longer than ``TOOL_RESULT_MAX_TOKENS`` (else "")."""
+    limit = settings.TOOL_RESULT_MAX_TOKENS
+    text = outcome.text
+    if count_tokens(text, model=model) <= limit:
+        return text, ""
+    name = f"tool_{seq}"
+    total = count_tokens(text, model=model)
+    try:
+        record_save(
+            session=reply.session,
+            name=name,
+            description=f"The whole result of the tool {label} (message {seq}, {total} tokens)"[
+                :140
+            ],
+            body=text,
+        )
+    except Exception as exc:  # the model still gets the head; it is told the rest is gone
+        log.warning("tool_result_record_failed", message_id=reply.pk, name=name, error=str(exc))
+        head = truncate_to_tokens(text, limit - NOTE_TOKENS, model=model)
+        return head + f"\n[… cut at {limit} of {total} tokens; the rest could not be kept]", ""
+    head = truncate_to_tokens(text, limit - NOTE_TOKENS, model=model)
+    note = (
+        f"\n[… the result is {total} tokens; this is its head. The whole result is the record "
+        f'{name}: read_records(["{name}"]) reads it, search_records finds any part of it.]'
+    )
+    return head + note, name
+
+
+def tool_round_run(
+    *,
+    reply: Message,
+    calls: list[dict[str, Any]],
+    offered: list[OfferedTool],
+    model: str,
+    tool_round: int,
+    should_stop: Callable[[], bool] | None = None,
+    alone: frozenset[str] = frozenset(),
+) -> list[ToolOutcome]:
+    """Run the model's ``calls`` (OpenAI shape) to the bot's ``offered`` tools: one outcome per
+    call, in the calls' order. Frames go out as the round starts and as each call ends.
+    ``alone``: functions that run only in a round of their own (the memory tools): asked for
+    beside the bot's tools, they are answered with a failure saying so."""
+    by_function = {t.function: t for t in offered}
+    endpoints = _endpoints([by_function[f] for f in by_function])
+    outcomes: list[ToolOutcome] = []
+    runnable: list[tuple[int, Call]] = []
+    for index, raw in enumerate(calls):
+        function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+        name = str(function.get("name") or "")
+        call_id = str(raw.get("id") or f"call_{reply.pk}_{tool_round}_{index}")[:100]
+        text, arguments = _arguments(function.get("arguments"))
+        outcome = ToolOutcome(call_id, name, text, ok=False, content="", tokens=0)
+        outcomes.append(outcome)
+        notify_tool_started(
+            session_id=reply.session_id,
+            message_id=reply.pk,
+            call_id=call_id,
+            name=name,
+            arguments=text,
+        )
+        tool = by_function.get(name)
+        endpoint = endpoints.get(tool.server) if tool is not None else None
+        if name in alone:
+            outcome.content = tool_failed(
+                f"{name} runs on its own: call it again without other tools"
+            )
+        elif tool is None:
+            outcome.content = tool_failed(f"no tool named {name[:100]}")
+        elif arguments is None:
+            outcome.content = tool_failed("the arguments are not a JSON object")
+        elif not isinstance(endpoint, Endpoint):
+            outcome.content = tool_failed(endpoint or f"the tool server {tool.server} is gone")
+        else:
+            runnable.append((index, Call(endpoint=endpoint, tool=tool.tool, arguments=arguments)))
+    base_seq = reply.seq + 1  # the results' seqs once stored (recall_exchange_store)
+
+    def finished(position: int, result: CallOutcome) -> None:
+        index = runnable[position][0]
+        outcome = outcomes[index]
+        outcome.ok, outcome.seconds = result.ok, result.seconds
+        if result.ok:
+            label = by_function[outcome.name].label
+            outcome.content, outcome.record = _result_for_model(
+                reply=reply, outcome=result, label=label, seq=base_seq + index, model=model
+            )
+        else:
+            outcome.content = tool_failed(result.text)
+        _finished_frame(reply, outcome, model=model)
+
+    tool_calls_run(
+        [call for _, call in runnable],
+        timeout=settings.TOOL_CALL_TIMEOUT_SECONDS,
+        should_stop=should_stop,
+        on_finished=finished,
+    )
+    ran = {index for index, _ in runnable}
+    for index, outcome in enumerate(outcomes):
+        if index not in ran:
+            _finished_frame(reply, outcome, model=model)
+    log.info(
+        "tool_round_ran",
+        message_id=reply.pk,
+        round=tool_round,
+        calls=len(calls),
+        failed=sum(1 for o in outcomes if not o.ok),
+        stopped=sum(1 for o in outcomes if o.content == tool_failed(STOPPED)),
+    )
+    return outcomes
+
+
+def _finished_frame(reply: Message, outcome: ToolOutcome, *, model: str) -> None:
+    outcome.tokens = count_message_tokens(outcome.content, model=model)
+    notify_tool_finished(
+        session_id=reply.session_id,
+        message_id=reply.pk,
+        call_id=outcome.call_id,
+        name=outcome.name,
+        ok=outcome.ok,
+        tokens=outcome.tokens,
+    )
+
+
+def tool_round_store(
+    *, reply: Message, text: str, outcomes: list[ToolOutcome], model: str
+) -> list[Message]:
+    """Store the round as the reply's exchange (the call, its results, the reply after them)
+    and send their ``message.created`` frames after commit. Returns the stored messages."""
+    tool_calls = [
+        {
+            "id": o.call_id,
+            "type": "function",
+            "function": {"name": o.name, "arguments": o.arguments},
+        }
+        for o in outcomes
+    ]
+    call_tokens = count_message_tokens(text + json.dumps(tool_calls), model=model)
+    with transaction.atomic():
+        stored, moved = recall_exchange_store(
+            reply=reply,
+            call={
+                "content": text,
+                "tool_calls": tool_calls,
+                "token_count": call_tokens,
+                "model": model,
+            },
+            results=[
+                {
+                    "content": o.content,
+                    "tool_call_id": o.call_id,
+                    "tool_name": o.name[:100],
+                    "tool_ok": o.ok,
+                    "token_count": o.tokens,
+                }
+                for o in outcomes
+            ],
+        )
+        for message in [*stored, *moved]:
+            transaction.on_commit(partial(realtime.notify_message_created, message))
+    return stored
+
+
+class ToolLoop:
+    """The turn's MCP tool rounds: what it offers and how many rounds ran. While fewer than
+    ``TOOL_MAX_ROUNDS`` ran the bot's tools are offered; after that the model must answer."""
+
+    def __init__(self, *, bot: Bot, taken: tuple[str, ...] = ()) -> None:
+        self.offered = turn_tools(bot, taken=taken)
+        self.functions = frozenset(t.function for t in self.offered)
+        self.rounds = 0
+
+    @property
+    def open(self) -> bool:
+        return bool(self.offered) and self.rounds < settings.TOOL_MAX_ROUNDS
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [t.schema for t in self.offered] if self.open else []
+
+    def wanted(self, calls: list[dict[str, Any]]) -> bool:
+        """Whether ``calls`` (the platform's share of a completion's calls) ask for a tool."""
+        return self.open and any(
+            isinstance(c.get("function"), dict) and c["function"].get("name") in self.functions
+            for c in calls
+        )
+
+    def run(
+        self,
+        *,
+        reply: Message,
+        calls: list[dict[str, Any]],
+        text: str,
+        model: str,
+        alone: frozenset[str] = frozenset(),
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[Message]:
+        """One round: run, store, and return the stored exchange (the call, its results)."""
+        self.rounds += 1
+        outcomes = tool_round_run(
+            reply=reply,
+            calls=calls,
+            offered=self.offered,
+            model=model,
+            tool_round=self.rounds,
+            should_stop=should_stop,
+            alone=alone,
+        )
+        return tool_round_store(reply=reply, text=text, outcomes=outcomes, model=model)
