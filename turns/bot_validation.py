@@ -309,6 +309,19 @@ def check_bot_embedding_model(*, bot: Bot) -> None:
         raise ValidationFailed(details={"embedding_model": ["A model name has no spaces."]})
 
 
+def check_bot_slug(*, bot: Bot) -> None:
+    """A slug is unique among its owner's bots (the model's ``bot_owner_slug_unique``, which
+    ``full_clean`` skips while the owner is excluded): a taken one is a field error, not a
+    database error. Its shape is the model's ``slug_validator``; blank is filled from the name."""
+    if not bot.slug:
+        return
+    taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug).exclude(pk=bot.pk)
+    if taken.exists():
+        raise ValidationFailed(
+            details={"slug": [f"Another of your bots already has the slug {bot.slug!r}."]}
+        )
+
+
 def check_bot_settings(
     *,
     user: AbstractBaseUser | None,
@@ -316,6 +329,7 @@ def check_bot_settings(
     previous_api_base: str | None,
     changed: set[str] | None = None,
 ) -> None:
+    check_bot_slug(bot=bot)
     check_bot_embedding_model(bot=bot)
     if bot.connection_id is not None:
         check_bot_connection(user=user, bot=bot, changed=changed)

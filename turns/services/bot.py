@@ -40,6 +40,10 @@ BOT_COMPACTION_FIELDS = (
 )
 BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled", "embedding_model")
 BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS
+# The REST API also shows and takes the slug (a bot's ``@handle`` and ``/v1`` model id; blank
+# is filled from the name). The page and the admin leave it out: a form that did not send it
+# would blank it, and a blank slug is re-derived from the name (docs/bots.md).
+BOT_API_FIELDS = ("slug", *BOT_FIELDS)
 # Where a bot's calls go and which key they use is its owner's (and staff's) business only:
 # the API and the page leave these out for anyone else (docs/bots.md).
 BOT_PRIVATE_FIELDS = ("api_base", "api_key_env")
@@ -66,7 +70,7 @@ def _connection_resolved(*, user: AbstractBaseUser, fields: dict[str, Any]) -> N
 
 def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
     """The owner is the acting user: what they may set (api_base) depends on them."""
-    unknown = set(fields) - set(BOT_FIELDS)
+    unknown = set(fields) - set(BOT_API_FIELDS)
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     _connection_resolved(user=owner, fields=fields)
@@ -82,7 +86,7 @@ def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
 
 
 def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
-    unknown = set(fields) - set(BOT_FIELDS)
+    unknown = set(fields) - set(BOT_API_FIELDS)
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
