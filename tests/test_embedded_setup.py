@@ -23,14 +23,17 @@ def _run(env_file: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _key(env_file: Path) -> str:
-    (line,) = [x for x in env_file.read_text().splitlines() if x.startswith("SECRET_KEY=")]
-    return line.removeprefix("SECRET_KEY=")
+def _key(env_file: Path, name: str = "SECRET_KEY") -> str:
+    (line,) = [x for x in env_file.read_text().splitlines() if x.startswith(f"{name}=")]
+    return line.removeprefix(f"{name}=")
 
 
 def test_a_key_is_written_once_and_kept(tmp_path):
     env_file = tmp_path / ".env"
-    assert _run(env_file).stdout == f"wrote a new SECRET_KEY to {env_file}\n"
+    assert _run(env_file).stdout == (
+        f"wrote a new SECRET_KEY to {env_file}\n"
+        f"wrote a new CONNECTION_ENCRYPTION_KEY to {env_file}\n"
+    )
     key = _key(env_file)
     assert len(key) >= 60
     assert oct(env_file.stat().st_mode & 0o777) == "0o600"
@@ -38,15 +41,34 @@ def test_a_key_is_written_once_and_kept(tmp_path):
     assert _key(env_file) == key
 
 
+def test_a_connection_encryption_key_is_written_once_valid_and_kept(tmp_path, settings):
+    """`make run` writes CONNECTION_ENCRYPTION_KEY too (issue 32): a staff user can save a
+    keyed connection in embedded mode. The written value is one connections/crypto.py accepts."""
+    from connections import crypto
+
+    env_file = tmp_path / ".env"
+    env_file.write_text("SECRET_KEY=mine\n")
+    assert _run(env_file).stdout == f"wrote a new CONNECTION_ENCRYPTION_KEY to {env_file}\n"
+    key = _key(env_file, "CONNECTION_ENCRYPTION_KEY")
+    assert len(key) == 64 and "," not in key
+    settings.CONNECTION_ENCRYPTION_KEY = key
+    assert crypto.configured() is True
+    assert crypto.key_decrypt(crypto.key_encrypt("sk-test-123")) == "sk-test-123"
+    assert _run(env_file).stdout == ""
+    assert _key(env_file, "CONNECTION_ENCRYPTION_KEY") == key
+    assert env_file.read_text().count("CONNECTION_ENCRYPTION_KEY=") == 1
+    assert _key(env_file) == "mine"
+
+
 def test_an_existing_env_keeps_its_lines_and_its_key(tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("LOG_LEVEL=debug\n")
     _run(env_file)
     lines = env_file.read_text().splitlines()
-    assert lines[0] == "LOG_LEVEL=debug" and len(lines) == 3
-    env_file.write_text("SECRET_KEY=mine\n")
+    assert lines[0] == "LOG_LEVEL=debug" and len(lines) == 5
+    env_file.write_text("SECRET_KEY=mine\nCONNECTION_ENCRYPTION_KEY=ours\n")
     _run(env_file)
-    assert env_file.read_text() == "SECRET_KEY=mine\n"
+    assert env_file.read_text() == "SECRET_KEY=mine\nCONNECTION_ENCRYPTION_KEY=ours\n"
 
 
 @pytest.mark.timeout(180)
