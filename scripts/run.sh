@@ -7,15 +7,8 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 fi
-# Install only when pyproject.toml changed since the last install (its hash in a stamp file
-# under .venv/): a restart with nothing changed starts in seconds.
-stamp=.venv/.installed-pyproject.sha256
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e .
-  echo "$want" > "$stamp"
-fi
+# Install only when pyproject.toml changed since the last install: a restart starts in seconds.
+bash scripts/install_if_changed.sh .venv
 
 bash scripts/ensure_env.sh .env
 export DEBUG="${DEBUG:-true}"

@@ -108,3 +108,45 @@ def test_createsuperuser_runs_as_the_readme_writes_it_with_the_written_key(tmp_p
     )
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip() == "Superuser created successfully."
+
+
+INSTALL = ROOT / "scripts" / "install_if_changed.sh"
+
+
+def test_the_package_is_installed_again_only_when_pyproject_changed(tmp_path):
+    """`make run` skips pip on a restart with nothing changed (issue 32): a fake venv python
+    records each pip call; the stamp holds the hash of the pyproject.toml last installed."""
+    log = tmp_path / "pip.log"
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    python.chmod(0o755)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+
+    def start() -> str:
+        command = ["bash", str(INSTALL), ".venv"]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    assert start() == "installed the package (pyproject.toml changed)\n"
+    assert log.read_text().splitlines() == [
+        "-m pip install -q --upgrade pip",
+        "-m pip install -q -e .",
+    ]
+    assert start() == ""
+    assert len(log.read_text().splitlines()) == 2
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
+    assert start() == "installed the package (pyproject.toml changed)\n"
+    assert len(log.read_text().splitlines()) == 4
+    assert start() == ""
+
+
+def test_a_failed_install_is_tried_again_on_the_next_start(tmp_path):
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    failed = subprocess.run(["bash", str(INSTALL), ".venv"], cwd=tmp_path, check=False)
+    assert failed.returncode == 1
+    assert not (tmp_path / ".venv" / ".installed-pyproject.sha256").exists()
