@@ -317,9 +317,13 @@ def check_bot_slug(*, bot: Bot) -> None:
         return
     taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug).exclude(pk=bot.pk)
     if taken.exists():
-        raise ValidationFailed(
-            details={"slug": [f"Another of your bots already has the slug {bot.slug!r}."]}
-        )
+        raise slug_taken(bot.slug)
+
+
+def slug_taken(slug: str) -> ValidationFailed:
+    return ValidationFailed(
+        details={"slug": [f"Another of your bots already has the slug {slug!r}."]}
+    )
 
 
 def check_bot_settings(

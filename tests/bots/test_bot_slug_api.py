@@ -77,3 +77,22 @@ def test_create_refuses_a_taken_slug(owner_client, owner):
         "slug": ["Another of your bots already has the slug 'writer'."]
     }
     assert Bot.objects.filter(owner=owner).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slug_taken_between_the_check_and_the_save_is_the_same_field_error(
+    owner_client, owner, monkeypatch
+):
+    """Two requests may both pass the check; the constraint then answers, as a field error."""
+    import turns.bot_validation
+
+    BotFactory(owner=owner, name="Writer")
+    bot = BotFactory(owner=owner, name="Helper")
+    monkeypatch.setattr(turns.bot_validation, "check_bot_slug", lambda *, bot: None)
+    response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": "writer"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "slug": ["Another of your bots already has the slug 'writer'."]
+    }
+    bot.refresh_from_db()
+    assert bot.slug == "helper"
