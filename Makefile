@@ -20,8 +20,15 @@ lint: ## ruff check + format check
 format: ## Format the code with ruff
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
 
-web: ## Real mode: ASGI server (needs DATABASE_URL, REDIS_URL, SECRET_KEY)
-	.venv/bin/uvicorn chat_platform.asgi:application --host 0.0.0.0 --port 8000 --workers 2 --timeout-graceful-shutdown 5
+# Where `make web` listens: `make web HOST=127.0.0.1 PORT=8080` (or HOST/PORT in the environment).
+HOST ?= 0.0.0.0
+PORT ?= 8000
+# Beat's schedule file: in an ignored folder, not the repository root.
+BEAT_SCHEDULE ?= var/celerybeat-schedule
+
+web: ## Real mode: collect static files, then the ASGI server on HOST:PORT (needs DATABASE_URL, REDIS_URL, SECRET_KEY)
+	$(PY) manage.py collectstatic --noinput -v 0
+	.venv/bin/uvicorn chat_platform.asgi:application --host $(HOST) --port $(PORT) --workers 2 --timeout-graceful-shutdown 5
 
 worker: ## Real mode: Celery workers, one process per core x CELERY_WORKER_CONCURRENCY threads (chat + compaction + heavy)
 	bash scripts/worker.sh
@@ -33,7 +40,8 @@ worker-compaction: ## Real mode, under load: one worker process for the compacti
 	WORKER_QUEUES=$${WORKER_QUEUES:-compaction,heavy} WORKER_PROCESSES=$${WORKER_PROCESSES:-1} CELERY_WORKER_CONCURRENCY=$${CELERY_WORKER_CONCURRENCY:-4} bash scripts/worker.sh
 
 beat: ## Real mode: Celery beat (orphan sweep every minute)
-	.venv/bin/celery -A chat_platform -q beat -l INFO
+	mkdir -p $(dir $(BEAT_SCHEDULE))
+	.venv/bin/celery -A chat_platform -q beat -l INFO --schedule $(BEAT_SCHEDULE)
 
 fuzz: ## schemathesis over the API's OpenAPI schema, anonymous and signed in (FUZZ_MAX_EXAMPLES, default 10): no 5xx
 	FUZZ_ALL=1 FUZZ_MAX_EXAMPLES=$${FUZZ_MAX_EXAMPLES:-10} .venv/bin/pytest tests/test_fuzz_api.py -q -m fuzz --timeout 3600

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from accounts import pages as account_pages
 from accounts import views as account_views
 from accounts.api import TokenSignInApi
 from bots import pages
@@ -28,6 +29,13 @@ urlpatterns = [
     # Sign-in, sign-up, password reset, TOTP and SSO (accounts app + django-allauth).
     path("accounts/", include("accounts.urls")),
     path("bots/", include("bots.bot_urls")),
+    path("settings/", account_pages.settings_page, name="settings"),
+    path("settings/api-keys/", account_pages.api_key_create_page, name="settings-api-key-create"),
+    path(
+        "settings/api-keys/<str:prefix>/revoke/",
+        account_pages.api_key_revoke_page,
+        name="settings-api-key-revoke",
+    ),
     path("usage/", usage_pages.usage_page, name="usage"),
     path("usage/all/", usage_pages.usage_all_page, name="usage-all"),
     # The admin's own login, throttled like the others and through the same flow (TOTP), before

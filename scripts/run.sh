@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+# Install only when pyproject.toml changed since the last install: a restart starts in seconds.
+bash scripts/install_if_changed.sh .venv
 
 bash scripts/ensure_env.sh .env
 export DEBUG="${DEBUG:-true}"

@@ -23,14 +23,17 @@ def _run(env_file: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _key(env_file: Path) -> str:
-    (line,) = [x for x in env_file.read_text().splitlines() if x.startswith("SECRET_KEY=")]
-    return line.removeprefix("SECRET_KEY=")
+def _key(env_file: Path, name: str = "SECRET_KEY") -> str:
+    (line,) = [x for x in env_file.read_text().splitlines() if x.startswith(f"{name}=")]
+    return line.removeprefix(f"{name}=")
 
 
 def test_a_key_is_written_once_and_kept(tmp_path):
     env_file = tmp_path / ".env"
-    assert _run(env_file).stdout == f"wrote a new SECRET_KEY to {env_file}\n"
+    assert _run(env_file).stdout == (
+        f"wrote a new SECRET_KEY to {env_file}\n"
+        f"wrote a new CONNECTION_ENCRYPTION_KEY to {env_file}\n"
+    )
     key = _key(env_file)
     assert len(key) >= 60
     assert oct(env_file.stat().st_mode & 0o777) == "0o600"
@@ -38,15 +41,34 @@ def test_a_key_is_written_once_and_kept(tmp_path):
     assert _key(env_file) == key
 
 
+def test_a_connection_encryption_key_is_written_once_valid_and_kept(tmp_path, settings):
+    """`make run` writes CONNECTION_ENCRYPTION_KEY too (issue 32): a staff user can save a
+    keyed connection in embedded mode. The written value is one connections/crypto.py accepts."""
+    from connections import crypto
+
+    env_file = tmp_path / ".env"
+    env_file.write_text("SECRET_KEY=mine\n")
+    assert _run(env_file).stdout == f"wrote a new CONNECTION_ENCRYPTION_KEY to {env_file}\n"
+    key = _key(env_file, "CONNECTION_ENCRYPTION_KEY")
+    assert len(key) == 64 and "," not in key
+    settings.CONNECTION_ENCRYPTION_KEY = key
+    assert crypto.configured() is True
+    assert crypto.key_decrypt(crypto.key_encrypt("sk-test-123")) == "sk-test-123"
+    assert _run(env_file).stdout == ""
+    assert _key(env_file, "CONNECTION_ENCRYPTION_KEY") == key
+    assert env_file.read_text().count("CONNECTION_ENCRYPTION_KEY=") == 1
+    assert _key(env_file) == "mine"
+
+
 def test_an_existing_env_keeps_its_lines_and_its_key(tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("LOG_LEVEL=debug\n")
     _run(env_file)
     lines = env_file.read_text().splitlines()
-    assert lines[0] == "LOG_LEVEL=debug" and len(lines) == 3
-    env_file.write_text("SECRET_KEY=mine\n")
+    assert lines[0] == "LOG_LEVEL=debug" and len(lines) == 5
+    env_file.write_text("SECRET_KEY=mine\nCONNECTION_ENCRYPTION_KEY=ours\n")
     _run(env_file)
-    assert env_file.read_text() == "SECRET_KEY=mine\n"
+    assert env_file.read_text() == "SECRET_KEY=mine\nCONNECTION_ENCRYPTION_KEY=ours\n"
 
 
 @pytest.mark.timeout(180)
@@ -86,3 +108,45 @@ def test_createsuperuser_runs_as_the_readme_writes_it_with_the_written_key(tmp_p
     )
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip() == "Superuser created successfully."
+
+
+INSTALL = ROOT / "scripts" / "install_if_changed.sh"
+
+
+def test_the_package_is_installed_again_only_when_pyproject_changed(tmp_path):
+    """`make run` skips pip on a restart with nothing changed (issue 32): a fake venv python
+    records each pip call; the stamp holds the hash of the pyproject.toml last installed."""
+    log = tmp_path / "pip.log"
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    python.chmod(0o755)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+
+    def start() -> str:
+        command = ["bash", str(INSTALL), ".venv"]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    assert start() == "installed the package (pyproject.toml changed)\n"
+    assert log.read_text().splitlines() == [
+        "-m pip install -q --upgrade pip",
+        "-m pip install -q -e .",
+    ]
+    assert start() == ""
+    assert len(log.read_text().splitlines()) == 2
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
+    assert start() == "installed the package (pyproject.toml changed)\n"
+    assert len(log.read_text().splitlines()) == 4
+    assert start() == ""
+
+
+def test_a_failed_install_is_tried_again_on_the_next_start(tmp_path):
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    failed = subprocess.run(["bash", str(INSTALL), ".venv"], cwd=tmp_path, check=False)
+    assert failed.returncode == 1
+    assert not (tmp_path / ".venv" / ".installed-pyproject.sha256").exists()

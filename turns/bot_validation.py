@@ -394,6 +394,23 @@ def _check_tools_budget(*, bot: Bot) -> None:
         )
 
 
+def check_bot_slug(*, bot: Bot) -> None:
+    """A slug is unique among its owner's bots (the model's ``bot_owner_slug_unique``, which
+    ``full_clean`` skips while the owner is excluded): a taken one is a field error, not a
+    database error. Its shape is the model's ``slug_validator``; blank is filled from the name."""
+    if not bot.slug:
+        return
+    taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug).exclude(pk=bot.pk)
+    if taken.exists():
+        raise slug_taken(bot.slug)
+
+
+def slug_taken(slug: str) -> ValidationFailed:
+    return ValidationFailed(
+        details={"slug": [f"Another of your bots already has the slug {slug!r}."]}
+    )
+
+
 def check_bot_settings(
     *,
     user: AbstractBaseUser | None,
@@ -402,6 +419,7 @@ def check_bot_settings(
     changed: set[str] | None = None,
     previous_tools: list | None = None,
 ) -> None:
+    check_bot_slug(bot=bot)
     check_bot_embedding_model(bot=bot)
     if bot.connection_id is not None:
         check_bot_connection(user=user, bot=bot, changed=changed)

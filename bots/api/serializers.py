@@ -8,7 +8,7 @@ from rest_framework.utils import html
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from bots.realtime import message_payload
-from turns.services.bot import BOT_FIELDS, BOT_PRIVATE_FIELDS
+from turns.services.bot import BOT_API_FIELDS, BOT_PRIVATE_FIELDS
 
 
 class BotOutputSerializer(serializers.ModelSerializer):
@@ -16,7 +16,7 @@ class BotOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Bot
-        fields = ["id", "owner", *BOT_FIELDS, "created_at", "editable"]
+        fields = ["id", "owner", *BOT_API_FIELDS, "created_at", "editable"]
 
     def get_editable(self, bot: Bot) -> bool:
         request = self.context.get("request")
@@ -40,8 +40,10 @@ class BotInputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Bot
-        fields = list(BOT_FIELDS)
-        extra_kwargs = {"name": {"required": True}}
+        fields = list(BOT_API_FIELDS)
+        # The slug's rule (``slug_validator``, unique per owner) is the model's, run by the
+        # service; here it is only a string, so every error comes back the same way.
+        extra_kwargs = {"name": {"required": True}, "slug": {"validators": []}}
 
 
 class SessionOutputSerializer(serializers.ModelSerializer):

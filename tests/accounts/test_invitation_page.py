@@ -175,7 +175,7 @@ def test_the_invite_command_prints_a_working_link(settings, staff):
     assert Invitation.objects.count() == 1
 
 
-def test_the_main_navigation_links_usage_for_everyone_and_invitations_for_staff(owner, staff):
+def test_the_main_navigation_links_usage_settings_for_all_and_invitations_for_staff(owner, staff):
     nav = re.compile(r'<nav class="app-nav" aria-label="Main">(.*?)</nav>', re.S)
     user_web = Client()
     user_web.force_login(owner)
@@ -183,11 +183,12 @@ def test_the_main_navigation_links_usage_for_everyone_and_invitations_for_staff(
     staff_client.force_login(staff)
     for path in ("/", "/bots/", "/usage/"):
         mine = nav.search(user_web.get(path, follow=True).content.decode()).group(1)
-        assert re.findall(r'href="([^"]+)"', mine) == ["/bots/", "/usage/"], path
+        assert re.findall(r'href="([^"]+)"', mine) == ["/bots/", "/usage/", "/settings/"], path
         theirs = nav.search(staff_client.get(path, follow=True).content.decode()).group(1)
         assert re.findall(r'href="([^"]+)"', theirs) == [
             "/bots/",
             "/usage/",
+            "/settings/",
             "/accounts/invitations/",
             "/admin/",
         ], path

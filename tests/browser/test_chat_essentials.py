@@ -99,15 +99,16 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         )
         == 0
     )
-    # From the skip link: 24 presses, whatever the length of the chat (it was 84 with every
+    # From the skip link: 25 presses, whatever the length of the chat (it was 84 with every
     # message's Pin button in the way); the transcript is one stop. "Add a bot" is the room
     # bar's (a one-bot chat: who answers is not a choice yet, so its select is disabled);
-    # "Usage" and, for staff such as demo, "Invitations" are in every page's header.
+    # "Usage", "Settings" and, for staff such as demo, "Invitations" are in every page's header.
     assert tab_stops_to_composer(page) == [
         "chat-platform",
         "theme-toggle",
         "Bots",
         "Usage",
+        "Settings",
         "Invitations",
         "Admin",
         "Log out",

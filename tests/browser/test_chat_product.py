@@ -439,6 +439,7 @@ def test_phone_layout_drawer_and_no_horizontal_scroll(server_url, phone, fake):
     assert page.locator(".app-menu-nav a").all_inner_texts() == [
         "Bots",
         "Usage",
+        "Settings",
         "Invitations",
         "Admin",
     ]

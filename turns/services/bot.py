@@ -4,6 +4,7 @@ from typing import Any
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import IntegrityError, transaction
 
 from bots.models import Bot
 from bots.queries import bot_get_for_edit
@@ -11,7 +12,7 @@ from chat_platform.errors import NotFound, ValidationFailed
 from compaction.records import prompt_version_store
 from connections.models import Connection
 from connections.queries import connection_get_for_user
-from turns.bot_validation import check_bot_settings
+from turns.bot_validation import check_bot_settings, slug_taken
 from turns.services.checks import full_clean
 
 log = structlog.get_logger(__name__)
@@ -41,6 +42,10 @@ BOT_COMPACTION_FIELDS = (
 BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled", "embedding_model")
 BOT_TOOLS_FIELDS = ("tools",)
 BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS + BOT_TOOLS_FIELDS
+# The REST API also shows and takes the slug (a bot's ``@handle`` and ``/v1`` model id; blank
+# is filled from the name). The page and the admin leave it out: a form that did not send it
+# would blank it, and a blank slug is re-derived from the name (docs/bots.md).
+BOT_API_FIELDS = ("slug", *BOT_FIELDS)
 # Where a bot's calls go and which key they use is its owner's (and staff's) business only:
 # the API and the page leave these out for anyone else (docs/bots.md).
 BOT_PRIVATE_FIELDS = ("api_base", "api_key_env")
@@ -65,16 +70,28 @@ def _connection_resolved(*, user: AbstractBaseUser, fields: dict[str, Any]) -> N
         ) from None
 
 
+def _bot_saved(bot: Bot, **kwargs: Any) -> None:
+    """Save; a slug another request took since ``check_bot_slug`` looked is the same field
+    error, not a database error (the owner-slug constraint is the last word)."""
+    try:
+        with transaction.atomic():
+            bot.save(**kwargs)
+    except IntegrityError as exc:
+        if "bot_owner_slug_unique" not in str(exc):
+            raise
+        raise slug_taken(bot.slug) from None
+
+
 def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
     """The owner is the acting user: what they may set (api_base) depends on them."""
-    unknown = set(fields) - set(BOT_FIELDS)
+    unknown = set(fields) - set(BOT_API_FIELDS)
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     _connection_resolved(user=owner, fields=fields)
     bot = Bot(owner=owner, **fields)
     full_clean(bot, exclude=["owner"])
     check_bot_settings(user=owner, bot=bot, previous_api_base=None, changed=set(fields))
-    bot.save()
+    _bot_saved(bot)
     if bot.system_prompt:
         # The prompt's first version: context records name (bot, version), not the text.
         prompt_version_store(bot_id=bot.pk, text=bot.system_prompt)
@@ -83,7 +100,7 @@ def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
 
 
 def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
-    unknown = set(fields) - set(BOT_FIELDS)
+    unknown = set(fields) - set(BOT_API_FIELDS)
     if unknown:
         raise ValidationFailed(details={name: ["Unknown field."] for name in sorted(unknown)})
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
@@ -103,10 +120,11 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
     )
     # The connection check may fill model (listed id -> litellm string) and context_window.
     extra = ["model", "context_window"] if bot.connection_id else []
-    bot.save(
+    _bot_saved(
+        bot,
         update_fields=sorted(
             {*fields, *extra, "api_base_approved", "models_approved", "updated_at"}
-        )
+        ),
     )
     if "system_prompt" in changed and bot.system_prompt:
         prompt_version_store(bot_id=bot.pk, text=bot.system_prompt)

@@ -1,0 +1,135 @@
+"""``/settings/`` (docs/accounts.md): one page for the signed-in user's account — profile, links
+to the password, email and two-factor pages, API keys (create, shown once; list; revoke) and
+today's usage. Keys are made and revoked by ``openai_api.keys``, the same service functions the
+``/api/v1/api-keys/`` endpoints call; this page only turns form posts into their arguments."""
+
+import datetime as dt
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from bots.queries import bot_list_for_user
+from chat_platform.errors import NotFound, ValidationFailed
+from connections import usage
+from openai_api import keys
+from openai_api.models import ApiKey
+
+
+class ApiKeyForm(forms.Form):
+    """Shapes and types only; ``keys.key_create`` checks the values (as for the REST API)."""
+
+    name = forms.CharField(label="Name", max_length=keys.NAME_MAX_CHARS)
+    bots = forms.TypedMultipleChoiceField(
+        label="Bots",
+        coerce=int,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every bot you may use, now and later.",
+    )
+    expires_at = forms.DateTimeField(
+        label="Expires (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="Optional: the key stops working then.",
+    )
+    daily_token_limit = forms.IntegerField(
+        label="Daily token limit",
+        required=False,
+        help_text="Optional: tokens this key may use per day (UTC), on top of your own limit.",
+    )
+    access = forms.ChoiceField(
+        label="Access",
+        choices=[
+            (ApiKey.Access.FULL, "Full: chat and read"),
+            (ApiKey.Access.READ, "Read: read only; cannot chat"),
+        ],
+        initial=ApiKey.Access.FULL,
+    )
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["bots"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [
+            (bot.pk, f"{bot.name} ({bot.slug})")
+            for bot in bot_list_for_user(user=user).order_by("name", "id")
+        ]
+
+    def clean_expires_at(self) -> dt.datetime | None:
+        value = self.cleaned_data["expires_at"]
+        # The form's time is UTC, as the page says, whatever the server's time zone.
+        if value is not None and timezone.is_naive(value):
+            value = value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC) if value is not None else None
+
+
+def _render(
+    request: HttpRequest, form: ApiKeyForm, *, created: tuple[ApiKey, str] | None, status: int
+) -> HttpResponse:
+    user = request.user
+    used, _reserved = usage.tokens_today(f"user:{user.pk}")
+    response = render(
+        request,
+        "accounts/settings.html",
+        {
+            "form": form,
+            "created": created,
+            "keys": keys.key_list_for_user(user=user),
+            "limit": usage.user_limit(user.pk),
+            "used_today": used,
+            "resets_at": usage.resets_at(),
+        },
+        status=status,
+    )
+    # The page may hold a key's text (once): never kept by a browser or a proxy.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_GET
+def settings_page(request: HttpRequest) -> HttpResponse:
+    return _render(request, ApiKeyForm(user=request.user), created=None, status=200)
+
+
+@login_required
+@require_POST
+def api_key_create_page(request: HttpRequest) -> HttpResponse:
+    """Create a key and show its text in this answer only (no redirect: it is never stored)."""
+    form = ApiKeyForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return _render(request, form, created=None, status=400)
+    data = form.cleaned_data
+    try:
+        created = keys.key_create(
+            user=request.user,
+            name=data["name"],
+            bots=data["bots"] or None,
+            expires_at=data["expires_at"],
+            daily_token_limit=data["daily_token_limit"],
+            access=data["access"],
+        )
+    except ValidationFailed as exc:
+        details = exc.details if isinstance(exc.details, dict) else {}
+        for field, problems in details.items():
+            form.add_error(field if field in form.fields else None, problems)
+        return _render(request, form, created=None, status=400)
+    return _render(request, ApiKeyForm(user=request.user), created=created, status=200)
+
+
+@login_required
+@require_POST
+def api_key_revoke_page(request: HttpRequest, prefix: str) -> HttpResponse:
+    """Revoke one of the user's keys; another user's (or an unknown) key answers 404."""
+    try:
+        keys.key_revoke(user=request.user, prefix=prefix)
+    except NotFound:
+        raise Http404("API key not found.") from None
+    messages.success(request, f"Key {prefix} revoked: it no longer works.")
+    return redirect("settings")

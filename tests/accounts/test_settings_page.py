@@ -1,0 +1,158 @@
+"""``/settings/`` (docs/accounts.md): profile, API keys made and revoked through
+``openai_api.keys`` (the REST API's service functions), the key shown once, usage."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from openai_api.models import ApiKey
+from tests.factories import BotFactory
+
+pytestmark = pytest.mark.django_db
+
+KEY_RE = re.compile(r"<code data-new-key>([^<]+)</code>")
+
+
+def _signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _models(raw: str):
+    return Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+def test_the_page_needs_a_sign_in():
+    response = Client().get("/settings/")
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/settings/"
+    refused = Client().post("/settings/api-keys/", {"name": "x", "access": "full"})
+    assert refused.status_code == 302
+    assert ApiKey.objects.count() == 0
+
+
+def test_the_page_shows_the_profile_the_account_links_and_is_in_the_header(owner):
+    owner.first_name, owner.last_name, owner.email = "Ada", "Lovelace", "ada@example.com"
+    owner.save()
+    page = _signed_in(owner).get("/settings/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert '<dd data-profile="name">Ada Lovelace</dd>' in html
+    assert '<dd data-profile="email">ada@example.com</dd>' in html
+    for href in ("/accounts/password/change/", "/accounts/email/", "/accounts/2fa/", "/usage/"):
+        assert f'href="{href}"' in html
+    assert "No API keys yet." in html
+    assert html.count('href="/settings/"') == 2  # the header's nav and its phone menu
+    for path in ("/bots/", "/chat/new/"):
+        assert (
+            _signed_in(owner).get(path, follow=True).content.decode().count('href="/settings/"')
+            == 2
+        )
+
+
+# /v1/ runs its database work on another thread (its own connection): committed rows only.
+@pytest.mark.django_db(transaction=True)
+def test_creating_a_key_shows_it_once_and_it_works_until_revoked(owner):
+    bot = BotFactory(owner=owner, name="Writer")
+    client = _signed_in(owner)
+    made = client.post(
+        "/settings/api-keys/",
+        {
+            "name": "my editor",
+            "bots": [str(bot.pk)],
+            "expires_at": "2099-01-01T00:00",
+            "daily_token_limit": "200000",
+            "access": "read",
+        },
+    )
+    assert made.status_code == 200
+    assert made["Cache-Control"] == "no-store"
+    (raw,) = KEY_RE.findall(made.content.decode())
+    key = ApiKey.objects.get(user=owner)
+    assert raw.startswith(f"{key.prefix}.")
+    assert (key.name, key.all_bots, key.access, key.daily_token_limit) == (
+        "my editor",
+        False,
+        "read",
+        200000,
+    )
+    assert [b.pk for b in key.bots.all()] == [bot.pk]
+    assert key.expiry_date.isoformat() == "2099-01-01T00:00:00+00:00"
+
+    listed = _models(raw)
+    assert listed.status_code == 200
+    assert [m["id"] for m in listed.json()["data"]] == ["writer"]
+
+    # Shown once: the page afterwards lists the key by its prefix, never its text.
+    again = client.get("/settings/").content.decode()
+    assert f'data-key-prefix="{key.prefix}"' in again
+    assert raw not in again and raw.split(".", 1)[1] not in again
+
+    revoked = client.post(f"/settings/api-keys/{key.prefix}/revoke/")
+    assert revoked.status_code == 302 and revoked["Location"] == "/settings/"
+    assert _models(raw).status_code == 401
+    after = client.get("/settings/").content.decode()
+    assert f"Key {key.prefix} revoked: it no longer works." in after
+    assert f'data-key-prefix="{key.prefix}"' not in after
+
+
+def test_a_key_for_all_bots_with_the_defaults(owner):
+    BotFactory(owner=owner, name="Writer")
+    made = _signed_in(owner).post("/settings/api-keys/", {"name": "cli", "access": "full"})
+    assert made.status_code == 200
+    key = ApiKey.objects.get(user=owner)
+    assert (key.all_bots, key.access, key.daily_token_limit, key.expiry_date) == (
+        True,
+        "full",
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"name": " ", "access": "full"}, "name", "This field is required."),
+        ({"name": "k", "access": "full", "bots": ["999999"]}, "bots", "Select a valid choice."),
+        (
+            {"name": "k", "access": "full", "expires_at": "2001-01-01T00:00"},
+            "expires_at",
+            "The expiry must be in the future.",
+        ),
+        (
+            {"name": "k", "access": "full", "daily_token_limit": "0"},
+            "daily_token_limit",
+            "A whole number of tokens from 1 to 2,000,000,000.",
+        ),
+        ({"name": "k", "access": "admin"}, "access", "Select a valid choice."),
+    ],
+)
+def test_bad_input_is_refused_with_its_reason_and_makes_no_key(owner, fields, field, message):
+    response = _signed_in(owner).post("/settings/api-keys/", fields)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert f'data-field="{field}"' in html
+    assert message in html
+    assert "data-new-key" not in html
+    assert ApiKey.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_users_key_cannot_be_revoked(owner, other_user):
+    from openai_api.keys import key_create
+
+    key, raw = key_create(user=other_user, name="theirs")
+    response = _signed_in(owner).post(f"/settings/api-keys/{key.prefix}/revoke/")
+    assert response.status_code == 404
+    key.refresh_from_db()
+    assert key.revoked is False
+    assert _models(raw).status_code == 200
+
+
+def test_forms_need_the_csrf_token(owner):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    assert client.post("/settings/api-keys/", {"name": "k", "access": "full"}).status_code == 403
+    assert ApiKey.objects.count() == 0

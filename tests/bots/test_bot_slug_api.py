@@ -1,0 +1,98 @@
+"""The bot API shows a bot's slug and its owner may set it (docs/bots.md): the model's rule
+(lowercase ``[a-z0-9-]``, 1–60, unique per owner), refused with ``validation_error``."""
+
+import pytest
+
+from bots.models import Bot
+from tests.factories import BotFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_get_shows_the_slug(owner_client, owner):
+    bot = BotFactory(owner=owner, name="Research Helper")
+    body = owner_client.get(f"/api/v1/bots/{bot.pk}/").json()
+    assert body["slug"] == "research-helper"
+    listed = owner_client.get("/api/v1/bots/").json()
+    assert [b["slug"] for b in listed if b["id"] == bot.pk] == ["research-helper"]
+
+
+def test_create_takes_a_slug_or_fills_it_from_the_name(owner_client):
+    given = owner_client.post("/api/v1/bots/", {"name": "A", "slug": "writer-2"}, format="json")
+    assert given.status_code == 201
+    assert given.json()["slug"] == "writer-2"
+    derived = owner_client.post("/api/v1/bots/", {"name": "Code Buddy"}, format="json")
+    assert derived.json()["slug"] == "code-buddy"
+
+
+def test_patch_sets_the_slug(owner_client, owner):
+    bot = BotFactory(owner=owner, name="Helper")
+    response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": "aide"}, format="json")
+    assert response.status_code == 200
+    assert response.json()["slug"] == "aide"
+    bot.refresh_from_db()
+    assert bot.slug == "aide"
+
+
+@pytest.mark.parametrize("value", ["Bad Slug", "UPPER", "a_b", "x" * 61, "-lead", "é"])
+def test_patch_refuses_a_bad_slug_and_changes_nothing(owner_client, owner, value):
+    bot = BotFactory(owner=owner, name="Helper")
+    response = owner_client.patch(
+        f"/api/v1/bots/{bot.pk}/", {"slug": value, "name": "Renamed"}, format="json"
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert list(error["details"]) == ["slug"]
+    bot.refresh_from_db()
+    assert (bot.slug, bot.name) == ("helper", "Helper")
+
+
+def test_patch_refuses_a_slug_another_of_the_owners_bots_has(owner_client, owner, other_user):
+    BotFactory(owner=owner, name="Writer")
+    bot = BotFactory(owner=owner, name="Helper")
+    response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": "writer"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": response.json()["error"]["message"],
+        "details": {"slug": ["Another of your bots already has the slug 'writer'."]},
+    }
+    bot.refresh_from_db()
+    assert bot.slug == "helper"
+    # Unique per owner only: another user's bot may share it.
+    BotFactory(owner=other_user, name="Other")
+    theirs = Bot.objects.get(owner=other_user)
+    assert theirs.slug == "other"
+    own = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": "other"}, format="json")
+    assert own.status_code == 200
+    assert own.json()["slug"] == "other"
+
+
+def test_create_refuses_a_taken_slug(owner_client, owner):
+    BotFactory(owner=owner, name="Writer")
+    response = owner_client.post("/api/v1/bots/", {"name": "B", "slug": "writer"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "slug": ["Another of your bots already has the slug 'writer'."]
+    }
+    assert Bot.objects.filter(owner=owner).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slug_taken_between_the_check_and_the_save_is_the_same_field_error(
+    owner_client, owner, monkeypatch
+):
+    """Two requests may both pass the check; the constraint then answers, as a field error."""
+    import turns.bot_validation
+
+    BotFactory(owner=owner, name="Writer")
+    bot = BotFactory(owner=owner, name="Helper")
+    monkeypatch.setattr(turns.bot_validation, "check_bot_slug", lambda *, bot: None)
+    response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": "writer"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "slug": ["Another of your bots already has the slug 'writer'."]
+    }
+    bot.refresh_from_db()
+    assert bot.slug == "helper"

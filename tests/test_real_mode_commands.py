@@ -1,0 +1,56 @@
+"""The README's real-mode commands work as written (issue 32): `make web` collects the static
+files and listens on HOST/PORT (defaults 0.0.0.0:8000), `make beat` keeps its schedule file in
+an ignored folder, and with DEBUG false whitenoise serves the collected files."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.test import Client, override_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _make_n(*args: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"HOST", "PORT", "BEAT_SCHEDULE"}}
+    done = subprocess.run(
+        ["make", "-s", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.splitlines()
+
+
+def test_make_web_collects_static_then_listens_on_host_and_port():
+    uvicorn = (
+        ".venv/bin/uvicorn chat_platform.asgi:application --host {} --port {} --workers 2 "
+        "--timeout-graceful-shutdown 5"
+    )
+    collect = ".venv/bin/python manage.py collectstatic --noinput -v 0"
+    assert _make_n("web") == [collect, uvicorn.format("0.0.0.0", "8000")]
+    assert _make_n("web", "HOST=127.0.0.1", "PORT=9001") == [
+        collect,
+        uvicorn.format("127.0.0.1", "9001"),
+    ]
+
+
+def test_make_beat_keeps_its_schedule_in_an_ignored_folder():
+    assert _make_n("beat") == [
+        "mkdir -p var/",
+        ".venv/bin/celery -A chat_platform -q beat -l INFO --schedule var/celerybeat-schedule",
+    ]
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "var/celerybeat-schedule.db"], cwd=ROOT, check=False
+    )
+    assert ignored.returncode == 0
+
+
+@pytest.mark.timeout(300)
+def test_collected_static_files_are_served_with_debug_off(tmp_path):
+    with override_settings(STATIC_ROOT=tmp_path, DEBUG=False, WHITENOISE_USE_FINDERS=False):
+        call_command("collectstatic", "--noinput", "-v", "0")
+        response = Client().get("/static/chat/chat.css")  # a new client: whitenoise re-reads
+        assert response.status_code == 200
+        assert response["Content-Type"].startswith("text/css")
+        body = b"".join(response.streaming_content)
+        assert body == (ROOT / "static" / "chat" / "chat.css").read_bytes()
