@@ -1,8 +1,9 @@
 """Settings, read once from the environment (django-environ).
 
-Embedded mode (``REDIS_URL`` unset): SQLite by default, Celery tasks run in-process, in-memory
-channel layer, in-process single-flight lock. Real mode (``REDIS_URL`` set): Celery broker and
-channel layer on Redis, a separate worker. Nothing else switches the two.
+Embedded mode (``REDIS_URL`` unset): SQLite by default, Celery tasks on in-process background
+threads (``chat_platform/inprocess.py``), in-memory channel layer, in-process single-flight lock.
+Real mode (``REDIS_URL`` set): Celery broker and channel layer on Redis, a separate worker.
+Nothing else switches the two.
 """
 
 from pathlib import Path
@@ -407,7 +408,14 @@ SPECTACULAR_SETTINGS = {
 # --- Celery ---------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
-CELERY_TASK_ALWAYS_EAGER = EMBEDDED
+# Never eager (a task run inside the request that dispatched it blocks that request): embedded
+# mode runs tasks on a pool of EMBEDDED_TASK_THREADS background threads in the web process
+# (chat_platform/inprocess.py), real mode on the workers. Only tests set task_always_eager.
+CELERY_TASK_ALWAYS_EAGER = False
+TASKS_IN_PROCESS = EMBEDDED
+EMBEDDED_TASK_THREADS = env.int("EMBEDDED_TASK_THREADS", default=4)
+if EMBEDDED_TASK_THREADS < 1:
+    raise ImproperlyConfigured("EMBEDDED_TASK_THREADS must be at least 1")
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
