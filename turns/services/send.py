@@ -51,6 +51,7 @@ from connections import usage
 from turns import dispatch
 from turns.room import answering_bots
 from turns.services.participants import reply_as_bot
+from turns.services.retry import send_is_retry
 from turns.services.session import do_session_title_default
 
 log = structlog.get_logger(__name__)
@@ -307,6 +308,8 @@ def session_message_send(
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
         usage.quota_check(limits)
+    if not files and (retried := _send_retry(session=session, text=text, client_id=cid)):
+        return retried
     answering = _answering(user=user, session=session, text=text, reply_as=reply_as)
     with transaction.atomic():
         try:
@@ -358,6 +361,22 @@ def session_message_send(
         created=result.created,
     )
     return result
+
+
+def _send_retry(*, session: ChatSession, text: str, client_id: str | None) -> SendResult | None:
+    """A Retry that sends the question again: its failed reply runs again, nothing new is
+    stored (``turns.services.retry``); None for an ordinary send."""
+    with transaction.atomic():
+        retried = send_is_retry(session=session, text=text, client_id=client_id)
+    if retried is None:
+        return None
+    question, replies = retried
+    return SendResult(
+        user_message=question,
+        assistant_message=replies[0],
+        created=False,
+        replies=replies if len(replies) > 1 else [],
+    )
 
 
 def reply_again_open(
