@@ -388,13 +388,10 @@ def test_a_threshold_below_the_landing_point_is_refused_and_the_note_says_why(ow
     )
     assert response.status_code == 400
     assert list(response.context["form"].errors) == ["compaction_threshold"]
-    assert (
-        response.context["form"]
-        .errors["compaction_threshold"][0]
-        .startswith(
-            "The threshold must be at least 6,194 tokens: compaction lands at 4,646 tokens (30 % of "
-            "this bot's budget of 15,488)"
-        )
+    error = response.context["form"].errors["compaction_threshold"][0]
+    assert error.startswith(
+        "The threshold must be at least 6,194 tokens: compaction lands at 4,646 tokens "
+        "(30 % of this bot's budget of 15,488)"
     )
     assert response.context["budget_note"] == (
         "The window is the one set above. A call sends at most the window minus the max output "

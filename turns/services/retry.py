@@ -60,7 +60,7 @@ def send_is_retry(
     *, session: ChatSession, text: str, client_id: str | None
 ) -> tuple[Message, list[Message]] | None:
     """A send of ``text`` that is a Retry: the chat's last question has exactly this text and its
-    reply failed. Re-runs that reply (the caller's transaction), gives the question the send's
+    reply failed. Re-runs that reply (one transaction), gives the question the send's
     ``client_id`` (its repeat finds this exchange) and returns ``(question, replies)``; None for
     an ordinary send. A concurrent Retry that already re-ran it returns the same exchange with
     nothing re-run."""
@@ -69,13 +69,14 @@ def send_is_retry(
     )
     if question is None or question.kind != Message.Kind.CHAT or question.content != text:
         return None
-    failed = _exchange_after(session, question)
-    if failed is None:
-        return None
-    rows = _rerun(session, question, failed)
-    if rows and client_id:
-        transitions.message_client_id_set(message_id=question.pk, client_id=client_id)
-        question.client_id = client_id
+    with transaction.atomic():
+        failed = _exchange_after(session, question)
+        if failed is None:
+            return None
+        rows = _rerun(session, question, failed)
+        if rows and client_id:
+            transitions.message_client_id_set(message_id=question.pk, client_id=client_id)
+            question.client_id = client_id
     return question, rows or list(Message.objects.filter(pk__in=[m.pk for m in failed]))
 
 
