@@ -122,6 +122,8 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     page.click("details#advanced > summary")
     page.fill("#id_compaction_kept_percent", "55")
     assert (thresholds(page)["target"], thresholds(page)["target-blocking"]) == (8518, 7744)
+    # ... and the threshold with it: 8,518 + 10 % of B (1,548) = 10,066 at least.
+    page.fill("#id_compaction_threshold", "11000")
     page.uncheck("#id_recall_enabled")
     with page.expect_navigation():
         page.click("#save-bot")
