@@ -17,7 +17,6 @@ from chat_platform import realtime
 from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
 from chat_platform.jsontext import JSONTooDeep, json_loads
 from chat_platform.outage import OUTAGE_ERRORS
-from turns import dispatch
 from turns.services import message as message_services
 from turns.services import send as send_services
 
@@ -36,30 +35,18 @@ SEND_UNAVAILABLE = (
 )
 
 
-def _send_in_thread(**kwargs: Any) -> list[int]:
-    """Store one send, off the consumer's thread; returns the replies whose turns were deferred
-    (eager tasks, embedded mode), which the consumer runs beside its next sends."""
+def _send_in_thread(**kwargs: Any) -> None:
+    """Store one send, off the consumer's thread. Its turn goes to the task queue after commit
+    (in embedded mode, to the in-process pool: chat_platform/inprocess.py), never runs here."""
     close_old_connections()
     try:
         check_send(content=kwargs["content"], client_id=kwargs["client_id"])
-        with dispatch.eager_turns_deferred() as deferred:
-            send_services.session_message_send(**kwargs)
-        return deferred
+        send_services.session_message_send(**kwargs)
     finally:
         close_old_connections()
 
 
-def _turn_in_thread(message_id: int) -> None:
-    # A sync_to_async thread: in embedded mode the in-memory channel layer's frames reach the
-    # server's event loop from it (chat_platform/realtime.py).
-    close_old_connections()
-    try:
-        dispatch.turn_run_deferred(message_id)
-    finally:
-        close_old_connections()
-
-
-# The running drains (and embedded mode's turns), referenced so none is collected while it works
+# The running drains, referenced so none is collected while it works
 # (asyncio keeps only a weak reference to a task).
 _DRAINS: set[asyncio.Task] = set()
 
@@ -137,6 +124,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._refuse(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
             return
         group = realtime.session_group(session.pk)
+        realtime.frames_listen_here()
         try:
             await self.channel_layer.group_add(group, self.channel_name)
         except OUTAGE_ERRORS:
@@ -211,15 +199,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _drain(self) -> None:
         """Hand the socket's sends to the service one at a time, in the order received: each is
-        stored (its seq allocated) before the next starts. In embedded mode a send's turn runs
-        inside it, so the next send waits for that reply (a chat's replies run one at a time
-        anyway)."""
+        stored (its seq allocated) before the next starts; its turn runs elsewhere (a worker, or
+        embedded mode's task threads), so the next send never waits for a reply."""
         while (frame := await self.sends.get()) is not None:
             await self._message_send(frame)
 
     async def _message_send(self, frame: dict) -> None:
         try:
-            deferred = await sync_to_async(_send_in_thread, thread_sensitive=False)(
+            await sync_to_async(_send_in_thread, thread_sensitive=False)(
                 user=self.scope["user"],
                 session_id=self.session_id,
                 content=frame.get("content"),
@@ -227,12 +214,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 # Rooms in manual mode: the participant that answers (as over REST).
                 reply_as=frame.get("reply_as"),
             )
-            for message_id in deferred:  # embedded mode: the turn runs beside the next sends
-                turn = asyncio.create_task(
-                    sync_to_async(_turn_in_thread, thread_sensitive=False)(message_id)
-                )
-                _DRAINS.add(turn)
-                turn.add_done_callback(_DRAINS.discard)
         except PlatformError as exc:
             await self._send_error(exc)
         except OUTAGE_ERRORS:

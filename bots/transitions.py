@@ -238,6 +238,54 @@ def reply_dispatched(*, message_id: int) -> None:
     Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
 
 
+def reply_rerun(*, message_id: int, model: str) -> bool:
+    """``failed | interrupted -> pending``, as new: a Retry runs the reply again for the same user
+    message, at the same seq, with ``model`` (the bot's settings may have been fixed since); its
+    partial text, error and usage are cleared, and an interrupted reply's text leaves the
+    session's running totals. False if it is no longer failed or interrupted
+    (a concurrent Retry won)."""
+    with transaction.atomic():
+        row = (
+            Message.objects.filter(
+                pk=message_id,
+                status__in=[Message.Status.FAILED, Message.Status.INTERRUPTED],
+                kind=Message.Kind.CHAT,
+            )
+            .values("session_id", "status", "token_count", "compacted_by_id")
+            .first()
+        )
+        if row is None:
+            return False
+        updated = Message.objects.filter(pk=message_id, status=row["status"]).update(
+            status=Message.Status.PENDING,
+            model=model,
+            content="",
+            token_count=0,
+            error_code="",
+            error_message="",
+            finish_reason="",
+            prompt_tokens=None,
+            completion_tokens=None,
+            tool_calls=[],
+            stop_requested=False,
+            dispatched_at=None,
+            heartbeat_at=None,
+            updated_at=timezone.now(),
+        )
+        counted = row["status"] == Message.Status.INTERRUPTED and row["token_count"] > 0
+        if updated and counted and row["compacted_by_id"] is None:
+            session_context_remove(
+                session_id=row["session_id"], tokens=row["token_count"], messages=1
+            )
+        return bool(updated)
+
+
+def message_client_id_set(*, message_id: int, client_id: str) -> None:
+    """A Retry sent as the question again with a new ``client_id``: the question answers to that
+    id from now on, so the same send repeated (a client confirming it) finds this exchange."""
+    Message.objects.filter(pk=message_id).update(client_id=client_id)
+
+
 def reply_refuse(*, message_id: int, code: str, message: str) -> bool:
     """``pending -> failed`` without a model call (the message can never fit)."""
     return bool(

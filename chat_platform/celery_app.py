@@ -10,7 +10,8 @@ from chat_platform.warmup import warm_in_background
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 
-app = Celery("chat_platform")
+# Embedded mode: the task class runs tasks on in-process threads (chat_platform/inprocess.py).
+app = Celery("chat_platform", task_cls="chat_platform.inprocess:InProcessTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

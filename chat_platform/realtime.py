@@ -99,6 +99,27 @@ class _LayerLoop:
 _layer_loop = _LayerLoop()
 SEND_TIMEOUT_SECONDS = 10.0
 
+# The in-memory layer (embedded mode) keeps its queues on the event loop of the sockets and
+# streams that listen (the ASGI server's one loop): a frame sent from any other thread, e.g. a
+# turn on an in-process task thread (chat_platform/inprocess.py), must be handed to that loop.
+_listeners_loop: asyncio.AbstractEventLoop | None = None
+
+
+def frames_listen_here() -> None:
+    """Called on the event loop of a listener (a websocket, a ``/v1`` stream) before it joins a
+    group: frames of the in-memory layer are sent on this loop from then on."""
+    global _listeners_loop
+    _listeners_loop = asyncio.get_running_loop()
+
+
+def _send_in_memory(send_all: Callable[[], Any], count: int) -> None:
+    loop = _listeners_loop
+    if loop is not None and loop.is_running():
+        future = asyncio.run_coroutine_threadsafe(send_all(), loop)
+        future.result(SEND_TIMEOUT_SECONDS * count)
+    else:  # nobody listens on a loop yet: asgiref finds the caller's own (or makes one)
+        async_to_sync(send_all)()
+
 
 def send_frame(session_id: int, frame: dict[str, Any]) -> None:
     send_frames(session_id, [frame])
@@ -130,8 +151,7 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
 
     try:
         if isinstance(layer, InMemoryChannelLayer):
-            # Its queues belong to the server's event loop: async_to_sync sends on that loop.
-            async_to_sync(send_all)()
+            _send_in_memory(send_all, len(messages))
         elif wait:
             _layer_loop.run(
                 asyncio.wait_for(send_all(), SEND_TIMEOUT_SECONDS * len(messages)),

@@ -101,6 +101,17 @@ def budget_compute(
     )
 
 
+# A background threshold set by hand lies at least this share of B above where compaction lands
+# (T): closer, the messages of the next turn or two reach it again and compaction runs every few
+# turns on a small slice (docs/bots.md).
+THRESHOLD_MARGIN_PERCENT = 10
+
+
+def threshold_minimum(budget: Budget) -> int:
+    """The lowest soft threshold S these settings may have: T + 10 % of B."""
+    return budget.target + budget.budget * THRESHOLD_MARGIN_PERCENT // 100
+
+
 def pressure_level(budget: Budget, pressure: int) -> PressureLevel:
     """Classify ``pressure`` (tokens the next call would send) against ``budget``.
 

@@ -49,6 +49,7 @@ REASON_TEXT = {
     "finish_reason": "the summary was cut off before it finished",
     "too_short": "the summary was too short to be useful",
     "not_shorter": "the summary was not shorter than the messages it would replace",
+    "not_lower": "with the summary the context would not be smaller",
     "tool_syntax": "the summary contained tool-call syntax",
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
@@ -89,8 +90,8 @@ def soft_compaction_yields(*, session_id: int, yielded: int) -> bool:
     meanwhile) and it has yielded fewer than ``COMPACTION_SOFT_YIELD_MAX`` times. Soft
     compaction is not urgent (the hard threshold guards every turn), so it runs after the
     replies rather than beside them, where its CPU slowed them (``bench/rooms.py --stack``).
-    (A task run in-process, embedded mode, is not asked: the turn dispatches it after its
-    hand-over, so the next reply has already run.)"""
+    (A task run eagerly, in tests, is not asked: the turn dispatches it after its hand-over,
+    so the next reply has already run. Embedded mode's task threads are asked like a worker.)"""
     if yielded >= settings.COMPACTION_SOFT_YIELD_MAX:
         return False
     return reply_running_first(session_id=session_id) is not None
@@ -287,6 +288,12 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
     if result.outcome in ("noop", "skipped"):
         due = _nothing_left_although_due(session) if session is not None else ""
         return "Nothing to compact right now." + due
+    if result.reason == "not_lower":
+        return (
+            "Nothing was compacted: a summary would not lower the context (it is "
+            f"{result.tokens_before:,} tokens now and would be {result.tokens_after:,} with the "
+            "summary). Nothing was changed."
+        )
     if result.reason == "not_shorter":
         # Not a failure: what is left since the last compaction is too little to shorten.
         return (

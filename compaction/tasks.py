@@ -12,8 +12,9 @@ log = structlog.get_logger(__name__)
 
 @shared_task(bind=True, name="compaction.tasks.compact_soft", ignore_result=True)
 def compact_soft(self, session_id: int, bot_id: int | None = None, yielded: int = 0) -> None:  # noqa: ANN001
-    # In-process (embedded mode, eager): the next reply has run already (the turn dispatches
-    # this after its hand-over), and a countdown would not wait anyway.
+    # Run eagerly (tests' task_always_eager): the next reply has run already (the turn
+    # dispatches this after its hand-over), and a countdown would not wait anyway. Embedded
+    # mode's task threads yield like a worker (chat_platform/inprocess.py keeps the countdown).
     eager = self.app.conf.task_always_eager
     if not eager and services.soft_compaction_yields(session_id=session_id, yielded=yielded):
         try:

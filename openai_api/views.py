@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 from asgiref.sync import sync_to_async
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import close_old_connections
@@ -25,7 +25,7 @@ from bots.models import Message
 from chat_platform import errors
 from chat_platform.jsontext import json_loads
 from chat_platform.outage import OUTAGE_ERRORS
-from chat_platform.realtime import session_group
+from chat_platform.realtime import frames_listen_here, session_group
 from openai_api import completions, keys, openai_errors, request_check, shapes
 from openai_api.completions import Started
 from openai_api.models import ApiKey
@@ -264,9 +264,9 @@ async def chat_completions_view(request: HttpRequest) -> HttpResponse:
 
 
 class FrameListener:
-    """The session group's frames for this process (the chat's own realtime path). Without a
-    cross-process layer (embedded mode, in-memory layer) it hears nothing and the stream reads
-    the reply from the database instead."""
+    """The session group's frames (the chat's own realtime path): from the workers through
+    Redis, or in embedded mode from the in-process task threads through the in-memory layer.
+    Frames are lossy: without news for a while the stream reads the reply from the database."""
 
     def __init__(self) -> None:
         self.layer: Any = None
@@ -277,8 +277,9 @@ class FrameListener:
 
     async def open(self, session_id: int) -> None:
         layer = get_channel_layer()
-        if layer is None or isinstance(layer, InMemoryChannelLayer):
+        if layer is None:
             return
+        frames_listen_here()
         self.layer, self.group = layer, session_group(session_id)
         self.channel = await layer.new_channel()
         await layer.group_add(self.group, self.channel)

@@ -73,6 +73,19 @@ def eager_tasks():
 
 
 @pytest.fixture
+def inprocess_tasks(settings):
+    """Embedded mode's task runner for this test: a dispatched task runs on the in-process task
+    threads (chat_platform/inprocess.py), never in the request or socket handler that dispatched
+    it. The threads read committed rows only: use it with ``django_db(transaction=True)``.
+    Everything queued has run when the test ends."""
+    from chat_platform.inprocess import tasks_wait_idle
+
+    settings.TASKS_IN_PROCESS = True
+    yield tasks_wait_idle
+    assert tasks_wait_idle(60), "in-process tasks still running at the end of the test"
+
+
+@pytest.fixture
 def owner(db):
     return UserFactory(username="owner")
 

@@ -28,7 +28,7 @@ from chat_platform.llm.tokens import (
     count_tools_tokens,
 )
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
-from compaction.budget import Budget
+from compaction.budget import THRESHOLD_MARGIN_PERCENT, Budget, threshold_minimum
 from compaction.measure import bot_budget
 from connections.queries import (
     connection_model_ids,
@@ -247,6 +247,7 @@ def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
     budget = bot_budget(bot)
     if budget.budget > 0:
         check_bot_system_prompt(bot=bot, budget=budget, changed=changed)
+        check_bot_compaction(bot=bot, budget=budget, changed=changed)
         _check_allowed_budgets(bot=bot)
         return
     changed = changed or set()
@@ -308,6 +309,47 @@ def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | Non
         "the conversation. Shorten the prompt or give the bot a larger context window."
     )
     raise ValidationFailed(details={field: [message]})
+
+
+def check_bot_compaction(*, bot: Bot, budget: Budget, changed: set[str] | None = None) -> None:
+    """Refuse a background threshold (set by hand, not 0) that does not lie above where
+    compaction lands by ``THRESHOLD_MARGIN_PERCENT`` of B (docs/bots.md): below that, the
+    context is over the threshold again a turn or two after each compaction. The error names
+    ``compaction_threshold``, or ``compaction_kept_percent`` when that is what was changed or
+    when no threshold could satisfy it (above the hard threshold S acts as H)."""
+    if not bot.compaction_enabled or bot.compaction_threshold == 0:
+        return
+    minimum = threshold_minimum(budget)
+    if budget.soft >= minimum:
+        return
+    margin = budget.budget * THRESHOLD_MARGIN_PERCENT // 100
+    changed = changed or set()
+    kept_field = minimum > budget.hard or (
+        "compaction_kept_percent" in changed and "compaction_threshold" not in changed
+    )
+    lands = (
+        f"compaction lands at {budget.target:,} tokens ({bot.compaction_kept_percent} % of this "
+        f"bot's budget of {budget.budget:,}), and the threshold must lie at least "
+        f"{THRESHOLD_MARGIN_PERCENT} % of the budget ({margin:,} tokens) above that, or the "
+        "context would be over it again a turn or two after every compaction."
+    )
+    if kept_field:
+        message = (
+            f"Kept after compaction is too high for a threshold of "
+            f"{bot.compaction_threshold:,} tokens: {lands} Lower it, or raise the threshold "
+            "(0 = automatic)."
+        )
+        if minimum > budget.hard:
+            message = (
+                f"Kept after compaction is too high: {lands} That is above where it compacts "
+                f"before replying ({budget.hard:,}). Lower it."
+            )
+        raise ValidationFailed(details={"compaction_kept_percent": [message]})
+    message = (
+        f"The threshold must be at least {minimum:,} tokens: {lands} Raise it, lower kept "
+        "after compaction, or set 0 (automatic)."
+    )
+    raise ValidationFailed(details={"compaction_threshold": [message]})
 
 
 def check_bot_embedding_model(*, bot: Bot) -> None:

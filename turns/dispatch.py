@@ -1,15 +1,14 @@
 """Hand work to the task queue, by task name, so the domain never imports an interface (tasks.py).
 
 The chat turn uses a transactional outbox: the pending reply written with the user's message *is*
-the outbox row. After commit, ``turn_dispatch`` hands it to the ``chat`` queue and stamps
-``dispatched_at``. If the broker is down the stamp stays empty and the watchdog
-(``turns.watchdog.turns_watchdog``) hands it over once the broker answers again, so a committed send
-always gets its turn. Running a turn twice is safe (its claim is a conditional update).
+the outbox row. After commit, ``turn_dispatch`` hands it to the ``chat`` queue (in embedded mode,
+the in-process task threads: chat_platform/inprocess.py) and stamps ``dispatched_at``. If the
+broker is down the stamp stays empty and the watchdog (``turns.watchdog.turns_watchdog``) hands it
+over once the broker answers again, so a committed send always gets its turn. Running a turn
+twice is safe (its claim is a conditional update).
 """
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import structlog
 from django.db import DatabaseError
@@ -38,41 +37,11 @@ def _task(name: str):
     return celery_app.tasks[name]
 
 
-_deferring = threading.local()
-
-
-@contextmanager
-def eager_turns_deferred() -> Iterator[list[int]]:
-    """With eager tasks (embedded mode), the turns dispatched inside this block are not run
-    inside the caller: their reply ids are collected in the list it yields, for the caller to
-    run elsewhere (``turn_run_deferred``). A websocket's sends are then stored one at a time, in
-    the order received, while an earlier reply still streams (docs/chat-turn.md "One socket, one
-    order"). Without eager tasks the turns go to the queue as always."""
-    deferred: list[int] = []
-    _deferring.ids = deferred
-    try:
-        yield deferred
-    finally:
-        _deferring.ids = None
-
-
-def turn_run_deferred(message_id: int) -> None:
-    """Run a turn that ``eager_turns_deferred`` collected, here (eagerly)."""
-    try:
-        _task(TURN_TASK).delay(message_id)
-    except Exception:  # its last word: a turn that crashed is logged; the watchdog ends it
-        log.exception("turn_deferred_failed", message_id=message_id)
-
-
 def turn_dispatch(message_id: int) -> bool:
     """Hand a pending reply to the ``chat`` queue. Returns False (and logs) if the broker is down:
     the reply stays an undispatched outbox row for the watchdog."""
     try:
-        deferred = getattr(_deferring, "ids", None)
-        if deferred is not None and celery_app.conf.task_always_eager:
-            deferred.append(message_id)
-        else:
-            _task(TURN_TASK).delay(message_id)
+        _task(TURN_TASK).delay(message_id)
     except BROKER_ERRORS:
         log.exception("turn_dispatch_failed", message_id=message_id)
         return False

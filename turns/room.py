@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
+from bots.queries import bot_usable_in, participants_of, session_seat
 
 # ``@`` at the start or after a non-word character, then a slug or a name. Names may hold
 # spaces, so a mention is matched against the participants' own names and slugs rather than
@@ -114,3 +115,19 @@ def handovers(
             answered_bot_ids.add(bot.pk)
             hops += 1
     return Handover(bots=bots, notices=notices)
+
+
+def compact_seat(session: ChatSession, focus: str) -> tuple[ChatSession | None, str]:
+    """``/compact @slug rest``: the seat of the participant the leading mention names (slug or
+    name, as mentions are matched), and the rest as the focus; None if it names nobody here."""
+    participants = [
+        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
+    ]
+    folded = focus.casefold()
+    for participant in sorted(participants, key=lambda p: -len(p.bot.name)):
+        bot = participant.bot
+        for key in (bot.slug.casefold(), bot.name.casefold().strip()):
+            end = 1 + len(key)
+            if key and folded.startswith(key, 1) and (len(folded) == end or folded[end].isspace()):
+                return session_seat(session, bot), focus[end:].strip()
+    return None, focus

@@ -38,6 +38,7 @@ urlpatterns = [
         views.MessageRegenerateApi.as_view(),
         name="message-regenerate",
     ),
+    path("messages/<int:message_id>/retry/", views.MessageRetryApi.as_view(), name="message-retry"),
     path("messages/<int:message_id>/pin/", views.MessagePinApi.as_view(), name="message-pin"),
     path("messages/<int:message_id>/unpin/", views.MessageUnpinApi.as_view(), name="message-unpin"),
 ]

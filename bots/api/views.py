@@ -36,6 +36,7 @@ from turns.services import bot as bot_services
 from turns.services import branch as branch_services
 from turns.services import message as message_services
 from turns.services import participants as participant_services
+from turns.services import retry as retry_services
 from turns.services import send as send_services
 from turns.services import session as session_services
 
@@ -304,6 +305,16 @@ class MessageRegenerateApi(APIView):
             user=request.user, message_id=message_id, quota=request_key_limits(request.auth)
         )
         return Response(_branch_body(result), status=status.HTTP_201_CREATED)
+
+
+class MessageRetryApi(APIView):
+    """Retry a failed or interrupted reply: it runs again, in place, for the same question
+    (200, the reply as it now stands: pending); nothing new is stored."""
+
+    @extend_schema(request=None, responses={200: MessageOutputSerializer, **api_errors(400, 404)})
+    def post(self, request: Request, message_id: int) -> Response:
+        reply = retry_services.reply_retry(user=request.user, message_id=message_id)
+        return Response(MessageOutputSerializer(reply).data)
 
 
 class SessionBranchesApi(APIView):

@@ -1,8 +1,9 @@
 """Settings, read once from the environment (django-environ).
 
-Embedded mode (``REDIS_URL`` unset): SQLite by default, Celery tasks run in-process, in-memory
-channel layer, in-process single-flight lock. Real mode (``REDIS_URL`` set): Celery broker and
-channel layer on Redis, a separate worker. Nothing else switches the two.
+Embedded mode (``REDIS_URL`` unset): SQLite by default, Celery tasks on in-process background
+threads (``chat_platform/inprocess.py``), in-memory channel layer, in-process single-flight lock.
+Real mode (``REDIS_URL`` set): Celery broker and channel layer on Redis, a separate worker.
+Nothing else switches the two.
 
 The settings are read in this order, one module a subject: ``core``, ``auth``, ``web``,
 ``queues``, ``turns``; then logging, and last the check that no provider key is a setting.

@@ -1,13 +1,22 @@
 """Celery (queues, routes, beat) and the Channels layer: Redis in real mode, in-process in
 embedded mode."""
 
+from django.core.exceptions import ImproperlyConfigured
+
 from chat_platform.settings.core import EMBEDDED, REDIS_URL, TIME_ZONE, env
 from chat_platform.settings.web import ATTACHMENT_SWEEP_SECONDS
 
 # --- Celery ---------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
-CELERY_TASK_ALWAYS_EAGER = EMBEDDED
+# Never eager (a task run inside the request that dispatched it blocks that request): embedded
+# mode runs tasks on a pool of EMBEDDED_TASK_THREADS background threads in the web process
+# (chat_platform/inprocess.py), real mode on the workers. Only tests set task_always_eager.
+CELERY_TASK_ALWAYS_EAGER = False
+TASKS_IN_PROCESS = EMBEDDED
+EMBEDDED_TASK_THREADS = env.int("EMBEDDED_TASK_THREADS", default=4)
+if EMBEDDED_TASK_THREADS < 1:
+    raise ImproperlyConfigured("EMBEDDED_TASK_THREADS must be at least 1")
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -76,18 +76,21 @@ def context_report(*, session: ChatSession, state: ContextState | None = None) -
         state = context_state(session=session)
     measure = state.measure
     budget = measure.budget
+    # With compaction off no threshold acts (admission alone keeps a call within B): the marks
+    # are null, so a meter draws none and never says compaction is due (docs/api.md).
+    enabled = session.bot.compaction_enabled
     return {
         "window": budget.window,
         "reserve": budget.reserve,
         "budget": budget.budget,
-        "soft": budget.soft,
-        "hard": budget.hard,
-        "target": budget.target,
+        "soft": budget.soft if enabled else None,
+        "hard": budget.hard if enabled else None,
+        "target": budget.target if enabled else None,
         "pressure": measure.pressure,
         "parts": measure.parts,
         "last_admission": state.last_admission,
         "compaction": {
-            "enabled": session.bot.compaction_enabled,
+            "enabled": enabled,
             "in_flight": state.in_flight,
             "cooldown_until": iso_utc(state.cooldown_until),
         },

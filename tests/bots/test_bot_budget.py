@@ -90,3 +90,68 @@ def test_update_names_the_field_that_was_changed(owner_client, owner):
     assert (bot.context_window, bot.max_output_tokens) == (2000, 1024)
     ok = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"name": "still fine"}, format="json")
     assert ok.status_code == 200
+
+
+# Issue 32, item 5: a hand-set background threshold lies 10 % of B above where compaction lands.
+# W 10000, R 1000 -> B 9000; kept 40 % -> T 3600; the threshold must be at least 3600 + 900.
+LANDS_40 = (
+    "compaction lands at 3,600 tokens (40 % of this bot's budget of 9,000), and the threshold "
+    "must lie at least 10 % of the budget (900 tokens) above that, or the context would be over "
+    "it again a turn or two after every compaction."
+)
+WINDOW = {"context_window": 10_000, "max_output_tokens": 1000}
+
+
+def test_a_threshold_below_the_landing_point_plus_the_margin_is_refused(owner_client):
+    response = owner_client.post(
+        "/api/v1/bots/", {"name": "b", **WINDOW, "compaction_threshold": 4499}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "compaction_threshold": [
+            f"The threshold must be at least 4,500 tokens: {LANDS_40} Raise it, lower kept "
+            "after compaction, or set 0 (automatic)."
+        ]
+    }
+    assert Bot.objects.count() == 0
+    for body in (
+        {"compaction_threshold": 4500},
+        {"compaction_threshold": 0, "compaction_kept_percent": 70},  # automatic: not checked
+        {"compaction_threshold": 1000, "compaction_enabled": False},  # off: nothing acts
+    ):
+        ok = owner_client.post("/api/v1/bots/", {"name": "b", **WINDOW, **body}, format="json")
+        assert ok.status_code == 201, ok.json()
+
+
+def test_kept_percent_is_named_when_it_is_what_changed_or_what_must_change(owner_client, owner):
+    bot = BotFactory(owner=owner, **WINDOW, compaction_threshold=4500, compaction_kept_percent=40)
+    raised = owner_client.patch(
+        f"/api/v1/bots/{bot.pk}/", {"compaction_kept_percent": 45}, format="json"
+    )
+    assert raised.status_code == 400
+    assert raised.json()["error"]["details"] == {
+        "compaction_kept_percent": [
+            "Kept after compaction is too high for a threshold of 4,500 tokens: compaction lands "
+            "at 4,050 tokens (45 % of this bot's budget of 9,000), and the threshold must lie at "
+            "least 10 % of the budget (900 tokens) above that, or the context would be over it "
+            "again a turn or two after every compaction. Lower it, or raise the threshold "
+            "(0 = automatic)."
+        ]
+    }
+    # Above the hard threshold (6,750) a threshold acts as it: no threshold could satisfy 70 %.
+    high = owner_client.patch(
+        f"/api/v1/bots/{bot.pk}/",
+        {"compaction_kept_percent": 70, "compaction_threshold": 9000},
+        format="json",
+    )
+    assert high.status_code == 400
+    assert high.json()["error"]["details"] == {
+        "compaction_kept_percent": [
+            "Kept after compaction is too high: compaction lands at 6,300 tokens (70 % of this "
+            "bot's budget of 9,000), and the threshold must lie at least 10 % of the budget (900 "
+            "tokens) above that, or the context would be over it again a turn or two after every "
+            "compaction. That is above where it compacts before replying (6,750). Lower it."
+        ]
+    }
+    bot.refresh_from_db()
+    assert (bot.compaction_threshold, bot.compaction_kept_percent) == (4500, 40)

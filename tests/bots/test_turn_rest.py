@@ -221,17 +221,29 @@ def test_malformed_json_body(owner_client, chat_session):
 @pytest.mark.parametrize(
     ("client_id", "statements"),
     [
-        # the session; the user's daily token limit (connections.usage, one read); the exchange's
-        # seqs and totals in one UPDATE … RETURNING; the two rows; pins and summaries (one UNION
-        # ALL) for the fixed-part check (not the memory index)
+        # the session; the user's daily token limit (connections.usage, one read); the chat's
+        # last question (a Retry sends it again: turns/services/retry.py); the exchange's seqs
+        # and totals in one UPDATE … RETURNING; the two rows; pins and summaries (one UNION ALL)
+        # for the fixed-part check (not the memory index)
         (
             None,
-            ["SELECT", "SELECT", "SAVEPOINT", "UPDATE", "INSERT", "INSERT", "(SELECT", "RELEASE"],
+            [
+                "SELECT",
+                "SELECT",
+                "SELECT",
+                "SAVEPOINT",
+                "UPDATE",
+                "INSERT",
+                "INSERT",
+                "(SELECT",
+                "RELEASE",
+            ],
         ),
         # with a client_id: a savepoint to recover from a concurrent duplicate, and the lookup
         (
             "c-1",
             [
+                "SELECT",
                 "SELECT",
                 "SELECT",
                 "SAVEPOINT",

@@ -118,10 +118,10 @@ async def test_bad_frames_between_sends_get_an_error_and_the_socket_stays_open(
 
 
 async def test_a_stop_acts_at_once_while_a_send_waits_behind_a_running_turn(
-    owner, fake_session, fake_openai, eager_tasks
+    owner, fake_session, fake_openai, inprocess_tasks
 ):
-    # Embedded-like: the first send's turn runs inside it (eager), so the second send waits in
-    # the socket's queue; the stop must not wait behind it.
+    # Embedded mode's task threads: the first reply streams while the second waits its turn
+    # behind it; the stop must not wait behind anything.
     from tests.fakeopenai import Reply
 
     chunks = [f"word{i} " for i in range(200)]

@@ -90,16 +90,23 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
         "Background compaction lands at",
         "Compaction before a reply lands at",
     ]
+    # 3,000 is now below where compaction lands (4,646) plus the margin: said live.
     assert page.inner_text("#budget-note") == (
         "The window is the one set above. A call sends at most the window minus the max output "
-        "tokens (never more than the cap)."
+        "tokens (never more than the cap). Compacting in the background at 3,000 is too low: set "
+        "it to at least 6,194 tokens (where background compaction lands, 4,646, plus 10 % of what "
+        "a call may send, 1,548), or to 0 (automatic)."
     )
     assert page.inner_text("label[for=id_compaction_threshold]") == (
         "Compact in the background at (tokens)"
     )
     page.fill("#id_compaction_threshold", "0")
     assert thresholds(page)["soft"] == 7744  # 0 = automatic: 50 % of B
-    page.fill("#id_compaction_threshold", "3000")
+    page.fill("#id_compaction_threshold", "6500")
+    assert page.inner_text("#budget-note") == (
+        "The window is the one set above. A call sends at most the window minus the max output "
+        "tokens (never more than the cap)."
+    )
 
     with page.expect_navigation():
         page.click("#save-bot")
@@ -107,7 +114,7 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     bot_url = page.url
     assert "Trip planner" in page.inner_text(".bots-messages")
     assert page.input_value("#id_context_window") == "16000"
-    assert page.input_value("#id_compaction_threshold") == "3000"
+    assert page.input_value("#id_compaction_threshold") == "6500"
     assert page.input_value("#id_compaction_kept_percent") == "30"
     assert page.input_value("#id_memory_index_size") == "12"
 
@@ -115,6 +122,8 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     page.click("details#advanced > summary")
     page.fill("#id_compaction_kept_percent", "55")
     assert (thresholds(page)["target"], thresholds(page)["target-blocking"]) == (8518, 7744)
+    # ... and the threshold with it: 8,518 + 10 % of B (1,548) = 10,066 at least.
+    page.fill("#id_compaction_threshold", "11000")
     page.uncheck("#id_recall_enabled")
     with page.expect_navigation():
         page.click("#save-bot")

@@ -551,3 +551,45 @@ def test_compact_with_nothing_left_while_due_says_what_fills_the_context(
         f"{system:,}. Unpin messages, shorten the system prompt, or start a new chat to make room."
     )
     assert Summary.objects.filter(session=session).count() == 0
+
+
+def test_compact_command_that_would_not_lower_the_context_changes_nothing(
+    owner_client, owner, fake_bot, fake_openai
+):
+    # A short chat, the memory index on: the summary is shorter than the messages it replaces,
+    # but its snapshot joins the index every call lists, so the context would grow.
+    fake_bot.context_window = 20_000
+    fake_bot.max_output_tokens = 1000
+    fake_bot.system_prompt = SYSTEM
+    fake_bot.save()
+    session = SessionFactory(user=owner, bot=fake_bot)
+    fact_history(session)
+    before_rows = message_rows(session)
+    pressure = context_measure(session=session).pressure
+    fake_openai.script(Reply(text=FACT_SUMMARY))
+    response = post_message(owner_client, session, "/compact")
+    assert response.status_code == 200
+    body = response.json()
+    compaction = body["compaction"]
+    assert (compaction["outcome"], compaction["reason"], compaction["summary"]) == (
+        "rejected",
+        "not_lower",
+        None,
+    )
+    assert compaction["tokens_before"] == pressure
+    assert compaction["tokens_after"] > pressure
+    assert body["notice"]["content"] == (
+        "Nothing was compacted: a summary would not lower the context (it is "
+        f"{pressure:,} tokens now and would be {compaction['tokens_after']:,} with the "
+        "summary). Nothing was changed."
+    )
+    assert not Summary.objects.filter(session=session).exists()
+    assert message_rows(session)[:6] == before_rows
+    assert context_measure(session=session).pressure == pressure
+    event = CompactionEvent.objects.get(session=session)
+    assert (event.outcome, event.reason, event.tokens_before, event.tokens_after) == (
+        "rejected",
+        "not_lower",
+        pressure,
+        pressure,
+    )

@@ -267,6 +267,22 @@ def test_context_report_exact_numbers(owner, owner_client, other_client):
     assert other_client.get(f"/api/v1/sessions/{session.pk}/context/").status_code == 404
 
 
+def test_with_compaction_off_the_report_has_no_compaction_marks(owner, owner_client):
+    bot = BotFactory(
+        owner=owner, context_window=10_000, max_output_tokens=1000, compaction_enabled=False
+    )
+    session = SessionFactory(user=owner, bot=bot)
+    report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/").json()
+    # No threshold acts: the meter draws no marks and never says compaction is due.
+    assert (report["budget"], report["soft"], report["hard"], report["target"]) == (
+        9000,
+        None,
+        None,
+        None,
+    )
+    assert report["compaction"]["enabled"] is False
+
+
 def test_window_comes_from_litellm_then_the_cap(owner, settings):
     known = SessionFactory(user=owner, bot=BotFactory(owner=owner, model="openai/gpt-4o"))
     unknown = SessionFactory(user=owner, bot=BotFactory(owner=owner, model="openai/fake-model"))

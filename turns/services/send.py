@@ -46,8 +46,9 @@ from compaction.pipeline import context_fixed_fits, context_measure, context_pre
 from compaction.services import compaction_notice_text, context_notify
 from connections import usage
 from turns import dispatch
-from turns.room import answering_bots
+from turns.room import answering_bots, compact_seat
 from turns.services.participants import reply_as_bot
+from turns.services.retry import send_is_retry
 from turns.services.session import do_session_title_default
 
 log = structlog.get_logger(__name__)
@@ -304,6 +305,10 @@ def session_message_send(
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
         usage.quota_check(limits)
+    if not files and (retried := send_is_retry(session=session, text=text, client_id=cid)):
+        # A Retry sending the question again: its failed reply runs again, nothing is stored.
+        question, replies = retried
+        return SendResult(question, replies[0], False, replies=replies if replies[1:] else [])
     answering = _answering(user=user, session=session, text=text, reply_as=reply_as)
     result = _send_write(
         session=session, text=text, cid=cid, answering=answering, files=files, quota=quota
@@ -442,7 +447,7 @@ def session_compact_command(
     """
     seat: ChatSession | None = session
     if session.is_room and focus.lstrip().startswith("@"):
-        seat, focus = _compact_seat(session, focus.strip())
+        seat, focus = compact_seat(session, focus.strip())
     with transaction.atomic():
         opened = _exchange_open(
             session=session, content=text, kind=Message.Kind.COMMAND, client_id=client_id
@@ -478,19 +483,3 @@ def session_compact_command(
     return SendResult(
         user_message=command, assistant_message=None, created=True, notice=notice, compaction=result
     )
-
-
-def _compact_seat(session: ChatSession, focus: str) -> tuple[ChatSession | None, str]:
-    """``/compact @slug rest``: the seat of the participant the leading mention names (slug or
-    name, as mentions are matched), and the rest as the focus; None if it names nobody here."""
-    participants = [
-        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
-    ]
-    folded = focus.casefold()
-    for participant in sorted(participants, key=lambda p: -len(p.bot.name)):
-        bot = participant.bot
-        for key in (bot.slug.casefold(), bot.name.casefold().strip()):
-            end = 1 + len(key)
-            if key and folded.startswith(key, 1) and (len(folded) == end or folded[end].isspace()):
-                return session_seat(session, bot), focus[end:].strip()
-    return None, focus

@@ -1,0 +1,138 @@
+"""Embedded mode's task runner (docs/operations.md "Embedded mode"): Celery tasks run on a small
+pool of background threads inside this process, never in the request or socket handler that
+dispatched them.
+
+Every task is dispatched the way real mode does it (``task.delay(...)``, by name, after the
+commit that made its rows); the app's task class (``InProcessTask``) sends it here instead of to
+a broker when ``TASKS_IN_PROCESS`` is on (``REDIS_URL`` unset). The request that sent a message,
+regenerated or edited a reply returns at once; the turn runs on one of
+``EMBEDDED_TASK_THREADS`` threads and its frames reach the server's event loop through
+``chat_platform.realtime`` exactly as a worker's do through Redis. A task waits its turn in an
+in-memory queue, as it would in the broker; the queue is lost with the process, and the
+watchdog (``turns.watchdog``, run in-process by ``InProcessBeat``) hands a pending reply over
+again after a restart.
+
+Each task runs on its own database connection and closes it when it ends (Django keeps one per
+thread), so a pool thread holds none between tasks. The threads are daemons: stopping the server
+never waits for a reply; the watchdog ends what was cut off.
+"""
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from celery import Task
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+log = structlog.get_logger(__name__)
+
+
+class _Pool:
+    """A fixed number of daemon threads taking work from one queue, started when first used."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+        self._unfinished = 0  # queued or running (timers not yet due are not counted)
+
+    def submit(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            self._unfinished += 1
+            size = max(1, int(settings.EMBEDDED_TASK_THREADS))
+            while len(self._threads) < size:
+                thread = threading.Thread(
+                    target=self._work, name=f"task-{len(self._threads) + 1}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        self._queue.put(work)
+
+    def _work(self) -> None:
+        while True:
+            work = self._queue.get()
+            try:
+                work()
+            finally:
+                with self._lock:
+                    self._unfinished -= 1
+                    if not self._unfinished:
+                        self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until nothing is queued or running (or ``timeout`` passes); whether it is."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._unfinished, timeout)
+
+    @property
+    def size(self) -> int:
+        return len(self._threads)
+
+
+_pool = _Pool()
+
+
+def _run(task: Task, args: tuple, kwargs: dict, task_id: str | None) -> None:
+    close_old_connections()
+    try:
+        # ``apply`` runs the task here with its request context; a failure is logged by Celery's
+        # tracer and kept in the (discarded) result, as a worker would.
+        task.apply(args, kwargs, task_id=task_id)
+    except Exception:  # its last word: the watchdog ends a reply its turn left unfinished
+        log.exception("inprocess_task_crashed", task=task.name)
+    finally:
+        connections.close_all()
+
+
+def task_submit(
+    task: Task, args: tuple, kwargs: dict, *, task_id: str | None, countdown: float | None
+) -> None:
+    """Queue one run of ``task``; ``countdown`` seconds from now if given (a soft compaction
+    yielding to a running reply)."""
+
+    def work() -> None:
+        _run(task, args, kwargs, task_id)
+
+    if countdown and countdown > 0:
+        timer = threading.Timer(countdown, _pool.submit, args=(work,))
+        timer.daemon = True
+        timer.start()
+    else:
+        _pool.submit(work)
+
+
+def tasks_wait_idle(timeout: float = 30.0) -> bool:
+    """Block until every queued task has run (tests, and a command that must see them done)."""
+    return _pool.wait_idle(timeout)
+
+
+def pool_size() -> int:
+    """Threads started so far (never more than ``EMBEDDED_TASK_THREADS``)."""
+    return _pool.size
+
+
+class InProcessTask(Task):
+    """The app's task class: with ``TASKS_IN_PROCESS`` (embedded mode) a dispatch goes to the
+    in-process pool; otherwise to the broker as always (or runs at once with Celery's
+    ``task_always_eager``, which only tests set)."""
+
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: Any = None, **options: Any
+    ):  # type: ignore[override]  # noqa: E501
+        if not getattr(settings, "TASKS_IN_PROCESS", False) or self.app.conf.task_always_eager:
+            return super().apply_async(args, kwargs, task_id, **options)
+        from celery.utils import uuid
+
+        task_id = task_id or uuid()
+        task_submit(
+            self,
+            tuple(args or ()),
+            dict(kwargs or {}),
+            task_id=task_id,
+            countdown=options.get("countdown"),
+        )
+        return self.AsyncResult(task_id)

@@ -1,0 +1,129 @@
+"""Retry of a failed reply (turns/services/retry.py, docs/chat-turn.md "Retry"): the reply runs
+again for the same question, in place; neither the transcript nor the model's request ever holds
+the question twice, whichever way the client asks."""
+
+import pytest
+
+from bots.models import Message
+from tests.fakeopenai import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SYSTEM = {"role": "system", "content": "You are a test bot."}
+
+
+def _send(client, session, content, **body):
+    return client.post(
+        f"/api/v1/sessions/{session.pk}/messages/", {"content": content, **body}, format="json"
+    )
+
+
+def _transcript(session) -> list[tuple[int, str, str, str]]:
+    return list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("seq", "role", "content", "status")
+    )
+
+
+@pytest.fixture
+def failed_exchange(owner_client, fake_session, fake_openai, eager_tasks):
+    """A chat whose first question's reply failed (the provider refused it)."""
+    fake_openai.script(Reply(status=400, error_message="bad request"))
+    response = _send(owner_client, fake_session, "What is the capital of Peru?", client_id="c1")
+    reply = response.json()["assistant_message"]
+    assert Message.objects.get(pk=reply["id"]).status == "failed"
+    return response.json()
+
+
+def test_sending_the_question_again_reruns_the_failed_reply(
+    owner_client, fake_session, fake_openai, failed_exchange
+):
+    fake_openai.script(Reply(text="Lima."))
+    again = _send(owner_client, fake_session, "What is the capital of Peru?", client_id="c2")
+    assert again.status_code == 202
+    body = again.json()
+    assert body["user_message"]["id"] == failed_exchange["user_message"]["id"]
+    assert body["assistant_message"]["id"] == failed_exchange["assistant_message"]["id"]
+    assert _transcript(fake_session) == [
+        (1, "user", "What is the capital of Peru?", "complete"),
+        (2, "assistant", "Lima.", "complete"),
+    ]
+    assert fake_openai.requests[-1]["messages"] == [
+        SYSTEM,
+        {"role": "user", "content": "What is the capital of Peru?"},
+    ]
+    reply = Message.objects.get(pk=body["assistant_message"]["id"])
+    assert (reply.error_code, reply.error_message, reply.finish_reason) == ("", "", "stop")
+    # The retry's client_id now names the exchange: repeating that send stores nothing.
+    repeat = _send(owner_client, fake_session, "What is the capital of Peru?", client_id="c2")
+    assert repeat.json()["assistant_message"]["id"] == reply.pk
+    assert len(_transcript(fake_session)) == 2
+
+
+def test_the_retry_endpoint_reruns_the_reply_in_place(
+    owner_client, fake_session, fake_openai, failed_exchange
+):
+    fake_openai.script(Reply(text="Lima."))
+    reply_id = failed_exchange["assistant_message"]["id"]
+    response = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
+    assert response.status_code == 200
+    assert response.json()["id"] == reply_id
+    assert _transcript(fake_session) == [
+        (1, "user", "What is the capital of Peru?", "complete"),
+        (2, "assistant", "Lima.", "complete"),
+    ]
+    assert [m["role"] for m in fake_openai.requests[-1]["messages"]] == ["system", "user"]
+    # A complete reply is not retried (regenerate it instead): nothing changes.
+    refused = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {
+        "message": ["Only a failed or interrupted reply can be retried."]
+    }
+    assert len(_transcript(fake_session)) == 2
+
+
+def test_an_interrupted_reply_leaves_the_running_totals_when_retried(
+    owner_client, fake_session, fake_openai, eager_tasks
+):
+    fake_openai.script(Reply(text="Fine."))
+    _send(owner_client, fake_session, "hello", wait=True)
+    before = fake_session.__class__.objects.get(pk=fake_session.pk)
+    reply = Message.objects.get(session=fake_session, seq=2)
+    Message.objects.filter(pk=reply.pk).update(status="interrupted")  # as the watchdog leaves it
+    fake_openai.script(Reply(text="Fine again."))
+    owner_client.post(f"/api/v1/messages/{reply.pk}/retry/")
+    after = fake_session.__class__.objects.get(pk=fake_session.pk)
+    # The interrupted text left the totals, the new text joined them: the same count again.
+    assert (after.context_messages, after.context_tokens) == (
+        before.context_messages,
+        before.context_tokens - reply.token_count + Message.objects.get(pk=reply.pk).token_count,
+    )
+    assert _transcript(fake_session)[1] == (2, "assistant", "Fine again.", "complete")
+
+
+def test_a_failed_reply_with_a_later_message_is_not_retried_in_place(
+    owner_client, fake_session, fake_openai, failed_exchange
+):
+    fake_openai.script(Reply(text="Something else."))
+    _send(owner_client, fake_session, "Never mind: hello.")
+    reply_id = failed_exchange["assistant_message"]["id"]
+    refused = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {
+        "message": ["Only the chat's last reply can be retried; regenerate an earlier one."]
+    }
+
+
+def test_the_same_text_after_a_complete_reply_is_a_new_message(
+    owner_client, fake_session, fake_openai, eager_tasks
+):
+    fake_openai.script(Reply(text="One."), Reply(text="Two."))
+    _send(owner_client, fake_session, "again?")
+    _send(owner_client, fake_session, "again?")
+    assert _transcript(fake_session) == [
+        (1, "user", "again?", "complete"),
+        (2, "assistant", "One.", "complete"),
+        (3, "user", "again?", "complete"),
+        (4, "assistant", "Two.", "complete"),
+    ]

@@ -1,0 +1,219 @@
+"""The same flows against real processes in both modes (docs/chat-turn.md "Embedded mode"):
+embedded (uvicorn alone: no REDIS_URL, SQLite, tasks on the server's own task threads) and real
+(uvicorn and a Celery worker on Redis and PostgreSQL). Regenerate and edit answer before their
+reply has run and the reply then streams; ``/v1`` streams chunk by chunk; Retry re-runs the
+failed reply without storing the question twice. Bots talk to the local fake provider."""
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+import websockets
+from django.conf import settings
+
+from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.fakeopenai import Reply
+from tests.integration.processes import ROOT, celery_worker, process_env, web_server
+
+# Real mode's processes share the test database (committed rows); embedded mode has its own file.
+pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "a-long-test-password-1"
+SLOW = [f"word{i} " for i in range(8)]
+QUESTION = "What is the capital of Peru?"
+
+
+def _slow(chunks: list[str] = SLOW) -> Reply:
+    return Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.15)
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(params=["embedded", "real"])
+def platform(request, django_db_setup, tmp_path, fake_openai, monkeypatch):
+    """The web server's base URL, in the mode the test is parametrised with, with a superuser
+    ``tester`` (a superuser may point a bot at the fake provider's local address)."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    common = {"PROVIDER_API_BASES": fake_openai.url, "LLM_MAX_RETRIES": "0"}
+    if request.param == "embedded":
+        env = process_env(
+            REDIS_URL=None,
+            DEBUG="true",
+            DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}",
+            **common,
+        )
+        _manage(env, "migrate", "--noinput")
+    else:
+        db = settings.DATABASES["default"]
+        url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true", **common)
+    _manage(
+        {**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
+        "createsuperuser",
+        "--noinput",
+        "--username",
+        "tester",
+        "--email",
+        "tester@example.com",
+    )
+    if request.param == "embedded":
+        with web_server(env, tmp_path / "web.log") as base:
+            yield base
+    else:
+        with (
+            celery_worker(env, tmp_path / "worker.log"),
+            web_server(env, tmp_path / "web.log") as base,
+        ):
+            yield base
+
+
+class Api:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        token = httpx.post(
+            f"{base}/api/v1/auth/token/", json={"username": "tester", "password": PASSWORD}
+        ).json()["token"]
+        self.token = token
+        self.headers = {"Authorization": f"Token {token}"}
+
+    def post(self, path: str, body: dict | None = None) -> httpx.Response:
+        return httpx.post(
+            f"{self.base}/api/v1/{path}", json=body or {}, headers=self.headers, timeout=60
+        )
+
+    def messages(self, session_id: int) -> list[dict]:
+        return httpx.get(
+            f"{self.base}/api/v1/sessions/{session_id}/messages/", headers=self.headers
+        ).json()
+
+    def wait_finished(self, session_id: int, message_id: int, timeout: float = 60) -> dict:
+        """The reply once it has left pending/streaming (polled over REST)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [m for m in self.messages(session_id) if m["id"] == message_id]
+            if found and found[0]["status"] not in ("pending", "streaming"):
+                return found[0]
+            time.sleep(0.2)
+        raise AssertionError(f"reply {message_id} did not finish in {timeout} s")
+
+    def stream_kinds(self, session_id: int, reply_id: int) -> list[str]:
+        """The websocket's frame types for ``reply_id`` until it completes or fails."""
+
+        async def listen() -> list[str]:
+            url = self.base.replace("http", "ws") + f"/ws/sessions/{session_id}/"
+            kinds: list[str] = []
+            async with websockets.connect(
+                url, additional_headers={"Authorization": f"Token {self.token}"}
+            ) as ws:
+                while True:
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+                    message = frame.get("message") or {}
+                    if reply_id in (frame.get("message_id"), message.get("id")):
+                        kinds.append(frame["type"])
+                        if frame["type"] in ("message.completed", "message.failed"):
+                            return kinds
+
+        return asyncio.run(listen())
+
+
+def test_replies_stream_and_retry_never_duplicates(platform, fake_openai):
+    api = Api(platform)
+    bot = api.post(
+        "bots/",
+        {
+            "name": "writer",
+            "model": "openai/fake-model",
+            "api_base": fake_openai.url,
+            "api_key_env": FAKE_KEY_ENV,
+            "system_prompt": "You are a test bot.",
+        },
+    ).json()
+    session = api.post("sessions/", {"bot": bot["id"]}).json()["id"]
+    fake_openai.script(Reply(text="First answer."), _slow(), _slow())
+    first = api.post(f"sessions/{session}/messages/", {"content": "hello", "wait": True}).json()
+    assert first["assistant_message"]["content"] == "First answer."
+
+    # Regenerate and edit: answered before the reply ran, which then streams delta by delta.
+    for path, body in (
+        (f"messages/{first['assistant_message']['id']}/regenerate/", None),
+        (f"messages/{first['user_message']['id']}/edit/", {"content": "hello again"}),
+    ):
+        response = api.post(path, body)
+        assert response.status_code == 201
+        reply = response.json()["assistant_message"]
+        assert reply["status"] == "pending"
+        kinds = api.stream_kinds(response.json()["session"]["id"], reply["id"])
+        assert kinds[-1] == "message.completed"
+        assert kinds.count("message.delta") >= 3
+
+    # Retry of a failed reply: the same question, answered in place.
+    fake_openai.script(Reply(status=400, error_message="bad request"), Reply(text="Lima."))
+    failed = api.post(
+        f"sessions/{session}/messages/", {"content": QUESTION, "client_id": str(uuid.uuid4())}
+    ).json()
+    assert api.wait_finished(session, failed["assistant_message"]["id"])["status"] == "failed"
+    retried = api.post(
+        f"sessions/{session}/messages/", {"content": QUESTION, "client_id": str(uuid.uuid4())}
+    ).json()
+    assert retried["user_message"]["id"] == failed["user_message"]["id"]
+    assert retried["assistant_message"]["id"] == failed["assistant_message"]["id"]
+    api.wait_finished(session, failed["assistant_message"]["id"])
+    assert [(m["seq"], m["role"], m["content"], m["status"]) for m in api.messages(session)] == [
+        (1, "user", "hello", "complete"),
+        (2, "assistant", "First answer.", "complete"),
+        (3, "user", QUESTION, "complete"),
+        (4, "assistant", "Lima.", "complete"),
+    ]
+    assert fake_openai.requests[-1]["messages"] == [
+        {"role": "system", "content": "You are a test bot."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "First answer."},
+        {"role": "user", "content": QUESTION},
+    ]
+
+    # A few chats at once (on SQLite too): every reply completes, none meets a locked database.
+    sessions = [api.post("sessions/", {"bot": bot["id"]}).json()["id"] for _ in range(3)]
+    fake_openai.script(*[_slow(["Same ", "answer ", "for ", "all."]) for _ in sessions])
+    with ThreadPoolExecutor(len(sessions)) as pool:
+        sent = list(
+            pool.map(lambda s: api.post(f"sessions/{s}/messages/", {"content": "hi"}), sessions)
+        )
+    assert [r.status_code for r in sent] == [202, 202, 202]
+    finished = [
+        api.wait_finished(s, r.json()["assistant_message"]["id"]) for s, r in zip(sessions, sent)
+    ]
+    assert [(m["status"], m["content"]) for m in finished] == [
+        ("complete", "Same answer for all.")
+    ] * 3
+
+    # /v1 with stream=True: the chunks come as the model writes them.
+    key = api.post("api-keys/", {"name": "sdk"}).json()["key"]
+    client = openai.OpenAI(base_url=f"{platform}/v1", api_key=key, max_retries=0, timeout=60)
+    model = client.models.list().data[0].id
+    chunks = [f"part{i} " for i in range(10)]
+    fake_openai.script(Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.1))
+    events = list(
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Stream please"}], stream=True
+        )
+    )
+    final = next(i for i, e in enumerate(events) if e.choices and e.choices[0].finish_reason)
+    content = [e.choices[0].delta.content for e in events[:final] if e.choices[0].delta.content]
+    assert "".join(content) == "".join(chunks)
+    assert len(content) > 5

@@ -1,0 +1,107 @@
+"""Retry of a failed reply (docs/chat-turn.md "Retry"): the reply runs again for the same user
+message, in place; nothing new is stored, so neither the transcript nor the model's request ever
+holds the question twice.
+
+Two ways in, one rule: ``POST /api/v1/messages/{reply id}/retry/``, and a send whose text is
+the question of the chat's last exchange while that exchange's reply failed (a client's Retry
+that sends the question again, as the chat page's does): ``session_message_send`` asks
+``send_is_retry`` first and re-runs the reply instead of storing the question a second time.
+"""
+
+from functools import partial
+
+import structlog
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+
+from bots import realtime, transitions
+from bots.models import ChatSession, Message
+from bots.queries import message_get_for_user, session_get_for_use
+from chat_platform.errors import ValidationFailed
+from connections import usage
+from turns import dispatch
+
+log = structlog.get_logger(__name__)
+
+RETRYABLE = [Message.Status.FAILED, Message.Status.INTERRUPTED]
+NOT_RETRYABLE = "Only a failed or interrupted reply can be retried."
+
+
+def _exchange_after(session: ChatSession, question: Message) -> list[Message] | None:
+    """The replies to ``question`` if they are the last messages of the chat (recall exchanges
+    between them aside) and have all ended with at least one failed or interrupted; else None."""
+    later = list(Message.objects.filter(session=session, seq__gt=question.seq).order_by("seq"))
+    replies = [m for m in later if m.role == Message.Role.ASSISTANT and m.kind == Message.Kind.CHAT]
+    others = [m for m in later if m.kind != Message.Kind.TOOL and m not in replies]
+    if others or not replies or not all(m.is_finished for m in replies):
+        return None
+    failed = [m for m in replies if m.status in RETRYABLE]
+    return failed or None
+
+
+def _rerun(session: ChatSession, question: Message, failed: list[Message]) -> list[Message]:
+    """In the caller's transaction: the failed replies back to pending, handed over after
+    commit (one at a time, in seq order, as a room's replies run). Returns them re-read."""
+    again = []
+    for reply in failed:
+        bot = reply.bot or session.bot
+        model = session.chat_model if bot.pk == session.bot_id else bot.model
+        if transitions.reply_rerun(message_id=reply.pk, model=model):
+            again.append(reply.pk)
+    rows = list(Message.objects.filter(pk__in=again).order_by("seq"))
+    if rows:
+        transaction.on_commit(partial(realtime.notify_exchange_created, rows))
+        transaction.on_commit(partial(dispatch.turn_dispatch_next, session.pk))
+        log.info("reply_retried", session_id=session.pk, message_ids=again, question=question.pk)
+    return rows
+
+
+def send_is_retry(
+    *, session: ChatSession, text: str, client_id: str | None
+) -> tuple[Message, list[Message]] | None:
+    """A send of ``text`` that is a Retry: the chat's last question has exactly this text and its
+    reply failed. Re-runs that reply (one transaction), gives the question the send's
+    ``client_id`` (its repeat finds this exchange) and returns ``(question, replies)``; None for
+    an ordinary send. A concurrent Retry that already re-ran it returns the same exchange with
+    nothing re-run."""
+    question = (
+        Message.objects.filter(session=session, role=Message.Role.USER).order_by("-seq").first()
+    )
+    if question is None or question.kind != Message.Kind.CHAT or question.content != text:
+        return None
+    with transaction.atomic():
+        failed = _exchange_after(session, question)
+        if failed is None:
+            return None
+        rows = _rerun(session, question, failed)
+        if rows and client_id:
+            transitions.message_client_id_set(message_id=question.pk, client_id=client_id)
+            question.client_id = client_id
+    return question, rows or list(Message.objects.filter(pk__in=[m.pk for m in failed]))
+
+
+def reply_retry(*, user: AbstractBaseUser, message_id: object) -> Message:
+    """``POST messages/{id}/retry/``: re-run a failed or interrupted reply for the same question.
+    Only the chat's last exchange can be retried (a later message would be answered out of
+    order); an earlier reply is regenerated instead (a branch)."""
+    reply = message_get_for_user(user=user, message_id=message_id)
+    usage.quota_check(usage.user_limits(user.pk))
+    if reply.role != Message.Role.ASSISTANT or reply.kind != Message.Kind.CHAT:
+        raise ValidationFailed(details={"message": [NOT_RETRYABLE]})
+    session = session_get_for_use(user=user, session_id=reply.session_id)
+    question = reply.prompted_by
+    if reply.status not in RETRYABLE or question is None:
+        raise ValidationFailed(details={"message": [NOT_RETRYABLE]})
+    with transaction.atomic():
+        failed = _exchange_after(session, question)
+        if failed is None or reply.pk not in [m.pk for m in failed]:
+            raise ValidationFailed(
+                details={
+                    "message": [
+                        "Only the chat's last reply can be retried; regenerate an earlier one."
+                    ]
+                }
+            )
+        _rerun(session, question, failed)
+    reply.refresh_from_db()
+    return reply
