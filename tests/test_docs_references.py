@@ -100,3 +100,8 @@ def test_the_code_cites_only_its_own_docs():
         and re.search(rf"\b{outside}\b(?:\.md|\s*§)", path.read_text(errors="replace"))
     ]
     assert citing == []
+
+
+def test_the_readme_stays_short():
+    # What a newcomer needs fits in 12 KB; history and deep dives live in docs/.
+    assert (ROOT / "README.md").stat().st_size <= 12 * 1024
