@@ -49,8 +49,8 @@ def test_make_beat_keeps_its_schedule_in_an_ignored_folder():
 def test_collected_static_files_are_served_with_debug_off(tmp_path):
     with override_settings(STATIC_ROOT=tmp_path, DEBUG=False, WHITENOISE_USE_FINDERS=False):
         call_command("collectstatic", "--noinput", "-v", "0")
-        response = Client().get("/static/chat/chat.css")  # a new client: whitenoise re-reads
+        response = Client().get("/static/chat/css/base.css")  # a new client: whitenoise re-reads
         assert response.status_code == 200
         assert response["Content-Type"].startswith("text/css")
         body = b"".join(response.streaming_content)
-        assert body == (ROOT / "static" / "chat" / "chat.css").read_bytes()
+        assert body == (ROOT / "static" / "chat" / "css" / "base.css").read_bytes()
