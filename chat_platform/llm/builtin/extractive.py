@@ -21,7 +21,7 @@ sentences first. ``finish_reason`` is always ``stop``.
 import re
 from dataclasses import dataclass
 
-from chat_platform.llm.builtin.recall import is_echo
+from chat_platform.llm.builtin.recall_context import is_echo
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
 from chat_platform.llm.builtin.text import sentences as split_sentences
 from chat_platform.llm.builtin.text import terms
