@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from _procfs import cpu_seconds, descendants, rss_bytes
 
 # The tree whose stack runs: this checkout, or another commit's worktree (``--against``, which runs
 # this bench code over that tree). The fake provider is always this checkout's (``BENCH``).
@@ -29,7 +30,6 @@ WORDS = 50
 CHUNK_DELAY = 0.010
 TEXT = " ".join(f"w{i:02d}" for i in range(WORDS))
 PROMPT = "Say fifty words."
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def configure_env() -> None:
@@ -63,43 +63,6 @@ def django_setup() -> None:
 # --- processes -------------------------------------------------------------------------------
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime of all its threads
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 @dataclass
 class Proc:
     name: str
@@ -107,13 +70,13 @@ class Proc:
     log: Path
 
     def tree(self) -> list[int]:
-        return _descendants(self.process.pid)
+        return descendants(self.process.pid)
 
     def cpu(self) -> float:
-        return sum(_cpu_seconds(p) for p in self.tree())
+        return sum(cpu_seconds(p) for p in self.tree())
 
     def rss(self) -> int:
-        return sum(_rss_bytes(p) for p in self.tree())
+        return sum(rss_bytes(p) for p in self.tree())
 
 
 @dataclass
@@ -167,6 +130,97 @@ def _wait_for(predicate, what: str, proc: Proc, timeout: float = 90) -> None:  #
         time.sleep(0.2)
 
 
+def _start_provider(env: dict[str, str], logdir: Path, procs: list[Proc]) -> tuple[Proc, str]:
+    """The fake provider, up; (its process, its base URL)."""
+    port = _free_port()
+    provider = _start(
+        "provider",
+        [sys.executable, str(BENCH / "_fake_provider.py"), "--port", str(port)],
+        env,
+        logdir,
+    )
+    procs.append(provider)
+    provider_url = f"http://127.0.0.1:{port}/v1"
+
+    def provider_up() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(provider_url + "/models", timeout=1).status_code == 200
+        return False
+
+    _wait_for(provider_up, "fake provider", provider)
+    return provider, provider_url
+
+
+def _start_worker(
+    env: dict[str, str],
+    logdir: Path,
+    procs: list[Proc],
+    *,
+    worker_processes: int | None,
+    worker_threads: int,
+) -> Proc:
+    worker_env = dict(env)
+    worker_env["CELERY_WORKER_CONCURRENCY"] = str(worker_threads)
+    if worker_processes:
+        worker_env["WORKER_PROCESSES"] = str(worker_processes)
+    # The celery beside this interpreter: this checkout's .venv, or --against's side's own venv.
+    worker_env["CELERY"] = str(Path(sys.executable).parent / "celery")
+    worker = _start(
+        "worker",
+        [
+            "bash",
+            str(ROOT / "scripts" / "worker.sh"),
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "--purge",
+        ],
+        worker_env,
+        logdir,
+    )
+    procs.append(worker)
+    return worker
+
+
+def _start_web(
+    env: dict[str, str], logdir: Path, procs: list[Proc], *, web_workers: int
+) -> tuple[Proc, str]:
+    """uvicorn with ``web_workers`` processes, up; (its process, its base URL)."""
+    port = _free_port()
+    web = _start(
+        "web",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "chat_platform.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(web_workers),
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            "5",
+        ],
+        env,
+        logdir,
+    )
+    procs.append(web)
+    base = f"http://127.0.0.1:{port}"
+
+    def web_up() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(base + "/api/v1/bots/", timeout=2)
+            return True
+        return False
+
+    _wait_for(web_up, "web server", web)
+    return web, base
+
+
 @contextlib.contextmanager
 def running_stack(
     *,
@@ -188,75 +242,15 @@ def running_stack(
     env["LOG_LEVEL"] = os.environ.get("STACK_LOG_LEVEL", "INFO")
     procs: list[Proc] = []
     try:
-        port = _free_port()
-        provider = _start(
-            "provider",
-            [sys.executable, str(BENCH / "_fake_provider.py"), "--port", str(port)],
+        provider, provider_url = _start_provider(env, logdir, procs)
+        worker = _start_worker(
             env,
             logdir,
+            procs,
+            worker_processes=worker_processes,
+            worker_threads=worker_threads,
         )
-        procs.append(provider)
-        provider_url = f"http://127.0.0.1:{port}/v1"
-
-        def provider_up() -> bool:
-            with contextlib.suppress(httpx.HTTPError):
-                return httpx.get(provider_url + "/models", timeout=1).status_code == 200
-            return False
-
-        _wait_for(provider_up, "fake provider", provider)
-
-        worker_env = dict(env)
-        worker_env["CELERY_WORKER_CONCURRENCY"] = str(worker_threads)
-        if worker_processes:
-            worker_env["WORKER_PROCESSES"] = str(worker_processes)
-        # The celery beside this interpreter: this checkout's .venv, or --against's side's own venv.
-        worker_env["CELERY"] = str(Path(sys.executable).parent / "celery")
-        worker = _start(
-            "worker",
-            [
-                "bash",
-                str(ROOT / "scripts" / "worker.sh"),
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-                "--purge",
-            ],
-            worker_env,
-            logdir,
-        )
-        procs.append(worker)
-        port = _free_port()
-        web = _start(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "chat_platform.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                str(web_workers),
-                "--log-level",
-                "warning",
-                "--timeout-graceful-shutdown",
-                "5",
-            ],
-            env,
-            logdir,
-        )
-        procs.append(web)
-        base = f"http://127.0.0.1:{port}"
-
-        def web_up() -> bool:
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(base + "/api/v1/bots/", timeout=2)
-                return True
-            return False
-
-        _wait_for(web_up, "web server", web)
+        web, base = _start_web(env, logdir, procs, web_workers=web_workers)
         processes = worker_processes or os.cpu_count() or 1
         _wait_for(lambda: worker.log.read_bytes().count(b"ready") >= processes, "worker", worker)
         yield Stack(base, provider_url, web, worker, provider, procs)

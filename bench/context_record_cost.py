@@ -78,6 +78,50 @@ class Timed:
         setattr(module, attr, timed)
 
 
+def _report(
+    args: argparse.Namespace,
+    session: object,
+    record: Timed,
+    statements: Counter[str],
+    turn_times: list[float],
+    record_times: list[float],
+) -> None:
+    records = ContextRecord.objects.filter(session=session).count()
+    compacted = CompactionEvent.objects.filter(session=session, outcome="compacted").count()
+    turn_ms = statistics.mean(turn_times) * 1000
+    record_ms = statistics.mean(record_times) * 1000
+    print(
+        f"{args.turns} turns, window 4,000: {records} context records, {compacted} compactions "
+        "(fusions included) on the way"
+    )
+    print(
+        f"per turn: platform {turn_ms:.2f} ms (p50 {statistics.median(turn_times) * 1000:.2f}); "
+        f"the record's part {record_ms:.3f} ms (p50 {statistics.median(record_times) * 1000:.3f},"
+        f" max {max(record_times) * 1000:.3f}) = {100 * record_ms / turn_ms:.1f} % of the turn"
+    )
+    print(
+        "  of which: "
+        + ", ".join(
+            f"{name} {seconds * 1000 / args.turns:.3f} ms"
+            for name, seconds in record.by_name.most_common()
+        )
+    )
+    print(
+        f"statements per turn: {statements['turn'] / args.turns:.1f} outside the record, "
+        f"{statements['record'] / args.turns:.2f} in it (goal ≤ 1)"
+    )
+    on_path = record.by_name["call_entry"] * 1000 / args.turns
+    after = record.by_name["context_record_write"] * 1000 / args.turns
+    share = 100 * on_path / args.added_ms
+    print(
+        f"on the way to the reply (before message.completed): {on_path:.3f} ms a turn, "
+        f"{share:.1f} % of turn_overhead's added latency of {args.added_ms:.0f} ms "
+        f"(goal ≤ 5 %: {'met' if share <= 5 else 'NOT met'}); after the reply went out: "
+        f"{after:.3f} ms of the worker's time (the INSERT and its commit), "
+        f"{100 * after / args.added_ms:.1f} % of that figure if it were on the way"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
@@ -131,40 +175,7 @@ def main() -> None:
                 turn_times.append(time.perf_counter() - started)
                 record_times.append(record.seconds - before)
 
-    records = ContextRecord.objects.filter(session=session).count()
-    compacted = CompactionEvent.objects.filter(session=session, outcome="compacted").count()
-    turn_ms = statistics.mean(turn_times) * 1000
-    record_ms = statistics.mean(record_times) * 1000
-    print(
-        f"{args.turns} turns, window 4,000: {records} context records, {compacted} compactions "
-        "(fusions included) on the way"
-    )
-    print(
-        f"per turn: platform {turn_ms:.2f} ms (p50 {statistics.median(turn_times) * 1000:.2f}); "
-        f"the record's part {record_ms:.3f} ms (p50 {statistics.median(record_times) * 1000:.3f},"
-        f" max {max(record_times) * 1000:.3f}) = {100 * record_ms / turn_ms:.1f} % of the turn"
-    )
-    print(
-        "  of which: "
-        + ", ".join(
-            f"{name} {seconds * 1000 / args.turns:.3f} ms"
-            for name, seconds in record.by_name.most_common()
-        )
-    )
-    print(
-        f"statements per turn: {statements['turn'] / args.turns:.1f} outside the record, "
-        f"{statements['record'] / args.turns:.2f} in it (goal ≤ 1)"
-    )
-    on_path = record.by_name["call_entry"] * 1000 / args.turns
-    after = record.by_name["context_record_write"] * 1000 / args.turns
-    share = 100 * on_path / args.added_ms
-    print(
-        f"on the way to the reply (before message.completed): {on_path:.3f} ms a turn, "
-        f"{share:.1f} % of turn_overhead's added latency of {args.added_ms:.0f} ms "
-        f"(goal ≤ 5 %: {'met' if share <= 5 else 'NOT met'}); after the reply went out: "
-        f"{after:.3f} ms of the worker's time (the INSERT and its commit), "
-        f"{100 * after / args.added_ms:.1f} % of that figure if it were on the way"
-    )
+    _report(args, session, record, statements, turn_times, record_times)
 
 
 if __name__ == "__main__":

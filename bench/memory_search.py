@@ -257,7 +257,7 @@ def database_drop(url: str) -> None:
 # --- main ---------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def _options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES))
     parser.add_argument("--quick", action="store_true", help="10k and 100k only (a smoke run)")
@@ -271,10 +271,11 @@ def main() -> None:
         help="the bot's embedding model (default: the built-in one, every message with a "
         'vector; "" = words only)',
     )
-    options = parser.parse_args()
-    sizes = QUICK_SIZES if options.quick else tuple(int(n) for n in options.sizes.split(","))
-    sizes = tuple(sorted(sizes))
+    return parser.parse_args()
 
+
+def _database() -> str:
+    """A fresh, migrated database; its URL."""
     os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     os.environ.setdefault("DATABASE_POOL", "false")
     url = os.environ["DATABASE_URL"]
@@ -287,7 +288,10 @@ def main() -> None:
         f"database {url.rsplit('/', 1)[1]} created and migrated in "
         f"{time.perf_counter() - started:.1f} s"
     )
+    return url
 
+
+def _corpus(options: argparse.Namespace) -> Corpus:
     started = time.perf_counter()
     pool = build_pool(POOL_TEXTS)
     print(
@@ -309,6 +313,12 @@ def main() -> None:
             else ""
         )
     )
+    return corpus
+
+
+def _grow_and_measure(
+    corpus: Corpus, sizes: tuple[int, ...], options: argparse.Namespace
+) -> tuple[list[Measured], list[tuple[str, list[str]]]]:
     results: list[Measured] = []
     plans: list[tuple[str, list[str]]] = []
     for size in sizes:
@@ -324,7 +334,10 @@ def main() -> None:
         if size == sizes[-1]:
             for question in (QUESTIONS[0], QUESTIONS[2]):
                 plans.append((question, explain_candidates(corpus, question)))
+    return results, plans
 
+
+def _table(results: list[Measured], options: argparse.Namespace) -> None:
     print()
     print(
         f"records_search, {len(QUESTIONS)} questions x {options.sessions} sessions per size "
@@ -353,12 +366,8 @@ def main() -> None:
     for label, cell in rows:
         print(f"{label:>22}" + "".join(cell(m) for m in results))
 
-    for question, lines in plans:
-        print()
-        print(f"EXPLAIN (ANALYZE) candidate query at {sizes[-1]:,}, {question!r}:")
-        for ln in _plan_summary(lines):
-            print(f"  {ln}")
 
+def _verdict(results: list[Measured]) -> None:
     print()
     small, large = results[0], results[-1]
     p95_small, p95_large = percentile(small.total_ms, 0.95), percentile(large.total_ms, 0.95)
@@ -379,6 +388,22 @@ def main() -> None:
             f"goal {'met' if met else 'NOT met'}: p95 at 1M <= {GOAL_RATIO:g} x p95 at 10k "
             f"and <= {GOAL_MS:g} ms"
         )
+
+
+def main() -> None:
+    options = _options()
+    sizes = QUICK_SIZES if options.quick else tuple(int(n) for n in options.sizes.split(","))
+    sizes = tuple(sorted(sizes))
+    url = _database()
+    corpus = _corpus(options)
+    results, plans = _grow_and_measure(corpus, sizes, options)
+    _table(results, options)
+    for question, lines in plans:
+        print()
+        print(f"EXPLAIN (ANALYZE) candidate query at {sizes[-1]:,}, {question!r}:")
+        for ln in _plan_summary(lines):
+            print(f"  {ln}")
+    _verdict(results)
     if not options.keep:
         database_drop(url)
 

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -69,6 +70,67 @@ def _history(size: int) -> list[dict]:
 
 def _p50(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def _size_run(
+    platform: Any, direct: Any, provider: Any, model: str, size: int, calls: int, faults: list[str]
+) -> tuple[list[float], list[float]]:
+    """``calls`` timed calls resending a history of ``size`` messages, through the platform and
+    directly: what each took beyond the provider's own time (ours, theirs)."""
+    import openai
+
+    messages = _history(size)
+    sessions = set()
+    ours, theirs = [], []
+    for call in range(calls + 1):  # the first call of a size starts its session: not timed
+        messages.append({"role": "user", "content": f"Question {call} at size {size}?"})
+        served_before = len(provider.served)
+        started = time.perf_counter()
+        try:
+            raw = platform.chat.completions.with_raw_response.create(model=model, messages=messages)
+        except openai.OpenAIError as exc:
+            faults.append(f"size {size} call {call}: {exc}")
+            break
+        wall = time.perf_counter() - started
+        provider_seconds = sum(s.seconds or 0 for s in provider.served[served_before:])
+        sessions.add(raw.headers["X-Session-Id"])
+        answer = raw.parse().choices[0].message.content
+        served_before = len(provider.served)
+        started = time.perf_counter()
+        direct.chat.completions.create(model="fake-model", messages=messages)
+        direct_wall = time.perf_counter() - started
+        direct_provider = sum(s.seconds or 0 for s in provider.served[served_before:])
+        messages.append({"role": "assistant", "content": answer})
+        if call:
+            ours.append(wall - provider_seconds)
+            theirs.append(direct_wall - direct_provider)
+    if len(sessions) != 1:
+        faults.append(f"size {size}: {len(sessions)} sessions, expected 1")
+    return ours, theirs
+
+
+def _print_report(
+    rows: list[tuple[int, float, float]], calls: int, *, largest: int, budget: int
+) -> None:
+    print(f"OpenAI-compatible API, full history resent each call ({calls} timed calls per size)")
+    print(
+        f"{'prior messages':>15} {'platform p50 ms':>16} {'direct p50 ms':>14} {'added p50 ms':>13}"
+    )
+    for size, ours_p50, theirs_p50 in rows:
+        added = (ours_p50 - theirs_p50) * 1000
+        print(f"{size:>15} {ours_p50 * 1000:>16.1f} {theirs_p50 * 1000:>14.1f} {added:>13.1f}")
+    # "added" is what the platform puts on top of the same call made directly: the client's own
+    # cost of encoding and sending N messages grows with N on both roads alike.
+    added_by = {size: ours - theirs for size, ours, theirs in rows}
+    raw_by = {size: ours for size, ours, _ in rows}
+    if 10 in added_by and 1000 in added_by:
+        ratio = added_by[1000] / added_by[10]
+        verdict = "meets" if ratio <= GOAL_RATIO else "misses"
+        print(
+            f"added overhead at 1,000 / at 10: {ratio:.2f}x ({verdict} the goal <= {GOAL_RATIO}x); "
+            f"whole-call overhead ratio {raw_by[1000] / raw_by[10]:.2f}x"
+        )
+    print(f"largest request to the provider: {largest} tokens; budget B = {budget}")
 
 
 def main() -> int:
@@ -116,38 +178,8 @@ def main() -> int:
         model = next(m.id for m in openai.OpenAI(base_url=f"{base}/v1", api_key=key).models.list())
         platform = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=120)
         direct = openai.OpenAI(base_url=provider.url, api_key="no-key", max_retries=0, timeout=120)
-        platform_bodies: list[dict] = []
         for size in sizes:
-            messages = _history(size)
-            sessions = set()
-            ours, theirs = [], []
-            for call in range(calls + 1):  # the first call of a size starts its session: not timed
-                messages.append({"role": "user", "content": f"Question {call} at size {size}?"})
-                served_before = len(provider.served)
-                started = time.perf_counter()
-                try:
-                    raw = platform.chat.completions.with_raw_response.create(
-                        model=model, messages=messages
-                    )
-                except openai.OpenAIError as exc:
-                    faults.append(f"size {size} call {call}: {exc}")
-                    break
-                wall = time.perf_counter() - started
-                provider_seconds = sum(s.seconds or 0 for s in provider.served[served_before:])
-                platform_bodies.extend(s.body for s in provider.served[served_before:])
-                sessions.add(raw.headers["X-Session-Id"])
-                answer = raw.parse().choices[0].message.content
-                served_before = len(provider.served)
-                started = time.perf_counter()
-                direct.chat.completions.create(model="fake-model", messages=messages)
-                direct_wall = time.perf_counter() - started
-                direct_provider = sum(s.seconds or 0 for s in provider.served[served_before:])
-                messages.append({"role": "assistant", "content": answer})
-                if call:
-                    ours.append(wall - provider_seconds)
-                    theirs.append(direct_wall - direct_provider)
-            if len(sessions) != 1:
-                faults.append(f"size {size}: {len(sessions)} sessions, expected 1")
+            ours, theirs = _size_run(platform, direct, provider, model, size, calls, faults)
             rows.append((size, _p50(ours), _p50(theirs)))
         platform_bodies = [
             s.body
@@ -168,25 +200,7 @@ def main() -> int:
         last_seq = ChatSession.objects.filter(user=user).aggregate(m=Max("last_seq"))["m"]
     provider.stop()
 
-    print(f"OpenAI-compatible API, full history resent each call ({calls} timed calls per size)")
-    print(
-        f"{'prior messages':>15} {'platform p50 ms':>16} {'direct p50 ms':>14} {'added p50 ms':>13}"
-    )
-    for size, ours_p50, theirs_p50 in rows:
-        added = (ours_p50 - theirs_p50) * 1000
-        print(f"{size:>15} {ours_p50 * 1000:>16.1f} {theirs_p50 * 1000:>14.1f} {added:>13.1f}")
-    # "added" is what the platform puts on top of the same call made directly: the client's own
-    # cost of encoding and sending N messages grows with N on both roads alike.
-    added_by = {size: ours - theirs for size, ours, theirs in rows}
-    raw_by = {size: ours for size, ours, _ in rows}
-    if 10 in added_by and 1000 in added_by:
-        ratio = added_by[1000] / added_by[10]
-        verdict = "meets" if ratio <= GOAL_RATIO else "misses"
-        print(
-            f"added overhead at 1,000 / at 10: {ratio:.2f}x ({verdict} the goal <= {GOAL_RATIO}x); "
-            f"whole-call overhead ratio {raw_by[1000] / raw_by[10]:.2f}x"
-        )
-    print(f"largest request to the provider: {largest} tokens; budget B = {budget}")
+    _print_report(rows, calls, largest=largest, budget=budget)
     print(
         f"sessions: {sessions_made} (one per size); longest stored transcript: {last_seq} messages"
     )

@@ -36,7 +36,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) -> bool:
+def _rows(
+    corpus: Corpus, asked: list[Asked], budget: int
+) -> tuple[dict[str, dict[str, list[bool]]], list[int]]:
+    """Per kind (and "all"): found by the platform and by BM25 at each budget; BM25's tokens."""
     bm25 = BM25(corpus.turns)
     rows: dict[str, dict[str, list[bool]]] = {}
     used_same: list[int] = []
@@ -54,17 +57,10 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
             row["same"].append(evidence <= same)
             row["2000"].append(evidence <= at_2000)
             row["matched"].append(evidence <= matched)
-    from chat_platform.llm.tokens import count_tokens
+    return rows, used_same
 
-    corpus_tokens = sum(count_tokens(f"[{t.date}] {t.speaker}: {t.text}\n") for t in corpus.turns)
-    print()
-    print(
-        f"BM25 budget: {budget} tokens ({budget_source}) of {corpus_tokens} in all the dated "
-        f"raw turns; mean used "
-        f"{sum(used_same) / max(1, len(used_same)):.0f}. Platform tool results: mean "
-        f"{sum(a.tool_tokens for a in asked) / max(1, len(asked)):.0f} tokens, "
-        f"{sum(len(a.hits) for a in asked) / max(1, len(asked)):.1f} hits a question."
-    )
+
+def _table(rows: dict[str, dict[str, list[bool]]]) -> None:
     header = (
         f"| {'kind':<12} | {'n':>3} | {'platform found':>14} | {'in tool result':>14} | "
         f"{'without recall':>14} | "
@@ -82,6 +78,10 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
             f"{percent(row['w']):>13.1f}% | {percent(row['same']):>15.1f}% | "
             f"{percent(row['2000']):>12.1f}% | {percent(row['matched']):>17.1f}% |"
         )
+
+
+def _where(corpus: Corpus, asked: list[Asked]) -> None:
+    """Dates, latency, where the evidence was, and what a word-matching search could reach."""
     temporal = [a for a in asked if a.question.kind == "temporal"]
     print(
         f"temporal, evidence date (YYYY-MM-DD) with the turn in the tool result: "
@@ -118,6 +118,9 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
         f"model, issue 16 item 5); {len(misses) - len(unreachable)} share words and were ranked "
         f"out of the budget"
     )
+
+
+def _goal(rows: dict[str, dict[str, list[bool]]]) -> bool:
     overall = percent(rows["all"]["p"])
     kinds_ok = all(percent(rows[k]["p"]) >= 75 for k in KINDS if k in rows)
     margin = overall - percent(rows["all"]["same"])
@@ -131,6 +134,24 @@ def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) 
     )
     print(f"  goal met: {'YES' if met else 'NO'}")
     return met
+
+
+def report(corpus: Corpus, asked: list[Asked], budget: int, budget_source: str) -> bool:
+    rows, used_same = _rows(corpus, asked, budget)
+    from chat_platform.llm.tokens import count_tokens
+
+    corpus_tokens = sum(count_tokens(f"[{t.date}] {t.speaker}: {t.text}\n") for t in corpus.turns)
+    print()
+    print(
+        f"BM25 budget: {budget} tokens ({budget_source}) of {corpus_tokens} in all the dated "
+        f"raw turns; mean used "
+        f"{sum(used_same) / max(1, len(used_same)):.0f}. Platform tool results: mean "
+        f"{sum(a.tool_tokens for a in asked) / max(1, len(asked)):.0f} tokens, "
+        f"{sum(len(a.hits) for a in asked) / max(1, len(asked)):.1f} hits a question."
+    )
+    _table(rows)
+    _where(corpus, asked)
+    return _goal(rows)
 
 
 def report_hybrid(

@@ -115,16 +115,246 @@ def _copy(table: str, columns: list[str], rows) -> None:
             copy.write_row(row)
 
 
-def _add_sessions(corpus: Corpus, count: int) -> None:
-    from django.db import connection, transaction
+_Plan = dict[int, list[tuple[str, int, datetime]]]
 
-    from bots.models import ChatSession, Message
-    from chat_platform.transcript import line as transcript_line
+
+def _plan(corpus: Corpus, sessions: list, first_number: int) -> _Plan:
+    """Each session: which pool text every seq holds, and when it was said."""
+    pool, per_session = corpus.pool, corpus.per_session
+    plan: dict[int, list[tuple[str, int, datetime]]] = {}
+    for i, session in enumerate(sessions):
+        number = first_number + i
+        rng = random.Random(1_000_003 * (number + 1))
+        moment = START + timedelta(days=number * 0.7)
+        rows = []
+        for seq in range(1, per_session + 1):
+            role = "user" if seq % 2 else "assistant"
+            moment += timedelta(seconds=rng.randint(20, 400))
+            rows.append((role, rng.randrange(len(pool.texts[role])), moment))
+        plan[session.pk] = rows
+    return plan
+
+
+def _add_summaries(corpus: Corpus, sessions: list, plan: _Plan) -> dict[int, int]:
     from compaction.models import Summary
-    from memory.models import MemoryRecord, MessageIndex
+
+    pool, per_session = corpus.pool, corpus.per_session
+    summaries = Summary.objects.bulk_create(
+        Summary(
+            session=session,
+            level=1,
+            text=f"[1] {plan[session.pk][0][2]:%Y-%m-%d} user: the chat so far.",
+            token_count=40,
+            first_seq=1,
+            last_seq=per_session,
+            source_tokens=sum(pool.tokens[r][i] for r, i, _ in plan[session.pk]),
+            model="builtin/extractive",
+            trigger=Summary.Trigger.SOFT,
+            retention=1.0,
+        )
+        for session in sessions
+    )
+    summary_of = {s.session_id: s.pk for s in summaries}
+    return summary_of
+
+
+def _copy_snapshots(corpus: Corpus, sessions: list, plan: _Plan) -> dict[tuple[int, int], int]:
+    """The snapshots, one per ``per_snapshot`` messages; (session id, first seq) -> record id."""
+    from django.db import connection
+
+    from chat_platform.transcript import line as transcript_line
+    from memory.models import MemoryRecord
     from memory.services import snapshot_name
 
     pool, per_session, per_snapshot = corpus.pool, corpus.per_session, corpus.per_snapshot
+    now = datetime.now(UTC)
+
+    def snapshot_rows():
+        for session in sessions:
+            rows = plan[session.pk]
+            for first in range(1, per_session + 1, per_snapshot):
+                last = min(per_session, first + per_snapshot - 1)
+                body = "\n".join(
+                    transcript_line(
+                        seq,
+                        rows[seq - 1][2],
+                        rows[seq - 1][0],
+                        pool.texts[rows[seq - 1][0]][rows[seq - 1][1]],
+                    )
+                    for seq in range(first, last + 1)
+                )
+                tokens = sum(
+                    pool.tokens[rows[s - 1][0]][rows[s - 1][1]] + 8 for s in range(first, last + 1)
+                )
+                yield (
+                    session.pk,
+                    "session",
+                    snapshot_name(first, last),
+                    "snapshot",
+                    f"Pre-compaction snapshot of messages {first}–{last}",
+                    body,
+                    tokens,
+                    first,
+                    last,
+                    True,
+                    rows[last - 1][2],
+                    now,
+                )
+
+    _copy(
+        MemoryRecord._meta.db_table,
+        [
+            "session_id",
+            "scope",
+            "name",
+            "kind",
+            "description",
+            "body",
+            "token_count",
+            "first_seq",
+            "last_seq",
+            "indexed",
+            "created_at",
+            "updated_at",
+        ],
+        snapshot_rows(),
+    )
+    ids = [s.pk for s in sessions]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT session_id, first_seq, id FROM memory_memoryrecord "
+            "WHERE session_id = ANY(%s) AND kind = 'snapshot'",
+            [ids],
+        )
+        snapshot_of = {(sid, first): pk for sid, first, pk in cursor.fetchall()}
+    return snapshot_of
+
+
+def _copy_messages(
+    corpus: Corpus, sessions: list, plan: _Plan, summary_of: dict[int, int]
+) -> list[tuple[int, int, int]]:
+    """The messages, compacted by their session's summary; their (id, session id, seq)."""
+    from django.db import connection
+
+    from bots.models import Message
+
+    pool = corpus.pool
+    ids = [s.pk for s in sessions]
+
+    def message_rows():
+        for session in sessions:
+            summary = summary_of[session.pk]
+            for seq, (role, i, moment) in enumerate(plan[session.pk], start=1):
+                yield (
+                    session.pk,
+                    seq,
+                    role,
+                    "chat",
+                    pool.texts[role][i],
+                    "complete",
+                    pool.tokens[role][i],
+                    False,
+                    "",
+                    "[]",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    False,
+                    summary,
+                    moment,
+                    moment,
+                    0,
+                )
+
+    _copy(
+        Message._meta.db_table,
+        [
+            "session_id",
+            "seq",
+            "role",
+            "kind",
+            "content",
+            "status",
+            "token_count",
+            "pinned",
+            "client_id",
+            "tool_calls",
+            "tool_call_id",
+            "tool_name",
+            "model",
+            "finish_reason",
+            "error_code",
+            "error_message",
+            "stop_requested",
+            "compacted_by_id",
+            "created_at",
+            "updated_at",
+            "hop",
+        ],
+        message_rows(),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, session_id, seq FROM bots_message WHERE session_id = ANY(%s)", [ids]
+        )
+        message_ids = cursor.fetchall()
+    return message_ids
+
+
+def _copy_index(
+    corpus: Corpus,
+    plan: _Plan,
+    message_ids: list[tuple[int, int, int]],
+    snapshot_of: dict[tuple[int, int], int],
+) -> None:
+    from memory.models import MessageIndex
+
+    pool, per_snapshot = corpus.pool, corpus.per_snapshot
+
+    def index_rows():
+        for pk, sid, seq in message_ids:
+            role, i, _ = plan[sid][seq - 1]
+            first = (seq - 1) // per_snapshot * per_snapshot + 1
+            yield (
+                pk,
+                sid,
+                seq,
+                snapshot_of[(sid, first)],
+                pool.terms[role][i],
+                pool.lengths[role][i],
+                model,
+                vectors[(i + (role == "assistant") * POOL_OFFSET) % len(vectors)]
+                if vectors
+                else None,
+            )
+
+    model, vectors = corpus.bot.embedding_model, corpus.vectors
+    _copy(
+        MessageIndex._meta.db_table,
+        [
+            "message_id",
+            "session_id",
+            "seq",
+            "record_id",
+            "terms",
+            "length",
+            "embedding_model",
+            "embedding",
+        ],
+        index_rows(),
+    )
+
+
+def _add_sessions(corpus: Corpus, count: int) -> None:
+    from django.db import transaction
+
+    from bots.models import ChatSession
+    from memory.models import MemoryRecord
+
+    per_session = corpus.per_session
     first_number = len(corpus.session_ids)
     with transaction.atomic():
         sessions = ChatSession.objects.bulk_create(
@@ -136,189 +366,11 @@ def _add_sessions(corpus: Corpus, count: int) -> None:
             )
             for i in range(count)
         )
-        # Each session: which pool text every seq holds, and when it was said.
-        plan: dict[int, list[tuple[str, int, datetime]]] = {}
-        for i, session in enumerate(sessions):
-            number = first_number + i
-            rng = random.Random(1_000_003 * (number + 1))
-            moment = START + timedelta(days=number * 0.7)
-            rows = []
-            for seq in range(1, per_session + 1):
-                role = "user" if seq % 2 else "assistant"
-                moment += timedelta(seconds=rng.randint(20, 400))
-                rows.append((role, rng.randrange(len(pool.texts[role])), moment))
-            plan[session.pk] = rows
-        summaries = Summary.objects.bulk_create(
-            Summary(
-                session=session,
-                level=1,
-                text=f"[1] {plan[session.pk][0][2]:%Y-%m-%d} user: the chat so far.",
-                token_count=40,
-                first_seq=1,
-                last_seq=per_session,
-                source_tokens=sum(pool.tokens[r][i] for r, i, _ in plan[session.pk]),
-                model="builtin/extractive",
-                trigger=Summary.Trigger.SOFT,
-                retention=1.0,
-            )
-            for session in sessions
-        )
-        summary_of = {s.session_id: s.pk for s in summaries}
-        now = datetime.now(UTC)
-
-        def snapshot_rows():
-            for session in sessions:
-                rows = plan[session.pk]
-                for first in range(1, per_session + 1, per_snapshot):
-                    last = min(per_session, first + per_snapshot - 1)
-                    body = "\n".join(
-                        transcript_line(
-                            seq,
-                            rows[seq - 1][2],
-                            rows[seq - 1][0],
-                            pool.texts[rows[seq - 1][0]][rows[seq - 1][1]],
-                        )
-                        for seq in range(first, last + 1)
-                    )
-                    tokens = sum(
-                        pool.tokens[rows[s - 1][0]][rows[s - 1][1]] + 8
-                        for s in range(first, last + 1)
-                    )
-                    yield (
-                        session.pk,
-                        "session",
-                        snapshot_name(first, last),
-                        "snapshot",
-                        f"Pre-compaction snapshot of messages {first}–{last}",
-                        body,
-                        tokens,
-                        first,
-                        last,
-                        True,
-                        rows[last - 1][2],
-                        now,
-                    )
-
-        _copy(
-            MemoryRecord._meta.db_table,
-            [
-                "session_id",
-                "scope",
-                "name",
-                "kind",
-                "description",
-                "body",
-                "token_count",
-                "first_seq",
-                "last_seq",
-                "indexed",
-                "created_at",
-                "updated_at",
-            ],
-            snapshot_rows(),
-        )
-        ids = [s.pk for s in sessions]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT session_id, first_seq, id FROM memory_memoryrecord "
-                "WHERE session_id = ANY(%s) AND kind = 'snapshot'",
-                [ids],
-            )
-            snapshot_of = {(sid, first): pk for sid, first, pk in cursor.fetchall()}
-
-        def message_rows():
-            for session in sessions:
-                summary = summary_of[session.pk]
-                for seq, (role, i, moment) in enumerate(plan[session.pk], start=1):
-                    yield (
-                        session.pk,
-                        seq,
-                        role,
-                        "chat",
-                        pool.texts[role][i],
-                        "complete",
-                        pool.tokens[role][i],
-                        False,
-                        "",
-                        "[]",
-                        "",
-                        "",
-                        "",
-                        "",
-                        "",
-                        "",
-                        False,
-                        summary,
-                        moment,
-                        moment,
-                        0,
-                    )
-
-        _copy(
-            Message._meta.db_table,
-            [
-                "session_id",
-                "seq",
-                "role",
-                "kind",
-                "content",
-                "status",
-                "token_count",
-                "pinned",
-                "client_id",
-                "tool_calls",
-                "tool_call_id",
-                "tool_name",
-                "model",
-                "finish_reason",
-                "error_code",
-                "error_message",
-                "stop_requested",
-                "compacted_by_id",
-                "created_at",
-                "updated_at",
-                "hop",
-            ],
-            message_rows(),
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id, session_id, seq FROM bots_message WHERE session_id = ANY(%s)", [ids]
-            )
-            message_ids = cursor.fetchall()
-
-        def index_rows():
-            for pk, sid, seq in message_ids:
-                role, i, _ = plan[sid][seq - 1]
-                first = (seq - 1) // per_snapshot * per_snapshot + 1
-                yield (
-                    pk,
-                    sid,
-                    seq,
-                    snapshot_of[(sid, first)],
-                    pool.terms[role][i],
-                    pool.lengths[role][i],
-                    model,
-                    vectors[(i + (role == "assistant") * POOL_OFFSET) % len(vectors)]
-                    if vectors
-                    else None,
-                )
-
-        model, vectors = corpus.bot.embedding_model, corpus.vectors
-        _copy(
-            MessageIndex._meta.db_table,
-            [
-                "message_id",
-                "session_id",
-                "seq",
-                "record_id",
-                "terms",
-                "length",
-                "embedding_model",
-                "embedding",
-            ],
-            index_rows(),
-        )
+        plan = _plan(corpus, sessions, first_number)
+        summary_of = _add_summaries(corpus, sessions, plan)
+        snapshot_of = _copy_snapshots(corpus, sessions, plan)
+        message_ids = _copy_messages(corpus, sessions, plan, summary_of)
+        _copy_index(corpus, plan, message_ids, snapshot_of)
         rng = random.Random(first_number)
         MemoryRecord.objects.bulk_create(
             MemoryRecord(

@@ -46,6 +46,7 @@ import json
 import resource
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ def side_serve(args: argparse.Namespace) -> None:
                 break
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -265,14 +266,90 @@ def main() -> None:
         "and virtualenv are built once under .bench-cache/), and print the ratios",
     )
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.side:
-        return side_serve(args)
-    if args.against:
-        import _against
+    return parser
 
-        return _against.report(args, _against.compare(args))
 
+def _direct_cpu(stack: Any, pairs: int) -> float:
+    """CPU of the direct call alone: this process does nothing else meanwhile (litellm's
+    logging threads included, so wait for them before reading)."""
+    time.sleep(0.5)
+    cpu0 = _cpu_self()
+    for _ in range(pairs):
+        _stack.direct_call(stack.provider_url)
+    time.sleep(0.5)
+    return (_cpu_self() - cpu0) / pairs
+
+
+@dataclass
+class _Run:
+    """What one sitting measured."""
+
+    direct: list[tuple[float, float]] = field(default_factory=list)
+    ws: list[dict] = field(default_factory=list)
+    rest: list[dict] = field(default_factory=list)
+    # the provider's time for each call, in the same order (None: none finished)
+    provider_s: dict[str, list[float | None]] = field(
+        default_factory=lambda: {"direct": [], "ws": [], "rest": []}
+    )
+    direct_cpu: float = 0.0
+    worker_cpu: float = 0.0
+    web_cpu: float = 0.0
+    lean_cpu: float = 0.0
+    gateway_floor: list[float] = field(default_factory=list)
+    by_history: dict = field(default_factory=dict)
+
+
+def _triples(stack: Any, client: Any, fix: Any, sids: list, clock: Any, args: Any) -> _Run:
+    """The interleaved triples (direct call, websocket turn, REST wait turn) and their CPU."""
+    run = _Run()
+    direct, ws, rest, provider_s = run.direct, run.ws, run.rest, run.provider_s
+    worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
+    for i in range(args.pairs):
+        triple = run_triple(stack, client, fix, sids, clock, i)
+        direct.append(triple["direct"][0])
+        ws.append(triple["ws"][0])
+        rest.append(triple["rest"][0])
+        for side, (_, seconds) in triple.items():
+            provider_s[side].append(seconds)
+    time.sleep(0.5)
+    turns = len(ws) + len(rest)
+    run.worker_cpu = (stack.worker.cpu() - worker_cpu0) / turns
+    run.web_cpu = (stack.web.cpu() - web_cpu0) / turns
+    return run
+
+
+def _gateway_floor(stack: Any, clock: Any, pairs: int) -> list[float]:
+    """The floor, measured the same way: the gateway's own streaming call from this one
+    process (what a worker does for a turn, without web, queue and database)."""
+    gateway_floor: list[float] = []
+    _stack.gateway_call(stack.provider_url)
+    for _ in range(pairs):
+        (_, total), seconds = _minus_provider(
+            clock, lambda: _stack.gateway_call(stack.provider_url)
+        )
+        if seconds is not None:
+            gateway_floor.append(total - seconds)
+    return gateway_floor
+
+
+def _lean_cpu(stack: Any, pairs: int) -> float:
+    # The same direct call with the switches the gateway sets (chat_platform.llm.gateway).
+    import litellm
+
+    from chat_platform.llm import gateway
+
+    # (chat_platform/llm/gateway/lazy_litellm.py; a module-level function in older gateways,
+    # absent from those older than issue 10)
+    lean = getattr(getattr(gateway, "lazy_litellm", None), "configure_lean", None) or getattr(
+        gateway, "_configure_lean", None
+    )
+    if lean is not None:
+        lean(litellm)
+    _stack.direct_call(stack.provider_url)
+    return _direct_cpu(stack, pairs)
+
+
+def _measure(args: Any) -> _Run:
     import httpx
 
     _stack.django_setup()
@@ -290,67 +367,23 @@ def main() -> None:
             _stack.direct_call(stack.provider_url)
             asyncio.run(ws_turn(stack, fix.token, sids.pop()))
             rest_turn(client, stack, fix.token, sids.pop())
+        direct_cpu = _direct_cpu(stack, args.pairs)
+        run = _triples(stack, client, fix, sids, clock, args)
+        run.direct_cpu = direct_cpu
+        run.gateway_floor = _gateway_floor(stack, clock, args.pairs)
+        run.by_history = _history_runs(stack, fix, args, clock)
+        run.lean_cpu = _lean_cpu(stack, args.pairs)
+    return run
 
-        # CPU of the direct call alone: this process does nothing else meanwhile (litellm's
-        # logging threads included, so wait for them before reading).
-        time.sleep(0.5)
-        cpu0 = _cpu_self()
-        for _ in range(args.pairs):
-            _stack.direct_call(stack.provider_url)
-        time.sleep(0.5)
-        direct_cpu = (_cpu_self() - cpu0) / args.pairs
 
-        direct: list[tuple[float, float]] = []
-        ws: list[dict] = []
-        rest: list[dict] = []
-        # the provider's time for each call, in the same order (None: none finished)
-        provider_s: dict[str, list[float | None]] = {"direct": [], "ws": [], "rest": []}
-        worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
-        for i in range(args.pairs):
-            triple = run_triple(stack, client, fix, sids, clock, i)
-            direct.append(triple["direct"][0])
-            ws.append(triple["ws"][0])
-            rest.append(triple["rest"][0])
-            for side, (_, seconds) in triple.items():
-                provider_s[side].append(seconds)
-        time.sleep(0.5)
-        turns = len(ws) + len(rest)
-        worker_cpu = (stack.worker.cpu() - worker_cpu0) / turns
-        web_cpu = (stack.web.cpu() - web_cpu0) / turns
-
-        # The floor, measured the same way: the gateway's own streaming call from this one
-        # process (what a worker does for a turn, without web, queue and database).
-        gateway_floor: list[float] = []
-        _stack.gateway_call(stack.provider_url)
-        for _ in range(args.pairs):
-            (_, total), seconds = _minus_provider(
-                clock, lambda: _stack.gateway_call(stack.provider_url)
-            )
-            if seconds is not None:
-                gateway_floor.append(total - seconds)
-
-        by_history = _history_runs(stack, fix, args, clock)
-
-        # The same direct call with the switches the gateway sets (chat_platform.llm.gateway).
-        import litellm
-
-        from chat_platform.llm import gateway
-
-        # (chat_platform/llm/gateway/lazy_litellm.py; a module-level function in older gateways,
-        # absent from those older than issue 10)
-        lean = getattr(getattr(gateway, "lazy_litellm", None), "configure_lean", None) or getattr(
-            gateway, "_configure_lean", None
-        )
-        if lean is not None:
-            lean(litellm)
-        _stack.direct_call(stack.provider_url)
-        time.sleep(0.5)
-        cpu0 = _cpu_self()
-        for _ in range(args.pairs):
-            _stack.direct_call(stack.provider_url)
-        time.sleep(0.5)
-        lean_cpu = (_cpu_self() - cpu0) / args.pairs
-
+def _report(args: Any, run: _Run) -> None:
+    direct, ws, rest, provider_s = run.direct, run.ws, run.rest, run.provider_s
+    direct_cpu, worker_cpu, web_cpu, lean_cpu = (
+        run.direct_cpu,
+        run.worker_cpu,
+        run.web_cpu,
+        run.lean_cpu,
+    )
     d_total = [t for _, t in direct]
     d_ttft = [f for f, _ in direct]
     p = _stack.percentile
@@ -399,7 +432,7 @@ def main() -> None:
     )
     print("  same method as the Open WebUI comparison (turn time - the provider's time for it):")
     for name, values in (
-        ("floor: gateway call", gateway_floor),
+        ("floor: gateway call", run.gateway_floor),
         ("floor: litellm call", floor),
         ("websocket turn", ws_same),
         ("REST wait turn", rest_same),
@@ -408,30 +441,39 @@ def main() -> None:
             f"    {name:<23} p50 {p(values, 50) * 1000:6.0f} ms, p95 {p(values, 95) * 1000:6.0f} ms"
             f"  (n={len(values)})"
         )
-    if by_history:
-        print("  per-turn overhead by stored history, websocket turn - direct call (p50 / p95):")
-        for size, (values, _, _, outcomes) in by_history.items():
-            print(
-                f"    {size:>6,} stored: p50 {p(values, 50) * 1000:+6.0f} ms, p95 "
-                f"{p(values, 95) * 1000:+6.0f} ms  ({outcomes})"
-            )
+    if run.by_history:
+        _report_history(run.by_history)
+    _report_outcomes(args, ws, rest)
+
+
+def _report_history(by_history: dict) -> None:
+    p = _stack.percentile
+    print("  per-turn overhead by stored history, websocket turn - direct call (p50 / p95):")
+    for size, (values, _, _, outcomes) in by_history.items():
         print(
-            "  per-turn overhead by stored history, same method (turn - provider's time, p50 / "
-            "p95), beside the floor and Open WebUI's (issue 17, measured there the same way):"
+            f"    {size:>6,} stored: p50 {p(values, 50) * 1000:+6.0f} ms, p95 "
+            f"{p(values, 95) * 1000:+6.0f} ms  ({outcomes})"
         )
-        for size, (_, same, floor_h, _) in by_history.items():
-            ours = p(same, 50) * 1000
-            theirs = OPEN_WEBUI_MS.get(size)
-            versus = (
-                f"Open WebUI {theirs[0]}-{theirs[1]} ms -> ours/theirs "
-                f"{ours / theirs[1]:.2f}-{ours / theirs[0]:.2f}x"
-                if theirs
-                else "Open WebUI: not measured at this size"
-            )
-            print(
-                f"    {size:>6,} stored: turn p50 {ours:5.0f} / p95 {p(same, 95) * 1000:5.0f} ms;"
-                f" floor p50 {p(floor_h, 50) * 1000:5.0f} ms; {versus}"
-            )
+    print(
+        "  per-turn overhead by stored history, same method (turn - provider's time, p50 / "
+        "p95), beside the floor and Open WebUI's (issue 17, measured there the same way):"
+    )
+    for size, (_, same, floor_h, _) in by_history.items():
+        ours = p(same, 50) * 1000
+        theirs = OPEN_WEBUI_MS.get(size)
+        versus = (
+            f"Open WebUI {theirs[0]}-{theirs[1]} ms -> ours/theirs "
+            f"{ours / theirs[1]:.2f}-{ours / theirs[0]:.2f}x"
+            if theirs
+            else "Open WebUI: not measured at this size"
+        )
+        print(
+            f"    {size:>6,} stored: turn p50 {ours:5.0f} / p95 {p(same, 95) * 1000:5.0f} ms;"
+            f" floor p50 {p(floor_h, 50) * 1000:5.0f} ms; {versus}"
+        )
+
+
+def _report_outcomes(args: Any, ws: list[dict], rest: list[dict]) -> None:
     bad = {}
     for name, results in (("websocket", ws), ("REST", rest)):
         counts: dict[str, int] = {}
@@ -441,6 +483,17 @@ def main() -> None:
         bad[name] = sum(v for k, v in counts.items() if k != "completed")
     if args.smoke and any(bad.values()):
         raise SystemExit(f"turn_overhead smoke: turns not completed: {bad}")
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    if args.side:
+        return side_serve(args)
+    if args.against:
+        import _against
+
+        return _against.report(args, _against.compare(args))
+    _report(args, _measure(args))
 
 
 if __name__ == "__main__":

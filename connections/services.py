@@ -71,6 +71,23 @@ def check_connection_fields(
     unknown = sorted(set(fields) - set(FIELDS))
     for name in unknown:
         errors[name] = ["Unknown field."]
+    _check_endpoint(errors, fields, connection)
+    new_key = _check_key(errors, fields, connection)
+    groups = _check_access(errors, fields, connection)
+    if not errors:
+        try:
+            connection.full_clean(exclude=["created_by", "users", "groups"])
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationFailed(details=errors)
+    return new_key, groups
+
+
+def _check_endpoint(
+    errors: dict[str, list[str]], fields: dict[str, Any], connection: Connection
+) -> None:
+    """Name, kind, provider and base URL."""
     if "name" in fields:
         connection.name = _text(errors, "name", fields["name"], max_chars=120)
         if "name" not in errors and not connection.name:
@@ -104,6 +121,12 @@ def check_connection_fields(
         and "kind" not in errors
     ):
         errors["base_url"] = ["Required for this kind (e.g. https://api.openai.com/v1)."]
+
+
+def _check_key(
+    errors: dict[str, list[str]], fields: dict[str, Any], connection: Connection
+) -> str | None:
+    """The key or the name of its variable: the new key (``None``: unchanged, ``""``: cleared)."""
     new_key: str | None = None
     if "api_key" in fields:
         value = fields["api_key"]
@@ -129,12 +152,19 @@ def check_connection_fields(
         connection.api_key_env = ""
     if connection.api_key_env and new_key is None:
         new_key = ""  # naming a variable clears a stored key
+    return new_key
+
+
+def _check_access(
+    errors: dict[str, list[str]], fields: dict[str, Any], connection: Connection
+) -> list[Group] | None:
+    """Who may use it: ``public`` and the groups (``None``: unchanged)."""
+    groups: list[Group] | None = None
     if "public" in fields:
         if not isinstance(fields["public"], bool):
             errors["public"] = ["Must be true or false."]
         else:
             connection.public = fields["public"]
-    groups: list[Group] | None = None
     if "groups" in fields:
         raw = fields["groups"]
         if not isinstance(raw, list) or not all(
@@ -146,14 +176,7 @@ def check_connection_fields(
             missing = sorted(set(raw) - {g.pk for g in groups})
             if missing:
                 errors["groups"] = [f"No such group: {', '.join(map(str, missing))}."]
-    if not errors:
-        try:
-            connection.full_clean(exclude=["created_by", "users", "groups"])
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
-    if errors:
-        raise ValidationFailed(details=errors)
-    return new_key, groups
+    return groups
 
 
 def connection_key_store(connection: Connection, new_key: str | None) -> None:

@@ -115,94 +115,118 @@ def _month(word: str) -> str | None:
     return MONTHS.get(word.lower().rstrip("."))
 
 
+class _Terms:
+    """The terms of one message as they are taken: each word goes to one term at most."""
+
+    def __init__(self, tokens: list[_Token]) -> None:
+        self.tokens = tokens
+        self.terms: list[_Term] = []
+        self.used = [False] * len(tokens)
+        self.words = [_bare(t.text) for t in tokens]
+
+    def take(self, i: int, j: int, kind: str, shown: str) -> None:
+        for k in range(i, j):
+            self.used[k] = True
+        parts = tuple(w.lower() for k in range(i, j) for w in _WORD.findall(self.words[k]))
+        self.terms.append(_Term(kind, shown, parts))
+
+    def dates(self) -> None:
+        """2024-03-08, 14 March (2024), March 14th (2024)."""
+        words, used = self.words, self.used
+        for i, word in enumerate(words):
+            if used[i]:
+                continue
+            if _ISO_DATE.match(word):
+                self.take(i, i + 1, "date", word)
+                continue
+            month = _month(word)
+            if month is None or (word.lower() == "may" and not word[0].isupper()):
+                continue
+            before = _DAY.match(words[i - 1]) if i > 0 and not used[i - 1] else None
+            after = _DAY.match(words[i + 1]) if i + 1 < len(words) else None
+            if before and 1 <= int(before.group(1)) <= 31:
+                start, end, shown = i - 1, i + 1, f"{int(before.group(1))} {month}"
+            elif after and 1 <= int(after.group(1)) <= 31:
+                start, end, shown = i, i + 2, f"{month} {int(after.group(1))}"
+            else:
+                continue
+            if end < len(words) and _YEAR.match(words[end]):
+                shown, end = f"{shown} {words[end]}", end + 1
+            self.take(start, end, "date", shown)
+
+    def _context(self, i: int) -> int | None:
+        """The content word just before number ``i`` that says what it is, if any."""
+        for k in (i - 1, i - 2):
+            if k < 0 or self.used[k] or self.tokens[k + 1].starts_sentence:
+                return None
+            if _is_content(self.words[k]):
+                return k
+            if self.words[k].lower() not in STOPWORDS:
+                return None
+        return None
+
+    def numbers(self) -> None:
+        """Numbers and codes, with the content word that says what they are."""
+        tokens, words, used = self.tokens, self.words, self.used
+        for i, word in enumerate(words):
+            if used[i] or not _has_digit(word):
+                continue
+            code = any(c.isalpha() for c in word)
+            context = self._context(i)
+            if context is not None:
+                for k in range(context, i + 1):
+                    used[k] = True
+                parts = (words[context].lower(), *(w.lower() for w in _WORD.findall(word)))
+                self.terms.append(_Term("number", f"{words[context]} {word}", parts))
+                continue
+            nxt = words[i + 1] if i + 1 < len(words) else ""
+            if (
+                not code
+                and nxt
+                and not used[i + 1]
+                and not tokens[i + 1].starts_sentence
+                and nxt.islower()
+                and _is_content(nxt)
+            ):
+                self.take(i, i + 2, "number", f"{word} {nxt}")
+            elif code or len(re.sub(r"\D", "", word)) >= 3:
+                self.take(i, i + 1, "number", word)
+
+    def names(self, proper: set[str]) -> None:
+        """Runs of capitalised words that are proper (seen capitalised inside a sentence)."""
+        words = self.words
+        i = 0
+        while i < len(words):
+            j = i
+            while (
+                j < len(words)
+                and not self.used[j]
+                and words[j][:1].isupper()
+                and words[j].isalpha()
+                and words[j].lower() in proper
+                and (j == i or not self.tokens[j].starts_sentence)
+            ):
+                j += 1
+            if j > i:
+                self.take(i, j, "name", " ".join(words[i:j]))
+                i = j
+            else:
+                i += 1
+
+    def plain(self) -> None:
+        for i, word in enumerate(self.words):
+            if not self.used[i] and _is_content(word) and len(word) >= 4:
+                self.take(i, i + 1, "word", word.lower())
+
+
 def _terms_of(tokens: list[_Token], proper: set[str]) -> list[_Term]:
     """The terms of one message, in order: dates, numbers in context, names, then plain words."""
-    terms: list[_Term] = []
-    used = [False] * len(tokens)
-    words = [_bare(t.text) for t in tokens]
-
-    def take(i: int, j: int, kind: str, shown: str) -> None:
-        for k in range(i, j):
-            used[k] = True
-        parts = tuple(w.lower() for k in range(i, j) for w in _WORD.findall(words[k]))
-        terms.append(_Term(kind, shown, parts))
-
-    # Dates: 2024-03-08, 14 March (2024), March 14th (2024).
-    for i, word in enumerate(words):
-        if used[i]:
-            continue
-        if _ISO_DATE.match(word):
-            take(i, i + 1, "date", word)
-            continue
-        month = _month(word)
-        if month is None or (word.lower() == "may" and not word[0].isupper()):
-            continue
-        before = _DAY.match(words[i - 1]) if i > 0 and not used[i - 1] else None
-        after = _DAY.match(words[i + 1]) if i + 1 < len(words) else None
-        if before and 1 <= int(before.group(1)) <= 31:
-            start, end, shown = i - 1, i + 1, f"{int(before.group(1))} {month}"
-        elif after and 1 <= int(after.group(1)) <= 31:
-            start, end, shown = i, i + 2, f"{month} {int(after.group(1))}"
-        else:
-            continue
-        if end < len(words) and _YEAR.match(words[end]):
-            shown, end = f"{shown} {words[end]}", end + 1
-        take(start, end, "date", shown)
-    # Numbers and codes, with the content word that says what they are.
-    for i, word in enumerate(words):
-        if used[i] or not _has_digit(word):
-            continue
-        code = any(c.isalpha() for c in word)
-        context = None
-        for k in (i - 1, i - 2):
-            if k < 0 or used[k] or tokens[k + 1].starts_sentence:
-                break
-            if _is_content(words[k]):
-                context = k
-                break
-            if words[k].lower() not in STOPWORDS:
-                break
-        if context is not None:
-            for k in range(context, i + 1):
-                used[k] = True
-            parts = (words[context].lower(), *(w.lower() for w in _WORD.findall(word)))
-            terms.append(_Term("number", f"{words[context]} {word}", parts))
-            continue
-        nxt = words[i + 1] if i + 1 < len(words) else ""
-        if (
-            not code
-            and nxt
-            and not used[i + 1]
-            and not tokens[i + 1].starts_sentence
-            and nxt.islower()
-            and _is_content(nxt)
-        ):
-            take(i, i + 2, "number", f"{word} {nxt}")
-        elif code or len(re.sub(r"\D", "", word)) >= 3:
-            take(i, i + 1, "number", word)
-    # Names: runs of capitalised words that are proper (seen capitalised inside a sentence).
-    i = 0
-    while i < len(words):
-        j = i
-        while (
-            j < len(words)
-            and not used[j]
-            and words[j][:1].isupper()
-            and words[j].isalpha()
-            and words[j].lower() in proper
-            and (j == i or not tokens[j].starts_sentence)
-        ):
-            j += 1
-        if j > i:
-            take(i, j, "name", " ".join(words[i:j]))
-            i = j
-        else:
-            i += 1
-    # Plain words.
-    for i, word in enumerate(words):
-        if not used[i] and _is_content(word) and len(word) >= 4:
-            take(i, i + 1, "word", word.lower())
-    return terms
+    found = _Terms(tokens)
+    found.dates()
+    found.numbers()
+    found.names(proper)
+    found.plain()
+    return found.terms
 
 
 def _proper_words(segments: list[tuple[str | None, str]]) -> set[str]:

@@ -14,21 +14,26 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from bots.models import ChatSession, Message
-from bots.queries import participant_seat
 from chat_platform.compiled import CompiledValues
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
-from chat_platform.transcript import line as transcript_line
-from memory import embeddings, search
-from memory.models import MemoryRecord, MessageIndex
+from memory import search
+from memory.models import MemoryRecord
+from memory.search_hits import (
+    SearchHit,
+    fill,
+    info_scored,
+    rendered,
+    seen_from,
+    snapshot_hits,
+    with_vectors,
+)
 from memory.terms import query_terms
-from memory.terms import terms as search_terms
 
 READ_MAX_NAMES = 5
 READ_BODY_MAX_TOKENS = 2000
 # At most this many records per result; the token budget (SEARCH_RESULT_TOKENS) is what fills it.
 SEARCH_MAX_HITS = 20
-EXCERPT_MAX_TOKENS = 300
 # Newest first everywhere (index, list, frame): an edited record counts as new.
 NEWEST_FIRST = ("-updated_at", "-id")
 
@@ -222,52 +227,7 @@ def records_read(
     return results
 
 
-# --- recall: search ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    record: MemoryRecord  # loaded without body and search_vector
-    # Message hits: the record's matching messages, whole, one transcript line each, in seq
-    # order ("[12] 2024-03-08 13:56Z user: …"). Record hits (info records, and snapshots whose
-    # messages are not indexed): ≤ EXCERPT_MAX_TOKENS tokens around the match, matches in **…**.
-    excerpt: str
-    rank: float
-    seqs: tuple[int, ...] = ()  # the messages the excerpt carries (empty for a record hit)
-    # Live history the request does not show (``records_search(live_before=…)``): messages no
-    # record holds yet, so nothing to read by name; ``record`` is an unsaved stand-in.
-    history: bool = False
-
-    @property
-    def name(self) -> str:
-        return HISTORY_NAME if self.history else self.record.name
-
-    @property
-    def header(self) -> str:
-        """The line a search result puts above the hit's text."""
-        return _header(self.record, history=self.history)
-
-
-def _header(record: MemoryRecord, *, history: bool) -> str:
-    return HISTORY_HEADER if history else f"[record {record.name}]"
-
-
-# What a recall result names a live-history hit by: no record, so ``read`` has nothing to open.
-HISTORY_NAME = "(history)"
-HISTORY_HEADER = "[chat history: not in a record yet, nothing to read]"
-
-
-# Candidates whose text is read per round of filling the result budget; neighbours come along.
-_FILL_CHUNK = 60
-# A message hit ending in a question brings the next turn (its answer) along, when compacted.
-_QUESTION = "?"
-
-
-@dataclass
-class _Group:
-    record_id: int | None  # None: live history
-    rank: float
-    lines: dict[int, str]  # seq -> line
+# --- recall: search (the hits: memory/search_hits.py) -----------------------------------------
 
 
 def records_search(
@@ -322,289 +282,19 @@ def records_search(
         if messages
         else ([], None)
     )
-    info = _info_scored(records, text, wanted, collection, limit=limit)
-    from_seq = _seen_from(session)
+    info = info_scored(records, text, wanted, collection, limit=limit)
+    from_seq = seen_from(session)
     # messages_ranked gives live rows (no record) only below ``live_before``.
     ranked: list[tuple[float, object]] = [(m.score, m) for m in scored if m.seq >= from_seq]
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
     if messages:
-        ranked = _with_vectors(session, text, ranked, from_seq=from_seq, live_before=live_before)
-    hits = _fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
-    used = count_tokens("".join(_rendered(hit) for hit in hits), model=model)
+        ranked = with_vectors(session, text, ranked, from_seq=from_seq, live_before=live_before)
+    hits = fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
+    used = count_tokens("".join(rendered(hit) for hit in hits), model=model)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
-        hits += _snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
+        hits += snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
     return hits
-
-
-def _seen_from(session: ChatSession) -> int:
-    """The first seq ``session``'s bot may see: in a room, a bot that sees from its join never
-    finds what was said before it came in (docs/rooms.md); else 1."""
-    if not session.is_room:
-        return 1
-    seat = participant_seat(session=session, bot_id=session.bot_id)
-    return seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
-
-
-def _with_vectors(
-    session: ChatSession,
-    text: str,
-    ranked: list[tuple[float, object]],
-    *,
-    from_seq: int = 1,
-    live_before: int | None = None,
-) -> list[tuple[float, object]]:
-    """Hybrid search, for a bot with an embedding model: the lexical ranking fused with the
-    session's messages most similar in meaning to the question (``memory.embeddings``), so a
-    question that shares no word with its answer still finds it. Without a model, or when the
-    model is down (a logged warning), the lexical ranking as it is."""
-    bot = session.bot
-    if not bot.embedding_model:
-        return ranked
-    vector = embeddings.query_vector(bot, text, user_id=session.user_id)
-    if vector is None:
-        return ranked
-    similar = [
-        m
-        for m in embeddings.vector_ranked(
-            session_id=session.pk, model=bot.embedding_model, query=vector, live_before=live_before
-        )
-        if m.seq >= from_seq  # a room's late joiner, as for the words (``_seen_from``)
-    ]
-    return embeddings.fused(ranked, similar) if similar else ranked
-
-
-def _rendered(hit: SearchHit) -> str:
-    """What one hit adds to a search result (``memory.recall`` joins hits with a blank line)."""
-    return f"{hit.header}\n{hit.excerpt}\n\n"
-
-
-def _info_scored(
-    records: QuerySet[MemoryRecord],
-    text: str,
-    wanted: list[str],
-    collection: "search.Collection | None",
-    *,
-    limit: int,
-) -> list[tuple[float, SearchHit]]:
-    """Info records matching the query, each with its BM25 score against the messages."""
-    infos = records.filter(kind=MemoryRecord.Kind.INFO)
-    ranked = search.search_ranked(records=infos, query=text, limit=limit)
-    if not ranked:
-        return []
-    rows = {
-        r.pk: r
-        for r in MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).defer(
-            "search_vector"
-        )
-    }
-    if collection is None or not collection.documents:
-        collection = search.Collection(documents=0, mean_length=0.0, frequency={})
-    out = []
-    for position, (pk, _, excerpt) in enumerate(ranked):
-        record = rows.get(pk)
-        if record is None:  # deleted between the two queries
-            continue
-        words = search_terms(f"{record.name} {record.description} {record.body}")
-        score = collection.score(wanted, words) or 1.0 / (position + 2)
-        record.body = ""  # the hit carries the excerpt, not the body
-        out.append(
-            (
-                score,
-                SearchHit(
-                    record=record,
-                    excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS),
-                    rank=score,
-                ),
-            )
-        )
-    return out
-
-
-def _fill(
-    session: ChatSession,
-    ranked: list[tuple[float, object]],
-    *,
-    room: int,
-    limit: int,
-    model: str,
-    live_before: int | None = None,
-) -> list[SearchHit]:
-    """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
-    record (a record's first appearance sets its place), each message once; live messages (no
-    record) form one group of their own."""
-    names: dict[int | None, MemoryRecord] = {
-        r.pk: r
-        for r in MemoryRecord.objects.filter(
-            pk__in={i.record_id for _, i in ranked if isinstance(i, search.MessageScore)}
-        ).defer("body", "search_vector")
-    }
-    names[None] = MemoryRecord(session=session, name=HISTORY_NAME, kind=MemoryRecord.Kind.SNAPSHOT)
-    groups: dict[int | None, _Group] = {}
-    order: list[object] = []  # _Group or SearchHit, in rank order
-    shown: set[int] = set()
-    used = 0
-    for start in range(0, len(ranked), _FILL_CHUNK):
-        chunk = ranked[start : start + _FILL_CHUNK]
-        lines = _message_lines(
-            session,
-            [item for _, item in chunk if isinstance(item, search.MessageScore)],
-            live_before=live_before,
-        )
-        for score, item in chunk:
-            if isinstance(item, SearchHit):
-                cost = count_tokens(_rendered(item), model=model)
-                if len(order) < limit and used + cost <= room:
-                    order.append(item)
-                    used += cost
-                continue
-            assert isinstance(item, search.MessageScore)
-            record = names.get(item.record_id)
-            if item.seq in shown or record is None:
-                continue
-            seqs = [item.seq]
-            line = lines.get(item.seq)
-            if line is None:  # deleted meanwhile
-                continue
-            if line.endswith(_QUESTION) and item.seq + 1 in lines and item.seq + 1 not in shown:
-                seqs.append(item.seq + 1)
-            group = groups.get(item.record_id)
-            new_group = group is None
-            if new_group and len(order) >= limit:
-                continue
-            header = f"{_header(record, history=item.record_id is None)}\n\n" if new_group else ""
-            cost = count_tokens(header + "".join(f"{lines[s]}\n" for s in seqs), model=model)
-            if used + cost > room and len(seqs) > 1:  # the question alone, without its answer
-                seqs = seqs[:1]
-                cost = count_tokens(header + f"{lines[item.seq]}\n", model=model)
-            if used + cost > room:
-                if not order and new_group:  # nothing fits yet: the best message, cut
-                    cut = truncate_to_tokens(
-                        lines[item.seq],
-                        max(0, room - count_tokens(header, model=model) - 2),
-                        model=model,
-                    )
-                    if cut:
-                        groups[item.record_id] = _Group(
-                            item.record_id, score, {item.seq: cut + " …"}
-                        )
-                        order.append(groups[item.record_id])
-                        shown.add(item.seq)
-                        used = room
-                continue
-            if group is None:
-                group = groups[item.record_id] = _Group(item.record_id, score, {})
-                order.append(group)
-            for s in seqs:
-                group.lines[s] = lines[s]
-                shown.add(s)
-            used += cost
-        if used >= room:
-            break
-    hits = []
-    for entry in order:
-        if isinstance(entry, SearchHit):
-            hits.append(entry)
-            continue
-        record = names[entry.record_id]
-        seqs = tuple(sorted(entry.lines))
-        hits.append(
-            SearchHit(
-                record=record,
-                excerpt="\n".join(entry.lines[s] for s in seqs),
-                rank=entry.rank,
-                seqs=seqs,
-                history=entry.record_id is None,
-            )
-        )
-    return _within(hits, room, model=model)
-
-
-def _within(hits: list[SearchHit], room: int, *, model: str) -> list[SearchHit]:
-    """Drop the last hits while the rendered whole is over ``room`` (joins can tokenize a token
-    or two differently from the parts)."""
-    while hits and count_tokens("".join(_rendered(h) for h in hits), model=model) > room:
-        hits = hits[:-1]
-    return hits
-
-
-def _message_lines(
-    session: ChatSession, scored: list["search.MessageScore"], *, live_before: int | None
-) -> dict[int, str]:
-    """Transcript lines (seq -> line) of ``scored`` and of the turn after each question among
-    them, read in one query: compacted messages, and live ones below ``live_before`` that are
-    not pinned (a pin is in every request)."""
-    if not scored:
-        return {}
-    seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
-    # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
-    # scored ones are indexed with a snapshot, so compacted by some bot of the room; a live one
-    # is one no snapshot holds.
-    if session.is_room:
-        live = {m.seq for m in scored if m.record_id is None}
-        visible = ~Q(seq__in=live, pinned=True)
-        if live_before:  # never the message the turn answers, or what came after it
-            visible &= Q(seq__lt=live_before)
-    else:
-        visible = Q(compacted_by_id__isnull=False)
-        if live_before:
-            visible |= Q(seq__lt=live_before, pinned=False)
-    rows = Message.objects.filter(
-        visible,
-        session_id=session.pk,
-        seq__in=seqs,
-        role__in=(Message.Role.USER, Message.Role.ASSISTANT),
-    ).values_list("seq", "role", "content", "created_at")
-    asked = {m.seq for m in scored}
-    lines = {}
-    for seq, role, content, created_at in rows:
-        text = content.strip()
-        if not text:
-            continue
-        if seq not in asked and seq - 1 not in asked:
-            continue
-        lines[seq] = transcript_line(seq, created_at, role, text)
-    return lines
-
-
-def _snapshot_hits(
-    session: ChatSession,
-    records: QuerySet[MemoryRecord],
-    text: str,
-    *,
-    room: int,
-    limit: int,
-) -> list[SearchHit]:
-    """Snapshots searched as records: those none of whose messages are indexed (a fusion's,
-    which holds summaries; a snapshot from before message search)."""
-    if room <= 0 or limit <= 0:
-        return []
-    covered = MessageIndex.objects.filter(session_id=session.pk, record__isnull=False).values(
-        "record_id"
-    )
-    snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(pk__in=covered)
-    if not snapshots.exists():  # the usual case: every snapshot's messages are indexed
-        return []
-    ranked = search.search_ranked(records=snapshots, query=text, limit=limit)
-    if not ranked:
-        return []
-    by_id = {
-        r.pk: r
-        for r in MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).defer(
-            "body", "search_vector"
-        )
-    }
-    hits = []
-    for pk, rank, excerpt in ranked:
-        record = by_id.get(pk)
-        if record is None:  # deleted between the two queries
-            continue
-        hits.append(
-            SearchHit(
-                record=record, excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS), rank=rank
-            )
-        )
-    return _within(hits, room, model="")
 
 
 # --- search all my chats ----------------------------------------------------------------------

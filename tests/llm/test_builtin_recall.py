@@ -12,11 +12,11 @@ from chat_platform.llm.builtin.recall import (
     NO_MATCH_TEXT,
     NOTED_TEXT,
     is_statement,
-    read_files_request,
     record_name,
     remembered_fact,
     search_query,
 )
+from chat_platform.llm.builtin.recall_context import read_files_request
 from chat_platform.llm.recall_protocol import INDEX_HELP  # what the pipeline puts in the block
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 

@@ -21,7 +21,7 @@ import pytest
 from bots.models import Message
 from bots.transitions import session_context_add
 from chat_platform.transcript import line as transcript_line
-from memory import queries, services
+from memory import queries, search_hits, services
 from memory.models import RecallEvent
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
@@ -88,11 +88,11 @@ def test_the_search_tool_finds_live_history_the_request_left_out(owner, fake_bot
     assert "flowerpot" not in first  # admission left the old turn out
     result = fake_openai.requests[1]["messages"][-1]
     assert result["role"] == "tool"
-    assert result["content"] == f"{queries.HISTORY_HEADER}\n{_line(key)}\n{_line(noted)}"
+    assert result["content"] == f"{search_hits.HISTORY_HEADER}\n{_line(key)}\n{_line(noted)}"
     reply.refresh_from_db()
     assert (reply.status, reply.content) == ("complete", "Under the blue flowerpot.")
     event = RecallEvent.objects.get(session=session)
-    assert (event.tool, event.found) == ("search", [queries.HISTORY_NAME])
+    assert (event.tool, event.found) == ("search", [search_hits.HISTORY_NAME])
 
 
 # --- records_search(live_before=…) ----------------------------------------------------------------
@@ -139,29 +139,29 @@ def test_without_live_before_only_compacted_messages_are_hit(live):
 def test_live_messages_below_live_before_come_as_one_history_hit(live):
     # the request shows 29 onwards: 25-28 are live and out of sight, 29-32 are shown
     assert _hits(live, "spare key flowerpot", live_before=29) == [
-        (queries.HISTORY_NAME, (25, 26), True),
+        (search_hits.HISTORY_NAME, (25, 26), True),
     ]
     hit = queries.records_search(session=live, query="spare key flowerpot", live_before=29)[0]
     key = Message.objects.get(session=live, seq=25)
     reply = Message.objects.get(session=live, seq=26)
     assert hit.excerpt == f"{_line(key)}\n{_line(reply)}"
-    assert hit.header == queries.HISTORY_HEADER
+    assert hit.header == search_hits.HISTORY_HEADER
 
 
 @pytest.mark.django_db
 def test_nothing_from_live_before_on_is_a_hit(live):
     # with live_before 29, 31 (the cracked flowerpot) is not searched; 25-26 are
     assert _hits(live, "cracked flowerpot frost", live_before=29) == [
-        (queries.HISTORY_NAME, (25, 26), True),
+        (search_hits.HISTORY_NAME, (25, 26), True),
     ]
     assert _hits(live, "cracked frost", live_before=29) == []
-    assert _hits(live, "cracked frost", live_before=33) == [(queries.HISTORY_NAME, (31,), True)]
+    assert _hits(live, "cracked frost", live_before=33) == [(search_hits.HISTORY_NAME, (31,), True)]
 
 
 @pytest.mark.django_db
 def test_compacted_and_live_hits_rank_together(live):
     assert _hits(live, "boat engine quote", live_before=33) == [
-        (queries.HISTORY_NAME, (29, 30), True),
+        (search_hits.HISTORY_NAME, (29, 30), True),
         ("snapshot_17_22", (21, 22), False),
         ("snapshot_1_8", (1,), False),
     ]
@@ -179,7 +179,7 @@ def test_other_sessions_live_messages_are_never_hit(live, sibling_session, other
         _said(session, "user", "The zanzibar key is in the shed.")
     assert _hits(live, "zanzibar", live_before=10_000) == []
     assert [h[0] for h in _hits(live, "shed key zanzibar", live_before=10_000)] == [
-        queries.HISTORY_NAME
+        search_hits.HISTORY_NAME
     ]
 
 
@@ -209,9 +209,9 @@ def test_a_bot_that_sees_from_its_join_never_finds_live_history_from_before_it(l
     live.refresh_from_db()
     seat = session_seat(live, late)
     assert _hits(seat, "spare key", live_before=after.seq + 1) == [
-        (queries.HISTORY_NAME, (after.seq,), True)
+        (search_hits.HISTORY_NAME, (after.seq,), True)
     ]
     # the default bot, which saw everything, finds both
     assert _hits(live, "spare key", live_before=after.seq + 1) == [
-        (queries.HISTORY_NAME, (25, after.seq), True)
+        (search_hits.HISTORY_NAME, (25, after.seq), True)
     ]

@@ -21,7 +21,7 @@ sentences first. ``finish_reason`` is always ``stop``.
 import re
 from dataclasses import dataclass
 
-from chat_platform.llm.builtin.recall import is_echo
+from chat_platform.llm.builtin.recall_context import is_echo
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
 from chat_platform.llm.builtin.text import sentences as split_sentences
 from chat_platform.llm.builtin.text import terms
@@ -262,17 +262,8 @@ def _render(turns: list[Turn], chosen: list[Sentence]) -> str:
     return "\n".join(lines)
 
 
-def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None) -> str:
-    """The extractive summary of ``transcript`` (see the module docstring)."""
-    turns, body = parse_transcript(transcript)
-    focus_terms = set(terms(focus))
-    sentences: list[Sentence] = []
-    for turn_index, turn in enumerate(turns):
-        for line in turn.lines:
-            for text in split_sentences(line):
-                sentences.append(
-                    Sentence(turn_index, len(sentences), text, _score(text, focus_terms))
-                )
+def _limit(body: str, max_tokens: int | None) -> int:
+    """The summary's token bound for a transcript whose body is ``body``."""
     # A summary that keeps nearly everything frees nothing once it is labelled and stored: keep
     # at most MAX_SHARE_PERCENT of the input (and always strictly less than all of it).
     # (Inputs under SHARE_FROM_TOKENS are too small for a share to mean anything: there it is
@@ -286,68 +277,115 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
     summaries = summary_section_tokens(body)
     if summaries:
         limit = min(limit, summaries * FUSION_SHARE_PERCENT // 100)
-    if limit <= 0 or not sentences:
-        return ""
+    return limit
 
-    def cost(sentence: Sentence, opened: set[int]) -> int:
+
+def _key_of(sentence: Sentence) -> str:
+    return _SAME.sub(" ", sentence.text.lower()).strip()
+
+
+class _Picker:
+    """The sentences kept so far, within ``limit`` tokens, each question with its answer."""
+
+    def __init__(self, turns: list[Turn], sentences: list[Sentence], limit: int) -> None:
+        self.turns = turns
+        self.limit = limit
+        self.chosen: list[Sentence] = []
+        self.opened: set[int] = set()
+        self.used = 0
+        self.said: set[str] = set()
+        self.covered: set[str] = set()  # fact units of the kept sentences
+        # A question kept only with its answer: the first sentence of the next turn that says
+        # anything (a question alone tells a reader nothing; its answer carries the fact).
+        first_of_turn: dict[int, Sentence] = {}
+        for sentence in sentences:
+            first_of_turn.setdefault(sentence.turn, sentence)
+        turn_order = sorted(first_of_turn)
+        next_turn = dict(zip(turn_order, turn_order[1:], strict=False))
+        self.answer_of = {
+            s.position: first_of_turn[next_turn[s.turn]]
+            for s in sentences
+            if s.text.rstrip().endswith(_QUESTION_END) and s.turn in next_turn
+        }
+        # answer position -> question position, for pairs taken together
+        self.paired: dict[int, int] = {}
+
+    def cost(self, sentence: Sentence, opened: set[int]) -> int:
         tokens = count_tokens(" " + sentence.text, model=MODEL)
         if sentence.turn not in opened:
-            label = turns[sentence.turn].label
+            label = self.turns[sentence.turn].label
             tokens += 1 + (count_tokens(label + ":", model=MODEL) if label else 0)
         return tokens
 
-    chosen: list[Sentence] = []
-    opened: set[int] = set()
-    used = 0
-    said: set[str] = set()
-    covered: set[str] = set()  # fact units of the kept sentences
-    # A question kept only with its answer: the first sentence of the next turn that says
-    # anything (a question alone tells a reader nothing; its answer carries the fact).
-    first_of_turn: dict[int, Sentence] = {}
-    for sentence in sentences:
-        first_of_turn.setdefault(sentence.turn, sentence)
-    turn_order = sorted(first_of_turn)
-    next_turn = dict(zip(turn_order, turn_order[1:], strict=False))
-    answer_of = {
-        s.position: first_of_turn[next_turn[s.turn]]
-        for s in sentences
-        if s.text.rstrip().endswith(_QUESTION_END) and s.turn in next_turn
-    }
-    paired: dict[int, int] = {}  # answer position -> question position, for pairs taken together
+    def add(self, sentence: Sentence) -> None:
+        self.used += self.cost(sentence, self.opened)
+        self.said.add(_key_of(sentence))
+        self.covered.update(fact_units(sentence.text))
+        self.chosen.append(sentence)
+        self.opened.add(sentence.turn)
 
-    def key_of(sentence: Sentence) -> str:
-        return _SAME.sub(" ", sentence.text.lower()).strip()
-
-    def add(sentence: Sentence) -> None:
-        nonlocal used
-        used += cost(sentence, opened)
-        said.add(key_of(sentence))
-        covered.update(fact_units(sentence.text))
-        chosen.append(sentence)
-        opened.add(sentence.turn)
-
-    def take(candidates: list[Sentence], stop_at: int, deferred: list[Sentence] | None) -> None:
+    def take(
+        self, candidates: list[Sentence], stop_at: int, deferred: list[Sentence] | None
+    ) -> None:
         for sentence in candidates:
-            if used >= stop_at:
+            if self.used >= stop_at:
                 return
-            if key_of(sentence) in said:  # a fact repeated word for word is kept once (newest)
+            if (
+                _key_of(sentence) in self.said
+            ):  # a fact repeated word for word is kept once (newest)
                 continue
             units = fact_units(sentence.text)
-            if deferred is not None and units and units <= covered:
+            if deferred is not None and units and units <= self.covered:
                 deferred.append(sentence)  # tells nothing a kept sentence did not: if room is left
                 continue
-            needed = cost(sentence, opened)
-            answer = answer_of.get(sentence.position)
-            if answer is not None and answer not in chosen:
-                answer_cost = cost(answer, opened | {sentence.turn})
-                if key_of(answer) in said or used + needed + answer_cost > limit:
+            needed = self.cost(sentence, self.opened)
+            answer = self.answer_of.get(sentence.position)
+            if answer is not None and answer not in self.chosen:
+                answer_cost = self.cost(answer, self.opened | {sentence.turn})
+                if _key_of(answer) in self.said or self.used + needed + answer_cost > self.limit:
                     continue
-                add(sentence)
-                add(answer)
-                paired[answer.position] = sentence.position
-            elif used + needed <= limit:
-                add(sentence)
+                self.add(sentence)
+                self.add(answer)
+                self.paired[answer.position] = sentence.position
+            elif self.used + needed <= self.limit:
+                self.add(sentence)
 
+
+def _fitted(turns: list[Turn], picker: _Picker) -> str:
+    """The kept sentences rendered within the limit."""
+    chosen, limit = picker.chosen, picker.limit
+    text = _render(turns, chosen)
+    # Per-piece costs are an estimate of the joined text's tokens; enforce the real bound by
+    # dropping the weakest kept sentence until it holds.
+    priority = {id(s): rank for rank, s in enumerate(chosen)}
+    while count_tokens(text, model=MODEL) > limit and len(chosen) > 1:
+        dropped = max(chosen, key=lambda s: priority[id(s)])
+        chosen.remove(dropped)
+        question = picker.paired.get(dropped.position)  # the question goes with its answer
+        if len(chosen) > 1:
+            chosen[:] = [s for s in chosen if s.position != question]
+        text = _render(turns, chosen)
+    if count_tokens(text, model=MODEL) > limit:
+        text = truncate_to_tokens(text, limit, model=MODEL)
+    return text
+
+
+def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None) -> str:
+    """The extractive summary of ``transcript`` (see the module docstring)."""
+    turns, body = parse_transcript(transcript)
+    focus_terms = set(terms(focus))
+    sentences: list[Sentence] = []
+    for turn_index, turn in enumerate(turns):
+        for line in turn.lines:
+            for text in split_sentences(line):
+                sentences.append(
+                    Sentence(turn_index, len(sentences), text, _score(text, focus_terms))
+                )
+    limit = _limit(body, max_tokens)
+    summaries = summary_section_tokens(body)
+    if limit <= 0 or not sentences:
+        return ""
+    picker = _Picker(turns, sentences, limit)
     # Strongest facts first (a name or a city weighs like a number); of equal weight, a short
     # line before a long one (a name, a city, a date before a paragraph of chatter); then the
     # newer sentence (later statements supersede).
@@ -363,33 +401,21 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
         ),
     )
     repeats: list[Sentence] = []
-    take(facts, limit, repeats)
-    take(repeats, limit, None)
-    if used < MIN_OUTPUT_TOKENS and len(chosen) == len(facts):  # short for want of facts
+    picker.take(facts, limit, repeats)
+    picker.take(repeats, limit, None)
+    if picker.used < MIN_OUTPUT_TOKENS and len(picker.chosen) == len(
+        facts
+    ):  # short for want of facts
         rest = sorted((s for s in sentences if s.score == 0), key=lambda s: -s.position)
-        take(rest, MIN_OUTPUT_TOKENS, None)
+        picker.take(rest, MIN_OUTPUT_TOKENS, None)
 
-    if not chosen:  # not even one sentence fits: cut the best one down to the budget
+    if not picker.chosen:  # not even one sentence fits: cut the best one down to the budget
         best = min(sentences, key=lambda s: (-s.score, -s.position))
         label = turns[best.turn].label
         prefix = f"{label}:" if label else ""
         cut = truncate_to_tokens(f"{prefix} {best.text}".strip(), limit, model=MODEL).strip()
         return cut if len(cut) > len(prefix) else ""  # a bare label says nothing
-
-    text = _render(turns, chosen)
-    # Per-piece costs are an estimate of the joined text's tokens; enforce the real bound by
-    # dropping the weakest kept sentence until it holds.
-    priority = {id(s): rank for rank, s in enumerate(chosen)}
-    while count_tokens(text, model=MODEL) > limit and len(chosen) > 1:
-        dropped = max(chosen, key=lambda s: priority[id(s)])
-        chosen.remove(dropped)
-        question = paired.get(dropped.position)  # the question goes with its answer
-        if len(chosen) > 1:
-            chosen[:] = [s for s in chosen if s.position != question]
-        text = _render(turns, chosen)
-    if count_tokens(text, model=MODEL) > limit:
-        text = truncate_to_tokens(text, limit, model=MODEL)
-    return text
+    return _fitted(turns, picker)
 
 
 def _source(messages: list[dict]) -> tuple[str, str]:

@@ -1,0 +1,341 @@
+"""How ``builtin/recall`` reads its context: the question, what this turn already did, the memory
+index, and the quotable sentences (units) with their attributions. The shapes are described in
+``chat_platform.llm.builtin.recall``'s docstring (docs/compaction.md, §10)."""
+
+import re
+from dataclasses import dataclass, field
+
+from chat_platform.llm.builtin.result import content_text
+from chat_platform.llm.builtin.text import sentences, stem, terms
+from chat_platform.llm.recall_protocol import (
+    ANSWER_HEADER,
+    INDEX_HEADER,
+    READ_TOOL,
+    SAVE_TOOL,
+    SEARCH_TOOL,
+    json_request,
+)
+from chat_platform.transcript import HEADER, RAW_HEADING, STAMP, SUMMARY_HEADING
+
+MAX_RECORDS_PER_REQUEST = 3
+
+NO_MATCH_TEXT = (
+    "I am the built-in recall model, not a language model: I can only quote what this "
+    "conversation already holds, and I found nothing in it that matches your message."
+)
+
+RECORD_FRAME = re.compile(r"\[record ([a-z0-9_-]{1,80})\]")
+NOT_FOUND = re.compile(r"\[not found: ([a-z0-9_-]{1,80})\]")
+_RESULT_LINE = re.compile(
+    r"^\s*\[(?:not found(?:: [^\]]*)?|no matches|saved: [^\]]*|not saved: [^\]]*)\]\s*$"
+)
+SAVED = re.compile(r"^\s*\[saved: (?P<name>[a-z0-9_-]{1,80})\]\s*$", re.MULTILINE)
+NOT_SAVED = re.compile(r"^\s*\[not saved: (?P<reason>[^\]\n]*)\]\s*$", re.MULTILINE)
+INDEX_LINE = re.compile(
+    r"^\s*-\s+(?P<name>[a-z0-9_-]{1,80})\s+\((?P<kind>[\w-]+)"
+    r"(?:,\s*messages\s+(?P<first>\d+)\s*[\u2013\u2014-]\s*(?P<last>\d+))?\)\s*:"
+    r"\s*(?P<description>.*?)\s*$"
+)
+_SUMMARY_HEADER = re.compile(rf"^\s*\[{SUMMARY_HEADING} (?P<range>\d+\s*[\u2013\u2014-]\s*\d+)\]")
+_BRACKET_LINE = re.compile(rf"^\s*{HEADER}\s*$")
+_BLOCK_START = re.compile(rf"^\s*{HEADER}")
+# "[12] 2024-03-08 13:56Z user: " (chat_platform.transcript), "[12] 2024-03-08 user: ",
+# "[12] user: ", "user: ", "assistant (#13): ", "[14] tool (read_records): "
+_SPEAKER = re.compile(
+    r"^\s*(?:\[(?P<seq>\d+)\]\s*(?:(?P<date>\d{4}-\d{2}-\d{2})(?:[ T]\d{2}:\d{2}Z?)?\s+)?)?"
+    r"(?P<role>user|assistant|tool|system)"
+    r"(?:\s*\((?P<extra>[^)\n]{0,60})\))?\s*:(?:\s+|$)",
+    re.IGNORECASE,
+)
+# Echoes of earlier answers and summaries: the fact lives in its source already.
+_ECHO = re.compile(
+    rf"^\s*>|{SUMMARY_HEADING} \d|\[{RAW_HEADING} \d|^\s*\(used [\w, ]+\)\s*$|"
+    + re.escape(ANSWER_HEADER),
+)
+_OWN_LINE = re.compile(
+    r"^\s*(?:Saved as [a-z0-9_-]{1,80}\.|I could not save that: .*|Noted\.)\s*$|"
+    + re.escape(NO_MATCH_TEXT)
+)
+REMEMBER = re.compile(r"^\s*remember\b[\s,:;-]*(?:that\b\s*)?", re.IGNORECASE)
+# A speaker label inside a line (search excerpts run several transcript lines together).
+_INLINE_SPEAKER = re.compile(
+    rf"\s+(?=\[\d+\]\s*(?:{STAMP}\s+)?(?:user|assistant|tool|system)\b)", re.IGNORECASE
+)
+_HIGHLIGHT = re.compile(r"\*\*")
+_ELLIPSIS = re.compile(r"^(?:\s*(?:\u2026|\.\.\.))+\s*|(?:\s*(?:\u2026|\.\.\.))+\s*$")
+_FRAGMENTS = re.compile(r"\s+\u2026\s+")
+# Words of index boilerplate that say nothing about a record's topic.
+_INDEX_NOISE = frozenset(stem(w) for w in ("snapshot", "pre", "compaction", "messages"))
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    kind: str
+    description: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Unit:
+    position: int
+    label: str
+    text: str
+
+
+@dataclass
+class Exchange:
+    """What this turn already did after the question."""
+
+    kinds: set[str] = field(default_factory=set)  # read | search | save
+    saved: str | None = None
+    not_saved: str | None = None
+
+
+# --- reading the context ----------------------------------------------------------------------
+
+
+def _is_record_data(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return RECORD_FRAME.match(first.strip()) is not None or _RESULT_LINE.match(first) is not None
+
+
+def find_question(messages: list[dict]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user" and not _is_record_data(content_text(message)):
+            return index
+    return None
+
+
+def read_files_request(text: str) -> list[str] | None:
+    """The names in a ``{"read_files": {"files": [...]}}`` reply, or ``None`` if it is not one."""
+    request = json_request(text)
+    if request is None or request[0] != "read":
+        return None
+    names = request[1]
+    assert isinstance(names, list)
+    return names
+
+
+_TOOL_KIND = {READ_TOOL: "read", SEARCH_TOOL: "search", SAVE_TOOL: "save"}
+
+
+def exchange(messages: list[dict], question: int) -> Exchange:
+    done = Exchange()
+    for message in messages[question + 1 :]:
+        role = message.get("role")
+        text = content_text(message)
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                kind = _TOOL_KIND.get(str((call.get("function") or {}).get("name")))
+                if kind:
+                    done.kinds.add(kind)
+            request = json_request(text)
+            if request is not None:
+                done.kinds.add(request[0])
+        elif role in ("tool", "user", "system"):
+            saved = SAVED.search(text)
+            if saved:
+                done.saved = saved.group("name")
+            not_saved = NOT_SAVED.search(text)
+            if not_saved:
+                done.not_saved = not_saved.group("reason").strip()
+    return done
+
+
+def index_entries(messages: list[dict]) -> list[IndexEntry]:
+    entries: list[IndexEntry] = []
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        for line in content_text(message).splitlines():
+            match = INDEX_LINE.match(line)
+            if match:
+                entries.append(
+                    IndexEntry(
+                        name=match.group("name"),
+                        kind=match.group("kind"),
+                        description=match.group("description"),
+                        position=len(entries),
+                    )
+                )
+    return entries
+
+
+def json_requests_invited(messages: list[dict]) -> bool:
+    """Whether the context invites JSON recall requests: an index block that explains them (the
+    pipeline leaves the invitation out when recall is closed — disabled, or its rounds used up —
+    so a request would reach the user as text)."""
+    for message in messages:
+        if message.get("role") == "system":
+            text = content_text(message)
+            if text.lstrip().startswith(INDEX_HEADER) and '"read_files"' in text:
+                return True
+    return False
+
+
+def _present_records(messages: list[dict], question: int) -> set[str]:
+    present: set[str] = set()
+    for index, message in enumerate(messages):
+        if index != question:
+            text = content_text(message)
+            present.update(RECORD_FRAME.findall(text))
+            present.update(NOT_FOUND.findall(text))
+    return present
+
+
+def records_to_request(messages: list[dict], question: int, question_terms: set[str]) -> list[str]:
+    present = _present_records(messages, question)
+    scored: list[tuple[int, int, str]] = []
+    seen: set[str] = set()
+    for entry in index_entries(messages):
+        if entry.name in present or entry.name in seen:
+            continue
+        seen.add(entry.name)
+        record_terms = set(terms(re.sub(r"[_-]", " ", entry.name) + " " + entry.description))
+        score = len((record_terms - _INDEX_NOISE) & question_terms)
+        if score:
+            scored.append((-score, entry.position, entry.name))
+    if not scored:
+        return []
+    scored.sort()
+    best = scored[0][0]
+    return [name for score, _, name in scored if score == best][:MAX_RECORDS_PER_REQUEST]
+
+
+def _clean(text: str) -> str:
+    text = _HIGHLIGHT.sub("", text)
+    text = _ELLIPSIS.sub("", text)
+    return " ".join(text.split())
+
+
+def _speaker(line: str) -> tuple[str | None, str | None, str | None, str]:
+    """(role, seq, date, rest) of a line with a speaker label, else (None, None, None, line)."""
+    match = _SPEAKER.match(line)
+    if match is None:
+        return None, None, None, line
+    return match.group("role").lower(), match.group("seq"), match.group("date"), line[match.end() :]
+
+
+def _said(role: str, seq: str | None, fallback: str, date: str | None = None) -> str | None:
+    """The attribution of a labelled line; ``None`` for lines never quoted (tool, system).
+    A dated line says the day too, so "when" questions get their answer."""
+    if role not in ("user", "assistant"):
+        return None
+    who = "you said" if role == "user" else "I said"
+    if seq:
+        return f"{who} in message {seq}" + (f", on {date}" if date else "")
+    if fallback.startswith("summary of "):
+        return f"{who} in {fallback.removeprefix('summary of ')}"
+    return who
+
+
+def is_echo(text: str) -> bool:
+    """Whether ``text`` only echoes earlier quotes, summaries or this model's own answers,
+    requests and confirmations (the fact, if any, lives in its source already)."""
+    return bool(_ECHO.search(text) or _OWN_LINE.search(text) or json_request(text))
+
+
+_is_echo = is_echo
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.units: list[Unit] = []
+
+    def add(self, label: str, text: str) -> None:
+        for fragment in _FRAGMENTS.split(text):
+            for piece in sentences(_clean(fragment)):
+                if piece and not _is_echo(piece) and terms(piece):
+                    self.units.append(Unit(position=len(self.units), label=label, text=piece))
+
+    def line(self, line: str, label: str) -> None:
+        """A line of a summary or record: its speaker label, if any, becomes the attribution."""
+        if _is_echo(line):
+            return
+        segments = _INLINE_SPEAKER.split(line)
+        if len(segments) > 1:
+            for segment in segments:
+                self.line(segment, label)
+            return
+        stripped = line.strip()
+        if (
+            not stripped
+            or _BRACKET_LINE.match(stripped)
+            or INDEX_LINE.match(stripped)
+            or _is_echo(stripped)
+        ):
+            return
+        role, seq, date, rest = _speaker(stripped)
+        if role is None:
+            self.add(label, stripped)
+            return
+        said = _said(role, seq, label, date)
+        if said is not None and not _is_echo(rest):
+            self.add(said, REMEMBER.sub("", rest) if role == "user" else rest)
+
+
+def _block_lines(lines: list[str], label: str, collector: _Collector) -> None:
+    """Lines of a system/tool block: record frames switch the label to ``record <name>``."""
+    for line in lines:
+        stripped = line.strip()
+        frame = RECORD_FRAME.match(stripped)
+        if frame:
+            label = f"record {frame.group(1)}"
+            collector.line(stripped[frame.end() :], label)
+            continue
+        summary = _SUMMARY_HEADER.match(stripped)
+        if summary:
+            label = f"summary of messages {summary.group('range')}"
+            continue
+        if stripped.startswith(INDEX_HEADER):
+            label = "memory index"
+            continue
+        if _RESULT_LINE.match(stripped):
+            continue
+        if label == "memory index":
+            continue
+        collector.line(stripped, label)
+
+
+def units_of(messages: list[dict], question: int) -> list[Unit]:
+    collector = _Collector()
+    for index, message in enumerate(messages):
+        if index == question:
+            continue
+        role = message.get("role")
+        text = content_text(message)
+        if not text.strip():
+            continue
+        lines = text.splitlines()
+        if role == "user" and not _is_record_data(text):
+            for line in lines:
+                if not _is_echo(line):
+                    collector.add("you said", REMEMBER.sub("", line))
+            continue
+        if role == "assistant":
+            if message.get("tool_calls") or _is_own_answer(text):
+                continue
+            for line in lines:
+                if not _is_echo(line):
+                    collector.add("I said", line)
+            continue
+        if index == 0 and role == "system":
+            # The bot's own instructions come first and are not quoted. They end at the first
+            # [bracketed] header, in case everything shares one system message.
+            start = next((i for i, line in enumerate(lines) if _BLOCK_START.match(line)), None)
+            if start is None:
+                continue
+            lines = lines[start:]
+        _block_lines(lines, "tool result" if role == "tool" else "context", collector)
+    return collector.units
+
+
+def _is_own_answer(text: str) -> bool:
+    stripped = text.strip()
+    return (
+        stripped.startswith(ANSWER_HEADER)
+        or _OWN_LINE.fullmatch(stripped) is not None
+        or json_request(stripped) is not None
+    )
