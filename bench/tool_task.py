@@ -51,6 +51,52 @@ def _call(call_id: str, name: str, arguments: dict) -> dict:
     }
 
 
+def _report(bot, session, reply, served, wall, tool_seconds, steps) -> None:  # noqa: ANN001
+    from compaction.measure import bot_budget
+    from compaction.models import CompactionEvent
+
+    provider = sum(s.seconds or 0.0 for s in served)
+    budget = bot_budget(bot).budget
+    over = sum(1 for s in served if _sent_tokens(s.body, bot.model) > budget)
+    hard = CompactionEvent.objects.filter(session=session).count()
+    overhead_ms = (wall - provider - tool_seconds) / max(1, steps) * 1000
+
+    print(f"steps: {steps}; reply: {reply.status} {reply.finish_reason!r}; B = {budget:,}")
+    print(f"model requests: {len(served)}; requests over B: {over} (goal 0)")
+    print(f"compaction events during the task: {hard} (compaction inside a reply: not built)")
+    print(
+        f"wall {wall:.2f} s; provider {provider:.2f} s; tools {tool_seconds:.2f} s; "
+        f"overhead per step {overhead_ms:.1f} ms (goal <= 15 ms)",
+        flush=True,
+    )
+
+
+def _step_recalled(fake, session) -> bool:  # noqa: ANN001
+    """Step 7, asked after the task: the model searches; is the serial in what it got back?"""
+    from bots.models import Message
+    from bots.transitions import session_context_add
+    from tests.factories import message_add
+    from tests.fakeopenai import Reply
+    from turns import turn
+
+    fake.script(
+        Reply(text="", tool_calls=[_call("q1", "search_records", {"query": "step 7 serial"})]),
+        Reply(text="Found it."),
+    )
+    session.refresh_from_db(fields=["last_seq"])  # the task's rounds took seqs
+    ask = message_add(session, role="user", content=f"What was the serial of step {STEP_ASKED}?")
+    answer = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=ask
+    )
+    session_context_add(session_id=session.pk, tokens=ask.token_count)
+    turn.turn_run(message_id=answer.pk)
+    serial = f"S{STEP_ASKED * 7919}"
+    recalled = Message.objects.filter(
+        session=session, role="tool", tool_name="search_records"
+    ).values_list("content", flat=True)
+    return any(serial in text for text in recalled)
+
+
 def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
@@ -61,7 +107,6 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
 
     from bots.models import Message
     from bots.transitions import session_context_add
-    from compaction.models import CompactionEvent
     from tests.factories import SessionFactory, message_add
     from tests.fakeopenai import FakeOpenAI, Reply
     from tests.mcpserver import TestMCPServer
@@ -120,42 +165,8 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
         turn.turn_run(message_id=reply.pk)
         wall = time.perf_counter() - began
         reply.refresh_from_db()
-        served = list(fake.served)
-        provider = sum(s.seconds or 0.0 for s in served)
-        from compaction.measure import bot_budget
-
-        budget = bot_budget(bot).budget
-        over = sum(1 for s in served if _sent_tokens(s.body, bot.model) > budget)
-        hard = CompactionEvent.objects.filter(session=session).count()
-        overhead_ms = (wall - provider - tool_seconds[0]) / max(1, args.steps) * 1000
-
-        print(f"steps: {args.steps}; reply: {reply.status} {reply.finish_reason!r}; B = {budget:,}")
-        print(f"model requests: {len(served)}; requests over B: {over} (goal 0)")
-        print(f"compaction events during the task: {hard} (compaction inside a reply: not built)")
-        print(
-            f"wall {wall:.2f} s; provider {provider:.2f} s; tools {tool_seconds[0]:.2f} s; "
-            f"overhead per step {overhead_ms:.1f} ms (goal <= 15 ms)",
-            flush=True,
-        )
-        # Step 7, asked after the task: the model searches; is the serial in what it got back?
-        fake.script(
-            Reply(text="", tool_calls=[_call("q1", "search_records", {"query": "step 7 serial"})]),
-            Reply(text="Found it."),
-        )
-        session.refresh_from_db(fields=["last_seq"])  # the task's rounds took seqs
-        ask = message_add(
-            session, role="user", content=f"What was the serial of step {STEP_ASKED}?"
-        )
-        answer = message_add(
-            session, role="assistant", content="", status="pending", token_count=0, reply_to=ask
-        )
-        session_context_add(session_id=session.pk, tokens=ask.token_count)
-        turn.turn_run(message_id=answer.pk)
-        serial = f"S{STEP_ASKED * 7919}"
-        recalled = Message.objects.filter(
-            session=session, role="tool", tool_name="search_records"
-        ).values_list("content", flat=True)
-        found = any(serial in text for text in recalled)
+        _report(bot, session, reply, list(fake.served), wall, tool_seconds[0], args.steps)
+        found = _step_recalled(fake, session)
     mcp.stop()
     tools_stored = Message.objects.filter(session=session, role="tool", tool_ok=True).count()
     print(f"tool results stored: {tools_stored}")

@@ -16,9 +16,9 @@ import structlog
 from django.db import transaction
 
 from bots import realtime
+from bots.exchanges import recall_exchange_store
 from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
-from bots.transitions import recall_exchange_store
 from chat_platform.errors import ContextTooLarge, NotFound
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import (

@@ -6,7 +6,7 @@ module runs those calls — concurrently, each within ``TOOL_CALL_TIMEOUT_SECOND
 as each call ends) and stores the round in the transcript as the reply's exchange: the request
 as an assistant ``tool`` message with ``tool_calls``, one ``tool`` message per result (its
 ``tool_call_id``, the function's name, ``ok``), the reply moved after them
-(``bots.transitions.recall_exchange_store``, the store the memory tools' rounds use).
+(``bots.exchanges.recall_exchange_store``, the store the memory tools' rounds use).
 
 A call never fails the reply: an unknown function, arguments that are not a JSON object, a
 server that is down, slow or answers an error, or a stop all become the result text
@@ -29,8 +29,8 @@ from django.conf import settings
 from django.db import transaction
 
 from bots import realtime
+from bots.exchanges import recall_exchange_store
 from bots.models import Bot, Message
-from bots.transitions import recall_exchange_store
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from connections.crypto import KeyUnavailable
 from memory.services import record_save

@@ -7,7 +7,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from bots import transitions
+from bots import exchanges, transitions
 from bots.models import Message
 from tests.fakeopenai import Reply
 from turns import dispatch, turn, watchdog
@@ -136,7 +136,7 @@ def test_a_recall_exchange_moves_the_queued_messages_after_the_reply(fake_sessio
     user2, second = _exchange(fake_session, "two")
     first = transitions.reply_claim(message_id=first.pk)
 
-    stored, moved = transitions.recall_exchange_store(
+    stored, moved = exchanges.recall_exchange_store(
         reply=first,
         call={"content": "", "tool_calls": [{"id": "c1"}], "token_count": 5, "model": "m"},
         results=[

@@ -157,12 +157,15 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     counting.on = False
 
     assert body["assistant_message"]["content"] == "One two three."
-    # web: the send's 10 statements; worker: the turn's 15 (claim, context, finish, index,
-    # record, gauge). Redis: the send's heavy-request slot (EVALSHA, ZREM), the reply-finished
-    # PUBLISH, the compaction lease's EXISTS, the waiter's SUBSCRIBE.
+    # web: the send's 11 statements (the 11th: the Retry check reads the chat's last question);
+    # worker: the turn's 21 (claim, context, finish, index, record, gauge; then the written
+    # messages' embedding with builtin/embed, 6: the pending rows and the compaction-queue task,
+    # run inline here because tasks are eager in tests). Redis: the send's heavy-request slot
+    # (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the waiter's
+    # SUBSCRIBE.
     assert counting.summary() == {
-        "sql_web": 10,
-        "sql_worker": 15,
+        "sql_web": 11,
+        "sql_worker": 21,
         "redis": 5,
         "frames": {
             "message.created": 2,
@@ -212,10 +215,11 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     counting.on = False
 
     assert frames[-1]["message"]["content"] == "One two three."
-    # Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no waiter).
+    # Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no waiter). SQL: as the
+    # REST turn's (the Retry check +1 web, the messages' embedding +6 worker).
     assert counting.summary() == {
-        "sql_web": 9,
-        "sql_worker": 15,
+        "sql_web": 10,
+        "sql_worker": 21,
         "redis": 2,
         "frames": {
             "message.created": 2,
@@ -267,10 +271,11 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
         "complete",
         "complete",
     ]
-    # two turns (Planner's, then Critic's, handed the floor in Planner's notifier)
+    # two turns (Planner's, then Critic's, handed the floor in Planner's notifier); the Retry
+    # check +1 web, the messages' embedding +6 worker
     assert counting.summary() == {
-        "sql_web": 14,
-        "sql_worker": 44,
+        "sql_web": 15,
+        "sql_worker": 50,
         "redis": 7,
         "frames": {
             "message.created": 3,
@@ -304,10 +309,11 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
         "tool",
         "assistant",
     ]
-    # the recall round: the tool call and its result stored and announced (2 message.created)
+    # the recall round: the tool call and its result stored and announced (2 message.created);
+    # the Retry check +1 web, the messages' embedding +6 worker
     assert counting.summary() == {
-        "sql_web": 10,
-        "sql_worker": 32,
+        "sql_web": 11,
+        "sql_worker": 38,
         "redis": 5,
         "frames": {
             "message.created": 4,
