@@ -79,7 +79,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     # The channel layer's receive runs beside the client's frames for the socket's whole life
     # (AsyncConsumer.__call__ sets it, await_many_dispatch reads it back). When Redis is down it
     # raises, which would end the application with a traceback and the client with HTTP 500 or
-    # 1006; the guarded receive turns that into one ``errors.unavailable`` event instead.
+    # 1006; the guarded receive turns that into one ``realtime.unavailable`` event instead.
     @property
     def channel_receive(self) -> Any:
         return self._guarded_channel_receive
@@ -96,7 +96,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except OUTAGE_ERRORS:
             self.layer_lost = True
             log.exception("ws_channel_layer_unavailable", session_id=self.session_id)
-            return {"type": "errors.unavailable"}
+            return {"type": "realtime.unavailable"}
 
     async def realtime_unavailable(self, event: dict) -> None:
         # Before the handshake is answered, connect() sees layer_lost and refuses with 4503.

@@ -336,7 +336,8 @@ def test_staff_may_use_any_prefix_and_a_listed_default_is_fine_for_users(
 ):
     settings.PROVIDER_API_BASES = ["http://localhost:11434"]
     staff_bot = _user_bot(staff_client, model="bedrock/anthropic.claude-v2")
-    assert staff_bot.models_approved == "bedrock/anthropic.claude-v2"
+    # every model field staff set is approved, the default embedding model among them
+    assert staff_bot.models_approved == "bedrock/anthropic.claude-v2\nbuiltin/embed"
     user_bot = _user_bot(owner_client, model="ollama/llama3", api_base="")
     assert user_bot.models_approved == ""
 
