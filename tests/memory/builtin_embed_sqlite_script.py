@@ -19,6 +19,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bots.models import Bot  # noqa: E402
+from chat_platform.inprocess import tasks_wait_idle  # noqa: E402
 from memory.models import MessageIndex  # noqa: E402
 from memory.services import messages_index_written  # noqa: E402
 from tests.memory import builtin_embed_data as data  # noqa: E402
@@ -28,10 +29,12 @@ call_command("migrate", verbosity=0)
 owner = get_user_model().objects.create(username="owner")
 bot = Bot.objects.create(owner=owner, name="b")
 session = data.build(owner, bot)
-# each compaction's hook ran in-process on commit and embedded its messages
+# each compaction's hook went to the in-process task threads on commit and embedded its messages
+assert tasks_wait_idle(120), "the in-process tasks did not finish"
 compacted = MessageIndex.objects.exclude(embedding=None).count()
 live = talks.said(session, *data.LIVE, data.TALKS[-1][0])
 messages_index_written(message_ids=[live.pk])
+assert tasks_wait_idle(120), "the in-process tasks did not finish"
 row = MessageIndex.objects.get(message_id=live.pk)
 out = {
     "vendor": connection.vendor,

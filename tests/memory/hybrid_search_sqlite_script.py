@@ -19,6 +19,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bots.models import Bot  # noqa: E402
+from chat_platform.inprocess import tasks_wait_idle  # noqa: E402
 from memory import embeddings  # noqa: E402
 from memory.models import MessageIndex  # noqa: E402
 from tests.fakeopenai import FakeOpenAI  # noqa: E402
@@ -39,6 +40,8 @@ with FakeOpenAI() as fake:
         models_approved=f"openai/fake-model\n{data.EMBEDDING_MODEL}",
     )
     session, foreign = data.build(owner, bot, other)
+    # the compactions' hooks went to the in-process task threads on commit: let them finish
+    assert tasks_wait_idle(120), "the in-process tasks did not finish"
     embedded = [embeddings.messages_embed_pending(session_id=s.pk) for s in (session, *foreign)]
     out = {
         "vendor": connection.vendor,

@@ -37,11 +37,15 @@ def objects():
         return [list(row) for row in cursor.fetchall()]
 
 
+from chat_platform.inprocess import tasks_wait_idle  # noqa: E402
+
 call_command("migrate", verbosity=0)
 User = get_user_model()
 owner, other = User.objects.create(username="owner"), User.objects.create(username="other")
-bot = Bot.objects.create(owner=owner, name="b", is_shared=True)
+bot = Bot.objects.create(owner=owner, name="b", is_shared=True, embedding_model="")
 session, ravi = data.build(owner, bot, other)
+# the compactions' hooks went to the in-process task threads on commit: let them finish
+assert tasks_wait_idle(120), "the in-process tasks did not finish"
 out = {"vendor": connection.vendor, "objects": objects()}
 out["answers"] = data.answers(session, ravi)
 # the FTS5 table follows the index through a cascade (a session deleted, not via a service)
