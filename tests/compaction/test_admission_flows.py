@@ -156,11 +156,12 @@ def test_context_updated_frame_after_a_turn(owner, small_bot, fake_openai, eager
     history = count_message_tokens("How are you?", model=MODEL) + count_message_tokens(
         "Fine, thanks.", model=MODEL
     )
+    # this bot's compaction is off: no threshold acts, so the report carries no marks
     assert (context["budget"], context["soft"], context["hard"], context["target"]) == (
         500,
-        250,
-        375,
-        200,
+        None,
+        None,
+        None,
     )
     assert context["parts"] == {
         "system": system,

@@ -24,8 +24,8 @@ def test_a_seats_soft_compaction_runs_after_the_next_bots_reply_in_process(
     """A room in ``all`` mode, tasks in-process: every round's replies are complete before any
     seat's soft compaction starts (it used to run between Planner's reply and Critic's)."""
     monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
-    planner = _bot(owner, fake_openai, "Planner", 1500)
-    critic = _bot(owner, fake_openai, "Critic", 3000)
+    planner = _bot(owner, fake_openai, "Planner", 1500, memory_index_size=50)
+    critic = _bot(owner, fake_openai, "Critic", 3000, memory_index_size=50)
     session_id = owner_client.post("/api/v1/sessions/", {"bot": planner.pk}, format="json").json()[
         "id"
     ]
