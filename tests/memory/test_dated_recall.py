@@ -39,7 +39,7 @@ def _compacted(session):
     """A compacted range whose first message was said at SAID: the snapshot's name."""
     _dated(session, "My sister Clara moved to Porto.", SAID)
     for i in range(5):
-        _dated(session, f"{FILLER}Chat number {i}.", datetime(2024, 3, 9, 9, i, tzinfo=UTC))
+        _dated(session, f"{FILLER * 4}Chat number {i}.", datetime(2024, 3, 9, 9, i, tzinfo=UTC))
     message_add(session, role="user", content="latest")
     session_context_recount(session_id=session.pk)
     result = compaction_manual(session=session, focus="")
