@@ -49,7 +49,6 @@ REASON_TEXT = {
     "finish_reason": "the summary was cut off before it finished",
     "too_short": "the summary was too short to be useful",
     "not_shorter": "the summary was not shorter than the messages it would replace",
-    "not_lower": "with the summary the context would not be smaller",
     "tool_syntax": "the summary contained tool-call syntax",
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
@@ -288,12 +287,6 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
     if result.outcome in ("noop", "skipped"):
         due = _nothing_left_although_due(session) if session is not None else ""
         return "Nothing to compact right now." + due
-    if result.reason == "not_lower":
-        return (
-            "Nothing was compacted: a summary would not lower the context (it is "
-            f"{result.tokens_before:,} tokens now and would be {result.tokens_after:,} with the "
-            "summary). Nothing was changed."
-        )
     if result.reason == "not_shorter":
         # Not a failure: what is left since the last compaction is too little to shorten.
         return (

@@ -264,15 +264,6 @@ def record_success(
     return tokens_after, event
 
 
-class NotLower(Exception):
-    """``/compact`` would not lower the context: the summary, with its snapshot joining the
-    memory index, costs as much as the messages it replaces (a short chat)."""
-
-    def __init__(self, tokens_after: int) -> None:
-        super().__init__(tokens_after)
-        self.tokens_after = tokens_after
-
-
 def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> RunResult:
     """One compaction of the oldest history toward ``plan.target`` (caller holds the lease).
 
@@ -378,22 +369,6 @@ def _pass_commit(
                 tokens_before=tokens_before,
                 source_tokens=source_tokens,
             )
-            if plan.trigger == "manual" and tokens_after >= tokens_before:
-                raise NotLower(tokens_after)  # rolls the summary back: nothing changes
-    except NotLower as exc:
-        event = event_write(
-            session,
-            trigger=plan.trigger,
-            outcome=CompactionEvent.Outcome.REJECTED,
-            reason="not_lower",
-            error=f"The context would be {exc.tokens_after:,} tokens, from {tokens_before:,}.",
-            tokens_before=tokens_before,
-            tokens_after=tokens_before,
-            source_tokens=source_tokens,
-            model=accepted["model"],
-            snapshot=accepted["snapshot"],
-        )
-        return RunResult("rejected", "not_lower", tokens_before, exc.tokens_after, None, event)
     except Conflict:
         event = event_write(
             session,

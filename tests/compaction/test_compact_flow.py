@@ -30,10 +30,6 @@ def _conversation(session, turns=12):
 
 
 def test_compact_command_with_builtin_extractive(owner_client, chat_session, eager_tasks):
-    # The index off: these 22 messages repeat four facts, and the snapshot listed in the index
-    # would cost more than the extractive summary saves (/compact then refuses: not_lower).
-    chat_session.bot.memory_index_size = 0
-    chat_session.bot.save(update_fields=["memory_index_size"])
     _conversation(chat_session)
     before = session_context_recount(session_id=chat_session.pk)[0]
     response = owner_client.post(

@@ -30,10 +30,6 @@ FILLER = "We chatted about the weather and the garden for a while without decidi
 
 
 def _bot(owner, fake_openai, name, window, **fields):
-    # Small windows: with the memory index listed, a snapshot would cost more than the few
-    # messages a /compact here replaces, and a compaction that does not lower the context is
-    # refused (not_lower). The index is off unless a test turns it on.
-    fields.setdefault("memory_index_size", 0)
     return BotFactory(
         owner=owner,
         name=name,

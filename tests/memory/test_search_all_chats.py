@@ -148,9 +148,7 @@ def test_search_api_errors(owner_client, client):
 
 @pytest.mark.django_db
 def test_compaction_takes_written_rows_into_its_snapshot_and_recall_sees_only_compacted(owner):
-    # No index lines in the context: a snapshot's line would make this short chat's /compact
-    # grow the context, which is refused (not_lower). Search does not read the index.
-    bot = BotFactory(owner=owner, memory_index_size=0)
+    bot = BotFactory(owner=owner)
     session = SessionFactory(user=owner, bot=bot)
     words = "The ferry to Brindisi leaves at 7 from pier nine with Aurelio and Matteo."
     messages = [
