@@ -57,7 +57,8 @@ _QUEUED_ANSWER = """
 
 def _answer_as_queued(page) -> list[str]:
     """Show the page each import job as still queued; the job status URLs it then polls are
-    listed in the returned list (one poll per import: each job has ended by then)."""
+    listed in the returned list (a job still running on embedded mode's task threads is polled
+    again until it ends)."""
     polled: list[str] = []
 
     def status(route):
@@ -133,7 +134,8 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     page.click("#import-submit")
     expect(page.locator("#import-status")).to_have_text("Imported 1 chat.", timeout=IMPORT_MS)
     assert page.locator("#import-progress").evaluate("p => p.value") == 100
-    assert len(polled) == 1 and re.fullmatch(r"/api/v1/import/jobs/\d+/", polled[0])
+    jobs = sorted(set(polled))
+    assert len(jobs) == 1 and re.fullmatch(r"/api/v1/import/jobs/\d+/", jobs[0])
     # the imported chat opens, with the same history
     page.wait_for_url(re.compile(rf"/chat/(?!{session['id']}/)\d+/$"))
     page.wait_for_selector("#transcript article.msg[data-seq='1']")
@@ -154,7 +156,7 @@ def test_export_and_import_from_the_page(desktop, server_url, tmp_path):
     expect(page.locator("#import-status")).to_have_text(
         re.compile(r"^Import failed: The file ends early, after \d+ bytes"), timeout=IMPORT_MS
     )
-    assert len(polled) == 3  # the failure, too, came from the job's status
+    assert len(set(polled)) == 3  # the failure, too, came from its job's status
     assert page.locator("#import-progress").is_hidden()
     assert page.locator("#import-submit").is_enabled()
     assert page.js_errors == []
