@@ -53,6 +53,17 @@ def pytest_runtest_protocol(item, nextitem):
     return True
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _redis_cache_cleared_once():
+    """The run starts from an empty Redis cache: an earlier run on the same Redis db leaves
+    import progress and heavy-request slots keyed by user ids that this run's new test database
+    hands out again (a second run then read the first run's "done")."""
+    from django.core.cache import caches
+
+    caches["progress"].clear()  # the Redis cache's clear empties its whole database
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _sign_in_throttle_cleared():
     """Every test starts with no failed sign-ins counted (chat_platform/signin.py): tests that
