@@ -11,6 +11,7 @@ import pytest
 from tests.browser.support import (
     CHROMIUM_ARGS,
     FAKE_KEY_ENV,
+    LIVE_SERVER_LOGS,
     TIMEOUT_MS,
     chromium_path,
     embedded_platform,
@@ -22,6 +23,23 @@ from tests.fakeopenai import FakeOpenAI
 # fails on a ReadTimeout that says nothing about the page. The tests' own REST calls wait up to
 # a minute unless they say otherwise.
 REST_TIMEOUT_SECONDS = 60
+
+
+# How much of each running server's log a failing test's report carries.
+SERVER_LOG_TAIL_CHARS = 6000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing browser test's report ends with the tail of every embedded server's log: the
+    page only shows what did not happen; the server says why."""
+    report = yield
+    if report.failed and report.when == "call":
+        for base, log in list(LIVE_SERVER_LOGS.items()):
+            if log.exists():
+                tail = log.read_text(errors="replace")[-SERVER_LOG_TAIL_CHARS:]
+                report.sections.append((f"web server log ({base}, tail)", tail))
+    return report
 
 
 @pytest.fixture(autouse=True)

@@ -76,6 +76,11 @@ def _template(base_temp: Path, *, seed: bool) -> Path:
     return path
 
 
+# The logs of the embedded servers running now (base URL -> log): a failing test's report
+# carries their tails (tests/browser/conftest.py), so a CI failure says what the server did.
+LIVE_SERVER_LOGS: dict[str, Path] = {}
+
+
 @contextmanager
 def embedded_platform(
     tmp_path_factory, name: str, *, seed: bool = True, setup=(), **env: str | None
@@ -100,7 +105,11 @@ def embedded_platform(
     log = tmp / "web.log"
     try:
         with web_server(env, log) as base:
-            yield base, log
+            LIVE_SERVER_LOGS[base] = log
+            try:
+                yield base, log
+            finally:
+                LIVE_SERVER_LOGS.pop(base, None)
     finally:
         if log.exists():
             print(f"--- web server log (tail) ---\n{log.read_text(errors='replace')[-4000:]}")
