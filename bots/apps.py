@@ -18,6 +18,6 @@ class BotsConfig(AppConfig):
         warm_web_process(embedded=settings.EMBEDDED, argv=sys.argv)
         # ... and it has no Celery beat: the web server ends dead replies itself.
         if settings.EMBEDDED and is_web_server(sys.argv, os.environ):
-            from turns.watchdog import start_embedded_beat
+            from chat_platform.inprocess import start_embedded_beat
 
             start_embedded_beat()

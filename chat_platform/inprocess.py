@@ -1,6 +1,6 @@
-"""Embedded mode's task runner (docs/operations.md "Embedded mode"): Celery tasks run on a small
-pool of background threads inside this process, never in the request or socket handler that
-dispatched them.
+"""Embedded mode's task runner and beat (docs/operations.md "Embedded mode"): Celery tasks run on
+a small pool of background threads inside this process, never in the request or socket handler
+that dispatched them; ``InProcessBeat`` runs the beat schedule.
 
 Every task is dispatched the way real mode does it (``task.delay(...)``, by name, after the
 commit that made its rows); the app's task class (``InProcessTask``) sends it here instead of to
@@ -19,6 +19,7 @@ never waits for a reply; the watchdog ends what was cut off.
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -136,3 +137,66 @@ class InProcessTask(Task):
             countdown=options.get("countdown"),
         )
         return self.AsyncResult(task_id)
+
+
+class InProcessBeat:
+    """Embedded mode has no Celery beat: its web server runs the same schedule in a thread.
+
+    Every entry of ``CELERY_BEAT_SCHEDULE`` (or ``schedule``), by task name, every ``schedule``
+    seconds (shortest period first), the first time on the first round: the turns watchdog (a
+    reply whose process died mid-turn ends within ``CHAT_HEARTBEAT_TIMEOUT_SECONDS`` of a
+    restart), the sweeps of orphans,
+    unsent attachments, context records and import jobs, and whatever is added to the schedule
+    later, as beat does in real mode. The task body runs here, in this thread, one after the
+    other; one that raises is logged and the others still run."""
+
+    def __init__(self, *, interval: float, schedule: dict[str, dict[str, Any]] | None = None):
+        self.interval = interval  # how often the schedule is looked at
+        entries = settings.CELERY_BEAT_SCHEDULE if schedule is None else schedule
+        # Shortest period first: the watchdog ends a dead reply before the orphan sweep looks
+        # at the replies queued behind it.
+        self.schedule = dict(sorted(entries.items(), key=lambda e: float(e[1]["schedule"])))
+        self._stop = threading.Event()
+        self.rounds = 0
+        self.thread = threading.Thread(target=self._run, name="embedded-beat", daemon=True)
+
+    def start(self) -> "InProcessBeat":
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        due = dict.fromkeys(self.schedule, float("-inf"))
+        while not self._stop.wait(self.interval):
+            for name, entry in self.schedule.items():
+                now = time.monotonic()
+                if now < due[name]:
+                    continue
+                due[name] = now + float(entry["schedule"])
+                self._run_entry(name, entry)
+            self.rounds += 1
+
+    @staticmethod
+    def _run_entry(name: str, entry: dict[str, Any]) -> None:
+        from chat_platform.celery_app import app
+
+        close_old_connections()
+        try:
+            if entry["task"] not in app.tasks:  # a web process discovers tasks when first asked
+                app.loader.import_default_modules()
+            app.tasks[entry["task"]](*entry.get("args", ()), **entry.get("kwargs", {}))
+        except Exception:  # the next round tries again; the failure is in the log
+            log.exception("embedded_beat_failed", entry=name, task=entry["task"])
+        finally:
+            close_old_connections()
+
+
+def start_embedded_beat() -> InProcessBeat:
+    """Called from ``BotsConfig.ready()`` in an embedded-mode web server (never in real mode,
+    where Celery beat runs the schedule, nor in commands and tests). The smallest period of the
+    schedule is how often it looks (the watchdog's, ``CHAT_WATCHDOG_SECONDS``)."""
+    periods = [float(e["schedule"]) for e in settings.CELERY_BEAT_SCHEDULE.values()]
+    return InProcessBeat(interval=min([settings.CHAT_WATCHDOG_SECONDS, *periods])).start()

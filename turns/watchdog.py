@@ -16,19 +16,16 @@
 of docs/memory.md: anything still ``pending``/``streaming`` after ``CHAT_ORPHAN_AFTER_SECONDS``.
 """
 
-import threading
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
 import structlog
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from attachments.services import attachments_sweep_unsent
 from bots import realtime
 from bots.models import Message
 from bots.transitions import UNFINISHED, earlier_reply_unfinished, reply_interrupt
@@ -159,51 +156,3 @@ def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
     if swept:
         log.info("orphans_swept", count=swept)
     return swept
-
-
-class InProcessBeat:
-    """Embedded mode has no Celery beat: its web server runs the same schedule in a thread.
-
-    Embedded turns run inside the web process, so a crash or a kill mid-reply leaves the reply
-    ``streaming`` in the database; after a restart nothing would ever end it. This thread runs
-    ``turns_watchdog`` every ``CHAT_WATCHDOG_SECONDS`` (its heartbeat rule ends a reply whose
-    process died within ``CHAT_HEARTBEAT_TIMEOUT_SECONDS`` of the restart) and
-    ``messages_sweep_orphans`` and ``attachments_sweep_unsent`` every ``sweep_every`` seconds, as
-    beat does in real mode."""
-
-    def __init__(self, *, interval: float, sweep_every: float = 60.0) -> None:
-        self.interval = interval
-        self.sweep_every = sweep_every
-        self._stop = threading.Event()
-        self.rounds = 0
-        self.thread = threading.Thread(target=self._run, name="embedded-beat", daemon=True)
-
-    def start(self) -> "InProcessBeat":
-        self.thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self.thread.join(timeout)
-
-    def _run(self) -> None:
-        last_sweep = float("-inf")
-        while not self._stop.wait(self.interval):
-            close_old_connections()
-            try:
-                turns_watchdog()
-                if time.monotonic() - last_sweep >= self.sweep_every:
-                    messages_sweep_orphans()
-                    attachments_sweep_unsent()
-                    last_sweep = time.monotonic()
-            except Exception:  # the next round tries again; the failure is in the log
-                log.exception("embedded_beat_failed")
-            finally:
-                close_old_connections()
-            self.rounds += 1
-
-
-def start_embedded_beat() -> InProcessBeat:
-    """Called from ``BotsConfig.ready()`` in an embedded-mode web server (never in real mode,
-    where Celery beat runs the schedule, nor in commands and tests)."""
-    return InProcessBeat(interval=settings.CHAT_WATCHDOG_SECONDS).start()

@@ -65,6 +65,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "attachments.tasks.sweep_unsent",
         "schedule": ATTACHMENT_SWEEP_SECONDS,
     },
+    "import-jobs-sweep": {"task": "transfer.tasks.sweep_jobs", "schedule": 300.0},
 }
 CELERY_TIMEZONE = TIME_ZONE
 

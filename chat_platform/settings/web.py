@@ -49,6 +49,13 @@ ATTACHMENT_EXTRACT_MEMORY_BYTES = env.int("ATTACHMENT_EXTRACT_MEMORY_BYTES", def
 # times its size in the file.
 IMPORT_RUN_SECONDS = env.float("IMPORT_RUN_SECONDS", default=900.0)
 IMPORT_RUN_MEMORY_BYTES = env.int("IMPORT_RUN_MEMORY_BYTES", default=2 * 1024**3)
+# The import-job sweep (beat, every 5 minutes): a job still queued this long after its upload
+# never reached a worker (its task was lost) and ends failed; ended jobs are deleted this many
+# days after they ended (docs/transfer.md, "Import jobs").
+IMPORT_JOB_LOST_AFTER_SECONDS = env.float("IMPORT_JOB_LOST_AFTER_SECONDS", default=3600.0)
+IMPORT_JOB_KEEP_DAYS = env.int("IMPORT_JOB_KEEP_DAYS", default=7)
+if IMPORT_JOB_KEEP_DAYS < 1:
+    raise ImproperlyConfigured("IMPORT_JOB_KEEP_DAYS must be at least 1")
 ATTACHMENT_PDF_MAX_DECODED_BYTES = env.int(
     "ATTACHMENT_PDF_MAX_DECODED_BYTES", default=20 * 1024 * 1024
 )

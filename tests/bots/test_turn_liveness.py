@@ -13,6 +13,8 @@ from bots import realtime
 from bots.models import ChatSession, Message
 from bots.transitions import session_context_add, session_context_recount
 from chat_platform import realtime as transport
+from chat_platform.celery_app import app as celery_app
+from chat_platform.inprocess import InProcessBeat
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.pipeline import admit as pipeline_admit
 from compaction.pipeline import history as pipeline_history
@@ -278,9 +280,9 @@ def test_watchdog_interrupts_a_turn_whose_heartbeat_stopped_and_keeps_its_text(
     assert watchdog.turns_watchdog().interrupted == 0  # idempotent
 
 
-def _beat_rounds(rounds: int, *, interval: float) -> watchdog.InProcessBeat:
+def _beat_rounds(rounds: int, *, interval: float, schedule=None) -> InProcessBeat:
     """Run an embedded beat until it has done ``rounds`` rounds (30 s at most), then stop it."""
-    beat = watchdog.InProcessBeat(interval=interval).start()
+    beat = InProcessBeat(interval=interval, schedule=schedule).start()
     try:
         deadline = time.monotonic() + 30
         while beat.rounds < rounds and time.monotonic() < deadline:
@@ -323,6 +325,47 @@ def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_ses
     )
 
 
+BEAT_RUNS: list[str] = []
+
+
+@celery_app.task(name="tests.beat.often")
+def _beat_often() -> None:
+    BEAT_RUNS.append("often")
+
+
+@celery_app.task(name="tests.beat.hourly")
+def _beat_hourly(label: str) -> None:
+    BEAT_RUNS.append(label)
+
+
+def test_embedded_beat_runs_each_schedule_entry_by_name_at_its_own_period():
+    """The embedded beat runs the schedule it is given (the settings' whole beat schedule in a
+    server), each entry on its first round and then every ``schedule`` seconds, with its args."""
+    BEAT_RUNS.clear()
+    schedule = {
+        "often": {"task": "tests.beat.often", "schedule": 0},
+        "hourly": {"task": "tests.beat.hourly", "schedule": 3600, "args": ("hourly",)},
+    }
+    beat = _beat_rounds(3, interval=0.02, schedule=schedule)
+    assert beat.rounds >= 3
+    assert BEAT_RUNS.count("hourly") == 1
+    assert BEAT_RUNS.count("often") == beat.rounds
+
+
+def test_the_embedded_beat_runs_the_whole_beat_schedule(settings):
+    """Nothing real mode's beat runs is left out of embedded mode (the context-record and
+    import-job sweeps were, before the beat read the schedule)."""
+    beat = InProcessBeat(interval=1)
+    assert beat.schedule == settings.CELERY_BEAT_SCHEDULE
+    assert {e["task"] for e in beat.schedule.values()} >= {
+        "bots.tasks.turns_watchdog",
+        "bots.tasks.sweep_orphans",
+        "attachments.tasks.sweep_unsent",
+        "compaction.tasks.context_records_sweep",
+        "transfer.tasks.sweep_jobs",
+    }
+
+
 @pytest.mark.django_db(transaction=True)
 def test_embedded_beat_survives_a_failing_round(chat_session, monkeypatch):
     calls = []
@@ -332,7 +375,8 @@ def test_embedded_beat_survives_a_failing_round(chat_session, monkeypatch):
         raise RuntimeError("database went away")
 
     monkeypatch.setattr(watchdog, "turns_watchdog", broken)
-    beat = _beat_rounds(3, interval=0.02)
+    every_round = {"turns-watchdog": {"task": "bots.tasks.turns_watchdog", "schedule": 0}}
+    beat = _beat_rounds(3, interval=0.02, schedule=every_round)
     assert beat.rounds >= 3 and len(calls) >= 3
 
 
@@ -340,13 +384,14 @@ def test_embedded_beat_survives_a_failing_round(chat_session, monkeypatch):
 def test_a_live_turn_keeps_beating_through_a_silent_provider(
     fake_session, fake_openai, frames, settings
 ):
-    """A provider silent for 3 s (longer than the heartbeat timeout here) is not a dead worker:
-    the monitor keeps stamping, so the watchdog leaves the turn alone and it completes."""
-    settings.CHAT_HEARTBEAT_SECONDS = 0.2
-    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 1.0
+    """A provider silent for 6 s (twice the heartbeat timeout here) is not a dead worker: the
+    monitor keeps stamping, so the watchdog leaves the turn alone and it completes. (A timeout
+    of six heartbeats: at 1 s, five, a loaded machine delayed one stamp past it.)"""
+    settings.CHAT_HEARTBEAT_SECONDS = 0.5
+    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 3.0
     settings.LLM_MAX_RETRIES = 0
     _, reply = _turn(fake_session)
-    fake_openai.script(Reply(text="Worth the wait.", hang=3.0))
+    fake_openai.script(Reply(text="Worth the wait.", hang=6.0))
 
     def run_turn():
         try:

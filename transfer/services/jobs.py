@@ -253,6 +253,49 @@ def _finish(
     return status if written else None
 
 
+# --- the sweep (beat) ---------------------------------------------------------------------------
+
+LOST_TEXT = (
+    "The import never ran: its task was lost before a worker took it. Nothing was imported; "
+    "upload the file again."
+)
+INTERRUPTED_TEXT = (
+    "The import was interrupted: the worker running it stopped. Nothing was imported; upload "
+    "the file again."
+)
+
+
+def import_jobs_sweep(*, now: Any = None) -> dict[str, int]:
+    """No job waits forever, and none is kept forever: a job still ``queued``
+    ``IMPORT_JOB_LOST_AFTER_SECONDS`` after its upload, or ``running`` past its limit plus
+    ``STALE_AFTER_SECONDS`` (its worker died and no redelivery took it), ends ``failed``
+    (``service_unavailable``, its chunks deleted); a job that ended more than
+    ``IMPORT_JOB_KEEP_DAYS`` ago is deleted. Counts of each."""
+    now = now or timezone.now()
+    lost_before = now - timedelta(seconds=settings.IMPORT_JOB_LOST_AFTER_SECONDS)
+    dead_before = now - timedelta(seconds=settings.IMPORT_RUN_SECONDS + STALE_AFTER_SECONDS)
+    found = {
+        LOST_TEXT: ImportJob.objects.filter(
+            status=ImportJob.Status.QUEUED, created_at__lt=lost_before
+        ),
+        INTERRUPTED_TEXT: ImportJob.objects.filter(
+            status=ImportJob.Status.RUNNING, started_at__lt=dead_before
+        ),
+    }
+    failed = 0
+    for text, jobs in found.items():
+        for job_id in jobs.values_list("pk", flat=True):
+            error = {"code": ServiceUnavailable.code, "message": text, "details": {}}
+            failed += _finish(job_id, error=error) is not None
+    ended = (ImportJob.Status.DONE, ImportJob.Status.FAILED)
+    keep_after = now - timedelta(days=settings.IMPORT_JOB_KEEP_DAYS)
+    _, per_model = ImportJob.objects.filter(status__in=ended, finished_at__lt=keep_after).delete()
+    deleted = per_model.get(ImportJob._meta.label, 0)
+    if failed or deleted:
+        log.info("import_jobs_swept", failed=failed, deleted=deleted)
+    return {"failed": failed, "deleted": deleted}
+
+
 # --- the child ----------------------------------------------------------------------------------
 
 
