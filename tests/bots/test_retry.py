@@ -5,6 +5,7 @@ the question twice, whichever way the client asks."""
 import pytest
 
 from bots.models import Message
+from compaction.models import ContextRecord
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,13 +68,21 @@ def test_the_retry_endpoint_reruns_the_reply_in_place(
     fake_openai.script(Reply(text="Lima."))
     reply_id = failed_exchange["assistant_message"]["id"]
     response = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
-    assert response.status_code == 200
-    assert response.json()["id"] == reply_id
+    assert response.status_code == 202
+    assert response.json()["assistant_message"]["id"] == reply_id
+    # Eager tasks: the re-run turn ran when the retry committed.
+    assert response.json()["assistant_message"]["status"] == "complete"
     assert _transcript(fake_session) == [
         (1, "user", "What is the capital of Peru?", "complete"),
         (2, "assistant", "Lima.", "complete"),
     ]
     assert [m["role"] for m in fake_openai.requests[-1]["messages"]] == ["system", "user"]
+    # What the model saw is the re-run's record, the failed run's gone with it (one per reply).
+    record = ContextRecord.objects.get(message_id=reply_id)
+    reply = Message.objects.get(pk=reply_id)
+    assert [call["usage"]["completion_tokens"] for call in record.calls] == [
+        reply.completion_tokens
+    ]
     # A complete reply is not retried (regenerate it instead): nothing changes.
     refused = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
     assert refused.status_code == 400

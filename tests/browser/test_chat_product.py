@@ -187,8 +187,21 @@ def test_failed_reply_in_plain_words_then_retry(server_url, desktop, fake):
         '#transcript article.msg[data-role="assistant"][data-status="complete"] .msg-text'
     )
     done.filter(has_text="Yes, here now.").wait_for()
+    # The reply ran again in place: the question is not sent a second time, on the page, in
+    # the store, or to the model.
     users = page.locator('#transcript article.msg[data-role="user"] .msg-text').all_inner_texts()
-    assert users == ["Are you there?", "Are you there?"]
+    assert users == ["Are you there?"]
+    assert page.locator("#transcript article.msg").count() == 2
+    stored = httpx.get(
+        f"{server_url}/api/v1/sessions/{current_session_id(page)}/messages/",
+        headers=api_headers(server_url),
+    ).json()
+    assert [(m["role"], m["content"], m["status"]) for m in stored] == [
+        ("user", "Are you there?", "complete"),
+        ("assistant", "Yes, here now.", "complete"),
+    ]
+    sent = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"]
+    assert sent == ["Are you there?"]
     assert page.js_errors == []
 
 

@@ -18,6 +18,7 @@ from bots import realtime, transitions
 from bots.models import ChatSession, Message
 from bots.queries import message_get_for_user, session_get_for_use
 from chat_platform.errors import ValidationFailed
+from compaction.records import context_record_discard
 from connections import usage
 from turns import dispatch
 
@@ -48,6 +49,8 @@ def _rerun(session: ChatSession, question: Message, failed: list[Message]) -> li
         model = session.chat_model if bot.pk == session.bot_id else bot.model
         if transitions.reply_rerun(message_id=reply.pk, model=model):
             again.append(reply.pk)
+    # The failed run's record of what the model saw goes with it; the rerun writes its own.
+    context_record_discard(message_ids=again)
     rows = list(Message.objects.filter(pk__in=again).order_by("seq"))
     if rows:
         transaction.on_commit(partial(realtime.notify_exchange_created, rows))
