@@ -23,6 +23,7 @@ from tests.browser.support import (
     log_in,
     open_new_chat,
     send,
+    shoot,
 )
 from tests.fakeopenai import Reply
 
@@ -52,14 +53,6 @@ CHATTY = [
     "The launch date for project Falcon is 14 March." + FILLER,
     "The budget for the offsite is 4,000 euros." + FILLER,
 ]
-
-
-def shoot(page, name: str, **kwargs) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kwargs)
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **kwargs)
 
 
 def answer(page, text: str) -> None:

@@ -238,7 +238,7 @@ function renderFailure(node, m) {
     return;
   }
   var err = failureOf(m);
-  var words = failureWords(err.code);
+  var words = failureWords(err.code, err.details);
   box.append(
     el("p", { class: "msg-error-title", text: words.title }),
     el("p", { class: "msg-error-advice", text: words.advice })
