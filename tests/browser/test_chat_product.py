@@ -151,6 +151,38 @@ def test_empty_stopped_reply_says_so(server_url, desktop, fake):
     assert page.js_errors == []
 
 
+MATH = (
+    "Euler: $e^{i\\pi} + 1 = 0$, though it costs $5 and $10.\n\n"
+    "$$\n\\int_0^1 x^2\\,dx = \\frac{1}{3}\n$$\n\n"
+    "In code it stays as typed: `$x$`."
+)
+
+
+def test_latex_math_in_a_reply_is_drawn_by_the_vendored_katex(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Math")
+    fake.script(Reply(text=MATH))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "Some math, please")
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    text = assistant(page).last.locator(".msg-text")
+    inline = text.locator(".math-inline")
+    display = text.locator(".math-display")
+    assert (inline.count(), display.count()) == (1, 1)
+    # KaTeX drew both (its MathML keeps the TeX as written, for screen readers and copying).
+    assert inline.locator(".katex annotation").text_content() == "e^{i\\pi} + 1 = 0"
+    assert display.locator(".katex-display annotation").text_content() == (
+        "\\int_0^1 x^2\\,dx = \\frac{1}{3}"
+    )
+    assert display.locator(".katex-html .mfrac").count() == 1
+    # Dollars that are money, and math in code, stay text.
+    assert "though it costs $5 and $10." in text.inner_text()
+    assert text.locator("code").inner_text() == "$x$"
+    assert page.js_errors == []
+    shoot(page, "chat-math")
+
+
 def test_failed_reply_in_plain_words_then_retry(server_url, desktop, fake):
     page = desktop
     bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Flaky")
