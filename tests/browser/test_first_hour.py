@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 ADMIN_PASSWORD = "admin-pw-for-first-hour"
 FRUGAL_PASSWORD = "frugal-pw-for-first-hour"
 PROVIDER_KEY = "sk-first-run-card-key-7731"
-# A user with a daily limit of 1,000 tokens, 999 of them used today: a message is taken, but
-# no context fits in what is left, so its reply fails with quota_exceeded.
+# Two users with a daily limit of 1,000 tokens. "frugal" used 999 today: a message is taken,
+# but no context fits in what is left, so its reply fails with quota_exceeded. "spent" used all
+# 1,000: a message is refused before it is stored.
 FRUGAL = f"""
 from django.contrib.auth import get_user_model
 from connections import usage
@@ -33,6 +34,9 @@ from connections.models import TokenCounter, UserQuota
 user = get_user_model().objects.create_user("frugal", password="{FRUGAL_PASSWORD}")
 UserQuota.objects.create(user=user, daily_token_limit=1000)
 TokenCounter.objects.create(subject=f"user:{{user.pk}}", day=usage.today(), used=999)
+spent = get_user_model().objects.create_user("spent", password="{FRUGAL_PASSWORD}")
+UserQuota.objects.create(user=spent, daily_token_limit=1000)
+TokenCounter.objects.create(subject=f"user:{{spent.pk}}", day=usage.today(), used=1000)
 """
 
 
@@ -152,6 +156,35 @@ def test_a_spent_daily_limit_says_what_ran_out_and_when_it_resets(site, chromium
             f"It resets on {reset:%a} {reset.day} {reset:%b}, 00:00 UTC. Retry then, or ask "
             "whoever runs this server for a higher limit."
         )
+        assert page.js_errors == []
+    finally:
+        context.close()
+
+
+def test_a_message_refused_by_a_spent_limit_says_so_in_words(site, chromium):
+    context, page = _new_page(
+        chromium, viewport={"width": 1280, "height": 900}, timezone_id="UTC", locale="en-GB"
+    )
+    try:
+        log_in(page, site, username="spent", password=FRUGAL_PASSWORD)
+        headers = _token(site, "spent", FRUGAL_PASSWORD)
+        bots = httpx.get(f"{site}/api/v1/bots/", headers=headers).json()
+        open_new_chat(page, next(b for b in bots if b["name"] == "Recall (built-in)"))
+        send(page, "hello")
+        reset = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
+        words = (
+            "Your daily token limit is used up: 1,000 of 1,000 tokens today. "
+            f"It resets on {reset:%a} {reset.day} {reset:%b}, 00:00 UTC. Retry then, or ask "
+            "whoever runs this server for a higher limit."
+        )
+        page.locator("#error-banner-text", has_text="used up").wait_for()
+        assert page.inner_text("#error-banner-text") == words
+        unsent = page.locator('#transcript article.msg[data-status="unsent"] .msg-error')
+        unsent.wait_for()
+        assert unsent.inner_text() == "Not sent: " + words
+        session = page.locator("#session-list li.is-current").get_attribute("data-session-id")
+        stored = httpx.get(f"{site}/api/v1/sessions/{session}/messages/", headers=headers)
+        assert stored.json() == []
         assert page.js_errors == []
     finally:
         context.close()
