@@ -100,6 +100,15 @@ def key_limit(*, key_id: object, limit: int | None) -> list[Limit]:
     return [] if limit is None else [Limit(f"key:{key_id}", int(limit))]
 
 
+def charge_subject(limits: Sequence[Limit]) -> str:
+    """What a reply asked for through an API key is charged to beside its user's own limit:
+    the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
+    turn, which runs later in a worker that does not know the request. The turn's options hook
+    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys"). Blank
+    without a key: the turn costs what it always did."""
+    return " ".join(limit.subject for limit in limits)
+
+
 def _refusal(
     limit: Limit, used: int, *, needs: int | None = None, what: str = "this turn's context"
 ) -> QuotaExceeded:

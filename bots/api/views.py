@@ -320,7 +320,9 @@ class MessageRetryApi(APIView):
         },
     )
     def post(self, request: Request, message_id: int) -> Response:
-        reply = retry_services.reply_retry(user=request.user, message_id=message_id)
+        reply = retry_services.reply_retry(
+            user=request.user, message_id=message_id, quota=request_key_limits(request.auth)
+        )
         body = {"assistant_message": MessageOutputSerializer(reply).data}
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
