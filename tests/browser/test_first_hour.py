@@ -64,12 +64,13 @@ def _token(site: str, username: str, password: str) -> dict[str, str]:
 
 
 def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromium, fake_llm):
-    context, page = _new_page(chromium, viewport={"width": 1280, "height": 900})
+    # Tall enough for the whole sidebar card in the screenshot.
+    context, page = _new_page(chromium, viewport={"width": 1280, "height": 1000})
     try:
         log_in(page, site, username="admin", password=ADMIN_PASSWORD)
         card = page.locator("#first-run")
         card.wait_for()
-        assert card.locator("summary").inner_text() == "Connect a model provider"
+        assert card.locator("summary").text_content() == "Connect a model provider"
         # Ollama asks for a URL only, Anthropic for a key only.
         page.check("input[name=first-run-kind][value=ollama]")
         assert (page.is_visible("#first-run-url"), page.is_visible("#first-run-key")) == (
