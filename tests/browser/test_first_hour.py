@@ -98,6 +98,11 @@ def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromiu
         )
         model = page.locator("#first-run-models li")
         assert model.get_attribute("data-model") == "fake-model"
+        # Connecting the same address again (no key this time) lists it again: the same
+        # connection, its key kept, not a second one (checked over the API below).
+        page.click("#first-run-connect")
+        page.locator("#first-run-status", has_text="offers 1 model.").wait_for()
+        assert model.get_attribute("data-model") == "fake-model"
         shoot(page, "first-run-card")
 
         model.locator("button.first-run-make").click()
