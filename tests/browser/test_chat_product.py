@@ -230,6 +230,28 @@ def test_failed_reply_in_plain_words_then_retry(server_url, desktop, fake):
     assert page.js_errors == []
 
 
+def test_retry_of_an_earlier_failed_reply_says_why_it_cannot(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Earlier")
+    fake.script(Reply(status=500, error_message="upstream exploded"), Reply(text="Second."))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "First?")
+    failed = page.locator('#transcript article.msg[data-role="assistant"][data-status="failed"]')
+    failed.wait_for()
+    send(page, "Second?")
+    answer(page, "Second.")
+    calls = len(fake.requests)
+    failed.locator("button.msg-retry").click()
+    page.locator("#error-banner-text", has_text="last reply").wait_for()
+    assert page.inner_text("#error-banner-text") == (
+        "Only the chat's last reply can be retried; regenerate an earlier one."
+    )
+    assert failed.locator("button.msg-retry").is_enabled()
+    assert len(fake.requests) == calls  # the refused Retry called no model
+    assert page.js_errors == []
+
+
 def test_oversized_message_shows_context_guidance(server_url, desktop, fake):
     page = desktop
     headers = api_headers(server_url)

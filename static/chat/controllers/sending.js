@@ -65,7 +65,9 @@ export function retryReply(reply, button) {
     .catch(function (err) {
       if (epoch !== state.epoch) return;
       if (button) button.disabled = false;
-      showError(err);
+      // A refusal says why in details.message (e.g. only the chat's last reply can be retried).
+      var why = err.details && Array.isArray(err.details.message) ? err.details.message[0] : "";
+      showError(why || err);
     });
 }
 
