@@ -14,7 +14,9 @@ from django.conf import settings
 
 from bots.models import Message
 from chat_platform import realtime as transport
+from chat_platform.errors import QuotaExceeded
 from chat_platform.isotime import iso_utc
+from connections import usage
 
 log = structlog.get_logger(__name__)
 
@@ -61,8 +63,17 @@ def message_payload(message: Message) -> dict[str, Any]:
         payload["name"] = message.tool_name
         payload["ok"] = message.tool_ok
     if message.error_code:
-        payload["error"] = {"code": message.error_code, "message": message.error_message}
+        payload["error"] = message_error(message)
     return payload
+
+
+def message_error(message: Message) -> dict[str, Any]:
+    """A failed reply's error as clients get it; a daily limit's adds what ran out and when it
+    resets (``details``), so the chat can say so in words (docs/connections.md)."""
+    error: dict[str, Any] = {"code": message.error_code, "message": message.error_message}
+    if message.error_code == QuotaExceeded.code:
+        error["details"] = usage.refusal_details(message.error_message, at=message.updated_at)
+    return error
 
 
 def notify_message_created(message: Message) -> None:
@@ -101,7 +112,7 @@ def notify_message_failed(message: Message) -> None:
         {
             "type": "message.failed",
             "message_id": message.pk,
-            "error": {"code": message.error_code, "message": message.error_message},
+            "error": message_error(message),
             # The stored reply (status failed or interrupted, partial text kept) for clients
             # that render it without a resync.
             "message": message_payload(message),

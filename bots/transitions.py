@@ -239,12 +239,13 @@ def reply_dispatched(*, message_id: int) -> None:
     Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
 
 
-def reply_rerun(*, message_id: int, model: str) -> bool:
+def reply_rerun(*, message_id: int, model: str, charged_to: str = "") -> bool:
     """``failed | interrupted -> pending``, as new: a Retry runs the reply again for the same user
     message, at the same seq, with ``model`` (the bot's settings may have been fixed since); its
     partial text, error and usage are cleared, and an interrupted reply's text leaves the
-    session's running totals. False if it is no longer failed or interrupted
-    (a concurrent Retry won)."""
+    session's running totals. ``charged_to``: the API key the Retry came through (blank: none),
+    charged like a send's (``Message.charged_to``). False if it is no longer failed or
+    interrupted (a concurrent Retry won)."""
     with transaction.atomic():
         row = (
             Message.objects.filter(
@@ -260,6 +261,7 @@ def reply_rerun(*, message_id: int, model: str) -> bool:
         updated = Message.objects.filter(pk=message_id, status=row["status"]).update(
             status=Message.Status.PENDING,
             model=model,
+            charged_to=charged_to,
             content="",
             token_count=0,
             error_code="",

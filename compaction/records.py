@@ -67,6 +67,13 @@ def context_record_write(
     )
 
 
+def context_record_discard(*, message_ids: Iterable[int]) -> int:
+    """Drop the records of replies that run again (a Retry): a record describes one run, and
+    the rerun writes its own when it ends (docs/chat-turn.md "Retry")."""
+    deleted, _ = ContextRecord.objects.filter(message_id__in=list(message_ids)).delete()
+    return deleted
+
+
 def record_get_for_user(*, user: AbstractBaseUser, message_id: object) -> ContextRecord:
     """The record of a reply in the user's own session (staff: any). One not-found whether the
     message is missing, someone else's, or has no record (a user message, a reply not run)."""

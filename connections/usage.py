@@ -27,10 +27,12 @@ day starts at 0).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
@@ -98,6 +100,15 @@ def key_limit(*, key_id: object, limit: int | None) -> list[Limit]:
     return [] if limit is None else [Limit(f"key:{key_id}", int(limit))]
 
 
+def charge_subject(limits: Sequence[Limit]) -> str:
+    """What a reply asked for through an API key is charged to beside its user's own limit:
+    the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
+    turn, which runs later in a worker that does not know the request. The turn's options hook
+    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys"). Blank
+    without a key: the turn costs what it always did."""
+    return " ".join(limit.subject for limit in limits)
+
+
 def _refusal(
     limit: Limit, used: int, *, needs: int | None = None, what: str = "this turn's context"
 ) -> QuotaExceeded:
@@ -122,6 +133,30 @@ def _refusal(
             "scope": "key" if limit.subject.startswith("key:") else "user",
         },
     )
+
+
+# ``_refusal``'s own words, read back: a stored failed reply keeps the message, not the details.
+_REFUSAL_WORDS = re.compile(
+    r"^(?P<whose>Your|This API key's) daily limit of (?P<limit>[\d,]+) tokens "
+    r"(?:is spent|has [\d,]+ left) \((?P<used>[\d,]+) used.*; it resets at (?P<reset>\S+)\.$",
+    re.S,
+)
+
+
+def refusal_details(message: str, *, at: dt.datetime) -> dict[str, Any]:
+    """The ``details`` of a refusal whose message a failed reply stored (``_refusal`` wrote it):
+    ``{resets_at, limit, used, scope}``, so the chat can say what ran out and when it resets.
+    Text in another shape still gets ``resets_at``: the next 00:00 UTC after ``at``, when it
+    failed (docs/connections.md "Daily token limits")."""
+    found = _REFUSAL_WORDS.match(message)
+    if found is None:
+        return {"resets_at": resets_at(at.astimezone(dt.UTC).date()).isoformat()}
+    return {
+        "resets_at": found["reset"],
+        "limit": int(found["limit"].replace(",", "")),
+        "used": int(found["used"].replace(",", "")),
+        "scope": "key" if found["whose"] != "Your" else "user",
+    }
 
 
 def tokens_today(subject: str) -> tuple[int, int]:

@@ -351,7 +351,7 @@ def turn_options(reply: Message) -> TurnOptions | None:
 
 
 def key_charge_options(charged_to: str) -> TurnOptions:
-    """A reply asked for through an API key on ``/api/v1/`` (``turns.services.send
+    """A reply asked for through an API key on ``/api/v1/`` (``connections.usage
     .charge_subject``): the key's daily limit as it stands now counts this turn too, as on
     ``/v1/`` (docs/openai-api.md "Keys"). One statement, for such replies only;
     a key that was deleted meanwhile (or whose limit was lifted) charges nothing more.

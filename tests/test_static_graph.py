@@ -27,6 +27,7 @@ FLOORS = {
     # Third-party classic scripts (UMD), loaded by <script> tags, never imported.
     "vendor/dompurify": 5,
     "vendor/highlight": 5,
+    "vendor/katex": 5,
     "vendor/marked": 5,
 }
 

@@ -1,7 +1,7 @@
 """REST adapters: parse, call one service or selector, serialise. No logic lives here."""
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -309,12 +309,22 @@ class MessageRegenerateApi(APIView):
 
 class MessageRetryApi(APIView):
     """Retry a failed or interrupted reply: it runs again, in place, for the same question
-    (200, the reply as it now stands: pending); nothing new is stored."""
+    (202 ``{assistant_message}``, the reply as it now stands: pending, its turn handed over);
+    nothing new is stored."""
 
-    @extend_schema(request=None, responses={200: MessageOutputSerializer, **api_errors(400, 404)})
+    @extend_schema(
+        request=None,
+        responses={
+            202: inline_serializer("RetryResult", {"assistant_message": MessageOutputSerializer()}),
+            **api_errors(400, 404, 429),
+        },
+    )
     def post(self, request: Request, message_id: int) -> Response:
-        reply = retry_services.reply_retry(user=request.user, message_id=message_id)
-        return Response(MessageOutputSerializer(reply).data)
+        reply = retry_services.reply_retry(
+            user=request.user, message_id=message_id, quota=request_key_limits(request.auth)
+        )
+        body = {"assistant_message": MessageOutputSerializer(reply).data}
+        return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 class SessionBranchesApi(APIView):

@@ -38,6 +38,7 @@ import { botsBind, loadBots } from "./controllers/bots.js";
 import { regenerate, renderFlips, startEdit } from "./controllers/branches.js";
 import { chatSettingsBind } from "./controllers/chatsettings.js";
 import { autoResize, composerBind, updateComposer } from "./controllers/composer.js";
+import { firstRunBind } from "./controllers/firstrun.js";
 import { handleFrame } from "./controllers/frames.js";
 import { keyboardBind } from "./controllers/keyboard.js";
 import { markerActions, markerActionsReset } from "./controllers/marker_actions.js";
@@ -102,6 +103,7 @@ if (root) {
   statusBind();
   sessionBind();
   botsBind();
+  firstRunBind();
   socketBind();
   composerBind();
   sidebarBind();

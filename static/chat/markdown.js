@@ -1,6 +1,6 @@
 /*
- * Markdown for replies: marked (parser) -> DOMPurify (sanitiser) -> highlight.js (code), all
- * vendored under static/vendor/ (see its README). No hand-written parsing: the only work here is
+ * Markdown for replies: marked (parser) -> DOMPurify (sanitiser) -> highlight.js (code) and
+ * KaTeX (LaTeX math), all vendored under static/vendor/ (see its README). No hand-written parsing: the only work here is
  * wiring them together and decorating code blocks with a language label and a Copy button.
  *
  * window.chatMarkdown.render(container, text, {final}) replaces container's children.
@@ -53,8 +53,83 @@
     return allowedOrigins().indexOf(url.origin) >= 0 ? "image" : "link";
   }
 
+  // --- LaTeX math (KaTeX, vendored: static/vendor/README.md) ---------------------------------
+  // marked finds the math (so `$x$` inside code stays code) and leaves an empty element holding
+  // the TeX in data-tex; once DOMPurify is done, KaTeX draws into it. KaTeX builds its nodes
+  // itself, setting sizes through element.style (which the Content-Security-Policy allows, unlike
+  // style attributes), and with `trust` off it makes no link, image or script.
+  // Display: $$…$$ and \[…\]; inline: $…$ (not "$5 and $10": no space inside the dollars, no
+  // digit after the closing one) and \(…\).
+  var MATH_BLOCK = /^ {0,3}(?:\$\$([\s\S]+?)\$\$|\\\[([\s\S]+?)\\\])[ \t]*(?:\n+|$)/;
+  var MATH_INLINE = /^(?:\$\$([^$]+?)\$\$|\\\[([\s\S]+?)\\\]|\\\(([\s\S]+?)\\\)|\$(?![\s$])((?:\\.|[^\\$\n])+?)(?<!\s)\$(?!\d))/;
+
+  function escapeAttr(text) {
+    return text.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
+  // A block's math is a <div>; math inside a paragraph a <span> (displayed or not).
+  function mathHolder(tex, display, block) {
+    var tag = block ? "div" : "span";
+    var cls = display ? "math math-display" : "math math-inline";
+    return "<" + tag + ' class="' + cls + '" data-tex="' + escapeAttr(tex.trim()) + '"></' + tag + ">";
+  }
+
+  var mathExtensions = [
+    {
+      name: "mathBlock",
+      level: "block",
+      start: function (src) {
+        var m = /(?:^|\n) {0,3}(?:\$\$|\\\[)/.exec(src);
+        return m ? m.index + (m[0].charAt(0) === "\n" ? 1 : 0) : undefined;
+      },
+      tokenizer: function (src) {
+        var m = MATH_BLOCK.exec(src);
+        if (m) return { type: "mathBlock", raw: m[0], tex: m[1] !== undefined ? m[1] : m[2] };
+      },
+      renderer: function (token) {
+        return mathHolder(token.tex, true, true) + "\n";
+      },
+    },
+    {
+      name: "mathInline",
+      level: "inline",
+      start: function (src) {
+        var m = /\$|\\[([]/.exec(src);
+        return m ? m.index : undefined;
+      },
+      tokenizer: function (src) {
+        var m = MATH_INLINE.exec(src);
+        if (!m) return;
+        var display = m[1] !== undefined || m[2] !== undefined;
+        var tex = m[1] !== undefined ? m[1] : m[2] !== undefined ? m[2] : m[3] !== undefined ? m[3] : m[4];
+        return { type: "mathInline", raw: m[0], tex: tex, display: display };
+      },
+      renderer: function (token) {
+        return mathHolder(token.tex, token.display, false);
+      },
+    },
+  ];
+
+  function drawMath(fragment) {
+    fragment.querySelectorAll(".math[data-tex]").forEach(function (node) {
+      var tex = node.getAttribute("data-tex");
+      var display = node.classList.contains("math-display");
+      if (!window.katex) {
+        // KaTeX did not load: the TeX as written, still readable.
+        node.textContent = display ? "$$" + tex + "$$" : "$" + tex + "$";
+        return;
+      }
+      try {
+        window.katex.render(tex, node, { displayMode: display, throwOnError: false, trust: false });
+      } catch (e) {
+        node.textContent = tex;
+      }
+    });
+  }
+
   if (hasLibs) {
     window.marked.setOptions({ gfm: true, breaks: true });
+    window.marked.use({ extensions: mathExtensions });
     window.DOMPurify.addHook("afterSanitizeAttributes", function (node) {
       // Links in replies open in a new tab and tell the target nothing about us.
       if (node.tagName === "A" && node.getAttribute("href")) {
@@ -202,6 +277,7 @@
     } finally {
       held = null;
     }
+    drawMath(fragment);
     decorateCode(fragment, opts.final !== false);
     // marked ends blocks with newlines; trailing whitespace text would only add a blank line.
     while (fragment.lastChild && fragment.lastChild.nodeType === 3 && !fragment.lastChild.textContent.trim()) {

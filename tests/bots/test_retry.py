@@ -3,8 +3,13 @@ again for the same question, in place; neither the transcript nor the model's re
 the question twice, whichever way the client asks."""
 
 import pytest
+from rest_framework.test import APIClient
 
 from bots.models import Message
+from compaction.models import ContextRecord
+from connections import usage
+from connections.models import TokenCounter
+from openai_api.keys import key_create
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,13 +72,21 @@ def test_the_retry_endpoint_reruns_the_reply_in_place(
     fake_openai.script(Reply(text="Lima."))
     reply_id = failed_exchange["assistant_message"]["id"]
     response = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
-    assert response.status_code == 200
-    assert response.json()["id"] == reply_id
+    assert response.status_code == 202
+    assert response.json()["assistant_message"]["id"] == reply_id
+    # Eager tasks: the re-run turn ran when the retry committed.
+    assert response.json()["assistant_message"]["status"] == "complete"
     assert _transcript(fake_session) == [
         (1, "user", "What is the capital of Peru?", "complete"),
         (2, "assistant", "Lima.", "complete"),
     ]
     assert [m["role"] for m in fake_openai.requests[-1]["messages"]] == ["system", "user"]
+    # What the model saw is the re-run's record, the failed run's gone with it (one per reply).
+    record = ContextRecord.objects.get(message_id=reply_id)
+    reply = Message.objects.get(pk=reply_id)
+    assert [call["usage"]["completion_tokens"] for call in record.calls] == [
+        reply.completion_tokens
+    ]
     # A complete reply is not retried (regenerate it instead): nothing changes.
     refused = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
     assert refused.status_code == 400
@@ -127,3 +140,35 @@ def test_the_same_text_after_a_complete_reply_is_a_new_message(
         (3, "user", "again?", "complete"),
         (4, "assistant", "Two.", "complete"),
     ]
+
+
+def test_a_retry_through_an_api_key_is_charged_to_the_key_and_refused_once_it_is_spent(
+    owner, owner_client, fake_session, fake_openai, failed_exchange
+):
+    key, text = key_create(user=owner, name="script", daily_token_limit=600)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {text}")
+    reply_id = failed_exchange["assistant_message"]["id"]
+    subject = f"key:{key.pk}"
+    TokenCounter.objects.create(subject=subject, day=usage.today(), used=600)
+    calls = len(fake_openai.requests)
+
+    refused = client.post(f"/api/v1/messages/{reply_id}/retry/")
+
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert refused.json()["error"]["details"]["scope"] == "key"
+    assert Message.objects.get(pk=reply_id).status == "failed"
+    assert len(fake_openai.requests) == calls
+
+    TokenCounter.objects.filter(subject=subject).update(used=0)
+    usage_reported = {"prompt_tokens": 40, "completion_tokens": 10, "total_tokens": 50}
+    fake_openai.script(Reply(text="Lima.", usage=usage_reported))
+
+    again = client.post(f"/api/v1/messages/{reply_id}/retry/")
+
+    assert again.status_code == 202
+    reply = Message.objects.get(pk=reply_id)
+    assert (reply.status, reply.content, reply.charged_to) == ("complete", "Lima.", subject)
+    counter = TokenCounter.objects.get(subject=subject, day=usage.today())
+    assert (counter.used, counter.reserved) == (50, 0)

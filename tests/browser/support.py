@@ -1,6 +1,7 @@
 """Shared pieces of the browser tests: Debian's Chromium, the embedded platform as a subprocess,
 and small page helpers. Fixtures live in ``conftest.py`` (one server per module)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -140,10 +141,12 @@ def create_streamer(base: str, headers: dict[str, str], api_base: str, name: str
     )
 
 
-def log_in(page, base: str, password: str = "demo", next_path: str = "/") -> None:
+def log_in(
+    page, base: str, password: str = "demo", next_path: str = "/", username: str = "demo"
+) -> None:
     page.goto(base + next_path)
     page.wait_for_url("**/accounts/login/**")
-    page.fill("input[name=username]", "demo")
+    page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     with page.expect_navigation():
         page.click("form button[type=submit]")
@@ -171,3 +174,13 @@ def send(page, text: str) -> None:
 
 def assistant(page):
     return page.locator('#transcript article.msg[data-role="assistant"][data-kind="chat"]')
+
+
+def shoot(page, name: str, **kwargs) -> None:
+    """A screenshot into test-artifacts/; with ``UPDATE_SCREENSHOTS=1`` also into
+    docs/screenshots/ (the ones the README and docs show)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kwargs)
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **kwargs)

@@ -23,6 +23,7 @@ from tests.browser.support import (
     log_in,
     open_new_chat,
     send,
+    shoot,
 )
 from tests.fakeopenai import Reply
 
@@ -52,14 +53,6 @@ CHATTY = [
     "The launch date for project Falcon is 14 March." + FILLER,
     "The budget for the offsite is 4,000 euros." + FILLER,
 ]
-
-
-def shoot(page, name: str, **kwargs) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kwargs)
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **kwargs)
 
 
 def answer(page, text: str) -> None:
@@ -158,6 +151,38 @@ def test_empty_stopped_reply_says_so(server_url, desktop, fake):
     assert page.js_errors == []
 
 
+MATH = (
+    "Euler: $e^{i\\pi} + 1 = 0$, though it costs $5 and $10.\n\n"
+    "$$\n\\int_0^1 x^2\\,dx = \\frac{1}{3}\n$$\n\n"
+    "In code it stays as typed: `$x$`."
+)
+
+
+def test_latex_math_in_a_reply_is_drawn_by_the_vendored_katex(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Math")
+    fake.script(Reply(text=MATH))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "Some math, please")
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    text = assistant(page).last.locator(".msg-text")
+    inline = text.locator(".math-inline")
+    display = text.locator(".math-display")
+    assert (inline.count(), display.count()) == (1, 1)
+    # KaTeX drew both (its MathML keeps the TeX as written, for screen readers and copying).
+    assert inline.locator(".katex annotation").text_content() == "e^{i\\pi} + 1 = 0"
+    assert display.locator(".katex-display annotation").text_content() == (
+        "\\int_0^1 x^2\\,dx = \\frac{1}{3}"
+    )
+    assert display.locator(".katex-html .mfrac").count() == 1
+    # Dollars that are money, and math in code, stay text.
+    assert "though it costs $5 and $10." in text.inner_text()
+    assert text.locator("code").inner_text() == "$x$"
+    assert page.js_errors == []
+    shoot(page, "chat-math")
+
+
 def test_failed_reply_in_plain_words_then_retry(server_url, desktop, fake):
     page = desktop
     bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Flaky")
@@ -187,8 +212,43 @@ def test_failed_reply_in_plain_words_then_retry(server_url, desktop, fake):
         '#transcript article.msg[data-role="assistant"][data-status="complete"] .msg-text'
     )
     done.filter(has_text="Yes, here now.").wait_for()
+    # The reply ran again in place: the question is not sent a second time, on the page, in
+    # the store, or to the model.
     users = page.locator('#transcript article.msg[data-role="user"] .msg-text').all_inner_texts()
-    assert users == ["Are you there?", "Are you there?"]
+    assert users == ["Are you there?"]
+    assert page.locator("#transcript article.msg").count() == 2
+    stored = httpx.get(
+        f"{server_url}/api/v1/sessions/{current_session_id(page)}/messages/",
+        headers=api_headers(server_url),
+    ).json()
+    assert [(m["role"], m["content"], m["status"]) for m in stored] == [
+        ("user", "Are you there?", "complete"),
+        ("assistant", "Yes, here now.", "complete"),
+    ]
+    sent = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"]
+    assert sent == ["Are you there?"]
+    assert page.js_errors == []
+
+
+def test_retry_of_an_earlier_failed_reply_says_why_it_cannot(server_url, desktop, fake):
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Earlier")
+    fake.script(Reply(status=500, error_message="upstream exploded"), Reply(text="Second."))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "First?")
+    failed = page.locator('#transcript article.msg[data-role="assistant"][data-status="failed"]')
+    failed.wait_for()
+    send(page, "Second?")
+    answer(page, "Second.")
+    calls = len(fake.requests)
+    failed.locator("button.msg-retry").click()
+    page.locator("#error-banner-text", has_text="last reply").wait_for()
+    assert page.inner_text("#error-banner-text") == (
+        "Only the chat's last reply can be retried; regenerate an earlier one."
+    )
+    assert failed.locator("button.msg-retry").is_enabled()
+    assert len(fake.requests) == calls  # the refused Retry called no model
     assert page.js_errors == []
 
 

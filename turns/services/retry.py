@@ -8,6 +8,7 @@ that sends the question again, as the chat page's does): ``session_message_send`
 ``send_is_retry`` first and re-runs the reply instead of storing the question a second time.
 """
 
+from collections.abc import Sequence
 from functools import partial
 
 import structlog
@@ -18,6 +19,7 @@ from bots import realtime, transitions
 from bots.models import ChatSession, Message
 from bots.queries import message_get_for_user, session_get_for_use
 from chat_platform.errors import ValidationFailed
+from compaction.records import context_record_discard
 from connections import usage
 from turns import dispatch
 
@@ -39,15 +41,19 @@ def _exchange_after(session: ChatSession, question: Message) -> list[Message] | 
     return failed or None
 
 
-def _rerun(session: ChatSession, question: Message, failed: list[Message]) -> list[Message]:
+def _rerun(
+    session: ChatSession, question: Message, failed: list[Message], *, charged_to: str = ""
+) -> list[Message]:
     """In the caller's transaction: the failed replies back to pending, handed over after
     commit (one at a time, in seq order, as a room's replies run). Returns them re-read."""
     again = []
     for reply in failed:
         bot = reply.bot or session.bot
         model = session.chat_model if bot.pk == session.bot_id else bot.model
-        if transitions.reply_rerun(message_id=reply.pk, model=model):
+        if transitions.reply_rerun(message_id=reply.pk, model=model, charged_to=charged_to):
             again.append(reply.pk)
+    # The failed run's record of what the model saw goes with it; the rerun writes its own.
+    context_record_discard(message_ids=again)
     rows = list(Message.objects.filter(pk__in=again).order_by("seq"))
     if rows:
         transaction.on_commit(partial(realtime.notify_exchange_created, rows))
@@ -57,7 +63,7 @@ def _rerun(session: ChatSession, question: Message, failed: list[Message]) -> li
 
 
 def send_is_retry(
-    *, session: ChatSession, text: str, client_id: str | None
+    *, session: ChatSession, text: str, client_id: str | None, charged_to: str = ""
 ) -> tuple[Message, list[Message]] | None:
     """A send of ``text`` that is a Retry: the chat's last question has exactly this text and its
     reply failed. Re-runs that reply (one transaction), gives the question the send's
@@ -73,19 +79,23 @@ def send_is_retry(
         failed = _exchange_after(session, question)
         if failed is None:
             return None
-        rows = _rerun(session, question, failed)
+        rows = _rerun(session, question, failed, charged_to=charged_to)
         if rows and client_id:
             transitions.message_client_id_set(message_id=question.pk, client_id=client_id)
             question.client_id = client_id
     return question, rows or list(Message.objects.filter(pk__in=[m.pk for m in failed]))
 
 
-def reply_retry(*, user: AbstractBaseUser, message_id: object) -> Message:
+def reply_retry(
+    *, user: AbstractBaseUser, message_id: object, quota: Sequence[usage.Limit] = ()
+) -> Message:
     """``POST messages/{id}/retry/``: re-run a failed or interrupted reply for the same question.
     Only the chat's last exchange can be retried (a later message would be answered out of
-    order); an earlier reply is regenerated instead (a branch)."""
+    order); an earlier reply is regenerated instead (a branch). ``quota``: the limit of the API
+    key the Retry came through: spent, it refuses the Retry; else the re-run is charged to it,
+    as a send through that key is (docs/connections.md "Daily token limits")."""
     reply = message_get_for_user(user=user, message_id=message_id)
-    usage.quota_check(usage.user_limits(user.pk))
+    usage.quota_check([*usage.user_limits(user.pk), *quota])
     if reply.role != Message.Role.ASSISTANT or reply.kind != Message.Kind.CHAT:
         raise ValidationFailed(details={"message": [NOT_RETRYABLE]})
     session = session_get_for_use(user=user, session_id=reply.session_id)
@@ -102,6 +112,6 @@ def reply_retry(*, user: AbstractBaseUser, message_id: object) -> Message:
                     ]
                 }
             )
-        _rerun(session, question, failed)
+        _rerun(session, question, failed, charged_to=usage.charge_subject(quota))
     reply.refresh_from_db()
     return reply

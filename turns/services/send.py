@@ -146,7 +146,7 @@ def do_message_pair_create(
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
     room, one pending reply per answering bot (seqs n+1…, the order they answer in).
-    ``charged_to``: see ``charge_subject``.
+    ``charged_to``: see ``connections.usage.charge_subject``.
 
     ``attachments`` (checked, unsent files of the session) become part of the message: their
     text in its content, so in its token count, and they are claimed by it.
@@ -185,15 +185,6 @@ def do_message_pair_create(
         created=True,
         replies=replies if answering else [],
     )
-
-
-def charge_subject(quota: Sequence[usage.Limit]) -> str:
-    """What a reply asked for through an API key is charged to beside its user's own limit:
-    the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
-    turn, which runs later in a worker that does not know the request. The turn's options hook
-    (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys"). Blank
-    without a key: the turn costs what it always did."""
-    return " ".join(limit.subject for limit in quota)
 
 
 def _answering(
@@ -305,7 +296,11 @@ def session_message_send(
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
         usage.quota_check(limits)
-    if not files and (retried := send_is_retry(session=session, text=text, client_id=cid)):
+    if not files and (
+        retried := send_is_retry(
+            session=session, text=text, client_id=cid, charged_to=usage.charge_subject(quota)
+        )
+    ):
         # A Retry sending the question again: its failed reply runs again, nothing is stored.
         question, replies = retried
         return SendResult(question, replies[0], False, replies=replies if replies[1:] else [])
@@ -344,7 +339,7 @@ def _send_write(
                 client_id=cid,
                 answering=answering,
                 attachments=files,
-                charged_to=charge_subject(quota),
+                charged_to=usage.charge_subject(quota),
             )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
@@ -390,7 +385,7 @@ def reply_again_open(
     """In the caller's transaction: a new pending reply to ``user_message`` by ``bot`` (default:
     the chat's), after the last message of ``session`` (a regenerated reply, on its branch);
     refused at once if it can never fit, else handed to the queue after commit, as a send's
-    reply is. ``quota``: the limits of the API key it was asked for with (``charge_subject``;
+    reply is. ``quota``: the limits of the API key it was asked for with (``usage.charge_subject``;
     the caller checked them)."""
     row = transitions.allocate_seqs(session_id=session.pk, count=1)
     session.last_seq = row.last_seq
@@ -401,7 +396,7 @@ def reply_again_open(
         model=session.chat_model if speaker.pk == session.bot_id else speaker.model,
         bot=speaker,
         offset=row.last_seq - user_message.seq,
-        charged_to=charge_subject(quota),
+        charged_to=usage.charge_subject(quota),
     )
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)

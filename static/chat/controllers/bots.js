@@ -66,6 +66,16 @@ function renderBotInfo() {
   if (bot.is_shared) ui.botInfo.append(" ", el("span", { class: "tag", text: "shared" }));
 }
 
+// A bot made on this page (the New bot form, the first-run card): listed and chosen.
+export function botAdded(bot) {
+  state.bots = state.bots.filter(function (b) {
+    return !sameId(b.id, bot.id);
+  });
+  state.bots.push(bot);
+  renderBotOptions();
+  return selectBot(bot.id);
+}
+
 export function selectBot(botId, opts) {
   opts = opts || {};
   var changed = !sameId(botId, state.botId);
@@ -198,12 +208,7 @@ export function botsBind() {
       .then(function (bot) {
         ui.newBotForm.reset();
         ui.newBotPanel.open = false;
-        state.bots = state.bots.filter(function (b) {
-          return !sameId(b.id, bot.id);
-        });
-        state.bots.push(bot);
-        renderBotOptions();
-        return selectBot(bot.id).then(function () {
+        return botAdded(bot).then(function () {
           ui.newSession.focus();
         });
       })

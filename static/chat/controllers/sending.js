@@ -17,7 +17,7 @@ import {
 import { hooks } from "../state/hooks.js";
 import { ui } from "../state/page.js";
 import { sessionPath, state } from "../state/state.js";
-import { messages, pendingSends } from "../state/store.js";
+import { failures, messages, pendingSends } from "../state/store.js";
 import { api, describeError } from "../transport/api.js";
 import { sendFrame, socketIsConnecting, waitForSocket } from "../transport/socket.js";
 import { replyAsValue } from "./participants.js";
@@ -43,15 +43,32 @@ export function questionOf(reply) {
   return best;
 }
 
-// Retry sends the question again as a new message (a new client_id: a new exchange).
+// Retry runs the failed reply again, in place, for the same question (POST messages/{id}/retry/):
+// nothing new is stored, so neither the transcript nor the model's request holds the question
+// twice (docs/chat-turn.md "Retry"). The reply comes back pending; its frames stream it.
 export function retryReply(reply, button) {
-  var question = questionOf(reply);
-  if (!question) {
-    showError("Could not find the message this reply answered; type it again.");
-    return;
-  }
+  if (reply.id === undefined || reply.id === null) return;
   if (button) button.disabled = true;
-  sendContent(question.content);
+  hideError();
+  var epoch = state.epoch;
+  api("POST", "messages/" + reply.id + "/retry/")
+    .then(function (result) {
+      if (epoch !== state.epoch) return;
+      failures.delete(String(reply.id));
+      withScroll(function () {
+        if (result && result.assistant_message) upsertMessage(result.assistant_message);
+        afterMessagesChanged();
+      });
+      hooks.updateComposer();
+      scheduleContextRefresh(300);
+    })
+    .catch(function (err) {
+      if (epoch !== state.epoch) return;
+      if (button) button.disabled = false;
+      // A refusal says why in details.message (e.g. only the chat's last reply can be retried).
+      var why = err.details && Array.isArray(err.details.message) ? err.details.message[0] : "";
+      showError(why || err);
+    });
 }
 
 function newClientId() {

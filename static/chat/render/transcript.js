@@ -238,7 +238,7 @@ function renderFailure(node, m) {
     return;
   }
   var err = failureOf(m);
-  var words = failureWords(err.code);
+  var words = failureWords(err.code, err.details);
   box.append(
     el("p", { class: "msg-error-title", text: words.title }),
     el("p", { class: "msg-error-advice", text: words.advice })
@@ -303,7 +303,7 @@ function renderActions(node, m, quiet) {
     var retry = actionButton("Retry", "button-primary msg-retry", function () {
       hooks.retryReply(m, retry);
     });
-    retry.setAttribute("aria-label", "Retry: send your message again");
+    retry.setAttribute("aria-label", "Retry: run this reply again");
     actions.append(retry);
   }
   if (!quiet && m.id !== undefined && m.id !== null && (m.status === "complete" || m.pinned)) {

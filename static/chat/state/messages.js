@@ -3,6 +3,7 @@
  * do, which lookups a tool request made. Reads messages; builds no DOM.
  */
 import { isBuiltin } from "../lib/format.js";
+import { quotaWords } from "../lib/quota.js";
 import { findBot, state } from "./state.js";
 
 export const ACTIVE_STATUSES = { pending: true, streaming: true };
@@ -58,8 +59,10 @@ function providerWords() {
 }
 
 // Plain words for each failure code: what happened, and what the reader can do about it.
-export function failureWords(code) {
+export function failureWords(code, details) {
   switch (code) {
+    case "quota_exceeded":
+      return quotaWords(details);
     case "context_too_large":
       return {
         title: "This message is too long for the bot's context.",

@@ -3,6 +3,7 @@
  * rejects with an ApiError (status, code, message, details); a 401 goes back to the login page.
  */
 
+import { quotaWords } from "../lib/quota.js";
 import { API, LOGIN_URL } from "../state/page.js";
 
 function ApiError(status, body) {
@@ -67,6 +68,10 @@ export function asList(data) {
 
 export function describeError(err) {
   if (!err) return "Something went wrong.";
+  if (err.code === "quota_exceeded") {
+    var words = quotaWords(err.details);
+    return words.title + " " + words.advice;
+  }
   var text = err.message || String(err);
   if (err.code && err.code.indexOf("http_") !== 0 && err.code !== "network_error") {
     text += " (" + err.code + ")";
