@@ -261,8 +261,12 @@ def fill(
     }
     names[None] = MemoryRecord(session=session, name=HISTORY_NAME, kind=MemoryRecord.Kind.SNAPSHOT)
     filler = _Filler(names, room=room, limit=limit, model=model)
-    for start in range(0, len(ranked), _FILL_CHUNK):
-        chunk = ranked[start : start + _FILL_CHUNK]
+    start, size = 0, _FILL_CHUNK
+    while start < len(ranked):
+        chunk = ranked[start : start + size]
+        # Each round reads twice as many: a result a few tokens short of full goes on through
+        # the whole ranking for something small enough, in a few queries instead of one per 60.
+        start, size = start + size, size * 2
         lines = _message_lines(
             session,
             [item for _, item in chunk if isinstance(item, search.MessageScore)],
