@@ -35,18 +35,19 @@ across rows (a text recurs across sessions, rarely within one). After each growt
 ``VACUUM (ANALYZE)`` of the loaded tables — the state autovacuum keeps a live table in (fresh
 planner statistics, the GIN pending list merged).
 
-At each size, after a warm-up pass (every question once, on a session that is not measured),
-each of ``QUESTIONS`` (50 natural questions, rare and common words mixed, "When did we talk about
-the boat trip?") is asked once in each of ``--sessions`` (5) random sessions:
-``records_search(session=…, query=question)`` timed from the outside (wall clock, one process,
-the database on this machine). Printed per size: p50 / p95 / max of ``records_search``; of its
+At each size, after a warm-up pass (every question once, on a session that is not measured), each of
+``QUESTIONS`` (50 natural questions, rare and common words mixed, "When did we talk about the boat
+trip?") is asked once in each of ``--sessions`` (5) random sessions: ``records_search(session=…,
+query=question)`` timed from the outside (wall clock, one process, the database on this machine).
+Printed per size: p50 / p95 / max of ``records_search``, and beside it p50 / p95 of the same
+searches by words only (plain BM25: the bot's embedding model blanked, nothing embedded); of its
 mean, how much was spent inside ``cursor.execute`` (round trips, server, fetch) and outside it
-(Python: the ORM, ranking, token counting), and the queries per search; p50 / p95 of its
-candidate step alone (``memory.search.messages_ranked``, timed in a second pass); the mean number
-of candidate messages and of hits; the machine's load average (the machine may be shared: read
-the times with it); then the two ratios and whether the goal is met; at the largest size the
-``EXPLAIN (ANALYZE)`` plan of the candidate query (``memory.search._PG_CANDIDATES``) for one rare
-and one common question, so a reader sees which index served it.
+(Python: the ORM, ranking, token counting), and the queries per search; p50 / p95 of its candidate
+step alone (``memory.search.messages_ranked``, timed in a second pass); the mean number of candidate
+messages and of hits; the machine's load average (the machine may be shared: read the times with
+it); then the two ratios and whether the goal is met; at the largest size the ``EXPLAIN (ANALYZE)``
+plan of the candidate query (``memory.search._PG_CANDIDATES``) for one rare and one common question,
+so a reader sees which index served it.
 
 Goal (issue 16): p95 at 1M <= 2 x p95 at 10k, and <= 50 ms; issue 33: p95 <= 50 ms at 100k with
 the built-in embedding model, the question's embedding included.
@@ -108,6 +109,8 @@ class Measured:
     candidates: list[int] = field(default_factory=list)
     hits: list[int] = field(default_factory=list)
     embed_ms: list[float] = field(default_factory=list)  # the question embedded alone
+    # records_search again with the bot's embedding model blanked: plain BM25 (words only)
+    words_ms: list[float] = field(default_factory=list)
     load: float = 0.0  # the machine's 1-minute load average after measuring
 
 
@@ -158,6 +161,16 @@ def candidates_once(session, question: str) -> tuple[float, int]:
     return (time.perf_counter() - started) * 1000, len(scored)
 
 
+def words_once(session, question: str) -> float:
+    """One ``records_search`` by words only (plain BM25: the bot's embedding model blanked for
+    the call, nothing embedded): ms."""
+    model, session.bot.embedding_model = session.bot.embedding_model, ""
+    try:
+        return search_once(session, question)[0]
+    finally:
+        session.bot.embedding_model = model
+
+
 def embed_once(session, question: str) -> float:
     """The question embedded alone, as search embeds it (the bot's model, the gateway): ms."""
     from memory import embeddings
@@ -192,6 +205,7 @@ def measure(corpus: Corpus, size: int, *, sessions: int, seed: int) -> Measured:
         result.candidates.append(found)
         if session.bot.embedding_model:
             result.embed_ms.append(embed_once(session, question))
+            result.words_ms.append(words_once(session, question))
     result.load = os.getloadavg()[0]
     return result
 
@@ -348,6 +362,8 @@ def _table(results: list[Measured], options: argparse.Namespace) -> None:
     rows = (
         ("p50", lambda m: f"{statistics.median(m.total_ms):12.1f}"),
         ("p95", lambda m: f"{percentile(m.total_ms, 0.95):12.1f}"),
+        ("words only (BM25) p50", lambda m: f"{statistics.median(m.words_ms or [0]):12.1f}"),
+        ("words only (BM25) p95", lambda m: f"{percentile(m.words_ms, 0.95):12.1f}"),
         ("max", lambda m: f"{max(m.total_ms):12.1f}"),
         ("in SQL mean", lambda m: f"{statistics.mean(m.sql_ms):12.1f}"),
         (
@@ -369,6 +385,15 @@ def _table(results: list[Measured], options: argparse.Namespace) -> None:
 
 def _verdict(results: list[Measured]) -> None:
     print()
+    for m in results:
+        if m.embed_ms and m.size in (10_000, 100_000):
+            p95 = percentile(m.total_ms, 0.95)
+            print(
+                f"at {m.size:,} with the question embedded: p50 {statistics.median(m.total_ms):.1f}"
+                f" / p95 {p95:.1f} ms (words only {statistics.median(m.words_ms):.1f} / "
+                f"{percentile(m.words_ms, 0.95):.1f} ms)"
+                + (f"  (issue 33 goal: p95 <= {GOAL_MS:g} ms)" if m.size == 100_000 else "")
+            )
     small, large = results[0], results[-1]
     p95_small, p95_large = percentile(small.total_ms, 0.95), percentile(large.total_ms, 0.95)
     ratio = p95_large / p95_small if p95_small else float("inf")

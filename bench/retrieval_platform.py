@@ -52,6 +52,11 @@ def setup(sqlite: bool) -> None:
 
     django.setup()
     call_command("migrate", verbosity=0)
+    from chat_platform.celery_app import app as celery_app
+
+    # Each turn ends before the next is sent, as the bench reads what it stored (embedded mode
+    # would otherwise run it on a task thread and return at once: chat_platform/inprocess.py).
+    celery_app.conf.task_always_eager = True
 
 
 # --- text helpers ------------------------------------------------------------------------------

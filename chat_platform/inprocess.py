@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import structlog
@@ -104,6 +105,27 @@ def task_submit(
         timer.start()
     else:
         _pool.submit(work)
+
+
+def task_call(task: Task, args: tuple) -> Future:
+    """Queue one run of ``task`` and hand back a future of its return value (or its error): for
+    a caller that waits for the answer within a bound of its own (the web process's search,
+    whose question is embedded here rather than in the request: docs/memory.md)."""
+    future: Future = Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        close_old_connections()
+        try:
+            future.set_result(task.apply(args).get(propagate=True))
+        except Exception as exc:  # the caller's: it decides what a failure means
+            future.set_exception(exc)
+        finally:
+            connections.close_all()
+
+    _pool.submit(work)
+    return future
 
 
 def tasks_wait_idle(timeout: float = 30.0) -> bool:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.models import Q
 
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
@@ -207,7 +208,7 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
     return done
 
 
-def _task(name: str) -> Any:
+def task_named(name: str) -> Any:
     if name not in celery_app.tasks:
         # Found by autodiscovery, which a web process runs only when first asked.
         with _discovery_lock:
@@ -222,7 +223,7 @@ def messages_embed_dispatch(session_id: int, message_ids: list[int] | None = Non
     A broker that is down loses nothing: the rows stay pending for the next compaction of the
     session. Never raises (what called it has succeeded)."""
     try:
-        _task(EMBED_TASK).delay(session_id, message_ids)
+        task_named(EMBED_TASK).delay(session_id, message_ids)
     except BROKER_ERRORS:
         log.warning("memory_embedding_dispatch_failed", session_id=session_id, exc_info=True)
     except Exception:  # an eager run that failed unexpectedly: logged, never the compaction's
@@ -295,6 +296,16 @@ def vector_ranked(
         for sim, s, m, r in best
         if sim > 0 and sim >= floor
     ]
+
+
+def vectors_exist(*, session_id: int, model: str, live_before: int | None = None) -> bool:
+    """Whether ``vector_ranked`` has any vector of ``model`` to read in the session (compacted
+    messages, and live ones below ``live_before``)."""
+    rows = MessageIndex.objects.filter(session_id=session_id, embedding_model=model).exclude(
+        embedding=None
+    )
+    live = Q(seq__lt=live_before) if live_before else Q(pk__in=[])
+    return rows.filter(Q(record__isnull=False) | live).exists()
 
 
 Row = tuple[int, int, int, bytes, str, int | None]  # message id, seq, record id, vector, role, bot

@@ -240,6 +240,7 @@ def records_search(
     budget: int | None = None,
     model: str = "",
     live_before: int | None = None,
+    web: bool = False,
 ) -> list[SearchHit]:
     """Ranked hits over everything ``session`` may read, best first (docs/memory.md).
 
@@ -260,6 +261,9 @@ def records_search(
     history, so the request after it may not show what this one did (pinned ones are in every
     request, so never). Without it (the records API, the memory panel) only compacted messages
     are: they list records.
+
+    ``web``: the caller is the web process (the records API): the question is embedded on a
+    worker, never in the request (``memory.query_embedding``).
     """
     if limit <= 0 or not isinstance(query, str):
         return []
@@ -289,7 +293,9 @@ def records_search(
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
     if messages:
-        ranked = with_vectors(session, text, ranked, from_seq=from_seq, live_before=live_before)
+        ranked = with_vectors(
+            session, text, ranked, from_seq=from_seq, live_before=live_before, web=web
+        )
     hits = fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
     used = count_tokens("".join(rendered(hit) for hit in hits), model=model)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):

@@ -10,7 +10,7 @@ from bots.models import ChatSession, Message
 from bots.queries import participant_seat
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
-from memory import embeddings, search
+from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
 from memory.terms import terms as search_terms
 
@@ -78,15 +78,24 @@ def with_vectors(
     *,
     from_seq: int = 1,
     live_before: int | None = None,
+    web: bool = False,
 ) -> list[tuple[float, object]]:
     """Hybrid search, for a bot with an embedding model: the lexical ranking fused with the
     session's messages most similar in meaning to the question (``memory.embeddings``), so a
     question that shares no word with its answer still finds it. Without a model, or when the
-    model is down (a logged warning), the lexical ranking as it is."""
+    model is down (a logged warning), the lexical ranking as it is. ``web``: the caller is the
+    web process, which embeds nothing itself (``memory.query_embedding``)."""
     bot = session.bot
     if not bot.embedding_model:
         return ranked
-    vector = embeddings.query_vector(bot, text, user_id=session.user_id)
+    if web:
+        # Not even a worker's time for a session with no vector to compare (one indexed query).
+        scope = {"session_id": session.pk, "live_before": live_before}
+        if not embeddings.vectors_exist(model=bot.embedding_model, **scope):
+            return ranked
+        vector = query_embedding.query_vector_from_worker(bot, text, user_id=session.user_id)
+    else:
+        vector = embeddings.query_vector(bot, text, user_id=session.user_id)
     if vector is None:
         return ranked
     similar = [
@@ -252,8 +261,12 @@ def fill(
     }
     names[None] = MemoryRecord(session=session, name=HISTORY_NAME, kind=MemoryRecord.Kind.SNAPSHOT)
     filler = _Filler(names, room=room, limit=limit, model=model)
-    for start in range(0, len(ranked), _FILL_CHUNK):
-        chunk = ranked[start : start + _FILL_CHUNK]
+    start, size = 0, _FILL_CHUNK
+    while start < len(ranked):
+        chunk = ranked[start : start + size]
+        # Each round reads twice as many: a result a few tokens short of full goes on through
+        # the whole ranking for something small enough, in a few queries instead of one per 60.
+        start, size = start + size, size * 2
         lines = _message_lines(
             session,
             [item for _, item in chunk if isinstance(item, search.MessageScore)],

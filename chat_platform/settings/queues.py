@@ -55,6 +55,9 @@ CELERY_TASK_ROUTES = {
     # hostile file never delays a reply or a summary (docs/security.md, "Heavy work").
     "attachments.tasks.extract": {"queue": "heavy"},
     "transfer.tasks.*": {"queue": "heavy"},
+    # A web request's search question, embedded while the request waits (memory.query_embedding):
+    # interactive, short, so with the replies rather than behind summaries.
+    "memory.tasks.query_embed": {"queue": "chat"},
     # Embedding compacted messages (memory.embeddings) is compaction's follow-up work.
     "memory.tasks.*": {"queue": "compaction"},
 }

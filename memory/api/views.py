@@ -89,7 +89,7 @@ class SessionRecordListApi(APIView):
         q = request.query_params.get("q", "")
         if q.strip():
             hits = queries.records_search(
-                session=session, query=q, limit=SEARCH_MAX, kind=kind, scope=scope
+                session=session, query=q, limit=SEARCH_MAX, kind=kind, scope=scope, web=True
             )
             return Response(
                 [

@@ -59,3 +59,22 @@ def test_grow_in_place_exact_counts(pool):
     said = Message.objects.get(session=session, seq=7).content
     hits = records_search(session=session, query=said)
     assert any(7 in hit.seqs for hit in hits)
+
+
+@pytest.mark.django_db
+def test_words_once_searches_by_words_only_and_gives_the_model_back(pool, monkeypatch):
+    from chat_platform.llm.builtin import provider
+
+    corpus = memory_search.corpus_start(
+        pool=pool, per_session=20, per_snapshot=5, embedding_model="builtin/embed"
+    )
+    memory_search.grow(corpus, 20)
+    session = ChatSession.objects.select_related("bot").get(pk=corpus.session_ids[0])
+    embedded = []
+    real = provider.embed
+    monkeypatch.setattr(provider, "embed", lambda m, t: embedded.append(t) or real(m, t))
+
+    assert memory_search.words_once(session, memory_search.QUESTIONS[0]) >= 0
+    assert (embedded, session.bot.embedding_model) == ([], "builtin/embed")
+    memory_search.search_once(session, memory_search.QUESTIONS[0])
+    assert embedded == [[memory_search.QUESTIONS[0]]]

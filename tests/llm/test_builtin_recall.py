@@ -664,3 +664,98 @@ def test_an_index_without_the_invitation_gets_no_json_request():
 
     assert not reply.text.lstrip().startswith("{")
     assert reply.tool_calls == []
+
+
+PLANE = "[1] 2024-03-08 18:00Z user: My plane to Tokyo takes off at nine on Saturday morning."
+PLANE_QUOTE = (
+    "> My plane to Tokyo takes off at nine on Saturday morning. "
+    "— you said in message 1, on 2024-03-08"
+)
+
+
+def test_a_search_hit_found_by_meaning_is_quoted_though_it_shares_no_word():
+    # issue 33: hybrid search finds the paraphrase; words alone would quote nothing
+    question = {"role": "user", "content": "When does my flight depart?"}
+    messages = [
+        INDEX,
+        question,
+        call("search_records", {"query": "flight depart"}),
+        result(
+            f"[record snapshot_1_4]\n{PLANE}\n"
+            "[2] 2024-03-08 18:01Z assistant: Sure, I'll remind you the day before.\n\n"
+            "[record snapshot_5_8]\n[5] 2024-04-19 09:30Z user: Our landlord is raising the rent."
+        ),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert (reply.text, reply.tool_calls) == (
+        "From earlier in our conversation:\n"
+        f"{PLANE_QUOTE}\n"
+        "> Sure, I'll remind you the day before. — I said in message 2, on 2024-03-08",
+        [],
+    )
+
+
+def test_after_a_read_that_half_matches_the_search_hit_is_quoted_not_the_read():
+    # the read's invoice number shares "number"; the search found the flight by meaning only
+    index = {
+        "role": "system",
+        "content": "[Memory index: records you can read]\n" + INDEX_HELP + "\n"
+        "- billing (info): The invoice number and due date",
+    }
+    question = {"role": "user", "content": "What is the flight number?"}
+    messages = [
+        index,
+        question,
+        call("read_records", {"names": ["billing"]}),
+        result("[record billing]\nThe invoice number is INV-30017, due on 1 May."),
+        call("search_records", {"query": "flight number"}, "call_2"),
+        result(f"[record snapshot_1_4]\n{PLANE}", "call_2"),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert reply.text == f"From earlier in our conversation:\n{PLANE_QUOTE}"
+
+
+def test_a_json_search_result_is_read_the_same_way_and_questions_in_it_are_not_quoted():
+    question = {"role": "user", "content": "When does my flight depart?"}
+    messages = [
+        INDEX,
+        question,
+        {"role": "assistant", "content": '{"search_records": {"query": "flight depart"}}'},
+        {
+            "role": "user",
+            "content": "[chat history: not in a record yet, nothing to read]\n"
+            "[9] 2024-05-02 20:15Z assistant: Is the plane on time?\n"
+            "[10] 2024-05-02 20:16Z user: It takes off at nine, gate 4.",
+        },
+    ]
+
+    reply = generate("recall", messages)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n"
+        "> It takes off at nine, gate 4. — you said in message 10, on 2024-05-02"
+    )
+
+
+def test_a_word_quote_from_the_search_result_is_kept_over_its_first_hit():
+    question = {"role": "user", "content": "What instrument does my sister play?"}
+    messages = [
+        INDEX,
+        question,
+        call("search_records", {"query": "instrument sister play"}),
+        result(
+            "[record snapshot_1_4]\n[1] 2024-03-08 18:00Z user: We went to a concert.\n\n"
+            "[record snapshot_5_8]\n[6] 2024-04-19 09:31Z user: My sister plays the harmonica."
+        ),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n"
+        "> My sister plays the harmonica. — you said in message 6, on 2024-04-19"
+    )

@@ -9,13 +9,15 @@ tests/memory/test_builtin_embed_sqlite.py."""
 import numpy as np
 import pytest
 
+from bots.models import Message
 from chat_platform.llm.builtin import embedding as builtin_embedding
 from memory import embeddings
-from memory.models import MessageIndex
+from memory.models import MessageIndex, RecallEvent
 from memory.services import messages_index_written
 from tests.factories import BotFactory
 from tests.memory import builtin_embed_data as data
 from tests.memory import message_search_data as talks
+from turns.services.send import session_message_send
 
 pytestmark = pytest.mark.django_db
 
@@ -83,3 +85,30 @@ def test_blank_means_words_only_and_nothing_is_embedded(
     assert {q: data.hits(session, q) for q, _ in data.QUESTIONS} == {
         q: [] for q, _ in data.QUESTIONS
     }
+
+
+def test_the_builtin_pair_quotes_the_turn_search_found_by_meaning(
+    owner, default_bot, eager_tasks, django_capture_on_commit_callbacks
+):
+    """builtin/recall with builtin/embed through the real turn: the question shares no word with
+    the message that answers it; the index names nothing to read, so the model searches, and
+    quotes the dated turn hybrid search found (issue 33, item 3)."""
+    session = data.build(owner, default_bot)
+    embeddings.messages_embed_pending(session_id=session.pk)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = session_message_send(
+            user=owner, session_id=session.pk, content="When does my flight depart?"
+        )
+
+    reply = Message.objects.get(pk=sent.assistant_message.pk)
+    assert (reply.status, reply.content) == (
+        "complete",
+        "From earlier in our conversation:\n"
+        "> My plane to Tokyo takes off at nine on Saturday morning. "
+        "— you said in message 1, on 2024-03-08",
+    )
+    events = RecallEvent.objects.filter(session=session).order_by("round")
+    assert [(e.tool, e.query, e.found) for e in events] == [
+        ("search", "flight depart", ["snapshot_1_4"])
+    ]

@@ -534,3 +534,27 @@ def test_terms(text, expected):
 def test_query_terms_are_distinct_first_seen_first_and_capped():
     assert query_terms("boats Boat BOATING lake lakes", 16) == ["boat", "lake"]
     assert query_terms(" ".join(f"w{i}" for i in range(30)), 16) == [f"w{i}" for i in range(16)]
+
+
+def test_filling_reads_the_ranking_in_doubling_chunks_with_the_same_hits(talked, monkeypatch):
+    """A result that is not full goes on through the whole ranking for something that fits;
+    each read of transcript lines takes twice as many candidates as the one before, so a long
+    ranking costs a few queries, not one per chunk (docs/memory.md, "Hits")."""
+    from memory import search_hits
+
+    question = "Meera boat trout lake job pet sister Patagonia engine"
+    ranked = _ranked(talked, question)
+    reads = []
+    real = search_hits._message_lines
+
+    def counted(session, scored, **kwargs):
+        reads.append(len(scored))
+        return real(session, scored, **kwargs)
+
+    monkeypatch.setattr(search_hits, "_message_lines", counted)
+    expected = _hits(talked, question)
+    monkeypatch.setattr(search_hits, "_FILL_CHUNK", 1)
+    reads.clear()
+
+    assert _hits(talked, question) == expected
+    assert (len(ranked), reads) == (14, [1, 2, 4, 7])  # four reads of 14, not fourteen

@@ -37,7 +37,10 @@ What it does, for a question:
    offered): ``search_records({"query": "<the question's content words>"})``, else exactly
    ``{"search_records": {"query": "..."}}``.
 4. Then it answers: up to three short quotes, best matching first in context order, each with its
-   source, at most ``MAX_ANSWER_TOKENS`` tokens; or says plainly that nothing matches.
+   source, at most ``MAX_ANSWER_TOKENS`` tokens; or says plainly that nothing matches. After a
+   search that brought hits, when no quote chosen by words is from its result (what it found by
+   meaning shares no word with the question, or only a word something read shares), the
+   statements of its best hit are quoted instead, dated turns with their day.
 
 ``tool_choice: "none"`` means answer now: no request of either form.
 
@@ -62,6 +65,7 @@ from chat_platform.llm.builtin.recall_context import (
     index_entries,
     json_requests_invited,
     records_to_request,
+    search_hits,
     units_of,
 )
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
@@ -234,6 +238,22 @@ def _answer(quotes: list[Unit], max_tokens: int | None) -> tuple[str, str]:
     return text, "stop"
 
 
+def _searched(quotes: list[Unit], hits: list[list[Unit]]) -> list[Unit]:
+    """The quotes once a search answered: the search ran because the context did not answer,
+    and it ranks by meaning too (docs/memory.md, "Hybrid search"), so when no word-chosen quote
+    is from its result (what it found shares no word with the question: "When does my flight
+    depart?" -> "My plane to Tokyo takes off at nine"; or only a word a read record shares, the
+    invoice number for the flight number) its best hit is quoted: that hit's statements, dated
+    turns in seq order, at most ``MAX_QUOTES``."""
+    if not hits:
+        return quotes
+    brought = {(unit.label, unit.text) for hit in hits for unit in hit}
+    if any((quote.label, quote.text) in brought for quote in quotes):
+        return quotes
+    best = [u for u in hits[0] if not _is_question(u.text) and not _is_fragment(u.text)]
+    return best[:MAX_QUOTES] or quotes
+
+
 # --- requests ---------------------------------------------------------------------------------
 
 
@@ -394,5 +414,7 @@ def respond(
             if _offered(tools, SEARCH_TOOL):
                 return _call_result(SEARCH_TOOL, {"query": query}, prompt)
             return _text_result(json.dumps({"search_records": {"query": query}}), prompt)
+    if "search" in done.kinds:
+        quotes = _searched(quotes, search_hits(messages, question))
     text, finish_reason = _answer(quotes, max_tokens)
     return _text_result(text, prompt, finish_reason)

@@ -25,6 +25,8 @@ NO_MATCH_TEXT = (
 )
 
 RECORD_FRAME = re.compile(r"\[record ([a-z0-9_-]{1,80})\]")
+# A search result's live-history hit (memory's HISTORY_HEADER): recalled data, like a record.
+HISTORY_FRAME = re.compile(r"\[chat history: [^\]\n]*\]")
 NOT_FOUND = re.compile(r"\[not found: ([a-z0-9_-]{1,80})\]")
 _RESULT_LINE = re.compile(
     r"^\s*\[(?:not found(?:: [^\]]*)?|no matches|saved: [^\]]*|not saved: [^\]]*)\]\s*$"
@@ -97,7 +99,11 @@ class Exchange:
 
 def _is_record_data(text: str) -> bool:
     first = next((line for line in text.splitlines() if line.strip()), "")
-    return RECORD_FRAME.match(first.strip()) is not None or _RESULT_LINE.match(first) is not None
+    return (
+        RECORD_FRAME.match(first.strip()) is not None
+        or HISTORY_FRAME.match(first.strip()) is not None
+        or _RESULT_LINE.match(first) is not None
+    )
 
 
 def find_question(messages: list[dict]) -> int | None:
@@ -330,6 +336,44 @@ def units_of(messages: list[dict], question: int) -> list[Unit]:
             lines = lines[start:]
         _block_lines(lines, "tool result" if role == "tool" else "context", collector)
     return collector.units
+
+
+def _search_result(messages: list[dict], question: int) -> str | None:
+    """The text of this turn's latest search result: the ``tool`` message answering a
+    ``search_records`` call, or the message after a ``{"search_records": …}`` reply."""
+    found: str | None = None
+    waiting: set[str] = set()  # ids of search calls not answered yet
+    json_asked = False
+    for message in messages[question + 1 :]:
+        role = message.get("role")
+        text = content_text(message)
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                if (call.get("function") or {}).get("name") == SEARCH_TOOL:
+                    waiting.add(str(call.get("id")))
+            request = json_request(text)
+            json_asked = request is not None and request[0] == "search"
+            continue
+        if json_asked or (role == "tool" and str(message.get("tool_call_id")) in waiting):
+            found = text
+        json_asked = False
+    return found
+
+
+def search_hits(messages: list[dict], question: int) -> list[list[Unit]]:
+    """The quotable sentences of this turn's latest search result, one list per hit, best hit
+    first as the search ranked them (hits are separated by a blank line, each led by its
+    ``[record <name>]`` or history header)."""
+    text = _search_result(messages, question)
+    if text is None:
+        return []
+    hits: list[list[Unit]] = []
+    for block in re.split(r"\n\s*\n", text):
+        collector = _Collector()
+        _block_lines(block.splitlines(), "tool result", collector)
+        if collector.units:
+            hits.append(collector.units)
+    return hits
 
 
 def _is_own_answer(text: str) -> bool:
