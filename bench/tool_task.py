@@ -6,9 +6,13 @@ one reply against a real local MCP server (``tests/mcpserver.py``: its ``report`
 bot with an 8,192-token window. Then it asks, in the same chat, for step 7's serial: the model
 searches (``search_records``) and the bench looks for S55433 in what the search returned.
 
-Prints: requests over B (goal 0), compactions inside the reply (hard events during it), the
-reply's wall time against the sum of tool and provider times (goal: overhead per step ≤ 15 ms)
-and whether step 7 was found by recall (goal: found). Never asserts; numbers only.
+Prints: requests over B (goal 0; every tool schema sent counts), compactions inside the reply
+(events of trigger ``tool`` or ``fallback`` that compacted) and the other compaction events
+(fusions of their summaries), the reply's wall time against the sum of tool and provider times
+(goal: overhead per step ≤ 15 ms) and whether step 7 was found by recall (goal: found). Never
+asserts; numbers only. The bot compacts with ``builtin/extractive``: the fake provider answers
+the task's script only.
+
 
     .venv/bin/python bench/tool_task.py [--steps 100]
 """
