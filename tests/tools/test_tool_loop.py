@@ -7,6 +7,7 @@ import pytest
 
 from bots.models import Message
 from bots.transitions import session_context_add
+from compaction.models import CompactionEvent
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
@@ -212,3 +213,58 @@ def test_tools_of_a_server_closed_to_the_owner_are_never_offered(
     first = fake_openai.requests[0]
     assert not any("secret" in t["function"]["name"] for t in first.get("tools") or [])
     assert mcp_server.calls == []
+
+
+def test_without_compaction_rounds_that_outgrow_b_are_left_out_oldest_first(
+    owner, fake_openai, monkeypatch, tool_server, mcp_server, frames, settings
+):
+    from chat_platform.llm.tokens import count_message_tokens, count_tools_tokens
+    from compaction.measure import bot_budget
+
+    settings.TOOL_RESULT_MAX_TOKENS = 100_000
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    bot = BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/big"],
+        context_window=3000,
+        max_output_tokens=500,
+        memory_index_size=0,
+        # Compaction off: nothing can be compacted inside the reply (docs/tools.md), so the
+        # oldest rounds are left out of a call rather than exceeding B.
+        compaction_enabled=False,
+    )
+    budget = bot_budget(bot).budget
+    fake_openai.script(
+        *[
+            Reply(text="", tool_calls=[_call("calc__big", {"words": 500}, f"b{i}")])
+            for i in (1, 2, 3)
+        ],
+        Reply(text="Read them all."),
+    )
+    session, reply = _ask(bot, "Read three long pages")
+    turn.turn_run(message_id=reply.pk)
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Read them all.")
+
+    def sent(request):
+        messages = sum(
+            count_message_tokens(
+                (m.get("content") or "")
+                + (json.dumps(m["tool_calls"]) if m.get("tool_calls") else ""),
+                model="openai/fake-model",
+            )
+            for m in request["messages"]
+        )
+        return messages + count_tools_tokens(request.get("tools") or [], model="openai/fake-model")
+
+    requests = fake_openai.requests
+    assert len(requests) == 4
+    assert all(sent(r) <= budget for r in requests)
+    last_ids = [m.get("tool_call_id") for m in requests[-1]["messages"] if m["role"] == "tool"]
+    assert "b1" not in last_ids and "b3" in last_ids
+    # Every round stays in the transcript.
+    assert Message.objects.filter(session=session, role="tool").count() == 3
+    assert not CompactionEvent.objects.filter(session=session).exists()
