@@ -192,9 +192,7 @@ def _counted_tools_tokens(
     from every small bot's fixed part, so its hard compaction kept next to no raw history
     (issue 17). A bot with MCP tools has them counted too: its long tool tasks run at B, and no
     request may exceed it (docs/tools.md)."""
-    if tool_loop.offered:
-        return count_tools_tokens(tools, model=model)
-    return count_tools_tokens([*tool_loop.schemas(), *options.tools], model=model)
+    return count_tools_tokens(tools if tool_loop.offered else options.tools, model=model)
 
 
 def _totals_add(session: ChatSession, stored: list[Message]) -> None:
