@@ -4,7 +4,17 @@ from django.db.models import F, Q
 
 from chat_platform.transcript import summary_header
 
-TRIGGERS = ["soft", "hard", "manual", "fusion", "fallback", "revert", "resummarise", "expand"]
+TRIGGERS = [
+    "soft",
+    "hard",
+    "manual",
+    "fusion",
+    "fallback",
+    "tool",
+    "revert",
+    "resummarise",
+    "expand",
+]
 # A reverted summary's span is held (no automatic re-compaction) until released by the user or
 # by pressure reaching H; those releases are events of their own.
 OUTCOMES = [
@@ -35,6 +45,9 @@ class Summary(models.Model):
         MANUAL = "manual"
         FUSION = "fusion"
         FALLBACK = "fallback"
+        # A hard compaction inside a reply's tool loop: it may take the reply's own earlier
+        # tool rounds (docs/tools.md, "Compaction inside a reply").
+        TOOL = "tool"
         REVERT = "revert"
         RESUMMARISE = "resummarise"
         EXPAND = "expand"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
 from compaction.admission import Admission
 
 # What a part is (docs/context-records.md), in the order a call renders them: the fixed system
@@ -30,10 +31,14 @@ PART_KINDS = (
     "history",
     "user",
     "recalled",
+    "tool",
     "tools",
 )
 # The rows' kinds, rendered from stored messages in seq order.
-ROW_KINDS = ("pinned", "history", "user", "recalled")
+ROW_KINDS = ("pinned", "history", "user", "recalled", "tool")
+# The memory tools: a round that asks only for these is a recall round (``recalled``); one that
+# calls the bot's MCP tools is a ``tool`` round (docs/tools.md).
+MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 
 
 @lru_cache(maxsize=512)
@@ -100,33 +105,58 @@ def _recall_requests(calls: str | None) -> list[dict[str, Any]]:
     return asked
 
 
+def _call_names(calls: str | None) -> list[str]:
+    if not calls or calls in ("[]", "null"):
+        return []
+    return [str((c.get("function") or {}).get("name", "")) for c in json.loads(calls)]
+
+
+def _round_kinds(rows: Sequence[ChosenRow]) -> list[str]:
+    """Each row's part kind: the turn's exchange rows (``recalled``) are ``tool`` when their
+    round called the bot's MCP tools (its request names a function that is not a memory
+    tool), else ``recalled``; other rows keep theirs."""
+    kinds: list[str] = []
+    current = "recalled"
+    for row in rows:
+        if row.kind != "recalled":
+            kinds.append(row.kind)
+            continue
+        names = _call_names(row.calls)
+        if names:
+            current = "tool" if any(n not in MEMORY_TOOLS for n in names) else "recalled"
+        kinds.append(current)
+    return kinds
+
+
 def row_parts(rows: Sequence[ChosenRow]) -> list[dict[str, Any]]:
     """The chosen rows (in seq order) as parts: one per run of rows of the same kind, so the
     parts keep the order the messages were sent in. History runs name seq ranges; pins, the
-    new message and the recall exchange name ids (and seqs, for a reader); a recall run splits
-    at each request (one part per round)."""
+    new message and the turn's rounds name ids (and seqs, for a reader); the rounds split at
+    each request (one part per round, numbered across recall and tool rounds): a recall round
+    is ``recalled`` (with what it asked for), a round of the bot's MCP tools is ``tool`` (with
+    the functions it called)."""
     parts: list[dict[str, Any]] = []
-    recall_round = 0
-    for row in rows:
+    exchange_round = 0
+    for row, kind in zip(rows, _round_kinds(rows), strict=True):
         last = parts[-1] if parts else None
-        new_round = row.kind == "recalled" and row.calls not in (None, "", "[]", "null")
+        new_round = kind in ("recalled", "tool") and row.calls not in (None, "", "[]", "null")
         if new_round:
-            recall_round += 1
+            exchange_round += 1
         if (
             last is None
-            or last["kind"] != row.kind
+            or last["kind"] != kind
             or new_round
             or last["ref"].get("expanded", "") != row.expanded
         ):
-            last = part(row.kind, {}, 0)
-            if row.kind == "recalled":
-                last["ref"]["round"] = recall_round
+            last = part(kind, {}, 0)
+            if kind in ("recalled", "tool"):
+                last["ref"]["round"] = exchange_round
             if row.expanded:
                 last["ref"]["expanded"] = row.expanded
             parts.append(last)
         ref = last["ref"]
         last["tokens"] += row.tokens
-        if row.kind == "history":
+        if kind == "history":
             ranges = ref.setdefault("seqs", [])
             if ranges and row.seq == ranges[-1][1] + 1:
                 ranges[-1][1] = row.seq
@@ -135,8 +165,10 @@ def row_parts(rows: Sequence[ChosenRow]) -> list[dict[str, Any]]:
         else:
             ref.setdefault("ids", []).append(row.id)
             ref.setdefault("seqs", []).append(row.seq)
-        if row.kind == "recalled" and new_round:
+        if kind == "recalled" and new_round:
             ref["requests"] = _recall_requests(row.calls)
+        if kind == "tool" and new_round:
+            ref["calls"] = _call_names(row.calls)
         if row.image:
             ref.setdefault("images", []).append(row.id)
     return parts

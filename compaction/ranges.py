@@ -5,7 +5,8 @@ The caller passes the session's uncompacted in-context rows, oldest first, as st
 
 - a unit is one eligible row, or an assistant row that called tools together with every tool
   result answering those calls (a call and its results are taken together or not at all);
-- eligible means ``status == "complete"``, not pinned, and before the current turn;
+- eligible means ``status == "complete"``, not pinned, and before the current turn — or, inside
+  a reply, within ``open_span`` (the reply's own earlier tool rounds; docs/tools.md);
 - rows that are not eligible, and units that cannot be taken whole, are skipped: they stay
   verbatim and the scan goes on past them (so one stuck row never blocks compaction for good);
 - a tool result is only ever taken as part of its call's unit.
@@ -48,8 +49,11 @@ def range_tokens(rows: Iterable[RangeRow]) -> int:
     return sum(row.tokens for row in rows)
 
 
-def _eligible(row: RangeRow, current_turn_seq: int | None) -> bool:
-    if current_turn_seq is not None and row.seq >= current_turn_seq:
+def _eligible(
+    row: RangeRow, current_turn_seq: int | None, open_span: tuple[int, int] | None = None
+) -> bool:
+    in_span = open_span is not None and open_span[0] <= row.seq <= open_span[1]
+    if current_turn_seq is not None and row.seq >= current_turn_seq and not in_span:
         return False
     return row.status == COMPLETE and not row.pinned
 
@@ -59,6 +63,7 @@ def _unit(
     index: int,
     current_turn_seq: int | None,
     results_by_call: dict[str, list[int]],
+    open_span: tuple[int, int] | None = None,
 ) -> list[int] | None:
     """Indexes of the unit that starts at ``rows[index]``, or ``None`` if it cannot be taken.
 
@@ -66,7 +71,7 @@ def _unit(
     later rows answering its calls; if any call has no stored result (among the rows given), or
     any result is not eligible, the whole unit stays."""
     row = rows[index]
-    if not _eligible(row, current_turn_seq) or row.role == TOOL_ROLE:
+    if not _eligible(row, current_turn_seq, open_span) or row.role == TOOL_ROLE:
         return None
     if row.role != ASSISTANT_ROLE or not row.tool_call_ids:
         return [index]
@@ -75,7 +80,7 @@ def _unit(
         results = [later for later in results_by_call.get(call_id, ()) if later > index]
         if not results:
             return None
-        if not all(_eligible(rows[later], current_turn_seq) for later in results):
+        if not all(_eligible(rows[later], current_turn_seq, open_span) for later in results):
             return None
         members.extend(results)
     return sorted(set(members))
@@ -88,12 +93,15 @@ def range_select(
     tokens_to_free: int,
     min_tokens: int = 256,
     max_tokens: int | None = None,
+    open_span: tuple[int, int] | None = None,
 ) -> list[RangeRow]:
     """The rows one compaction pass takes, oldest first (``[]``: nothing worth taking).
 
     Units are taken oldest first until their tokens reach ``tokens_to_free``. With ``max_tokens``
     the selection stops before the first unit that would push it past the cap (a prefix, never a
     later smaller unit). A selection below ``min_tokens`` is not worth a summary: ``[]``.
+    ``open_span`` (first, last seq): rows of the current turn that may be taken all the same (a
+    reply's earlier tool rounds, compacted inside the reply).
     """
     if min_tokens < 0:
         raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
@@ -121,7 +129,7 @@ def range_select(
             break
         if index in taken:
             continue
-        members = _unit(rows, index, current_turn_seq, results_by_call)
+        members = _unit(rows, index, current_turn_seq, results_by_call, open_span)
         if members is None or taken.intersection(members):
             continue
         unit_tokens = sum(rows[member].tokens for member in members)

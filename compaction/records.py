@@ -285,6 +285,9 @@ def part_describe(entry: dict[str, Any]) -> str:
             for r in ref.get("requests", [])
         )
         what = f"recalled, round {ref.get('round', '?')}: {asked or 'results'}"
+    elif kind == "tool":
+        called = ", ".join(ref.get("calls", [])) or "results"
+        what = f"tool round {ref.get('round', '?')}: {called}"
     else:  # pinned, user
         label = "pinned" if kind == "pinned" else "new message"
         what = f"{label}: message {', '.join(str(s) for s in ref['seqs'])}"

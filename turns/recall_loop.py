@@ -27,7 +27,7 @@ from chat_platform.llm.tokens import (
     count_tools_tokens,
 )
 from compaction.measure import bot_budget
-from compaction.pipeline import BuiltContext, context_build
+from compaction.pipeline import BuiltContext, context_build, still_in_context
 from connections import usage
 from memory.recall import (
     RECALL_MAX_ROUNDS,
@@ -98,18 +98,13 @@ def calls_until_answer(
     tool_loop = ToolLoop(bot=bot, taken=(*RECALL_NAMES, *client_names))
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
-        mcp_tools = tool_loop.schemas()
-        tools = [*(RECALL_TOOLS if may_recall else []), *mcp_tools, *options.tools]
+        tools = [*(RECALL_TOOLS if may_recall else []), *tool_loop.schemas(), *options.tools]
         context = _context_with_rounds(
             reply,
             rounds,
             recall_open=may_recall,
             extra_system=options.system,
-            # An API client's tool schemas and the bot's MCP tools go with every call: counted
-            # in B like a system part. The platform's own recall tools are not counted in B (the
-            # context record reports them): counting them took ~290 tokens from every small
-            # bot's fixed part, so its hard compaction kept next to no raw history (issue 17).
-            tools_tokens=count_tools_tokens([*mcp_tools, *options.tools], model=model),
+            tools_tokens=_counted_tools_tokens(tools, tool_loop, options, model=model),
             exchange=options.exchange,
         )
         stream = stream_round(
@@ -119,7 +114,9 @@ def calls_until_answer(
             config,
             context,
             tools=tools or None,
-            recall_round=recall_round,
+            # The call's round in the reply, as its context record names it: 0 first, then
+            # one more after each recall or tool round.
+            recall_round=recall_round + tool_loop.rounds,
         )
         completion = stream.completion
         if completion is not None:
@@ -134,6 +131,7 @@ def calls_until_answer(
                     reply, handle, state, session, tool_loop, own_calls, model, text=completion.text
                 )
             )
+            _totals_add(reply.session, rounds[-1])
             if handle.stopped.is_set():
                 return Answered(stream=stream, context=context, asked=[], stopped_in_tools=True)
             continue
@@ -149,6 +147,7 @@ def calls_until_answer(
         rounds.append(
             _recall_round(reply, context, calls, recall_round=recall_round, text=completion.text)
         )
+        _totals_add(reply.session, rounds[-1])
         reply.refresh_from_db(fields=["seq"])
         state.parts.clear()  # the answer is what the model says after its lookups
     return Answered(stream=stream, context=context, asked=asked)
@@ -178,6 +177,30 @@ def _tool_round(
     reply.refresh_from_db(fields=["seq"])
     state.parts.clear()  # the answer is what the model says after its tool calls
     return stored
+
+
+def _counted_tools_tokens(
+    tools: list[dict[str, Any]],
+    tool_loop: ToolLoop,
+    options: turn_hooks.TurnOptions,
+    *,
+    model: str,
+) -> int:
+    """What the call's tool schemas count in B. An API client's and the bot's MCP tools go with
+    every call: counted like a system part. The platform's own recall tools are not counted for
+    a bot without MCP tools (the context record reports them): counting them took ~290 tokens
+    from every small bot's fixed part, so its hard compaction kept next to no raw history
+    (issue 17). A bot with MCP tools has them counted too: its long tool tasks run at B, and no
+    request may exceed it (docs/tools.md)."""
+    return count_tools_tokens(tools if tool_loop.offered else options.tools, model=model)
+
+
+def _totals_add(session: ChatSession, stored: list[Message]) -> None:
+    """The round just stored joins the session's running totals (``recall_exchange_store``
+    added it in the database): the turn's copy counts it too, without a read, so the pressure of
+    the next call (what a hard compaction goes by) sees it, sent whole or left out."""
+    session.context_tokens += sum(m.token_count for m in stored)
+    session.context_messages += len(stored)
 
 
 def check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
@@ -258,23 +281,27 @@ def _context_with_rounds(
     tools_tokens: int = 0,
     exchange: tuple[Message, ...] = (),
 ) -> BuiltContext:
-    """The call's context with the turn's recall rounds. Each round's results were cut to what
-    was left of B when it ran, but the fixed part can grow before the next call (the user pins
-    a message, a hard compaction adds a summary): then the oldest rounds are left out of this
-    call, one at a time, rather than failing the reply (degrade only downward). They stay in
-    the transcript. Without any round left, a ``ContextTooLarge`` is the message's own.
+    """The call's context with the turn's rounds (recall and tool rounds).
 
-    A long tool task has many rounds: those that could not fit even alone with the call's tool
-    schemas (their stored tokens past B) are left out before the first build, so a call costs
-    one or two builds, not one per round."""
+    Past the hard threshold, the reply's earlier rounds — all but the newest — may be compacted
+    inside the reply before this call (docs/tools.md, "Compaction inside a reply"): a snapshot
+    and a summary stand in for them, and they leave ``rounds`` for the rest of the turn.
+
+    Rounds that are still too many (compaction off, failing, or the fixed part grew: the user
+    pins a message, a summary comes in) are left out of this call oldest first rather than
+    failing the reply (degrade only downward). They stay in the transcript. Without any round
+    left, a ``ContextTooLarge`` is the message's own. Those that could not fit even alone with
+    the call's tool schemas (their stored tokens past B) are left out before the first build,
+    so a call costs one or two builds, not one per round."""
     budget = bot_budget(reply.session.bot, model=reply.session.chat_model).budget
+    within = _earlier_rounds(rounds)
     kept = list(rounds)
     room = budget - tools_tokens - sum(m.token_count for m in exchange)
     while kept and sum(m.token_count for round_ in kept for m in round_) > room:
         kept = kept[1:]
     while True:
         try:
-            return context_build(
+            context = context_build(
                 session=reply.session,
                 reply=reply,
                 # A client tool exchange the turn continues is never left out (its results
@@ -284,6 +311,7 @@ def _context_with_rounds(
                 record=False,
                 extra_system=extra_system,
                 tools_tokens=tools_tokens,
+                compact_within=within,
             )
         except ContextTooLarge:
             if not kept:
@@ -296,3 +324,23 @@ def _context_with_rounds(
                 rounds=len(rounds),
                 kept=len(kept),
             )
+            continue
+        if within is not None and (context.waited_for_compaction or {}).get("outcome") == (
+            "compacted"
+        ):
+            _rounds_settle(rounds, context)
+        return context
+
+
+def _earlier_rounds(rounds: list[list[Message]]) -> tuple[int, int] | None:
+    """The (first, last) seqs of the turn's rounds but the newest: what a compaction inside the
+    reply may take (the model keeps its latest call and results verbatim)."""
+    earlier = [m.seq for round_ in rounds[:-1] for m in round_]
+    return (min(earlier), max(earlier)) if earlier else None
+
+
+def _rounds_settle(rounds: list[list[Message]], context: BuiltContext) -> None:
+    """Drop from ``rounds`` those a compaction inside the reply took (a round goes whole: its
+    call and results share one summary)."""
+    alive = {m.pk for m in still_in_context(context.measure, [r[0] for r in rounds])}
+    rounds[:] = [round_ for round_ in rounds if round_[0].pk in alive]

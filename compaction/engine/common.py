@@ -32,6 +32,10 @@ class Plan:
     focus: str = ""
     model: str | None = None
     min_tokens: int = MIN_SPAN_TOKENS
+    # A pass inside a reply (docs/tools.md, "Compaction inside a reply"): the (first, last) seqs
+    # of the reply's earlier tool rounds, which it may take besides the history before the
+    # current turn. None: never the current turn.
+    within: tuple[int, int] | None = None
 
 
 class Conflict(Exception):

@@ -87,14 +87,21 @@ def range_choose(
     limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     cap = max(0, limit - request_tokens("", plan.focus, config.model))
     current_turn = current_turn_seq(session)
+    # Inside a reply the scan reaches the end of its earlier tool rounds: the current turn's
+    # other rows (the user's message, the newest round) stay ineligible.
+    within = plan.within
     rows = range_rows(
-        session, before_seq=current_turn, want_tokens=min(tokens_to_free, cap), room=room
+        session,
+        before_seq=within[1] + 1 if within is not None else current_turn,
+        want_tokens=min(tokens_to_free, cap),
+        room=room,
     )
     loaded: dict[int, Message] = {}
     for _ in range(8):
         selection = range_select(
             rows_oldest_first=rows,
             current_turn_seq=current_turn,
+            open_span=within,
             tokens_to_free=tokens_to_free,
             min_tokens=plan.min_tokens,
             max_tokens=cap,

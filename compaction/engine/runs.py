@@ -80,9 +80,16 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
         return last
 
 
-def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | None:
+def compaction_hard(
+    *, session: ChatSession, measure: Measure, within: tuple[int, int] | None = None
+) -> RunResult | None:
     """Before a model call under hard pressure: compact toward Ts, waiting (<= 60 s) for any run
     in flight and reusing its result. Degrades only downward: extractive fallback, or trimming.
+
+    ``within``: the (first, last) seqs of the reply's earlier tool rounds, before a model call
+    of its tool loop. The pass (trigger ``tool``) may take them besides the history before the
+    current turn, oldest first, never a call without its results (docs/tools.md, "Compaction
+    inside a reply"); the extractive fallback may too.
 
     A summariser call the daily limit refuses raises ``QuotaExceeded`` (no fallback, no
     back-off): the turn fails visibly with ``quota_exceeded`` rather than overspend or answer
@@ -104,7 +111,8 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
         result: RunResult | None = None
         blocked = seat_blocked_until(session.pk, hard=True, room=fresh.room)
         if blocked is None:
-            plan = Plan(trigger="hard", target=budget.target_blocking)
+            trigger = "tool" if within is not None else "hard"
+            plan = Plan(trigger=trigger, target=budget.target_blocking, within=within)
             result = pass_or_fuse(session, plan, budget)
             if result.compacted:
                 clear_failures(session.pk, key)
@@ -118,7 +126,12 @@ def compaction_hard(*, session: ChatSession, measure: Measure) -> RunResult | No
                 result = skipped(session, "hard", "backoff", pressure)
             return result  # admission trims; never more than B, never the full history
         session = session_fresh(session)
-        plan = Plan(trigger="fallback", target=budget.target_blocking, model=EXTRACTIVE_MODEL)
+        plan = Plan(
+            trigger="fallback",
+            target=budget.target_blocking,
+            model=EXTRACTIVE_MODEL,
+            within=within,
+        )
         return pass_or_fuse(session, plan, budget)
 
 

@@ -27,7 +27,7 @@ from compaction.pipeline.admit import (
     context_fixed_fits,
     context_precheck,
 )
-from compaction.pipeline.build import BuiltContext, context_build
+from compaction.pipeline.build import BuiltContext, context_build, still_in_context
 from compaction.pipeline.history import HISTORY_PAGE_SIZE
 from compaction.pipeline.report import (
     ContextState,
@@ -57,4 +57,5 @@ __all__ = [
     "context_bot",
     "seat_key",
     "soft_compaction_due",
+    "still_in_context",
 ]

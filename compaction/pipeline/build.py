@@ -16,6 +16,7 @@ from compaction.pipeline import admit, render
 from compaction.pipeline import history as history_read
 from compaction.provenance import admission_info, row_parts, trimmed_history_part
 from compaction.results import RunResult
+from compaction.seats import in_context
 
 log = structlog.get_logger("compaction.pipeline")
 
@@ -58,6 +59,7 @@ def context_build(
     record: bool = True,
     extra_system: str = "",
     tools_tokens: int = 0,
+    compact_within: tuple[int, int] | None = None,
 ) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
 
@@ -72,6 +74,10 @@ def context_build(
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:
     counted in the budget, sent whole after the new message, never trimmed away.
+
+    ``compact_within``: the (first, last) seqs of the reply's earlier tool rounds, which a hard
+    compaction before this call may take (trigger ``tool``; docs/tools.md, "Compaction inside
+    a reply"). What it took leaves ``recalled``: its summary stands in for it.
 
     ``recall_open`` says whether the model may still ask for records on this call: when not
     (recall disabled, or its rounds used up) the index block carries no invitation to ask.
@@ -90,6 +96,7 @@ def context_build(
         recalled=recalled,
         extra_system=extra_system,
         tools_tokens=tools_tokens,
+        compact_within=compact_within,
     )
     history_tokens: dict[int, int] = {}  # id -> tokens of every history row admission read
     admission, chosen = _admitted(
@@ -156,6 +163,7 @@ def _measured(
     recalled: Sequence[Message],
     extra_system: str,
     tools_tokens: int,
+    compact_within: tuple[int, int] | None = None,
 ) -> tuple[Measure, dict[str, Any] | None]:
     """The call's measure, after a hard compaction it waited for (and what that was) and with
     the seat's pending expansion settled."""
@@ -172,8 +180,11 @@ def _measured(
     )
     waited: dict[str, Any] | None = None
     if session.bot.compaction_enabled and measure.budget.hard_due(measure.pressure):
-        waited = _waited(compaction_hard(session=session, measure=measure))
+        result = compaction_hard(session=session, measure=measure, within=compact_within)
+        waited = _waited(result)
         session.refresh_from_db(fields=["context_tokens", "context_messages"])
+        if recalled and compact_within is not None:
+            recalled = still_in_context(measure, recalled)
         measure = context_measure(
             session=session,
             new_message=new_message,
@@ -197,6 +208,19 @@ def _measured(
             ),
         )
     return measure, waited
+
+
+def still_in_context(measure: Measure, messages: Sequence[Message]) -> list[Message]:
+    """``messages`` less those a compaction took since they were stored (in a room, as the
+    measured seat sees them): one query."""
+    if not messages:
+        return []
+    alive = set(
+        in_context(measure.session, measure.before_seq, measure.room)
+        .filter(pk__in=[m.pk for m in messages])
+        .values_list("pk", flat=True)
+    )
+    return [m for m in messages if m.pk in alive]
 
 
 def _expansion_settle(measure: Measure, *, reply: Message, remeasure: Any) -> Measure:

@@ -399,3 +399,47 @@ def test_rows_are_frozen_and_slotted() -> None:
     with pytest.raises(AttributeError):
         r.tokens = 5  # type: ignore[misc]
     assert not hasattr(r, "__dict__")
+
+
+# --- inside a reply: its earlier tool rounds (open_span) --------------------------------------
+
+# Old history 1-2, the user's message 3 (the current turn), the reply's rounds 4-5, 6-7, 8-9.
+REPLY_ROUNDS = [
+    row(1),
+    row(2, role="assistant"),
+    row(3),
+    call(4, 100, "s1"),
+    result(5, "s1", 300),
+    call(6, 100, "s2"),
+    result(7, "s2", 300),
+    call(8, 100, "s3"),
+    result(9, "s3", 300),
+]
+
+
+def _inside(free: int, span: tuple[int, int]) -> list[int]:
+    chosen = range_select(
+        rows_oldest_first=REPLY_ROUNDS,
+        current_turn_seq=3,
+        tokens_to_free=free,
+        min_tokens=0,
+        open_span=span,
+    )
+    return [r.id for r in chosen]
+
+
+@pytest.mark.parametrize(
+    ("free", "expected"),
+    [
+        (200, [1, 2]),  # old history first
+        (300, [1, 2, 4, 5]),  # then the oldest round, whole
+        (10_000, [1, 2, 4, 5, 6, 7]),  # never the user's message, never past the span
+    ],
+)
+def test_inside_a_reply_the_open_span_is_taken_after_older_history(free, expected) -> None:
+    assert _inside(free, (4, 7)) == expected
+
+
+def test_a_span_that_cuts_a_round_leaves_that_round_whole() -> None:
+    # The span ends on round 2's call: its result lies outside, so the round stays.
+    assert _inside(10_000, (4, 6)) == [1, 2, 4, 5]

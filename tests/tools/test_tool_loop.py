@@ -7,6 +7,7 @@ import pytest
 
 from bots.models import Message
 from bots.transitions import session_context_add
+from compaction.models import CompactionEvent
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
@@ -214,7 +215,7 @@ def test_tools_of_a_server_closed_to_the_owner_are_never_offered(
     assert mcp_server.calls == []
 
 
-def test_rounds_that_outgrow_the_budget_leave_the_oldest_out_and_no_request_exceeds_b(
+def test_without_compaction_rounds_that_outgrow_b_are_left_out_oldest_first(
     owner, fake_openai, monkeypatch, tool_server, mcp_server, frames, settings
 ):
     from chat_platform.llm.tokens import count_message_tokens, count_tools_tokens
@@ -231,6 +232,9 @@ def test_rounds_that_outgrow_the_budget_leave_the_oldest_out_and_no_request_exce
         context_window=3000,
         max_output_tokens=500,
         memory_index_size=0,
+        # Compaction off: nothing can be compacted inside the reply (docs/tools.md), so the
+        # oldest rounds are left out of a call rather than exceeding B.
+        compaction_enabled=False,
     )
     budget = bot_budget(bot).budget
     fake_openai.script(
@@ -263,3 +267,4 @@ def test_rounds_that_outgrow_the_budget_leave_the_oldest_out_and_no_request_exce
     assert "b1" not in last_ids and "b3" in last_ids
     # Every round stays in the transcript.
     assert Message.objects.filter(session=session, role="tool").count() == 3
+    assert not CompactionEvent.objects.filter(session=session).exists()

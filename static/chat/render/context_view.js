@@ -25,6 +25,7 @@ const PART_CLASS = {
   history: "gauge-history",
   user: "ctx-user",
   recalled: "ctx-recalled",
+  tool: "ctx-recalled",
   tools: "ctx-tools",
 };
 
@@ -257,6 +258,8 @@ export function partLabel(p) {
       return "The new message" + ((ref.seqs || []).length ? " (" + ref.seqs.join(", ") + ")" : "");
     case "recalled":
       return "Recalled, round " + (ref.round || "?") + ": " + (ref.requests || []).map(requestWords).join("; ");
+    case "tool":
+      return "Tool round " + (ref.round || "?") + ": " + ((ref.calls || []).join(", ") || "results");
     case "tools":
       return "Tools offered: " + (ref.names || []).join(", ");
     default:
@@ -265,7 +268,7 @@ export function partLabel(p) {
 }
 
 // Each part's messages as sent, matched to the rebuilt payload in order: every sent part but
-// the rows is one system message; the rows (pinned, history, the new message, recalled) follow,
+// the rows is one system message; the rows (pinned, history, the new message, recalled, tool) follow,
 // one message per row, in the order their parts list them.
 function partTexts(parts, sent) {
   var texts = parts.map(function () {
@@ -276,7 +279,7 @@ function partTexts(parts, sent) {
   parts.forEach(function (p, i) {
     if (p.trimmed || p.kind === "tools") return;
     var count = 1;
-    if (p.kind === "pinned" || p.kind === "user" || p.kind === "recalled") count = (p.ref.ids || []).length;
+    if (p.kind === "pinned" || p.kind === "user" || p.kind === "recalled" || p.kind === "tool") count = (p.ref.ids || []).length;
     if (p.kind === "history") {
       count = (p.ref.seqs || []).reduce(function (n, r) {
         return n + (r[1] - r[0] + 1);
@@ -308,7 +311,7 @@ function partView(p, sent) {
     body.append(
       el("pre", {
         class: "ctx-text",
-        text: sent.length === 1 && p.kind !== "history" && p.kind !== "recalled" ? sent[0].content || "" : sent.map(messageText).join("\n\n"),
+        text: sent.length === 1 && p.kind !== "history" && p.kind !== "recalled" && p.kind !== "tool" ? sent[0].content || "" : sent.map(messageText).join("\n\n"),
       })
     );
   } else {

@@ -1,0 +1,141 @@
+"""A bot's MCP tools on /v1/chat/completions (issue 34, item 6; docs/tools.md): they run
+server-side, beside a client's own tools, which still end the loop and come back to the client
+as ``tool_calls``. The real ``openai`` SDK against uvicorn + a Celery worker; the bot's model is
+the local fake provider, its tools the real test MCP server (``tests/mcpserver.py``)."""
+
+import json
+
+import pytest
+
+from bots.models import ChatSession, Message
+from tests.factories import BotFactory, UserFactory
+from tests.fakeopenai import Reply
+from tests.openai_api.conftest import new_key, sdk
+from tools.services import tool_server_create, tool_server_tools_refresh
+
+pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+WEATHER_ARGS = '{"city": "Paris"}'
+WEATHER_CALL = {
+    "id": "call_w1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": WEATHER_ARGS},
+}
+ADD_CALL = {
+    "id": "call_a1",
+    "type": "function",
+    "function": {"name": "calc__add", "arguments": json.dumps({"a": 2, "b": 40})},
+}
+QUESTION = {"role": "user", "content": "Add 2 and 40, then tell me the weather in Paris."}
+
+
+@pytest.fixture
+def user(db):
+    return UserFactory(username="servertools")
+
+
+@pytest.fixture
+def tool_bot(user, staff, fake_openai, mcp_server):
+    server = tool_server_create(user=staff, name="calc", url=mcp_server.url, public=True)
+    tool_server_tools_refresh(user=staff, server_id=server.pk)
+    return BotFactory(
+        owner=user,
+        name="Agent",
+        system_prompt="You are Agent.",
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        tools=["calc/add"],
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_server_tools_run_on_v1_and_client_tools_still_end_the_loop(
+    stack, user, tool_bot, fake_openai, mcp_server, stream
+):
+    _, key = new_key(user)
+    fake_openai.script(
+        Reply(text="", tool_calls=[ADD_CALL]),  # the bot's tool: run by the platform
+        Reply(text="", tool_calls=[WEATHER_CALL]),  # the client's: back to the client
+        Reply(text="42, and it is sunny in Paris."),
+    )
+    client = sdk(stack, key)
+    if stream:
+        events = list(
+            client.chat.completions.create(
+                model="agent", messages=[QUESTION], tools=[WEATHER], stream=True
+            )
+        )
+        choices = [e.choices[0] for e in events if e.choices]
+        streamed = [d.tool_calls[0] for d in (c.delta for c in choices) if d.tool_calls]
+        assert [(c.id, c.function.name) for c in streamed if c.id] == [("call_w1", "get_weather")]
+        assert choices[-1].finish_reason == "tool_calls"
+    else:
+        choice = client.chat.completions.create(
+            model="agent", messages=[QUESTION], tools=[WEATHER]
+        ).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert [c.model_dump() for c in choice.message.tool_calls] == [WEATHER_CALL]
+
+    # The bot's tool ran on the server, once, and the model got its result.
+    assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
+    first, second = fake_openai.requests[:2]
+    offered = [t["function"]["name"] for t in first["tools"]]
+    assert "calc__add" in offered and offered[-1] == "get_weather"
+    assert second["messages"][-2:] == [
+        {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
+    ]
+    session = ChatSession.objects.get(user=user)
+    rows = list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("role", "kind", "tool_call_id", "tool_ok", "status")
+    )
+    assert rows == [
+        ("user", "chat", "", None, "complete"),
+        ("assistant", "tool", "", None, "complete"),
+        ("tool", "tool", "call_a1", True, "complete"),
+        ("assistant", "chat", "", None, "complete"),
+    ]
+    reply = Message.objects.get(session=session, role="assistant", kind="chat")
+    assert (reply.finish_reason, [c["id"] for c in reply.tool_calls]) == ("tool_calls", ["call_w1"])
+
+    # The client answers its own call: the same session goes on to the answer.
+    raw = client.chat.completions.with_raw_response.create(
+        model="agent",
+        messages=[
+            QUESTION,
+            {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]},
+            {"role": "tool", "tool_call_id": "call_w1", "content": "sunny, 24 C"},
+        ],
+        tools=[WEATHER],
+    )
+    assert raw.headers["x-session-id"] == str(session.pk)
+    answer = raw.parse().choices[0]
+    assert (answer.message.content, answer.finish_reason) == (
+        "42, and it is sunny in Paris.",
+        "stop",
+    )
+    # The model sees the server's round, then the client's call and its result.
+    assert fake_openai.requests[2]["messages"][-4:] == [
+        {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
+        {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
+        {"role": "tool", "content": "sunny, 24 C", "tool_call_id": "call_w1"},
+    ]
+    # Nothing ran twice, nothing was stored twice.
+    assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
+    assert ChatSession.objects.filter(user=user).count() == 1
+    assert len(fake_openai.requests) == 3

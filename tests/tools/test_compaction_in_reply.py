@@ -1,0 +1,185 @@
+"""Compaction inside a reply (docs/tools.md, "Compaction inside a reply"): a tool task whose
+rounds outgrow the hard threshold compacts its earlier rounds before the next model call —
+snapshot, summary, event with trigger ``tool`` — never splits a call from its results, sends
+nothing over B, and what it compacted is found again by recall after the task."""
+
+import json
+
+import pytest
+
+from bots.models import Message
+from bots.transitions import session_context_add
+from chat_platform.llm.tokens import count_message_tokens, count_tools_tokens
+from compaction.measure import bot_budget
+from compaction.models import CompactionEvent, ContextRecord, Summary
+from memory.models import MemoryRecord
+from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.factories import BotFactory, SessionFactory, message_add
+from tests.fakeopenai import Reply
+from tools import realtime as tool_realtime
+from turns import turn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODEL = "openai/fake-model"
+
+
+def _call(name, arguments, call_id):
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _quiet_frames(monkeypatch):
+    monkeypatch.setattr(tool_realtime, "send_frame", lambda sid, frame: None)
+
+
+@pytest.fixture
+def task_bot(owner, fake_openai, monkeypatch, tool_server):
+    """A tool bot in a 3,000-token window (B 2,500, H 1,875) whose summariser is the built-in
+    extractive one: the fake provider answers the task's script only."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    return BotFactory(
+        owner=owner,
+        model=MODEL,
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/report"],
+        context_window=3000,
+        max_output_tokens=500,
+        compaction_model="builtin/extractive",
+    )
+
+
+def _ask(session, content):
+    session.refresh_from_db(fields=["last_seq"])
+    new = message_add(session, role="user", content=content)
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_add(session_id=session.pk, tokens=new.token_count)
+    return reply
+
+
+def _sent(request):
+    """A request's tokens as sent: every message and every tool schema offered."""
+    messages = sum(
+        count_message_tokens(
+            (m.get("content") or "") + (json.dumps(m["tool_calls"]) if m.get("tool_calls") else ""),
+            model=MODEL,
+        )
+        for m in request["messages"]
+    )
+    return messages + count_tools_tokens(request.get("tools") or [], model=MODEL)
+
+
+def _steps(count, words=400):
+    return [
+        Reply(text="", tool_calls=[_call("calc__report", {"step": n, "words": words}, f"s{n}")])
+        for n in range(1, count + 1)
+    ]
+
+
+def test_earlier_rounds_are_compacted_inside_the_reply_and_no_request_exceeds_b(
+    task_bot, fake_openai
+):
+    budget = bot_budget(task_bot).budget
+    fake_openai.script(*_steps(4), Reply(text="All four steps done."))
+    session = SessionFactory(user=task_bot.owner, bot=task_bot)
+    reply = _ask(session, "Run the four-step survey.")
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "All four steps done.")
+    requests = fake_openai.requests
+    assert len(requests) == 5  # five model calls, no summariser call to the provider
+    assert all(_sent(r) <= budget for r in requests)
+    events = list(CompactionEvent.objects.filter(session=session).order_by("id"))
+    compacted = [e for e in events if e.outcome == "compacted"]
+    assert compacted and {e.trigger for e in compacted} == {"tool"}
+    first = compacted[0]
+    summary = first.summary
+    # The first compaction took step 1's round whole (the call and its result), nothing of the
+    # current turn besides it: the user's message stays.
+    call_1 = Message.objects.get(session=session, tool_calls__contains=[{"id": "s1"}])
+    result_1 = Message.objects.get(session=session, tool_call_id="s1")
+    assert (summary.first_seq, summary.trigger) == (call_1.seq, "tool")
+    assert call_1.compacted_by_id == result_1.compacted_by_id is not None
+    assert Message.objects.get(session=session, role="user").compacted_by_id is None
+    # The raw round is kept as the event's snapshot, readable by name.
+    snapshot = first.snapshot
+    assert snapshot.kind == MemoryRecord.Kind.SNAPSHOT
+    assert "(used calc__report: step=1, words=400)" in snapshot.body
+    assert "Step 1 report: serial S7919." in snapshot.body
+    # What the step tried and what it got are in the summary the next call carries.
+    assert "step=1" in summary.text and "S7919" in summary.text
+    later = [r for r in requests if any(summary.block == m["content"] for m in r["messages"])]
+    assert later
+    assert all("s1" not in [m.get("tool_call_id") for m in r["messages"]] for r in later)
+    # The newest round is always sent verbatim.
+    assert [m.get("tool_call_id") for m in requests[-1]["messages"] if m["role"] == "tool"] == [
+        "s4"
+    ]
+    # No tool result was ever compacted without its call.
+    for result in Message.objects.filter(session=session, role="tool"):
+        call = Message.objects.get(
+            session=session, tool_calls__contains=[{"id": result.tool_call_id}]
+        )
+        assert call.compacted_by_id == result.compacted_by_id
+    # Every round stays in the transcript.
+    assert Message.objects.filter(session=session, role="tool", tool_ok=True).count() == 4
+
+
+def test_a_step_compacted_inside_the_reply_is_found_by_recall_after_the_task(task_bot, fake_openai):
+    fake_openai.script(*_steps(5), Reply(text="Done."))
+    session = SessionFactory(user=task_bot.owner, bot=task_bot)
+    turn.turn_run(message_id=_ask(session, "Run the five-step survey.").pk)
+    step_2 = Message.objects.get(session=session, tool_call_id="s2")
+    # Compacted inside the reply (its summary may since be fused with a later one).
+    assert step_2.compacted_by_id is not None
+    assert Summary.objects.filter(session=session, trigger="tool").exists()
+
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("search_records", {"query": "step 2 serial"}, "q1")]),
+        Reply(text="S15838."),
+    )
+    turn.turn_run(message_id=_ask(session, "What was the serial of step 2?").pk)
+
+    found = Message.objects.get(session=session, tool_call_id="q1")
+    # (Search marks the query's words in bold.)
+    assert "Step 2 report: serial S15838." in found.content.replace("**", "")
+
+
+def test_each_call_of_the_loop_records_its_tool_rounds_as_tool_parts(task_bot, fake_openai):
+    fake_openai.script(*_steps(2, words=20), Reply(text="Two done."))
+    session = SessionFactory(user=task_bot.owner, bot=task_bot)
+    reply = _ask(session, "Run two steps.")
+    turn.turn_run(message_id=reply.pk)
+
+    calls = ContextRecord.objects.get(message_id=reply.pk).calls
+    assert [c["round"] for c in calls] == [0, 1, 2]
+    tool_parts = [[p for p in c["parts"] if p["kind"] == "tool"] for c in calls]
+    call_1 = Message.objects.get(session=session, tool_calls__contains=[{"id": "s1"}])
+    result_1 = Message.objects.get(session=session, tool_call_id="s1")
+    call_2 = Message.objects.get(session=session, tool_calls__contains=[{"id": "s2"}])
+    result_2 = Message.objects.get(session=session, tool_call_id="s2")
+    assert tool_parts[0] == []
+    assert tool_parts[1] == [
+        {
+            "kind": "tool",
+            "ref": {
+                "round": 1,
+                "ids": [call_1.pk, result_1.pk],
+                "seqs": [call_1.seq, result_1.seq],
+                "calls": ["calc__report"],
+            },
+            "tokens": call_1.token_count + result_1.token_count,
+        }
+    ]
+    assert [p["ref"]["round"] for p in tool_parts[2]] == [1, 2]
+    assert tool_parts[2][1]["ref"]["ids"] == [call_2.pk, result_2.pk]
+    assert not any(p["kind"] == "recalled" for c in calls for p in c["parts"])
