@@ -1,6 +1,7 @@
 """Shared pieces of the browser tests: Debian's Chromium, the embedded platform as a subprocess,
 and small page helpers. Fixtures live in ``conftest.py`` (one server per module)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -141,12 +143,20 @@ def log_in(page, base: str, password: str = "demo", next_path: str = "/") -> Non
 
 
 def open_new_chat(page, bot: dict) -> None:
-    """Pick the bot, start a new chat and wait until the page is live."""
+    """Pick the bot, start a new chat and wait until the page is live. Picking a bot keeps the
+    open chat open (it is for the next new chat), so the new chat is the one whose address
+    differs from the page's before the click."""
     page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
     page.select_option("#bot-select", value=str(bot["id"]))
+    before = urlsplit(page.url).path
     page.click("#new-session")
-    page.wait_for_url("**/chat/*/")
-    page.wait_for_selector("#session-list li.is-current")
+    page.wait_for_url(
+        lambda url: (
+            bool(re.fullmatch(r"/chat/\d+/", urlsplit(url).path)) and urlsplit(url).path != before
+        )
+    )
+    created = urlsplit(page.url).path.strip("/").rsplit("/", 1)[-1]
+    page.wait_for_selector(f"#session-list li.is-current[data-session-id='{created}']")
     page.wait_for_selector("#connection-status[data-state=live]", state="attached")
     page.wait_for_selector("#composer:enabled")
 

@@ -19,7 +19,8 @@ export function loadBots(preferredId, preferredSessionId) {
       renderBotOptions();
       var chosen =
         findBot(preferredId) || findBot(state.botId) || (state.bots.length ? state.bots[0] : null);
-      return selectBot(chosen ? chosen.id : null, { preferredSession: preferredSessionId });
+      selectBot(chosen ? chosen.id : null);
+      return loadSessions(preferredSessionId);
     },
     function (err) {
       ui.botSelect.replaceChildren(option("", "Could not load bots"));
@@ -66,15 +67,22 @@ function renderBotInfo() {
   if (bot.is_shared) ui.botInfo.append(" ", el("span", { class: "tag", text: "shared" }));
 }
 
-export function selectBot(botId, opts) {
-  opts = opts || {};
-  var changed = !sameId(botId, state.botId);
+// The bot the next new chat starts with ("New chat", or typing with no chat open). It opens,
+// closes and filters nothing: the open chat keeps its own bot (docs/api.md, sessions).
+export function selectBot(botId) {
+  var hadNone = state.botId === null;
   state.botId = botId === null || botId === undefined ? null : botId;
   if (state.botId !== null) ui.botSelect.value = String(state.botId);
   renderBotInfo();
-  if (changed) hooks.closeSession();
   updateComposer();
-  return loadSessions(opts.preferredSession);
+  // The first bot (none before): the empty page now says typing starts a chat.
+  if (hadNone && state.sessionId === null) hooks.closeSession();
+}
+
+// Opening a chat offers its bot for the next new one (a bot the picker lists; one no longer
+// shared leaves the picker as it was).
+export function botFollowChat(botId) {
+  if (findBot(botId) && !sameId(botId, state.botId)) selectBot(botId);
 }
 
 
@@ -203,9 +211,8 @@ export function botsBind() {
         });
         state.bots.push(bot);
         renderBotOptions();
-        return selectBot(bot.id).then(function () {
-          ui.newSession.focus();
-        });
+        selectBot(bot.id);
+        ui.newSession.focus();
       })
       .catch(showBotErrors)
       .finally(function () {
