@@ -401,10 +401,15 @@ def test_memory_note_names_are_derived_and_errors_say_what_was_wrong(server_url,
     page.fill("#memory-name", "Dentist Appointment")
     assert page.inner_text("#memory-name-hint") == "Saved as dentist_appointment"
     page.fill("#memory-description", "Dentist on Friday")
-    page.fill("#memory-body", "The dentist appointment is on Friday at 9:30.")
+    long_body = "The dentist appointment is on Friday at 9:30." + " Bring the card." * 300
+    page.fill("#memory-body", long_body)
     page.click("#memory-save")
     page.locator("#memory-record").wait_for()
     assert page.inner_text("#memory-record-name") == "dentist_appointment"
+    # its size with a thousands separator (issue 32 item 9)
+    assert re.fullmatch(
+        r"Note · this chat · \d,\d{3} tokens", page.inner_text("#memory-record-meta")
+    ), page.inner_text("#memory-record-meta")
     shot(page, "memory-note-1280")
 
     # The same name again: the panel says exactly what was wrong, and nothing is stored twice.
