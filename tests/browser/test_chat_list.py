@@ -1,7 +1,8 @@
 """The chat list lists every chat (issue 32, Deliver 8), in headless Chromium against the
 embedded platform: chats with two bots (and the seeded demo room) are all listed, each with its
 bot's avatar and name; choosing a bot in the Bot picker keeps the open chat and the list as they
-are, and is the bot the next new chat starts with."""
+are, and is the bot the next new chat starts with (opening chats leaves that choice alone until
+the new chat is made; then the picker offers the open chat's bot again)."""
 
 from urllib.parse import urlsplit
 
@@ -59,6 +60,14 @@ def test_every_chat_is_listed_and_the_bot_picker_keeps_the_open_chat(desktop, se
         ["Demo room: two bots, two memories", "Recall (built-in) + room"],
     ]
 
+    # the choice stands while other chats are opened, until a new chat is made with it
+    page.click(f"#session-list li[data-session-id='{made['Beta chat']}'] .session-open")
+    page.wait_for_url(f"**/chat/{made['Beta chat']}/")
+    page.click(f"#session-list li[data-session-id='{made['Alpha chat']}'] .session-open")
+    page.wait_for_url(f"**/chat/{made['Alpha chat']}/")
+    page.wait_for_selector(f"#session-list li.is-current[data-session-id='{made['Alpha chat']}']")
+    assert page.locator("#bot-select").input_value() == str(beta["id"])
+
     page.click("#new-session")
     page.wait_for_url(lambda url: urlsplit(url).path not in {f"/chat/{made['Alpha chat']}/"})
     page.wait_for_function("() => document.querySelectorAll('#session-list li').length === 4")
@@ -66,4 +75,10 @@ def test_every_chat_is_listed_and_the_bot_picker_keeps_the_open_chat(desktop, se
     fresh = httpx.get(f"{base}/api/v1/sessions/{created}/", headers=headers).json()
     assert (fresh["bot"], fresh["bot_info"]["name"]) == (beta["id"], "Beta")
     assert _rows(page)[0][1:] == ["Beta", "BE", True]
+    # made: opening a chat offers its bot again
+    page.click(f"#session-list li[data-session-id='{made['Alpha chat']}'] .session-open")
+    page.wait_for_url(f"**/chat/{made['Alpha chat']}/")
+    page.wait_for_function(
+        "(id) => document.getElementById('bot-select').value === id", arg=str(alpha["id"])
+    )
     assert page.js_errors == []

@@ -79,10 +79,10 @@ export function selectBot(botId) {
   if (hadNone && state.sessionId === null) hooks.closeSession();
 }
 
-// Opening a chat offers its bot for the next new one (a bot the picker lists; one no longer
-// shared leaves the picker as it was).
+// Opening a chat offers its bot for the next new one, unless the user chose one since the last
+// new chat (a bot the picker lists; one no longer shared leaves the picker as it was).
 export function botFollowChat(botId) {
-  if (findBot(botId) && !sameId(botId, state.botId)) selectBot(botId);
+  if (!state.botPicked && findBot(botId) && !sameId(botId, state.botId)) selectBot(botId);
 }
 
 
@@ -179,7 +179,9 @@ function showBotErrors(err) {
 export function botsBind() {
   ui.botSelect.addEventListener("change", function () {
     var bot = findBot(ui.botSelect.value);
-    if (bot) selectBot(bot.id);
+    if (!bot) return;
+    state.botPicked = true;
+    selectBot(bot.id);
   });
 
   ui.newBotForm.addEventListener("submit", function (event) {
@@ -211,6 +213,7 @@ export function botsBind() {
         });
         state.bots.push(bot);
         renderBotOptions();
+        state.botPicked = true;
         selectBot(bot.id);
         ui.newSession.focus();
       })

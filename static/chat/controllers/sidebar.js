@@ -130,6 +130,7 @@ export function createSession() {
   return api("POST", "sessions/", { bot: botId })
     .then(function (session) {
       createdHere.push({ session: session, after: listReads });
+      state.botPicked = false; // the choice was for this chat: the picker follows chats again
       state.sessions.unshift(session);
       hooks.openSession(session.id);
       return session;

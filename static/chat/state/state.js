@@ -9,6 +9,9 @@ import { sameId } from "../lib/format.js";
 export const state = {
   bots: [],
   botId: null, // the Bot picker's: the bot a new chat starts with (the open chat has its own)
+  // The user chose that bot (picker, new bot form) since the last new chat: opening a chat
+  // then leaves the choice alone, the first chat the page opens by itself included.
+  botPicked: false,
   sessions: [],
   sessionId: null,
   // Bumped on every session switch; async results for an older epoch are dropped.
