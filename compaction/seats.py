@@ -64,6 +64,15 @@ class RoomView:
         return max(self.prefix_tokens.values(), default=0)
 
 
+_HEADER_TAIL = "Messages from the others start with the speaker's name."
+# The header as ``room_view`` writes it, whole or cut after its first sentence (a line quoting
+# it): a reply that repeats it names every participant, and that hands nobody the floor
+# (``turns.room``, docs/rooms.md "Who answers").
+ROOM_HEADER_ECHO = re.compile(
+    rf"You are [^\n]*? in a group chat with [^\n]*?(?:{re.escape(_HEADER_TAIL)}|$)", re.MULTILINE
+)
+
+
 def room_view(session: ChatSession) -> RoomView | None:
     """The room from the session's bot's seat (``bots.queries.session_seat``); None for a
     one-bot session (no query)."""
@@ -81,7 +90,7 @@ def room_view(session: ChatSession) -> RoomView | None:
     others = ", ".join(f"{b.name} (@{b.slug})" for b in present) or "nobody else"
     header = (
         f"You are {bot.name} (@{bot.slug}) in a group chat with {user_name} and {others}. "
-        "Messages from the others start with the speaker's name."
+        f"{_HEADER_TAIL}"
     )
     prefix = {
         key: count_tokens(f"{name}: ", model=bot.model) + count_tokens(slug, model=bot.model) + 1

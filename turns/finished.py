@@ -152,6 +152,7 @@ def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
         answered_bot_ids=answered | {speaker.pk},
         waiting_bot_ids=waiting,
         hops_so_far=max((hop for _, _, hop, _ in chain), default=0),
+        earlier=_earlier_said(reply),
     )
     hop = max((h for _, _, h, _ in chain), default=0)
     for bot in decided.bots:
@@ -159,10 +160,29 @@ def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
         created = reply_handover_create(after=reply, bot=bot, hop=hop, prompted_by_id=root_id)
         transaction.on_commit(partial(realtime.notify_message_created, created))
         log.info("room_hand_over", message_id=created.pk, from_bot=speaker.pk, to_bot=bot.pk)
-    for text in decided.notices:
-        notice = room_notice_create(session_id=reply.session_id, content=text)
+    if decided.notice is not None:
+        notice = room_notice_create(session_id=reply.session_id, content=decided.notice)
         transaction.on_commit(partial(realtime.notify_message_created, notice))
-        log.info("room_hand_over_stopped", message_id=reply.pk, notice=text)
+        log.info("room_hand_over_stopped", message_id=reply.pk, notice=decided.notice)
+
+
+# How far back a reply's sentence is looked for when telling an echoed mention from one that
+# hands the floor over (``turns.room.addressed_bots``): the round and the turns before it.
+ECHO_WINDOW = 12
+
+
+def _earlier_said(reply: Message) -> list[str]:
+    """What the user and the bots said just before ``reply`` (one statement)."""
+    return list(
+        Message.objects.filter(
+            session_id=reply.session_id,
+            seq__lt=reply.seq,
+            kind=Message.Kind.CHAT,
+            role__in=[Message.Role.USER, Message.Role.ASSISTANT],
+        )
+        .order_by("-seq")
+        .values_list("content", flat=True)[:ECHO_WINDOW]
+    )
 
 
 def context_notify(

@@ -5,7 +5,8 @@ room's default bot; ``reply_mode`` ``all`` makes every participant answer, in pa
 ``manual`` lets the user pick (``reply_as``). A bot's reply that mentions another participant
 hands it the floor, bounded: at most ``ROOM_MAX_HOPS`` bot-triggered replies per user message, no
 bot answers its own mention, a bot that already answered that message does not answer again (a
-cycle); when a bound stops a chain, a notice says so.
+cycle); when a bound stops a chain, one notice says so. A mention counts only outside quotes,
+code and the room header, and a reply's echo of what was just said hands nobody the floor.
 
 This module decides; ``turns.services.send`` and ``turns.turn`` write through ``bots.transitions``.
 """
@@ -17,18 +18,38 @@ from django.conf import settings
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from bots.queries import bot_usable_in, participants_of, session_seat
+from compaction.seats import ROOM_HEADER_ECHO
 
 # ``@`` at the start or after a non-word character, then a slug or a name. Names may hold
 # spaces, so a mention is matched against the participants' own names and slugs rather than
 # parsed into a word first.
 _MENTION_START = re.compile(r"(?<![\w@])@")
 
+# What only cites a mention (docs/rooms.md "Who answers"): fenced code (``` or ~~~, to its
+# closing fence or the end), inline code, ``>`` blockquote lines, text in double quotation marks
+# (straight, curly or guillemets; within a paragraph, so a stray mark masks nothing further) and
+# the room header. Single quotes are left alone: they are apostrophes as often as quotes.
+_CITED = [
+    re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\1[`~]*[ \t]*$|\Z)", re.M | re.S),
+    re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S),
+    re.compile(r"^[ \t]{0,3}>.*$", re.M),
+    re.compile(r'"(?:[^"\n]|\n(?![ \t]*\n))*"|\u201c[^\u201d]*?\u201d|\u00ab[^\u00bb]*?\u00bb'),
+    ROOM_HEADER_ECHO,
+]
+# A sentence (or a clause a reply introduces with a colon or a dash): up to a line break, or to
+# ``.``, ``!``, ``?``, ``:``, ``;`` or a dash followed by a space.
+_SENTENCE_END = re.compile(r"\n|[.!?:;\u2014\u2013](?=\s)")
 
-def mentioned_bots(text: str, participants: list[SessionParticipant]) -> list[Bot]:
-    """The participants ``text`` mentions, in the order they are first mentioned. ``@<slug>``
-    or ``@<name>``, case-folded; the longest name wins where one is a prefix of another
-    (``@Ann Lee`` is Ann Lee, not Ann), and a mention must end at a word boundary."""
-    folded = text.casefold()
+
+def mention_text(text: str) -> str:
+    """``text`` with every cited stretch (code, quotes, the room header) blanked to spaces: the
+    mentions left in it address someone. Positions are kept, so sentences stay where they were."""
+    for pattern in _CITED:
+        text = pattern.sub(lambda match: " " * len(match.group(0)), text)
+    return text
+
+
+def _mention_keys(participants: list[SessionParticipant]) -> list[tuple[str, Bot]]:
     keys: list[tuple[str, Bot]] = []
     for participant in participants:
         bot = participant.bot
@@ -36,7 +57,13 @@ def mentioned_bots(text: str, participants: list[SessionParticipant]) -> list[Bo
             if key:
                 keys.append((key, bot))
     keys.sort(key=lambda pair: -len(pair[0]))
-    found: list[Bot] = []
+    return keys
+
+
+def _mentions(folded: str, keys: list[tuple[str, Bot]]) -> list[tuple[int, int, Bot]]:
+    """Each mention in ``folded`` as (start, end, bot), the longest key winning at each ``@``;
+    a mention must end at a word boundary."""
+    found: list[tuple[int, int, Bot]] = []
     for match in _MENTION_START.finditer(folded):
         start = match.end()
         for key, bot in keys:
@@ -44,10 +71,56 @@ def mentioned_bots(text: str, participants: list[SessionParticipant]) -> list[Bo
             if folded.startswith(key, start) and (
                 end == len(folded) or not (folded[end].isalnum() or folded[end] in "-_")
             ):
-                if all(b.pk != bot.pk for b in found):
-                    found.append(bot)
+                found.append((match.start(), end, bot))
                 break
     return found
+
+
+def _first_each(bots: list[Bot]) -> list[Bot]:
+    found: list[Bot] = []
+    for bot in bots:
+        if all(b.pk != bot.pk for b in found):
+            found.append(bot)
+    return found
+
+
+def mentioned_bots(text: str, participants: list[SessionParticipant]) -> list[Bot]:
+    """The participants ``text`` mentions, in the order they are first mentioned. ``@<slug>``
+    or ``@<name>``, case-folded; the longest name wins where one is a prefix of another
+    (``@Ann Lee`` is Ann Lee, not Ann), and a mention must end at a word boundary. A mention in
+    code, a blockquote, quotation marks or the room header only cites the bot
+    (``mention_text``)."""
+    folded = mention_text(text).casefold()
+    return _first_each([bot for _, _, bot in _mentions(folded, _mention_keys(participants))])
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split()).strip(" .!?,;:")
+
+
+def _sentence(folded: str, start: int, end: int) -> str:
+    """The sentence of ``folded`` around ``[start, end)``, normalised."""
+    before = [m.end() for m in _SENTENCE_END.finditer(folded, 0, start)]
+    after = _SENTENCE_END.search(folded, end)
+    return _normal(folded[before[-1] if before else 0 : after.start() if after else len(folded)])
+
+
+def addressed_bots(
+    text: str, participants: list[SessionParticipant], *, earlier: list[str]
+) -> list[Bot]:
+    """The participants a bot's reply hands the floor to: ``mentioned_bots``, less the mentions
+    the reply only echoes — a mention whose sentence, beyond the mention itself, repeats one of
+    the ``earlier`` messages word for word (a bot restating what it was asked)."""
+    folded = mention_text(text).casefold()
+    said = [_normal(t) for t in earlier]
+    bots: list[Bot] = []
+    for start, end, bot in _mentions(folded, _mention_keys(participants)):
+        sentence = _sentence(folded, start, end)
+        rest = _normal(sentence.replace(_normal(folded[start:end]), " ", 1))
+        if rest and any(sentence in text for text in said):
+            continue
+        bots.append(bot)
+    return _first_each(bots)
 
 
 def answering_bots(
@@ -71,11 +144,11 @@ def answering_bots(
 
 @dataclass(frozen=True)
 class Handover:
-    """What a finished bot reply leads to: the bots it hands the floor to, and the notices of
-    the bounds that stopped others."""
+    """What a finished bot reply leads to: the bots it hands the floor to, and the one notice
+    (or none) naming the bounds that stopped the others."""
 
     bots: list[Bot]
-    notices: list[str]
+    notice: str | None
 
 
 def handovers(
@@ -86,35 +159,57 @@ def handovers(
     answered_bot_ids: set[int],
     waiting_bot_ids: set[int],
     hops_so_far: int,
+    earlier: list[str],
 ) -> Handover:
-    """The floor after ``speaker``'s reply: each participant it mentions answers next, unless
-    it is the speaker itself, already answered this user message (a cycle), or the chain has
-    used its ``ROOM_MAX_HOPS`` bot-triggered replies. A mentioned bot still waiting to answer
-    (queued by the user's message) answers anyway: nothing to add, nothing to say."""
+    """The floor after ``speaker``'s reply: each participant it addresses (``addressed_bots``:
+    not in quotes or code, not the room header, not an echo of ``earlier``) answers next, unless
+    it already answered this user message (a cycle) or the chain has used its ``ROOM_MAX_HOPS``
+    bot-triggered replies. The speaker's own name is no hand-over and says nothing; a mentioned
+    bot still waiting to answer (queued by the user's message) answers anyway. Every stop of one
+    reply is told in one notice."""
     limit = settings.ROOM_MAX_HOPS
     bots: list[Bot] = []
-    notices: list[str] = []
+    cycles: list[str] = []
+    over: list[str] = []
     hops = hops_so_far
-    for bot in mentioned_bots(reply.content, participants):
-        if bot.pk == speaker.pk:
-            notices.append(f"{speaker.name} mentioned itself; a bot does not answer itself.")
-        elif bot.pk in waiting_bot_ids:
+    for bot in addressed_bots(reply.content, participants, earlier=earlier):
+        if bot.pk == speaker.pk or bot.pk in waiting_bot_ids:
             continue
-        elif bot.pk in answered_bot_ids:
-            notices.append(
-                f"{speaker.name} handed the floor back to {bot.name}, who already answered "
-                "this message; the chain stops here to avoid a loop."
-            )
+        if bot.pk in answered_bot_ids:
+            cycles.append(bot.name)
         elif hops >= limit:
-            notices.append(
-                f"{speaker.name} mentioned {bot.name}, but this message already led to "
-                f"{limit} bot-to-bot replies (the room's limit); {bot.name} does not answer."
-            )
+            over.append(bot.name)
         else:
             bots.append(bot)
             answered_bot_ids.add(bot.pk)
             hops += 1
-    return Handover(bots=bots, notices=notices)
+    return Handover(bots=bots, notice=_stop_notice(speaker.name, cycles, over, limit))
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _stop_notice(speaker: str, cycles: list[str], over: list[str], limit: int) -> str | None:
+    if cycles and not over:
+        return (
+            f"{speaker} handed the floor back to {_names(cycles)}, who already answered this "
+            "message; the chain stops "
+            "here to avoid a loop."
+        )
+    if over and not cycles:
+        verb = "does" if len(over) == 1 else "do"
+        return (
+            f"{speaker} mentioned {_names(over)}, but this message already led to {limit} "
+            f"bot-to-bot replies (the room's limit); {_names(over)} {verb} not answer."
+        )
+    if cycles and over:
+        return (
+            f"{speaker} mentioned {_names(cycles + over)}; the chain stops here: "
+            f"{_names(cycles)} already answered this message, and it already led to {limit} "
+            f"bot-to-bot replies (the room's limit)."
+        )
+    return None
 
 
 def compact_seat(session: ChatSession, focus: str) -> tuple[ChatSession | None, str]:

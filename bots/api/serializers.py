@@ -51,6 +51,10 @@ class SessionOutputSerializer(serializers.ModelSerializer):
     # ``{"kind": "api", "key_name"}`` for a chat an OpenAI-compatible client started (the
     # ``api_origin`` row the openai_api app keeps; read by relation, so no import of it).
     origin = serializers.SerializerMethodField()
+    # The chat's bot as the chat list draws it (avatar and name, docs/api.md): every chat is
+    # listed whatever bot the page has picked for the next one, and a bot no longer shared may
+    # be missing from the bot list. Read through ``select_related("bot")``: no statement each.
+    bot_info = serializers.SerializerMethodField()
 
     class Meta:
         model = ChatSession
@@ -60,6 +64,8 @@ class SessionOutputSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "bot",
+            "bot_info",
+            "is_room",
             "title",
             "created_at",
             "branch_of",
@@ -68,6 +74,10 @@ class SessionOutputSerializer(serializers.ModelSerializer):
             "model_override",
             "extra_instruction",
         ]
+
+    def get_bot_info(self, session: ChatSession) -> dict:
+        bot = session.bot
+        return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
 
     def get_origin(self, session: ChatSession) -> dict | None:
         try:

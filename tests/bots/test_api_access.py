@@ -124,8 +124,8 @@ def test_session_create_list_and_filter(owner_client, owner):
     first = owner_client.post("/api/v1/sessions/", {"bot": a.pk, "title": "one"}, format="json")
     assert first.status_code == 201
     assert set(first.json()) == {
-        "id", "bot", "title", "created_at", "branch_of", "branch_seq", "origin",
-        "model_override", "extra_instruction",
+        "id", "bot", "bot_info", "is_room", "title", "created_at", "branch_of", "branch_seq",
+        "origin", "model_override", "extra_instruction",
     }  # fmt: skip
     owner_client.post("/api/v1/sessions/", {"bot": b.pk}, format="json")
     listed = owner_client.get(f"/api/v1/sessions/?bot={a.pk}").json()

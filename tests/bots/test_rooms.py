@@ -299,21 +299,34 @@ def test_a_mention_in_a_reply_hands_over_and_a_cycle_stops_with_a_notice(
     assert Message.objects.get(session=session, seq=3).hop == 1
 
 
-def test_self_mention_is_not_answered_and_says_so(
+def test_a_bots_own_name_a_quoted_mention_and_an_echo_hand_nothing_over(
     owner_client, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
 ):
     session, planner, critic = room
-    fake_openai.script(Reply(text="I, @planner, decide."))
+    fake_openai.script(
+        Reply(text="I, @planner, decide."),
+        Reply(text='> ask @critic\n\nYou wrote "@critic" and `@critic`.'),
+        Reply(text="Ask @critic about the plan."),
+        Reply(text="Fine."),
+        Reply(text="Recap: ask @critic about the plan. Nothing else."),
+    )
     with django_capture_on_commit_callbacks(execute=True):
         _send(owner_client, session, "Decide")
-    assert _transcript(session)[-1][1:] == (
-        "system",
-        "notice",
-        None,
-        "Planner mentioned itself; a bot does not answer itself.",
-        "complete",
-    )
-    assert len(fake_openai.requests) == 1
+        _send(owner_client, session, "Quote it")
+        _send(owner_client, session, "Go on")
+        _send(owner_client, session, "Recap")
+    assert [row[1:4] for row in _transcript(session)] == [
+        ("user", "chat", None),
+        ("assistant", "chat", "planner"),
+        ("user", "chat", None),
+        ("assistant", "chat", "planner"),
+        ("user", "chat", None),
+        ("assistant", "chat", "planner"),
+        ("assistant", "chat", "critic"),  # handed the floor
+        ("user", "chat", None),
+        ("assistant", "chat", "planner"),  # its recap echoes the hand-over: nobody follows
+    ]
+    assert len(fake_openai.requests) == 5
 
 
 def test_the_hop_limit_stops_a_chain_with_a_notice(

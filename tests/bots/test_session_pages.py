@@ -82,6 +82,12 @@ def test_rename(owner_client, chat_session):
     assert response.json() == {
         "id": chat_session.pk,
         "bot": chat_session.bot_id,
+        "bot_info": {
+            "id": chat_session.bot_id,
+            "slug": chat_session.bot.slug,
+            "name": chat_session.bot.name,
+        },
+        "is_room": False,
         "title": "Trip notes",
         "created_at": response.json()["created_at"],
         "branch_of": None,

@@ -2,6 +2,7 @@
 and small page helpers. Fixtures live in ``conftest.py`` (one server per module)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -153,12 +155,20 @@ def log_in(
 
 
 def open_new_chat(page, bot: dict) -> None:
-    """Pick the bot, start a new chat and wait until the page is live."""
+    """Pick the bot, start a new chat and wait until the page is live. Picking a bot keeps the
+    open chat open (it is for the next new chat), so the new chat is the one whose address
+    differs from the page's before the click."""
     page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
     page.select_option("#bot-select", value=str(bot["id"]))
+    before = urlsplit(page.url).path
     page.click("#new-session")
-    page.wait_for_url("**/chat/*/")
-    page.wait_for_selector("#session-list li.is-current")
+    page.wait_for_url(
+        lambda url: (
+            bool(re.fullmatch(r"/chat/\d+/", urlsplit(url).path)) and urlsplit(url).path != before
+        )
+    )
+    created = urlsplit(page.url).path.strip("/").rsplit("/", 1)[-1]
+    page.wait_for_selector(f"#session-list li.is-current[data-session-id='{created}']")
     page.wait_for_selector("#connection-status[data-state=live]", state="attached")
     page.wait_for_selector("#composer:enabled")
 

@@ -87,6 +87,9 @@ def test_edit_regenerate_and_flip_between_versions(server_url, desktop, fake):
         ("assistant", "Paris is lovely."),
         ("user", "And the food?"),
     ]
-    # One chat per family of branches in the list: the open one.
-    assert page.locator("#session-list li.session-item").count() == 1
+    # One chat per family of branches in the list: the open one (beside the seeded demo room,
+    # another bot's: every chat is listed).
+    listed = page.locator("#session-list li.session-item .session-bot").all_inner_texts()
+    assert listed.count(bot["name"]) == 1
+    assert len(listed) == 2
     assert page.js_errors == []

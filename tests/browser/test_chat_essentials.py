@@ -99,7 +99,7 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         )
         == 0
     )
-    # From the skip link: 25 presses, whatever the length of the chat (it was 84 with every
+    # From the skip link: 27 presses, whatever the length of the chat (it was 84 with every
     # message's Pin button in the way); the transcript is one stop. "Add a bot" is the room
     # bar's (a one-bot chat: who answers is not a choice yet, so its select is disabled);
     # "Usage", "Settings" and, for staff such as demo, "Invitations" are in every page's header.
@@ -118,6 +118,9 @@ def test_keyboard_from_load_to_send_in_a_70_message_chat(server_url, desktop):
         "session-search",
         "Note 0: the locker of room 100 is blue. (open)",
         "Delete chat “Note 0: the locker of room 100 is blue.”",
+        # every chat is listed, each with its bot: the seeded demo room too
+        "Demo room: two bots, two memories, Recall (built-in)",
+        "Delete chat “Demo room: two bots, two memories”",
         "Export and import",
         "New bot",
         "rename-session",
@@ -398,10 +401,15 @@ def test_memory_note_names_are_derived_and_errors_say_what_was_wrong(server_url,
     page.fill("#memory-name", "Dentist Appointment")
     assert page.inner_text("#memory-name-hint") == "Saved as dentist_appointment"
     page.fill("#memory-description", "Dentist on Friday")
-    page.fill("#memory-body", "The dentist appointment is on Friday at 9:30.")
+    long_body = "The dentist appointment is on Friday at 9:30." + " Bring the card." * 300
+    page.fill("#memory-body", long_body)
     page.click("#memory-save")
     page.locator("#memory-record").wait_for()
     assert page.inner_text("#memory-record-name") == "dentist_appointment"
+    # its size with a thousands separator (issue 32 item 9)
+    assert re.fullmatch(
+        r"Note · this chat · \d,\d{3} tokens", page.inner_text("#memory-record-meta")
+    ), page.inner_text("#memory-record-meta")
     shot(page, "memory-note-1280")
 
     # The same name again: the panel says exactly what was wrong, and nothing is stored twice.

@@ -72,11 +72,11 @@ def test_a_user_sees_their_tokens_by_bot_and_what_compaction_saved(owner, other_
     UserQuota.objects.create(user=owner, daily_token_limit=5000)
     client.force_login(owner)
     page = client.get("/usage/").content.decode()
-    assert "<td>Writer</td><td>125</td><td>1200</td>" in page
+    assert "<td>Writer</td><td>125</td><td>1,200</td>" in page
     assert "<td>Reader</td><td>100</td><td>0</td>" in page
     assert "Theirs" not in page
     assert "<span data-usage-total>225</span>" in page
-    assert "<span data-saved-total>1200</span>" in page
+    assert "<span data-saved-total>1,200</span>" in page
     today = usage.today().isoformat()
     assert f'data-day="{today}" data-value="225"' in page
     assert f'data-day="{today}" data-value="1200"' in page
@@ -116,3 +116,18 @@ def test_the_all_users_page_is_for_staff(owner, staff, client):
     client.force_login(owner)
     assert client.get("/usage/").status_code == 200
     assert 'href="/usage/all/"' not in client.get("/usage/").content.decode()
+
+
+def test_numbers_people_read_have_thousands_separators(owner, client):
+    session = SessionFactory(user=owner, bot=BotFactory(owner=owner, name="Big"))
+    _reply(session, 2, 180000, 1125)
+    UserQuota.objects.create(user=owner, daily_token_limit=2500000)
+    client.force_login(owner)
+    page = client.get("/usage/").content.decode()
+    assert "Today: 0 of 2,500,000 tokens" in page  # the day's counter, not these rows
+    assert "<span data-usage-total>181,125</span>" in page
+    assert "<td>Big</td><td>181,125</td><td>0</td>" in page
+    assert "<title>Big: 181,125 tokens</title>" in page
+    # what scripts and tests read stays a plain number
+    assert 'data-limit="2500000" data-used="0"' in page
+    assert 'data-value="181125"' in page

@@ -4,8 +4,11 @@ What it reads (the shapes the context pipeline renders; docs/compaction.md, §10
 
 * **The question** is the last ``user`` message that is not recalled data (does not start with
   a ``[record <name>]`` frame). Everything after it is this turn's recall exchange.
-* **Bot instructions**: when the first message is a ``system`` message, its lines up to the first
-  ``[…]`` header are the bot's system prompt and are never quoted.
+* **Bot instructions**: the leading ``system`` messages (the bot's prompt, the chat's
+  instruction, a room's header, an API client's system message), up to the first ``[…]``
+  header, are never quoted.
+* **A room's speaker labels**: a ``user`` message with a ``name`` starts with ``Name: `` (who
+  spoke); the label is neither part of the question nor of a quote.
 * **Summaries**: a ``system`` message whose first line is ``[Summary of messages A–B]``. Its lines
   are extractive output (``[12] user: …``, ``user: …`` or plain text); the speaker label becomes
   the attribution (``you said in message 12``), never part of the quote.
@@ -66,9 +69,10 @@ from chat_platform.llm.builtin.recall_context import (
     json_requests_invited,
     records_to_request,
     search_hits,
+    spoken_text,
     units_of,
 )
-from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
+from chat_platform.llm.builtin.result import BuiltinResult, prompt_tokens
 from chat_platform.llm.builtin.text import STOPWORDS, stem, terms
 from chat_platform.llm.recall_protocol import ANSWER_HEADER, READ_TOOL, SAVE_TOOL, SEARCH_TOOL
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
@@ -384,7 +388,7 @@ def respond(
     question = find_question(messages)
     if question is None:
         return _text_result(NO_MATCH_TEXT, prompt)
-    question_text = content_text(messages[question])
+    question_text = spoken_text(messages[question])
     may_call = tool_choice != "none"
     done = exchange(messages, question)
     if is_remember(question_text):

@@ -107,9 +107,16 @@ def _is_record_data(text: str) -> bool:
 
 
 def find_question(messages: list[dict]) -> int | None:
+    """The last ``user`` message that is neither recalled data nor another bot's turn in a
+    room (in a room every bot answers the person's message, not the bot before it)."""
+    bots = room_bots(messages)
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.get("role") == "user" and not _is_record_data(content_text(message)):
+        if (
+            message.get("role") == "user"
+            and message.get("name") not in bots
+            and not _is_record_data(content_text(message))
+        ):
             return index
     return None
 
@@ -305,20 +312,60 @@ def _block_lines(lines: list[str], label: str, collector: _Collector) -> None:
         collector.line(stripped, label)
 
 
+# A room's speaker label: the pipeline starts every turn of someone else with ``Name: `` and
+# sets ``name`` (docs/rooms.md, "Each bot's view").
+_ROOM_LABEL = re.compile(r"^[^\n:]{1,120}: ")
+
+
+# A room's header names each other bot as ``Name (@handle)``; their turns carry the handle as
+# ``name`` (compaction/seats.py writes both).
+_ROOM_HEADER = re.compile(r"^You are .* in a group chat with ")
+_ROOM_BOT = re.compile(r"\(@([a-z0-9-]{1,60})\)")
+
+
+def room_bots(messages: list[dict]) -> frozenset[str]:
+    """The handles of the room's bots, from its header (none outside a room)."""
+    for message in messages:
+        if message.get("role") != "system":
+            break
+        text = content_text(message)
+        if _ROOM_HEADER.match(text):
+            return frozenset(_ROOM_BOT.findall(text))
+    return frozenset()
+
+
+def spoken_text(message: dict) -> str:
+    """A message's text without a room's speaker label: the label is who spoke, not what was
+    said (a room's user says "hello", not "demo: hello")."""
+    text = content_text(message)
+    if message.get("role") == "user" and message.get("name"):
+        return _ROOM_LABEL.sub("", text, count=1)
+    return text
+
+
 def units_of(messages: list[dict], question: int) -> list[Unit]:
     collector = _Collector()
+    # The leading system messages before any [bracketed] block are instructions: the bot's
+    # prompt, the chat's instruction, a room's header, an API client's system message.
+    instructions = True
+    bots = room_bots(messages)
     for index, message in enumerate(messages):
         if index == question:
             continue
         role = message.get("role")
-        text = content_text(message)
+        text = spoken_text(message)
+        if role != "system":
+            instructions = False
         if not text.strip():
             continue
         lines = text.splitlines()
         if role == "user" and not _is_record_data(text):
+            said = "you said"
+            if message.get("name") in bots:  # another bot's turn: "Planner said"
+                said = content_text(message)[: -len(text) or None].rstrip(": ") + " said"
             for line in lines:
                 if not _is_echo(line):
-                    collector.add("you said", REMEMBER.sub("", line))
+                    collector.add(said, REMEMBER.sub("", line))
             continue
         if role == "assistant":
             if message.get("tool_calls") or _is_own_answer(text):
@@ -327,12 +374,13 @@ def units_of(messages: list[dict], question: int) -> list[Unit]:
                 if not _is_echo(line):
                     collector.add("I said", line)
             continue
-        if index == 0 and role == "system":
-            # The bot's own instructions come first and are not quoted. They end at the first
-            # [bracketed] header, in case everything shares one system message.
+        if instructions and role == "system":
+            # The instructions are not quoted. They end at the first [bracketed] header, in
+            # case everything shares one system message.
             start = next((i for i, line in enumerate(lines) if _BLOCK_START.match(line)), None)
             if start is None:
                 continue
+            instructions = False
             lines = lines[start:]
         _block_lines(lines, "tool result" if role == "tool" else "context", collector)
     return collector.units

@@ -19,7 +19,8 @@ export function loadBots(preferredId, preferredSessionId) {
       renderBotOptions();
       var chosen =
         findBot(preferredId) || findBot(state.botId) || (state.bots.length ? state.bots[0] : null);
-      return selectBot(chosen ? chosen.id : null, { preferredSession: preferredSessionId });
+      selectBot(chosen ? chosen.id : null);
+      return loadSessions(preferredSessionId);
     },
     function (err) {
       ui.botSelect.replaceChildren(option("", "Could not load bots"));
@@ -66,25 +67,35 @@ function renderBotInfo() {
   if (bot.is_shared) ui.botInfo.append(" ", el("span", { class: "tag", text: "shared" }));
 }
 
-// A bot made on this page (the New bot form, the first-run card): listed and chosen.
+// A bot made on this page (the New bot form, the first-run card): listed and chosen for the next
+// new chat (an explicit choice, as if picked).
 export function botAdded(bot) {
   state.bots = state.bots.filter(function (b) {
     return !sameId(b.id, bot.id);
   });
   state.bots.push(bot);
   renderBotOptions();
-  return selectBot(bot.id);
+  state.botPicked = true;
+  selectBot(bot.id);
+  return Promise.resolve(bot);
 }
 
-export function selectBot(botId, opts) {
-  opts = opts || {};
-  var changed = !sameId(botId, state.botId);
+// The bot the next new chat starts with ("New chat", or typing with no chat open). It opens,
+// closes and filters nothing: the open chat keeps its own bot (docs/api.md, sessions).
+export function selectBot(botId) {
+  var hadNone = state.botId === null;
   state.botId = botId === null || botId === undefined ? null : botId;
   if (state.botId !== null) ui.botSelect.value = String(state.botId);
   renderBotInfo();
-  if (changed) hooks.closeSession();
   updateComposer();
-  return loadSessions(opts.preferredSession);
+  // The first bot (none before): the empty page now says typing starts a chat.
+  if (hadNone && state.sessionId === null) hooks.closeSession();
+}
+
+// Opening a chat offers its bot for the next new one, unless the user chose one since the last
+// new chat (a bot the picker lists; one no longer shared leaves the picker as it was).
+export function botFollowChat(botId) {
+  if (!state.botPicked && findBot(botId) && !sameId(botId, state.botId)) selectBot(botId);
 }
 
 
@@ -181,7 +192,9 @@ function showBotErrors(err) {
 export function botsBind() {
   ui.botSelect.addEventListener("change", function () {
     var bot = findBot(ui.botSelect.value);
-    if (bot) selectBot(bot.id);
+    if (!bot) return;
+    state.botPicked = true;
+    selectBot(bot.id);
   });
 
   ui.newBotForm.addEventListener("submit", function (event) {

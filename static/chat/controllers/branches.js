@@ -8,7 +8,7 @@ import { splitAttachments } from "../render/attachlinks.js";
 import { showError } from "../render/status.js";
 import { hooks } from "../state/hooks.js";
 import { ui } from "../state/page.js";
-import { state } from "../state/state.js";
+import { openBot, state } from "../state/state.js";
 import { api } from "../transport/api.js";
 
 var points = []; // [{seq, versions: [chat ids], current}] of the open chat
@@ -114,7 +114,8 @@ export function renderFlips() {
     function go(step) {
       var target = point.versions[at + step];
       if (target === undefined) return;
-      remember({ id: target, bot: state.botId, title: ui.title.textContent });
+      var open = openBot();
+      remember({ id: target, bot: open && open.id, bot_info: open, title: ui.title.textContent });
       hooks.openSession(target);
     }
     var prev = el("button", { type: "button", class: "button-icon branch-prev", text: "‹", "aria-label": "Previous version", disabled: at === 0 || undefined, onclick: function () { go(-1); } });

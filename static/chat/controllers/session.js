@@ -22,7 +22,7 @@ import { memory, sessionPath, state } from "../state/state.js";
 import { messages } from "../state/store.js";
 import { api, asList } from "../transport/api.js";
 import { connect, disconnect, socketIsOpen, socketLastFrameAt } from "../transport/socket.js";
-import { selectBot } from "./bots.js";
+import { botFollowChat } from "./bots.js";
 import { loadBranches } from "./branches.js";
 import { updateComposer } from "./composer.js";
 import { mentionReset } from "./mention.js";
@@ -88,19 +88,15 @@ export function sessionBind() {
   });
 }
 
-// A chat of another bot (or one not listed yet): ask which bot it belongs to, then open it.
+// A chat the list does not hold yet (made elsewhere since it was read): read it, then open it.
 function openSessionOfAnyBot(sessionId) {
   return api("GET", "sessions/" + encodeURIComponent(sessionId) + "/").then(
     function (session) {
       if (!sameId(sessionId, sessionIdFromPath())) return;
       state.navigating = true;
       try {
-        if (!sameId(session.bot, state.botId)) {
-          selectBot(session.bot, { preferredSession: session.id });
-        } else {
-          if (!findSession(session.id)) state.sessions.unshift(session);
-          openSession(session.id);
-        }
+        if (!findSession(session.id)) state.sessions.unshift(session);
+        openSession(session.id);
       } finally {
         state.navigating = false;
       }
@@ -150,6 +146,7 @@ export function openSession(sessionId) {
   closeSession();
   var session = findSession(sessionId);
   state.sessionId = session ? session.id : sessionId;
+  if (session) botFollowChat(session.bot);
   var epoch = state.epoch;
   ui.title.textContent = session ? sessionLabel(session) : "Chat";
   ui.transcriptEmpty.hidden = true;

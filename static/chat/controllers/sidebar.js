@@ -1,13 +1,14 @@
 /*
- * The sidebar: this bot's chats (list, new, delete, the title filter), renaming the open chat,
+ * The sidebar: every chat, each with its bot (list, new, delete, the title filter), renaming the open chat,
  * and the drawer it becomes on narrow screens.
  */
 import { el } from "../lib/dom.js";
 import { fmtTime, sameId, sessionLabel } from "../lib/format.js";
+import { avatar } from "../render/avatars.js";
 import { showError } from "../render/status.js";
 import { hooks } from "../state/hooks.js";
 import { ui } from "../state/page.js";
-import { memory, state } from "../state/state.js";
+import { memory, sessionBot, state } from "../state/state.js";
 import { api, asList } from "../transport/api.js";
 import { visibleSessions } from "./branches.js";
 
@@ -17,20 +18,14 @@ import { visibleSessions } from "./branches.js";
 var createdHere = [];
 var listReads = 0;
 
+// Every chat of the user, whatever its bot (docs/api.md): the Bot picker is for the next new
+// chat only, so choosing there neither filters this list nor opens a chat.
 export function loadSessions(preferredSessionId) {
-  var botId = state.botId;
-  if (botId === null) {
-    state.sessions = [];
-    renderSessions();
-    return Promise.resolve();
-  }
   var read = ++listReads;
-  return api("GET", "sessions/?bot=" + encodeURIComponent(botId)).then(
+  return api("GET", "sessions/").then(
     function (data) {
-      if (!sameId(botId, state.botId)) return;
-      var listed = asList(data).filter(function (s) {
-        return s.bot === undefined || sameId(s.bot, botId);
-      });
+      if (read !== listReads) return; // a later read answers for the list
+      var listed = asList(data);
       createdHere = createdHere.filter(function (mine) {
         return read <= mine.after && !listed.some(function (s) {
           return sameId(s.id, mine.session.id);
@@ -38,13 +33,9 @@ export function loadSessions(preferredSessionId) {
       });
       state.sessions = listed
         .concat(
-          createdHere
-            .filter(function (mine) {
-              return sameId(mine.botId, botId);
-            })
-            .map(function (mine) {
-              return mine.session;
-            })
+          createdHere.map(function (mine) {
+            return mine.session;
+          })
         )
         .sort(function (a, b) {
           return String(b.created_at).localeCompare(String(a.created_at));
@@ -75,28 +66,40 @@ export function findSession(id) {
 export function renderSessions() {
   var items = visibleSessions(state.sessions).map(function (session) {
     var current = sameId(session.id, state.sessionId);
+    var bot = sessionBot(session);
     var open = el(
       "button",
       {
         type: "button",
         class: "session-open",
         "aria-current": current && "true",
-        "aria-label": current && sessionLabel(session) + " (open)",
+        // Its name without the avatar's letters and the time: the title, then whose chat it is.
+        "aria-label": sessionLabel(session) + (current ? " (open)" : ", " + bot.name),
         onclick: function () {
           hooks.openSession(session.id);
           closeDrawer(false);
           ui.composer.focus();
         },
       },
-      el("span", { class: "session-title", text: sessionLabel(session) }),
-      session.origin && session.origin.kind === "api"
-        ? el("span", {
-            class: "session-origin",
-            title: "Started through the OpenAI-compatible API with the key “" + session.origin.key_name + "”",
-            text: "API · " + session.origin.key_name,
-          })
-        : null,
-      el("time", { class: "session-time", dateTime: session.created_at || "", text: fmtTime(session.created_at) })
+      avatar(bot),
+      el(
+        "span",
+        { class: "session-body" },
+        el("span", { class: "session-title", text: sessionLabel(session) }),
+        session.origin && session.origin.kind === "api"
+          ? el("span", {
+              class: "session-origin",
+              title: "Started through the OpenAI-compatible API with the key “" + session.origin.key_name + "”",
+              text: "API · " + session.origin.key_name,
+            })
+          : null,
+        el(
+          "span",
+          { class: "session-meta" },
+          el("span", { class: "session-bot", text: bot.name + (session.is_room ? " + room" : "") }),
+          el("time", { class: "session-time", dateTime: session.created_at || "", text: fmtTime(session.created_at) })
+        )
+      )
     );
     var del = el("button", {
       type: "button",
@@ -126,8 +129,8 @@ export function createSession() {
   ui.newSession.disabled = true;
   return api("POST", "sessions/", { bot: botId })
     .then(function (session) {
-      createdHere.push({ botId: botId, session: session, after: listReads });
-      if (!sameId(botId, state.botId)) return null;
+      createdHere.push({ session: session, after: listReads });
+      state.botPicked = false; // the choice was for this chat: the picker follows chats again
       state.sessions.unshift(session);
       hooks.openSession(session.id);
       return session;

@@ -1,12 +1,20 @@
 /* A bot drawn as its initials in one of six colours, wherever it appears (docs/rooms.md). */
 import { el } from "../lib/dom.js";
 
-// Initials for an avatar: the first letters of the first two words, or the first two letters.
+// Initials for an avatar, from letters only: the first letters of the first two words that
+// start with one ("Recall (built-in)" is "R", not "R("), or a one-word name's first two letters.
 export function initials(name) {
-  var words = String(name || "?").trim().split(/\s+/).filter(Boolean);
-  if (!words.length) return "?";
-  var text = words.length > 1 ? words[0].charAt(0) + words[1].charAt(0) : words[0].slice(0, 2);
-  return text.toUpperCase();
+  var words = String(name || "").trim().split(/\s+/).filter(Boolean);
+  var lettered = words.filter(function (word) {
+    return /^\p{L}/u.test(word);
+  });
+  var text;
+  if (words.length === 1 || !lettered.length) {
+    text = (String(name || "").match(/\p{L}/gu) || []).slice(0, 2).join("");
+  } else {
+    text = lettered[0].charAt(0) + (lettered.length > 1 ? lettered[1].charAt(0) : "");
+  }
+  return text ? text.toUpperCase() : "?";
 }
 
 // One of six colours, the same for a bot wherever it is drawn.

@@ -7,6 +7,7 @@
  * User-supplied text is only ever written with textContent.
  */
 import { byId, el } from "../lib/dom.js";
+import { fmtInt } from "../lib/format.js";
 
 export function create(deps) {
   var api = deps.api;
@@ -156,7 +157,7 @@ export function create(deps) {
         var meta = [r.kind === "snapshot" ? "Snapshot (read-only)" : "Note", r.scope === "bot" ? "all chats with this bot" : "this chat"];
         var range = fmtRange(r);
         if (range) meta.push(range);
-        if (typeof r.token_count === "number") meta.push(r.token_count + " tokens");
+        if (typeof r.token_count === "number") meta.push(fmtInt(r.token_count) + " tokens");
         ui.recordMeta.textContent = meta.join(" · ");
         ui.recordDescription.textContent = r.description || "";
         ui.recordBody.textContent = r.body || "";

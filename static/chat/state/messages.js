@@ -4,7 +4,7 @@
  */
 import { isBuiltin } from "../lib/format.js";
 import { quotaWords } from "../lib/quota.js";
-import { findBot, state } from "./state.js";
+import { openBot } from "./state.js";
 
 export const ACTIVE_STATUSES = { pending: true, streaming: true };
 const NOTICE_KINDS = { notice: true, command: true };
@@ -22,7 +22,7 @@ export function authorLabel(m) {
   if (m.role === "assistant") {
     // The speaker (rooms: each reply names its bot); else the chat's bot.
     if (m.bot && m.bot.name) return m.bot.name;
-    var bot = findBot(state.botId);
+    var bot = openBot();
     return bot ? bot.name : "Bot";
   }
   if (m.role === "tool") return "Tool";
@@ -44,7 +44,7 @@ export function isStopped(m) {
 
 // Who was called, in words a person recognises: "the model openai/gpt-4o-mini at api.example.com".
 function providerWords() {
-  var bot = findBot(state.botId);
+  var bot = openBot();
   if (!bot) return "the model provider";
   if (isBuiltin(bot.model)) return "the built-in model " + bot.model;
   var where = "";

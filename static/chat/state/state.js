@@ -8,7 +8,10 @@ import { sameId } from "../lib/format.js";
 
 export const state = {
   bots: [],
-  botId: null,
+  botId: null, // the Bot picker's: the bot a new chat starts with (the open chat has its own)
+  // The user chose that bot (picker, new bot form) since the last new chat: opening a chat
+  // then leaves the choice alone, the first chat the page opens by itself included.
+  botPicked: false,
   sessions: [],
   sessionId: null,
   // Bumped on every session switch; async results for an older epoch are dropped.
@@ -30,6 +33,22 @@ export function findBot(id) {
     if (sameId(state.bots[i].id, id)) return state.bots[i];
   }
   return null;
+}
+
+// A chat's bot: the listed bot, else what the chat list says of it (a bot no longer shared is
+// not in the bot list), else a placeholder.
+export function sessionBot(session) {
+  var id = session && session.bot;
+  return findBot(id) || (session && session.bot_info) || { id: id, slug: "", name: "Bot" };
+}
+
+// The open chat's bot (before a chat is open: the picker's).
+export function openBot() {
+  if (state.sessionId === null) return findBot(state.botId);
+  for (var i = 0; i < state.sessions.length; i++) {
+    if (sameId(state.sessions[i].id, state.sessionId)) return sessionBot(state.sessions[i]);
+  }
+  return findBot(state.botId);
 }
 
 // The open chat's REST path: sessions/{id}/ and what follows it.
