@@ -70,14 +70,18 @@ run_pytest() {
   fi
   [ $status -eq 0 ] || exit $status
 }
+XDIST=(--dist loadfile --tx "popen//env:TEST_REDIS_DB=15" --tx "popen//env:TEST_REDIS_DB=10")
 if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
   # of its own); they run in a process of their own, apart from the async/threaded suites.
   # --durations: the slowest tests are in the log, for whoever shortens the run next.
+  # Two test processes (pytest-xdist), a module's tests on one of them (--dist loadfile: a
+  # module's stack or server starts once); each has a test database of its own (pytest-django
+  # names them test_test_gw0 / _gw1) and a Redis db of its own (TEST_REDIS_DB, pyproject.toml).
   phase "pytest (everything but the browser)"
-  run_pytest -m "not browser" --durations=25
+  run_pytest -m "not browser" --durations=25 "${XDIST[@]}"
   phase "pytest (headless Chromium end-to-end)"
-  run_pytest -m browser --durations=10
+  run_pytest -m browser --durations=10 "${XDIST[@]}"
 else
   phase "pytest $*"
   run_pytest "$@"
