@@ -272,10 +272,12 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
         "complete",
     ]
     # two turns (Planner's, then Critic's, handed the floor in Planner's notifier); the Retry
-    # check +1 web, the messages' embedding +6 worker
+    # check +1 web, the messages' embedding +6 worker; +1 worker: Planner's reply names
+    # @critic, so the room reads what was said before it to tell a mention from an echo
+    # (turns/finished.py, docs/rooms.md)
     assert counting.summary() == {
         "sql_web": 15,
-        "sql_worker": 50,
+        "sql_worker": 51,
         "redis": 7,
         "frames": {
             "message.created": 3,
