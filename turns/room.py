@@ -11,7 +11,9 @@ code and the room header, and a reply's echo of what was just said hands nobody 
 This module decides; ``turns.services.send`` and ``turns.turn`` write through ``bots.transitions``.
 """
 
+import bisect
 import re
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -29,22 +31,59 @@ _MENTION_START = re.compile(r"(?<![\w@])@")
 # closing fence or the end), inline code, ``>`` blockquote lines, text in double quotation marks
 # (straight, curly or guillemets; within a paragraph, so a stray mark masks nothing further) and
 # the room header. Single quotes are left alone: they are apostrophes as often as quotes.
+# Every pattern is linear in the text (a message may be 1 MB): runs are matched atomically, and
+# a quotation never spans another opening mark, so no start rescans what the one before read.
 _CITED = [
-    re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\1[`~]*[ \t]*$|\Z)", re.M | re.S),
-    re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S),
+    re.compile(
+        r"^[ \t]{0,3}((?>`{3,})|(?>~{3,}))[^\n]*+\n.*?(?:^[ \t]{0,3}\1[`~]*+[ \t]*$|\Z)",
+        re.M | re.S,
+    ),
     re.compile(r"^[ \t]{0,3}>.*$", re.M),
-    re.compile(r'"(?:[^"\n]|\n(?![ \t]*\n))*"|\u201c[^\u201d]*?\u201d|\u00ab[^\u00bb]*?\u00bb'),
+    re.compile(
+        r'"(?:[^"\n]|\n(?![ \t]*\n))*+"|\u201c[^\u201c\u201d]*+\u201d|\u00ab[^\u00ab\u00bb]*+\u00bb'
+    ),
     ROOM_HEADER_ECHO,
 ]
+# Inline code: a run of backticks up to the next run of the same length (scanned, not matched:
+# a regex tries every unclosed run against the whole rest of the text).
+_TICKS = re.compile(r"`+")
+# The mentions of one reply weighed for a hand-over: past these, a reply hands the floor to no
+# one more (each costs a look through the earlier messages).
+MENTIONS_WEIGHED_MAX = 50
 # A sentence (or a clause a reply introduces with a colon or a dash): up to a line break, or to
 # ``.``, ``!``, ``?``, ``:``, ``;`` or a dash followed by a space.
 _SENTENCE_END = re.compile(r"\n|[.!?:;\u2014\u2013](?=\s)")
 
 
+def _inline_code_blanked(text: str) -> str:
+    runs = [(m.start(), m.end()) for m in _TICKS.finditer(text)]
+    by_length: dict[int, deque[int]] = defaultdict(deque)
+    for index, (start, end) in enumerate(runs):
+        by_length[end - start].append(index)
+    pieces: list[str] = []
+    kept = 0  # text before this is in ``pieces``
+    index = 0
+    while index < len(runs):
+        start, end = runs[index]
+        same = by_length[end - start]
+        while same and same[0] <= index:
+            same.popleft()
+        if not same:
+            index += 1
+            continue
+        closing = same.popleft()
+        pieces += [text[kept:start], " " * (runs[closing][1] - start)]
+        kept = runs[closing][1]
+        index = closing + 1
+    return "".join([*pieces, text[kept:]])
+
+
 def mention_text(text: str) -> str:
     """``text`` with every cited stretch (code, quotes, the room header) blanked to spaces: the
     mentions left in it address someone. Positions are kept, so sentences stay where they were."""
-    for pattern in _CITED:
+    text = _CITED[0].sub(lambda match: " " * len(match.group(0)), text)
+    text = _inline_code_blanked(text)
+    for pattern in _CITED[1:]:
         text = pattern.sub(lambda match: " " * len(match.group(0)), text)
     return text
 
@@ -98,11 +137,14 @@ def _normal(text: str) -> str:
     return " ".join(text.casefold().split()).strip(" .!?,;:")
 
 
-def _sentence(folded: str, start: int, end: int) -> str:
-    """The sentence of ``folded`` around ``[start, end)``, normalised."""
-    before = [m.end() for m in _SENTENCE_END.finditer(folded, 0, start)]
-    after = _SENTENCE_END.search(folded, end)
-    return _normal(folded[before[-1] if before else 0 : after.start() if after else len(folded)])
+def _sentence(folded: str, ends: list[tuple[int, int]], start: int, end: int) -> str:
+    """The sentence of ``folded`` around ``[start, end)``, normalised; ``ends`` are the
+    (start, end) of every sentence end in ``folded``, in order."""
+    at = bisect.bisect_left(ends, (start, -1))
+    opened = ends[at - 1][1] if at else 0
+    after = bisect.bisect_left(ends, (end, -1))
+    closed = ends[after][0] if after < len(ends) else len(folded)
+    return _normal(folded[opened:closed])
 
 
 def addressed_bots(
@@ -113,9 +155,13 @@ def addressed_bots(
     the ``earlier`` messages word for word (a bot restating what it was asked)."""
     folded = mention_text(text).casefold()
     said = [_normal(t) for t in earlier]
+    ends = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(folded)]
     bots: list[Bot] = []
-    for start, end, bot in _mentions(folded, _mention_keys(participants)):
-        sentence = _sentence(folded, start, end)
+    mentions = _mentions(folded, _mention_keys(participants))
+    for start, end, bot in mentions[:MENTIONS_WEIGHED_MAX]:
+        if any(b.pk == bot.pk for b in bots):
+            continue
+        sentence = _sentence(folded, ends, start, end)
         rest = _normal(sentence.replace(_normal(folded[start:end]), " ", 1))
         if rest and any(sentence in text for text in said):
             continue

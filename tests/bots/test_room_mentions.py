@@ -136,3 +136,26 @@ def test_several_stops_of_one_reply_are_one_notice(people, settings):
         "Critic handed the floor back to Planner and Ann Lee, who already answered this "
         "message; the chain stops here to avoid a loop."
     )
+
+
+def test_cited_stretches_are_found_in_one_pass_over_a_megabyte():
+    """A 1 MB message (the largest one) of unclosed backticks or quotation marks: every opening
+    mark once tried itself against the whole rest of the text (20,000 backticks took 2.3 s, a
+    megabyte hours of a worker). Each is now scanned once; the exact blanking is unchanged."""
+    megabyte = 1024 * 1024
+    for text in ("`" * megabyte, "\u201c" * megabyte, "\u00ab" * megabyte, "```" + "`" * megabyte):
+        assert mention_text(text + " @critic").endswith(" @critic")
+    distinct_runs = "".join("`" * n + " @critic " for n in range(1, 1400))
+    assert mention_text(distinct_runs).count("@critic") == 1399
+    assert mention_text("say `@a` and ``x ` @b`` then @c") == "say      and            then @c"
+    assert mention_text("`unclosed @a") == "`unclosed @a"
+    assert mention_text('"@a" \u201c@b\u201d \u00ab@c\u00bb @d') == " " * 15 + "@d"
+
+
+def test_only_the_first_mentions_of_a_reply_are_weighed(people):
+    """A reply naming bots thousands of times weighs its first ``MENTIONS_WEIGHED_MAX`` (50)
+    mentions, each bot once: a mention past them hands the floor to no one."""
+    text = "@planner. " * 50 + "@critic."
+    assert slugs(addressed_bots(text, people, earlier=[])) == ["planner"]
+    text = "@planner. " * 49 + "@critic."
+    assert slugs(addressed_bots(text, people, earlier=[])) == ["planner", "critic"]
