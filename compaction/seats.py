@@ -69,7 +69,12 @@ _HEADER_TAIL = "Messages from the others start with the speaker's name."
 # it): a reply that repeats it names every participant, and that hands nobody the floor
 # (``turns.room``, docs/rooms.md "Who answers").
 ROOM_HEADER_ECHO = re.compile(
-    rf"You are [^\n]*? in a group chat with [^\n]*?(?:{re.escape(_HEADER_TAIL)}|$)", re.MULTILINE
+    # A name never runs over another "You are ": each start reads only to the next one, so a
+    # line of a thousand of them is one pass, not a pass each (turns/room.py runs it on every
+    # room message, up to 1 MB).
+    rf"You are (?:(?!You are )[^\n])*? in a group chat with [^\n]*?"
+    rf"(?:{re.escape(_HEADER_TAIL)}|$)",
+    re.MULTILINE,
 )
 
 
