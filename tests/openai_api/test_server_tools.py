@@ -11,28 +11,12 @@ from bots.models import ChatSession, Message
 from tests.factories import BotFactory, UserFactory
 from tests.fakeopenai import Reply
 from tests.openai_api.conftest import new_key, sdk
+from tests.openai_api.test_client_tools import CALL as WEATHER_CALL
+from tests.openai_api.test_client_tools import WEATHER
 from tools.services import tool_server_create, tool_server_tools_refresh
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-WEATHER_ARGS = '{"city": "Paris"}'
-WEATHER_CALL = {
-    "id": "call_w1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": WEATHER_ARGS},
-}
 ADD_CALL = {
     "id": "call_a1",
     "type": "function",
