@@ -1,6 +1,8 @@
 """API keys: the REST endpoints (docs/openai-api.md) and keys on /api/v1/ (read or full)."""
 
 import datetime as dt
+import logging
+import sys
 
 import pytest
 from django.utils import timezone
@@ -179,6 +181,12 @@ def test_a_key_never_reaches_a_log_line_not_even_in_a_traceback(
     from openai_api.keys import key_create
 
     _, raw = key_create(user=owner, name="editor")
+    # The handlers the session's logging writes through, put back afterwards: configuring again
+    # in `finally` would bind them to capsys's stream, closed after this test, and every later
+    # log line of this process would fail with "I/O operation on closed file" (printing the
+    # record, arguments and exception chain unredacted to stderr).
+    root = logging.getLogger()
+    session_handlers = root.handlers[:]
     configure_logging(level="INFO", json=json_lines)  # onto the stream capsys holds
     try:
         with mock.patch.object(
@@ -188,6 +196,8 @@ def test_a_key_never_reaches_a_log_line_not_even_in_a_traceback(
         logged = capsys.readouterr().err
     finally:
         configure_logging(level=settings.LOG_LEVEL, json=settings.LOG_JSON)
+        root.handlers[:] = session_handlers
+    assert root.handlers[0].stream is not sys.stderr  # not capsys's stream
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "service_unavailable"
     assert "openai_api_service_unavailable" in logged and "database is down" in logged
