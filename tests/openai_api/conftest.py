@@ -5,20 +5,14 @@ import datetime as dt
 
 import openai
 import pytest
-from django.conf import settings
 
 from openai_api.keys import key_create
-from tests.integration.processes import celery_worker, process_env, web_server
 
 
-@pytest.fixture(scope="module")
-def stack(django_db_setup, tmp_path_factory):
-    db = settings.DATABASES["default"]
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true")
-    logs = tmp_path_factory.mktemp("openai-stack")
-    with celery_worker(env, logs / "worker.log"), web_server(env, logs / "web.log") as base:
-        yield base
+@pytest.fixture(scope="session")
+def stack(real_stack):
+    """The test process's real stack (tests/conftest.py)."""
+    return real_stack
 
 
 def sdk(stack: str, key: str, **kwargs) -> openai.OpenAI:
