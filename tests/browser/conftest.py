@@ -1,6 +1,8 @@
 """One embedded platform (uvicorn + SQLite, in-process tasks), one fake provider and one
-Chromium per test module; each test gets a fresh browser context (its own cookies) and makes its
-own bots and chats, so tests stay independent while the suite stays fast."""
+Chromium per test process, shared by every module that does not need a platform configured
+otherwise (those start their own, module-scoped); each test gets a fresh browser context (its own
+cookies) and makes its own bots and chats, so tests stay independent while the suite stays
+fast (docs/testing.md)."""
 
 from collections.abc import Iterator
 from functools import partial
@@ -54,7 +56,7 @@ def _with_timeout(call, *args, **kwargs):
     return call(*args, **kwargs)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fake_llm() -> Iterator[FakeOpenAI]:
     server = FakeOpenAI().start()
     try:
@@ -65,14 +67,15 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def fake(fake_llm) -> FakeOpenAI:
-    """The module's fake provider, with nothing left queued by an earlier test."""
+    """The process's fake provider, with nothing left queued or recorded by an earlier test."""
     with fake_llm._lock:
         fake_llm._queue.clear()
+        fake_llm.served.clear()
     fake_llm.client_went_away.clear()
     return fake_llm
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
     with embedded_platform(
         tmp_path_factory,
@@ -87,7 +90,7 @@ def server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium():
     executable = chromium_path()
     from playwright.sync_api import sync_playwright

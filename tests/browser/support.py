@@ -1,5 +1,5 @@
 """Shared pieces of the browser tests: Debian's Chromium, the embedded platform as a subprocess,
-and small page helpers. Fixtures live in ``conftest.py`` (one server per module)."""
+and small page helpers. Fixtures live in ``conftest.py`` (one server per test process)."""
 
 import os
 import re

@@ -22,7 +22,10 @@ from turns.services.send import do_message_pair_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TURNS = 200
+# The soak run (make soak) and its sibling in the suite (docs/testing.md): the sibling still goes
+# through soft, hard and fusion compactions, pins, recall rounds and the prompt change.
+SOAK_TURNS = 200
+SUITE_TURNS = 80
 
 
 def _call(name, arguments, call_id):
@@ -58,7 +61,16 @@ def _script(fake_openai, session, n):
 
 
 @pytest.mark.timeout(600)
-def test_rebuild_equals_sent_over_200_turns(owner, fake_openai, monkeypatch, settings):
+@pytest.mark.parametrize(
+    "turns",
+    [
+        pytest.param(SOAK_TURNS, marks=pytest.mark.soak, id="200-turns"),
+        pytest.param(SUITE_TURNS, id="80-turns"),
+    ],
+)
+def test_rebuild_equals_sent_over_a_long_conversation(
+    owner, fake_openai, monkeypatch, settings, turns
+):
     settings.LLM_MAX_RETRIES = 0
     monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
     bot = BotFactory(
@@ -76,13 +88,13 @@ def test_rebuild_equals_sent_over_200_turns(owner, fake_openai, monkeypatch, set
     session = SessionFactory(user=owner, bot=bot, extra_instruction="Answer in one line.")
     previous = celery_app.conf.task_always_eager
     try:
-        for n in range(1, TURNS + 1):
+        for n in range(1, turns + 1):
             # First half: soft compactions run (eagerly) after each turn; second half: none is
             # queued, so pressure reaches the hard threshold and calls wait for compaction.
-            celery_app.conf.task_always_eager = n <= TURNS // 2
-            if n == TURNS // 2 + 1:
+            celery_app.conf.task_always_eager = n <= turns // 2
+            if n == turns // 2 + 1:
                 monkeypatch.setattr(finished, "soft_compaction_due", lambda state: False)
-            if n == 120:  # noqa: PLR2004 - the prompt changes: older records keep theirs
+            if n == turns * 3 // 5:  # the prompt changes: older records keep theirs
                 bot_update(user=owner, bot_id=bot.pk, system_prompt="You keep short notes.")
             _script(fake_openai, session, n)
             exchange = do_message_pair_create(
@@ -100,7 +112,7 @@ def test_rebuild_equals_sent_over_200_turns(owner, fake_openai, monkeypatch, set
         celery_app.conf.task_always_eager = previous
 
     records = list(ContextRecord.objects.filter(session=session).order_by("id"))
-    assert len(records) == TURNS
+    assert len(records) == turns
     rebuilt = [messages for record in records for messages in record_rebuild(record)]
     sent = [request["messages"] for request in fake_openai.requests]
     assert len(rebuilt) == len(sent)
