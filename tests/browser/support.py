@@ -4,9 +4,6 @@ and small page helpers. Fixtures live in ``conftest.py`` (one server per test pr
 import os
 import re
 import shutil
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.integration.processes import ROOT, process_env, web_server
+from tests.integration.processes import ROOT, manage, process_env, sqlite_copy, web_server
 
 # Generous: a loaded 2-core host (CI beside other work) can take seconds per page action.
 TIMEOUT_MS = 30_000
@@ -45,40 +42,6 @@ def chromium_path() -> str:
     return path
 
 
-def manage(env: dict[str, str], *command: str) -> None:
-    done = subprocess.run(  # noqa: S603
-        [sys.executable, "manage.py", *command],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"manage.py {' '.join(command)} failed:\n{done.stderr[-3000:]}"
-
-
-_templates_lock = threading.Lock()
-
-
-def _template(base_temp: Path, *, seed: bool) -> Path:
-    """A migrated (and, with ``seed``, ``seed_demo``'d) SQLite database, made once per test
-    session: every embedded platform starts from a copy instead of migrating again (~13 s of CPU
-    per server)."""
-    path = base_temp / ("template-seeded.sqlite3" if seed else "template.sqlite3")
-    with _templates_lock:
-        if not path.exists():
-            building = path.with_suffix(".building")
-            building.unlink(missing_ok=True)
-            env = process_env(
-                REDIS_URL=None, SECRET_KEY=None, DEBUG="true", DATABASE_URL=f"sqlite:///{building}"
-            )
-            manage(env, "migrate", "--noinput")
-            if seed:
-                manage(env, "seed_demo")
-            building.rename(path)
-    return path
-
-
 # The logs of the embedded servers running now (base URL -> log): a failing test's report
 # carries their tails (tests/browser/conftest.py), so a CI failure says what the server did.
 LIVE_SERVER_LOGS: dict[str, Path] = {}
@@ -93,7 +56,7 @@ def embedded_platform(
     its base URL and its log, whose tail is printed on the way out."""
     tmp = tmp_path_factory.mktemp(name)
     database = tmp / "browser.sqlite3"
-    shutil.copyfile(_template(tmp_path_factory.getbasetemp(), seed=seed), database)
+    sqlite_copy(tmp_path_factory, database, seed=seed)
     env = process_env(
         **{
             "REDIS_URL": None,

@@ -6,36 +6,25 @@ clean environment and completes turns over REST and a real websocket.
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import httpx
 import pytest
 import websockets
 
-from tests.integration.processes import ROOT, process_env, web_server
+from tests.integration.processes import process_env, sqlite_copy, web_server
 
 pytestmark = pytest.mark.crossprocess
 
 
 @pytest.fixture
-def embedded_env(tmp_path):
-    env = process_env(
+def embedded_env(tmp_path_factory, tmp_path):
+    """Embedded mode on a copy of the migrated, ``seed_demo``'d SQLite template."""
+    return process_env(
         REDIS_URL=None,
         SECRET_KEY=None,
         DEBUG="true",
-        DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}",
+        DATABASE_URL=sqlite_copy(tmp_path_factory, tmp_path / "embedded.sqlite3", seed=True),
     )
-    for command in (["migrate", "--noinput"], ["seed_demo"]):
-        subprocess.run(  # noqa: S603
-            [sys.executable, "manage.py", *command],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-    return env
 
 
 def test_embedded_turns_complete(embedded_env, tmp_path):

@@ -20,7 +20,7 @@ from django.conf import settings
 
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.fakeopenai import Reply
-from tests.integration.processes import ROOT, celery_worker, process_env, web_server
+from tests.integration.processes import ROOT, celery_worker, process_env, sqlite_copy, web_server
 
 # Real mode's processes share the test database (committed rows); embedded mode has its own file.
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
@@ -46,7 +46,7 @@ def _manage(env: dict[str, str], *args: str) -> None:
 
 
 @pytest.fixture(params=["embedded", "real"])
-def platform(request, django_db_setup, tmp_path, fake_openai, monkeypatch):
+def platform(request, django_db_setup, tmp_path_factory, tmp_path, fake_openai, monkeypatch):
     """The web server's base URL, in the mode the test is parametrised with, with a superuser
     ``tester`` (a superuser may point a bot at the fake provider's local address)."""
     monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
@@ -55,10 +55,9 @@ def platform(request, django_db_setup, tmp_path, fake_openai, monkeypatch):
         env = process_env(
             REDIS_URL=None,
             DEBUG="true",
-            DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}",
+            DATABASE_URL=sqlite_copy(tmp_path_factory, tmp_path / "embedded.sqlite3"),
             **common,
         )
-        _manage(env, "migrate", "--noinput")
     else:
         db = settings.DATABASES["default"]
         url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"

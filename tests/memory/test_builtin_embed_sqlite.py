@@ -18,12 +18,12 @@ SCRIPT = LEXICAL_SCRIPT.parent / "builtin_embed_sqlite_script.py"
 
 @pytest.mark.timeout(300)  # a fresh process: Django, the model and a migrated SQLite database
 @pytest.mark.django_db
-def test_sqlite_embeds_as_written_and_gives_the_postgresql_hits(tmp_path, owner):
+def test_sqlite_embeds_as_written_and_gives_the_postgresql_hits(tmp_path_factory, tmp_path, owner):
     session = data.build(owner, BotFactory(owner=owner))
     embeddings.messages_embed_pending(session_id=session.pk)
     postgres = json.loads(json.dumps(data.answers(session)))
 
-    out = _sqlite(tmp_path, script=SCRIPT)
+    out = _sqlite(tmp_path_factory, tmp_path, script=SCRIPT)
 
     assert (out["vendor"], out["default"], out["compacted_embedded"]) == (
         "sqlite",

@@ -17,7 +17,9 @@ SCRIPT = LEXICAL_SCRIPT.parent / "hybrid_search_sqlite_script.py"
 
 @pytest.mark.timeout(300)  # a fresh process: Django, litellm and a migrated SQLite database
 @pytest.mark.django_db
-def test_sqlite_and_postgresql_give_the_same_hybrid_hits(tmp_path, owner, other_user, fake_openai):
+def test_sqlite_and_postgresql_give_the_same_hybrid_hits(
+    tmp_path_factory, tmp_path, owner, other_user, fake_openai
+):
     bot = BotFactory(
         owner=owner,
         model="openai/fake-model",
@@ -30,7 +32,7 @@ def test_sqlite_and_postgresql_give_the_same_hybrid_hits(tmp_path, owner, other_
         embeddings.messages_embed_pending(session_id=chat.pk)
     postgres = json.loads(json.dumps(data.answers(session)))
 
-    out = _sqlite(tmp_path, script=SCRIPT)
+    out = _sqlite(tmp_path_factory, tmp_path, script=SCRIPT)
 
     # embedded mode: each compaction's hook ran in-process on commit and embedded its messages
     # (8 + 2 + 2), so nothing was left for the explicit run

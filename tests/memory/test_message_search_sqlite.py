@@ -9,15 +9,16 @@ import sys
 
 import pytest
 
-from tests.integration.processes import ROOT, process_env
+from tests.integration.processes import ROOT, process_env, sqlite_copy
 
 SCRIPT = ROOT / "tests" / "memory" / "message_search_sqlite_script.py"
 
 
-def _sqlite(tmp_path, script=SCRIPT):
-    env = process_env(
-        REDIS_URL=None, DEBUG="true", DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}"
-    )
+def _sqlite(tmp_path_factory, tmp_path, script=SCRIPT):
+    """Run ``script`` on a copy of the migrated SQLite template (its own migrate is then a
+    no-op); returns the JSON of its last line."""
+    database = sqlite_copy(tmp_path_factory, tmp_path / "embedded.sqlite3")
+    env = process_env(REDIS_URL=None, DEBUG="true", DATABASE_URL=database)
     done = subprocess.run(  # noqa: S603
         [sys.executable, str(script)],
         cwd=ROOT,
@@ -31,7 +32,9 @@ def _sqlite(tmp_path, script=SCRIPT):
 
 
 @pytest.mark.django_db
-def test_sqlite_and_postgresql_give_the_same_hits(tmp_path, owner, bot, other_user):
+def test_sqlite_and_postgresql_give_the_same_hits(
+    tmp_path_factory, tmp_path, owner, bot, other_user
+):
     from tests.memory import message_search_data as data
 
     bot.is_shared = True
@@ -40,7 +43,7 @@ def test_sqlite_and_postgresql_give_the_same_hits(tmp_path, owner, bot, other_us
     session, ravi = data.build(owner, bot, other_user)
     postgres = json.loads(json.dumps(data.answers(session, ravi)))
 
-    out = _sqlite(tmp_path)
+    out = _sqlite(tmp_path_factory, tmp_path)
 
     assert out["vendor"] == "sqlite"
     assert out["objects"] == [
