@@ -235,3 +235,21 @@ def session_seat_get(*, session: ChatSession, bot_id: object) -> ChatSession:
     if seat is None:
         raise NotFound("This bot is not in the chat.")
     return session_seat(session, seat.bot)
+
+
+def reply_running_over(*, session_id: int, first_seq: int, last_seq: int) -> int | None:
+    """The unfinished reply of the session whose own messages (its tool and recall rounds,
+    stored between the message it answers and itself: docs/tools.md) the span
+    ``first_seq``–``last_seq`` reaches into, if any; its id."""
+    unfinished = (Message.Status.PENDING, Message.Status.STREAMING)
+    rows = (
+        Message.objects.filter(
+            session_id=session_id, role=Message.Role.ASSISTANT, status__in=unfinished
+        )
+        .order_by("seq")
+        .values_list("pk", "seq", "reply_to__seq")
+    )
+    for pk, seq, asked in rows:
+        if asked is not None and first_seq < seq and last_seq > asked:
+            return pk
+    return None

@@ -12,13 +12,14 @@ from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import (
     BOT_UNAVAILABLE,
     bot_usable_in,
+    reply_running_over,
     session_get_for_use,
     session_get_for_user,
     session_seat_get,
 )
 from bots.transitions import reply_running_first
 from chat_platform import realtime
-from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.errors import CompactionBusy, NotFound, ValidationFailed
 from chat_platform.heavy import heavy_request
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual, compaction_soft, seat_load
@@ -111,6 +112,23 @@ def _seat_usable(session: ChatSession) -> None:
         raise NotFound(BOT_UNAVAILABLE)
 
 
+def refuse_inside_running_reply(
+    *, session_id: int, first_seq: int | None, last_seq: int | None, action: str
+) -> None:
+    """A summary (or snapshot) made inside a reply that is still running covers that reply's own
+    rounds, which its tool loop is using: undo, re-summarise and expand wait until the reply has
+    ended (``409 compaction_busy``, ``details.message_id`` the reply; docs/tools.md)."""
+    if first_seq is None or last_seq is None:
+        return
+    reply = reply_running_over(session_id=session_id, first_seq=first_seq, last_seq=last_seq)
+    if reply is not None:
+        raise CompactionBusy(
+            f"This compaction was made inside a reply that is still running; {action} it once "
+            "the reply has finished. Nothing was changed.",
+            details={"message_id": reply},
+        )
+
+
 def summary_revert_for_user(
     *,
     user: AbstractBaseUser,
@@ -128,6 +146,12 @@ def summary_revert_for_user(
         usage.payer_check(user_id=session.user_id, extra=quota)
     else:
         session_get_for_user(user=user, session_id=summary.session_id)
+    refuse_inside_running_reply(
+        session_id=summary.session_id,
+        first_seq=summary.first_seq,
+        last_seq=summary.last_seq,
+        action="undo",
+    )
     with heavy_request(user_id=user.pk, kind="revert"), usage.quota_scope(extra=quota):
         result = summary_revert(summary=summary, compact_rest=compact_rest)
     context_notify(session_id=summary.session_id, bot_id=_summary_seat_key(summary))
@@ -155,6 +179,12 @@ def summary_resummarise_for_user(
     _seat_usable(summary_seat(session, summary.bot_id))  # runs that bot's summariser
     if not text_is_storable(focus):
         raise ValidationFailed(details={"focus": [UNSTORABLE_MESSAGE]})
+    refuse_inside_running_reply(
+        session_id=summary.session_id,
+        first_seq=summary.first_seq,
+        last_seq=summary.last_seq,
+        action="re-summarise",
+    )
     usage.payer_check(user_id=session.user_id, extra=quota)
     with heavy_request(user_id=user.pk, kind="resummarise"), usage.quota_scope(extra=quota):
         result = summary_resummarise(summary=summary, focus=focus.strip())
@@ -209,6 +239,9 @@ def session_expand_for_user(
     else:
         seat = _record_seat(session, record)
     found = record_get_for_session(session=seat, name=record)
+    refuse_inside_running_reply(
+        session_id=session.pk, first_seq=found.first_seq, last_seq=found.last_seq, action="expand"
+    )
     result = session_expand(session=seat, record=found)
     context_notify(session_id=session.pk, bot_id=seat_key(seat))
     return {

@@ -12,9 +12,10 @@ words; stop words and chat filler never appear. Pure and deterministic: same inp
 
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from chat_platform.stopwords import STOPWORDS
 from chat_platform.transcript import STAMP
@@ -89,7 +90,7 @@ def _tokens(text: str) -> list[_Token]:
 
 def _bare(word: str) -> str:
     """A word without a possessive ("Clara's" -> "Clara")."""
-    return re.sub(r"['\u2019]s$", "", word)
+    return word[:-2] if word.endswith(("'s", "\u2019s")) else word
 
 
 # The transcript's own words (speaker labels, record names), never a topic.
@@ -229,11 +230,11 @@ def _terms_of(tokens: list[_Token], proper: set[str]) -> list[_Term]:
     return found.terms
 
 
-def _proper_words(segments: list[tuple[str | None, str]]) -> set[str]:
+def _proper_words(tokenised: list[tuple[str | None, list[_Token]]]) -> set[str]:
     """Lower-cased words seen capitalised inside a sentence (so not just a sentence's start)."""
     proper: set[str] = set()
-    for _, text in segments:
-        for token in _tokens(text):
+    for _, tokens in tokenised:
+        for token in tokens:
             word = _bare(token.text)
             if (
                 not token.starts_sentence
@@ -245,16 +246,31 @@ def _proper_words(segments: list[tuple[str | None, str]]) -> set[str]:
     return proper
 
 
+@lru_cache(maxsize=128)
 def document_words(body: str) -> frozenset[str]:
-    """The lower-case words of another record's body, for document frequency."""
+    """The lower-case words of another record's body, for document frequency. Cached: a long
+    reply compacting inside itself describes a snapshot per pass against the same records
+    (docs/performance.md, tool task)."""
     return frozenset(w.lower() for w in _WORD.findall(body))
+
+
+def _frequencies(wanted: dict[str, frozenset[str]], docs: list[frozenset[str]]) -> dict[str, int]:
+    """How many of ``docs`` hold every one of each key's words: one set intersection per
+    document, then single words are counted and only word groups are checked against it."""
+    needed = frozenset().union(*wanted.values())
+    held = [needed & d for d in docs]
+    single = Counter(w for h in held for w in h)
+    return {
+        key: single[next(iter(parts))] if len(parts) == 1 else sum(1 for h in held if parts <= h)
+        for key, parts in wanted.items()
+    }
 
 
 def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERMS) -> list[str]:
     """The terms that set ``body`` apart from ``others`` (the session's other records), best
     first (ties: first seen)."""
-    segments = _segments(body)
-    proper = _proper_words(segments)
+    tokenised = [(speaker, _tokens(text)) for speaker, text in _segments(body)]
+    proper = _proper_words(tokenised)
     docs = [document_words(o) for o in others]
     weight: dict[str, float] = defaultdict(float)
     shown: dict[str, dict[str, int]] = defaultdict(dict)
@@ -263,10 +279,10 @@ def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERM
     speakers: dict[str, set[str | None]] = defaultdict(set)
     in_replies: dict[str, int] = defaultdict(int)
     replies = 0
-    for speaker, text in segments:
+    for speaker, tokens in tokenised:
         replies += speaker == "assistant"
         seen_here: set[str] = set()
-        for term in _terms_of(_tokens(text), proper):
+        for term in _terms_of(tokens, proper):
             key = term.shown.lower()
             weight[key] += SPEAKER_WEIGHT.get(speaker or "", OTHER_WEIGHT)
             shown[key][term.shown] = shown[key].get(term.shown, 0) + 1
@@ -277,11 +293,17 @@ def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERM
                 in_replies[key] += 1
             seen_here.add(key)
     n = len(docs)
+    frequency = _frequencies(
+        {
+            key: frozenset(set(term.parts) - STOPWORDS or set(term.parts))
+            for key, term in info.items()
+        },
+        docs,
+    )
     scored: list[tuple[float, int, str, bool]] = []
     for key, w in weight.items():
         term = info[key]
-        parts = set(term.parts) - STOPWORDS or set(term.parts)
-        df = sum(1 for d in docs if parts <= d)
+        df = frequency[key]
         shared = n > 0 and df >= max(1, math.ceil(SHARED_SHARE * n))
         boilerplate = (
             speakers[key] == {"assistant"}

@@ -147,3 +147,25 @@ def test_descriptions_are_deterministic_and_nul_free(owner, bot):
         )
     )
     assert "\x00" not in one and "\n" not in one and one.isprintable()
+
+
+def test_document_frequency_counts_documents_holding_every_word_of_a_term():
+    """``_frequencies`` (one set intersection per document) counts as a term-by-document check
+    would: single words, word groups (all must be there), and a term of no words (every one)."""
+    from memory.descriptions import _frequencies
+
+    docs = [frozenset({"henrik", "dahl", "flight"}), frozenset({"henrik"}), frozenset({"ba117"})]
+    wanted = {
+        "henrik": frozenset({"henrik"}),
+        "henrik dahl": frozenset({"henrik", "dahl"}),
+        "flight ba117": frozenset({"flight", "ba117"}),
+        "lisbon": frozenset({"lisbon"}),
+        "": frozenset(),
+    }
+    assert _frequencies(wanted, docs) == {
+        "henrik": 2,
+        "henrik dahl": 1,
+        "flight ba117": 0,
+        "lisbon": 0,
+        "": 3,
+    }

@@ -20,6 +20,7 @@ sentences first. ``finish_reason`` is always ``stop``.
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from chat_platform.llm.builtin.recall_context import is_echo
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
@@ -212,9 +213,11 @@ def _names(text: str) -> set[str]:
 _UNIT = re.compile(r"[\w'\u2019.-]*\d[\w'\u2019.-]*")
 
 
+@lru_cache(maxsize=4096)
 def fact_units(text: str) -> frozenset[str]:
     """What a sentence tells that another might tell too: its names, numbers, date words and
-    identifiers (lower-cased). A sentence whose units were all kept already adds none."""
+    identifiers (lower-cased). A sentence whose units were all kept already adds none. Cached:
+    one summary asks it of the same sentence several times (docs/performance.md, tool task)."""
     units = {m.group().lower() for m in _UNIT.finditer(text)}
     units |= {m.group().lower() for m in _DATE_WORD.finditer(text)}
     units |= {m.group().lower() for m in _IDENTIFIER.finditer(text)}

@@ -6,6 +6,7 @@ import { fmtInt } from "../lib/format.js";
 import { contextRefreshCancel, renderContext, scheduleContextRefresh } from "../render/gauge.js";
 import { loadMarkers } from "../render/markers.js";
 import { setCompaction, showError } from "../render/status.js";
+import { noteToolFrame } from "../render/toolsteps.js";
 import {
   afterMessagesChanged,
   renderMessage,
@@ -51,6 +52,10 @@ export function handleFrame(frame) {
       break;
     case "memory.updated":
       if (memory) memory.onUpdated(frame.records);
+      break;
+    case "tool.started":
+    case "tool.finished":
+      noteToolStep(frame);
       break;
     case "recall":
       noteRecall(frame);
@@ -178,5 +183,13 @@ function noteRecall(frame) {
   recalls.set(id, list);
   var m = messages.get(id);
   var node = nodes.get(id);
+  if (m && node) renderMessage(node, m);
+}
+
+// Tool frames: a call of the reply being written started or ended (render/toolsteps.js).
+function noteToolStep(frame) {
+  var id = noteToolFrame(frame);
+  var m = id && messages.get(id);
+  var node = id && nodes.get(id);
   if (m && node) renderMessage(node, m);
 }

@@ -13,6 +13,7 @@ import { fmtInt, sameId } from "../lib/format.js";
 import { memory } from "../state/state.js";
 import { messages } from "../state/store.js";
 import { api, describeError } from "../transport/api.js";
+import { argumentsShort } from "./toolsteps.js";
 
 // A part's colour: the gauge's for the parts the gauge shows, three more for the rest.
 const PART_CLASS = {
@@ -300,6 +301,39 @@ function messageText(m) {
   return who + calls + ": " + (content || "");
 }
 
+// A tool round as sent: one collapsed block per call, its name and arguments, opened its result.
+function toolCallsSent(sent) {
+  var results = {};
+  sent.forEach(function (m) {
+    if (m.role === "tool" && m.tool_call_id) results[m.tool_call_id] = m;
+  });
+  var blocks = [];
+  sent.forEach(function (m) {
+    (m.role === "assistant" && Array.isArray(m.tool_calls) ? m.tool_calls : []).forEach(function (c) {
+      var fn = c.function || {};
+      var r = results[c.id];
+      blocks.push(
+        el(
+          "details",
+          { class: "ctx-tool-call", dataset: { callId: c.id || "" } },
+          el(
+            "summary",
+            null,
+            el("span", { class: "ctx-tool-name", text: fn.name || "tool" }),
+            " ",
+            el("span", { class: "ctx-tool-args muted", text: "(" + argumentsShort(fn.arguments) + ")" })
+          ),
+          el("div", { class: "tool-step-label", text: "Arguments" }),
+          el("pre", { class: "ctx-text ctx-tool-arguments", text: String(fn.arguments || "") }),
+          el("div", { class: "tool-step-label", text: "Result" }),
+          el("pre", { class: "ctx-text ctx-tool-result", text: r ? String(r.content || "") : "(no result sent)" })
+        )
+      );
+    });
+  });
+  return blocks;
+}
+
 function partView(p, sent) {
   var ref = p.ref || {};
   var body = el("div", { class: "ctx-part-body" });
@@ -307,6 +341,8 @@ function partView(p, sent) {
     body.append(el("p", { class: "muted", text: "Not sent: admission left these out to stay within the budget." }));
   } else if (p.kind === "tools") {
     body.append(el("p", { text: "Offered to the model as tools (a schema, not a message)." }));
+  } else if (p.kind === "tool" && sent && sent.length) {
+    body.append.apply(body, toolCallsSent(sent));
   } else if (sent && sent.length) {
     body.append(
       el("pre", {

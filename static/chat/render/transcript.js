@@ -22,7 +22,16 @@ import {
 } from "../state/messages.js";
 import { ui } from "../state/page.js";
 import { state } from "../state/state.js";
-import { bySeq, failures, messages, nodes, pendingSends, recalls } from "../state/store.js";
+import {
+  bySeq,
+  failures,
+  messages,
+  nodes,
+  pendingSends,
+  recalls,
+  storedToolCalls,
+  toolSteps,
+} from "../state/store.js";
 import { api } from "../transport/api.js";
 import { attachmentLinks, splitAttachments } from "./attachlinks.js";
 import { speakerMark } from "./avatars.js";
@@ -30,6 +39,14 @@ import { contextButton } from "./context_view.js";
 import { copyMessage } from "./copy.js";
 import { scheduleContextRefresh } from "./gauge.js";
 import { showError } from "./status.js";
+import {
+  callOf,
+  isToolServerCall,
+  isToolServerResult,
+  renderLiveSteps,
+  renderLoneResult,
+  renderToolCall,
+} from "./toolsteps.js";
 
 const renderTimers = new Map(); // id -> timer of a throttled markdown re-render while streaming
 
@@ -39,6 +56,8 @@ export function transcriptReset() {
   failures.clear();
   recalls.clear();
   bySeq.clear();
+  toolSteps.clear();
+  storedToolCalls.clear();
   renderTimers.forEach(function (t) {
     clearTimeout(t);
   });
@@ -63,6 +82,7 @@ export function buildMessageNode(m) {
     tags: el("span", { class: "msg-tags" }),
     actions: el("span", { class: "msg-actions" }),
     text: el("div", { class: "msg-text" }),
+    steps: el("div", { class: "tool-steps-live", hidden: true }),
     note: el("p", { class: "msg-note", hidden: true }),
     error: el("div", { class: "msg-error", hidden: true }),
   };
@@ -71,7 +91,7 @@ export function buildMessageNode(m) {
     "article",
     null,
     el("header", { class: "msg-meta" }, p.who, p.when, p.status, p.tokens, p.tags, p.actions),
-    el("div", { class: "msg-bubble" }, p.text, p.note, p.error)
+    el("div", { class: "msg-bubble" }, p.steps, p.text, p.note, p.error)
   );
   node._parts = parts;
   return node;
@@ -137,6 +157,19 @@ function recallsFor(m) {
 function renderTool(node, m) {
   var p = node._parts;
   p.text.classList.remove("markdown");
+  if (isToolServerCall(m)) {
+    renderToolCall(p.text, m);
+    return;
+  }
+  if (isToolServerResult(m)) {
+    // Its text goes into its call's block; shown alone only when the call is not on the page.
+    var call = callOf(m);
+    var callNode = call && nodes.get(String(call.id));
+    node.hidden = !!callNode;
+    if (callNode) renderMessage(callNode, call);
+    else renderLoneResult(p.text, m);
+    return;
+  }
   if (m.role === "assistant") {
     var words = lookupWords(toolRequests(m));
     p.text.textContent = words ? "Looked up: " + words : "Used a tool.";
@@ -213,6 +246,7 @@ export function renderMessage(node, m) {
   } else {
     renderBody(node, m);
   }
+  if (!tool && m.role === "assistant") renderLiveSteps(p.steps, m);
   var content = m.content || "";
   p.text.hidden = !tool && !content && m.status !== "pending" && m.status !== "streaming";
 
