@@ -40,6 +40,7 @@ from django.db.models import F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from chat_platform.compiled import CompiledValues
 from chat_platform.errors import QuotaExceeded
 from connections.models import GroupQuota, TokenCounter, UserQuota
 
@@ -66,10 +67,9 @@ def resets_at(day: dt.date | None = None) -> dt.datetime:
     return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC)
 
 
-def user_limit(user_id: int) -> int | None:
-    """The user's own daily limit, else the most generous of their groups' (one statement)."""
+def _user_limit_query(user_id: int) -> Any:
     User = get_user_model()
-    row = (
+    return (
         User.objects.filter(pk=user_id)
         .annotate(
             own=Subquery(
@@ -82,11 +82,19 @@ def user_limit(user_id: int) -> int | None:
             ),
         )
         .values_list("own", "best_group")
-        .first()
     )
-    if row is None:
+
+
+# Read on every send and every turn: compiled once per process (chat_platform/compiled.py).
+_USER_LIMIT = CompiledValues(_user_limit_query, name="user_limit")
+
+
+def user_limit(user_id: int) -> int | None:
+    """The user's own daily limit, else the most generous of their groups' (one statement)."""
+    rows = _USER_LIMIT.rows(user_id=user_id)
+    if not rows:
         return None
-    own, best_group = row
+    own, best_group = rows[0]
     found = own if own is not None else best_group
     return int(found) if found is not None else None
 

@@ -79,3 +79,31 @@ def test_it_is_not_loaded_at_start_up():
         check=True,
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, False]
+
+
+def test_a_short_text_and_a_long_one_run_apart_and_embed_as_alone(monkeypatch):
+    """A turn's short question and long reply are two ONNX runs, not one padded to the reply's
+    length (issue 36: the padding cost 27 ms of worker CPU a turn on the bench); texts of about
+    one length still share a run; each text's vector is the one it gets alone."""
+    from chat_platform.llm.builtin import embedding
+
+    question = "Say fifty words."
+    reply = " ".join(f"w{i:02d}" for i in range(50))
+    similar = ["Hello there.", "Hi there you.", "Good day to you."]
+    shapes = []
+    session = embedding.encoder().session
+    real_run = session.run
+
+    class Recording:
+        def run(self, names, inputs):
+            shapes.append(inputs["input_ids"].shape)
+            return real_run(names, inputs)
+
+    monkeypatch.setattr(embedding.encoder(), "session", Recording())
+    together, _ = embed("builtin/embed", [reply, question, *similar])
+    alone = [embed("builtin/embed", [text])[0][0] for text in [reply, question, *similar]]
+
+    assert shapes[:2] == [(4, 7), (1, 110)]  # the four short ones in one run, the reply alone
+    assert embedding._runs([3, 4, 20], [0, 1, 2]) == [[0, 1], [2]]
+    assert embedding._runs([5] * 40, list(range(40))) == [list(range(32)), list(range(32, 40))]
+    assert np.asarray(together) == pytest.approx(np.asarray(alone), abs=1e-6)

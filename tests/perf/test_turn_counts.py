@@ -1,7 +1,9 @@
 """The hot path guarded by counts, not timings (issue 36, item 5).
 
 One turn of each kind, run in this process, with the exact number of SQL statements it makes
-(the web part: the request or the socket's send; the worker part: ``turns.turn.turn_run``),
+(the web part: the request or the socket's send; the worker part: ``turns.turn.turn_run``; the
+other tasks it queues, which tests run inline but a deployment runs as task bodies of their own
+on a worker, each apart by task name: the written messages' embedding),
 the Redis commands the platform sends (the channel layer is the in-memory one here, so these are
 its own: the REST waiters' pub/sub, the reply-finished wake-up) and the frames it sends, by type.
 Zulip's query-count tests are the model: a change that adds a statement, a Redis command or a
@@ -20,6 +22,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
+import celery
 import pytest
 import redis
 import redis.client
@@ -41,6 +44,7 @@ pytestmark = [
 ]
 
 CHUNKS = ["One ", "two ", "three."]
+EMBED = "memory.tasks.messages_embed"
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Counts:
     """What one turn did, as counted by ``counting``."""
 
     sql: dict[str, list[str]] = field(default_factory=lambda: {"web": [], "worker": []})
+    tasks: dict[str, list[str]] = field(default_factory=dict)  # by task name
     redis: list[str] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)
     on: bool = False
@@ -57,6 +62,7 @@ class Counts:
         return {
             "sql_web": len(self.sql["web"]),
             "sql_worker": len(self.sql["worker"]),
+            "sql_tasks": {name: len(statements) for name, statements in self.tasks.items()},
             "redis": len(self.redis),
             "frames": dict(Counter(self.frames)),
         }
@@ -66,7 +72,7 @@ class Counts:
 def counting(monkeypatch, settings):
     """Counts every SQL statement (any connection, any thread but the liveness watcher's),
     Redis command and frame while ``counts.on``; a statement made inside ``turn_run`` is the
-    worker part's."""
+    worker part's, one made in another task's body (run inline by ``eager_tasks``) that task's."""
     settings.CHAT_STREAM_FLUSH_SECONDS = 0.0
     monkeypatch.setattr(turn_stream, "CHECKPOINT_SECONDS", 3600)
     counts = Counts()
@@ -76,8 +82,11 @@ def counting(monkeypatch, settings):
 
     def execute(self, sql, params, many, executor):
         if counts.on and threading.current_thread().name != "turn-watcher":
-            part = "worker" if getattr(local, "in_turn", False) else "web"
-            counts.sql[part].append(sql)
+            task = getattr(local, "task", None)
+            if task is not None:
+                counts.tasks.setdefault(task, []).append(sql)
+            else:
+                counts.sql["worker" if getattr(local, "in_turn", False) else "web"].append(sql)
         return real_execute(self, sql, params, many, executor)
 
     monkeypatch.setattr(db_utils.CursorWrapper, "_execute_with_wrappers", execute)
@@ -93,6 +102,20 @@ def counting(monkeypatch, settings):
             counts.turns_ended += 1
 
     monkeypatch.setattr(turn, "turn_run", turn_run)
+
+    real_apply = celery.Task.apply
+
+    def apply(self, *args, **kwargs):
+        if self.name == "bots.tasks.turn_run":  # the turn itself: counted as the worker part
+            return real_apply(self, *args, **kwargs)
+        outer = getattr(local, "task", None)
+        local.task = self.name
+        try:
+            return real_apply(self, *args, **kwargs)
+        finally:
+            local.task = outer
+
+    monkeypatch.setattr(celery.Task, "apply", apply)
 
     def counted(real, name_of):
         def wrapper(self, *args, **kwargs):
@@ -158,14 +181,16 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
 
     assert body["assistant_message"]["content"] == "One two three."
     # web: the send's 11 statements (the 11th: the Retry check reads the chat's last question);
-    # worker: the turn's 21 (claim, context, finish, index, record, gauge; then the written
-    # messages' embedding with builtin/embed, 6: the pending rows and the compaction-queue task,
-    # run inline here because tasks are eager in tests). Redis: the send's heavy-request slot
-    # (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the waiter's
-    # SUBSCRIBE.
+    # worker: the turn's 16 (claim, quota, context, admission, finish, index, record, gauge,
+    # compaction check); the task it queues, the written messages' embedding with builtin/embed,
+    # 5 of its own (session and bot, pending rows, texts, the vectors' UPDATE, what is left):
+    # a task body apart, on a worker of its own in a deployment. Redis: the send's heavy-request
+    # slot (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the
+    # waiter's SUBSCRIBE.
     assert counting.summary() == {
         "sql_web": 11,
-        "sql_worker": 21,
+        "sql_worker": 16,
+        "sql_tasks": {EMBED: 5},
         "redis": 5,
         "frames": {
             "message.created": 2,
@@ -216,10 +241,11 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
 
     assert frames[-1]["message"]["content"] == "One two three."
     # Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no waiter). SQL: as the
-    # REST turn's (the Retry check +1 web, the messages' embedding +6 worker).
+    # REST turn's (the Retry check +1 web there).
     assert counting.summary() == {
         "sql_web": 10,
-        "sql_worker": 21,
+        "sql_worker": 16,
+        "sql_tasks": {EMBED: 5},
         "redis": 2,
         "frames": {
             "message.created": 2,
@@ -272,12 +298,13 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
         "complete",
     ]
     # two turns (Planner's, then Critic's, handed the floor in Planner's notifier); the Retry
-    # check +1 web, the messages' embedding +6 worker; +1 worker: Planner's reply names
-    # @critic, so the room reads what was said before it to tell a mention from an echo
-    # (turns/finished.py, docs/rooms.md)
+    # check +1 web; +1 worker: Planner's reply names @critic, so the room reads what was said
+    # before it to tell a mention from an echo (turns/finished.py, docs/rooms.md); one
+    # embedding task run for the three written messages
     assert counting.summary() == {
         "sql_web": 15,
-        "sql_worker": 51,
+        "sql_worker": 46,
+        "sql_tasks": {EMBED: 5},
         "redis": 7,
         "frames": {
             "message.created": 3,
@@ -312,14 +339,67 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
         "assistant",
     ]
     # the recall round: the tool call and its result stored and announced (2 message.created);
-    # the Retry check +1 web, the messages' embedding +6 worker
+    # the Retry check +1 web
     assert counting.summary() == {
         "sql_web": 11,
-        "sql_worker": 38,
+        "sql_worker": 33,
+        "sql_tasks": {EMBED: 5},
         "redis": 5,
         "frames": {
             "message.created": 4,
             "recall": 1,
+            "message.delta": 3,
+            "message.completed": 1,
+            "context.updated": 1,
+        },
+    }
+
+
+async def _v1_streamed(client, bot_slug: str, key: str) -> str:
+    response = await client.post(
+        "/v1/chat/completions",
+        {"model": bot_slug, "messages": [{"role": "user", "content": "Hi"}], "stream": True},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status_code == 200
+    return b"".join([chunk async for chunk in response.streaming_content]).decode()
+
+
+async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
+    """``/v1/chat/completions`` with ``stream: true``: the call's messages stored in a new
+    session, the reply streamed from the session's frames as OpenAI chunks."""
+    from channels.db import database_sync_to_async
+    from django.test import AsyncClient
+
+    from openai_api.keys import key_create
+
+    _, key = await database_sync_to_async(key_create)(user=owner, name="counts")
+    slug = await database_sync_to_async(lambda: type(fake_bot).objects.get(pk=fake_bot.pk).slug)()
+    _script(fake_openai)
+    client = AsyncClient()
+    await _v1_streamed(client, slug, key)  # warm the process
+
+    counting.on = True
+    body = await _v1_streamed(client, slug, key)
+    counting.on = False
+
+    assert body.endswith("data: [DONE]\n\n")
+    assert '"content": "three."' in body.replace('":"', '": "')
+    # web, 25: the key, its user, the bot, the quota; the new session and its API session; the
+    # send (session, quota again, the chat's last message, two savepoints, seqs, the pair
+    # written, title, gauge, the API turn, dispatched_at); the finished reply read when its last
+    # frame came, its API turn and the call's chain written. worker, 19: the REST turn's 16,
+    # +1 the API turn's options, +2 the chain read and written at the finish. The embedding
+    # task's 5, apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
+    # heavy-request slot on /v1, no REST waiter).
+    assert counting.summary() == {
+        "sql_web": 25,
+        "sql_worker": 19,
+        "sql_tasks": {EMBED: 5},
+        "redis": 2,
+        "frames": {
+            "message.created": 2,
             "message.delta": 3,
             "message.completed": 1,
             "context.updated": 1,
