@@ -5,6 +5,7 @@ cookies) and makes its own bots and chats, so tests stay independent while the s
 fast (docs/testing.md)."""
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import httpx
@@ -75,8 +76,8 @@ def fake(fake_llm) -> FakeOpenAI:
     return fake_llm
 
 
-@pytest.fixture(scope="session")
-def server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
+@contextmanager
+def _default_platform(fake_llm, tmp_path_factory) -> Iterator[str]:
     with embedded_platform(
         tmp_path_factory,
         "browser",
@@ -88,6 +89,23 @@ def server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
         **{FAKE_KEY_ENV: "sk-fake"},
     ) as (base, _log):
         yield base
+
+
+@pytest.fixture(scope="session")
+def shared_server_url(fake_llm, tmp_path_factory) -> Iterator[str]:
+    with _default_platform(fake_llm, tmp_path_factory) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def server_url(request, fake_llm, tmp_path_factory) -> Iterator[str]:
+    """The process's shared platform; a module marked ``own_platform`` (it counts every chat or
+    bot of the demo user, which other modules add to) gets one of its own."""
+    if request.node.get_closest_marker("own_platform"):
+        with _default_platform(fake_llm, tmp_path_factory) as base:
+            yield base
+    else:
+        yield request.getfixturevalue("shared_server_url")
 
 
 @pytest.fixture(scope="session")

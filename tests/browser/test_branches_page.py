@@ -13,7 +13,8 @@ from tests.browser.support import (
 )
 from tests.fakeopenai import Reply
 
-pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+# Counts every chat or bot of the demo user: a platform of its own (tests/browser/conftest.py).
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess, pytest.mark.own_platform]
 
 
 def _texts(page):

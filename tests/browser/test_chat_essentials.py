@@ -24,7 +24,8 @@ from tests.browser.support import (
 )
 from tests.fakeopenai import Reply
 
-pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+# Counts every chat or bot of the demo user: a platform of its own (tests/browser/conftest.py).
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess, pytest.mark.own_platform]
 
 SHOTS = Path("/tmp/ui-shots")
 MARKDOWN = "Here is **the plan**:\n\n- pack the *tent*\n- check the `weather`\n"

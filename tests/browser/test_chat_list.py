@@ -11,7 +11,8 @@ import pytest
 
 from tests.browser.support import api_headers, create_bot, current_session_id, log_in
 
-pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+# Counts every chat or bot of the demo user: a platform of its own (tests/browser/conftest.py).
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess, pytest.mark.own_platform]
 
 
 def _rows(page):

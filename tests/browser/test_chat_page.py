@@ -26,7 +26,8 @@ from tests.browser.support import (  # noqa: F401 - re-exported for other browse
 )
 from tests.fakeopenai import Reply
 
-pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+# Counts every chat or bot of the demo user: a platform of its own (tests/browser/conftest.py).
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess, pytest.mark.own_platform]
 
 STREAM_CHUNKS = [
     "Streaming ",
