@@ -102,6 +102,13 @@ def test_on_a_phone_the_room_bar_and_gauge_fold_into_one_line(server_url, phone)
     assert (page.is_visible("#room-bar"), page.is_visible("#context-gauge")) == (True, True)
     assert _height(page, "#room-bar") > 0 and _height(page, "#context-gauge") > 0
     assert page.locator("#room-participants > li").count() == 2
+    # Numbers read with thousands separators: the budget, the marks.
+    assert total.endswith(" of 198,976 tokens (0%)"), total
+    assert page.locator("#gauge-legend .gauge-item-mark .gauge-num").all_inner_texts() == [
+        "79,590",
+        "99,488",
+        "149,232",
+    ]
     assert page.evaluate(OUT_OF_VIEW) == []
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shoot(page, "mobile-room-open")
