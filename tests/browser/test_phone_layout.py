@@ -142,6 +142,8 @@ def test_the_demo_room_after_a_first_hello_on_a_desktop(server_url, desktop):
           return all.length === 2 && Array.from(all).every((m) => m.dataset.status === "complete");
         }""",
         arg=REPLIES,
+        # Two built-in replies one after the other, on a loaded machine: more than 30 s once.
+        timeout=90_000,
     )
     # No fold on a wide screen: the bar and the gauge are shown as they are.
     assert (page.is_visible("#bars-fold"), page.is_visible("#room-bar")) == (False, True)
