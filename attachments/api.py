@@ -7,6 +7,8 @@
   ``POST /api/v1/sessions/{id}/messages/`` with ``attachments: [ids]`` sends the ready ones as
   part of the message.
 - ``GET /api/v1/attachments/{id}/``: the original file, to its owner only (others: not_found).
+- ``GET /api/v1/attachments/{id}/thumbnail/``: an image, inline, for the transcript; the same
+  check, and only within the thumbnail limits (docs/attachments.md "Thumbnails").
 """
 
 from django.http import HttpResponse
@@ -19,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from attachments.models import Attachment
-from attachments.queries import attachment_get_for_user
+from attachments.queries import attachment_get_for_user, attachment_thumbnail_for_user
 from attachments.services import attachment_upload, check_upload_size
 from bots.queries import session_get_for_user
 from chat_platform.api import api_errors
@@ -85,6 +87,26 @@ class AttachmentStatusApi(APIView):
             user=request.user, attachment_id=attachment_id, with_content=False
         )
         return Response(AttachmentSerializer(attachment).data)
+
+
+class AttachmentThumbnailApi(APIView):
+    @extend_schema(
+        operation_id="v1_attachment_thumbnail",
+        responses={(200, "image/*"): bytes, **api_errors(404)},
+    )
+    def get(self, request: Request, attachment_id: int) -> HttpResponse:
+        attachment = attachment_thumbnail_for_user(user=request.user, attachment_id=attachment_id)
+        # The type is the one its signature matched at upload (PNG, JPEG, GIF or WebP: never
+        # SVG or HTML), shown inline; nothing in it may run or load anything.
+        response = HttpResponse(bytes(attachment.data), content_type=attachment.content_type)
+        response["Content-Disposition"] = content_disposition_header(
+            as_attachment=False, filename=attachment.name
+        )
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+        response["Cache-Control"] = "private, max-age=86400"
+        response["Content-Length"] = str(attachment.size)
+        return response
 
 
 class AttachmentDownloadApi(APIView):

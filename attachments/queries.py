@@ -1,11 +1,14 @@
-"""Reads of attachments: one file for its owner (the download), and the images of messages a
-model call carries (the context pipeline renders them as image content parts)."""
+"""Reads of attachments: one file for its owner (the download, an image's thumbnail), and the
+images of messages a model call carries (the context pipeline renders them as image content
+parts)."""
 
 import base64
 import re
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from attachments.imagesize import image_size
 from attachments.models import Attachment
 from chat_platform.errors import NotFound
 
@@ -26,6 +29,31 @@ def attachment_get_for_user(
     if found is None:
         raise NotFound("Attachment not found.")
     return found
+
+
+def attachment_thumbnail_for_user(*, user: AbstractBaseUser, attachment_id: object) -> Attachment:
+    """The owner's image, to be shown in the page as it is (docs/attachments.md "Thumbnails"):
+    the same access check as the download (anyone else's: ``not_found``), and only an image
+    whose header says at most ATTACHMENT_THUMBNAIL_MAX_PIXELS and whose bytes are at most
+    ATTACHMENT_THUMBNAIL_MAX_BYTES; the server never decodes it."""
+    found = attachment_get_for_user(user=user, attachment_id=attachment_id, with_content=False)
+    if found.kind != Attachment.Kind.IMAGE:
+        raise NotFound("This file is not an image: it has no thumbnail. Download it.")
+    if found.size > settings.ATTACHMENT_THUMBNAIL_MAX_BYTES:
+        raise NotFound(_too_big(found))
+    found = attachment_get_for_user(user=user, attachment_id=found.pk)
+    size = image_size(bytes(found.data))
+    if size is None or size[0] * size[1] > settings.ATTACHMENT_THUMBNAIL_MAX_PIXELS:
+        raise NotFound(_too_big(found))
+    return found
+
+
+def _too_big(found: Attachment) -> str:
+    return (
+        f"{found.name} is shown as a link only: a thumbnail is for images up to "
+        f"{settings.ATTACHMENT_THUMBNAIL_MAX_PIXELS:,} pixels and "
+        f"{settings.ATTACHMENT_THUMBNAIL_MAX_BYTES:,} bytes (or its header could not be read)."
+    )
 
 
 IMAGE_ID = re.compile(r"\[Attached image #(\d+): ")

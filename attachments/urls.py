@@ -14,6 +14,11 @@ urlpatterns = [
         name="attachment-status",
     ),
     path(
+        "attachments/<int:attachment_id>/thumbnail/",
+        api.AttachmentThumbnailApi.as_view(),
+        name="attachment-thumbnail",
+    ),
+    path(
         "attachments/<int:attachment_id>/",
         api.AttachmentDownloadApi.as_view(),
         name="attachment-download",

@@ -110,7 +110,7 @@ class UserQuota(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.user}: {self.daily_token_limit} tokens a day"
+        return f"{self.user}: {self.daily_token_limit:,} tokens a day"
 
 
 class GroupQuota(models.Model):
@@ -125,4 +125,4 @@ class GroupQuota(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.group}: {self.daily_token_limit} tokens a day per member"
+        return f"{self.group}: {self.daily_token_limit:,} tokens a day per member"

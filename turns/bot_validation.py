@@ -256,8 +256,8 @@ def check_bot_budget(*, bot: Bot, changed: set[str] | None = None) -> None:
     else:
         field = "context_window"
     message = (
-        f"max_output_tokens ({budget.reserve}) must be smaller than the context window "
-        f"({budget.window} tokens), or no message could ever be sent."
+        f"max_output_tokens ({budget.reserve:,}) must be smaller than the context window "
+        f"({budget.window:,} tokens), or no message could ever be sent."
     )
     raise ValidationFailed(details={field: [message]})
 
@@ -270,8 +270,8 @@ def _check_allowed_budgets(*, bot: Bot) -> None:
             raise ValidationFailed(
                 details={
                     "allowed_models": [
-                        f"{model}: max_output_tokens ({budget.reserve}) must be smaller than "
-                        f"its context window ({budget.window} tokens)."
+                        f"{model}: max_output_tokens ({budget.reserve:,}) must be smaller than "
+                        f"its context window ({budget.window:,} tokens)."
                     ]
                 }
             )

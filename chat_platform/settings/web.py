@@ -60,6 +60,11 @@ ATTACHMENT_PDF_MAX_DECODED_BYTES = env.int(
     "ATTACHMENT_PDF_MAX_DECODED_BYTES", default=20 * 1024 * 1024
 )
 ATTACHMENT_IMAGE_TOKENS = env.int("ATTACHMENT_IMAGE_TOKENS", default=1000)
+# An attached image is shown in the transcript (GET /api/v1/attachments/{id}/thumbnail/: the
+# original, sized by the page) only within these: its header's width x height, never decoded
+# on the server, and its bytes (docs/attachments.md "Thumbnails"). Larger ones stay a link.
+ATTACHMENT_THUMBNAIL_MAX_PIXELS = env.int("ATTACHMENT_THUMBNAIL_MAX_PIXELS", default=25_000_000)
+ATTACHMENT_THUMBNAIL_MAX_BYTES = env.int("ATTACHMENT_THUMBNAIL_MAX_BYTES", default=5 * 1024 * 1024)
 # Uploaded but not yet sent, per chat: more are refused until some are sent.
 ATTACHMENT_UNSENT_MAX = env.int("ATTACHMENT_UNSENT_MAX", default=20)
 # Uploaded files no sent message claimed within this many seconds are deleted by a sweep (Celery

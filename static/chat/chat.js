@@ -15,7 +15,8 @@
  *                 (its participants), messages.js (messages in words), hooks.js (calls upward)
  *   transport/    api.js (REST calls and their errors), socket.js (the websocket)
  *   render/       transcript.js (messages on screen), markers.js (compaction markers),
- *                 gauge.js (the context gauge), status.js (banner and chips), avatars.js,
+ *                 gauge.js (the context gauge), fold.js (on a phone, the room bar and gauge
+ *                 folded into one line), status.js (banner and chips), avatars.js,
  *                 attachlinks.js (files on a message), copy.js, memory.js (the memory panel),
  *                 context_view.js (a reply's "What the model saw", diffed)
  *   controllers/  session.js (open/close, URLs, resync), frames.js (what a server frame does),
@@ -59,6 +60,7 @@ import {
 import { dropSession, sidebarBind } from "./controllers/sidebar.js";
 import { compactAndRetry, editToShorten, showFit } from "./controllers/toolong.js";
 import { transferBind } from "./controllers/transfer.js";
+import { foldBind } from "./render/fold.js";
 import { loadMarkers, markersAreLoaded } from "./render/markers.js";
 import { create as memoryPanelCreate } from "./render/memory.js";
 import { setConnection, showError, statusBind } from "./render/status.js";
@@ -112,6 +114,7 @@ if (root) {
   attachBind();
   chatSettingsBind();
   roomBind();
+  foldBind();
   mentionBind();
   memorySet(memoryPanelCreate({ api: api }));
   keyboardBind();

@@ -156,3 +156,25 @@ def test_forms_need_the_csrf_token(owner):
     client.force_login(owner)
     assert client.post("/settings/api-keys/", {"name": "k", "access": "full"}).status_code == 403
     assert ApiKey.objects.count() == 0
+
+
+def test_the_pages_numbers_have_thousands_separators(owner):
+    """Today's usage, the limit and a key's daily limit read as 181,125, never 181125."""
+    from connections import usage
+    from connections.models import TokenCounter, UserQuota
+
+    UserQuota.objects.create(user=owner, daily_token_limit=2_500_000)
+    TokenCounter.objects.create(subject=f"user:{owner.pk}", day=usage.today(), used=181_125)
+    ApiKey.objects.all().delete()
+    client = _signed_in(owner)
+    made = client.post(
+        "/settings/api-keys/", {"name": "big", "access": "full", "daily_token_limit": "1234567"}
+    )
+    assert made.status_code == 200
+    page = client.get("/settings/").content.decode()
+    (today,) = re.findall(r"<p data-usage-today>([^(]+)\(", page)
+    assert today == "Today: 181,125 tokens of 2,500,000 "
+    key = ApiKey.objects.get(user=owner)
+    (row,) = re.findall(rf'<tr data-key-prefix="{key.prefix}">(.*?)</tr>', page, re.S)
+    assert "<td>1,234,567</td>" in row
+    assert "181125" not in page and "2500000" not in page and "1234567" not in page

@@ -18,8 +18,8 @@ def _openai_listed(settings):
 
 def _message(reserve: int, window: int) -> list[str]:
     return [
-        f"max_output_tokens ({reserve}) must be smaller than the context window "
-        f"({window} tokens), or no message could ever be sent."
+        f"max_output_tokens ({reserve:,}) must be smaller than the context window "
+        f"({window:,} tokens), or no message could ever be sent."
     ]
 
 

@@ -164,7 +164,7 @@ def test_create_with_compaction_settings_saves_every_field(owner_web, owner):
         (
             {"context_window": "1000", "max_output_tokens": "1000"},
             "max_output_tokens",
-            "max_output_tokens (1000) must be smaller than the context window (1000 tokens)",
+            "max_output_tokens (1,000) must be smaller than the context window (1,000 tokens)",
         ),
         ({"api_key_env": "SECRET_KEY"}, "api_key_env", "Select a valid choice."),
     ],

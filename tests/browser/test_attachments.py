@@ -218,3 +218,52 @@ def test_a_pdf_is_read_after_the_upload_and_the_send_waits_for_it(server_url, de
         "damaged.pdf could not be read as a PDF (it may be damaged)."
     )
     page.wait_for_function("() => !document.querySelector('#attach-list .attach-chip')")
+
+
+def test_an_attached_picture_shows_as_a_thumbnail(server_url, desktop, fake, tmp_path):
+    """Issue 32, Deliver 11: the picture is in the transcript, served by the thumbnail address
+    (the download's owner-only check), and loads; its download link stays under it."""
+    from tests.attachments.test_thumbnails import png
+    from tests.browser.support import FAKE_KEY_ENV
+
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(
+        server_url,
+        headers,
+        name="Looker",
+        model="openai/gpt-4o-mini",
+        api_base=fake.url,
+        api_key_env=FAKE_KEY_ENV,
+    )
+    fake.script(Reply(text="A small dark square."))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    photo = tmp_path / "square.png"
+    photo.write_bytes(png(48, 32))
+    page.set_input_files("#attach-input", str(photo))
+    page.locator("#attach-list .attach-chip").wait_for()
+    page.fill("#composer", "What is in the picture?")
+    page.press("#composer", "Enter")
+    user = page.locator('#transcript article.msg[data-role="user"]').first
+    thumb = user.locator(".attach-links img.attach-thumb")
+    thumb.wait_for()
+    image_id = (
+        httpx.get(
+            f"{server_url}/api/v1/sessions/{page.url.rstrip('/').rsplit('/', 1)[-1]}/messages/",
+            headers=headers,
+        )
+        .json()[0]["content"]
+        .split("#", 1)[1]
+        .split(":", 1)[0]
+    )
+    assert thumb.get_attribute("src") == f"/api/v1/attachments/{image_id}/thumbnail/"
+    assert thumb.get_attribute("alt") == "square.png"
+    page.wait_for_function(
+        "(img) => img.complete && img.naturalWidth > 0", arg=thumb.element_handle()
+    )
+    assert thumb.evaluate("(img) => [img.naturalWidth, img.naturalHeight]") == [48, 32]
+    assert user.locator(".attach-links a[download]:not(.attach-thumb-link)").inner_text() == (
+        "🖼 square.png"
+    )
+    assert page.js_errors == []

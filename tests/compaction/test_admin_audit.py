@@ -71,7 +71,7 @@ def audited(owner, bot):
         session=session,
         trigger="manual",
         outcome="compacted",
-        tokens_before=412,
+        tokens_before=12_412,
         tokens_after=137,
         source_tokens=80,
         summary_tokens=20,
@@ -108,7 +108,8 @@ def test_summary_audit_detail_shows_snapshot_and_summary_side_by_side(admin_web,
     assert '<mark class="missing-fact">Maria Santos</mark>' in html
     assert '<mark class="missing-fact">09:40</mark>' in html
     assert "messages 1–4" in html
-    assert "412 → 137" in html
+    # Numbers read with thousands separators (issue 32).
+    assert "12,412 → 137" in html and "12412" not in html
     assert "builtin/extractive" in html
     assert f"/admin/memory/memoryrecord/{snapshot.pk}/change/" in html
     assert f"/admin/compaction/compactionevent/{event.pk}/change/" in html

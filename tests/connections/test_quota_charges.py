@@ -328,3 +328,59 @@ def test_what_running_calls_send_still_holds_the_budget():
     usage.quota_settle(running, used=0)
     usage.quota_settle(fits, used=0)
     assert counter("user:42") == (0, 0)
+
+
+# --- a reply stops at the limit -----------------------------------------------------------------
+
+LONG_REPLY = "The plan has many steps and each of them is explained at length here. " * 40
+
+
+def test_a_reply_stops_when_its_output_reaches_the_daily_limit(owner, session, fake_openai):
+    """Issue 32: a limit with room for the context but not the answer let the whole answer
+    through (the output reserve is never held). The reply now stops where the limit is
+    reached and fails with quota_exceeded, in the words the chat shows for a spent limit."""
+    _, reply = add_turn(session, tokens=20)
+    recount(session)
+    UserQuota.objects.create(user=owner, daily_token_limit=25)  # 20 to send, 5 to write
+    fake_openai.script(Reply(text=LONG_REPLY))
+
+    turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "quota_exceeded")
+    assert reply.error_message.startswith("Your daily limit of 25 tokens is spent (")
+    assert reply.error_message.endswith(f"; it resets at {tomorrow()}.")
+    # Stopped a few tokens in, not the whole answer (about 600 tokens).
+    assert 0 < len(reply.content) < 60, reply.content
+    assert LONG_REPLY.startswith(reply.content)
+    used, reserved = counter(f"user:{owner.pk}")
+    assert reserved == 0 and used > 25
+
+
+def test_a_daily_limit_of_five_lets_no_reply_through(owner, session, fake_openai):
+    """The figure the issue met: a limit of 5 tokens. The reply is refused up front or stopped
+    at once; either way it fails with quota_exceeded and nothing like the answer is kept."""
+    _, reply = add_turn(session, content="hello", tokens=5)
+    recount(session)
+    UserQuota.objects.create(user=owner, daily_token_limit=5)
+    fake_openai.script(Reply(text=LONG_REPLY))
+
+    turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "quota_exceeded")
+    assert reply.error_message.startswith("Your daily limit of 5 tokens ")
+    assert len(reply.content) < 20, reply.content
+
+
+def test_a_reply_within_the_limit_completes(owner, session, fake_openai):
+    _, reply = add_turn(session, tokens=20)
+    recount(session)
+    UserQuota.objects.create(user=owner, daily_token_limit=10_000)
+    text = LONG_REPLY[: len(LONG_REPLY) // 8]  # within the bot's 200 output tokens
+    fake_openai.script(Reply(text=text))
+
+    turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", text)

@@ -9,6 +9,7 @@
 import { byId, el } from "../lib/dom.js";
 import { fmtTime, sameId } from "../lib/format.js";
 import { avatar } from "../render/avatars.js";
+import { foldUpdate } from "../render/fold.js";
 import { refreshContext } from "../render/gauge.js";
 import { loadMarkers } from "../render/markers.js";
 import { activeParticipants, defaultParticipant, room } from "../state/room.js";
@@ -108,6 +109,7 @@ function render() {
   renderAddOptions();
   renderReplyAs(active);
   renderGaugeBot(active);
+  foldUpdate();
 }
 
 function participantItem(p, count) {

@@ -4,7 +4,7 @@
  */
 import { sameId, sessionLabel } from "../lib/format.js";
 import { contextViewReset } from "../render/context_view.js";
-import { contextRefreshCancel, refreshContext } from "../render/gauge.js";
+import { contextRefreshCancel, gaugeHide, refreshContext } from "../render/gauge.js";
 import { loadMarkers, markersReset } from "../render/markers.js";
 import { setCompaction, setConnection, showError } from "../render/status.js";
 import {
@@ -132,7 +132,7 @@ export function closeSession() {
   ui.transcriptEmpty.hidden = false;
   ui.title.textContent = state.botId === null ? "No chat selected" : "New chat";
   ui.rename.hidden = true;
-  ui.gauge.hidden = true;
+  gaugeHide();
   setCompaction("");
   setConnection("");
   if (memory) memory.setSession(null);

@@ -24,16 +24,32 @@ export function attachmentLinks(files) {
     "ul",
     { class: "attach-links", "aria-label": "Attached files" },
     files.map(function (f) {
+      var href = API + "attachments/" + f.id + "/";
       return el(
         "li",
-        null,
-        el("a", {
-          href: API + "attachments/" + f.id + "/",
-          download: f.name,
-          text: (f.kind === "image" ? "🖼 " : "📎 ") + f.name,
-        })
+        { class: f.kind === "image" ? "attach-image" : null },
+        f.kind === "image" ? thumbnail(f, href) : null,
+        el("a", { href: href, download: f.name, text: (f.kind === "image" ? "🖼 " : "📎 ") + f.name })
       );
     })
   );
+}
+
+// An image's thumbnail: the picture itself, sized by css/attachments.css, served by the same
+// owner-only check as the download (docs/attachments.md "Thumbnails"). One over the size a
+// thumbnail may have (or another user's) answers 404: the link stays, the picture goes.
+function thumbnail(f, href) {
+  var img = el("img", {
+    class: "attach-thumb",
+    src: href + "thumbnail/",
+    alt: f.name,
+    loading: "lazy",
+    decoding: "async",
+  });
+  var link = el("a", { class: "attach-thumb-link", href: href, download: f.name, tabIndex: -1, "aria-hidden": "true" }, img);
+  img.addEventListener("error", function () {
+    link.remove();
+  });
+  return link;
 }
 

@@ -8,6 +8,7 @@ import { ui } from "../state/page.js";
 import { gaugeBotQuery } from "../state/room.js";
 import { sessionPath, state } from "../state/state.js";
 import { api } from "../transport/api.js";
+import { foldUpdate } from "./fold.js";
 
 let contextTimer = null; // the REST fallback for a context.updated that may not come
 
@@ -96,6 +97,13 @@ export function renderContext(ctx) {
     "%)" +
     (level === "hard" ? " — compaction needed" : level === "soft" ? " — compaction due" : "");
   ui.gauge.hidden = false;
+  foldUpdate();
+}
+
+// No chat open: no gauge (and, on a phone, no folded line for it).
+export function gaugeHide() {
+  ui.gauge.hidden = true;
+  foldUpdate();
 }
 
 export function refreshContext(epoch) {

@@ -1,0 +1,155 @@
+"""The chat at 390 px and the demo room on a desktop, in headless Chromium against the embedded
+platform (issue 32, Deliver 9): on a phone the room bar and the context gauge fold into one line
+that opens on a tap and folds again on the next; nothing runs past the screen's edge, open or
+folded ("Reply as" included); the seeded demo room's first "hello" reads as two plain answers."""
+
+import re
+
+import httpx
+import pytest
+
+from chat_platform.llm.builtin.recall import NO_MATCH_TEXT
+from tests.browser.support import api_headers, create_bot, log_in, send, shoot
+
+pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
+
+REPLIES = '#transcript article.msg[data-role="assistant"][data-kind="chat"]'
+# Every control the chat column shows, and each child of the header, the fold's line, the room
+# bar, the gauge and the composer's row: none may reach past the viewport (nothing clipped).
+OUT_OF_VIEW = """() => {
+  const width = window.innerWidth;
+  const picked = document.querySelectorAll(
+    '.app-header *, .conversation-header *, #bars-fold, #bars-fold *, #room-bar > *,'
+    + ' #room-bar .room-mode *, #context-gauge *, .composer *, #transcript article.msg');
+  const out = [];
+  for (const node of picked) {
+    const box = node.getBoundingClientRect();
+    // Not shown: no box, or inside a closed <details> (laid out, never painted).
+    const shown = node.checkVisibility({ visibilityProperty: true });
+    if (box.width === 0 || box.height === 0 || !shown) continue;
+    if (node.closest('.visually-hidden, #room-participants, #app-menu .app-menu-nav')) continue;
+    if (box.left < -0.5 || box.right > width + 0.5) {
+      out.push(`${node.tagName}#${node.id}.${node.className} ${box.left}..${box.right}`);
+    }
+  }
+  return out;
+}"""
+NUMBER = r"\d{1,3}(?:,\d{3})*"
+
+
+def _room(base, headers):
+    """A chat with two built-in bots where the person picks who answers ("Reply as" shows)."""
+    planner = create_bot(base, headers, name="Planner", model="builtin/recall")
+    critic = create_bot(base, headers, name="Critic", model="builtin/recall")
+    made = httpx.post(
+        f"{base}/api/v1/sessions/",
+        json={"bot": planner["id"], "title": "Pocket room"},
+        headers=headers,
+    )
+    assert made.status_code == 201, made.text
+    sid = made.json()["id"]
+    added = httpx.post(
+        f"{base}/api/v1/sessions/{sid}/participants/", json={"bot": critic["id"]}, headers=headers
+    )
+    assert added.status_code == 201, added.text
+    mode = httpx.patch(
+        f"{base}/api/v1/sessions/{sid}/", json={"reply_mode": "manual"}, headers=headers
+    )
+    assert mode.status_code == 200, mode.text
+    return sid
+
+
+def _height(page, selector):
+    box = page.locator(selector).bounding_box()
+    return 0 if box is None else round(box["height"])
+
+
+def test_on_a_phone_the_room_bar_and_gauge_fold_into_one_line(server_url, phone):
+    page = phone
+    sid = _room(server_url, api_headers(server_url))
+    log_in(page, server_url, next_path=f"/chat/{sid}/")
+    page.wait_for_selector("#composer:enabled")
+    page.locator("#reply-as-box").wait_for()
+    send(page, "hello")
+    page.wait_for_selector(f'{REPLIES}[data-status="complete"]')
+    page.wait_for_function("() => document.getElementById('gauge-total').textContent !== ''")
+
+    fold = page.locator("#bars-fold")
+    total = page.locator("#gauge-total").text_content()
+    assert re.fullmatch(rf"{NUMBER} of {NUMBER} tokens \(\d+%\)", total), total
+    # Folded: one line, saying what it holds; neither the bar nor the gauge is shown.
+    assert fold.get_attribute("aria-expanded") == "false"
+    assert fold.locator("#bars-fold-summary").inner_text() == f"2 bots · Context {total}"
+    assert (fold.is_visible(), page.is_visible("#room-bar"), page.is_visible("#context-gauge")) == (
+        True,
+        False,
+        False,
+    )
+    assert (_height(page, "#room-bar"), _height(page, "#context-gauge")) == (0, 0)
+    folded = _height(page, "#bars-fold")
+    assert folded <= 44, folded
+    assert page.evaluate(OUT_OF_VIEW) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    # "Reply as" and its select are whole on the screen, beside Send.
+    for selector in ("#reply-as", "#send", "#attach-button"):
+        box = page.locator(selector).bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390, (selector, box)
+    shoot(page, "mobile-room-folded")
+
+    fold.click()
+    page.locator("#context-gauge").wait_for()
+    assert fold.get_attribute("aria-expanded") == "true"
+    assert (page.is_visible("#room-bar"), page.is_visible("#context-gauge")) == (True, True)
+    assert _height(page, "#room-bar") > 0 and _height(page, "#context-gauge") > 0
+    assert page.locator("#room-participants > li").count() == 2
+    # Numbers read with thousands separators: the budget, the marks.
+    assert total.endswith(" of 198,976 tokens (0%)"), total
+    assert page.locator("#gauge-legend .gauge-item-mark .gauge-num").all_inner_texts() == [
+        "79,590",
+        "99,488",
+        "149,232",
+    ]
+    assert page.evaluate(OUT_OF_VIEW) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(page, "mobile-room-open")
+
+    # The chat's settings (the header's ⚙) open within the screen too.
+    page.click("#chat-settings > summary")
+    page.locator("#chat-settings-form").wait_for()
+    assert page.evaluate(OUT_OF_VIEW) == []
+    page.click("#chat-settings > summary")
+    page.locator("#chat-settings-form").wait_for(state="hidden")
+
+    fold.click()
+    page.locator("#context-gauge").wait_for(state="hidden")
+    assert fold.get_attribute("aria-expanded") == "false"
+    assert (page.is_visible("#room-bar"), _height(page, "#bars-fold")) == (False, folded)
+    assert page.js_errors == []
+
+
+def test_the_demo_room_after_a_first_hello_on_a_desktop(server_url, desktop):
+    page = desktop
+    headers = api_headers(server_url)
+    sessions = httpx.get(f"{server_url}/api/v1/sessions/", headers=headers).json()
+    sessions = sessions["results"] if isinstance(sessions, dict) else sessions
+    demo = next(s for s in sessions if s["title"] == "Demo room: two bots, two memories")
+    log_in(page, server_url, next_path=f"/chat/{demo['id']}/")
+    page.wait_for_selector("#composer:enabled")
+    send(page, "hello")
+    page.wait_for_function(
+        """(sel) => {
+          const all = document.querySelectorAll(sel);
+          return all.length === 2 && Array.from(all).every((m) => m.dataset.status === "complete");
+        }""",
+        arg=REPLIES,
+        # Two built-in replies one after the other, on a loaded machine: more than 30 s once.
+        timeout=90_000,
+    )
+    # No fold on a wide screen: the bar and the gauge are shown as they are.
+    assert (page.is_visible("#bars-fold"), page.is_visible("#room-bar")) == (False, True)
+    page.wait_for_function("() => document.getElementById('gauge-total').textContent !== ''")
+    texts = page.locator("#transcript article.msg .msg-text").all_inner_texts()
+    assert [t.strip() for t in texts] == ["hello", NO_MATCH_TEXT, NO_MATCH_TEXT]
+    assert page.locator('#transcript article.msg[data-kind="notice"]').count() == 0
+    shoot(page, "demo-room")
+    assert page.js_errors == []
