@@ -2,13 +2,12 @@ import contextvars
 
 import pytest
 from _pytest.runner import runtestprotocol
-from django.conf import settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
-from tests.integration.processes import celery_worker, process_env, web_server
+from tests.integration.processes import celery_worker, database_url, process_env, web_server
 
 pytest_plugins = ["tests.fakeopenai", "tests.mcpserver"]
 
@@ -61,9 +60,7 @@ def real_stack(django_db_setup, tmp_path_factory):
     once per test process and shared by every test that needs the real processes (the
     cross-process tests, the OpenAI-compatible API's); each test makes its own users, bots and
     chats. Yields the web server's base URL (docs/testing.md)."""
-    db = settings.DATABASES["default"]
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true")
+    env = process_env(DATABASE_URL=database_url(), DEBUG="false", LOG_JSON="true")
     logs = tmp_path_factory.mktemp("real-stack")
     with celery_worker(env, logs / "worker.log"), web_server(env, logs / "web.log") as base:
         yield base

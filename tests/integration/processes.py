@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,3 +180,64 @@ def sqlite_copy(tmp_path_factory, database: Path, *, seed: bool = False) -> str:
     ``DATABASE_URL``."""
     shutil.copyfile(_sqlite_template(tmp_path_factory.getbasetemp(), seed=seed), database)
     return f"sqlite:///{database}"
+
+
+def database_url() -> str:
+    """The test database as a ``DATABASE_URL`` for the processes a test starts."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until it returns something true (returned) or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in time")
+        time.sleep(interval)
+
+
+class PrivateRedis:
+    """redis-server on one port, stopped and started again on that same port."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.process: subprocess.Popen | None = None
+        self.client = redis.Redis(port=port, socket_connect_timeout=1)
+
+    def _pings(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except redis.RedisError:
+            return False
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.process = subprocess.Popen(  # noqa: S603
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(self._pings, timeout=10, what="redis-server answering")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@contextmanager
+def private_redis(port: int) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -6,12 +6,10 @@ private redis-server on a port of its own that the test stops and starts again.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from datetime import timedelta
 
 import httpx
@@ -28,30 +26,17 @@ from tests.fakeopenai import Reply
 from tests.integration.processes import (
     ROOT,
     celery_worker,
+    database_url,
     free_port,
+    private_redis,
     process_env,
+    wait_for,
     web_server,
 )
 from turns import watchdog
 from turns.services.send import session_message_send
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
-
-
-def _db_url() -> str:
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-def _wait_for(predicate, *, timeout: float, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
 
 
 # --- item 3: a worker killed mid-reply --------------------------------------------------------
@@ -68,7 +53,7 @@ def test_a_killed_worker_s_reply_is_interrupted_from_its_missed_heartbeats(
     words = [f"word{i} " for i in range(200)]
     fake_openai.script(Reply(text="".join(words), chunks=words, delay_between_chunks=0.1))
     env = process_env(
-        DATABASE_URL=_db_url(),
+        DATABASE_URL=database_url(),
         DEBUG="false",
         CHAT_HEARTBEAT_SECONDS="0.5",
         CHAT_HEARTBEAT_TIMEOUT_SECONDS="2",
@@ -77,7 +62,7 @@ def test_a_killed_worker_s_reply_is_interrupted_from_its_missed_heartbeats(
         result = session_message_send(user=user, session_id=session.pk, content="go on")
         reply = result.assistant_message
         # the worker claimed it and checkpointed some text
-        _wait_for(
+        wait_for(
             lambda: (
                 Message.objects.filter(pk=reply.pk, status="streaming").exclude(content="").exists()
             ),
@@ -91,7 +76,7 @@ def test_a_killed_worker_s_reply_is_interrupted_from_its_missed_heartbeats(
     assert before.status == "streaming"
     assert before.heartbeat_at is not None
     # seconds after the kill (heartbeat timeout 2 s here), not the 10-minute sweep
-    interrupted = _wait_for(lambda: watchdog.turns_watchdog().interrupted, timeout=15, interval=0.5)
+    interrupted = wait_for(lambda: watchdog.turns_watchdog().interrupted, timeout=15, interval=0.5)
 
     assert interrupted == 1
     after = Message.objects.get(pk=reply.pk)
@@ -145,30 +130,6 @@ def test_a_killed_compaction_holder_frees_the_session_within_the_short_lease():
 # --- item 5: Redis goes away under the web server ---------------------------------------------
 
 
-@contextmanager
-def _private_redis(port: int):
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    process = subprocess.Popen(  # noqa: S603
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    try:
-        _wait_for(lambda: _pings(client), timeout=10)
-        yield process
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _pings(client) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-
-
 def test_a_send_during_a_redis_outage_is_kept_and_answered_once_redis_is_back(
     tmp_path, fake_openai
 ):
@@ -178,15 +139,14 @@ def test_a_send_during_a_redis_outage_is_kept_and_answered_once_redis_is_back(
     session = SessionFactory(user=user, bot=bot)
     port = free_port()
     env = process_env(
-        DATABASE_URL=_db_url(), DEBUG="false", REDIS_URL=f"redis://127.0.0.1:{port}/0"
+        DATABASE_URL=database_url(), DEBUG="false", REDIS_URL=f"redis://127.0.0.1:{port}/0"
     )
     headers = {"Authorization": f"Token {token}"}
     fake_openai.script(Reply(text="Back in business."), Reply(text="Watchdog delivered."))
 
-    with _private_redis(port) as broker, web_server(env, tmp_path / "web.log") as base:
+    with private_redis(port) as broker, web_server(env, tmp_path / "web.log") as base:
         api = httpx.Client(base_url=base, headers=headers, timeout=30)
-        broker.terminate()
-        broker.wait(timeout=10)
+        broker.stop()
 
         sent = api.post(
             f"/api/v1/sessions/{session.pk}/messages/", json={"content": "hi", "client_id": "c-1"}
@@ -219,7 +179,7 @@ def test_a_send_during_a_redis_outage_is_kept_and_answered_once_redis_is_back(
         orphan_id = second.json()["error"]["details"]["assistant_message"]["id"]
 
         # Redis is back (empty: it keeps nothing on disk); a worker serves it
-        with _private_redis(port), celery_worker(env, tmp_path / "worker.log"):
+        with private_redis(port), celery_worker(env, tmp_path / "worker.log"):
             retried = api.post(
                 f"/api/v1/sessions/{session.pk}/messages/",
                 json={"content": "hi", "client_id": "c-1"},
@@ -228,7 +188,7 @@ def test_a_send_during_a_redis_outage_is_kept_and_answered_once_redis_is_back(
             assert retried.json()["assistant_message"]["id"] == reply.pk
             assert Message.objects.get(pk=reply.pk).dispatched_at is not None
             assert Message.objects.filter(session=session).count() == 2  # nothing duplicated
-            _wait_for(lambda: Message.objects.get(pk=reply.pk).status == "complete", timeout=30)
+            wait_for(lambda: Message.objects.get(pk=reply.pk).status == "complete", timeout=30)
 
             # the orphan is handed over by the watchdog (what beat runs every 10 s)
             orphan = Message.objects.get(pk=orphan_id)
@@ -245,7 +205,7 @@ def test_a_send_during_a_redis_outage_is_kept_and_answered_once_redis_is_back(
                 check=True,
             )
             assert "1 reply(ies) handed to the queue" in out.stdout
-            _wait_for(lambda: Message.objects.get(pk=orphan_id).status == "complete", timeout=30)
+            wait_for(lambda: Message.objects.get(pk=orphan_id).status == "complete", timeout=30)
 
     assert Message.objects.get(pk=reply.pk).content == "Back in business."
     assert Message.objects.get(pk=orphan_id).content == "Watchdog delivered."

@@ -8,7 +8,6 @@ working and starts it again on the same port (empty: it keeps nothing on disk, l
 import asyncio
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,76 +18,25 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 import websockets
-from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from bots.models import Message
 from tests.factories import BotFactory, SessionFactory, UserFactory
 from tests.fakeopenai import Reply
-from tests.integration.processes import ROOT, free_port, process_env, web_server
+from tests.integration.processes import (
+    ROOT,
+    database_url,
+    free_port,
+    private_redis,
+    process_env,
+    wait_for,
+    web_server,
+)
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
 FINAL = {"complete", "failed", "interrupted"}
-
-
-def _db_url() -> str:
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-def _wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in time")
-        time.sleep(interval)
-
-
-class PrivateRedis:
-    """redis-server on one port, stopped and started again on that same port."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.process: subprocess.Popen | None = None
-        self.client = redis.Redis(port=port, socket_connect_timeout=1)
-
-    def _pings(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except redis.RedisError:
-            return False
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.process = subprocess.Popen(  # noqa: S603
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1"]
-            + ["--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _wait_for(self._pings, timeout=10, what="redis-server answering")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-        self.process = None
-
-
-@contextmanager
-def private_redis(port: int) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(port)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
@@ -116,7 +64,7 @@ def worker_fleet(env: dict[str, str], log_path: Path, processes: int) -> Iterato
             start_new_session=True,
         )
         try:
-            _wait_for(
+            wait_for(
                 lambda: (
                     process.poll() is not None or log_path.read_text().count(" ready.") >= processes
                 ),
@@ -175,7 +123,7 @@ def test_the_worker_fleet_rides_out_a_redis_outage_and_every_stored_send_complet
     fake_openai.default = Reply(text="".join(CHUNKS), chunks=CHUNKS, delay_between_chunks=0.25)
     port = free_port()
     env = process_env(
-        DATABASE_URL=_db_url(),
+        DATABASE_URL=database_url(),
         DEBUG="false",
         LOG_JSON="true",
         REDIS_URL=f"redis://127.0.0.1:{port}/0",
@@ -202,7 +150,7 @@ def test_the_worker_fleet_rides_out_a_redis_outage_and_every_stored_send_complet
             sent = api.post(f"/api/v1/sessions/{session.pk}/messages/", json={"content": "go"})
             assert sent.status_code == 202, sent.text
             reply_ids.append(sent.json()["assistant_message"]["id"])
-        _wait_for(
+        wait_for(
             lambda: (
                 Message.objects.filter(pk__in=reply_ids, status="streaming")
                 .exclude(content="")
@@ -255,7 +203,7 @@ def _children(pid: int) -> list[int]:
 def test_worker_sh_restarts_a_process_that_died_and_stops_cleanly_on_sigterm(tmp_path):
     port = free_port()
     env = process_env(
-        DATABASE_URL=_db_url(),
+        DATABASE_URL=database_url(),
         DEBUG="false",
         LOG_JSON="true",
         REDIS_URL=f"redis://127.0.0.1:{port}/0",
@@ -267,7 +215,7 @@ def test_worker_sh_restarts_a_process_that_died_and_stops_cleanly_on_sigterm(tmp
         first = _children(fleet.pid)
         assert len(first) == 2
         os.kill(first[0], signal.SIGKILL)  # as the OOM killer would, or an unrecoverable error
-        _wait_for(lambda: log.read_text().count(" ready.") == 3, timeout=60, what="a restart")
+        wait_for(lambda: log.read_text().count(" ready.") == 3, timeout=60, what="a restart")
         assert fleet.poll() is None
         after = _children(fleet.pid)
         assert len(after) == 2
@@ -339,7 +287,7 @@ def test_websockets_during_a_redis_outage_are_closed_with_4503_and_work_again_af
     session = SessionFactory(user=user, bot=BotFactory(owner=user, compaction_model=""))
     port = free_port()
     env = process_env(
-        DATABASE_URL=_db_url(),
+        DATABASE_URL=database_url(),
         DEBUG="false",
         LOG_JSON="true",
         REDIS_URL=f"redis://127.0.0.1:{port}/0",
@@ -377,6 +325,6 @@ def test_websockets_during_a_redis_outage_are_closed_with_4503_and_work_again_af
                 outcomes.append((closed.rcvd.code, closed.rcvd.reason))
             return outcomes[-1] is True
 
-        _wait_for(works, timeout=60, interval=0.5, what="a websocket after the outage")
+        wait_for(works, timeout=60, interval=0.5, what="a websocket after the outage")
         assert set(outcomes[:-1]) <= {(4503, "service unavailable")}
     assert "Exception in ASGI application" not in log.read_text()
