@@ -11,7 +11,6 @@ compaction, snapshots and search all see it as the text it is). Images are a mar
 text, sent to the model as image content parts (``attachments.queries.images_for_messages``).
 """
 
-import threading
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import timedelta
@@ -28,7 +27,7 @@ from attachments.models import Attachment
 from bots.models import ChatSession, Message
 from bots.queries import session_get_for_use
 from chat_platform import sandbox
-from chat_platform.celery_app import app as celery_app
+from chat_platform.celery_app import task_named
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm import gateway
 from chat_platform.outage import BROKER_ERRORS
@@ -118,19 +117,14 @@ def attachment_upload(
 
 
 EXTRACT_TASK = "attachments.tasks.extract"
-_discovery_lock = threading.Lock()
 
 
 def attachment_extract_dispatch(attachment_id: int) -> bool:
     """Hand a ``processing`` file to the ``heavy`` queue (by task name: the domain never imports
     its task module). A broker that is down leaves it ``processing``: the send refuses it until
     it is ready, and the unsent sweep removes it after the retention."""
-    if EXTRACT_TASK not in celery_app.tasks:
-        with _discovery_lock:  # a web process discovers task modules when first asked
-            if EXTRACT_TASK not in celery_app.tasks:
-                celery_app.loader.import_default_modules()
     try:
-        celery_app.tasks[EXTRACT_TASK].delay(attachment_id)
+        task_named(EXTRACT_TASK).delay(attachment_id)
     except BROKER_ERRORS:
         log.exception("attachment_extract_dispatch_failed", attachment_id=attachment_id)
         return False

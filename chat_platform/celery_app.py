@@ -1,4 +1,5 @@
 import os
+import threading
 from typing import Any
 
 from celery import Celery
@@ -14,6 +15,21 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 app = Celery("chat_platform", task_cls="chat_platform.inprocess:InProcessTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+_discovery_lock = threading.Lock()
+
+
+def task_named(name: str) -> Any:
+    """The registered task ``name``. Task modules are found by autodiscovery, which a worker
+    runs at start and a web process only when first asked; two threads discovering at once (the
+    embedded beat and a first send) left one of them with ``NotRegistered``. So every lookup by
+    name goes through here: one discovers, the others wait for it and look again."""
+    if name not in app.tasks:
+        with _discovery_lock:
+            if name not in app.tasks:
+                app.loader.import_default_modules()
+    return app.tasks[name]
+
 
 # Riding out a broker outage: the retry settings are in settings/queues.py (CELERY_BROKER_*);
 # here, the one kombu defect that would still end a worker. (Nothing here may read app.conf: that

@@ -203,13 +203,11 @@ class InProcessBeat:
 
     @staticmethod
     def _run_entry(name: str, entry: dict[str, Any]) -> None:
-        from chat_platform.celery_app import app
+        from chat_platform.celery_app import task_named
 
         close_old_connections()
         try:
-            if entry["task"] not in app.tasks:  # a web process discovers tasks when first asked
-                app.loader.import_default_modules()
-            app.tasks[entry["task"]](*entry.get("args", ()), **entry.get("kwargs", {}))
+            task_named(entry["task"])(*entry.get("args", ()), **entry.get("kwargs", {}))
         except Exception:  # the next round tries again; the failure is in the log
             log.exception("embedded_beat_failed", entry=name, task=entry["task"])
         finally:

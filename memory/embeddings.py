@@ -35,7 +35,6 @@ a turn never fails because embeddings are down.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -47,7 +46,7 @@ from django.db.models import Q
 
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
-from chat_platform.celery_app import app as celery_app
+from chat_platform.celery_app import task_named
 from chat_platform.errors import QuotaExceeded
 from chat_platform.llm import gateway
 from connections import usage
@@ -93,8 +92,6 @@ RRF_K = 60
 # and giving those fusion votes pushes them above what the vectors found. The rest of the
 # lexical ranking follows the fused items, in its own order.
 LEXICAL_CANDIDATES = 10
-
-_discovery_lock = threading.Lock()
 
 
 # --- vectors as bytes -------------------------------------------------------------------------
@@ -206,15 +203,6 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
     if done:
         log.info("memory_embedded", session_id=session_id, model=model, messages=done)
     return done
-
-
-def task_named(name: str) -> Any:
-    if name not in celery_app.tasks:
-        # Found by autodiscovery, which a web process runs only when first asked.
-        with _discovery_lock:
-            if name not in celery_app.tasks:
-                celery_app.loader.import_default_modules()
-    return celery_app.tasks[name]
 
 
 def messages_embed_dispatch(session_id: int, message_ids: list[int] | None = None) -> None:

@@ -25,6 +25,7 @@ from django.db import connection
 from bots.models import Bot
 from chat_platform import inprocess
 from chat_platform.celery_app import app as celery_app
+from chat_platform.celery_app import task_named
 from memory import embeddings
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def query_vector_from_worker(bot: Bot, text: str, *, user_id: int) -> np.ndarray
     if not bot.embedding_model or not text.strip():
         return None
     wait = float(settings.EMBEDDING_TIMEOUT_SECONDS)
-    task = embeddings.task_named(QUERY_TASK)
+    task = task_named(QUERY_TASK)
     args = (bot.pk, text, user_id)
     if not connection.in_atomic_block:
         connection.close()  # the wait holds no connection (a pool takes it back)

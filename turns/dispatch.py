@@ -8,14 +8,12 @@ over once the broker answers again, so a committed send always gets its turn. Ru
 twice is safe (its claim is a conditional update).
 """
 
-import threading
-
 import structlog
 from django.db import DatabaseError
 
 from bots.models import Message
 from bots.transitions import reply_dispatched, reply_running_first
-from chat_platform.celery_app import app as celery_app
+from chat_platform.celery_app import task_named
 from chat_platform.outage import BROKER_ERRORS
 
 log = structlog.get_logger(__name__)
@@ -23,18 +21,9 @@ log = structlog.get_logger(__name__)
 TURN_TASK = "bots.tasks.turn_run"
 COMPACT_SOFT_TASK = "compaction.tasks.compact_soft"
 
-_discovery_lock = threading.Lock()
-
 
 def _task(name: str):
-    if name not in celery_app.tasks:
-        # Task modules are found by autodiscovery, which runs when the app imports its modules
-        # (a worker does at start; a web process only when first asked). Several threads may ask
-        # at once: one imports, the others wait for it and look again.
-        with _discovery_lock:
-            if name not in celery_app.tasks:
-                celery_app.loader.import_default_modules()
-    return celery_app.tasks[name]
+    return task_named(name)
 
 
 def turn_dispatch(message_id: int) -> bool:

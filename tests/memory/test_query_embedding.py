@@ -12,6 +12,7 @@ from django.db import connections
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from chat_platform.celery_app import app as celery_app
+from chat_platform.celery_app import task_named
 from chat_platform.llm.builtin import provider
 from memory import embeddings, query_embedding
 from tests.factories import BotFactory
@@ -105,7 +106,7 @@ def test_real_mode_asks_the_chat_queue_and_reads_the_answer(
 def test_a_broker_that_is_down_is_a_word_search_with_a_warning(
     embedded, owner_client, embed_calls, monkeypatch, caplog
 ):
-    task = embeddings.task_named(query_embedding.QUERY_TASK)
+    task = task_named(query_embedding.QUERY_TASK)
 
     def down(*args, **kwargs):
         raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379")
@@ -122,7 +123,7 @@ def test_a_broker_that_is_down_is_a_word_search_with_a_warning(
 @pytest.mark.django_db
 def test_a_session_without_vectors_asks_no_one(owner, owner_client, embed_calls, monkeypatch):
     session = data.build(owner, BotFactory(owner=owner))  # nothing embedded yet
-    task = embeddings.task_named(query_embedding.QUERY_TASK)
+    task = task_named(query_embedding.QUERY_TASK)
     dispatched = []
     monkeypatch.setattr(task, "apply_async", lambda *a, **k: dispatched.append(a))
 

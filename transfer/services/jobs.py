@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from bots.queries import bot_get_for_user
 from chat_platform import sandbox
-from chat_platform.celery_app import app as celery_app
+from chat_platform.celery_app import task_named
 from chat_platform.dbconn import connection_release
 from chat_platform.errors import PlatformError, ServiceUnavailable
 from chat_platform.heavy import heavy_refusal
@@ -105,10 +105,8 @@ def _pieces(upload: IO[bytes]) -> Iterator[bytes]:
 def import_job_dispatch(job_id: int) -> bool:
     """Hand the job to the ``heavy`` queue by task name (the domain never imports its task
     module). In embedded mode the task runs here and now, as every task does."""
-    if RUN_TASK not in celery_app.tasks:
-        celery_app.loader.import_default_modules()
     try:
-        celery_app.tasks[RUN_TASK].delay(job_id)
+        task_named(RUN_TASK).delay(job_id)
     except BROKER_ERRORS:
         log.exception("import_job_dispatch_failed", job_id=job_id)
         return False
