@@ -183,3 +183,64 @@ def test_each_call_of_the_loop_records_its_tool_rounds_as_tool_parts(task_bot, f
     assert [p["ref"]["round"] for p in tool_parts[2]] == [1, 2]
     assert tool_parts[2][1]["ref"]["ids"] == [call_2.pk, result_2.pk]
     assert not any(p["kind"] == "recalled" for c in calls for p in c["parts"])
+
+
+@pytest.fixture
+def landing_bot(owner, fake_openai, monkeypatch, tool_server):
+    """A tool bot in a 6,000-token window (B 5,000, H 3,750, landing point L = Ts 2,000)."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    return BotFactory(
+        owner=owner,
+        model=MODEL,
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/report"],
+        context_window=6000,
+        max_output_tokens=1000,
+        compaction_model="builtin/extractive",
+    )
+
+
+def test_a_compaction_inside_the_reply_lands_the_reply_at_the_landing_point(
+    landing_bot, fake_openai
+):
+    budget = bot_budget(landing_bot)
+    assert (budget.budget, budget.hard, budget.target_blocking) == (5000, 3750, 2000)
+    fake_openai.script(*_steps(24, words=200), Reply(text="All done."))
+    session = SessionFactory(user=landing_bot.owner, bot=landing_bot)
+    reply = _ask(session, "Run the 24-step survey.")
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "All done.")
+    calls = ContextRecord.objects.get(message_id=reply.pk).calls
+    assert len(calls) == 25
+    # Each call's context as the pipeline counted it (stored counts, the tool schemas included).
+    sizes = [sum(p["tokens"] for p in c["parts"]) for c in calls]
+    compacted = [
+        c["round"]
+        for c in calls
+        if (c["waited_for_compaction"] or {}).get("outcome") == "compacted"
+    ]
+    # Rounds of ~460 tokens: the context reaches H at the 9th call and every fifth after it.
+    # Each compaction inside the reply takes every earlier round (the newest stays verbatim)
+    # and fuses the frontier when due, until the reply's context is at L: the next four steps
+    # fit. (Taking only what the last compression ratio predicted, it landed above L and
+    # compacted seven times: rounds 8, 11, 14, 16, 20, 21 and 24.)
+    assert compacted == [8, 13, 18, 23]
+    assert all(sizes[r] <= budget.target_blocking for r in compacted)
+    assert max(sizes) < budget.hard
+    events = CompactionEvent.objects.filter(session=session).order_by("id")
+    assert [(e.trigger, e.outcome) for e in events] == [
+        ("tool", "compacted"),
+        *[("tool", "compacted"), ("fusion", "compacted")] * 3,
+    ]
+    # Tool pairs never split; each call's arguments are in the summaries' source.
+    for result in Message.objects.filter(session=session, role="tool"):
+        call = Message.objects.get(
+            session=session, tool_calls__contains=[{"id": result.tool_call_id}]
+        )
+        assert call.compacted_by_id == result.compacted_by_id
+    first = events.first().summary
+    assert "step=1" in first.text and "S7919" in first.text
