@@ -80,21 +80,27 @@ def search_ranked(*, records: QuerySet[MemoryRecord], query: str, limit: int) ->
     text = clean_query(query)
     if not text or limit <= 0:
         return []
+    bodies: dict[int, str] | None = None
     if connection.vendor == "postgresql":
-        ranked = _postgres(records, text, limit)
+        ranked, bodies = _postgres(records, text, limit)
     elif connection.vendor == "sqlite":
         ranked = _sqlite(records, text, limit)
     else:
         raise NotImplementedError(f"No record search for {connection.vendor}")
-    return _with_line_labels(ranked)
+    return _with_line_labels(ranked, bodies)
 
 
-def _with_line_labels(ranked: Ranked) -> Ranked:
+def _with_line_labels(ranked: Ranked, bodies: dict[int, str] | None = None) -> Ranked:
+    """``bodies``: the hits' bodies when the caller has read them already (PostgreSQL reads
+    them with the excerpts: one statement less per search, docs/performance.md)."""
     if not ranked:
         return ranked
-    bodies = dict(
-        MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).values_list("pk", "body")
-    )
+    if bodies is None:
+        bodies = dict(
+            MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).values_list(
+                "pk", "body"
+            )
+        )
     return [
         (pk, rank, with_line_label(bodies.get(pk, ""), excerpt)) for pk, rank, excerpt in ranked
     ]
@@ -166,7 +172,10 @@ def _pg_queries(text: str) -> list[SearchQuery]:
     return queries
 
 
-def _postgres(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
+def _postgres(
+    records: QuerySet[MemoryRecord], text: str, limit: int
+) -> tuple[Ranked, dict[int, str]]:
+    """The ranked hits, and their bodies (read with the excerpts)."""
     for query in _pg_queries(text):
         rows = list(
             records.filter(search_vector=query)
@@ -177,9 +186,9 @@ def _postgres(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
         if rows:
             break
     else:
-        return []
+        return [], {}
     # Headlines only for the hits: ts_headline re-parses the whole body.
-    excerpts = dict(
+    read = list(
         MemoryRecord.objects.filter(pk__in=[pk for pk, _ in rows])
         .annotate(
             excerpt=SearchHeadline(
@@ -192,9 +201,11 @@ def _postgres(records: QuerySet[MemoryRecord], text: str, limit: int) -> Ranked:
                 min_words=20,
             )
         )
-        .values_list("pk", "excerpt")
+        .values_list("pk", "excerpt", "body")
     )
-    return [(pk, float(rank), excerpts.get(pk, "")) for pk, rank in rows]
+    excerpts = {pk: excerpt for pk, excerpt, _ in read}
+    bodies = {pk: body for pk, _, body in read}
+    return [(pk, float(rank), excerpts.get(pk, "")) for pk, rank in rows], bodies
 
 
 # --- SQLite FTS5 ------------------------------------------------------------------------------

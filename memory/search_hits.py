@@ -4,7 +4,7 @@ hits grouped by the record that holds them, info and snapshot hits as records, l
 
 from dataclasses import dataclass
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat
@@ -342,10 +342,10 @@ def snapshot_hits(
     which holds summaries; a snapshot from before message search)."""
     if room <= 0 or limit <= 0:
         return []
-    covered = MessageIndex.objects.filter(session_id=session.pk, record__isnull=False).values(
-        "record_id"
-    )
-    snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(pk__in=covered)
+    # NOT EXISTS per snapshot (the record_id index), not NOT IN over the session's whole index:
+    # that was a hashed subplan beside a sequential scan of the records, on every search.
+    covered = MessageIndex.objects.filter(session_id=session.pk, record_id=OuterRef("pk"))
+    snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(Exists(covered))
     if not snapshots.exists():  # the usual case: every snapshot's messages are indexed
         return []
     ranked = search.search_ranked(records=snapshots, query=text, limit=limit)

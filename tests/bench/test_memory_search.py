@@ -78,3 +78,33 @@ def test_words_once_searches_by_words_only_and_gives_the_model_back(pool, monkey
     assert (embedded, session.bot.embedding_model) == ([], "builtin/embed")
     memory_search.search_once(session, memory_search.QUESTIONS[0])
     assert embedded == [[memory_search.QUESTIONS[0]]]
+
+
+@pytest.mark.django_db
+def test_one_search_costs_a_fixed_number_of_statements(pool):
+    """records_search as the bench runs it (hybrid, the built-in model): the statements one
+    search sends through Django, each listed, plus the vector read on its own binary cursor
+    (docs/performance.md, "Search latency")."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import embeddings
+
+    corpus = memory_search.corpus_start(
+        pool=pool, per_session=20, per_snapshot=5, embedding_model="builtin/embed"
+    )
+    memory_search.grow(corpus, 20)
+    session = ChatSession.objects.select_related("bot").get(pk=corpus.session_ids[0])
+    question = Message.objects.get(session=session, seq=7).content
+    records_search(session=session, query=question)  # warm: the model loaded
+    reads = []
+    real = embeddings._vector_chunks
+    with CaptureQueriesContext(connection) as captured:
+        embeddings._vector_chunks = lambda params: reads.append(params) or real(params)
+        try:
+            hits = records_search(session=session, query=question)
+        finally:
+            embeddings._vector_chunks = real
+    assert any(7 in hit.seqs for hit in hits)
+    firsts = [" ".join(q["sql"].split())[:90] for q in captured.captured_queries]
+    assert (len(captured.captured_queries), len(reads)) == (8, 1), firsts
