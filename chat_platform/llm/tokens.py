@@ -34,7 +34,6 @@ def _bare_model_name(model: str) -> str:
     return name.removeprefix("ft:")
 
 
-@lru_cache(maxsize=64)
 def encoding_name_for_model(model: str) -> str:
     """``o200k_base`` for the GPT-4o / 4.1 / 4.5 / 5 and o-series families, else ``cl100k_base``."""
     if _O200K_MODEL.match(_bare_model_name(model)):
@@ -47,24 +46,11 @@ def _encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
-# Texts up to this many characters have their count cached: the same descriptions, sentences
-# and messages are counted again on every model call of a long reply (docs/performance.md).
-CACHED_TEXT_MAX_CHARS = 12_000
-
-
-@lru_cache(maxsize=2048)  # at most ~24 MB of texts
-def _count_cached(text: str, encoding: str) -> int:
-    return len(_encoding(encoding).encode(text, disallowed_special=()))
-
-
 def count_tokens(text: str, *, model: str = "") -> int:
     """Tokens of ``text`` alone (no message overhead). Special-token text is counted as text."""
     if not text:
         return 0
-    encoding = encoding_name_for_model(model)
-    if len(text) <= CACHED_TEXT_MAX_CHARS:
-        return _count_cached(text, encoding)
-    return len(_encoding(encoding).encode(text, disallowed_special=()))
+    return len(_encoding(encoding_name_for_model(model)).encode(text, disallowed_special=()))
 
 
 def count_message_tokens(content: str, *, model: str = "") -> int:

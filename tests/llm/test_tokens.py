@@ -7,10 +7,7 @@ from pathlib import Path
 import pytest
 
 from chat_platform.llm.tokens import (
-    CACHED_TEXT_MAX_CHARS,
     MESSAGE_OVERHEAD_TOKENS,
-    _count_cached,
-    _encoding,
     count_message_tokens,
     count_tokens,
     encoding_name_for_model,
@@ -123,15 +120,3 @@ def test_counting_works_with_the_network_blocked():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["4 3", "False"]
-
-
-def test_short_texts_are_counted_once_and_long_ones_every_time():
-    """A long reply counts the same descriptions and messages on every call: short texts are
-    cached (docs/performance.md, the tool task); a text over the cap never enters the cache."""
-    _count_cached.cache_clear()
-    short = "Step 7 report: serial S55433."
-    assert count_tokens(short) == count_tokens(short) == count_tokens(short, model="gpt-3.5")
-    assert (_count_cached.cache_info().misses, _count_cached.cache_info().hits) == (1, 2)
-    long = "w " * (CACHED_TEXT_MAX_CHARS // 2 + 1)
-    assert count_tokens(long) == len(_encoding("cl100k_base").encode(long))
-    assert _count_cached.cache_info().currsize == 1
