@@ -50,7 +50,6 @@ REASON_TEXT = {
     "finish_reason": "the summary was cut off before it finished",
     "too_short": "the summary was too short to be useful",
     "not_shorter": "the summary was not shorter than the messages it would replace",
-    "not_lower": "with the summary in place the context would not be smaller",
     "tool_syntax": "the summary contained tool-call syntax",
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
@@ -323,19 +322,9 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
         return "Nothing to compact right now." + due
     if result.reason == "not_shorter":
         # Not a failure: what is left since the last compaction is too little to shorten.
-        source = result.event.source_tokens if result.event is not None else 0
-        replaced = f"the {source:,} tokens it replaces" if source else "the messages it replaces"
         return (
-            f"Nothing to compact: a summary would not be shorter than {replaced}. "
-            "Nothing was changed."
-        )
-    if result.reason == "not_lower":
-        # Shorter than its messages, yet the context with it (its label, the snapshot's index
-        # line) would be no smaller: nothing was kept (docs/compaction.md "/compact").
-        return (
-            f"Nothing to compact: with a summary in place the context would be "
-            f"{result.would_be or result.tokens_before:,} tokens, not less than the "
-            f"{result.tokens_before:,} it is now. Nothing was changed."
+            "Nothing worth compacting yet: a summary would not be shorter than the messages "
+            "since the last compaction. Nothing was changed."
         )
     reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
     return f"Compaction failed: {reason}. Nothing was changed."

@@ -17,10 +17,6 @@ FILLER = (
     " It was a long and quiet sort of day, as these things go."
     " Everybody seemed rather pleased with how it had gone overall."
     " There is not much more to say about it, really, apart from that."
-    # Enough that a summary saves more than the snapshot's line in the memory index costs (a
-    # compaction that would not lower the context is refused: docs/compaction.md "/compact").
-    " The weather held up, the coffee was fine and the chairs were comfortable enough."
-    " Someone mentioned the garden, someone else the traffic, and then it was time to go."
 )
 NOTES = [
     "Note one: Alice booked room 101 for the 3rd of March at 10:00." + FILLER,

@@ -519,8 +519,8 @@ def test_a_summary_no_shorter_is_nothing_worth_compacting_not_a_failure():
     from compaction.services import compaction_notice_text
 
     assert compaction_notice_text(RunResult(outcome="rejected", reason="not_shorter")) == (
-        "Nothing to compact: a summary would not be shorter than the messages it replaces. "
-        "Nothing was changed."
+        "Nothing worth compacting yet: a summary would not be shorter than the messages since "
+        "the last compaction. Nothing was changed."
     )
     assert compaction_notice_text(RunResult(outcome="rejected", reason="too_short")) == (
         "Compaction failed: the summary was too short to be useful. Nothing was changed."

@@ -144,10 +144,10 @@ function compactionFinished(event) {
     // Compaction flips `compacted` on older messages, which after_seq would not return.
     resync(true);
     loadMarkers(state.epoch);
-  } else if (event.reason === "not_shorter" || event.reason === "not_lower") {
-    // Not a failure: a summary would not lower the context. Said once for /compact (its notice
-    // says it too); an automatic attempt that found nothing to gain shows nothing.
-    if (event.trigger === "manual") setCompaction("Nothing to compact", "done", 8000);
+  } else if (event.reason === "not_shorter") {
+    // Not a failure: too little since the last compaction to shorten. Said once for /compact
+    // (its notice says it too); an automatic attempt that found nothing to gain shows nothing.
+    if (event.trigger === "manual") setCompaction("Nothing worth compacting yet", "done", 8000);
     else setCompaction("", "");
   } else if (outcome === "failed" || outcome === "rejected") {
     var why = COMPACTION_REASONS[event.reason] || event.reason || "";
