@@ -23,9 +23,6 @@ DEFAULT_SUMMARY_RATIO = 0.25
 # history it already compacted. At 200 % fusion re-read 184k tokens for 104k fused over the
 # 1,000-turn economy bench (1.33 summariser tokens per compacted token); the goal is <= 1.15.
 FUSION_INPUT_PERCENT = 125
-# A hard compaction inside a reply (trigger ``tool``) runs up to this many fusions and passes to
-# land the reply's context at Ts (docs/tools.md, "Compaction inside a reply").
-IN_REPLY_MAX_ACTIONS = 4
 
 
 @dataclass

@@ -168,11 +168,9 @@ def fuse_commit(
     return summary, tokens_after, event
 
 
-def pass_or_fuse(
-    session: ChatSession, plan: Plan, budget: Budget, *, record_noop: bool = True
-) -> RunResult:
+def pass_or_fuse(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
     parents = fusion_due(session, budget)
     if parents:
         fusion = Plan(trigger="fusion", target=plan.target, model=plan.model)
         return enveloped(session, fusion, partial(fuse, session, parents, fusion))
-    return enveloped(session, plan, partial(run_pass, session, plan, record_noop=record_noop))
+    return enveloped(session, plan, partial(run_pass, session, plan))

@@ -9,13 +9,7 @@ from django.db.models import Max
 from bots.models import ChatSession
 from bots.queries import bot_usable_in, participant_seat, room_snapshot_take, session_seat
 from chat_platform.errors import CompactionBusy, QuotaExceeded
-from compaction.budget import Budget
-from compaction.engine.common import (
-    IN_REPLY_MAX_ACTIONS,
-    MANUAL_MAX_PASSES,
-    Plan,
-    session_fresh,
-)
+from compaction.engine.common import MANUAL_MAX_PASSES, Plan, session_fresh
 from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.holds import holds_release_at_hard
@@ -117,18 +111,9 @@ def compaction_hard(
         result: RunResult | None = None
         blocked = seat_blocked_until(session.pk, hard=True, room=fresh.room)
         if blocked is None:
-            if within is None:
-                result = pass_or_fuse(
-                    session, Plan(trigger="hard", target=budget.target_blocking), budget
-                )
-            else:
-                # The call's own fixed part (its tool schemas, a client's system part) is not
-                # in the session's measure: it counts against the landing point too.
-                extra = max(0, measure.system_tokens - fresh.system_tokens)
-                plan = Plan(
-                    trigger="tool", target=max(0, budget.target_blocking - extra), within=within
-                )
-                result = in_reply_land(session, plan, budget)
+            trigger = "tool" if within is not None else "hard"
+            plan = Plan(trigger=trigger, target=budget.target_blocking, within=within)
+            result = pass_or_fuse(session, plan, budget)
             if result.compacted:
                 clear_failures(session.pk, key)
                 return result
@@ -148,28 +133,6 @@ def compaction_hard(
             within=within,
         )
         return pass_or_fuse(session, plan, budget)
-
-
-def in_reply_land(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
-    """Inside a reply (caller holds the lease): take the reply's earlier rounds first (what
-    grew), then fuse the frontier when due, until the session's pressure is at ``plan.target``
-    (Ts less the call's own fixed part), up to ``IN_REPLY_MAX_ACTIONS`` actions. One action
-    alone (a fusion instead of the pass, or a pass whose summary tipped the frontier) left the
-    reply above the target, often above H, so the next step compacted again (docs/tools.md,
-    "Compaction inside a reply"). The last action that compacted is the result; a follow-up that
-    does nothing or fails ends the run (its failure is on record) and what was done stands."""
-    result = enveloped(session, plan, partial(run_pass, session, plan, record_noop=False))
-    if result.reason == "nothing_to_compact":  # no earlier round to take: fuse, or the noop
-        return pass_or_fuse(session, plan, budget)
-    for _ in range(IN_REPLY_MAX_ACTIONS - 1):
-        if not result.compacted or result.tokens_after <= plan.target:
-            return result
-        session = session_fresh(session)
-        follow = pass_or_fuse(session, plan, budget, record_noop=False)
-        if not follow.compacted:
-            return result
-        result = follow
-    return result
 
 
 def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
