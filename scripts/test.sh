@@ -70,8 +70,7 @@ run_pytest() {
   fi
   [ $status -eq 0 ] || exit $status
 }
-XDIST=(--dist loadfile --tx "popen//env:TEST_REDIS_DB=15//env:STACK_REDIS_DB=12"
-  --tx "popen//env:TEST_REDIS_DB=10//env:STACK_REDIS_DB=9")
+XDIST=(--dist loadfile --tx "popen//env:TEST_REDIS_DB=15" --tx "popen//env:TEST_REDIS_DB=10")
 if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
   # of its own); they run in a process of their own, apart from the async/threaded suites.

@@ -1,15 +1,12 @@
 import contextvars
-import os
 
 import pytest
-import redis
 from _pytest.runner import runtestprotocol
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
-from tests.integration.processes import celery_worker, database_url, process_env, web_server
 
 pytest_plugins = ["tests.fakeopenai", "tests.mcpserver"]
 
@@ -54,23 +51,6 @@ def pytest_runtest_protocol(item, nextitem):
         if reporter is not None:
             reporter.write_line(line, red=True)
     return True
-
-
-@pytest.fixture(scope="session")
-def real_stack(django_db_setup, tmp_path_factory):
-    """uvicorn and a Celery worker (``processes.celery_worker``) on the test database, started
-    once per test process and shared by every test that needs the real processes (the
-    cross-process tests, the OpenAI-compatible API's); each test makes its own users, bots and
-    chats. Yields the web server's base URL (docs/testing.md)."""
-    # A Redis db of its own (STACK_REDIS_DB, pyproject.toml): its worker lives as long as the
-    # test process, and on the test's own db it would take the tasks other tests queue for
-    # themselves (an import job expected to stay queued, another test's own worker's turns).
-    broker = f"{os.environ['TEST_REDIS']}/{os.environ['STACK_REDIS_DB']}"
-    redis.Redis.from_url(broker).flushdb()  # locks and slots of an earlier run's users
-    env = process_env(DATABASE_URL=database_url(), DEBUG="false", LOG_JSON="true", REDIS_URL=broker)
-    logs = tmp_path_factory.mktemp("real-stack")
-    with celery_worker(env, logs / "worker.log"), web_server(env, logs / "web.log") as base:
-        yield base
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,12 +7,16 @@ import openai
 import pytest
 
 from openai_api.keys import key_create
+from tests.integration.processes import celery_worker, database_url, process_env, web_server
 
 
-@pytest.fixture(scope="session")
-def stack(real_stack):
-    """The test process's real stack (tests/conftest.py)."""
-    return real_stack
+@pytest.fixture(scope="module")
+def stack(django_db_setup, tmp_path_factory):
+    """uvicorn and a Celery worker on the test database for this module's tests."""
+    env = process_env(DATABASE_URL=database_url(), DEBUG="false", LOG_JSON="true")
+    logs = tmp_path_factory.mktemp("openai-stack")
+    with celery_worker(env, logs / "worker.log"), web_server(env, logs / "web.log") as base:
+        yield base
 
 
 def sdk(stack: str, key: str, **kwargs) -> openai.OpenAI:
