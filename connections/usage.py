@@ -244,28 +244,6 @@ def quota_settle(reservation: Reservation | None, *, used: int) -> None:
     )
 
 
-def output_room(limits: Sequence[Limit], reservation: Reservation | None) -> int | None:
-    """What a held call may still write before the tightest limit is reached: the limit less
-    what is used and what every running call (this one included) holds. None: no limit."""
-    if reservation is None or not limits:
-        return None
-    rows = dict(
-        (subject, used + reserved)
-        for subject, used, reserved in TokenCounter.objects.filter(
-            subject__in=reservation.subjects, day=reservation.day
-        ).values_list("subject", "used", "reserved")
-    )
-    return min(max(0, limit.limit - rows.get(limit.subject, 0)) for limit in limits)
-
-
-def output_refusal(limits: Sequence[Limit], *, spent: int) -> QuotaExceeded:
-    """A reply stopped because its output reached the tightest limit: the words of any spent
-    limit, with what this reply spent counted as used."""
-    tightest = min(limits, key=lambda limit: limit.limit - tokens_today(limit.subject)[0])
-    used = tokens_today(tightest.subject)[0] + max(0, spent)
-    return _refusal(tightest, max(used, tightest.limit))
-
-
 # --- charging any provider call ---------------------------------------------------------------
 
 

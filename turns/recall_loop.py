@@ -121,10 +121,6 @@ def calls_until_answer(
         completion = stream.completion
         if completion is not None:
             spent.add(completion.prompt_tokens + completion.completion_tokens)
-        if state.quota_stopped:
-            if completion is None:  # closed mid-stream: what it sent and wrote, as counted here
-                spent.add(context.measure.pressure + state.output_tokens)
-            break
             asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
         if asked or completion is None or handle.stopped.is_set():
             break

@@ -15,7 +15,7 @@ from bots.transitions import reply_checkpoint
 from chat_platform.dbconn import connection_release
 from chat_platform.errors import ModelUnavailable
 from chat_platform.llm import gateway
-from chat_platform.llm.tokens import count_tokens, count_tools_tokens
+from chat_platform.llm.tokens import count_tools_tokens
 from compaction.pipeline import BuiltContext
 from compaction.provenance import part
 from memory.recall import calls_from_text
@@ -34,11 +34,6 @@ class TurnState:
 
     finished: TurnFinished
     parts: list[str] = field(default_factory=list)
-    # Daily token limits (docs/connections.md): what the reply may write before the tightest
-    # limit is reached (None: no limit), what it wrote so far, and whether it was stopped there.
-    output_room: int | None = None
-    output_tokens: int = 0
-    quota_stopped: bool = False
 
     @property
     def text(self) -> str:
@@ -193,14 +188,6 @@ def _relay(
     last_checkpoint = time.monotonic()
     for delta in stream:
         state.parts.append(delta)
-        if state.output_room is not None:
-            state.output_tokens += count_tokens(delta, model=stream.config.model)
-            if state.output_tokens > state.output_room:
-                # The daily limit is reached mid-reply: stop the call, as a user's stop does
-                # (turns/turn.py then fails the reply with quota_exceeded).
-                state.quota_stopped = True
-                stream.close()
-                break
         if batcher.holding:
             head = state.text.lstrip()
             if not head:

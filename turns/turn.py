@@ -218,14 +218,11 @@ def _turn_body(reply: Message, handle: TurnHandle, state: TurnState) -> None:
         may_exceed=config.max_output_tokens,
     )
     spent = usage.Meter(reservation)
-    state.output_room = usage.output_room(limits, reservation)
     try:
         with usage.quota_scope(extra=options.quota, within=reservation):
             answered = calls_until_answer(
                 reply, handle, state, session, bot, model, config, options, spent
             )
-            if state.quota_stopped:  # the limit was reached mid-reply: it fails, in its words
-                raise usage.output_refusal(limits, spent=spent.used)
             _complete(reply, handle, state, session, bot, model, answered, started, spent)
     finally:
         spent.settle()  # once: a turn that finished settled before its reply was shown
