@@ -69,6 +69,7 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
     if json:
         sys.excepthook = _log_uncaught
         threading.excepthook = _log_uncaught_in_thread
+        sys.unraisablehook = _log_unraisable
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -90,6 +91,21 @@ def _log_uncaught(kind: type[BaseException], value: BaseException, traceback: An
     structlog.get_logger("uncaught").critical(
         "uncaught_exception", exc_info=(kind, value, traceback)
     )
+
+
+def _log_unraisable(unraisable: Any) -> None:
+    """An exception Python could not raise (a finaliser's, often while a process stops): one
+    JSON line like every other, not raw text on stderr (a stopping beat printed "Exception
+    ignored in: <function WeakSet…>")."""
+    try:
+        structlog.get_logger("uncaught").error(
+            "unraisable_exception",
+            message=unraisable.err_msg or "Exception ignored in",
+            object=repr(unraisable.object),
+            exc_info=(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback),
+        )
+    except Exception:  # logging itself is gone (interpreter shutdown): Python's own words
+        sys.__unraisablehook__(unraisable)
 
 
 def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
