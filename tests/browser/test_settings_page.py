@@ -28,7 +28,7 @@ def test_make_use_and_revoke_an_api_key_from_the_settings_page(server_url, deskt
     prefix = raw.split(".", 1)[0]
     row = page.locator(f"tr[data-key-prefix='{prefix}']")
     assert row.locator("td").nth(0).inner_text() == "my editor"
-    assert row.locator("td").nth(4).inner_text() == "200000"
+    assert row.locator("td").nth(4).inner_text() == "200,000"
     if os.environ.get("UPDATE_SCREENSHOTS"):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         height = page.evaluate("document.querySelector('.bots-page').scrollHeight + 80")
