@@ -6,8 +6,6 @@ failed reply without storing the question twice. Bots talk to the local fake pro
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +18,13 @@ from django.conf import settings
 
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.fakeopenai import Reply
-from tests.integration.processes import ROOT, celery_worker, process_env, sqlite_copy, web_server
+from tests.integration.processes import (
+    celery_worker,
+    manage,
+    process_env,
+    sqlite_copy,
+    web_server,
+)
 
 # Real mode's processes share the test database (committed rows); embedded mode has its own file.
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
@@ -32,17 +36,6 @@ QUESTION = "What is the capital of Peru?"
 
 def _slow(chunks: list[str] = SLOW) -> Reply:
     return Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.15)
-
-
-def _manage(env: dict[str, str], *args: str) -> None:
-    subprocess.run(  # noqa: S603
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(params=["embedded", "real"])
@@ -62,7 +55,7 @@ def platform(request, django_db_setup, tmp_path_factory, tmp_path, fake_openai, 
         db = settings.DATABASES["default"]
         url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
         env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true", **common)
-    _manage(
+    manage(
         {**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
         "createsuperuser",
         "--noinput",
