@@ -10,6 +10,7 @@ exception nothing caught, in the main thread or another: Python would print it a
 
 import logging
 import logging.config
+import signal
 import sys
 import threading
 from typing import Any
@@ -106,6 +107,22 @@ def _log_unraisable(unraisable: Any) -> None:
         )
     except Exception:  # logging itself is gone (interpreter shutdown): Python's own words
         sys.__unraisablehook__(unraisable)
+    if unraisable.exc_type is not None and issubclass(unraisable.exc_type, SystemExit):
+        _stop_again()
+
+
+def _stop_again() -> None:
+    """A SystemExit Python could not raise is a stop signal lost: celery beat's SIGTERM handler
+    raises it, and when the signal lands inside a weakref callback Python reports it here and
+    the process runs on (``make beat`` never stopped). Deliver SIGTERM again a moment later,
+    once this hook has returned, so that its handler runs in the main thread's own code (should
+    it land in a callback again, it comes back here and is delivered once more)."""
+    if callable(signal.getsignal(signal.SIGTERM)):
+        # To the main thread itself: a blocked sleep there (beat's tick) wakes to run it.
+        main = threading.main_thread().ident
+        again = threading.Timer(0.05, signal.pthread_kill, args=(main, signal.SIGTERM))
+        again.daemon = True
+        again.start()
 
 
 def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:

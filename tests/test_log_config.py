@@ -46,3 +46,47 @@ def test_the_console_mode_keeps_pythons_own_traceback():
     assert done.returncode == 1
     assert "Exception in thread side:" in done.stderr
     assert done.stderr.rstrip().endswith("ValueError: invalid operation on closed shelf")
+
+
+# A stop signal whose handler raises SystemExit while a weakref callback runs (celery beat's
+# SIGTERM handler does): Python reports the SystemExit as unraisable and carries on, so the
+# process never stops. The hook delivers the signal again.
+SWALLOWED_STOP = """
+import signal, sys, time, weakref
+from chat_platform.log_config import configure_logging
+configure_logging(level="INFO", json=True)
+calls = []
+def on_term(signum, frame):
+    calls.append(signum)
+    raise SystemExit(3)
+signal.signal(signal.SIGTERM, on_term)
+class Thing:
+    pass
+def callback(ref):
+    signal.raise_signal(signal.SIGTERM)  # the handler runs here: its SystemExit is swallowed
+thing = Thing()
+keep = weakref.ref(thing, callback)
+try:
+    del thing
+    time.sleep(10)  # one long sleep, as beat's tick does: the signal must wake it
+    print("still running after", len(calls), "signal(s)", flush=True)
+    sys.exit(0)
+except SystemExit as stop:
+    print("stopped after", len(calls), "signal(s) with", stop.code, flush=True)
+    raise
+"""
+
+
+def test_a_stop_swallowed_by_a_finaliser_is_delivered_again():
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", SWALLOWED_STOP],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == "stopped after 2 signal(s) with 3\n", done.stderr
+    assert done.returncode == 3
+    events = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(e["event"], e["logger"]) for e in events] == [("unraisable_exception", "uncaught")]
+    assert events[0]["exception"].endswith("SystemExit: 3")
