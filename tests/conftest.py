@@ -2,6 +2,7 @@ import contextvars
 
 import pytest
 from _pytest.runner import runtestprotocol
+from django.test import TransactionTestCase
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -9,6 +10,34 @@ from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
 
 pytest_plugins = ["tests.fakeopenai", "tests.mcpserver"]
+
+# Rows that migrate's post_migrate handlers create (content types, permissions, the default
+# site) and nothing in a test changes.
+_KEPT_ON_FLUSH = frozenset({"django_content_type", "auth_permission", "django_site"})
+
+
+def _fixture_teardown_keeping_migrated_rows(self):
+    """A transactional test (``django_db(transaction=True)``) ends with every table emptied, as
+    Django's ``flush`` does, except the rows above: ``flush`` truncates those too, then sends
+    post_migrate to create them again (~0.2 s of CPU per test, a fifth of some directories'
+    whole run). Keeping them keeps their ids, so the content-type cache stays right."""
+    from django.core.management.color import no_style
+    from django.db import connections
+
+    for alias in self._databases_names(include_mirrors=False):
+        connection = connections[alias]
+        tables = [
+            table
+            for table in connection.introspection.django_table_names(
+                only_existing=True, include_views=False
+            )
+            if table not in _KEPT_ON_FLUSH
+        ]
+        statements = connection.ops.sql_flush(no_style(), tables, allow_cascade=False)
+        connection.ops.execute_sql_flush(statements)
+
+
+TransactionTestCase._fixture_teardown = _fixture_teardown_keeping_migrated_rows
 
 
 def pytest_addoption(parser):
