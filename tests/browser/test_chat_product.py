@@ -46,6 +46,9 @@ FILLER = (
     " We talked about it for a while, went back and forth over the details, compared a few"
     " options, looked at what had gone wrong last time, and agreed to write it all down so that"
     " nobody would have to ask again next week."
+    # Enough that /compact lowers the context (docs/compaction.md "/compact").
+    " It took longer than it should have, as these things do, but everyone was fairly relaxed"
+    " about it and the coffee was good."
 )
 CHATTY = [
     "My sister Ada lives in Lisbon and works as a marine biologist." + FILLER,
