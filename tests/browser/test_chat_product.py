@@ -138,6 +138,37 @@ def test_markdown_reply_renders_while_streaming_with_gauge_and_title(server_url,
     assert page.js_errors == []
 
 
+def test_with_compaction_off_the_gauge_shows_no_compaction_marks(server_url, desktop):
+    """Issue 32, Deliver 5: with compaction off no threshold acts, so the gauge draws no marks
+    and never says compaction is due, even past where it would be (W 3,000, R 500: B 2,500,
+    whose soft mark would be 1,250)."""
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(
+        server_url,
+        headers,
+        name="Uncompacted",
+        model="builtin/recall",
+        context_window=3000,
+        max_output_tokens=500,
+        compaction_enabled=False,
+    )
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, " ".join(CHATTY * 4))
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    page.wait_for_function(
+        "() => +document.getElementById('context-gauge').dataset.pressure > 1250"
+    )
+    total = page.locator("#gauge-total").inner_text()
+    assert re.fullmatch(r"[\d,]+ of 2,500 tokens \(\d+%\)", total), total
+    assert page.locator("#context-gauge").get_attribute("data-level") == "ok"
+    assert page.locator("#gauge-bar [data-mark]").count() == 0
+    assert page.locator("#gauge-legend [data-mark]").count() == 0
+    assert "ompaction" not in page.inner_text("#context-gauge")
+    assert page.js_errors == []
+
+
 def test_empty_stopped_reply_says_so(server_url, desktop, fake):
     page = desktop
     bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Slow")
