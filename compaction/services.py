@@ -327,6 +327,10 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
             "Nothing worth compacting yet: a summary would not be shorter than the messages "
             "since the last compaction. Nothing was changed."
         )
+    if result.reason == "quota_exceeded" and result.quota:
+        # What ran out and when it resets (docs/connections.md "Daily token limits").
+        words = usage.limit_words(result.quota, what="the summariser's input")
+        return f"Compaction did not run: {words}. Nothing was changed."
     if result.reason == "not_lower":
         # Shorter than its messages, yet the context with it (its label, the snapshot's index
         # line) would be no smaller: nothing was kept (docs/compaction.md "/compact").
