@@ -17,6 +17,10 @@ class RunResult:
     # The messages the run's summaries cover (several passes: from the first to the last).
     first_seq: int | None = None
     last_seq: int | None = None
+    # ``not_lower``: what the context would have been with the summary in place (not kept).
+    would_be: int | None = None
+    # ``quota_exceeded``: the refusal's details (whose limit, used, when it resets) for the notice.
+    quota: dict | None = None
 
     def __post_init__(self) -> None:
         if self.summary is not None and self.first_seq is None:

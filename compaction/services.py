@@ -50,6 +50,7 @@ REASON_TEXT = {
     "finish_reason": "the summary was cut off before it finished",
     "too_short": "the summary was too short to be useful",
     "not_shorter": "the summary was not shorter than the messages it would replace",
+    "not_lower": "with the summary in place the context would not be smaller",
     "tool_syntax": "the summary contained tool-call syntax",
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
@@ -325,6 +326,18 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
         return (
             "Nothing worth compacting yet: a summary would not be shorter than the messages "
             "since the last compaction. Nothing was changed."
+        )
+    if result.reason == "quota_exceeded" and result.quota:
+        # What ran out and when it resets (docs/connections.md "Daily token limits").
+        words = usage.limit_words(result.quota, what="the summariser's input")
+        return f"Compaction did not run: {words}. Nothing was changed."
+    if result.reason == "not_lower":
+        # Shorter than its messages, yet the context with it (its label, the snapshot's index
+        # line) would be no smaller: nothing was kept (docs/compaction.md "/compact").
+        would_be = result.would_be if result.would_be is not None else result.tokens_before
+        return (
+            f"Nothing to compact: with a summary in place the context would be {would_be:,} "
+            f"tokens, not less than the {result.tokens_before:,} it is now. Nothing was changed."
         )
     reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
     return f"Compaction failed: {reason}. Nothing was changed."

@@ -167,6 +167,28 @@ def refusal_details(message: str, *, at: dt.datetime) -> dict[str, Any]:
     }
 
 
+def limit_words(details: dict[str, Any], *, what: str) -> str:
+    """A refusal's ``details`` in a sentence for a stored notice (the chat's ``/compact``), as the
+    chat page words a failed reply (``static/chat/lib/quota.js``): whose daily limit, how much
+    of it is used, when it resets (in UTC: a notice is stored text, read in any time zone)."""
+    whose = "this API key's" if details.get("scope") == "key" else "your"
+    limit, used = details.get("limit"), details.get("used")
+    if isinstance(limit, int) and isinstance(used, int):
+        state = (
+            f"is used up ({used:,} of {limit:,} tokens today)"
+            if used >= limit
+            else f"has too little left for {what} ({used:,} of {limit:,} tokens used today)"
+        )
+    else:
+        state = "is used up"
+    try:
+        reset = dt.datetime.fromisoformat(str(details.get("resets_at"))).astimezone(dt.UTC)
+    except ValueError:
+        reset = resets_at()
+    when = f"{reset:%H:%M} UTC on {reset:%a} {reset.day} {reset:%b}"
+    return f"{whose} daily token limit {state}; it resets at {when}"
+
+
 def tokens_today(subject: str) -> tuple[int, int]:
     row = (
         TokenCounter.objects.filter(subject=subject, day=today())

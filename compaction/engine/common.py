@@ -36,6 +36,10 @@ class Plan:
     # of the reply's earlier tool rounds, which it may take besides the history before the
     # current turn. None: never the current turn.
     within: tuple[int, int] | None = None
+    # ``/compact`` typed in chat (docs/compaction.md "/compact"): a pass whose summary would not
+    # leave the context smaller keeps nothing and says so. Automatic passes never ask: in a small
+    # window the snapshot's index line can outweigh what a pass saves, and they must still run.
+    must_lower: bool = False
 
 
 class Conflict(Exception):

@@ -243,10 +243,15 @@ def record_success(
     *,
     tokens_before: int,
     source_tokens: int,
+    must_lower: bool = False,
 ) -> tuple[int, CompactionEvent]:
-    """Inside the committing transaction: index the snapshot, measure, write the event."""
+    """Inside the committing transaction: index the snapshot, measure, write the event.
+    ``must_lower`` (``/compact`` in chat): a context no smaller than before raises ``NotLower``
+    before anything is recorded (the caller's transaction rolls the summary and claim back)."""
     memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"])
     tokens_after = context_measure(session=session_fresh(session)).pressure
+    if must_lower and tokens_after >= tokens_before:
+        raise NotLower(tokens_after)
     event = event_write(
         session,
         trigger=trigger,
@@ -325,6 +330,47 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
     )
 
 
+class NotLower(Exception):
+    """The context measured with the summary in place is no smaller than before it."""
+
+    def __init__(self, tokens_after: int) -> None:
+        super().__init__(tokens_after)
+        self.tokens_after = tokens_after
+
+
+def _not_lower(
+    session: ChatSession,
+    plan: Plan,
+    accepted: dict[str, Any],
+    *,
+    tokens_before: int,
+    would_be: int,
+    source_tokens: int,
+) -> RunResult:
+    """A summary shorter than its messages can still leave the context no smaller (its block's
+    label, the snapshot's line in the memory index): nothing is kept, the attempt is on record
+    as rejected (``not_lower``), and the notice says so (docs/compaction.md "/compact")."""
+    event = event_write(
+        session,
+        trigger=plan.trigger,
+        outcome=CompactionEvent.Outcome.REJECTED,
+        reason="not_lower",
+        error=(
+            f"With the summary in place the context would be {would_be:,} tokens, not less "
+            f"than the {tokens_before:,} it is."
+        ),
+        tokens_before=tokens_before,
+        tokens_after=tokens_before,
+        source_tokens=source_tokens,
+        model=accepted["model"],
+        duration_ms=accepted["duration_ms"],
+        snapshot=accepted["snapshot"],
+    )
+    return RunResult(
+        "rejected", "not_lower", tokens_before, tokens_before, None, event, would_be=would_be
+    )
+
+
 def _pass_commit(
     session: ChatSession,
     plan: Plan,
@@ -368,7 +414,17 @@ def _pass_commit(
                 summary,
                 tokens_before=tokens_before,
                 source_tokens=source_tokens,
+                must_lower=plan.must_lower,
             )
+    except NotLower as grown:
+        return _not_lower(
+            session,
+            plan,
+            accepted,
+            tokens_before=tokens_before,
+            would_be=grown.tokens_after,
+            source_tokens=source_tokens,
+        )
     except Conflict:
         event = event_write(
             session,

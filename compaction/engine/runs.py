@@ -135,9 +135,13 @@ def compaction_hard(
         return pass_or_fuse(session, plan, budget)
 
 
-def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
+def compaction_manual(
+    *, session: ChatSession, focus: str = "", must_lower: bool = False
+) -> RunResult:
     """``/compact [focus]``: everything but the latest exchange, now — in as many summariser
     calls as its input window needs; bypasses cool-down and back-off and clears them on success.
+    ``must_lower`` (``/compact`` typed in chat): a pass that would not leave the context smaller
+    keeps nothing (``rejected``, ``not_lower``; docs/compaction.md "/compact").
 
     A caller that finds a run in flight waits (<= 60 s) and reuses what that run produced while
     it waited; if that run compacted nothing, it compacts itself.
@@ -174,10 +178,10 @@ def compaction_manual(*, session: ChatSession, focus: str = "") -> RunResult:
                     joined.summary,
                     joined,
                 )
-        return manual_passes(session, focus=focus)
+        return manual_passes(session, focus=focus, must_lower=must_lower)
 
 
-def manual_passes(session: ChatSession, *, focus: str = "") -> RunResult:
+def manual_passes(session: ChatSession, *, focus: str = "", must_lower: bool = False) -> RunResult:
     """The work of ``/compact`` for a caller holding the session's lease: everything but the
     latest exchange (and held spans), in as many passes as the summariser's window needs."""
     budget = session_budget(session)
@@ -192,7 +196,9 @@ def manual_passes(session: ChatSession, *, focus: str = "") -> RunResult:
             plan = Plan(trigger="fusion", target=0)
             attempt = partial(fuse, session, parents, plan)
         else:
-            plan = Plan(trigger="manual", target=0, focus=focus, min_tokens=0)
+            plan = Plan(
+                trigger="manual", target=0, focus=focus, min_tokens=0, must_lower=must_lower
+            )
             attempt = partial(run_pass, session, plan, record_noop=not done)
         try:
             last = enveloped(session, plan, attempt)

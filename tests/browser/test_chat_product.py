@@ -46,6 +46,9 @@ FILLER = (
     " We talked about it for a while, went back and forth over the details, compared a few"
     " options, looked at what had gone wrong last time, and agreed to write it all down so that"
     " nobody would have to ask again next week."
+    # Enough that /compact lowers the context (docs/compaction.md "/compact").
+    " It took longer than it should have, as these things do, but everyone was fairly relaxed"
+    " about it and the coffee was good."
 )
 CHATTY = [
     "My sister Ada lives in Lisbon and works as a marine biologist." + FILLER,
@@ -132,6 +135,37 @@ def test_markdown_reply_renders_while_streaming_with_gauge_and_title(server_url,
     page.wait_for_selector('#transcript[aria-busy="false"]')
     assert assistant(page).last.locator(".msg-text strong").inner_text() == "the plan"
     assert assistant(page).last.locator(".code-copy").is_visible()
+    assert page.js_errors == []
+
+
+def test_with_compaction_off_the_gauge_shows_no_compaction_marks(server_url, desktop):
+    """Issue 32, Deliver 5: with compaction off no threshold acts, so the gauge draws no marks
+    and never says compaction is due, even past where it would be (W 3,000, R 500: B 2,500,
+    whose soft mark would be 1,250)."""
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(
+        server_url,
+        headers,
+        name="Uncompacted",
+        model="builtin/recall",
+        context_window=3000,
+        max_output_tokens=500,
+        compaction_enabled=False,
+    )
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, " ".join(CHATTY * 4))
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    page.wait_for_function(
+        "() => +document.getElementById('context-gauge').dataset.pressure > 1250"
+    )
+    total = page.locator("#gauge-total").inner_text()
+    assert re.fullmatch(r"[\d,]+ of 2,500 tokens \(\d+%\)", total), total
+    assert page.locator("#context-gauge").get_attribute("data-level") == "ok"
+    assert page.locator("#gauge-bar [data-mark]").count() == 0
+    assert page.locator("#gauge-legend [data-mark]").count() == 0
+    assert "ompaction" not in page.inner_text("#context-gauge")
     assert page.js_errors == []
 
 

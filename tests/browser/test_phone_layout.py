@@ -10,6 +10,7 @@ import pytest
 
 from chat_platform.llm.builtin.recall import NO_MATCH_TEXT
 from tests.browser.support import api_headers, create_bot, log_in, send, shoot
+from tests.browser.test_chat_product import CHATTY
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -152,4 +153,108 @@ def test_the_demo_room_after_a_first_hello_on_a_desktop(server_url, desktop):
     assert [t.strip() for t in texts] == ["hello", NO_MATCH_TEXT, NO_MATCH_TEXT]
     assert page.locator('#transcript article.msg[data-kind="notice"]').count() == 0
     shoot(page, "demo-room")
+    assert page.js_errors == []
+
+
+# A title far longer than a phone's header, with one word longer than the screen too.
+LONG_TITLE = (
+    "Planning the whole family's summer trip to Lisbon, Porto and the Algarve with everyone's "
+    "flights, trains and hotels: Supercalifragilisticexpialidocious-itinerary-version-7"
+)
+# The header's title and every control beside it, as the page lays them out.
+HEADER_BOXES = """() => {
+  const title = document.getElementById('conversation-title');
+  const style = getComputedStyle(title);
+  const box = (n) => {
+    const b = n.getBoundingClientRect();
+    return [b.left, b.right, b.top, b.bottom];
+  };
+  const controls = Array.from(document.querySelectorAll(
+    '.conversation-header button, .conversation-header summary, .conversation-header a'))
+    .filter((n) => n.checkVisibility({ visibilityProperty: true }))
+    .map((n) => [n.id || n.closest('[id]').id, ...box(n)]);
+  return {
+    text: title.textContent,
+    overflow: style.overflowX,
+    textOverflow: style.textOverflow,
+    whiteSpace: style.whiteSpace,
+    clipped: title.scrollWidth > title.clientWidth,
+    title: box(title),
+    lineHeight: parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.5,
+    controls: controls,
+  };
+}"""
+
+
+def test_on_a_phone_a_long_chat_title_ends_in_an_ellipsis_beside_its_buttons(server_url, phone):
+    page = phone
+    headers = api_headers(server_url)
+    bot = create_bot(server_url, headers, name="Titled", model="builtin/recall")
+    made = httpx.post(
+        f"{server_url}/api/v1/sessions/",
+        json={"bot": bot["id"], "title": LONG_TITLE},
+        headers=headers,
+    )
+    assert made.status_code == 201, made.text
+    log_in(page, server_url, next_path=f"/chat/{made.json()['id']}/")
+    page.wait_for_selector("#composer:enabled")
+    page.wait_for_function(
+        "(t) => document.getElementById('conversation-title').textContent === t", arg=LONG_TITLE
+    )
+    page.locator("#chat-settings > summary").wait_for()
+
+    laid = page.evaluate(HEADER_BOXES)
+    # The whole title is in the page (for screen readers and the tooltip), shown cut short with
+    # an ellipsis on one line, not wrapped and not clipped mid-letter.
+    assert laid["text"] == LONG_TITLE
+    assert (laid["overflow"], laid["textOverflow"], laid["whiteSpace"]) == (
+        "hidden",
+        "ellipsis",
+        "nowrap",
+    )
+    assert laid["clipped"] is True
+    left, right, top, bottom = laid["title"]
+    assert left >= 0 and right <= 390, laid["title"]
+    assert bottom - top <= laid["lineHeight"] + 1, laid
+    # Rename is its pencil on a phone, so the title keeps some room (it had 60 px beside
+    # "Rename", "+ Bot", ⚙ and Memory: "Plan…").
+    assert right - left >= 90, laid["title"]
+    # Every button of the header (the drawer toggle, Rename, the chat settings) is whole on the
+    # screen and beside the title, not pushed off it or under it.
+    ids = {control[0] for control in laid["controls"]}
+    assert {"drawer-toggle", "chat-settings"} <= ids, laid["controls"]
+    for name, c_left, c_right, c_top, c_bottom in laid["controls"]:
+        assert c_left >= 0 and c_right <= 390, (name, c_left, c_right)
+        assert c_right <= left + 0.5 or c_left >= right - 0.5, (name, c_left, c_right, left, right)
+    assert page.evaluate(OUT_OF_VIEW) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(page, "mobile-long-title")
+
+    # A compaction's chip ("Context compacted: 1,234 → 567 tokens") joins the header's row: the
+    # title still gives way, and no button leaves the screen.
+    for text in CHATTY:
+        sent = httpx.post(
+            f"{server_url}/api/v1/sessions/{made.json()['id']}/messages/",
+            json={"content": text, "wait": True},
+            headers=headers,
+            timeout=60,
+        )
+        assert sent.status_code == 201, sent.text
+    page.wait_for_selector(f'{REPLIES}[data-status="complete"] >> nth=3')
+    send(page, "/compact")
+    chip = page.locator("#compaction-status")
+    page.wait_for_function(
+        "() => { const c = document.getElementById('compaction-status');"
+        " return !c.hidden && c.textContent.startsWith('Context compacted:'); }"
+    )
+    with_chip = page.evaluate(HEADER_BOXES)
+    left, right, _, _ = with_chip["title"]
+    assert left >= 0 and right <= 390, with_chip["title"]
+    for name, c_left, c_right, _, _ in with_chip["controls"]:
+        assert c_left >= 0 and c_right <= 390, (name, c_left, c_right)
+    chip_box = chip.bounding_box()
+    assert chip_box["x"] >= 0 and chip_box["x"] + chip_box["width"] <= 390, chip_box
+    assert page.evaluate(OUT_OF_VIEW) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(page, "mobile-long-title-compacted")
     assert page.js_errors == []

@@ -30,7 +30,10 @@ def _conversation(session, turns=12):
 
 
 def test_compact_command_with_builtin_extractive(owner_client, chat_session, eager_tasks):
-    _conversation(chat_session)
+    # 24 exchanges: the extractive summary keeps most of each line, so fewer would not lower
+    # the context once the summary's label and the snapshot's index line are counted (a
+    # compaction that would not is refused: tests/compaction/test_compact_not_lower.py).
+    _conversation(chat_session, turns=24)
     before = session_context_recount(session_id=chat_session.pk)[0]
     response = owner_client.post(
         f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "/compact"}, format="json"
@@ -40,27 +43,27 @@ def test_compact_command_with_builtin_extractive(owner_client, chat_session, eag
     compaction = body["compaction"]
     assert compaction["outcome"] == "compacted"
     summary = Summary.objects.get(session=chat_session)
-    # everything but the latest exchange (messages 23 and 24)
-    assert (summary.first_seq, summary.last_seq, summary.trigger) == (1, 22, "manual")
+    # everything but the latest exchange (messages 47 and 48)
+    assert (summary.first_seq, summary.last_seq, summary.trigger) == (1, 46, "manual")
     assert summary.model == "builtin/extractive"
     assert body["notice"]["content"] == (
         f"Context compacted: {compaction['tokens_before']:,} -> {compaction['tokens_after']:,} "
-        "tokens (messages 1–22)."
+        "tokens (messages 1–46)."
     )
     assert (body["notice"]["role"], body["notice"]["kind"]) == ("system", "notice")
     covered = Message.objects.filter(session=chat_session, compacted_by_id=summary.pk)
-    assert covered.count() == 22
+    assert covered.count() == 46
     assert set(
-        Message.objects.filter(session=chat_session, seq__in=[23, 24]).values_list(
+        Message.objects.filter(session=chat_session, seq__in=[47, 48]).values_list(
             "compacted_by_id", flat=True
         )
     ) == {None}
     chat_session.refresh_from_db()
     remaining = session_context_recount(session_id=chat_session.pk)
     assert chat_session.context_tokens == remaining[0] < before
-    snapshot = MemoryRecord.objects.get(session=chat_session, name="snapshot_1_22")
+    snapshot = MemoryRecord.objects.get(session=chat_session, name="snapshot_1_46")
     assert snapshot.indexed is True
-    assert snapshot.description.startswith("Pre-compaction snapshot of messages 1–22")
+    assert snapshot.description.startswith("Pre-compaction snapshot of messages 1–46")
     event = CompactionEvent.objects.get(session=chat_session)
     assert (event.outcome, event.snapshot_id, event.summary_id) == (
         "compacted",

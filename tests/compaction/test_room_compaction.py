@@ -73,7 +73,8 @@ def _send(client, session, content, **body):
 def _note(n: int) -> str:
     return (
         f"Note {n}: the parcel for order {n * 37} ships to depot {n % 11} on day {n % 28 + 1}. "
-        + (FILLER * 2).strip()
+        # Long enough that /compact lowers the context (docs/compaction.md "/compact").
+        + (FILLER * 4).strip()
     )
 
 

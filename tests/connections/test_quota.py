@@ -49,6 +49,44 @@ def test_a_user_over_the_limit_gets_quota_exceeded_and_nothing_is_stored(
     assert len(fake_openai.requests) == 1
 
 
+def test_a_reply_that_runs_past_the_limit_finishes_and_the_next_send_says_so(
+    owner, owner_client, fake_session, fake_openai, eager_tasks
+):
+    """Issue 32, Deliver 7, "during a reply": what a reply sends is held before its call, its
+    output never is (docs/connections.md "The hold rule"), so a reply that writes past the
+    limit finishes whole; the limit is then used up, and the next message is refused in words
+    that say by how much and when it resets."""
+    UserQuota.objects.create(user=owner, daily_token_limit=30)
+    fake_openai.script(
+        Reply(
+            text="A long answer.",
+            usage={"prompt_tokens": 15, "completion_tokens": 30, "total_tokens": 45},
+        )
+    )
+    first = _send(owner_client, fake_session, "one")
+    assert first.status_code == 201, first.json()
+    reply = first.json()["assistant_message"]
+    assert (reply["status"], reply["content"]) == ("complete", "A long answer.")
+    counter = TokenCounter.objects.get(subject=f"user:{owner.pk}")
+    assert (counter.used, counter.reserved) == (45, 0)
+
+    response = _send(owner_client, fake_session, "two")
+    assert response.status_code == 429
+    error = response.json()["error"]
+    tomorrow = (usage.today() + dt.timedelta(days=1)).isoformat()
+    assert error["message"] == (
+        f"Your daily limit of 30 tokens is spent (45 used); it resets at {tomorrow}T00:00:00+00:00."
+    )
+    assert error["details"] == {
+        "resets_at": f"{tomorrow}T00:00:00+00:00",
+        "limit": 30,
+        "used": 45,
+        "scope": "user",
+    }
+    assert not Message.objects.filter(content="two").exists()
+    assert len(fake_openai.requests) == 1
+
+
 def test_the_counter_survives_a_restart(owner):
     """The counter is a database row: a new process (no cache, no Redis) reads the same."""
     UserQuota.objects.create(user=owner, daily_token_limit=100)

@@ -143,6 +143,38 @@ def test_compact_with_a_spent_quota_is_refused_and_calls_no_model(
     assert Message.objects.filter(session=session).count() == messages  # no command stored
 
 
+def test_compact_in_chat_that_the_limit_cannot_fit_says_what_ran_out_and_when_it_resets(
+    owner, owner_client, session, fake_openai
+):
+    """Issue 32, Deliver 7: a limit with room (599 of 600) takes the command, but not the
+    summariser's input; its notice says whose limit, how much is used and when it resets (it
+    said "Compaction failed: your daily token limit has no room for the summariser's input")."""
+    add_history(session, [300, 300, 300, 300, 50, 50])
+    recount(session)
+    UserQuota.objects.create(user=owner, daily_token_limit=600)
+    spend(f"user:{owner.pk}", limit_used=599)
+
+    response = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/messages/", {"content": "/compact"}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["compaction"]["outcome"], body["compaction"]["reason"]) == (
+        "failed",
+        "quota_exceeded",
+    )
+    reset = usage.today() + dt.timedelta(days=1)
+    assert body["notice"]["content"] == (
+        "Compaction did not run: your daily token limit has too little left for the "
+        "summariser's input (599 of 600 tokens used today); it resets at 00:00 UTC on "
+        f"{reset:%a} {reset.day} {reset:%b}. Nothing was changed."
+    )
+    assert fake_openai.requests == []
+    assert not Summary.objects.filter(session=session).exists()
+    assert counter(f"user:{owner.pk}") == (599, 0)
+
+
 def test_a_summary_is_charged_to_the_user_who_asked_for_it(
     owner, owner_client, session, fake_openai
 ):

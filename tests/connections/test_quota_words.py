@@ -71,3 +71,17 @@ def test_the_failed_reply_carries_what_ran_out_over_rest(
         "scope": "user",
     }
     assert fake_openai.requests == []
+
+
+def test_a_refusal_in_a_notice_names_whose_limit_how_much_and_when_it_resets():
+    """The words ``/compact``'s notice uses (a stored text: the reset in UTC)."""
+    spent = {"resets_at": "2026-12-05T00:00:00+00:00", "limit": 50, "used": 61, "scope": "key"}
+    assert usage.limit_words(spent, what="the summariser's input") == (
+        "this API key's daily token limit is used up (61 of 50 tokens today); "
+        "it resets at 00:00 UTC on Sat 5 Dec"
+    )
+    short = {"resets_at": "2026-12-05T00:00:00+00:00", "limit": 600, "used": 599, "scope": "user"}
+    assert usage.limit_words(short, what="the summariser's input") == (
+        "your daily token limit has too little left for the summariser's input (599 of 600 "
+        "tokens used today); it resets at 00:00 UTC on Sat 5 Dec"
+    )

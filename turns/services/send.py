@@ -455,11 +455,13 @@ def session_compact_command(
         if seat is None:
             result = RunResult("failed", "unknown_bot")
         else:
-            result = compaction_manual(session=seat, focus=focus.strip())
+            # Typed in chat: a compaction that would not lower the context keeps nothing and
+            # the notice says so (docs/compaction.md "/compact").
+            result = compaction_manual(session=seat, focus=focus.strip(), must_lower=True)
     except CompactionBusy:
         result = RunResult("failed", "busy")
-    except QuotaExceeded:  # the summariser's input did not fit in what is left today
-        result = RunResult("failed", "quota_exceeded")
+    except QuotaExceeded as exc:  # the summariser's input did not fit in what is left today
+        result = RunResult("failed", "quota_exceeded", quota=exc.details)
     except ServiceUnavailable:
         result = RunResult("failed", "service_unavailable")
     except Exception:  # the command is stored: it must get its notice (and seq n+1) regardless

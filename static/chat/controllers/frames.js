@@ -144,9 +144,10 @@ function compactionFinished(event) {
     // Compaction flips `compacted` on older messages, which after_seq would not return.
     resync(true);
     loadMarkers(state.epoch);
-  } else if (event.reason === "not_shorter") {
-    // Not a failure: too little since the last compaction to shorten. Said once for /compact
-    // (its notice says it too); an automatic attempt that found nothing to gain shows nothing.
+  } else if (event.reason === "not_shorter" || event.reason === "not_lower") {
+    // Not a failure: a summary would not shorten the messages or lower the context. Said once
+    // for /compact (its notice says it too); an automatic attempt that found nothing to gain
+    // shows nothing.
     if (event.trigger === "manual") setCompaction("Nothing worth compacting yet", "done", 8000);
     else setCompaction("", "");
   } else if (outcome === "failed" || outcome === "rejected") {
