@@ -295,41 +295,91 @@ def _kill_checks(
 ) -> None:
     from turns.watchdog import DEAD_WORKER_TEXT
 
-    counts = Counter(t.outcome for t in turns)
     replies = _replies([t.session_id for t in turns], within=120)
     statuses = Counter(r[0] for r in replies.values())
     ran = worker_hosts(cluster, turns)
-    interrupted = {sid for sid, r in replies.items() if r[0] == "interrupted"}
-    by_watchdog = {sid for sid in interrupted if replies[sid][1] == DEAD_WORKER_TEXT}
-    on_worker2 = {sid for sid in interrupted if ran.get(sid) == "worker2"}
-    failed_frames = {t.session_id for t in turns if t.outcome == "failed"}
-    checks.check(
-        f"burst of {len(turns)} with worker2 killed: every client got its end",
-        counts["stuck"] == counts["lost"] == counts["duplicated"] == 0,
-        f"{', '.join(f'{k} {counts[k]}' for k in OUTCOMES)} in {wall:.1f} s wall "
-        f"(failed = a message.failed frame for an interrupted reply)",
-    )
-    _errors([t for t in turns if t.outcome != "failed"])
+    _clients_check(cluster, turns, wall, replies, ran, killed, checks)
     checks.check(
         "no reply left pending/streaming",
         statuses["pending"] + statuses["streaming"] == 0 and len(replies) == len(turns),
         "replies " + ", ".join(f"{k} {n}" for k, n in sorted(statuses.items())),
     )
+    interrupted = {sid for sid, r in replies.items() if r[0] == "interrupted"}
+    by_watchdog = {sid for sid in interrupted if replies[sid][1] == DEAD_WORKER_TEXT}
+    # A turn worker2 had claimed but not yet sent to the provider left no row there.
+    on_worker1 = {sid for sid in interrupted if ran.get(sid) == "worker1"}
+    reached = sum(ran.get(sid) == "worker2" for sid in interrupted)
+    failed_frames = {t.session_id for t in turns if t.outcome == "failed"}
     last = max((replies[sid][2] for sid in interrupted), default=killed.get("at", 0))
-    completed_by = Counter(ran.get(s) for s, r in replies.items() if r[0] == "complete")
+    completed_by = Counter(ran.get(s) or "?" for s, r in replies.items() if r[0] == "complete")
     checks.check(
         "worker2's turns ended by the watchdog",
         bool(interrupted)
-        and interrupted == by_watchdog == on_worker2 == failed_frames
+        and interrupted == by_watchdog == failed_frames
+        and not on_worker1
         and statuses["complete"] + len(interrupted) == len(turns),
-        f"{len(interrupted)} interrupted, all of them run on worker2 {interrupted == on_worker2}"
-        f", all with the watchdog's dead-worker text {interrupted == by_watchdog}, each client "
-        f"told by a message.failed frame {interrupted == failed_frames}; the last ended "
+        f"{len(interrupted)} interrupted ({reached} had reached the provider from worker2, "
+        f"{len(interrupted) - reached - len(on_worker1)} not yet, {len(on_worker1)} from "
+        f"worker1), all with the watchdog's dead-worker text {interrupted == by_watchdog}, each "
+        f"client told by a message.failed frame {interrupted == failed_frames}; the last ended "
         f"{last - killed.get('at', last):.1f} s after the kill; completed by "
-        + ", ".join(f"{h} {n}" for h, n in sorted(completed_by.items(), key=str))
+        + ", ".join(f"{h} {n}" for h, n in sorted(completed_by.items()))
         + f"; watchdog log lines on worker1: {_log_count(cluster, 'turn_interrupted_by_watchdog')}"
         f" interrupted, {_log_count(cluster, 'turns_redispatched')} hand-overs",
     )
+
+
+def _clients_check(
+    cluster: Cluster,
+    turns: list[cs.Turn],
+    wall: float,
+    replies: dict[int, tuple[str, str, float]],
+    ran: dict[int, str],
+    killed: dict,
+    checks: Checks,
+) -> None:
+    """Every client got its end. A reply worker2 stored ``complete`` just before it died may
+    have lost its final frame with it (the frame leaves after the commit): the page's stale
+    check (static/chat/controllers/session.js, 10 s without frames) then reads it over REST,
+    which is what this does, through the web host the client did not use. Any other missing
+    frame is lost."""
+    counts = Counter(t.outcome for t in turns)
+    recovered = 0
+    for turn in turns:
+        if turn.outcome not in ("lost", "stuck"):
+            continue
+        status, _, stamped = replies.get(turn.session_id, ("", "", 0.0))
+        if (
+            ran.get(turn.session_id) == "worker2"
+            and status == "complete"
+            and stamped <= killed.get("at", 0) + 1
+            and _rest_text(cluster, turn) == _stack.TEXT
+        ):
+            recovered += 1
+    frames_lost = counts["lost"] + counts["stuck"]
+    checks.check(
+        f"burst of {len(turns)} with worker2 killed: every client got its end",
+        counts["duplicated"] == 0 and recovered == frames_lost,
+        f"{', '.join(f'{k} {counts[k]}' for k in OUTCOMES)} in {wall:.1f} s wall (failed = a "
+        f"message.failed frame for an interrupted reply); final frames lost with worker2 "
+        f"{recovered} of {frames_lost} without one (stored complete before the kill, read "
+        f"whole over REST as the page's stale check does)",
+    )
+    _errors([t for t in turns if t.outcome != "failed"])
+
+
+def _rest_text(cluster: Cluster, turn: cs.Turn) -> str:
+    """The reply's text over REST, through the web host the turn's socket did not use."""
+    other = next(b for b in cluster.web.values() if b.replace("http", "ws", 1) != turn.ws_base)
+    answer = httpx.get(
+        f"{other}/api/v1/sessions/{turn.session_id}/messages/",
+        headers={"Authorization": f"Token {cluster.token}"},
+        timeout=30,
+    )
+    rows = answer.json() if answer.status_code == 200 else []
+    rows = rows.get("results", rows) if isinstance(rows, dict) else rows
+    done = [m for m in rows if m.get("role") == "assistant" and m.get("status") == "complete"]
+    return done[-1]["content"] if done else ""
 
 
 def _log_count(cluster: Cluster, event: str) -> int:

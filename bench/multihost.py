@@ -78,6 +78,7 @@ class Cluster:
         self.by_name: dict[str, _stack.Proc] = {}
         self.web: dict[str, str] = {}
         self.provider_url = ""
+        self.token = ""  # the bench user's API token, for the checks' REST reads
         code = Path(_stack.ROOT).resolve()
         venv = Path(sys.executable).parent.parent.resolve()
         self.readonly = [code] + ([venv] if not venv.is_relative_to(code) else [])
@@ -248,6 +249,7 @@ def run(args: argparse.Namespace, rundir: Path) -> bool:
             from django.db import connection
 
             fix = _stack.fixture(cluster.provider_url, "multihost")
+            cluster.token = fix.token
             sids = _stack.sessions(fix, 2 * args.burst + 9)
             connection.close()
             warm(cluster, fix.token, sids[:8])
