@@ -305,6 +305,8 @@ def main() -> None:
     ok = False
     try:
         ok = run(args, rundir)
+    except KeyboardInterrupt:
+        print("multihost: interrupted")
     finally:
         left = _netns.leftovers()
         print(f"cleanup: namespaces {len(left['namespaces'])}, links {len(left['links'])} left")
