@@ -130,9 +130,10 @@ def network(rundir: Path) -> Iterator[dict[str, Host]]:
 
 def wrap(host: Host, readonly: list[Path]) -> tuple[str, ...]:
     """The argv prefix that runs a command on ``host`` (see the module's docstring)."""
-    mounts = [f"mount --bind {host.disk} /tmp"]
+    mounts = []
     for path in readonly:
         mounts += [f"mount --bind {path} {path}", f"mount -o remount,bind,ro {path} {path}"]
+    mounts.append(f"mount --bind {host.disk} /tmp")
     script = " && ".join([*mounts, "mkdir -p /tmp/home", 'exec "$@"'])
     return ("ip", "netns", "exec", host.ns, "sh", "-c", script, "sh")
 
