@@ -69,8 +69,7 @@ class Proc:
     name: str
     process: subprocess.Popen
     log: Path
-    # What ``_stop`` sends first (PostgreSQL: SIGINT, its fast shutdown).
-    stop_signal: int = signal.SIGTERM
+    stop_signal: int = signal.SIGTERM  # what ``_stop`` sends first (PostgreSQL: SIGINT)
 
     def tree(self) -> list[int]:
         return descendants(self.process.pid)
@@ -107,18 +106,12 @@ def _free_port() -> int:
 def _start(
     name: str, argv: list[str], env: dict[str, str], logdir: Path, wrap: tuple[str, ...] = ()
 ) -> Proc:
-    """``argv`` in a session of its own, logging to ``logdir/<name>.log``; ``wrap`` goes before
-    it (bench/multihost.py: ``ip netns exec <host> …``, which execs, so the pid stays the
-    process's and ``_stop``'s killpg reaches it)."""
-    log = logdir / f"{name}.log"
+    """``argv`` in a session of its own; ``wrap`` before it (bench/multihost.py: ``ip netns exec
+    <host> …``, which execs: the pid stays the process's, so ``_stop``'s killpg reaches it)."""
+    log, argv = logdir / f"{name}.log", [*wrap, *argv]
     with open(log, "wb") as out:
         process = subprocess.Popen(  # noqa: S603
-            [*wrap, *argv],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     return Proc(name, process, log)
 
@@ -153,21 +146,9 @@ def _start_provider(
     wrap: tuple[str, ...] = (),
 ) -> tuple[Proc, str]:
     """The fake provider, up; (its process, its base URL)."""
-    port = port or _free_port()
-    provider = _start(
-        "provider",
-        [
-            sys.executable,
-            str(BENCH / "_fake_provider.py"),
-            "--host",
-            host,
-            "--port",
-            str(port),
-        ],
-        env,
-        logdir,
-        wrap,
-    )
+    port, script = port or _free_port(), str(BENCH / "_fake_provider.py")
+    argv = [sys.executable, script, "--host", host, "--port", str(port)]
+    provider = _start("provider", argv, env, logdir, wrap)
     procs.append(provider)
     provider_url = f"http://{host}:{port}/v1"
 
