@@ -46,11 +46,14 @@ beat: ## Real mode: Celery beat (orphan sweep every minute)
 fuzz: ## schemathesis over the API's OpenAPI schema, anonymous and signed in (FUZZ_MAX_EXAMPLES, default 10): no 5xx
 	FUZZ_ALL=1 FUZZ_MAX_EXAMPLES=$${FUZZ_MAX_EXAMPLES:-10} .venv/bin/pytest tests/test_fuzz_api.py -q -m fuzz --timeout 3600
 
-bench: ## Run the benchmarks in bench/ (prints ratios; the stack benches start their own processes)
-	@for f in bench/[a-z]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+bench: ## Run the benchmarks in bench/ (prints ratios; the stack benches start their own processes; not multihost)
+	@for f in bench/[a-z]*.py; do [ "$$f" = bench/multihost.py ] && continue; echo "== $$f"; $(PY) $$f || exit 1; done
 
 bench-smoke: ## Small bounded runs of turn_overhead and concurrent_sessions (fail on a lost turn)
 	$(PY) bench/turn_overhead.py --pairs 3 --warmup 1 --smoke
 	$(PY) bench/concurrent_sessions.py --quick --rate 10 --smoke
 
-.PHONY: help run test soak lint format web worker worker-chat worker-compaction beat bench bench-smoke
+multihost: ## As root (iproute2, PostgreSQL 15 binaries, redis-server): the stack as 5 hosts in network namespaces; burst 200, files across hosts, a worker host killed
+	$(PY) bench/multihost.py
+
+.PHONY: help run test soak lint format web worker worker-chat worker-compaction beat bench bench-smoke multihost

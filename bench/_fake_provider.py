@@ -15,12 +15,15 @@ from tests.fakeopenai import FakeOpenAI, Reply  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     words = TEXT.split(" ")
     chunks = [w + " " for w in words[:-1]] + [words[-1]]
     server = FakeOpenAI(
-        port=args.port, default=Reply(text=TEXT, chunks=chunks, delay_between_chunks=CHUNK_DELAY)
+        host=args.host,
+        port=args.port,
+        default=Reply(text=TEXT, chunks=chunks, delay_between_chunks=CHUNK_DELAY),
     )
     # socketserver listens with a backlog of 5: a burst of 200 connects would be refused and
     # retried by the clients, which is not what a provider does.

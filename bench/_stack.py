@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,6 +69,7 @@ class Proc:
     name: str
     process: subprocess.Popen
     log: Path
+    stop_signal: int = signal.SIGTERM  # what ``_stop`` sends first (PostgreSQL: SIGINT)
 
     def tree(self) -> list[int]:
         return descendants(self.process.pid)
@@ -101,8 +103,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> Proc:
-    log = logdir / f"{name}.log"
+def _start(
+    name: str, argv: list[str], env: dict[str, str], logdir: Path, wrap: tuple[str, ...] = ()
+) -> Proc:
+    """``argv`` in a session of its own; ``wrap`` before it (bench/multihost.py: ``ip netns exec
+    <host> …``, which execs: the pid stays the process's, so ``_stop``'s killpg reaches it)."""
+    log, argv = logdir / f"{name}.log", [*wrap, *argv]
     with open(log, "wb") as out:
         process = subprocess.Popen(  # noqa: S603
             argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -113,7 +119,7 @@ def _start(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> Pro
 def _stop(proc: Proc) -> None:
     if proc.process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.process.pid, 15)
+            os.killpg(proc.process.pid, proc.stop_signal)
         try:
             proc.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -130,17 +136,21 @@ def _wait_for(predicate, what: str, proc: Proc, timeout: float = 90) -> None:  #
         time.sleep(0.2)
 
 
-def _start_provider(env: dict[str, str], logdir: Path, procs: list[Proc]) -> tuple[Proc, str]:
+def _start_provider(
+    env: dict[str, str],
+    logdir: Path,
+    procs: list[Proc],
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    wrap: tuple[str, ...] = (),
+) -> tuple[Proc, str]:
     """The fake provider, up; (its process, its base URL)."""
-    port = _free_port()
-    provider = _start(
-        "provider",
-        [sys.executable, str(BENCH / "_fake_provider.py"), "--port", str(port)],
-        env,
-        logdir,
-    )
+    port, script = port or _free_port(), str(BENCH / "_fake_provider.py")
+    argv = [sys.executable, script, "--host", host, "--port", str(port)]
+    provider = _start("provider", argv, env, logdir, wrap)
     procs.append(provider)
-    provider_url = f"http://127.0.0.1:{port}/v1"
+    provider_url = f"http://{host}:{port}/v1"
 
     def provider_up() -> bool:
         with contextlib.suppress(httpx.HTTPError):
@@ -158,6 +168,8 @@ def _start_worker(
     *,
     worker_processes: int | None,
     worker_threads: int,
+    name: str = "worker",
+    wrap: tuple[str, ...] = (),
 ) -> Proc:
     worker_env = dict(env)
     worker_env["CELERY_WORKER_CONCURRENCY"] = str(worker_threads)
@@ -166,7 +178,7 @@ def _start_worker(
     # The celery beside this interpreter: this checkout's .venv, or --against's side's own venv.
     worker_env["CELERY"] = str(Path(sys.executable).parent / "celery")
     worker = _start(
-        "worker",
+        name,
         [
             "bash",
             str(ROOT / "scripts" / "worker.sh"),
@@ -177,25 +189,34 @@ def _start_worker(
         ],
         worker_env,
         logdir,
+        wrap,
     )
     procs.append(worker)
     return worker
 
 
 def _start_web(
-    env: dict[str, str], logdir: Path, procs: list[Proc], *, web_workers: int
+    env: dict[str, str],
+    logdir: Path,
+    procs: list[Proc],
+    *,
+    web_workers: int,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    name: str = "web",
+    wrap: tuple[str, ...] = (),
 ) -> tuple[Proc, str]:
     """uvicorn with ``web_workers`` processes, up; (its process, its base URL)."""
-    port = _free_port()
+    port = port or _free_port()
     web = _start(
-        "web",
+        name,
         [
             sys.executable,
             "-m",
             "uvicorn",
             "chat_platform.asgi:application",
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
             "--workers",
@@ -207,9 +228,10 @@ def _start_web(
         ],
         env,
         logdir,
+        wrap,
     )
     procs.append(web)
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{host}:{port}"
 
     def web_up() -> bool:
         with contextlib.suppress(httpx.HTTPError):

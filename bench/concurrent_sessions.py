@@ -44,6 +44,10 @@ class Turn:
     total: float = 0.0
     error: str = ""
     frames: list[str] = field(default_factory=list)
+    # Where its socket goes ("": the stack's web server) and what it sends (bench/multihost.py
+    # spreads its turns over two web hosts and tells them apart at the provider by the prompt).
+    ws_base: str = ""
+    prompt: str = _stack.PROMPT
 
 
 class Sampler(threading.Thread):
@@ -73,7 +77,7 @@ async def one_turn(
 ) -> None:
     import websockets
 
-    url = f"{stack.ws_base}/ws/sessions/{turn.session_id}/"
+    url = f"{turn.ws_base or stack.ws_base}/ws/sessions/{turn.session_id}/"
     try:
         async with websockets.connect(
             url,
@@ -86,7 +90,7 @@ async def one_turn(
             if go is not None:
                 await go.wait()
             started = time.perf_counter()
-            await ws.send(json.dumps({"type": "message.send", "content": _stack.PROMPT}))
+            await ws.send(json.dumps({"type": "message.send", "content": turn.prompt}))
             deltas: list[str] = []
             deadline = started + TURN_TIMEOUT
             while True:
@@ -151,7 +155,14 @@ def classify_stuck(turns: list[Turn]) -> None:
 
 
 async def burst(stack: _stack.Stack, token: str, sids: list[int]) -> tuple[list[Turn], float]:
-    turns = [Turn(s) for s in sids]
+    return await burst_turns(stack, token, [Turn(s) for s in sids])
+
+
+async def burst_turns(
+    stack: _stack.Stack, token: str, turns: list[Turn], during=None
+) -> tuple[list[Turn], float]:
+    """All ``turns`` connect, then send at once; ``during`` (a coroutine function, e.g.
+    bench/multihost.py's worker-host kill) runs beside them from the moment they send."""
     go = asyncio.Event()
     opened: list[int] = []
     tasks = [asyncio.create_task(one_turn(stack, token, t, go, opened)) for t in turns]
@@ -162,7 +173,7 @@ async def burst(stack: _stack.Stack, token: str, sids: list[int]) -> tuple[list[
         await asyncio.sleep(0.05)
     started = time.perf_counter()
     go.set()
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*tasks, *([during()] if during else []))
     return turns, time.perf_counter() - started
 
 

@@ -87,6 +87,8 @@ class Served:
     # (bench/turn_overhead.py subtracts it from a turn's time). None while serving.
     started: float = field(default_factory=time.perf_counter)
     seconds: float | None = None
+    # The address the request came from (bench/multihost.py tells its worker hosts apart by it).
+    client: str = ""
 
 
 @dataclass
@@ -318,6 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "seconds": s.seconds,
                         "completed": s.completed,
                         "last": (s.body.get("messages") or [{}])[-1].get("content"),
+                        "client": s.client,
                     }
                     for s in self.fake.served[since:]
                 ]
@@ -349,6 +352,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
         served = self.fake._begin(self.path, body, headers)
+        served.client = self.client_address[0]
         completed = False
         try:
             completed = self._answer(body, served.reply)

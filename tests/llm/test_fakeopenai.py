@@ -143,3 +143,5 @@ def test_served_reports_the_providers_own_time_per_request(fake_openai):
     assert every["served"][0]["seconds"] < 0.2
     assert served(1)["served"] == every["served"][1:]
     assert served(2) == {"served": [], "count": 2}
+    # the caller's address: bench/multihost.py tells its worker hosts apart by it
+    assert [row["client"] for row in every["served"]] == ["127.0.0.1", "127.0.0.1"]
