@@ -18,10 +18,19 @@ phase() {
 report_phases() {
   local status=$?
   phase ""
+  # A phase failed while a side job ran: stop it, and show what it had printed.
+  local entry pid name log
+  for entry in "${background[@]}"; do
+    read -r pid name log <<<"$entry"
+    kill "$pid" 2>/dev/null || true
+    echo "== $name (stopped: the run failed before it was waited for)"
+    tail -n 40 "$log" 2>/dev/null || true
+  done
   echo "== phase times"
   printf '%s\n' "${phases[@]}"
   printf '%6ds  whole run (exit %d)\n' $((SECONDS - run_start)) "$status"
 }
+background=()  # "pid name log" of each side job (side_job below)
 trap report_phases EXIT
 phase "install (apt, services, venv)"
 
@@ -43,22 +52,55 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 
-phase "ruff"
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-phase "mypy (typed modules listed in pyproject.toml)"
-.venv/bin/mypy
-phase "import contracts (docs/architecture.md)"
-.venv/bin/lint-imports
-phase "migrations are up to date"
-DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
-phase "deploy checks with production settings"
-env -u DATABASE_URL -u REDIS_URL DEBUG=false HTTPS=true ALLOWED_HOSTS=chat.example.com \
-  SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https \
-  SECRET_KEY="$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
-  .venv/bin/python manage.py check --deploy --fail-level WARNING
-phase "docker-compose.yml is valid"
-docker-compose -f docker-compose.yml config -q
+# The static checks run beside the first pytest phase (they are a minute of one core; the
+# suite waits on its servers, Chromium and the fake provider much of the time), the bench smoke
+# beside the browser phase. Each writes a log of its own, printed when it is waited for; either
+# failing fails the run.
+checks() {
+  set -e
+  step() { echo "== $1 ($((SECONDS - checks_start))s in)"; }
+  checks_start=$SECONDS
+  step "ruff"
+  .venv/bin/ruff check .
+  .venv/bin/ruff format --check .
+  step "mypy (typed modules listed in pyproject.toml)"
+  .venv/bin/mypy
+  step "import contracts (docs/architecture.md)"
+  .venv/bin/lint-imports
+  step "migrations are up to date"
+  DEBUG=true .venv/bin/python manage.py makemigrations --check --dry-run
+  step "deploy checks with production settings"
+  env -u DATABASE_URL -u REDIS_URL DEBUG=false HTTPS=true ALLOWED_HOSTS=chat.example.com \
+    SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https \
+    SECRET_KEY="$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+    .venv/bin/python manage.py check --deploy --fail-level WARNING
+  step "docker-compose.yml is valid"
+  docker-compose -f docker-compose.yml config -q
+  step "checks done"
+}
+logs="$(mktemp -d)"
+side_job() {  # side_job NAME FUNCTION: FUNCTION in the background, its output to NAME.log (no spaces)
+  local name="$1"
+  shift
+  ( "$@" ) >"$logs/$name.log" 2>&1 &
+  background+=("$! $name $logs/$name.log")
+  echo "== started beside the suite: $name"
+}
+side_jobs_wait() {  # print each side job's log; fail if any failed
+  local failed=0 entry pid name log status
+  for entry in "${background[@]}"; do
+    read -r pid name log <<<"$entry"
+    set +e
+    wait "$pid"
+    status=$?
+    set -e
+    echo "== $name (exit $status)"
+    cat "$log"
+    [ "$status" -eq 0 ] || failed=1
+  done
+  background=()
+  [ "$failed" -eq 0 ] || { echo "a side job failed (above)" >&2; exit 1; }
+}
 run_pytest() {
   set +e
   .venv/bin/pytest "$@"
@@ -71,6 +113,29 @@ run_pytest() {
   [ $status -eq 0 ] || exit $status
 }
 XDIST=(--dist loadfile --tx "popen//env:TEST_REDIS_DB=15" --tx "popen//env:TEST_REDIS_DB=10")
+# No timing is asserted in the smoke; a turn that failed, got stuck, was lost or sent its deltas
+# twice fails it. The two benches run side by side, each on a database and a Redis db of its own:
+# both spend most of their time waiting on the fake provider and the pacing, not on the CPU.
+bench_smoke() {
+  local smoke_db="${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/chat_bench_smoke}"
+  local smoke_redis="${BENCH_REDIS_URL:-redis://127.0.0.1:6379/14}"
+  DATABASE_URL="$smoke_db" REDIS_URL="$smoke_redis" \
+    .venv/bin/python bench/turn_overhead.py --pairs 3 --warmup 1 --smoke \
+    >"$logs/turns.log" 2>&1 &
+  local turns_pid=$!
+  DATABASE_URL="${smoke_db}_burst" REDIS_URL="${smoke_redis%/*}/11" \
+    .venv/bin/python bench/concurrent_sessions.py --quick --rate 10 --smoke \
+    >"$logs/burst.log" 2>&1 &
+  local burst_pid=$!
+  local turns_status=0 burst_status=0
+  wait "$turns_pid" || turns_status=$?
+  wait "$burst_pid" || burst_status=$?
+  cat "$logs/turns.log" "$logs/burst.log"
+  if [ $turns_status -ne 0 ] || [ $burst_status -ne 0 ]; then
+    echo "bench smoke failed: turn_overhead exit $turns_status, concurrent_sessions exit $burst_status" >&2
+    return 1
+  fi
+}
 if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
   # of its own); they run in a process of their own, apart from the async/threaded suites.
@@ -78,41 +143,21 @@ if [ $# -eq 0 ]; then
   # Two test processes (pytest-xdist), a module's tests on one of them (--dist loadfile: a
   # module's stack or server starts once); each has a test database of its own (pytest-django
   # names them test_test_gw0 / _gw1) and a Redis db of its own (TEST_REDIS_DB, pyproject.toml).
-  phase "pytest (everything but the browser)"
+  side_job static-checks checks
+  phase "pytest (everything but the browser), the static checks beside it"
   run_pytest -m "not browser" --durations=25 "${XDIST[@]}"
-  phase "pytest (headless Chromium end-to-end)"
+  phase "the static checks' end"
+  side_jobs_wait
+  if [ -z "${SKIP_BENCH_SMOKE:-}" ]; then
+    side_job bench-smoke bench_smoke  # the whole stack: a few turns, a burst of 20 sessions
+  fi
+  phase "pytest (headless Chromium end-to-end), the bench smoke beside it"
   run_pytest -m browser --durations=10 "${XDIST[@]}"
+  phase "the bench smoke's end"
+  side_jobs_wait
 else
+  phase "static checks"
+  checks
   phase "pytest $*"
   run_pytest "$@"
-fi
-# Only for the whole suite (arguments select tests: skip). No timing is asserted; a turn that
-# failed, got stuck, was lost or sent its deltas twice fails the run.
-if [ $# -eq 0 ] && [ -z "${SKIP_BENCH_SMOKE:-}" ]; then
-  phase "bench smoke: the whole stack, a few turns and a burst of 20 sessions"
-  # The two run side by side, each on a database and a Redis db of its own: both spend most of
-  # their time waiting on the fake provider and the pacing, not on the CPU.
-  smoke_db="${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/chat_bench_smoke}"
-  smoke_redis="${BENCH_REDIS_URL:-redis://127.0.0.1:6379/14}"
-  smoke_logs="$(mktemp -d)"
-  DATABASE_URL="$smoke_db" REDIS_URL="$smoke_redis" \
-    .venv/bin/python bench/turn_overhead.py --pairs 3 --warmup 1 --smoke \
-    >"$smoke_logs/turns.log" 2>&1 &
-  turns_pid=$!
-  DATABASE_URL="${smoke_db}_burst" REDIS_URL="${smoke_redis%/*}/11" \
-    .venv/bin/python bench/concurrent_sessions.py --quick --rate 10 --smoke \
-    >"$smoke_logs/burst.log" 2>&1 &
-  burst_pid=$!
-  set +e
-  wait "$turns_pid"
-  turns_status=$?
-  wait "$burst_pid"
-  burst_status=$?
-  set -e
-  cat "$smoke_logs/turns.log" "$smoke_logs/burst.log"
-  rm -rf "$smoke_logs"
-  if [ $turns_status -ne 0 ] || [ $burst_status -ne 0 ]; then
-    echo "bench smoke failed: turn_overhead exit $turns_status, concurrent_sessions exit $burst_status" >&2
-    exit 1
-  fi
 fi
