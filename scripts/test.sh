@@ -4,15 +4,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Phase times, printed at the end (and when a step fails): where the run's minutes went.
+# Phase times, printed at the end (and when a step fails): where the run's minutes went, and
+# the CPU seconds the phase's finished processes used (a side job's count in the phase that
+# waits for it). CPU well under twice the wall time on 2 cores: the phase mostly waits.
 phases=()
 phase_name=""
 phase_start=$SECONDS
 run_start=$SECONDS
+times_file="$(mktemp)"
+children_cpu() {  # sets cpu: user + system seconds of every finished child so far
+  times >"$times_file"  # in this shell: a $(times) subshell would count its own children
+  cpu=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$times_file")
+}
+cpu=0
+children_cpu
+phase_cpu=$cpu
 phase() {
-  if [ -n "$phase_name" ]; then phases+=("$(printf '%6ds  %s' $((SECONDS - phase_start)) "$phase_name")"); fi
+  children_cpu
+  if [ -n "$phase_name" ]; then
+    phases+=("$(printf '%6ds %6ds  %s' $((SECONDS - phase_start)) $((cpu - phase_cpu)) "$phase_name")")
+  fi
   phase_name="$1"
   phase_start=$SECONDS
+  phase_cpu=$cpu
   [ -z "$1" ] || echo "== $1"
 }
 report_phases() {
@@ -26,9 +40,10 @@ report_phases() {
     echo "== $name (stopped: the run failed before it was waited for)"
     tail -n 40 "$log" 2>/dev/null || true
   done
-  echo "== phase times"
+  echo "== phase times (wall, CPU)"
   printf '%s\n' "${phases[@]}"
-  printf '%6ds  whole run (exit %d)\n' $((SECONDS - run_start)) "$status"
+  children_cpu
+  printf '%6ds %6ds  whole run (exit %d)\n' $((SECONDS - run_start)) "$cpu" "$status"
 }
 background=()  # "pid name log" of each side job (side_job below)
 trap report_phases EXIT
