@@ -1,5 +1,6 @@
 """Start the platform's real processes (ASGI web server, Celery worker) as subprocesses."""
 
+import fcntl
 import os
 import shutil
 import socket
@@ -157,11 +158,15 @@ _templates_lock = threading.Lock()
 
 
 def _sqlite_template(base_temp: Path, *, seed: bool) -> Path:
-    """A migrated (and, with ``seed``, ``seed_demo``'d) SQLite database, made once per test
-    process: every embedded platform and SQLite script starts from a copy instead of migrating
-    again (~10 s of CPU each)."""
+    """A migrated (and, with ``seed``, ``seed_demo``'d) SQLite database, made once per run:
+    every embedded platform and SQLite script starts from a copy instead of migrating again
+    (~10 s of CPU each). Under pytest-xdist the workers' temporary folders share a parent; the
+    first worker to need a template makes it there, under a file lock, for all of them."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base_temp = base_temp.parent
     path = base_temp / ("template-seeded.sqlite3" if seed else "template.sqlite3")
-    with _templates_lock:
+    with _templates_lock, open(base_temp / "templates.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not path.exists():
             building = path.with_suffix(".building")
             building.unlink(missing_ok=True)
