@@ -138,6 +138,11 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
     if layer is None or not frames:
         return
     group = session_group(session_id)
+    if isinstance(layer, InMemoryChannelLayer) and group not in layer.groups:
+        # Nobody listens to this chat in this process (embedded mode): the layer would drop
+        # the frames, after a trip to an event loop each (a long tool task sent ~8 frames a
+        # step: docs/performance.md, "The tool task").
+        return
     messages = [{"type": FRAME_EVENT, "frame": frame} for frame in frames]
 
     def failed(exc: BaseException | None = None) -> None:
