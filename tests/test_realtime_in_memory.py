@@ -47,3 +47,30 @@ def test_frames_reach_a_listener_in_order(monkeypatch):
         {"type": realtime.FRAME_EVENT, "frame": {"type": "tool.started"}},
         {"type": realtime.FRAME_EVENT, "frame": {"type": "tool.finished"}},
     ]
+
+
+@pytest.mark.django_db
+def test_the_index_is_read_for_a_memory_frame_only_when_someone_listens(
+    monkeypatch, django_assert_num_queries
+):
+    """``memory.updated`` costs a query (the index): not made for a chat nobody listens to (each
+    compaction of a long tool task made it)."""
+    from memory import realtime as memory_realtime
+    from tests.factories import SessionFactory
+
+    session = SessionFactory()
+    sent = _counted_group_sends(monkeypatch)
+    with django_assert_num_queries(0):
+        memory_realtime.notify_memory_updated(session=session)
+    assert sent == []
+    assert realtime.frames_heard(session.pk) is False
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(realtime.session_group(session.pk), channel)
+    assert realtime.frames_heard(session.pk) is True
+    with django_assert_num_queries(1):
+        memory_realtime.notify_memory_updated(session=session)
+    assert sent == [f"chat-session-{session.pk}"]
+    frame = async_to_sync(layer.receive)(channel)["frame"]
+    assert frame == {"type": "memory.updated", "records": []}
