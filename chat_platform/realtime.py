@@ -125,6 +125,16 @@ def send_frame(session_id: int, frame: dict[str, Any]) -> None:
     send_frames(session_id, [frame])
 
 
+def frames_heard(session_id: int) -> bool:
+    """Whether a frame for this chat can reach anyone: False only where that is known, with the
+    in-memory layer (embedded mode) when no socket of this process listens to the chat. A frame
+    that costs a query to build asks first (docs/performance.md, "The tool task")."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    return not isinstance(layer, InMemoryChannelLayer) or session_group(session_id) in layer.groups
+
+
 def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = True) -> None:
     """Send frames, in order, to the session's sockets.
 
@@ -134,9 +144,11 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
     for or not. Across processes there is no order: a worker's first delta comes after a
     worker picked the turn up, read the context and heard from the provider, long after; a
     client that sees a delta before its message anyway resyncs, as after any lost frame."""
-    layer = get_channel_layer()
-    if layer is None or not frames:
+    if not frames or not frames_heard(session_id):
+        # With the in-memory layer and nobody listening, the layer would drop the frames after
+        # a trip to an event loop each (a long tool task sent ~8 frames a step).
         return
+    layer = get_channel_layer()
     group = session_group(session_id)
     messages = [{"type": FRAME_EVENT, "frame": frame} for frame in frames]
 

@@ -9,6 +9,7 @@ a name always means one record inside a session.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
@@ -129,9 +130,21 @@ def memory_index_lines(
     )
     for name, kind, first_seq, last_seq, description in rows:
         text = _line_text(name, kind, first_seq, last_seq, description)
-        tokens = count_tokens(f"{text}\n", model=model)
+        tokens = _line_tokens(text, model)
         lines.append(IndexLine(name=name, text=text, tokens=tokens))
     return lines
+
+
+# Lines are short (a name, a label and a description of at most 140 characters), and the same
+# lines are measured on every model call: a long tool task measured each ~250 times
+# (docs/performance.md, "The tool task"). Bounded: the largest index, four times over.
+INDEX_LINE_COUNTS_CACHED = 800
+
+
+@lru_cache(maxsize=INDEX_LINE_COUNTS_CACHED)
+def _line_tokens(text: str, model: str) -> int:
+    """What a line adds to the index block: ``count_tokens(text + "\n")``."""
+    return count_tokens(f"{text}\n", model=model)
 
 
 def _index_lines_query(

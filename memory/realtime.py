@@ -5,7 +5,7 @@ knows them): memory publishes through it without importing ``bots``'s turn or fr
 """
 
 from bots.models import ChatSession
-from chat_platform.realtime import send_frame
+from chat_platform.realtime import frames_heard, send_frame
 from memory.models import MemoryRecord, RecallEvent
 from memory.payloads import recall_payload, record_payload
 from memory.queries import memory_index_records
@@ -21,8 +21,10 @@ def memory_updated_frame(*, session: ChatSession) -> dict:
 
 
 def notify_memory_updated(*, session: ChatSession) -> None:
-    """Send ``session`` its index as it now stands. Call after commit."""
-    send_frame(session.pk, memory_updated_frame(session=session))
+    """Send ``session`` its index as it now stands. Call after commit. Not read when nobody can
+    hear it (``frames_heard``): each compaction of a long tool task read it for nobody."""
+    if frames_heard(session.pk):
+        send_frame(session.pk, memory_updated_frame(session=session))
 
 
 def sessions_seeing(record: MemoryRecord) -> list[ChatSession]:

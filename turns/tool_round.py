@@ -31,7 +31,12 @@ from django.db import transaction
 from bots import realtime
 from bots.exchanges import recall_exchange_store
 from bots.models import Bot, Message
-from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
+from chat_platform.llm.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_message_tokens,
+    count_tokens,
+    truncate_to_tokens,
+)
 from connections.crypto import KeyUnavailable
 from memory.services import record_save
 from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint, tool_calls_run
@@ -95,15 +100,17 @@ def _endpoints(offered: list[OfferedTool]) -> dict[str, Endpoint | str]:
 
 def _result_for_model(
     *, reply: Message, outcome: CallOutcome, label: str, seq: int, model: str
-) -> tuple[str, str]:
-    """The text the model gets for a call that succeeded, and the record holding the whole
-    result when it is longer than ``TOOL_RESULT_MAX_TOKENS`` (else "")."""
+) -> tuple[str, str, int | None]:
+    """The text the model gets for a call that succeeded, the record holding the whole result
+    when it is longer than ``TOOL_RESULT_MAX_TOKENS`` (else ""), and what that text costs as a
+    message when it is the whole result (else None: the head and its note are counted by the
+    frame). A result is tokenised once, not once more for its frame (docs/performance.md)."""
     limit = settings.TOOL_RESULT_MAX_TOKENS
     text = outcome.text
-    if count_tokens(text, model=model) <= limit:
-        return text, ""
-    name = f"tool_{seq}"
     total = count_tokens(text, model=model)
+    if total <= limit:
+        return text, "", total + MESSAGE_OVERHEAD_TOKENS
+    name = f"tool_{seq}"
     try:
         record_save(
             session=reply.session,
@@ -116,13 +123,17 @@ def _result_for_model(
     except Exception as exc:  # the model still gets the head; it is told the rest is gone
         log.warning("tool_result_record_failed", message_id=reply.pk, name=name, error=str(exc))
         head = truncate_to_tokens(text, limit - NOTE_TOKENS, model=model)
-        return head + f"\n[… cut at {limit} of {total} tokens; the rest could not be kept]", ""
+        return (
+            head + f"\n[… cut at {limit} of {total} tokens; the rest could not be kept]",
+            "",
+            None,
+        )
     head = truncate_to_tokens(text, limit - NOTE_TOKENS, model=model)
     note = (
         f"\n[… the result is {total} tokens; this is its head. The whole result is the record "
         f'{name}: read_records(["{name}"]) reads it, search_records finds any part of it.]'
     )
-    return head + note, name
+    return head + note, name, None
 
 
 def tool_round_run(
@@ -175,16 +186,10 @@ def tool_round_run(
 
     def finished(position: int, result: CallOutcome) -> None:
         index = runnable[position][0]
-        outcome = outcomes[index]
-        outcome.ok, outcome.seconds = result.ok, result.seconds
-        if result.ok:
-            label = by_function[outcome.name].label
-            outcome.content, outcome.record = _result_for_model(
-                reply=reply, outcome=result, label=label, seq=base_seq + index, model=model
-            )
-        else:
-            outcome.content = tool_failed(result.text)
-        _finished_frame(reply, outcome, model=model)
+        label = by_function[outcomes[index].name].label
+        _call_finished(
+            reply, outcomes[index], result, label=label, seq=base_seq + index, model=model
+        )
 
     tool_calls_run(
         [call for _, call in runnable],
@@ -207,8 +212,28 @@ def tool_round_run(
     return outcomes
 
 
-def _finished_frame(reply: Message, outcome: ToolOutcome, *, model: str) -> None:
-    outcome.tokens = count_message_tokens(outcome.content, model=model)
+def _call_finished(
+    reply: Message, outcome: ToolOutcome, result: CallOutcome, *, label: str, seq: int, model: str
+) -> None:
+    """A call ended: what the model gets (the result, or its failure), then its frame."""
+    outcome.ok, outcome.seconds = result.ok, result.seconds
+    tokens: int | None = None
+    if result.ok:
+        outcome.content, outcome.record, tokens = _result_for_model(
+            reply=reply, outcome=result, label=label, seq=seq, model=model
+        )
+    else:
+        outcome.content = tool_failed(result.text)
+    _finished_frame(reply, outcome, model=model, tokens=tokens)
+
+
+def _finished_frame(
+    reply: Message, outcome: ToolOutcome, *, model: str, tokens: int | None = None
+) -> None:
+    """``tokens``: what ``outcome.content`` costs as a message, when already counted."""
+    outcome.tokens = (
+        count_message_tokens(outcome.content, model=model) if tokens is None else tokens
+    )
     notify_tool_finished(
         session_id=reply.session_id,
         message_id=reply.pk,

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from bots.models import ChatSession
-from chat_platform.llm.tokens import count_message_tokens, count_tokens
+from chat_platform.llm.tokens import count_tokens
 from chat_platform.transcript import raw_header
 from compaction.budget import Budget
 from compaction.engine.common import (
@@ -31,8 +31,8 @@ from compaction.engine.passes import (
 )
 from compaction.engine.summariser import (
     INPUT_SHARE_PERCENT,
-    SUMMARY_INSTRUCTIONS,
     compaction_model_config,
+    instructions_tokens,
     summariser_window,
 )
 from compaction.measure import context_measure
@@ -71,7 +71,7 @@ def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
     config = compaction_model_config(session.bot, model=plan.model)
     input_cap = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     blocks = [p.block for p in parents]
-    used = sum(count_tokens(b) for b in blocks) + count_message_tokens(SUMMARY_INSTRUCTIONS)
+    used = sum(count_tokens(b) for b in blocks) + instructions_tokens("")
     snapshots = memory_services.snapshots_for(
         session=session,
         ranges=[(p.first_seq, p.last_seq) for p in parents],

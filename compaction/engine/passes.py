@@ -82,6 +82,7 @@ def summarise(
     tokens_before: int,
     source_tokens: int,
     snapshot: MemoryRecord | None = None,
+    sends: int | None = None,  # request_tokens of this request, when the caller counted it
 ) -> tuple[dict[str, Any] | None, RunResult | None]:
     """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure).
 
@@ -95,7 +96,7 @@ def summarise(
     max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
     with usage.quota_charge(
         user_id=session.user_id,
-        sends=request_tokens(transcript, plan.focus, config.model),
+        sends=request_tokens(transcript, plan.focus, config.model) if sends is None else sends,
         output=max_tokens,
         purpose="summary",
     ) as meter:
@@ -290,7 +291,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
             pressure=tokens_before,
         )
 
-    selection, transcript = range_choose(session, plan, tokens_to_free, room=measure.room)
+    selection, transcript, sends = range_choose(session, plan, tokens_to_free, room=measure.room)
     if not selection and not record_noop:
         return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before)
     if not selection:
@@ -314,6 +315,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
         last_seq=last_seq,
         tokens_before=tokens_before,
         source_tokens=source_tokens,
+        sends=sends,
     )
     if failure is not None:
         return failure

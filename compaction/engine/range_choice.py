@@ -77,8 +77,9 @@ def range_rows(
 
 def range_choose(
     session: ChatSession, plan: Plan, tokens_to_free: int, *, room: RoomView | None
-) -> tuple[list[RangeRow], str]:
-    """The range (from stored counts) and its transcript, whose request as sent fits in 85 % of
+) -> tuple[list[RangeRow], str, int]:
+    """The range (from stored counts), its transcript and what its request costs as sent
+    (``request_tokens``: the pass charges it without counting it again), which fits in 85 % of
     the summariser's window: speaker labels cost more than the stored per-message overhead, so
     an over-long transcript shrinks the range by its overflow and is measured again.
 
@@ -107,7 +108,7 @@ def range_choose(
             max_tokens=cap,
         )
         if not selection:
-            return [], ""
+            return [], "", 0
         wanted = [row.id for row in selection if row.id not in loaded]
         loaded.update(
             (m.pk, m) for m in Message.objects.filter(pk__in=wanted).select_related("bot")
@@ -115,15 +116,15 @@ def range_choose(
         transcript = "\n".join(transcript_line(loaded[row.id], room) for row in selection)
         sent = request_tokens(transcript, plan.focus, config.model)
         if sent <= limit:
-            return selection, transcript
+            return selection, transcript, sent
         # Shrink in proportion to the overflow, 5 % beyond it: labels and time stamps can make
         # short messages cost several times their stored count, so subtracting the overflow
         # (tokens as sent) from a cap in stored tokens could leave nothing, or less than nothing.
         stored = sum(row.tokens for row in selection)
         cap = min(cap - 1, stored * limit * 19 // (sent * 20))
         if cap <= 0:
-            return [], ""
-    return [], ""
+            return [], "", 0
+    return [], "", 0
 
 
 def source_tokens_to_take(session: ChatSession, excess: int) -> int:

@@ -2,6 +2,7 @@
 what the request costs."""
 
 from dataclasses import replace
+from functools import lru_cache
 
 import structlog
 from django.conf import settings
@@ -91,7 +92,14 @@ def prompt_messages(transcript: str, focus: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SUMMARY_INSTRUCTIONS}, {"role": "user", "content": user}]
 
 
+@lru_cache(maxsize=16)
+def instructions_tokens(model: str) -> int:
+    """What ``SUMMARY_INSTRUCTIONS`` cost as a message: the same text every time, counted once
+    per encoding's model (a long tool task counted it ~400 times, docs/performance.md)."""
+    return count_message_tokens(SUMMARY_INSTRUCTIONS, model=model)
+
+
 def request_tokens(transcript: str, focus: str, model: str) -> int:
-    return sum(
-        count_message_tokens(m["content"], model=model) for m in prompt_messages(transcript, focus)
-    )
+    """What the summariser's request (``prompt_messages``) costs."""
+    _, user = prompt_messages(transcript, focus)  # the system message is SUMMARY_INSTRUCTIONS
+    return instructions_tokens(model) + count_message_tokens(user["content"], model=model)

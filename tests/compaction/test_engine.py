@@ -416,6 +416,36 @@ def test_manual_takes_everything_but_the_latest_exchange(session, fake_openai):
     )
 
 
+def test_a_pass_counts_its_request_once(session, fake_openai, monkeypatch):
+    """The range is sized by what its request costs; the pass charges that figure, without
+    counting the transcript again (docs/performance.md, "The tool task")."""
+    from compaction.engine import summariser
+
+    counted: list[str] = []
+    original = summariser.count_message_tokens
+
+    def counting(text, *, model=""):
+        counted.append(text)
+        return original(text, model=model)
+
+    monkeypatch.setattr(summariser, "count_message_tokens", counting)
+    add_history(session, [100, 100, 100, 100, 100, 100])
+    recount(session)
+    fake_openai.script(Reply(text=GOOD))
+
+    result = engine.compaction_manual(session=session)
+
+    assert (result.outcome, result.summary.first_seq, result.summary.last_seq) == (
+        "compacted",
+        1,
+        4,
+    )
+    [request] = summariser_requests(fake_openai)
+    sent = request["messages"][1]["content"]
+    assert sent.startswith("<transcript>\n[1] ")
+    assert counted.count(sent) == 1
+
+
 def test_manual_compacts_all_history_even_beyond_one_summariser_input(session, fake_openai):
     """docs/compaction.md: ``/compact`` compacts *all* uncompacted history except the latest
     exchange; §8: each summariser input stays <= 85 % of its window (2200 -> 1870). With more

@@ -278,6 +278,29 @@ def test_fusion_keeps_at_most_half_of_the_summaries_it_fuses():
     assert text.startswith("[") and "Summary of" not in text
 
 
+def test_a_fusion_counts_its_summary_sections_once(monkeypatch):
+    """The summary sections bound a fusion's output; they are tokenised once per summary, not
+    once for the bound and again for the ordering (docs/performance.md, "The tool task")."""
+    from chat_platform.llm.builtin import extractive
+
+    first = "[2] user: Flight BA117 leaves on 3 May from gate A7."
+    second = "[6] user: The hotel booking number is HX-4471 for two nights."
+    content = f"[Summary of messages 1–4]\n{first}\n[Summary of messages 5–8]\n{second}"
+    sections = content  # every line of this transcript is inside a summary section
+    counted: list[str] = []
+
+    def counting(text, *, model=""):
+        counted.append(text)
+        return count_tokens(text, model=model)
+
+    monkeypatch.setattr(extractive, "count_tokens", counting)
+    text = extractive.summarise(content)
+
+    assert counted.count(sections) == 2  # the body's share, then the sections: each once
+    assert text == summarise(content)
+    assert count_tokens(text) <= count_tokens(sections) * 50 // 100
+
+
 def test_fusion_with_raw_messages_is_capped_by_the_summaries_not_the_raw_text():
     summary = "[Summary of messages 1–4]\n[2] user: Flight BA117 leaves on 3 May from gate A7."
     raw = "\n".join(

@@ -92,6 +92,32 @@ def test_index_costs_a_fixed_number_of_queries(chat_session, django_assert_num_q
     assert len(lines) == 20
 
 
+def test_index_lines_are_counted_once_across_measures(chat_session, monkeypatch):
+    """Every model call measures the index: a line already counted is not tokenised again (a
+    long tool task counted each ~250 times), and a rewritten line is counted afresh."""
+    for i in range(3):
+        _save(chat_session, f"fact-{i}", f"Fact number {i}.", description=f"Fact {i} for once")
+    counted: list[str] = []
+
+    def counting(text, *, model=""):
+        counted.append(text)
+        return count_tokens(text, model=model)
+
+    monkeypatch.setattr(queries, "count_tokens", counting)
+    queries._line_tokens.cache_clear()
+    first = queries.memory_index_lines(session=chat_session, limit=50, model="")
+    again = queries.memory_index_lines(session=chat_session, limit=50, model="")
+    assert again == first
+    assert sorted(counted) == sorted(f"{line.text}\n" for line in first)
+    assert [line.tokens for line in first] == [count_tokens(f"{line.text}\n") for line in first]
+
+    _save(chat_session, "fact-1", "Fact one, corrected.", description="Fact 1 corrected")
+    later = queries.memory_index_lines(session=chat_session, limit=50, model="")
+    assert later[0].text == "- fact-1 (info): Fact 1 corrected"
+    assert counted[3:] == ["- fact-1 (info): Fact 1 corrected\n"]
+    assert later[0].tokens == count_tokens("- fact-1 (info): Fact 1 corrected\n")
+
+
 # --- scopes -----------------------------------------------------------------------------------
 
 

@@ -227,6 +227,43 @@ def test_a_big_result_is_kept_whole_as_a_record_and_the_model_gets_its_head(
     assert Message.objects.get(pk=reply.pk).seq == 4
 
 
+def test_each_result_is_tokenised_once(reply, mcp_server, frames, settings, monkeypatch):
+    """A result is counted once for the limit, its frame and its stored message (a long tool
+    task counted every result twice; a big one three times), with the same counts."""
+    from chat_platform.llm.tokens import count_message_tokens, count_tokens
+    from turns import tool_round
+
+    counted: list[str] = []
+
+    def counting(text, *, model=""):
+        counted.append(text)
+        return count_tokens(text, model=model)
+
+    monkeypatch.setattr(tool_round, "count_tokens", counting)
+    monkeypatch.setattr(
+        tool_round,
+        "count_message_tokens",
+        lambda text, *, model="": counting(text, model=model) + 4,
+    )
+    settings.TOOL_RESULT_MAX_TOKENS = 200
+    calls = [
+        _call("calc__report", {"step": 7, "words": 60}, "r"),
+        _call("calc__big", {"words": 1000}, "b"),
+    ]
+    small, big = tool_round_run(
+        reply=reply, calls=calls, offered=turn_tools(reply.session.bot), model=MODEL, tool_round=1
+    )
+    report = "Step 7 report: serial S55433. " + " ".join(f"w{i}" for i in range(60))
+    whole = " ".join(f"w{i}" for i in range(1000))
+    assert small.content == report and small.tokens == count_message_tokens(report, model=MODEL)
+    assert big.tokens == count_message_tokens(big.content, model=MODEL)
+    assert counted.count(report) == 1
+    assert counted.count(whole) == 1
+    assert counted.count(big.content) == 1
+    finished = {f["call_id"]: f["tokens"] for f in frames if f["type"] == "tool.finished"}
+    assert finished == {"r": small.tokens, "b": big.tokens}
+
+
 def test_a_server_closed_to_the_owner_offers_nothing(owner, staff, mcp_server):
     from tools.services import tool_server_create
 

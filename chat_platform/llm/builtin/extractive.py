@@ -265,8 +265,9 @@ def _render(turns: list[Turn], chosen: list[Sentence]) -> str:
     return "\n".join(lines)
 
 
-def _limit(body: str, max_tokens: int | None) -> int:
-    """The summary's token bound for a transcript whose body is ``body``."""
+def _limit(body: str, max_tokens: int | None, summaries: int) -> int:
+    """The summary's token bound for a transcript whose body is ``body`` and whose summary
+    sections count ``summaries`` tokens (``summary_section_tokens``)."""
     # A summary that keeps nearly everything frees nothing once it is labelled and stored: keep
     # at most MAX_SHARE_PERCENT of the input (and always strictly less than all of it).
     # (Inputs under SHARE_FROM_TOKENS are too small for a share to mean anything: there it is
@@ -277,7 +278,6 @@ def _limit(body: str, max_tokens: int | None) -> int:
         max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
         share if body_tokens >= SHARE_FROM_TOKENS else body_tokens - 1,
     )
-    summaries = summary_section_tokens(body)
     if summaries:
         limit = min(limit, summaries * FUSION_SHARE_PERCENT // 100)
     return limit
@@ -384,8 +384,8 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
                 sentences.append(
                     Sentence(turn_index, len(sentences), text, _score(text, focus_terms))
                 )
-    limit = _limit(body, max_tokens)
     summaries = summary_section_tokens(body)
+    limit = _limit(body, max_tokens, summaries)
     if limit <= 0 or not sentences:
         return ""
     picker = _Picker(turns, sentences, limit)
