@@ -116,3 +116,29 @@ def test_one_search_costs_a_fixed_number_of_statements(pool):
         counted.append((len(captured.captured_queries), len(reads), firsts))
     assert [(n, r) for n, r, _ in counted] == [(8, 1), (9, 0)], counted
     assert "md5(string_agg" in " ".join(counted[1][2])
+
+
+@pytest.mark.django_db
+def test_a_hybrid_ranking_is_read_for_its_lines_in_one_query(pool, monkeypatch):
+    """The fill reads the transcript lines of a whole hybrid ranking (its lexical candidates and
+    up to VECTOR_CANDIDATES by meaning) in one query, not in rounds of 60 (docs/performance.md,
+    "Search latency")."""
+    from memory import queries, search_hits
+
+    corpus = memory_search.corpus_start(
+        pool=pool, per_session=300, per_snapshot=50, embedding_model="builtin/embed"
+    )
+    memory_search.grow(corpus, 300)
+    session = ChatSession.objects.select_related("bot").get(pk=corpus.session_ids[0])
+    fills, reads = [], []
+    real_fill, real_lines = search_hits.fill, search_hits._message_lines
+    monkeypatch.setattr(queries, "fill", lambda s, r, **k: fills.append(r) or real_fill(s, r, **k))
+    monkeypatch.setattr(
+        search_hits, "_message_lines", lambda s, m, **k: reads.append(m) or real_lines(s, m, **k)
+    )
+
+    hits = records_search(session=session, query="What did we say about the weather this week?")
+
+    assert hits
+    assert len(fills[0]) > 60  # more than the first round read before
+    assert len(reads) == 1
