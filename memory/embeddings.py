@@ -26,6 +26,8 @@ Ranking reads the vectors of the session in scope (the newest ``VECTOR_SCAN_MAX`
 chunks of ``VECTOR_CHUNK`` rows and keeps the best ``VECTOR_CANDIDATES`` (numpy: one matrix
 product per chunk), so memory stays bounded by a chunk whatever the session's length; the cost
 is linear in the session's messages (``bench/memory_search.py`` prints it at 10k and 100k).
+On PostgreSQL what was read and smoothed is kept per process while its rows are unchanged
+(``memory.vector_cache``): a session searched again costs a version check, not a read.
 Both databases run the same Python, so SQLite ranks what PostgreSQL ranks.
 
 Reading. The question is embedded with the same model when the search runs. An outage there
@@ -54,6 +56,7 @@ from connections import usage
 if TYPE_CHECKING:
     import numpy as np
 from chat_platform.outage import BROKER_ERRORS
+from memory import vector_cache
 from memory.models import MessageIndex
 from memory.search import MessageScore
 
@@ -245,11 +248,22 @@ def query_vector(bot: Bot, text: str, *, user_id: int) -> np.ndarray | None:
 # Compacted messages, and live ones below the given seq (``live_before``; 0: none), as the
 # lexical ranking takes them (``memory.search.messages_ranked``).
 _VECTORS_SQL = """
-SELECT i.message_id, i.seq, i.record_id, i.embedding, m.role, m.bot_id
+SELECT i.message_id, i.seq, i.record_id, i.embedding, m.role, m.bot_id{version}
 FROM memory_messageindex i JOIN bots_message m ON m.id = i.message_id
-WHERE i.session_id = %s AND (i.record_id IS NOT NULL OR i.seq < %s) AND i.embedding_model = %s
-  AND i.embedding IS NOT NULL AND length(i.embedding) = %s
+WHERE {where}
 ORDER BY i.seq DESC LIMIT %s
+"""
+_VECTORS_WHERE = """i.session_id = %s AND (i.record_id IS NOT NULL OR i.seq < %s)
+  AND i.embedding_model = %s AND i.embedding IS NOT NULL AND length(i.embedding) = %s"""
+# PostgreSQL: each row read also gives its version (the transaction that wrote it and where),
+# and what a kept read came from is checked by the same selection without vectors or the join,
+# as one fingerprint (``memory.vector_cache``).
+_ROW_VERSION = ", i.xmin::text || ':' || i.ctid::text"
+_VERSION_SQL = """
+SELECT count(*), coalesce(md5(string_agg(v, ',' ORDER BY seq DESC)), '') FROM (
+  SELECT i.seq, i.xmin::text || ':' || i.ctid::text AS v FROM memory_messageindex i
+  WHERE {where} ORDER BY i.seq DESC LIMIT %s
+) AS read
 """
 
 
@@ -273,7 +287,7 @@ def vector_ranked(
     params = [session_id, live_before or 0, model, query.size * 4, VECTOR_SCAN_MAX]
     best: list[tuple[float, int, int, int]] = []  # (similarity, seq, message id, record id)
     try:
-        for rows, matrix in _in_thread(_vector_chunks(params), query.size):
+        for rows, matrix in _threaded(params, query.size):
             best = _best_of(best, rows, matrix, query, limit)
     except DatabaseError:
         log.warning("memory_vector_read_failed", session_id=session_id, exc_info=True)
@@ -299,6 +313,32 @@ def vectors_exist(*, session_id: int, model: str, live_before: int | None = None
 Row = tuple[int, int, int, bytes, str, int | None]  # message id, seq, record id, vector, role, bot
 
 
+def _threaded(params: list[Any], size: int) -> Iterator[tuple[list[Row], np.ndarray]]:
+    """``_in_thread`` of the rows ``params`` select. On PostgreSQL, kept per process while the
+    rows' version holds (``memory.vector_cache``): one statement without vectors instead of the
+    read, and no smoothing again."""
+    if connection.vendor != "postgresql":
+        yield from _in_thread(_vector_chunks(params), size)
+        return
+    key = (connection.settings_dict["NAME"], *params, size, NEIGHBOUR_WEIGHT, VECTOR_CHUNK)
+    entry = vector_cache.cache.get(key)
+    if entry is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(_VERSION_SQL.format(where=_VECTORS_WHERE), params)
+            count, fingerprint = cursor.fetchone()
+        if (count, fingerprint) == entry.version:
+            yield from entry.parts
+            return
+    parts, versions, nbytes = [], [], 0
+    for rows, matrix in _in_thread(_vector_chunks(params), size):
+        parts.append(([row[:3] for row in rows], matrix))
+        versions += [(row[1], row[6]) for row in rows]
+        nbytes += matrix.nbytes
+        yield rows, matrix
+    version = (len(versions), vector_cache.fingerprint(versions))
+    vector_cache.cache.put(key, vector_cache.Entry(version, parts, nbytes))
+
+
 def _vector_chunks(params: list[Any]) -> Iterator[list[Row]]:
     """The rows, newest first, ``VECTOR_CHUNK`` at a time. On PostgreSQL through a
     binary-result cursor on the same connection: a bytea in text form is twice the bytes, and
@@ -309,12 +349,13 @@ def _vector_chunks(params: list[Any]) -> Iterator[list[Row]]:
         import psycopg
 
         with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(_VECTORS_SQL, params, binary=True)
+            sql = _VECTORS_SQL.format(version=_ROW_VERSION, where=_VECTORS_WHERE)
+            cursor.execute(sql, params, binary=True)
             while rows := cursor.fetchmany(VECTOR_CHUNK):
                 yield rows
         return
     with connection.cursor() as cursor:
-        cursor.execute(_VECTORS_SQL, params)
+        cursor.execute(_VECTORS_SQL.format(version="", where=_VECTORS_WHERE), params)
         while rows := cursor.fetchmany(VECTOR_CHUNK):
             yield rows
 
