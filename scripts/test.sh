@@ -127,7 +127,14 @@ run_pytest() {
   fi
   [ $status -eq 0 ] || exit $status
 }
-XDIST=(--dist loadfile --tx "popen//env:TEST_REDIS_DB=15" --tx "popen//env:TEST_REDIS_DB=10")
+# Test processes (pytest-xdist), each with a Redis db of its own: the suite uses about half of two
+# cores in two processes (it waits on servers, workers, Chromium and the fake provider), so it
+# runs in four (the browser tests in three: each process has its own platform and Chromium).
+xdist() {  # xdist N: N processes on Redis dbs 15, 10, 13, 12 (not 14 and 11: the bench smoke's)
+  local dbs=(15 10 13 12) i
+  XDIST=(--dist loadfile)
+  for ((i = 0; i < $1; i++)); do XDIST+=(--tx "popen//env:TEST_REDIS_DB=${dbs[i]}"); done
+}
 # No timing is asserted in the smoke; a turn that failed, got stuck, was lost or sent its deltas
 # twice fails it. The two benches run side by side, each on a database and a Redis db of its own:
 # both spend most of their time waiting on the fake provider and the pacing, not on the CPU.
@@ -155,11 +162,12 @@ if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
   # of its own); they run in a process of their own, apart from the async/threaded suites.
   # --durations: the slowest tests are in the log, for whoever shortens the run next.
-  # Two test processes (pytest-xdist), a module's tests on one of them (--dist loadfile: a
-  # module's stack or server starts once); each has a test database of its own (pytest-django
-  # names them test_test_gw0 / _gw1) and a Redis db of its own (TEST_REDIS_DB, pyproject.toml).
+  # A module's tests run in one test process (--dist loadfile: a module's stack or server
+  # starts once); each process has a test database of its own (pytest-django names them
+  # test_test_gw0, _gw1, …) and a Redis db of its own (TEST_REDIS_DB, pyproject.toml).
   side_job static-checks checks
   phase "pytest (everything but the browser), the static checks beside it"
+  xdist 4
   run_pytest -m "not browser" --durations=25 "${XDIST[@]}"
   phase "the static checks' end"
   side_jobs_wait
@@ -167,6 +175,7 @@ if [ $# -eq 0 ]; then
     side_job bench-smoke bench_smoke  # the whole stack: a few turns, a burst of 20 sessions
   fi
   phase "pytest (headless Chromium end-to-end), the bench smoke beside it"
+  xdist 3
   run_pytest -m browser --durations=10 "${XDIST[@]}"
   phase "the bench smoke's end"
   side_jobs_wait
