@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.browser.support import api_headers, create_bot, current_session_id, log_in
+from tests.browser.support import api_headers, create_bot, current_session_id, log_in, send
 
 # Counts every chat or bot of the demo user: a platform of its own (tests/browser/conftest.py).
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess, pytest.mark.own_platform]
@@ -83,3 +83,42 @@ def test_every_chat_is_listed_and_the_bot_picker_keeps_the_open_chat(desktop, se
         "(id) => document.getElementById('bot-select').value === id", arg=str(alpha["id"])
     )
     assert page.js_errors == []
+
+
+def test_the_composer_waits_for_the_chat_the_address_names(desktop, server_url):
+    """Typing with no chat open starts a new chat with the selected bot: while the first list
+    read is under way the bot is chosen but the address's chat not yet open, so the composer
+    stays disabled until it is (a fast first "hello" in the demo room once went to a new chat)."""
+    page, base = desktop, server_url
+    headers = api_headers(base)
+    bot = create_bot(base, headers, name="Waiter", model="builtin/recall")
+    made = httpx.post(
+        f"{base}/api/v1/sessions/", json={"bot": bot["id"], "title": "Named"}, headers=headers
+    ).json()
+    chats_before = len(httpx.get(f"{base}/api/v1/sessions/", headers=headers).json())
+    held = []
+
+    def hold_the_list(route):
+        if route.request.method == "GET" and not held:
+            held.append(route)  # answered below, once the composer was looked at
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/sessions/", hold_the_list)
+    log_in(page, base, next_path=f"/chat/{made['id']}/")
+    page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
+    while not held:
+        page.wait_for_timeout(50)
+    assert page.locator("#bot-select").input_value() != ""  # a bot is chosen…
+    assert page.is_disabled("#composer")  # …and still nothing can be typed
+    held[0].continue_()
+    page.wait_for_selector("#composer:enabled")
+    send(page, "hello")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#transcript article.msg[data-role=user]').length === 1"
+    )
+    assert current_session_id(page) == str(made["id"])
+    assert len(httpx.get(f"{base}/api/v1/sessions/", headers=headers).json()) == chats_before
+    messages = httpx.get(f"{base}/api/v1/sessions/{made['id']}/messages/", headers=headers).json()
+    messages = messages["results"] if isinstance(messages, dict) else messages
+    assert [(m["role"], m["content"]) for m in messages][:1] == [("user", "hello")]

@@ -13,7 +13,12 @@ import { updateComposer } from "./composer.js";
 import { loadSessions } from "./sidebar.js";
 
 export function loadBots(preferredId, preferredSessionId) {
-  return api("GET", "bots/").then(
+  // Until the chat the address names (or the newest) is open, typing would start a new chat with
+  // the selected bot (composer.js): the composer waits for the first list (a fast first "hello"
+  // in the demo room once went to a new chat of its own).
+  state.chatPending = true;
+  updateComposer();
+  var loading = api("GET", "bots/").then(
     function (data) {
       state.bots = asList(data);
       renderBotOptions();
@@ -27,6 +32,10 @@ export function loadBots(preferredId, preferredSessionId) {
       showError(err);
     }
   );
+  return loading.finally(function () {
+    state.chatPending = false;
+    updateComposer();
+  });
 }
 
 function option(value, text) {

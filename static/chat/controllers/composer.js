@@ -20,7 +20,7 @@ import { createSession } from "./sidebar.js";
 
 export function updateComposer() {
   var hasSession = state.sessionId !== null;
-  var canWrite = hasSession || (state.botId !== null && !state.creatingSession);
+  var canWrite = hasSession || (state.botId !== null && !state.creatingSession && !state.chatPending);
   ui.composer.disabled = !canWrite;
   // A file still being read (a PDF) holds the send until it is ready.
   ui.send.disabled =

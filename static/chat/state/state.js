@@ -18,6 +18,8 @@ export const state = {
   epoch: 0,
   navigating: false, // popstate is opening what the address names: do not write it back
   creatingSession: false,
+  // The first load: the chat the address names (or the newest) is not open yet.
+  chatPending: false,
   stopRequested: false,
 };
 
