@@ -199,3 +199,17 @@ def test_stop_during_a_call_in_a_reply_closes_its_session(
     assert (sessions.opened, sessions.closed) == (1, True)
     assert all(http.is_closed for http in sessions.http_clients)
     assert _session_threads() == []
+
+
+def test_a_call_to_a_server_that_redirects_is_refused(mcp_server):
+    endpoint = Endpoint(name="moved", url=mcp_server.redirect_url)
+    mcp_server.seen_headers.clear()
+    with ToolSessions() as sessions:
+        outcomes = sessions.run([Call(endpoint, "add", {"a": 1, "b": 1})] * 2, timeout=5)
+    assert [(o.ok, o.text) for o in outcomes] == [
+        (False, "the tool server moved answered with a redirect (HTTP 307), not followed")
+    ] * 2
+    # Each call tried to open (a session that could not be opened is not kept); the redirect
+    # answered both, the tool never ran.
+    assert (sessions.opened, mcp_server.sessions_opened(), mcp_server.calls) == (0, 2, [])
+    assert all(http.is_closed for http in sessions.http_clients)
