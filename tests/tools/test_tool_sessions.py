@@ -7,13 +7,15 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 
 from bots.models import Message
 from bots.transitions import session_context_add
+from tests import mcpserver
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
-from tests.mcpserver import FIXED_TIME, TestMCPServer
+from tests.mcpserver import FIXED_TIME
 from tools import realtime as tool_realtime
 from tools.mcp_client import Call, Endpoint
 from tools.mcp_sessions import ToolSessions
@@ -149,7 +151,7 @@ def test_a_stop_cancels_the_call_and_the_session_serves_the_next(mcp_server):
 
 
 def test_a_server_down_between_rounds_fails_the_call_then_is_reopened():
-    server = TestMCPServer().start()
+    server = mcpserver.TestMCPServer().start()
     endpoint = Endpoint(name="calc", url=server.url)
     try:
         with ToolSessions() as sessions:
@@ -185,7 +187,14 @@ def test_stop_during_a_call_in_a_reply_closes_its_session(
         Reply(text="never asked"),
     )
     session, reply = _ask(tool_bot, "Take your time")
-    worker = threading.Thread(target=turn.turn_run, kwargs={"message_id": reply.pk})
+
+    def run():
+        try:
+            turn.turn_run(message_id=reply.pk)
+        finally:
+            connection.close()  # the thread's own
+
+    worker = threading.Thread(target=run)
     worker.start()
     deadline = time.monotonic() + 30
     while not mcp_server.calls and time.monotonic() < deadline:
