@@ -8,7 +8,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat
-from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
 from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
@@ -196,6 +196,10 @@ class _Filler:
         if new_group and len(self.order) >= self.limit:
             return
         header = f"{_header(record, history=item.record_id is None)}\n\n" if new_group else ""
+        if self.order and self.used + tokens_at_least(header + f"{line}\n") > self.room:
+            # Not even the question alone would fit (nor, then, with its answer): not counted.
+            # Once the room is nearly full most candidates end here (docs/performance.md).
+            return
         cost = count_tokens(header + "".join(f"{lines[s]}\n" for s in seqs), model=self.model)
         if self.used + cost > self.room and len(seqs) > 1:  # the question alone, without its answer
             seqs = seqs[:1]
@@ -253,10 +257,10 @@ def fill(
     limit: int,
     model: str,
     live_before: int | None = None,
-) -> list[SearchHit]:
+) -> tuple[list[SearchHit], int]:
     """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
     record (a record's first appearance sets its place), each message once; live messages (no
-    record) form one group of their own."""
+    record) form one group of their own. With them, the tokens they render to (counted once)."""
     names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
@@ -287,12 +291,15 @@ def fill(
     return _within(filler.hits(), room, model=model)
 
 
-def _within(hits: list[SearchHit], room: int, *, model: str) -> list[SearchHit]:
+def _within(hits: list[SearchHit], room: int, *, model: str) -> tuple[list[SearchHit], int]:
     """Drop the last hits while the rendered whole is over ``room`` (joins can tokenize a token
-    or two differently from the parts)."""
-    while hits and count_tokens("".join(rendered(h) for h in hits), model=model) > room:
+    or two differently from the parts); the hits kept and the tokens they render to."""
+    while hits:
+        used = count_tokens("".join(rendered(h) for h in hits), model=model)
+        if used <= room:
+            return hits, used
         hits = hits[:-1]
-    return hits
+    return hits, 0
 
 
 def _message_lines(
@@ -371,4 +378,4 @@ def snapshot_hits(
                 record=record, excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS), rank=rank
             )
         )
-    return _within(hits, room, model="")
+    return _within(hits, room, model="")[0]
