@@ -127,22 +127,14 @@ def info_scored(
 ) -> list[tuple[float, SearchHit]]:
     """Info records matching the query, each with its BM25 score against the messages."""
     infos = records.filter(kind=MemoryRecord.Kind.INFO)
-    ranked = search.search_ranked(records=infos, query=text, limit=limit)
+    # The records read with their excerpts, once (docs/performance.md).
+    ranked = search.search_ranked_records(records=infos, query=text, limit=limit)
     if not ranked:
         return []
-    rows = {
-        r.pk: r
-        for r in MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).defer(
-            "search_vector"
-        )
-    }
     if collection is None or not collection.documents:
         collection = search.Collection(documents=0, mean_length=0.0, frequency={})
     out = []
-    for position, (pk, _, excerpt) in enumerate(ranked):
-        record = rows.get(pk)
-        if record is None:  # deleted between the two queries
-            continue
+    for position, (record, _, excerpt) in enumerate(ranked):
         words = search_terms(f"{record.name} {record.description} {record.body}")
         score = collection.score(wanted, words) or 1.0 / (position + 2)
         record.body = ""  # the hit carries the excerpt, not the body
