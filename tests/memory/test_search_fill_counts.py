@@ -75,3 +75,18 @@ def test_candidates_that_cannot_fit_are_not_counted(
 
     assert with_floor[0] == without[0] and with_floor[0]
     assert (with_floor[1], without[1]) == (counted, every_candidate)
+
+
+def test_the_snapshot_check_probes_each_snapshot_by_record(talked):
+    """The check for snapshots whose messages are not indexed compares the session as
+    ``session_id + 0``, so PostgreSQL probes the record_id index per snapshot instead of
+    hashing every index row of the session (docs/performance.md)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        hits = queries.records_search(session=talked, query=QUESTION)
+    checks = [q["sql"] for q in captured.captured_queries if "NOT (EXISTS" in q["sql"]]
+
+    assert hits and len(checks) == 1
+    assert f'(U0."session_id" + 0) = {talked.pk}' in checks[0]
