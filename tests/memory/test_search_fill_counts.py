@@ -1,4 +1,4 @@
-"""What one search counts in tokens (docs/performance.md, "Search latency, third pass"): a
+"""What one search counts in tokens (docs/performance.md, "Search latency, second pass"): a
 candidate that cannot fit what is left of the result's room is skipped on a floor of its tokens
 (``tokens_at_least``) instead of being encoded, and the result is counted once. The hits are
 the same as with every candidate counted."""
