@@ -24,7 +24,6 @@ from memory.search_hits import (
     SearchHit,
     fill,
     info_scored,
-    rendered,
     seen_from,
     snapshot_hits,
     with_vectors,
@@ -309,8 +308,7 @@ def records_search(
         ranked = with_vectors(
             session, text, ranked, from_seq=from_seq, live_before=live_before, web=web
         )
-    hits = fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
-    used = count_tokens("".join(rendered(hit) for hit in hits), model=model)
+    hits, used = fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
         hits += snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
     return hits

@@ -82,12 +82,37 @@ def search_ranked(*, records: QuerySet[MemoryRecord], query: str, limit: int) ->
         return []
     bodies: dict[int, str] | None = None
     if connection.vendor == "postgresql":
-        ranked, bodies = _postgres(records, text, limit)
+        ranked, rows = _postgres(records, text, limit)
+        bodies = {pk: record.body for pk, record in rows.items()}
     elif connection.vendor == "sqlite":
         ranked = _sqlite(records, text, limit)
     else:
         raise NotImplementedError(f"No record search for {connection.vendor}")
     return _with_line_labels(ranked, bodies)
+
+
+def search_ranked_records(
+    *, records: QuerySet[MemoryRecord], query: str, limit: int
+) -> list[tuple[MemoryRecord, float, str]]:
+    """``search_ranked`` with each hit's record (``search_vector`` not loaded) in place of its
+    id, read once: on PostgreSQL with the excerpts (docs/performance.md). A hit deleted between
+    the ranking and the read is left out."""
+    text = clean_query(query)
+    if not text or limit <= 0:
+        return []
+    if connection.vendor == "postgresql":
+        ranked, rows = _postgres(records, text, limit)
+    elif connection.vendor == "sqlite":
+        ranked = _sqlite(records, text, limit)
+        rows = MemoryRecord.objects.defer("search_vector").in_bulk([pk for pk, _, _ in ranked])
+    else:
+        raise NotImplementedError(f"No record search for {connection.vendor}")
+    bodies = {pk: record.body for pk, record in rows.items()}
+    return [
+        (rows[pk], rank, excerpt)
+        for pk, rank, excerpt in _with_line_labels(ranked, bodies)
+        if pk in rows
+    ]
 
 
 def _with_line_labels(ranked: Ranked, bodies: dict[int, str] | None = None) -> Ranked:
@@ -174,8 +199,8 @@ def _pg_queries(text: str) -> list[SearchQuery]:
 
 def _postgres(
     records: QuerySet[MemoryRecord], text: str, limit: int
-) -> tuple[Ranked, dict[int, str]]:
-    """The ranked hits, and their bodies (read with the excerpts)."""
+) -> tuple[Ranked, dict[int, MemoryRecord]]:
+    """The ranked hits, and their records (read with the excerpts, ``search_vector`` not)."""
     for query in _pg_queries(text):
         rows = list(
             records.filter(search_vector=query)
@@ -190,8 +215,9 @@ def _postgres(
     # Headlines only for the hits: ts_headline re-parses the whole body.
     read = list(
         MemoryRecord.objects.filter(pk__in=[pk for pk, _ in rows])
+        .defer("search_vector")
         .annotate(
-            excerpt=SearchHeadline(
+            _headline=SearchHeadline(
                 "body",
                 query,
                 config=PG_CONFIG,
@@ -201,11 +227,12 @@ def _postgres(
                 min_words=20,
             )
         )
-        .values_list("pk", "excerpt", "body")
     )
-    excerpts = {pk: excerpt for pk, excerpt, _ in read}
-    bodies = {pk: body for pk, _, body in read}
-    return [(pk, float(rank), excerpts.get(pk, "")) for pk, rank in rows], bodies
+    # The headline taken off the record: a record is the same whoever read it.
+    excerpts = {record.pk: record.__dict__.pop("_headline") for record in read}
+    return [(pk, float(rank), excerpts.get(pk, "")) for pk, rank in rows], {
+        record.pk: record for record in read
+    }
 
 
 # --- SQLite FTS5 ------------------------------------------------------------------------------

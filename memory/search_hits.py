@@ -4,11 +4,11 @@ hits grouped by the record that holds them, info and snapshot hits as records, l
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat
-from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
 from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
@@ -127,22 +127,14 @@ def info_scored(
 ) -> list[tuple[float, SearchHit]]:
     """Info records matching the query, each with its BM25 score against the messages."""
     infos = records.filter(kind=MemoryRecord.Kind.INFO)
-    ranked = search.search_ranked(records=infos, query=text, limit=limit)
+    # The records read with their excerpts, once (docs/performance.md).
+    ranked = search.search_ranked_records(records=infos, query=text, limit=limit)
     if not ranked:
         return []
-    rows = {
-        r.pk: r
-        for r in MemoryRecord.objects.filter(pk__in=[pk for pk, _, _ in ranked]).defer(
-            "search_vector"
-        )
-    }
     if collection is None or not collection.documents:
         collection = search.Collection(documents=0, mean_length=0.0, frequency={})
     out = []
-    for position, (pk, _, excerpt) in enumerate(ranked):
-        record = rows.get(pk)
-        if record is None:  # deleted between the two queries
-            continue
+    for position, (record, _, excerpt) in enumerate(ranked):
         words = search_terms(f"{record.name} {record.description} {record.body}")
         score = collection.score(wanted, words) or 1.0 / (position + 2)
         record.body = ""  # the hit carries the excerpt, not the body
@@ -196,6 +188,10 @@ class _Filler:
         if new_group and len(self.order) >= self.limit:
             return
         header = f"{_header(record, history=item.record_id is None)}\n\n" if new_group else ""
+        if self.order and self.used + tokens_at_least(header + f"{line}\n") > self.room:
+            # Not even the question alone would fit (nor, then, with its answer): not counted.
+            # Once the room is nearly full most candidates end here (docs/performance.md).
+            return
         cost = count_tokens(header + "".join(f"{lines[s]}\n" for s in seqs), model=self.model)
         if self.used + cost > self.room and len(seqs) > 1:  # the question alone, without its answer
             seqs = seqs[:1]
@@ -253,10 +249,10 @@ def fill(
     limit: int,
     model: str,
     live_before: int | None = None,
-) -> list[SearchHit]:
+) -> tuple[list[SearchHit], int]:
     """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
     record (a record's first appearance sets its place), each message once; live messages (no
-    record) form one group of their own."""
+    record) form one group of their own. With them, the tokens they render to (counted once)."""
     names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
@@ -287,12 +283,15 @@ def fill(
     return _within(filler.hits(), room, model=model)
 
 
-def _within(hits: list[SearchHit], room: int, *, model: str) -> list[SearchHit]:
+def _within(hits: list[SearchHit], room: int, *, model: str) -> tuple[list[SearchHit], int]:
     """Drop the last hits while the rendered whole is over ``room`` (joins can tokenize a token
-    or two differently from the parts)."""
-    while hits and count_tokens("".join(rendered(h) for h in hits), model=model) > room:
+    or two differently from the parts); the hits kept and the tokens they render to."""
+    while hits:
+        used = count_tokens("".join(rendered(h) for h in hits), model=model)
+        if used <= room:
+            return hits, used
         hits = hits[:-1]
-    return hits
+    return hits, 0
 
 
 def _message_lines(
@@ -347,8 +346,13 @@ def snapshot_hits(
     if room <= 0 or limit <= 0:
         return []
     # NOT EXISTS per snapshot (the record_id index), not NOT IN over the session's whole index:
-    # that was a hashed subplan beside a sequential scan of the records, on every search.
-    covered = MessageIndex.objects.filter(session_id=session.pk, record_id=OuterRef("pk"))
+    # that was a hashed subplan beside a sequential scan of the records, on every search. The
+    # session compared as ``session_id + 0``: on the session_id index PostgreSQL hashed all the
+    # session's index rows (1,000 at the bench's size, 1.7 ms) where probing each snapshot by
+    # record_id takes 0.5 (docs/performance.md).
+    covered = MessageIndex.objects.alias(in_session=F("session_id") + 0).filter(
+        in_session=session.pk, record_id=OuterRef("pk")
+    )
     snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(Exists(covered))
     if not snapshots.exists():  # the usual case: every snapshot's messages are indexed
         return []
@@ -371,4 +375,4 @@ def snapshot_hits(
                 record=record, excerpt=truncate_to_tokens(excerpt, EXCERPT_MAX_TOKENS), rank=rank
             )
         )
-    return _within(hits, room, model="")
+    return _within(hits, room, model="")[0]

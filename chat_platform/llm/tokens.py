@@ -53,6 +53,21 @@ def count_tokens(text: str, *, model: str = "") -> int:
     return len(_encoding(encoding_name_for_model(model)).encode(text, disallowed_special=()))
 
 
+# Whitespace to ``str.split`` but not to the encodings' pre-tokenizer (Unicode White_Space).
+_SPLIT_ONLY_SPACE = ("\x1c", "\x1d", "\x1e", "\x1f")
+
+
+def tokens_at_least(text: str) -> int:
+    """A floor of ``count_tokens(text)`` for any model, without encoding: the number of runs of
+    non-whitespace. Both encodings' pre-tokenizers never put two such runs in one piece (a piece
+    is whitespace, or at most one leading whitespace character before non-whitespace), and each
+    piece is at least one token. 0 for text holding a character only ``str.split`` calls
+    whitespace."""
+    if any(c in text for c in _SPLIT_ONLY_SPACE):
+        return 0
+    return len(text.split())
+
+
 def count_message_tokens(content: str, *, model: str = "") -> int:
     """Tokens one chat message costs: its text plus ``MESSAGE_OVERHEAD_TOKENS``."""
     return count_tokens(content, model=model) + MESSAGE_OVERHEAD_TOKENS
