@@ -201,7 +201,12 @@ def test_a_new_chat_stays_open_when_the_chat_list_answers_after_it(server_url, d
     page.wait_for_selector(f"#bot-select option[value='{bot['id']}']", state="attached")
     if page.locator("#bot-select").input_value() != str(bot["id"]):
         page.select_option("#bot-select", value=str(bot["id"]))
-    page.wait_for_function("() => true")  # let the held read reach the route
+    # The list read is sent with the bots' answer; its route handler runs once the page's events
+    # are dispatched (one round trip was not always enough): wait for it, bounded.
+    for _ in range(200):
+        if held:
+            break
+        page.wait_for_timeout(50)
     assert held, "the chat list read was not sent"
     before = urlsplit(page.url).path
     page.click("#new-session")
