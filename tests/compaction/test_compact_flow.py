@@ -26,7 +26,7 @@ def _conversation(session, turns=12):
             role="assistant",
             content=f"Understood, noted item {i}: {FACTS[i % 4]} I will keep that in mind.",
         )
-    session_context_recount(session_id=session.pk)
+    return session_context_recount(session_id=session.pk)[0]
 
 
 def test_compact_command_with_builtin_extractive(owner_client, chat_session, eager_tasks):

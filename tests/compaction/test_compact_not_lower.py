@@ -11,21 +11,9 @@ from bots.models import Message
 from bots.transitions import session_context_recount
 from compaction.models import CompactionEvent, Summary
 from memory.models import MemoryRecord
-from tests.compaction.test_compact_flow import FACTS
-from tests.factories import message_add
+from tests.compaction.test_compact_flow import _conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _short_chat(session, turns):
-    for i in range(turns):
-        message_add(session, role="user", content=f"{FACTS[i % 4]} Note {i} about planning.")
-        message_add(
-            session,
-            role="assistant",
-            content=f"Understood, noted item {i}: {FACTS[i % 4]} I will keep that in mind.",
-        )
-    return session_context_recount(session_id=session.pk)[0]
 
 
 def _compact(client, session):
@@ -52,7 +40,7 @@ def _state(session):
 def test_compact_that_would_grow_the_context_says_so_and_changes_nothing(
     owner_client, chat_session, eager_tasks
 ):
-    before = _short_chat(chat_session, turns=4)
+    before = _conversation(chat_session, turns=4)
     state = _state(chat_session)
     assert state == {
         "messages": 8,
@@ -92,7 +80,7 @@ def test_compact_that_would_grow_the_context_says_so_and_changes_nothing(
 
 
 def test_compact_that_lowers_the_context_still_compacts(owner_client, chat_session, eager_tasks):
-    before = _short_chat(chat_session, turns=24)
+    before = _conversation(chat_session, turns=24)
     body = _compact(owner_client, chat_session)
     assert body["compaction"]["outcome"] == "compacted", body
     assert body["compaction"]["tokens_after"] < before
@@ -104,7 +92,7 @@ def test_the_api_compaction_of_the_same_chat_is_not_checked(
     owner_client, chat_session, eager_tasks
 ):
     """``POST /compact/`` compacts what it is asked to, as before (docs/compaction.md)."""
-    _short_chat(chat_session, turns=4)
+    _conversation(chat_session, turns=4)
     response = owner_client.post(f"/api/v1/sessions/{chat_session.pk}/compact/", {}, format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
