@@ -40,6 +40,10 @@ ACCOUNT_PASSWORD_RESET_BY_CODE_ENABLED = False
 # only user of its "login_failed" limit for passwords, is not served).
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = env.str("MFA_TOTP_ISSUER", default="chat-platform")
+# A code is accepted for one 30-second step either side of now (allauth's default is none): a
+# code read just before its step ends still works when it arrives, and a clock a few seconds off
+# does not lock the account out. A used code stays used for the whole window (docs/accounts.md).
+MFA_TOTP_TOLERANCE = 1
 # Email: the console in embedded mode; SMTP from EMAIL_URL in real mode
 # (smtp+tls://user:password@host:587, django-environ's form).
 EMAIL_URL = env.str("EMAIL_URL", default="consolemail://" if EMBEDDED else "smtp://localhost:25")

@@ -238,6 +238,21 @@ def test_an_account_with_totp_needs_its_code_with_the_password(totp_user):
     assert done.json() == {"token": Token.objects.get(user=user).key}
 
 
+def test_a_code_of_the_step_before_or_after_is_accepted_once_and_older_ones_never(totp_user):
+    # A code typed as its 30-second step ends reaches the server in the next one.
+    _user, secret = totp_user
+    if time.time() % 30 > 25:  # the step before must not become two steps old in flight
+        time.sleep(30.1 - time.time() % 30)
+    old = _token("ann", FACTORY_PASSWORD, code=_code(secret, -3))
+    assert (old.status_code, _error(old)["code"]) == (401, "mfa_invalid")
+    late = _token("ann", FACTORY_PASSWORD, code=_code(secret, -1))
+    assert late.status_code == 200
+    Token.objects.all().delete()
+    again = _token("ann", FACTORY_PASSWORD, code=_code(secret, -1))
+    assert (again.status_code, _error(again)["code"]) == (401, "mfa_invalid")
+    assert _token("ann", FACTORY_PASSWORD, code=_code(secret, 1)).status_code == 200
+
+
 def test_wrong_codes_count_as_failed_sign_ins(totp_user, settings):
     settings.LOGIN_RATE_PER_ACCOUNT = "2/min"
     _user, secret = totp_user
