@@ -94,6 +94,19 @@ def pytest_runtest_protocol(item, nextitem):
     return True
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """Each test process's PostgreSQL database is a clone of one migrated template
+    (``processes.postgres_template``) instead of migrated on its own."""
+    from django.conf import settings
+
+    from tests.integration.processes import postgres_template
+
+    default = settings.DATABASES["default"]
+    if default["ENGINE"] == "django.db.backends.postgresql":
+        default.setdefault("TEST", {})["TEMPLATE"] = postgres_template()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _redis_cache_cleared_once():
     """The run starts from an empty Redis cache: an earlier run on the same Redis db leaves
