@@ -62,4 +62,11 @@ def result_payload(result: RunResult) -> dict[str, Any]:
         "tokens_after": result.tokens_after,
         "summary": summary_payload(result.summary) if result.summary else None,
         "event": event_payload(result.event) if result.event else None,
+        # A run that compacted part of what it was asked and stopped: why, and the limit's
+        # details (``quota_exceeded``: whose limit, used, when it resets); None when it finished.
+        "stopped": (
+            None
+            if result.stopped is None
+            else {"reason": result.stopped, "details": result.quota or {}}
+        ),
     }

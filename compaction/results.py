@@ -20,7 +20,11 @@ class RunResult:
     # ``not_lower``: what the context would have been with the summary in place (not kept).
     would_be: int | None = None
     # ``quota_exceeded``: the refusal's details (whose limit, used, when it resets) for the notice.
+    # Also on a ``compacted`` run that the limit stopped part-way (``stopped``).
     quota: dict | None = None
+    # A ``compacted`` run that ended before it had done all it was asked (``/compact`` whose
+    # limit ran out after its first passes): why (``quota_exceeded``); None when it finished.
+    stopped: str | None = None
 
     def __post_init__(self) -> None:
         if self.summary is not None and self.first_seq is None:

@@ -314,10 +314,19 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
     in a room): when there was nothing to compact although the gauge says compaction is due, say
     what fills the context instead, so the command and the gauge tell one story."""
     if result.outcome == "compacted" and result.first_seq is not None:
-        return (
-            f"Context compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens "
-            f"(messages {result.first_seq}–{result.last_seq})."
+        done = (
+            f"{result.tokens_before:,} -> {result.tokens_after:,} tokens "
+            f"(messages {result.first_seq}–{result.last_seq})"
         )
+        if result.stopped == "quota_exceeded" and result.quota:
+            # Stopped part-way: what was done, what ran out and when it resets; the rest of the
+            # history is as it was (docs/compaction.md "/compact in chat").
+            words = usage.limit_words(result.quota, what="the summariser's next input")
+            return (
+                f"Context compacted in part: {done}. Then {words}. The rest of the history was "
+                "not compacted; /compact again after the reset to finish."
+            )
+        return f"Context compacted: {done}."
     if result.outcome in ("noop", "skipped"):
         due = _nothing_left_although_due(session) if session is not None else ""
         return "Nothing to compact right now." + due

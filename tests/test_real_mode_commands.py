@@ -54,3 +54,22 @@ def test_collected_static_files_are_served_with_debug_off(tmp_path):
         assert response["Content-Type"].startswith("text/css")
         body = b"".join(response.streaming_content)
         assert body == (ROOT / "static" / "chat" / "css" / "base.css").read_bytes()
+
+
+def test_real_mode_passes_the_connection_encryption_key_as_the_readme_says():
+    """Issue 32, Deliver 2 in real mode: the README's real-mode steps and docker-compose.yml's
+    app services carry CONNECTION_ENCRYPTION_KEY, so a staff user can save a keyed connection
+    there too (without it: "CONNECTION_ENCRYPTION_KEY is not set on the server")."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    env = compose["x-app-env"]
+    assert env["CONNECTION_ENCRYPTION_KEY"] == "${CONNECTION_ENCRYPTION_KEY:-}"
+    for name in ("web", "worker", "beat"):
+        service = compose["services"][name]
+        assert service["environment"]["CONNECTION_ENCRYPTION_KEY"] == (
+            "${CONNECTION_ENCRYPTION_KEY:-}"
+        ), name
+    readme = (ROOT / "README.md").read_text()
+    (export,) = [line for line in readme.splitlines() if line.startswith("export SECRET_KEY=")]
+    assert "CONNECTION_ENCRYPTION_KEY=…" in export.split()

@@ -25,6 +25,7 @@ CompactionResultSerializer = inline_serializer(
         "tokens_after": serializers.IntegerField(),
         "summary": serializers.DictField(allow_null=True),
         "event": serializers.DictField(allow_null=True),
+        "stopped": serializers.DictField(allow_null=True),
     },
 )
 

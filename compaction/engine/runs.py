@@ -188,6 +188,7 @@ def manual_passes(session: ChatSession, *, focus: str = "", must_lower: bool = F
     tokens_before = context_measure(session=session).pressure
     done: list[RunResult] = []
     last: RunResult | None = None
+    stopped: dict | None = None
     for i in range(MANUAL_MAX_PASSES):
         # The frontier is fused first if due; the passes' own summaries wait for the next
         # pass that finds them past 20 % of B.
@@ -202,10 +203,13 @@ def manual_passes(session: ChatSession, *, focus: str = "", must_lower: bool = F
             attempt = partial(run_pass, session, plan, record_noop=not done)
         try:
             last = enveloped(session, plan, attempt)
-        except QuotaExceeded:
+        except QuotaExceeded as exc:
             if not done:
                 raise  # refused before any call: the caller answers quota_exceeded
-            break  # the limit ran out on the way: what was compacted stays
+            # The limit ran out on the way: the passes done stay (each committed whole), the
+            # refused one wrote nothing, and the result says it stopped (docs/compaction.md).
+            stopped = exc.details
+            break
         session = session_fresh(session)
         if not last.compacted:
             break
@@ -225,4 +229,6 @@ def manual_passes(session: ChatSession, *, focus: str = "", must_lower: bool = F
         passes=[r.event for r in done if r.event is not None],
         first_seq=min(r.first_seq for r in done if r.first_seq is not None),
         last_seq=max(r.last_seq for r in done if r.last_seq is not None),
+        quota=stopped,
+        stopped=None if stopped is None else "quota_exceeded",
     )

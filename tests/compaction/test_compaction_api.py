@@ -124,6 +124,7 @@ def test_compact_command_over_rest(owner_client, session, fake_openai):
         "tokens_after": after,
         "summary": summary_payload(summary),
         "event": event_payload(event),
+        "stopped": None,  # it finished: nothing ran out part-way
     }
     assert (event.trigger, summary.trigger, summary.first_seq, summary.last_seq) == (
         "manual",
@@ -388,6 +389,7 @@ def test_compact_endpoint_summaries_and_events(owner_client, session, fake_opena
             "summary": summary.pk,
             "created_at": body["event"]["created_at"],
         },
+        "stopped": None,
     }
     assert body["summary"]["created_at"].endswith("Z")
     snapshot = MemoryRecord.objects.get(session=session, name="snapshot_1_4")

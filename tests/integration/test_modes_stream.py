@@ -2,10 +2,17 @@
 embedded (uvicorn alone: no REDIS_URL, SQLite, tasks on the server's own task threads) and real
 (uvicorn and a Celery worker on Redis and PostgreSQL). Regenerate and edit answer before their
 reply has run and the reply then streams; ``/v1`` streams chunk by chunk; Retry re-runs the
-failed reply without storing the question twice. Bots talk to the local fake provider."""
+failed reply without storing the question twice (sent again, or through Retry's endpoint); the
+bot API shows ``slug``; a staff user saves a keyed provider connection (embedded: with the key
+``make run``'s scripts/ensure_env.sh wrote; real: the operator's); the settings page makes and
+revokes an API key. Bots talk to the local fake provider."""
 
 import asyncio
+import dataclasses
 import json
+import re
+import subprocess
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -49,12 +56,19 @@ def platform(request, django_db_setup, tmp_path_factory, tmp_path, fake_openai, 
             REDIS_URL=None,
             DEBUG="true",
             DATABASE_URL=sqlite_copy(tmp_path_factory, tmp_path / "embedded.sqlite3"),
+            CONNECTION_ENCRYPTION_KEY=_key_make_run_writes(tmp_path / ".env"),
             **common,
         )
     else:
         db = settings.DATABASES["default"]
         url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        env = process_env(DATABASE_URL=url, DEBUG="false", LOG_JSON="true", **common)
+        env = process_env(
+            DATABASE_URL=url,
+            DEBUG="false",
+            LOG_JSON="true",
+            CONNECTION_ENCRYPTION_KEY="an-operators-connection-key-0123456789abcdef",
+            **common,
+        )
     manage(
         {**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
         "createsuperuser",
@@ -75,11 +89,25 @@ def platform(request, django_db_setup, tmp_path_factory, tmp_path, fake_openai, 
             yield base
 
 
+def _key_make_run_writes(env_file) -> str:
+    """The CONNECTION_ENCRYPTION_KEY `make run` writes into .env (scripts/ensure_env.sh), read
+    back as the settings read it; the embedded server here gets it in its environment, since
+    this checkout's own .env (beside manage.py) is not the test's to write."""
+    script = settings.BASE_DIR / "scripts" / "ensure_env.sh"
+    subprocess.run(["bash", str(script), str(env_file)], check=True, capture_output=True)  # noqa: S603, S607
+    (line,) = [
+        x for x in env_file.read_text().splitlines() if x.startswith("CONNECTION_ENCRYPTION_KEY=")
+    ]
+    return line.removeprefix("CONNECTION_ENCRYPTION_KEY=")
+
+
 class Api:
     def __init__(self, base: str) -> None:
         self.base = base
-        token = httpx.post(
-            f"{base}/api/v1/auth/token/", json={"username": "tester", "password": PASSWORD}
+        token = httpx.post(  # hashing the password can take over httpx's 5 s on a busy machine
+            f"{base}/api/v1/auth/token/",
+            json={"username": "tester", "password": PASSWORD},
+            timeout=60,
         ).json()["token"]
         self.token = token
         self.headers = {"Authorization": f"Token {token}"}
@@ -104,8 +132,11 @@ class Api:
             time.sleep(0.2)
         raise AssertionError(f"reply {message_id} did not finish in {timeout} s")
 
-    def stream_kinds(self, session_id: int, reply_id: int) -> list[str]:
-        """The websocket's frame types for ``reply_id`` until it completes or fails."""
+    def stream_kinds(
+        self, session_id: int, reply_id: int, *, release: threading.Event | None = None
+    ) -> list[str]:
+        """The websocket's frame types for ``reply_id`` until it completes or fails; with
+        ``release``: set once the socket is open (the held fake provider answers then)."""
 
         async def listen() -> list[str]:
             url = self.base.replace("http", "ws") + f"/ws/sessions/{session_id}/"
@@ -113,6 +144,8 @@ class Api:
             async with websockets.connect(
                 url, additional_headers={"Authorization": f"Token {self.token}"}
             ) as ws:
+                if release is not None:
+                    release.set()
                 while True:
                     frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
                     message = frame.get("message") or {}
@@ -137,20 +170,28 @@ def test_replies_stream_and_retry_never_duplicates(platform, fake_openai):
         },
     ).json()
     session = api.post("sessions/", {"bot": bot["id"]}).json()["id"]
-    fake_openai.script(Reply(text="First answer."), _slow(), _slow())
+    gates = [threading.Event(), threading.Event()]
+    fake_openai.script(
+        Reply(text="First answer."),
+        *[dataclasses.replace(_slow(), hang=60, until=g) for g in gates],
+    )
     first = api.post(f"sessions/{session}/messages/", {"content": "hello", "wait": True}).json()
     assert first["assistant_message"]["content"] == "First answer."
 
-    # Regenerate and edit: answered before the reply ran, which then streams delta by delta.
-    for path, body in (
-        (f"messages/{first['assistant_message']['id']}/regenerate/", None),
-        (f"messages/{first['user_message']['id']}/edit/", {"content": "hello again"}),
+    # Regenerate and edit: answered while the fake provider still holds the reply's answer
+    # (the turn runs after the request, never inside it), which then streams delta by delta.
+    for gate, (path, body) in zip(
+        gates,
+        (
+            (f"messages/{first['assistant_message']['id']}/regenerate/", None),
+            (f"messages/{first['user_message']['id']}/edit/", {"content": "hello again"}),
+        ),
     ):
         response = api.post(path, body)
-        assert response.status_code == 201
+        assert (response.status_code, gate.is_set()) == (201, False)
         reply = response.json()["assistant_message"]
         assert reply["status"] == "pending"
-        kinds = api.stream_kinds(response.json()["session"]["id"], reply["id"])
+        kinds = api.stream_kinds(response.json()["session"]["id"], reply["id"], release=gate)
         assert kinds[-1] == "message.completed"
         assert kinds.count("message.delta") >= 3
 
@@ -209,3 +250,96 @@ def test_replies_stream_and_retry_never_duplicates(platform, fake_openai):
     content = [e.choices[0].delta.content for e in events[:final] if e.choices[0].delta.content]
     assert "".join(content) == "".join(chunks)
     assert len(content) > 5
+
+
+def _page_session(base: str) -> httpx.Client:
+    """A browser-like client signed in through the login form (session cookie, CSRF token)."""
+    client = httpx.Client(base_url=base, timeout=60, follow_redirects=True)
+    login = client.get("/accounts/login/")
+    client.post(
+        "/accounts/login/",
+        data={
+            "username": "tester",
+            "password": PASSWORD,
+            "csrfmiddlewaretoken": _csrf(login.text),
+        },
+        headers={"Referer": f"{base}/accounts/login/"},
+    )
+    return client
+
+
+def _csrf(html: str) -> str:
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)[1]
+
+
+def test_slug_keyed_connection_settings_keys_and_retry_in_both_modes(platform, fake_openai):
+    """The rest of the experience checks (issue 32), in each mode against its real processes."""
+    api = Api(platform)
+    bot = api.post(
+        "bots/",
+        {
+            "name": "Travel Writer",
+            "model": "openai/fake-model",
+            "api_base": fake_openai.url,
+            "api_key_env": FAKE_KEY_ENV,
+        },
+    )
+    assert (bot.status_code, bot.json()["slug"]) == (201, "travel-writer")
+    renamed = httpx.patch(
+        f"{platform}/api/v1/bots/{bot.json()['id']}/", json={"slug": "writer"}, headers=api.headers
+    )
+    assert renamed.json()["slug"] == "writer"
+
+    # A staff user saves a provider connection with its key (stored encrypted, never answered).
+    saved = api.post(
+        "connections/",
+        {"name": "Local", "kind": "openai", "base_url": fake_openai.url, "api_key": "sk-t-123"},
+    )
+    assert saved.status_code == 201, saved.text
+    assert (saved.json()["has_key"], "api_key" in saved.json()) == (True, False)
+
+    # The settings page makes a key (shown once) that works on /v1, then revokes it.
+    page = _page_session(platform)
+    try:
+        settings_page = page.get("/settings/")
+        assert settings_page.status_code == 200
+        made = page.post(
+            "/settings/api-keys/",
+            data={
+                "name": "my editor",
+                "access": "full",
+                "csrfmiddlewaretoken": _csrf(settings_page.text),
+            },
+            headers={"Referer": f"{platform}/settings/"},
+        )
+        assert made.status_code == 200, made.text[-2000:]
+        raw = re.search(r"<code data-new-key>([^<]+)</code>", made.text)[1]
+        prefix = raw.split(".", 1)[0]
+        bearer = {"Authorization": f"Bearer {raw}"}
+        assert httpx.get(f"{platform}/v1/models", headers=bearer, timeout=60).status_code == 200
+        revoked = page.post(
+            f"/settings/api-keys/{prefix}/revoke/",
+            data={"csrfmiddlewaretoken": _csrf(made.text)},
+            headers={"Referer": f"{platform}/settings/"},
+        )
+        assert revoked.status_code == 200
+        assert f"Key {prefix} revoked: it no longer works." in revoked.text
+        assert httpx.get(f"{platform}/v1/models", headers=bearer, timeout=60).status_code == 401
+    finally:
+        page.close()
+
+    # Retry's endpoint (the chat's Retry button) re-runs the failed reply for the same question.
+    session = api.post("sessions/", {"bot": bot.json()["id"]}).json()["id"]
+    fake_openai.script(Reply(status=400, error_message="bad request"), Reply(text="Lima."))
+    failed = api.post(f"sessions/{session}/messages/", {"content": QUESTION}).json()
+    reply_id = failed["assistant_message"]["id"]
+    assert api.wait_finished(session, reply_id)["status"] == "failed"
+    retried = api.post(f"messages/{reply_id}/retry/")
+    assert (retried.status_code, retried.json()["assistant_message"]["id"]) == (202, reply_id)
+    api.wait_finished(session, reply_id)
+    assert [(m["seq"], m["role"], m["content"], m["status"]) for m in api.messages(session)] == [
+        (1, "user", QUESTION, "complete"),
+        (2, "assistant", "Lima.", "complete"),
+    ]
+    sent = fake_openai.requests[-1]["messages"]
+    assert [m for m in sent if m["role"] == "user"] == [{"role": "user", "content": QUESTION}]
