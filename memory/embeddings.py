@@ -203,6 +203,8 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
                 embedding=b"", embedding_model=model
             )
         done += len(rows)
+        if len(batch) < EMBED_BATCH:
+            break  # that was all of them: no read to find none left
     if done:
         log.info("memory_embedded", session_id=session_id, model=model, messages=done)
     return done

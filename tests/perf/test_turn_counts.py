@@ -183,14 +183,15 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     # web: the send's 11 statements (the 11th: the Retry check reads the chat's last question);
     # worker: the turn's 16 (claim, quota, context, admission, finish, index, record, gauge,
     # compaction check); the task it queues, the written messages' embedding with builtin/embed,
-    # 5 of its own (session and bot, pending rows, texts, the vectors' UPDATE, what is left):
-    # a task body apart, on a worker of its own in a deployment. Redis: the send's heavy-request
+    # 4 of its own (session and bot, pending rows, texts, the vectors' UPDATE; a batch shorter
+    # than a full one is not followed by a read of what is left, was 5): a task body apart, on a
+    # worker of its own in a deployment. Redis: the send's heavy-request
     # slot (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the
     # waiter's SUBSCRIBE.
     assert counting.summary() == {
         "sql_web": 11,
         "sql_worker": 16,
-        "sql_tasks": {EMBED: 5},
+        "sql_tasks": {EMBED: 4},
         "redis": 5,
         "frames": {
             "message.created": 2,
@@ -245,7 +246,7 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     assert counting.summary() == {
         "sql_web": 10,
         "sql_worker": 16,
-        "sql_tasks": {EMBED: 5},
+        "sql_tasks": {EMBED: 4},
         "redis": 2,
         "frames": {
             "message.created": 2,
@@ -304,7 +305,7 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     assert counting.summary() == {
         "sql_web": 15,
         "sql_worker": 46,
-        "sql_tasks": {EMBED: 5},
+        "sql_tasks": {EMBED: 4},
         "redis": 7,
         "frames": {
             "message.created": 3,
@@ -343,7 +344,7 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
     assert counting.summary() == {
         "sql_web": 11,
         "sql_worker": 33,
-        "sql_tasks": {EMBED: 5},
+        "sql_tasks": {EMBED: 4},
         "redis": 5,
         "frames": {
             "message.created": 4,
@@ -391,12 +392,12 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
     # written, title, gauge, the API turn, dispatched_at); the finished reply read when its last
     # frame came, its API turn and the call's chain written. worker, 19: the REST turn's 16,
     # +1 the API turn's options, +2 the chain read and written at the finish. The embedding
-    # task's 5, apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
+    # task's 4, apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
     # heavy-request slot on /v1, no REST waiter).
     assert counting.summary() == {
         "sql_web": 25,
         "sql_worker": 19,
-        "sql_tasks": {EMBED: 5},
+        "sql_tasks": {EMBED: 4},
         "redis": 2,
         "frames": {
             "message.created": 2,
