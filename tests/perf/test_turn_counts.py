@@ -181,8 +181,10 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
 
     assert body["assistant_message"]["content"] == "One two three."
     # web: the send's 11 statements (the 11th: the Retry check reads the chat's last question);
-    # worker: the turn's 16 (claim, quota, context, admission, finish, index, record, gauge,
-    # compaction check); the task it queues, the written messages' embedding with builtin/embed,
+    # worker: the turn's 15 (claim, quota, context, admission, finish, index, record, gauge,
+    # compaction check; the index's read of the rows to embed goes with its read of the messages
+    # when both are indexed now, was 16); the task it queues, the written messages' embedding
+    # with builtin/embed,
     # 4 of its own (session and bot, pending rows, texts, the vectors' UPDATE; a batch shorter
     # than a full one is not followed by a read of what is left, was 5): a task body apart, on a
     # worker of its own in a deployment. Redis: the send's heavy-request
@@ -190,7 +192,7 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     # waiter's SUBSCRIBE.
     assert counting.summary() == {
         "sql_web": 11,
-        "sql_worker": 16,
+        "sql_worker": 15,
         "sql_tasks": {EMBED: 4},
         "redis": 5,
         "frames": {
@@ -245,7 +247,7 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     # REST turn's (the Retry check +1 web there).
     assert counting.summary() == {
         "sql_web": 10,
-        "sql_worker": 16,
+        "sql_worker": 15,
         "sql_tasks": {EMBED: 4},
         "redis": 2,
         "frames": {
@@ -301,10 +303,12 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     # two turns (Planner's, then Critic's, handed the floor in Planner's notifier); the Retry
     # check +1 web; +1 worker: Planner's reply names @critic, so the room reads what was said
     # before it to tell a mention from an echo (turns/finished.py, docs/rooms.md); one
-    # embedding task run for the three written messages
+    # embedding task run for the three written messages. Critic's turn indexes its reply
+    # beside a question indexed already, so its index reads the rows to embed (Planner's does
+    # not: 46 -> 45).
     assert counting.summary() == {
         "sql_web": 15,
-        "sql_worker": 46,
+        "sql_worker": 45,
         "sql_tasks": {EMBED: 4},
         "redis": 7,
         "frames": {
@@ -343,7 +347,7 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
     # the Retry check +1 web
     assert counting.summary() == {
         "sql_web": 11,
-        "sql_worker": 33,
+        "sql_worker": 32,
         "sql_tasks": {EMBED: 4},
         "redis": 5,
         "frames": {
@@ -390,13 +394,13 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
     # web, 25: the key, its user, the bot, the quota; the new session and its API session; the
     # send (session, quota again, the chat's last message, two savepoints, seqs, the pair
     # written, title, gauge, the API turn, dispatched_at); the finished reply read when its last
-    # frame came, its API turn and the call's chain written. worker, 19: the REST turn's 16,
+    # frame came, its API turn and the call's chain written. worker, 18: the REST turn's 15,
     # +1 the API turn's options, +2 the chain read and written at the finish. The embedding
     # task's 4, apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
     # heavy-request slot on /v1, no REST waiter).
     assert counting.summary() == {
         "sql_web": 25,
-        "sql_worker": 19,
+        "sql_worker": 18,
         "sql_tasks": {EMBED: 4},
         "redis": 2,
         "frames": {
