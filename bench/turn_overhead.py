@@ -214,7 +214,9 @@ def side_serve(args: argparse.Namespace) -> None:
 
     _stack.django_setup()
     with _stack.running_stack() as stack, httpx.Client() as client:
-        fix = _stack.fixture(stack.provider_url, "turn-overhead")
+        fix = _stack.fixture(
+            stack.provider_url, "turn-overhead", embedding_model=args.embedding_model
+        )
         sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup) + 6)
 
         async def warm_all() -> None:
@@ -264,6 +266,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="REV",
         help="run this checkout and REV side by side, interleaved in one sitting (REV's worktree "
         "and virtualenv are built once under .bench-cache/), and print the ratios",
+    )
+    parser.add_argument(
+        "--embedding-model",
+        default=None,
+        help="the bench bot's embedding_model (default: the field's default; '' for words only, "
+        "as bots were before builtin/embed became the default, d5e08e9)",
     )
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -354,7 +362,9 @@ def _measure(args: Any) -> _Run:
 
     _stack.django_setup()
     with _stack.running_stack() as stack, httpx.Client() as client:
-        fix = _stack.fixture(stack.provider_url, "turn-overhead")
+        fix = _stack.fixture(
+            stack.provider_url, "turn-overhead", embedding_model=args.embedding_model
+        )
         sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup) + 6)
 
         # warm every process (each web and worker process pays its imports on its first turn)
