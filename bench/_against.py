@@ -120,6 +120,8 @@ class Side:
         self.log = open(CACHE / f"side-{name}.log", "w")  # noqa: SIM115 (closed in stop)
         argv = [python, str(Path(__file__).parent / "turn_overhead.py"), "--side"]
         argv += ["--pairs", str(args.pairs), "--warmup", str(args.warmup)]
+        if args.embedding_model is not None:
+            argv += ["--embedding-model", args.embedding_model]
         self.proc = subprocess.Popen(
             argv,
             cwd=tree,
@@ -236,6 +238,8 @@ def report(args: Any, results: dict[str, list[dict]]) -> None:
         f"turn_overhead --against {args.against}: {args.pairs} interleaved triples per side, "
         f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)"
     )
+    if args.embedding_model is not None:
+        print(f"  the bench bot's embedding_model on both sides: {args.embedding_model!r}")
     print(f"  {'':<26}{'this':>10}{args.against:>12}{'this/rev':>10}")
     for key in this:
         if key == "not completed":

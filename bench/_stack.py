@@ -291,7 +291,10 @@ class Fixture:
     bot_id: int
 
 
-def fixture(provider_url: str, name: str) -> Fixture:
+def fixture(provider_url: str, name: str, *, embedding: str | None = None) -> Fixture:
+    """The bench's user, token and bot. ``embedding``: the bot's embedding_model (None: the field's
+    default, which embeds each turn's written messages since d5e08e9; "": words only, as every
+    bot before it)."""
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
@@ -309,6 +312,8 @@ def fixture(provider_url: str, name: str) -> Fixture:
         max_output_tokens=256,
         compaction_enabled=False,
     )
+    if embedding is not None:
+        bot.embedding_model = embedding
     # Approved, as staff would: the bench's api_base is a local server.
     bot.api_base_approved = provider_url
     bot.save()

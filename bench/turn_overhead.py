@@ -214,7 +214,7 @@ def side_serve(args: argparse.Namespace) -> None:
 
     _stack.django_setup()
     with _stack.running_stack() as stack, httpx.Client() as client:
-        fix = _stack.fixture(stack.provider_url, "turn-overhead")
+        fix = _stack.fixture(stack.provider_url, "turn-overhead", embedding=args.embedding_model)
         sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup) + 6)
 
         async def warm_all() -> None:
@@ -265,6 +265,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run this checkout and REV side by side, interleaved in one sitting (REV's worktree "
         "and virtualenv are built once under .bench-cache/), and print the ratios",
     )
+    parser.add_argument("--embedding-model", help="the bench bot's ('': words only)")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -338,8 +339,7 @@ def _lean_cpu(stack: Any, pairs: int) -> float:
 
     from chat_platform.llm import gateway
 
-    # (chat_platform/llm/gateway/lazy_litellm.py; a module-level function in older gateways,
-    # absent from those older than issue 10)
+    # (llm/gateway/lazy_litellm.py; a module function in older gateways, none before issue 10)
     lean = getattr(getattr(gateway, "lazy_litellm", None), "configure_lean", None) or getattr(
         gateway, "_configure_lean", None
     )
@@ -354,7 +354,7 @@ def _measure(args: Any) -> _Run:
 
     _stack.django_setup()
     with _stack.running_stack() as stack, httpx.Client() as client:
-        fix = _stack.fixture(stack.provider_url, "turn-overhead")
+        fix = _stack.fixture(stack.provider_url, "turn-overhead", embedding=args.embedding_model)
         sids = _stack.sessions(fix, 2 * (args.pairs + args.warmup) + 6)
 
         # warm every process (each web and worker process pays its imports on its first turn)

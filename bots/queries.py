@@ -102,7 +102,11 @@ def bot_usable_in(*, session: ChatSession, bot: Bot | None = None) -> bool:
 def session_get_for_use(*, user: AbstractBaseUser, session_id: object) -> ChatSession:
     """``session_get_for_user`` for whatever runs the session's bot (a send, a compaction): the
     transcript stays readable after the bot is un-shared, but it can no longer be run."""
-    session = session_get_for_user(user=user, session_id=session_id)
+    return session_usable(session_get_for_user(user=user, session_id=session_id))
+
+
+def session_usable(session: ChatSession) -> ChatSession:
+    """``session`` (read by ``session_get_for_user``) if its bot may still be run in it."""
     if not bot_usable_in(session=session):
         raise NotFound(BOT_UNAVAILABLE)
     return session

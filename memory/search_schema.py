@@ -273,11 +273,17 @@ def messages_index_rows(
 
 
 def messages_index_written_rows(
-    message_model: Any, index_model: Any, *, message_ids: list[int]
+    message_model: Any,
+    index_model: Any,
+    *,
+    message_ids: list[int],
+    to_embed: dict[int, list[int]] | None = None,
 ) -> int:
     """Index finished messages when they are written (``record`` NULL until a compaction takes
     them into its snapshot): what people said, with at least one search term, not indexed yet.
-    One read and one insert for any number of messages; how many were indexed."""
+    One read and one insert for any number of messages; how many were indexed. ``to_embed``
+    is given, by session, the rows written whose session's bot has an embedding model (read
+    with the messages: a row just written has no vector yet)."""
     if not message_ids:
         return 0
     rows = (
@@ -289,12 +295,14 @@ def messages_index_written_rows(
         )
         .exclude(content="")
         .exclude(pk__in=index_model.objects.filter(message_id__in=message_ids).values("pk"))
-        .values_list("pk", "session_id", "seq", "content")
+        .values_list("pk", "session_id", "seq", "content", "session__bot__embedding_model")
     )
     entries = []
-    for pk, session_id, seq, content in rows:
+    for pk, session_id, seq, content, embedding_model in rows:
         words = terms(content)
         if words:
+            if to_embed is not None and embedding_model:
+                to_embed.setdefault(session_id, []).append(pk)
             entries.append(
                 index_model(
                     message_id=pk,

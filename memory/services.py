@@ -138,16 +138,23 @@ def messages_index_written(*, message_ids: list[int]) -> int:
     wrote). Compaction later takes them into its snapshot (``messages_index``). For a bot with
     an embedding model they are embedded too, after commit, on the compaction queue
     (``memory.embeddings``: live messages are searched by meaning before any compaction)."""
-    done = messages_index_written_rows(Message, MessageIndex, message_ids=message_ids)
+    by_session: dict[int, list[int]] = {}
+    done = messages_index_written_rows(
+        Message, MessageIndex, message_ids=message_ids, to_embed=by_session
+    )
     if not done:
         return 0
-    by_session: dict[int, list[int]] = {}
-    for pk, session_id in (
-        MessageIndex.objects.filter(message_id__in=message_ids, embedding__isnull=True)
-        .exclude(session__bot__embedding_model="")
-        .values_list("message_id", "session_id")
-    ):
-        by_session.setdefault(session_id, []).append(pk)
+    if done < len(set(message_ids)):
+        # Some were indexed before (or have nothing to index): any of them still without a
+        # vector is embedded too. When every one was indexed now, the read above said which
+        # to embed (a turn's question and reply: one statement less).
+        by_session = {}
+        for pk, session_id in (
+            MessageIndex.objects.filter(message_id__in=message_ids, embedding__isnull=True)
+            .exclude(session__bot__embedding_model="")
+            .values_list("message_id", "session_id")
+        ):
+            by_session.setdefault(session_id, []).append(pk)
     for session_id, pending in by_session.items():
         transaction.on_commit(
             partial(embeddings.messages_embed_dispatch, session_id, sorted(pending))

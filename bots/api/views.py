@@ -25,7 +25,7 @@ from bots.api.serializers import (
     SessionPatchSerializer,
 )
 from bots.command_check import check_send
-from bots.models import Message
+from bots.models import ChatSession, Message
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
 from chat_platform.heavy import heavy_request
@@ -115,8 +115,9 @@ class SessionDetailApi(APIView):
 
     @extend_schema(request=SessionPatchSerializer, responses={200: SessionOutputSerializer})
     def patch(self, request: Request, session_id: int) -> Response:
-        # Access first: another user's session is not_found even when the body is bad.
-        queries.session_get_for_user(user=request.user, session_id=session_id)
+        # Access first: another user's session is not_found even when the body is bad. The
+        # send takes the session as read here (one read of it per send).
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(SessionPatchSerializer, request.data)
         changes = {k: data[k] for k in ("title", "model", "extra_instruction") if k in data}
         session = None
@@ -170,8 +171,9 @@ class SessionMessagesApi(APIView):
         },
     )
     def post(self, request: Request, session_id: int) -> Response:
-        # Access first: another user's session is not_found even when the body is bad.
-        queries.session_get_for_user(user=request.user, session_id=session_id)
+        # Access first: another user's session is not_found even when the body is bad. The
+        # send takes the session as read here (one read of it per send).
+        session = queries.session_get_for_user(user=request.user, session_id=session_id)
         data = _valid(MessageInputSerializer, request.data)
         check_send(
             content=data["content"],
@@ -179,15 +181,16 @@ class SessionMessagesApi(APIView):
             allow_blank=bool(data.get("attachments")),
         )
         if not data["wait"]:
-            return self._send(request, session_id, data)
+            return self._send(request, session, data)
         # Waiting for the reply holds this request: one of the user's heavy-request slots.
         with heavy_request(user_id=request.user.pk, kind="send_wait"):
-            return self._send(request, session_id, data)
+            return self._send(request, session, data)
 
-    def _send(self, request: Request, session_id: int, data: dict) -> Response:
+    def _send(self, request: Request, session: ChatSession, data: dict) -> Response:
         result = send_services.session_message_send(
             user=request.user,
-            session_id=session_id,
+            session_id=session.pk,
+            session=session,
             content=data["content"],
             client_id=data.get("client_id"),
             reply_as=data.get("reply_as"),

@@ -28,6 +28,7 @@ from bots.queries import (
     room_snapshot_take,
     session_get_for_use,
     session_seat,
+    session_usable,
     user_bot_scope,
 )
 from chat_platform.errors import (
@@ -258,6 +259,7 @@ def session_message_send(
     reply_as: object = None,
     attachments: object = None,
     quota: Sequence[usage.Limit] = (),
+    session: ChatSession | None = None,
 ) -> SendResult:
     """Send a user message: write it and a pending reply, then run the turn after commit. In a
     room, one pending reply per bot that answers (``turns.room``: mentions, ``all``, or
@@ -269,8 +271,14 @@ def session_message_send(
 
     ``quota``: the daily limits of the API key the message came through (beside the user's): a
     spent one refuses the send, and ``/compact``, before anything is stored.
+
+    ``session``: the session ``session_id`` names, as the caller read it for ``user``
+    (``bots.queries.session_get_for_user``) in this request; it is not read again.
     """
-    session = session_get_for_use(user=user, session_id=session_id)
+    if session is not None and session.pk == session_id and session.user_id == user.pk:
+        session = session_usable(session)
+    else:
+        session = session_get_for_use(user=user, session_id=session_id)
     text, cid = check_message_content(
         content=content, client_id=client_id, allow_blank=bool(attachments)
     )

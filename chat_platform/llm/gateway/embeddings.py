@@ -3,6 +3,7 @@ retries as a completion."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from functools import partial
@@ -26,6 +27,18 @@ class EmbeddingUnreadable(Exception):
     """An embedding answer that is not one finite vector per input, all of one size."""
 
 
+def _finite_numbers(vector: list[Any]) -> bool:
+    """Every value a number (not a bool), finite and under 1e30 in size. A vector of plain
+    floats, what every provider and the built-in model answer, is checked without a Python
+    step per value (two vectors of 384 a turn)."""
+    if set(map(type, vector)) == {float}:
+        return all(map(math.isfinite, vector)) and max(map(abs, vector)) < 1e30
+    return all(
+        isinstance(x, int | float) and not isinstance(x, bool) and x == x and abs(x) < 1e30
+        for x in vector
+    )
+
+
 def _embedding_vectors(response: Any, count: int) -> list[list[float]]:
     data = field_of(response, "data")
     if not isinstance(data, list) or len(data) != count:
@@ -39,12 +52,9 @@ def _embedding_vectors(response: Any, count: int) -> list[list[float]]:
     for vector in ordered:
         if not isinstance(vector, list) or not vector:
             raise EmbeddingUnreadable("an embedding is not a list of numbers")
-        if not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and x == x and abs(x) < 1e30
-            for x in vector
-        ):
+        if not _finite_numbers(vector):
             raise EmbeddingUnreadable("an embedding holds a value that is not a finite number")
-        vectors.append([float(x) for x in vector])
+        vectors.append(list(map(float, vector)))
     if len({len(v) for v in vectors}) != 1:
         raise EmbeddingUnreadable("the embeddings differ in size")
     return vectors
