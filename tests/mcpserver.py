@@ -10,7 +10,9 @@ HTTP (``.url``, ``/mcp``) and SSE (``.sse_url``, ``/sse``). Tools:
 - ``note_save(key, value)`` / ``note_read(key)``: a small notes store;
 - ``/redirect/mcp``: answers 307 to the real endpoint (a server that redirects).
 
-``server.seen_headers`` holds each HTTP request's headers (lower-cased names), newest last.
+``server.seen_headers`` holds each HTTP request's headers (lower-cased names), newest last;
+``server.sessions_opened()`` counts the sessions clients opened (streamable HTTP: each session
+starts with ``server/discover``, or ``initialize`` on the older protocol).
 
     def test_x(mcp_server):
         ...  url=mcp_server.url ...
@@ -62,6 +64,10 @@ class TestMCPServer:
     @property
     def redirect_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/redirect/mcp"
+
+    def sessions_opened(self) -> int:
+        opening = ("server/discover", "initialize")
+        return sum(1 for h in self.seen_headers if h.get("mcp-method") in opening)
 
     def _build(self) -> MCPServer:
         server = MCPServer("test-tools")
@@ -143,6 +149,8 @@ class TestMCPServer:
         return wrapped
 
     def start(self) -> TestMCPServer:
+        self._servers = []
+        self._threads: list[threading.Thread] = []
         apps = [
             (self._recording(self.app.streamable_http_app()), self.port),
             (self._recording(self.app.sse_app()), self.sse_port),
@@ -153,7 +161,9 @@ class TestMCPServer:
             )
             server = uvicorn.Server(config)
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-            threading.Thread(target=server.run, daemon=True, name=f"mcp-{port}").start()
+            thread = threading.Thread(target=server.run, daemon=True, name=f"mcp-{port}")
+            thread.start()
+            self._threads.append(thread)
             self._servers.append(server)
         deadline = time.monotonic() + 20
         while not all(s.started for s in self._servers):
@@ -162,9 +172,12 @@ class TestMCPServer:
             time.sleep(0.02)
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = False) -> None:
+        """Stop serving; ``wait``: until the ports refuse connections (``start`` serves again)."""
         for server in self._servers:
             server.should_exit = True
+        for thread in self._threads if wait else []:
+            thread.join(timeout=20)
 
     def reset(self) -> None:
         self.seen_headers.clear()
