@@ -10,6 +10,10 @@ HTTP (``.url``, ``/mcp``) and SSE (``.sse_url``, ``/sse``). Tools:
 - ``note_save(key, value)`` / ``note_read(key)``: a small notes store;
 - ``/redirect/mcp``: answers 307 to the real endpoint (a server that redirects).
 
+``server.hold_cancels``: while set, a posted ``notifications/cancelled`` (the SDK's courtesy
+cancel on the older protocols, SSE here) is held unanswered until ``server.release``;
+``server.cancels_held`` counts them.
+
 ``server.seen_headers`` holds each HTTP request's headers (lower-cased names), newest last;
 ``server.sessions_opened()`` counts the sessions clients opened (streamable HTTP: each session
 starts with ``server/discover``, or ``initialize`` on the older protocol).
@@ -49,6 +53,8 @@ class TestMCPServer:
         self.seen_headers: list[dict[str, str]] = []
         self.calls: list[tuple[str, dict]] = []
         self.release = threading.Event()
+        self.hold_cancels = threading.Event()
+        self.cancels_held = 0
         self.notes: dict[str, str] = {}
         self._servers: list[uvicorn.Server] = []
         self.app = self._build()
@@ -148,12 +154,40 @@ class TestMCPServer:
 
         return wrapped
 
+    def _holding_cancels(self, app):  # type: ignore[no-untyped-def]
+        async def wrapped(scope, receive, send):  # type: ignore[no-untyped-def]
+            if (
+                scope["type"] != "http"
+                or scope["method"] != "POST"
+                or not self.hold_cancels.is_set()
+            ):
+                await app(scope, receive, send)
+                return
+            chunks, more = [], True
+            while more:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+            body = b"".join(chunks)
+            if b"notifications/cancelled" in body:
+                self.cancels_held += 1
+                while not self.release.is_set():
+                    await anyio.sleep(0.02)
+            replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def replayed():  # type: ignore[no-untyped-def]
+                return replay.pop() if replay else await receive()
+
+            await app(scope, replayed, send)
+
+        return wrapped
+
     def start(self) -> TestMCPServer:
         self._servers = []
         self._threads: list[threading.Thread] = []
         apps = [
             (self._recording(self.app.streamable_http_app()), self.port),
-            (self._recording(self.app.sse_app()), self.sse_port),
+            (self._recording(self._holding_cancels(self.app.sse_app())), self.sse_port),
         ]
         for app, port in apps:
             config = uvicorn.Config(
@@ -184,6 +218,8 @@ class TestMCPServer:
         self.calls.clear()
         self.notes.clear()
         self.release.clear()
+        self.hold_cancels.clear()
+        self.cancels_held = 0
 
 
 _shared: TestMCPServer | None = None

@@ -69,7 +69,7 @@ def _origin(url: httpx2.URL) -> tuple[str, str, int | None]:
     return (url.scheme, url.host, url.port)
 
 
-def _http_client(endpoint: Endpoint, timeout: float) -> httpx2.AsyncClient:
+def _http_client(endpoint: Endpoint, timeout: float | None) -> httpx2.AsyncClient:
     allowed = _origin(httpx2.URL(endpoint.url))
 
     async def on_request(request: httpx2.Request) -> None:
@@ -100,9 +100,14 @@ def _http_client(endpoint: Endpoint, timeout: float) -> httpx2.AsyncClient:
     )
 
 
-def mcp_client(endpoint: Endpoint, timeout: float) -> tuple[Client, httpx2.AsyncClient | None]:
+def mcp_client(
+    endpoint: Endpoint, timeout: float | None
+) -> tuple[Client, httpx2.AsyncClient | None]:
     """The SDK's client for ``endpoint`` under the outbound rules, and the HTTP client it uses
-    when the caller must close it (streamable HTTP; the SSE transport closes its own)."""
+    when the caller must close it (streamable HTTP; the SSE transport closes its own).
+    ``timeout`` bounds each of its requests and HTTP reads for the client's whole life; ``None``
+    for a client whose every use has a deadline of its own (a reply's sessions:
+    ``tools.mcp_sessions``)."""
     if endpoint.transport == "sse":
 
         def factory(

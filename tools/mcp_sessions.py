@@ -9,8 +9,18 @@ round share the session and still run concurrently) open on one event loop, in o
 thread, until ``close()``. The outbound rules are ``tools.mcp_client``'s, unchanged: each
 session is that module's client.
 
-* **Each call keeps its deadline** (``anyio.fail_after``), opening included. A call that times
-  out or is stopped leaves the session open for the next call.
+* **Each call keeps its deadline** (``anyio.fail_after``), opening included, and the session
+  has none of its own: its SDK client and HTTP client are made without a read timeout
+  (``mcp_client(endpoint, None)``). A session made with the deadline of the call that opened
+  it kept that deadline for every later call: after a call timed out at 0.5 s, the next one
+  (5 s) had 0.5 s for each of its requests, and failed when one took longer (a loaded
+  machine; a tool that answers in 1 s). A call that times out or is stopped leaves the
+  session usable (the SDK aborts that request's HTTP exchange), but it is **retired**: the
+  next call opens a new session, and the retired one closes as soon as no call runs on it.
+  What an abandoned request leaves on a session is then never the next call's problem: on the
+  older protocols the SDK posts the cancellation inline, ahead of every later message, and a
+  server that holds that post would otherwise hold every later call of the reply. A timeout or
+  a stop costs the next call one opening (about 40 ms).
 * **A broken session is reopened once.** When a call on a session opened earlier finds it closed
   (the SDK's ``CONNECTION_CLOSED``: the server went away or restarted) or the server cannot be
   reached, the session is dropped and the call is made once more on a new one; that failing,
@@ -51,7 +61,7 @@ from tools.mcp_client import (
 
 log = structlog.get_logger(__name__)
 
-# How long closing the sessions may take before they are cancelled.
+# How long closing a session may take before it is cancelled.
 CLOSE_GRACE_SECONDS = 2.0
 # Failures after which a session opened earlier is dropped and the call made once more: the
 # server could not be reached, or the session was closed (the server went away, or restarted).
@@ -71,7 +81,14 @@ class _Held:
 
     client: Client
     closing: anyio.Event
-    alive: bool = True
+    alive: bool = True  # given to new calls
+    calls: int = 0  # calls running on it
+
+    def retire(self) -> None:
+        """Given to no new call; closed once the calls running on it end."""
+        self.alive = False
+        if not self.calls:
+            self.closing.set()
 
 
 @dataclass
@@ -126,24 +143,26 @@ class ToolSessions:
     async def _hold(
         self, endpoint: Endpoint, timeout: float, *, task_status: TaskStatus[_Held]
     ) -> None:
-        """Open a session, hand it over, keep it open until it is told to close (or breaks)."""
-        client, http = mcp_client(endpoint, timeout)
+        """Open a session, hand it over, keep it open until it is told to close (or breaks).
+        ``timeout`` bounds the opening only; each call bounds itself (the module's doc)."""
+        client, http = mcp_client(endpoint, None)
         if http is not None:
             self.http_clients.append(http)
         held: _Held | None = None
         try:
-            # The opening's deadline; lifted once open (a scope around the whole session: the
-            # SDK's task groups must close inside it).
-            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as opening:
+            # The opening's deadline, lifted once open, then the closing's (a scope around the
+            # whole session: the SDK's task groups must close inside it).
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as bound:
                 async with AsyncExitStack() as stack:
                     if http is not None:
                         await stack.enter_async_context(http)
                     await stack.enter_async_context(client)
-                    opening.deadline = math.inf
+                    bound.deadline = math.inf
                     self.opened += 1
                     held = _Held(client=client, closing=anyio.Event())
                     task_status.started(held)
                     await held.closing.wait()
+                    bound.deadline = anyio.current_time() + CLOSE_GRACE_SECONDS
             if held is None:
                 raise TimeoutError
         except Exception as exc:
@@ -189,15 +208,29 @@ class ToolSessions:
     async def _call_reopening(self, call: Call, timeout: float) -> Any:
         held, fresh = await self._session(call.endpoint, timeout)
         try:
-            return await held.client.call_tool(call.tool, call.arguments)
+            return await self._call_on(held, call)
         except Exception as exc:
             if fresh or not _session_broken(exc):
                 raise
             log.info("tool_session_reopened", server=call.endpoint.name)
-            held.alive = False
-            held.closing.set()
+            held.retire()
         held, _ = await self._session(call.endpoint, timeout)
-        return await held.client.call_tool(call.tool, call.arguments)
+        return await self._call_on(held, call)
+
+    async def _call_on(self, held: _Held, call: Call) -> Any:
+        """The call on ``held``; cancelled (its deadline, a stop), it retires the session."""
+        held.calls += 1
+        try:
+            return await held.client.call_tool(call.tool, call.arguments)
+        except anyio.get_cancelled_exc_class():
+            if held.alive:
+                log.info("tool_session_retired", server=call.endpoint.name)
+            held.retire()
+            raise
+        finally:
+            held.calls -= 1
+            if not held.alive and not held.calls:
+                held.closing.set()
 
     def run(
         self,

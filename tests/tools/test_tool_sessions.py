@@ -1,6 +1,7 @@
 """One reply, one session per tool server (docs/tools.md, "The tool loop"): the reply's rounds
-and parallel calls share it; a timeout or a stop leaves it usable; a broken one is reopened once;
-nothing (thread, task, HTTP client) outlives the reply."""
+and parallel calls share it; each call keeps its own deadline, the session none; a timeout or a
+stop retires it (the next call opens another); a broken one is reopened once; nothing (thread,
+task, HTTP client) outlives the reply."""
 
 import json
 import threading
@@ -17,7 +18,7 @@ from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tests.mcpserver import FIXED_TIME
 from tools import realtime as tool_realtime
-from tools.mcp_client import Call, Endpoint
+from tools.mcp_client import Call, Endpoint, tools_list
 from tools.mcp_sessions import ToolSessions
 from turns import turn
 
@@ -128,14 +129,53 @@ def test_a_timed_out_call_leaves_the_session_usable(mcp_server):
     endpoint = Endpoint(name="calc", url=mcp_server.url)
     mcp_server.seen_headers.clear()
     with ToolSessions() as sessions:
+        # Opened first, so the timeout falls on an open session (not on its opening).
+        [echoed] = sessions.run([Call(endpoint, "echo", {"text": "open"})], timeout=30)
         [slow] = sessions.run([Call(endpoint, "slow", {"seconds": 30})], timeout=0.5)
-        [added] = sessions.run([Call(endpoint, "add", {"a": 2, "b": 3})], timeout=5)
+        [added] = sessions.run([Call(endpoint, "add", {"a": 2, "b": 3})], timeout=30)
+    assert (echoed.ok, echoed.text) == (True, "open")
     assert (slow.ok, slow.text) == (False, "the tool server calc did not answer within 0.5 s")
     assert (added.ok, added.text) == (True, "5")
+    # The timed-out call retired its session; the next call opened another.
+    assert (sessions.opened, mcp_server.sessions_opened()) == (2, 2)
+    assert all(http.is_closed for http in sessions.http_clients)
+
+
+def test_a_call_keeps_its_own_deadline_on_a_session_another_call_opened(mcp_server):
+    endpoint = Endpoint(name="calc", url=mcp_server.url)
+    tools_list(endpoint, timeout=30)  # the SDK's first use in this process is not the call's
+    mcp_server.seen_headers.clear()
+    with ToolSessions() as sessions:
+        [added] = sessions.run([Call(endpoint, "add", {"a": 2, "b": 3})], timeout=3)
+        # A tool that answers after 3.5 s, past the deadline of the call that opened the session
+        # (the session had that deadline for every request: this call failed at 3 s).
+        [slept] = sessions.run([Call(endpoint, "slow", {"seconds": 3.5})], timeout=30)
+    assert [(o.ok, o.text) for o in (added, slept)] == [(True, "5"), (True, "slept")]
     assert (sessions.opened, mcp_server.sessions_opened()) == (1, 1)
 
 
-def test_a_stop_cancels_the_call_and_the_session_serves_the_next(mcp_server):
+def test_a_cancel_the_server_holds_never_holds_the_next_call(mcp_server):
+    # On the older protocols (SSE here) the SDK posts a timed-out call's cancellation ahead of
+    # every later message of the session; this server never answers that post.
+    endpoint = Endpoint(name="calc", url=mcp_server.sse_url, transport="sse")
+    with ToolSessions() as sessions:
+        [first] = sessions.run([Call(endpoint, "echo", {"text": "open"})], timeout=30)
+        mcp_server.hold_cancels.set()
+        [slow] = sessions.run([Call(endpoint, "slow", {"seconds": 30})], timeout=1)
+        deadline = time.monotonic() + 30
+        while not mcp_server.cancels_held and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [added] = sessions.run([Call(endpoint, "add", {"a": 2, "b": 3})], timeout=30)
+        mcp_server.release.set()
+    assert [(o.ok, o.text) for o in (first, slow, added)] == [
+        (True, "open"),
+        (False, "the tool server calc did not answer within 1 s"),
+        (True, "5"),
+    ]
+    assert (mcp_server.cancels_held, sessions.opened) == (1, 2)
+
+
+def test_a_stop_cancels_the_call_and_a_new_session_serves_the_next(mcp_server):
     endpoint = Endpoint(name="calc", url=mcp_server.url)
     with ToolSessions() as sessions:
         [stopped] = sessions.run(
@@ -143,9 +183,9 @@ def test_a_stop_cancels_the_call_and_the_session_serves_the_next(mcp_server):
             timeout=60,
             should_stop=lambda: bool(mcp_server.calls),
         )
-        [added] = sessions.run([Call(endpoint, "add", {"a": 1, "b": 1})], timeout=5)
+        [added] = sessions.run([Call(endpoint, "add", {"a": 1, "b": 1})], timeout=30)
     assert (stopped.ok, stopped.text) == (False, "stopped by the user")
-    assert (added.ok, added.text, sessions.opened) == (True, "2", 1)
+    assert (added.ok, added.text, sessions.opened) == (True, "2", 2)
     assert all(http.is_closed for http in sessions.http_clients)
     assert _session_threads() == []
 
