@@ -10,7 +10,13 @@ HTTP (``.url``, ``/mcp``) and SSE (``.sse_url``, ``/sse``). Tools:
 - ``note_save(key, value)`` / ``note_read(key)``: a small notes store;
 - ``/redirect/mcp``: answers 307 to the real endpoint (a server that redirects).
 
-``server.seen_headers`` holds each HTTP request's headers (lower-cased names), newest last.
+``server.hold_cancels``: while set, a posted ``notifications/cancelled`` (the SDK's courtesy
+cancel on the older protocols, SSE here) is held unanswered until ``server.release``;
+``server.cancels_held`` counts them.
+
+``server.seen_headers`` holds each HTTP request's headers (lower-cased names), newest last;
+``server.sessions_opened()`` counts the sessions clients opened (streamable HTTP: each session
+starts with ``server/discover``, or ``initialize`` on the older protocol).
 
     def test_x(mcp_server):
         ...  url=mcp_server.url ...
@@ -47,6 +53,8 @@ class TestMCPServer:
         self.seen_headers: list[dict[str, str]] = []
         self.calls: list[tuple[str, dict]] = []
         self.release = threading.Event()
+        self.hold_cancels = threading.Event()
+        self.cancels_held = 0
         self.notes: dict[str, str] = {}
         self._servers: list[uvicorn.Server] = []
         self.app = self._build()
@@ -62,6 +70,10 @@ class TestMCPServer:
     @property
     def redirect_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/redirect/mcp"
+
+    def sessions_opened(self) -> int:
+        opening = ("server/discover", "initialize")
+        return sum(1 for h in self.seen_headers if h.get("mcp-method") in opening)
 
     def _build(self) -> MCPServer:
         server = MCPServer("test-tools")
@@ -142,10 +154,40 @@ class TestMCPServer:
 
         return wrapped
 
+    def _holding_cancels(self, app):  # type: ignore[no-untyped-def]
+        async def wrapped(scope, receive, send):  # type: ignore[no-untyped-def]
+            if (
+                scope["type"] != "http"
+                or scope["method"] != "POST"
+                or not self.hold_cancels.is_set()
+            ):
+                await app(scope, receive, send)
+                return
+            chunks, more = [], True
+            while more:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+            body = b"".join(chunks)
+            if b"notifications/cancelled" in body:
+                self.cancels_held += 1
+                while not self.release.is_set():
+                    await anyio.sleep(0.02)
+            replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def replayed():  # type: ignore[no-untyped-def]
+                return replay.pop() if replay else await receive()
+
+            await app(scope, replayed, send)
+
+        return wrapped
+
     def start(self) -> TestMCPServer:
+        self._servers = []
+        self._threads: list[threading.Thread] = []
         apps = [
             (self._recording(self.app.streamable_http_app()), self.port),
-            (self._recording(self.app.sse_app()), self.sse_port),
+            (self._recording(self._holding_cancels(self.app.sse_app())), self.sse_port),
         ]
         for app, port in apps:
             config = uvicorn.Config(
@@ -153,7 +195,9 @@ class TestMCPServer:
             )
             server = uvicorn.Server(config)
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-            threading.Thread(target=server.run, daemon=True, name=f"mcp-{port}").start()
+            thread = threading.Thread(target=server.run, daemon=True, name=f"mcp-{port}")
+            thread.start()
+            self._threads.append(thread)
             self._servers.append(server)
         deadline = time.monotonic() + 20
         while not all(s.started for s in self._servers):
@@ -162,15 +206,20 @@ class TestMCPServer:
             time.sleep(0.02)
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = False) -> None:
+        """Stop serving; ``wait``: until the ports refuse connections (``start`` serves again)."""
         for server in self._servers:
             server.should_exit = True
+        for thread in self._threads if wait else []:
+            thread.join(timeout=20)
 
     def reset(self) -> None:
         self.seen_headers.clear()
         self.calls.clear()
         self.notes.clear()
         self.release.clear()
+        self.hold_cancels.clear()
+        self.cancels_held = 0
 
 
 _shared: TestMCPServer | None = None

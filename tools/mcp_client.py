@@ -15,18 +15,17 @@ No protocol code of our own: ``mcp.client.Client`` over ``streamable_http_client
   is fit for a user or a model (never a header value: the SDK's errors are reduced to a reason).
 * **No ambient proxy or credentials** (``trust_env=False``).
 
-The functions are synchronous (the turn and the web tier are threads); each runs its own event
-loop, in a helper thread when the calling thread already has one.
+``tools_list`` is synchronous (the web tier's threads) and runs its own event loop, in a helper
+thread when the calling thread already has one. A reply's calls run on the sessions it keeps
+open (``tools.mcp_sessions``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import queue
-import threading
-import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -70,7 +69,7 @@ def _origin(url: httpx2.URL) -> tuple[str, str, int | None]:
     return (url.scheme, url.host, url.port)
 
 
-def _http_client(endpoint: Endpoint, timeout: float) -> httpx2.AsyncClient:
+def _http_client(endpoint: Endpoint, timeout: float | None) -> httpx2.AsyncClient:
     allowed = _origin(httpx2.URL(endpoint.url))
 
     async def on_request(request: httpx2.Request) -> None:
@@ -101,7 +100,14 @@ def _http_client(endpoint: Endpoint, timeout: float) -> httpx2.AsyncClient:
     )
 
 
-def _client(endpoint: Endpoint, timeout: float) -> Client:
+def mcp_client(
+    endpoint: Endpoint, timeout: float | None
+) -> tuple[Client, httpx2.AsyncClient | None]:
+    """The SDK's client for ``endpoint`` under the outbound rules, and the HTTP client it uses
+    when the caller must close it (streamable HTTP; the SSE transport closes its own).
+    ``timeout`` bounds each of its requests and HTTP reads for the client's whole life; ``None``
+    for a client whose every use has a deadline of its own (a reply's sessions:
+    ``tools.mcp_sessions``)."""
     if endpoint.transport == "sse":
 
         def factory(
@@ -113,11 +119,10 @@ def _client(endpoint: Endpoint, timeout: float) -> Client:
 
         limit = timeout
         transport: Any = sse_client(endpoint.url, httpx_client_factory=factory)
-    else:
-        transport = streamable_http_client(
-            endpoint.url, http_client=_http_client(endpoint, timeout)
-        )
-    return Client(transport, cache=None, read_timeout_seconds=timeout)
+        return Client(transport, cache=None, read_timeout_seconds=timeout), None
+    http = _http_client(endpoint, timeout)
+    transport = streamable_http_client(endpoint.url, http_client=http)
+    return Client(transport, cache=None, read_timeout_seconds=timeout), http
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -162,7 +167,11 @@ def tools_list(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
 
     async def fetch() -> list[dict[str, Any]]:
         with anyio.fail_after(timeout):
-            async with _client(endpoint, timeout) as client:
+            client, http = mcp_client(endpoint, timeout)
+            async with AsyncExitStack() as stack:
+                if http is not None:
+                    await stack.enter_async_context(http)
+                await stack.enter_async_context(client)
                 found: list[dict[str, Any]] = []
                 cursor: str | None = None
                 for _ in range(20):  # pages
@@ -215,92 +224,4 @@ class Call:
     arguments: dict[str, Any]
 
 
-async def _call_one(call: Call, timeout: float) -> CallOutcome:
-    started = time.monotonic()
-    try:
-        with anyio.fail_after(timeout):
-            async with _client(call.endpoint, timeout) as client:
-                result = await client.call_tool(call.tool, call.arguments)
-    except Exception as exc:
-        reason = failure_reason(exc, endpoint=call.endpoint, timeout=timeout)
-        return CallOutcome(ok=False, text=reason, seconds=time.monotonic() - started)
-    text = result_text(result)
-    if result.is_error:
-        return CallOutcome(
-            ok=False, text=text or "the tool reported an error", seconds=time.monotonic() - started
-        )
-    return CallOutcome(ok=True, text=text, seconds=time.monotonic() - started)
-
-
 STOPPED = "stopped by the user"
-
-
-def tool_calls_run(
-    calls: list[Call],
-    *,
-    timeout: float,
-    should_stop: Callable[[], bool] | None = None,
-    on_finished: Callable[[int, CallOutcome], None] | None = None,
-) -> list[CallOutcome]:
-    """Run one round's calls concurrently, each within ``timeout`` seconds. A call that fails
-    is an outcome with ``ok=False`` and its reason, never an exception. The calls run on an
-    event loop in a helper thread; this thread waits, calls ``on_finished(index, outcome)`` as
-    each call ends (so database writes and frames stay on the caller's thread), and asks
-    ``should_stop`` whenever nothing ended for ``STOP_POLL_SECONDS``: once it is true, the
-    calls still running are cancelled and end as ``STOPPED``."""
-    if not calls:
-        return []
-    ended: queue.Queue[tuple[int, CallOutcome]] = queue.Queue()
-    stop = threading.Event()
-
-    async def round_() -> None:
-        left = [len(calls)]
-        async with anyio.create_task_group() as group:
-
-            async def one(index: int, call: Call) -> None:
-                ended.put((index, await _call_one(call, timeout)))
-                left[0] -= 1
-                if left[0] == 0:
-                    group.cancel_scope.cancel()  # only the stop watcher is left
-
-            async def watch() -> None:
-                while not stop.is_set():
-                    await anyio.sleep(0.05)
-                group.cancel_scope.cancel()
-
-            for index, call in enumerate(calls):
-                group.start_soon(one, index, call)
-            group.start_soon(watch)
-
-    worker = threading.Thread(target=anyio.run, args=(round_,), daemon=True, name="tool-round")
-    worker.start()
-    outcomes: list[CallOutcome | None] = [None] * len(calls)
-    pending = len(calls)
-    while pending:
-        try:
-            index, outcome = ended.get(timeout=STOP_POLL_SECONDS)
-        except queue.Empty:
-            if should_stop is not None and should_stop():
-                break
-            continue
-        outcomes[index] = outcome
-        pending -= 1
-        if on_finished is not None:
-            on_finished(index, outcome)
-    stop.set()
-    worker.join(timeout=10)
-    while True:  # what ended between the stop and the join
-        try:
-            index, outcome = ended.get_nowait()
-        except queue.Empty:
-            break
-        if outcomes[index] is None:
-            outcomes[index] = outcome
-            if on_finished is not None:
-                on_finished(index, outcome)
-    for index, outcome in enumerate(outcomes):
-        if outcome is None:
-            outcomes[index] = CallOutcome(ok=False, text=STOPPED)
-            if on_finished is not None:
-                on_finished(index, outcomes[index])  # type: ignore[arg-type]
-    return [o for o in outcomes if o is not None]

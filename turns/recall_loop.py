@@ -86,16 +86,37 @@ def calls_until_answer(
     options: turn_hooks.TurnOptions,
     spent: usage.Meter,
 ) -> Answered:
-    """Call the model until it answers (or is stopped, or asks the client's tools)."""
+    """Call the model until it answers (or is stopped, or asks the client's tools). The bot's
+    MCP tools, named around the memory tools and the client's, run on sessions the reply keeps
+    open and closes as it ends, however it ends (``ToolLoop.close``)."""
+    client_names = tuple(t["function"]["name"] for t in options.tools)
+    tool_loop = ToolLoop(bot=bot, taken=(*RECALL_NAMES, *client_names))
+    try:
+        return _calls_until_answer(
+            reply, handle, state, session, bot, model, config, options, spent, tool_loop
+        )
+    finally:
+        tool_loop.close()
+
+
+def _calls_until_answer(
+    reply: Message,
+    handle: TurnHandle,
+    state: TurnState,
+    session: ChatSession,
+    bot: Bot,
+    model: str,
+    config: gateway.ModelConfig,
+    options: turn_hooks.TurnOptions,
+    spent: usage.Meter,
+    tool_loop: ToolLoop,
+) -> Answered:
     # memory_index_size = 0 disables recall with the index; recall_enabled = false keeps the
     # index visible but offers no recall (docs/memory.md).
     recall_on = bot.recall_enabled and bot.memory_index_size > 0
     rounds: list[list[Message]] = []  # the turn's recall exchange, one list per round
     recall_round = 0
     asked: list[dict[str, Any]] = []  # calls to the client's tools (turn_hooks): end the turn
-    # The bot's MCP tools, named around the memory tools and the client's.
-    client_names = tuple(t["function"]["name"] for t in options.tools)
-    tool_loop = ToolLoop(bot=bot, taken=(*RECALL_NAMES, *client_names))
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         tools = [*(RECALL_TOOLS if may_recall else []), *tool_loop.schemas(), *options.tools]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -39,7 +40,8 @@ from chat_platform.llm.tokens import (
 )
 from connections.crypto import KeyUnavailable
 from memory.services import record_save
-from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint, tool_calls_run
+from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint
+from tools.mcp_sessions import ToolSessions
 from tools.offer import OfferedTool, entry_servers, tools_offered
 from tools.queries import tool_servers_named, tool_servers_usable_named
 from tools.realtime import notify_tool_finished, notify_tool_started
@@ -145,11 +147,13 @@ def tool_round_run(
     tool_round: int,
     should_stop: Callable[[], bool] | None = None,
     alone: frozenset[str] = frozenset(),
+    sessions: ToolSessions | None = None,
 ) -> list[ToolOutcome]:
     """Run the model's ``calls`` (OpenAI shape) to the bot's ``offered`` tools: one outcome per
     call, in the calls' order. Frames go out as the round starts and as each call ends.
     ``alone``: functions that run only in a round of their own (the memory tools): asked for
-    beside the bot's tools, they are answered with a failure saying so."""
+    beside the bot's tools, they are answered with a failure saying so. ``sessions``: the
+    reply's open sessions (``ToolLoop``); without them the round opens and closes its own."""
     by_function = {t.function: t for t in offered}
     endpoints = _endpoints([by_function[f] for f in by_function])
     outcomes: list[ToolOutcome] = []
@@ -191,12 +195,13 @@ def tool_round_run(
             reply, outcomes[index], result, label=label, seq=base_seq + index, model=model
         )
 
-    tool_calls_run(
-        [call for _, call in runnable],
-        timeout=settings.TOOL_CALL_TIMEOUT_SECONDS,
-        should_stop=should_stop,
-        on_finished=finished,
-    )
+    with ToolSessions() if sessions is None else nullcontext(sessions) as runner:
+        runner.run(
+            [call for _, call in runnable],
+            timeout=settings.TOOL_CALL_TIMEOUT_SECONDS,
+            should_stop=should_stop,
+            on_finished=finished,
+        )
     ran = {index for index, _ in runnable}
     for index, outcome in enumerate(outcomes):
         if index not in ran:
@@ -285,12 +290,18 @@ def tool_round_store(
 
 class ToolLoop:
     """The turn's MCP tool rounds: what it offers and how many rounds ran. While fewer than
-    ``TOOL_MAX_ROUNDS`` ran the bot's tools are offered; after that the model must answer."""
+    ``TOOL_MAX_ROUNDS`` ran the bot's tools are offered; after that the model must answer.
+    Its rounds share one session per tool server (``tools.mcp_sessions``), opened by the first
+    call to that server and closed by ``close()`` when the reply ends, however it ends."""
 
     def __init__(self, *, bot: Bot, taken: tuple[str, ...] = ()) -> None:
         self.offered = turn_tools(bot, taken=taken)
         self.functions = frozenset(t.function for t in self.offered)
         self.rounds = 0
+        self.sessions = ToolSessions()
+
+    def close(self) -> None:
+        self.sessions.close()
 
     @property
     def open(self) -> bool:
@@ -326,5 +337,6 @@ class ToolLoop:
             tool_round=self.rounds,
             should_stop=should_stop,
             alone=alone,
+            sessions=self.sessions,
         )
         return tool_round_store(reply=reply, text=text, outcomes=outcomes, model=model)

@@ -8,7 +8,8 @@ from django.core.management import call_command
 
 from bots.models import Bot
 from tests.integration.processes import ROOT
-from tools.mcp_client import Call, Endpoint, tool_calls_run
+from tools.mcp_client import Call, Endpoint
+from tools.mcp_sessions import tool_calls_run
 from tools.models import ToolServer
 
 pytestmark = pytest.mark.django_db
