@@ -207,7 +207,7 @@ def test_compact_command_while_another_compaction_holds_the_lease(
 ):
     settings.COMPACTION_WAIT_SECONDS = 0.5
     big_history(session)
-    lease = redis.Redis.from_url(django_settings.REDIS_URL).lock(lock_key(session.pk), timeout=30)
+    lease = redis.Redis.from_url(django_settings.REDIS_URL).lock(lock_key(session.pk), timeout=600)
     assert lease.acquire(blocking=False)
     try:
         chat = post_message(owner_client, session, "/compact")
