@@ -258,10 +258,13 @@ def fill(
     limit: int,
     model: str,
     live_before: int | None = None,
+    defer_low: bool = False,
 ) -> tuple[list[SearchHit], int]:
     """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
     record (a record's first appearance sets its place), each message once; live messages (no
-    record) form one group of their own. With them, the tokens they render to (counted once)."""
+    record) form one group of their own. With them, the tokens they render to (counted once).
+    ``defer_low`` (a fused ranking, words and meaning): messages that say little come after the
+    others, before the lexical tail (``LOW_INFORMATION_TERMS``)."""
     names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
@@ -289,7 +292,7 @@ def fill(
             assert isinstance(item, search.MessageScore)
             if score == 0.0:  # the lexical tail after a fusion (``embeddings.fused``)
                 _flush(filler, later)
-            if item.seq in low:
+            if defer_low and item.seq in low:
                 later.append((score, item, lines))
                 continue
             filler.add_message(score, item, lines)

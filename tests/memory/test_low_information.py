@@ -40,18 +40,31 @@ def talk(owner):
     return session
 
 
-def test_a_message_that_says_little_comes_after_one_that_says_more(talk):
+def _bm25(session):  # noqa: ANN001, ANN202 - the lexical ranking of QUESTION, as fill reads it
+    scored, _ = queries.search.messages_ranked(session_id=session.pk, query=["time"])
+    return [(s.score, s) for s in scored]
+
+
+def test_in_a_fused_ranking_a_message_that_says_little_comes_after_one_that_says_more(talk):
     assert search_hits.LOW_INFORMATION_TERMS == 6
     # "Mei: Any time." is two terms (mei, time), message 3 is eleven
-    ranked = [s.seq for s in queries.search.messages_ranked(session_id=talk.pk, query=["time"])[0]]
-    assert ranked == [5, 1, 3]  # BM25 alone: the short ones first (newest first on a tie)
+    ranked = _bm25(talk)
+    assert [item.seq for _, item in ranked] == [5, 1, 3]  # BM25: the short ones first
 
-    hits = queries.records_search(session=talk, query=QUESTION)
+    fused, _ = search_hits.fill(talk, ranked, room=2000, limit=20, model="", defer_low=True)
+    words, _ = search_hits.fill(talk, ranked, room=2000, limit=20, model="")
 
-    assert [(h.name, h.seqs) for h in hits] == [
+    assert [(h.name, h.seqs) for h in fused] == [
         ("snapshot_3_4", (3,)),
         ("snapshot_5_6", (5,)),
         ("snapshot_1_2", (1,)),
+    ]
+    # words only (no fusion): BM25's order as it is
+    assert [h.seqs for h in words] == [(5,), (1,), (3,)]
+    assert [h.seqs for h in queries.records_search(session=talk, query=QUESTION)] == [
+        (5,),
+        (1,),
+        (3,),
     ]
 
 
@@ -59,7 +72,7 @@ def test_with_room_for_one_message_it_is_the_one_that_says_more(talk):
     line = data_line(talk, 3)
     room = queries.count_tokens(f"[record snapshot_3_4]\n{line}\n\n")
 
-    hits = queries.records_search(session=talk, query=QUESTION, budget=room)
+    hits, _ = search_hits.fill(talk, _bm25(talk), room=room, limit=20, model="", defer_low=True)
 
     assert [(h.name, h.seqs, h.excerpt) for h in hits] == [("snapshot_3_4", (3,), line)]
 
@@ -77,7 +90,7 @@ def test_a_message_that_says_little_still_comes_before_a_fusions_lexical_tail(ta
     # 1 (short) and 3 fused, then 5 in the lexical tail (score 0, embeddings.fused)
     ranked = [scored(1, 0.03), scored(3, 0.02), scored(5, 0.0)]
 
-    hits, _ = search_hits.fill(talk, ranked, room=2000, limit=20, model="")
+    hits, _ = search_hits.fill(talk, ranked, room=2000, limit=20, model="", defer_low=True)
 
     assert [h.seqs for h in hits] == [(3,), (1,), (5,)]
 
