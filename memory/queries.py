@@ -304,11 +304,20 @@ def records_search(
     ranked: list[tuple[float, object]] = [(m.score, m) for m in scored if m.seq >= from_seq]
     ranked += [(score, hit) for score, hit in info]
     ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep newest-first message order
+    lexical = ranked
     if messages:
         ranked = with_vectors(
             session, text, ranked, from_seq=from_seq, live_before=live_before, web=web
         )
-    hits, used = fill(session, ranked, room=room, limit=limit, model=model, live_before=live_before)
+    hits, used = fill(
+        session,
+        ranked,
+        room=room,
+        limit=limit,
+        model=model,
+        live_before=live_before,
+        defer_low=ranked is not lexical,  # fused: messages that say little after the others
+    )
     if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
         hits += snapshot_hits(session, records, text, room=room - used, limit=limit - len(hits))
     return hits

@@ -14,6 +14,8 @@ from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
 from memory.terms import terms as search_terms
 
+_Deferred = tuple[float, "search.MessageScore", dict[int, str]]
+
 EXCERPT_MAX_TOKENS = 300
 
 
@@ -57,6 +59,13 @@ HISTORY_HEADER = "[chat history: not in a record yet, nothing to read]"
 _FILL_CHUNK = 200
 # A message hit ending in a question brings the next turn (its answer) along, when compacted.
 _QUESTION = "?"
+# A message of fewer distinct search terms than this says little ("Mei: Best feeling in the
+# world.": a name and three words), yet it ranks high on both sides: BM25 favours a short message
+# sharing one word with the question, and a short message's vector is mostly its speaker's name
+# or a stock phrase, close to any question naming that speaker. Such a message is filled after
+# the ranking's fused messages that say more, still before the lexical ranking's tail (messages
+# that only share a word with the question) (docs/memory.md, "Messages that say little").
+LOW_INFORMATION_TERMS = 6
 
 
 @dataclass
@@ -249,10 +258,13 @@ def fill(
     limit: int,
     model: str,
     live_before: int | None = None,
+    defer_low: bool = False,
 ) -> tuple[list[SearchHit], int]:
     """The ranked messages and info hits that fit ``room`` tokens: messages grouped by their
     record (a record's first appearance sets its place), each message once; live messages (no
-    record) form one group of their own. With them, the tokens they render to (counted once)."""
+    record) form one group of their own. With them, the tokens they render to (counted once).
+    ``defer_low`` (a fused ranking, words and meaning): messages that say little come after the
+    others, before the lexical tail (``LOW_INFORMATION_TERMS``)."""
     names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
@@ -261,13 +273,14 @@ def fill(
     }
     names[None] = MemoryRecord(session=session, name=HISTORY_NAME, kind=MemoryRecord.Kind.SNAPSHOT)
     filler = _Filler(names, room=room, limit=limit, model=model)
+    later: list[_Deferred] = []  # messages that say little, until the ranking's tail
     start, size = 0, _FILL_CHUNK
     while start < len(ranked):
         chunk = ranked[start : start + size]
         # Each round reads twice as many: a result a few tokens short of full goes on through
         # the whole ranking for something small enough, in a few queries instead of one per 60.
         start, size = start + size, size * 2
-        lines = _message_lines(
+        lines, low = _message_lines(
             session,
             [item for _, item in chunk if isinstance(item, search.MessageScore)],
             live_before=live_before,
@@ -277,10 +290,23 @@ def fill(
                 filler.add_hit(item)
                 continue
             assert isinstance(item, search.MessageScore)
+            if score == 0.0:  # the lexical tail after a fusion (``embeddings.fused``)
+                _flush(filler, later)
+            if defer_low and item.seq in low:
+                later.append((score, item, lines))
+                continue
             filler.add_message(score, item, lines)
         if filler.used >= room:
             break
+    _flush(filler, later)
     return _within(filler.hits(), room, model=model)
+
+
+def _flush(filler: _Filler, later: list[_Deferred]) -> None:
+    """The messages that say little, in their rank order, where the ranking's tail begins."""
+    for score, item, lines in later:
+        filler.add_message(score, item, lines)
+    later.clear()
 
 
 def _within(hits: list[SearchHit], room: int, *, model: str) -> tuple[list[SearchHit], int]:
@@ -296,12 +322,13 @@ def _within(hits: list[SearchHit], room: int, *, model: str) -> tuple[list[Searc
 
 def _message_lines(
     session: ChatSession, scored: list["search.MessageScore"], *, live_before: int | None
-) -> dict[int, str]:
+) -> tuple[dict[int, str], set[int]]:
     """Transcript lines (seq -> line) of ``scored`` and of the turn after each question among
     them, read in one query: compacted messages, and live ones below ``live_before`` that are
-    not pinned (a pin is in every request)."""
+    not pinned (a pin is in every request); and the seqs of ``scored`` that say little (fewer
+    than ``LOW_INFORMATION_TERMS`` distinct search terms)."""
     if not scored:
-        return {}
+        return {}, set()
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
     # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
     # scored ones are indexed with a snapshot, so compacted by some bot of the room; a live one
@@ -322,7 +349,7 @@ def _message_lines(
         role__in=(Message.Role.USER, Message.Role.ASSISTANT),
     ).values_list("seq", "role", "content", "created_at")
     asked = {m.seq for m in scored}
-    lines = {}
+    lines, low = {}, set()
     for seq, role, content, created_at in rows:
         text = content.strip()
         if not text:
@@ -330,7 +357,9 @@ def _message_lines(
         if seq not in asked and seq - 1 not in asked:
             continue
         lines[seq] = transcript_line(seq, created_at, role, text)
-    return lines
+        if seq in asked and len(set(search_terms(text))) < LOW_INFORMATION_TERMS:
+            low.add(seq)
+    return lines, low
 
 
 def snapshot_hits(
