@@ -13,13 +13,13 @@ bash scripts/install_if_changed.sh .venv
 bash scripts/ensure_env.sh .env
 export DEBUG="${DEBUG:-true}"
 unset REDIS_URL
-.venv/bin/python manage.py migrate --noinput
-# The demo tool server (scripts/demo_mcp.py, docs/tools.md) beside the platform, stopped with it.
+# The demo tool server (scripts/demo_mcp.py, docs/tools.md) beside the platform, stopped with it;
+# it starts while the database is migrated and seeded (one process: one start of Django).
 DEMO_MCP_PORT="${DEMO_MCP_PORT:-8765}"
 .venv/bin/python scripts/demo_mcp.py --port "$DEMO_MCP_PORT" &
 DEMO_MCP_PID=$!
 trap 'kill "$DEMO_MCP_PID" 2>/dev/null || true' EXIT
-.venv/bin/python manage.py seed_demo --tools-url "http://127.0.0.1:${DEMO_MCP_PORT}/mcp"
+.venv/bin/python manage.py seed_demo --migrate --tools-url "http://127.0.0.1:${DEMO_MCP_PORT}/mcp"
 echo "chat-platform running at http://127.0.0.1:${PORT:-8000}/  (sign in as demo / demo)"
 .venv/bin/python -m uvicorn chat_platform.asgi:application \
   --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}"

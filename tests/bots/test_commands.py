@@ -57,6 +57,19 @@ def test_seed_demo_seeds_only_what_is_missing(settings, django_user_model):
     assert "demo user kept; 2 shared bots ready (1 added)" in out.getvalue()
 
 
+def test_seed_demo_migrates_first_in_its_own_process_when_asked(settings, monkeypatch):
+    """`make run` migrates and seeds in one process (one start of Django, not two)."""
+    from bots.management.commands import seed_demo
+
+    settings.DEBUG = True
+    called = []
+    monkeypatch.setattr(seed_demo, "call_command", lambda *args, **kw: called.append((args, kw)))
+    call_command("seed_demo", stdout=StringIO())
+    assert called == []
+    call_command("seed_demo", "--migrate", stdout=StringIO())
+    assert called == [(("migrate",), {"interactive": False, "verbosity": 1})]
+
+
 def _stuck(session, *, minutes: int, content: str, status: str) -> Message:
     message = message_add(session, role="assistant", content=content, status=status, token_count=0)
     Message.objects.filter(pk=message.pk).update(

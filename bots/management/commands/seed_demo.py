@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -60,6 +61,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--force", action="store_true", help="Run even when DEBUG is false.")
         parser.add_argument(
+            "--migrate",
+            action="store_true",
+            help="Apply migrations first, in this process (`make run`: one start of Django "
+            "instead of two).",
+        )
+        parser.add_argument(
             "--tools-url",
             default="",
             help="The demo tool server's URL (scripts/demo_mcp.py): registered as the public "
@@ -71,6 +78,8 @@ class Command(BaseCommand):
             raise CommandError(
                 "seed_demo creates a demo/demo account: refused unless DEBUG or --force."
             )
+        if options["migrate"]:
+            call_command("migrate", interactive=False, verbosity=options["verbosity"])
         user = self._seed()
         if options["tools_url"]:
             # Outside the seed's transaction: reading the server's tools is network I/O.
