@@ -13,9 +13,10 @@ class BotsConfig(AppConfig):
 
         from chat_platform.warmup import is_web_server, warm_web_process
 
-        # Embedded mode runs turns inside the web process: import litellm now, in the
-        # background, so the first reply does not wait for it (never for commands or tests).
-        warm_web_process(embedded=settings.EMBEDDED, argv=sys.argv)
+        # A web server reads litellm's model map on every send (and runs turns in embedded
+        # mode): import litellm now, in the background, so the first send does not wait for it
+        # (never for commands or tests).
+        warm_web_process(argv=sys.argv)
         # ... and it has no Celery beat: the web server ends dead replies itself.
         if settings.EMBEDDED and is_web_server(sys.argv, os.environ):
             from chat_platform.inprocess import start_embedded_beat

@@ -1,10 +1,13 @@
 """Warm the model gateway when a process that serves turns starts, off the request path.
 
 litellm costs seconds to import; paid lazily, the first reply after a start sat in "Thinking…"
-for 3–6 s. Processes that will run turns pay it at start instead, in a daemon thread so start-up
-itself is not delayed: the Celery worker (``chat_platform/celery_app.py``) and, in embedded mode
-where turns run inside the web process, the ASGI server (``bots/apps.py``). A turn that arrives
-while the import is still running waits on the gateway's import lock rather than importing twice.
+for 3–6 s. Processes that will need it pay it at start instead, in a daemon thread so start-up
+itself is not delayed: the Celery worker (``chat_platform/celery_app.py``) and the ASGI server
+(``bots/apps.py``), in both modes: embedded mode runs turns inside it, and in real mode every
+send's fit check reads the model's window from litellm's model map (on main, the first send of
+each web process paid the import, 8 s on this machine, holding the new message's transaction).
+A call that arrives while the import is still running waits on the gateway's import lock rather
+than importing twice.
 
 Management commands (``migrate``, ``seed_demo``…), shells and tests never warm: they do not serve
 turns, and an import in the background would only slow them down.
@@ -65,9 +68,9 @@ def warm_in_background(reason: str) -> threading.Thread:
 
 
 def warm_web_process(
-    *, embedded: bool, argv: Sequence[str], environ: Mapping[str, str] | None = None
+    *, argv: Sequence[str], environ: Mapping[str, str] | None = None
 ) -> threading.Thread | None:
-    """Called from ``BotsConfig.ready()``: warm only an embedded-mode web server."""
-    if not embedded or not is_web_server(argv, os.environ if environ is None else environ):
+    """Called from ``BotsConfig.ready()``: warm a web server, never a command or a test."""
+    if not is_web_server(argv, os.environ if environ is None else environ):
         return None
     return warm_in_background("web")

@@ -283,3 +283,29 @@ def test_a_send_costs_a_fixed_set_of_statements(
         1,
     )
     assert (result.user_message.seq, result.assistant_message.seq) == (1, 2)
+
+
+def test_the_send_loads_the_model_map_before_its_transaction(
+    owner_client, fake_session, monkeypatch, django_capture_on_commit_callbacks
+):
+    # litellm's first import costs seconds: the send's fit check must not pay it while the
+    # transaction holds the new message's locks. Every lookup goes through lazy_litellm.get().
+    from django.db import connection
+
+    from chat_platform.llm.gateway import lazy_litellm
+
+    real_get = lazy_litellm.get
+    in_transaction = []
+
+    def recording_get():
+        in_transaction.append(connection.in_atomic_block)
+        return real_get()
+
+    monkeypatch.setattr(lazy_litellm, "get", recording_get)
+    with django_capture_on_commit_callbacks(execute=False):
+        response = owner_client.post(
+            f"/api/v1/sessions/{fake_session.pk}/messages/", {"content": "hi"}, format="json"
+        )
+    assert response.status_code == 202
+    # first before the transaction (where an import would run), then the fit check inside it
+    assert in_transaction == [False, True]

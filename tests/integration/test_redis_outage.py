@@ -144,7 +144,7 @@ def test_the_worker_fleet_rides_out_a_redis_outage_and_every_stored_send_complet
         worker_fleet(env, tmp_path / "worker.log", processes=2) as fleet,
         celery_beat(env, tmp_path / "beat.log", tmp_path / "schedule") as beat,
     ):
-        api = httpx.Client(base_url=base, headers=headers, timeout=30)
+        api = httpx.Client(base_url=base, headers=headers, timeout=120)
         reply_ids = []
         for session in sessions[:SENT_BEFORE]:
             sent = api.post(f"/api/v1/sessions/{session.pk}/messages/", json={"content": "go"})

@@ -55,9 +55,9 @@ def test_two_messages_50_ms_apart_get_two_replies_in_order_the_second_seeing_the
     )
     url = f"{base}/api/v1/sessions/{session.pk}/messages/"
     headers = {"Authorization": f"Token {token}"}
-    one = httpx.post(url, json={"content": "Question one"}, headers=headers, timeout=30)
+    one = httpx.post(url, json={"content": "Question one"}, headers=headers, timeout=120)
     time.sleep(0.05)
-    two = httpx.post(url, json={"content": "Question two"}, headers=headers, timeout=30)
+    two = httpx.post(url, json={"content": "Question two"}, headers=headers, timeout=120)
     assert (one.status_code, two.status_code) == (202, 202)
 
     _wait_finished(session, 2)

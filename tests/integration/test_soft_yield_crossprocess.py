@@ -71,7 +71,7 @@ def test_a_seats_soft_compaction_waits_for_the_next_bots_reply(real_stack, fake_
     note = "The parcel for order {n} ships to depot {n} on day {n}. " + "We talked a while. " * 65
 
     def send_round(n: int) -> None:
-        sent = httpx.post(url, json={"content": note.format(n=n)}, headers=headers, timeout=30)
+        sent = httpx.post(url, json={"content": note.format(n=n)}, headers=headers, timeout=120)
         assert sent.status_code == 202, sent.text  # noqa: PLR2004
         _wait(
             lambda: (

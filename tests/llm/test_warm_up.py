@@ -1,4 +1,4 @@
-"""The gateway is warmed when a process that serves turns starts (never by commands or tests).
+"""The gateway is warmed when a web server or a worker starts (never by commands or tests).
 
 Each check runs in a fresh interpreter, where litellm is not imported yet, and asserts on
 ``sys.modules`` and on litellm knowing the ``builtin`` provider — never on a timing.
@@ -94,15 +94,36 @@ def test_embedded_web_server_warms_from_app_ready():
     assert done.stdout.strip().endswith("WARM")
 
 
+def test_real_mode_web_server_warms_from_app_ready_without_the_embedded_beat():
+    # A real-mode web server runs no turns, but every send's fit check reads the model map.
+    done = run(
+        """
+        import django, threading
+        sys.argv = ["/venv/bin/uvicorn", "chat_platform.asgi:application"]
+        django.setup()
+        warmers = [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
+        assert len(warmers) == 1, warmers
+        assert not [t for t in threading.enumerate() if t.name == "embedded-beat"]
+        warmers[0].join(60)
+        """,
+        then=CHECK_WARM,
+        REDIS_URL="redis://127.0.0.1:6379/7",
+        DATABASE_URL="sqlite:///:memory:",
+        DEBUG="true",
+    )
+    assert done.stdout.strip().endswith("WARM")
+
+
 @pytest.mark.parametrize(
     ("redis_url", "argv"),
     [
         (None, ["manage.py", "migrate"]),  # embedded, but a command
         (None, ["/venv/bin/pytest"]),  # embedded, but tests
-        ("redis://127.0.0.1:6379/7", ["/venv/bin/uvicorn"]),  # a real-mode web server
+        ("redis://127.0.0.1:6379/7", ["manage.py", "migrate"]),  # a real-mode command
+        ("redis://127.0.0.1:6379/7", ["/venv/bin/celery", "-A", "chat_platform", "beat"]),
     ],
 )
-def test_commands_tests_and_real_mode_web_never_warm(redis_url, argv):
+def test_commands_and_tests_never_warm(redis_url, argv):
     done = run(
         f"""
         import django, threading

@@ -40,6 +40,7 @@ from chat_platform.errors import (
     ValidationFailed,
 )
 from chat_platform.heavy import heavy_request
+from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
@@ -339,6 +340,11 @@ def _send_write(
     """The send's one transaction: the user message and its pending replies (or the first
     result of a concurrent send with the same ``client_id``), a default title, the fit check;
     after commit the exchange's frames, then the hand-over to a worker (or the refusal)."""
+    # The fit check below reads the answering models' windows from litellm's model map: its
+    # one-time import (seconds) runs here, before the transaction takes the session's locks.
+    gateway.model_info_load(
+        [session.chat_model or session.bot.model] + [bot.model for bot in answering or ()]
+    )
     with transaction.atomic():
         try:
             result = do_message_pair_create(

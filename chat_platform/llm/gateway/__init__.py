@@ -51,7 +51,11 @@ from chat_platform.llm.gateway.config import (
 from chat_platform.llm.gateway.embeddings import EmbeddingUnreadable, embed, embedding_tokens
 from chat_platform.llm.gateway.errors import MODEL_CALL_RETRY
 from chat_platform.llm.gateway.lazy_litellm import warm_up
-from chat_platform.llm.gateway.model_info import model_max_input_tokens, model_supports_images
+from chat_platform.llm.gateway.model_info import (
+    model_info_load,
+    model_max_input_tokens,
+    model_supports_images,
+)
 from chat_platform.llm.gateway.streaming import ChatStream, stream
 
 __all__ = [
@@ -65,6 +69,7 @@ __all__ = [
     "complete",
     "embed",
     "embedding_tokens",
+    "model_info_load",
     "model_max_input_tokens",
     "model_supports_images",
     "stream",

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from chat_platform import outbound, provider_policy
 from chat_platform.llm.gateway import lazy_litellm
 from chat_platform.llm.gateway.config import BUILTIN_PREFIX
 
 _max_input_cache: dict[tuple[str, str], int] = {}
+
+
+def model_info_load(models: Iterable[str]) -> None:
+    """Import litellm now if any of ``models`` will be looked up in its map.
+
+    Its first import costs seconds of CPU (docs/architecture.md): a caller about to open a
+    transaction that takes row locks calls this first, so that no lock is held while it runs.
+    Once per process; a no-op for built-in models and once litellm is loaded.
+    """
+    if any(model and not model.startswith(BUILTIN_PREFIX) for model in models):
+        lazy_litellm.get()
 
 
 def model_max_input_tokens(
