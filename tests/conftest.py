@@ -58,9 +58,29 @@ def pytest_addoption(parser):
     )
 
 
+# Tests that start real processes (a web server, workers, Chromium) wait on them: a hang still
+# ends, but a slowed machine's cold starts (seconds of imports each, several per test) do not.
+PROCESS_TEST_TIMEOUT = 900
+PROCESS_TEST_MARKERS = ("crossprocess", "browser")
+PROCESS_TEST_FOLDERS = ("integration", "browser", "bench")
+
+
+def _starts_processes(item) -> bool:
+    folder = item.path.parent.name
+    return folder in PROCESS_TEST_FOLDERS or any(
+        item.get_closest_marker(name) for name in PROCESS_TEST_MARKERS
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     """Soak tests (hundreds of turns, tens of megabytes) run only with ``--soak``: each has a
-    sibling in the suite that proves the same property at a tenth of the size (docs/testing.md)."""
+    sibling in the suite that proves the same property at a tenth of the size (docs/testing.md).
+
+    Tests that start processes get ``PROCESS_TEST_TIMEOUT`` unless they set a timeout of their
+    own."""
+    for item in items:
+        if _starts_processes(item) and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(PROCESS_TEST_TIMEOUT))
     if config.getoption("--soak"):
         return
     soak = [item for item in items if item.get_closest_marker("soak")]

@@ -69,7 +69,6 @@ def _fmt(n: int) -> str:
 
 # Four built-in turns, a compaction and an undo, each waited for: more than the default 120 s on
 # a machine shared with other work.
-@pytest.mark.timeout(360)
 def test_what_the_model_saw_and_undo(server_url, desktop):
     page = desktop
     headers = _headers(server_url)
@@ -179,7 +178,6 @@ def _patch(base, headers, path, body):
     return response.json()
 
 
-@pytest.mark.timeout(360)
 def test_undo_over_the_hard_threshold_is_refused_in_words_and_undo_and_compact_the_rest(
     server_url, desktop
 ):

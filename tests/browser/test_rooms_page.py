@@ -214,7 +214,6 @@ FILLER = (
 )
 
 
-@pytest.mark.timeout(360)
 def test_a_compaction_marker_names_its_bot_and_the_gauge_shows_each_seat(server_url, desktop):
     page = desktop
     headers = _headers(server_url)

@@ -25,8 +25,6 @@ from tests.integration.processes import ROOT, process_env, web_server
 pytestmark = [
     pytest.mark.crossprocess,
     pytest.mark.django_db(transaction=True),
-    # Three Django processes importing litellm on a shared 2-core machine.
-    pytest.mark.timeout(480),
 ]
 
 COMPACTED = "Context compacted: "

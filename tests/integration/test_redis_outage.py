@@ -108,7 +108,6 @@ SENT_DURING = 6  # answered 503, kept in the outbox (dispatched_at empty)
 CHUNKS = [f"part{i} " for i in range(10)]
 
 
-@pytest.mark.timeout(300)
 def test_the_worker_fleet_rides_out_a_redis_outage_and_every_stored_send_completes(
     tmp_path, fake_openai
 ):
