@@ -146,15 +146,13 @@ def build_handler() -> Any:
             return _fill(kwargs["model_response"], _run(kwargs), kwargs["model"])
 
         # litellm passes keyword arguments only; the wide signatures are not repeated here.
-        def streaming(self, *args: Any, **kwargs: Any) -> Iterator[dict]:  # type: ignore[override]
+        def streaming(self, *args: Any, **kwargs: Any) -> Iterator[dict]:
             return _chunks(_run(kwargs))
 
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             return self.completion(**kwargs)
 
-        async def astreaming(  # type: ignore[override]
-            self, *args: Any, **kwargs: Any
-        ) -> AsyncIterator[dict]:
+        async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict]:
             for chunk in _chunks(_run(kwargs)):
                 yield chunk
 
