@@ -27,15 +27,16 @@ import json
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx2
 import structlog
-from mcp.client import Client
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+
+if TYPE_CHECKING:
+    # The SDK costs 1.3 s to import: every Django process imports this module (the tool admin
+    # and services), only a tool round or a listing needs the SDK, so it is imported there.
+    from mcp.client import Client
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +109,10 @@ def mcp_client(
     ``timeout`` bounds each of its requests and HTTP reads for the client's whole life; ``None``
     for a client whose every use has a deadline of its own (a reply's sessions:
     ``tools.mcp_sessions``)."""
+    from mcp.client import Client
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+
     if endpoint.transport == "sse":
 
         def factory(
@@ -133,6 +138,8 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def failure_reason(exc: BaseException, *, endpoint: Endpoint, timeout: float) -> str:
     """What went wrong, in words fit for a user or a model (never a header or a key)."""
+    from mcp.shared.exceptions import MCPError
+
     leaf = _leaf(exc)
     if isinstance(leaf, ToolServerError):
         return str(leaf)

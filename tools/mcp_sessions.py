@@ -37,16 +37,16 @@ import math
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from mcp.client import Client
-from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+
+if TYPE_CHECKING:  # the SDK is imported where a round uses it (tools.mcp_client)
+    from mcp.client import Client
 
 from tools.mcp_client import (
     STOP_POLL_SECONDS,
@@ -295,6 +295,9 @@ class ToolSessions:
 
 
 def _session_broken(exc: BaseException) -> bool:
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
     leaf = _leaf(exc)
     if isinstance(leaf, MCPError):
         return leaf.code == CONNECTION_CLOSED

@@ -132,6 +132,8 @@ def test_commands_and_tests_never_warm(redis_url, argv):
         assert not [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
         assert not [t for t in threading.enumerate() if t.name == "embedded-beat"]
         assert "litellm" not in sys.modules
+        # nor the MCP SDK (1.3 s): only a tool round or a listing imports it
+        assert "mcp" not in sys.modules
         print("COLD")
         """,
         REDIS_URL=redis_url,
