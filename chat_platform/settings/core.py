@@ -1,6 +1,7 @@
 """The core settings: the environment reader, secrets and hosts, HTTPS, the content security
 policy, the mode (``EMBEDDED``), apps, middleware, templates, the database, static files."""
 
+import sys
 from pathlib import Path
 
 import environ
@@ -74,8 +75,13 @@ CONTENT_SECURITY_POLICY = {
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL
 
+# daphne makes `manage.py runserver` speak ASGI (websockets) in development. Its app imports
+# Twisted, ~0.4-0.9 s of every process start, so only runserver installs it; the servers we run
+# (uvicorn), the workers and every other command start without it (docs/dependencies.md).
+RUNSERVER = len(sys.argv) > 1 and sys.argv[1] == "runserver"
+
 INSTALLED_APPS = [
-    "daphne",
+    *(["daphne"] if RUNSERVER else []),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -134,6 +134,8 @@ def test_commands_and_tests_never_warm(redis_url, argv):
         assert "litellm" not in sys.modules
         # nor the MCP SDK (1.3 s): only a tool round or a listing imports it
         assert "mcp" not in sys.modules
+        # nor daphne (its server and Twisted's reactor): only `manage.py runserver` installs it
+        assert "daphne.server" not in sys.modules
         print("COLD")
         """,
         REDIS_URL=redis_url,
@@ -161,3 +163,23 @@ def test_commands_and_tests_never_warm(redis_url, argv):
 )
 def test_is_web_server(argv, environ, expected):
     assert is_web_server(argv, environ) is expected
+
+
+def test_only_runserver_installs_daphne():
+    done = run(
+        """
+        import django
+        from django.conf import settings
+        for argv in (["manage.py", "runserver"], ["manage.py", "migrate"], ["/venv/bin/uvicorn"]):
+            sys.argv = argv
+            import importlib, chat_platform.settings.core as core
+            importlib.reload(core)
+            print(argv[-1], "daphne" in core.INSTALLED_APPS)
+        """,
+        DEBUG="true",
+    )
+    assert done.stdout.split("\n")[:3] == [
+        "runserver True",
+        "migrate False",
+        "/venv/bin/uvicorn False",
+    ]
