@@ -73,7 +73,7 @@ def fill_chat(base: str, headers: dict, bot: dict, exchanges: int) -> int:
             f"{base}/api/v1/sessions/{session['id']}/messages/",
             json={"content": f"Note {i}: the locker of room {100 + i} is blue.", "wait": True},
             headers=headers,
-            timeout=30,
+            timeout=120,
         )
         assert response.status_code == 201, response.text
     return session["id"]

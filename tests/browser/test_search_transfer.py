@@ -177,9 +177,10 @@ def test_a_chatgpt_import_from_the_page_flips_to_its_other_branch_and_exports_al
     exported.write_text(json.dumps([chatgpt_conversation()]))
     page.click("#transfer-panel summary")
     page.set_input_files("#import-file", str(exported))
+    before = page.url  # the page may already show a chat: wait for the imported one
     page.click("#import-submit")
     expect(page.locator("#import-status")).to_have_text("Imported 1 chat.", timeout=IMPORT_MS)
-    page.wait_for_url(re.compile(r"/chat/\d+/$"))
+    page.wait_for_url(lambda url: url != before and re.search(r"/chat/\d+/$", url) is not None)
     main = page.url.rstrip("/").rsplit("/", 1)[1]
     # the regenerated reply (a2b) is the other version of the last message
     last = page.locator("#transcript article.msg[data-seq='6']")
