@@ -223,7 +223,7 @@ def test_worker_sh_restarts_a_process_that_died_and_stops_cleanly_on_sigterm(tmp
         assert '"status": 137' in log.read_text()  # 128 + SIGKILL
 
         fleet.send_signal(signal.SIGTERM)
-        assert fleet.wait(timeout=60) == 0  # a requested stop
+        assert fleet.wait(timeout=180) == 0  # a requested stop (slow only on a loaded machine)
         assert not any(Path(f"/proc/{pid}").exists() for pid in after)
         assert "worker_process_restarted" in log.read_text()
         assert log.read_text().count('"event": "worker_process_exited"') == 1  # no restart
