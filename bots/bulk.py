@@ -14,6 +14,10 @@ from django.db.models.functions import Coalesce
 
 from bots.models import ChatSession, Message
 from bots.transitions import UNFINISHED, allocate_seqs
+from chat_platform.dbwrite import rows_update
+
+# What an imported message keeps of its own once inserted (auto_now stamped it on insert).
+STAMPS_AND_ANSWER = ("created_at", "updated_at", "reply_to")
 
 # --- branches: a chat that starts as a copy of another's first messages ------------------------
 
@@ -118,7 +122,8 @@ def messages_import(
     )
     for message, seq in zip(created, reply_to_seqs, strict=True):
         message.reply_to_id = ids.get(seq) if seq is not None else None
-    Message.objects.bulk_update(created, ["created_at", "updated_at", "reply_to"])
+    # Their own stamps and answers, without bulk_update's CASE per row (chat_platform.dbwrite).
+    rows_update(Message, created, STAMPS_AND_ANSWER)
     ChatSession.objects.filter(pk=session_id, last_seq__lt=created[-1].seq).update(
         last_seq=created[-1].seq
     )
@@ -156,7 +161,8 @@ def branches_messages_import(
         message.created_at = created_at or message.created_at
         message.updated_at = updated_at or message.updated_at
         message.reply_to_id = by_seq.get((message.session_id, seq)) if seq is not None else None
-    Message.objects.bulk_update(created, ["created_at", "updated_at", "reply_to"], batch_size=500)
+    # Their own stamps and answers, without bulk_update's CASE per row (chat_platform.dbwrite).
+    rows_update(Message, created, STAMPS_AND_ANSWER)
     in_context = Message.objects.filter(
         Message.in_context_q(), session_id=OuterRef("pk")
     ).order_by()

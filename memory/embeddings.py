@@ -50,6 +50,7 @@ from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from chat_platform.celery_app import task_named
 from chat_platform.compiled import CompiledValues
+from chat_platform.dbwrite import rows_update
 from chat_platform.errors import QuotaExceeded
 from chat_platform.llm import gateway
 from connections import usage
@@ -205,11 +206,9 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
                 reason=str(exc),
             )
             return done
-        rows = [
-            MessageIndex(message_id=pk, embedding=vector, embedding_model=model)
-            for pk, vector in zip(ids, vectors, strict=True)
-        ]
-        MessageIndex.objects.bulk_update(rows, ["embedding", "embedding_model"])
+        pairs = zip(ids, vectors, strict=True)
+        rows = [MessageIndex(message_id=pk, embedding=v, embedding_model=model) for pk, v in pairs]
+        rows_update(MessageIndex, rows, ("embedding", "embedding_model"))
         # A message whose text vanished meanwhile has nothing to embed: marked, never retried.
         blank = [pk for pk in batch if pk not in set(ids)]
         if blank:

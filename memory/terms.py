@@ -17,6 +17,8 @@ from chat_platform.stopwords import ENGLISH, WORD
 _STEMMER = snowballstemmer.stemmer("english")
 # A term longer than this is not a word anyone searches for (a hash, a run of letters).
 TERM_MAX_CHARS = 40
+# Longer words are not cached (a hash, a run of letters): the cache holds only short keys.
+WORD_CACHED_CHARS = 2 * TERM_MAX_CHARS
 
 
 @lru_cache(maxsize=65536)
@@ -26,17 +28,31 @@ def _stem(word: str) -> str:
 
 def terms(text: str) -> list[str]:
     """The search terms of ``text``, in order, repeats kept (term frequency counts)."""
-    out = []
-    for match in WORD.finditer(text):
-        word = match.group().lower().replace("\u2019", "'")
-        if word in ENGLISH:
-            continue
-        if word.endswith("'s"):
-            word = word[:-2]
-        for part in word.split("'"):
-            if part and part not in ENGLISH and len(part) <= TERM_MAX_CHARS:
-                out.append(_stem(part))
+    out: list[str] = []
+    for match in WORD.finditer(text):  # not findall: a long text's words are never all held
+        word = match.group()
+        out += _word_terms(word) if len(word) <= WORD_CACHED_CHARS else _word_terms_of(word)
     return out
+
+
+def _word_terms_of(word: str) -> tuple[str, ...]:
+    """The terms of one word as ``WORD`` matched it: none for a stop word, else its stemmed
+    parts (``"Ravi's"`` is ``("ravi",)``)."""
+    word = word.lower().replace("\u2019", "'")
+    if word in ENGLISH:
+        return ()
+    if word.endswith("'s"):
+        word = word[:-2]
+    return tuple(
+        _stem(part)
+        for part in word.split("'")
+        if part and part not in ENGLISH and len(part) <= TERM_MAX_CHARS
+    )
+
+
+# A chat repeats its words: each distinct word is lowered, checked and stemmed once, not at
+# every occurrence (indexing an import's messages spent most of its CPU here).
+_word_terms = lru_cache(maxsize=32768)(_word_terms_of)
 
 
 def query_terms(text: str, limit: int) -> list[str]:
