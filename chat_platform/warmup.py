@@ -4,8 +4,8 @@ litellm costs seconds to import; paid lazily, the first reply after a start sat 
 for 3–6 s. Processes that will need it pay it at start instead, in a daemon thread so start-up
 itself is not delayed: the Celery worker (``chat_platform/celery_app.py``) and the ASGI server
 (``bots/apps.py``), in both modes: embedded mode runs turns inside it, and in real mode every
-send's fit check reads the model's window from litellm's model map (on main, the first send of
-each web process paid the import, 8 s on this machine, holding the new message's transaction).
+send's fit check reads the model's window from litellm's model map (unwarmed, the first send of
+each web process paid the import: seconds before its answer).
 A call that arrives while the import is still running waits on the gateway's import lock rather
 than importing twice.
 

@@ -14,7 +14,7 @@ _max_input_cache: dict[tuple[str, str], int] = {}
 def model_info_load(models: Iterable[str]) -> None:
     """Import litellm now if any of ``models`` will be looked up in its map.
 
-    Its first import costs seconds of CPU (docs/architecture.md): a caller about to open a
+    Its first import costs seconds of CPU (docs/configuration.md): a caller about to open a
     transaction that takes row locks calls this first, so that no lock is held while it runs.
     Once per process; a no-op for built-in models and once litellm is loaded.
     """
