@@ -247,3 +247,20 @@ def inmemory_channel_layer(settings):
     channel_layers.backends.clear()
     yield
     channel_layers.backends.clear()
+
+
+@pytest.fixture
+def case_whens_built(monkeypatch):
+    """The arguments of every ``When`` Django builds during the test (``bulk_update`` builds a
+    ``CASE WHEN pk = … THEN …`` per row and field; ``chat_platform.dbwrite.rows_update`` none)."""
+    from django.db.models import expressions
+
+    built = []
+    real_init = expressions.When.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(args)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(expressions.When, "__init__", counted)
+    return built

@@ -3,7 +3,6 @@ row and field (``chat_platform.dbwrite.rows_update``): still one UPDATE for the 
 
 import pytest
 from django.db import connection
-from django.db.models import expressions
 from django.test.utils import CaptureQueriesContext
 
 from memory.embeddings import messages_embed_pending
@@ -14,7 +13,7 @@ from tests.factories import BotFactory, SessionFactory, message_add
 pytestmark = pytest.mark.django_db
 
 
-def test_a_batch_of_vectors_is_one_update_and_no_case_per_row(owner, monkeypatch):
+def test_a_batch_of_vectors_is_one_update_and_no_case_per_row(owner, case_whens_built):
     bot = BotFactory(owner=owner, embedding_model="builtin/embed")
     session = SessionFactory(user=owner, bot=bot)
     ids = [
@@ -23,14 +22,7 @@ def test_a_batch_of_vectors_is_one_update_and_no_case_per_row(owner, monkeypatch
     ]
     messages_index_written(message_ids=ids)
     MessageIndex.objects.update(embedding=None, embedding_model="")
-    built = []
-    real_init = expressions.When.__init__
-
-    def counted(self, *args, **kwargs):
-        built.append(args)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(expressions.When, "__init__", counted)
+    built = case_whens_built
     with CaptureQueriesContext(connection) as queries:
         assert messages_embed_pending(session_id=session.pk) == 2
     assert built == []

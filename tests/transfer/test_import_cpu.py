@@ -7,24 +7,18 @@ import io
 import json
 
 import pytest
-from django.db.models import expressions
 
 from bots.models import ChatSession, Message
-from tests.transfer.test_import_export import chatgpt_conversation
+from tests.transfer.test_import_export import CHATGPT_CURRENT_STAMPS, chatgpt_conversation
 from transfer.services import chats_import
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_an_imports_stamps_and_replies_are_written_without_a_case_per_row(owner, bot, monkeypatch):
-    built = []
-    real_init = expressions.When.__init__
-
-    def counted(self, *args, **kwargs):
-        built.append(args)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(expressions.When, "__init__", counted)
+def test_an_imports_stamps_and_replies_are_written_without_a_case_per_row(
+    owner, bot, case_whens_built
+):
+    built = case_whens_built
     data = json.dumps([chatgpt_conversation()]).encode()
     result = chats_import(user=owner, bot_id=bot.pk, raw=io.BytesIO(data), size=len(data))
     assert built == []
@@ -36,15 +30,7 @@ def test_an_imports_stamps_and_replies_are_written_without_a_case_per_row(owner,
     }
     # their own stamps, not the time of the import (auto_now stamped them on insert)
     assert [(m.created_at.timestamp(), m.updated_at.timestamp()) for m in rows.values()] == [
-        (t, t)
-        for t in [
-            1700000001.0,
-            1700000010.0,
-            1700000020.5,
-            1700000021.0,
-            1700000030.0,
-            1700000040.0,
-        ]
+        (t, t) for t in CHATGPT_CURRENT_STAMPS
     ]
     # each reply answers the user message just before it
     assert {s: m.reply_to.seq for s, m in rows.items() if m.reply_to} == {3: 2, 6: 5}

@@ -208,6 +208,17 @@ def _node(node_id, parent, children, role=None, text=None, t=None, model=None, *
     return {"id": node_id, "message": message, "parent": parent, "children": children}
 
 
+# The stamps of chatgpt_conversation()'s current branch as imported (sys2, u1, a1, tool1, u2, a2).
+CHATGPT_CURRENT_STAMPS = [
+    1700000001.0,
+    1700000010.0,
+    1700000020.5,
+    1700000021.0,
+    1700000030.0,
+    1700000040.0,
+]
+
+
 def chatgpt_conversation():
     """root -> empty system -> sys2 (custom text) -> u1 -> a1 (gpt-4o) -> u2 -> {a2 (current),
     a2b (regenerated sibling)}; u1 also has an edited sibling u1b -> a1b; a tool node between."""
@@ -280,14 +291,7 @@ def test_chatgpt_tree_imports_current_branch_and_keeps_the_others(
     stamps = [
         m.created_at.timestamp() for m in Message.objects.filter(session=session).order_by("seq")
     ]
-    assert stamps == [
-        1700000001.0,
-        1700000010.0,
-        1700000020.5,
-        1700000021.0,
-        1700000030.0,
-        1700000040.0,
-    ]
+    assert stamps == CHATGPT_CURRENT_STAMPS
     assert session.created_at.timestamp() == 1700000000.0
     assert all(m.token_count > 0 for m in Message.objects.filter(session=session))
     session.refresh_from_db()
