@@ -342,9 +342,7 @@ def _send_write(
     after commit the exchange's frames, then the hand-over to a worker (or the refusal)."""
     # The fit check below reads the answering models' windows from litellm's model map: its
     # one-time import (seconds) runs here, before the transaction takes the session's locks.
-    gateway.model_info_load(
-        [session.chat_model or session.bot.model] + [bot.model for bot in answering or ()]
-    )
+    gateway.model_info_load([session.chat_model] + [bot.model for bot in answering or ()])
     with transaction.atomic():
         try:
             result = do_message_pair_create(
