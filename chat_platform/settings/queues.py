@@ -76,7 +76,9 @@ CELERY_TIMEZONE = TIME_ZONE
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis's layer, with a receive that can be cancelled (a socket closing)
+            # without losing a frame meant for another socket (chat_platform/channel_layer.py).
+            "BACKEND": "chat_platform.channel_layer.CancelSafeRedisChannelLayer",
             "CONFIG": {
                 # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s that
                 # channels-redis blocks in BZPOPMIN: the read then races the command and a

@@ -1,0 +1,65 @@
+"""The Redis channel layer, with a receive that can be cancelled without losing another
+socket's frame (docs/api.md, the websocket's frames).
+
+In channels-redis every websocket and ``/v1`` stream of one process reads from the process's one
+Redis queue: whichever receive holds the layer's lock pops the next message (``BZPOPMIN``) and
+hands it to the socket it is for. When that receive is cancelled — its socket closed, its stream
+ended — after Redis popped a message but before the answer was read, the message is gone: a
+delta, or the final frame, of a reply another socket of the process is streaming. With sockets
+opening and closing all the time that happened under load (in one CI run's bench smoke, 1 of
+50 turns at a steady 10 turns/s lost a delta).
+
+Here a cancelled receive is not interrupted: it is ended by a message of its own. The caller's
+cancellation takes effect at once; the read it started goes on, delivers whatever it pops to its
+owner, and ends when the end marker addressed to the departed channel comes back (one round trip
+to Redis). Only when that cannot happen (Redis gone, or no answer for ``END_TIMEOUT_SECONDS``)
+is the read cancelled after all.
+"""
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from channels_redis.core import RedisChannelLayer
+
+log = structlog.get_logger(__name__)
+
+# The message that ends a departed channel's read; no socket ever handles it.
+RECEIVE_END = "layer.receive_end"
+END_TIMEOUT_SECONDS = 30.0
+
+# The reads being ended, kept until they have (the event loop holds only weak references).
+_ending: set[asyncio.Task] = set()
+
+
+class CancelSafeRedisChannelLayer(RedisChannelLayer):
+    async def receive(self, channel: str) -> Any:
+        if "!" not in channel:  # a plain channel: no shared read, nothing to lose
+            return await super().receive(channel)
+        read = asyncio.ensure_future(super().receive(channel))
+        try:
+            return await asyncio.shield(read)
+        except asyncio.CancelledError:
+            if not read.done():
+                ending = asyncio.ensure_future(self._read_end(channel, read))
+                _ending.add(ending)
+                ending.add_done_callback(_ending.discard)
+            raise
+
+    async def _read_end(self, channel: str, read: asyncio.Future) -> None:
+        """End ``read`` (a receive on ``channel``, whose owner left) by sending it the end
+        marker; any message for the departed channel that comes first is dropped, as the owner
+        is gone."""
+        try:
+            await self.send(channel, {"type": RECEIVE_END})
+            message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
+            while message.get("type") != RECEIVE_END:
+                read = asyncio.ensure_future(super().receive(channel))
+                message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
+        except Exception:
+            # Redis unreachable or silent: nothing can be delivered now anyway.
+            log.warning("channel_layer_read_end_failed", channel=channel, exc_info=True)
+            read.cancel()
+            with contextlib.suppress(BaseException):
+                await read

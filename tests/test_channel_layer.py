@@ -1,0 +1,60 @@
+"""The Redis channel layer's receive can be cancelled without losing another socket's frame
+(chat_platform/channel_layer.py)."""
+
+import asyncio
+import threading
+
+from channels.layers import channel_layers
+from django.conf import settings
+
+from chat_platform.channel_layer import _ending
+
+
+def _layer_config() -> dict:
+    return settings.CHANNEL_LAYERS["default"]["CONFIG"]
+
+
+def _send_while_this_loop_waits(channel: str, message: dict) -> None:
+    """Send from another thread and event loop while this one is blocked: Redis pops the message
+    for the blocked read at once, and its answer waits in that read's socket, unread."""
+    from chat_platform.channel_layer import CancelSafeRedisChannelLayer
+
+    def send() -> None:
+        other = CancelSafeRedisChannelLayer(**_layer_config())
+        asyncio.run(other.send(channel, message))
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    thread.join()
+
+
+async def test_a_closing_socket_s_read_never_takes_another_socket_s_frame_with_it():
+    """Two sockets of one process: A's receive is the one blocked in Redis when B's frame
+    arrives, and A closes (its receive is cancelled) before the answer is read. B still gets
+    its frame, every time, and A's read ends."""
+    layer = channel_layers["default"]
+    assert type(layer).__name__ == "CancelSafeRedisChannelLayer"
+    received = []
+    try:
+        for n in range(5):
+            a, b = await layer.new_channel(), await layer.new_channel()
+            read_a = asyncio.ensure_future(layer.receive(a))
+            await asyncio.sleep(0.05)  # A's receive holds the lock and waits in BZPOPMIN
+            read_b = asyncio.ensure_future(layer.receive(b))
+            await asyncio.sleep(0.05)
+            _send_while_this_loop_waits(b, {"type": "chat.frame", "n": n})
+            read_a.cancel()
+            received.append((await asyncio.wait_for(read_b, 10))["n"])
+            assert read_a.cancelled()
+        assert received == [0, 1, 2, 3, 4]
+        # The departed reads end by their end markers, in a round trip each.
+        for _ in range(100):
+            if not _ending:
+                break
+            await asyncio.sleep(0.05)
+        assert not _ending
+        assert layer.receive_count == 0
+        assert dict(layer.receive_buffer) == {}
+    finally:
+        await layer.flush()
+        channel_layers.backends.clear()
