@@ -42,7 +42,10 @@ QUESTION = "What is the capital of Peru?"
 
 
 def _slow(chunks: list[str] = SLOW) -> Reply:
-    return Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.15)
+    # Chunks far enough apart that a loaded machine still relays them as separate deltas (at
+    # 0.15 s, one CI run under load batched 8 chunks into 2 frames): the counts below are of
+    # frames, and the turn batches what arrives within CHAT_STREAM_FLUSH_SECONDS (0.05 s).
+    return Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.3)
 
 
 @pytest.fixture(params=["embedded", "real"])
@@ -240,7 +243,7 @@ def test_replies_stream_and_retry_never_duplicates(platform, fake_openai):
     client = openai.OpenAI(base_url=f"{platform}/v1", api_key=key, max_retries=0, timeout=60)
     model = client.models.list().data[0].id
     chunks = [f"part{i} " for i in range(10)]
-    fake_openai.script(Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.1))
+    fake_openai.script(Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.2))
     events = list(
         client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Stream please"}], stream=True
