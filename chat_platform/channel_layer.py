@@ -9,11 +9,12 @@ delta, or the final frame, of a reply another socket of the process is streaming
 opening and closing all the time that happened under load (in one CI run's bench smoke, 1 of
 50 turns at a steady 10 turns/s lost a delta).
 
-Here a cancelled receive is not interrupted: it is ended by a message of its own. The caller's
-cancellation takes effect at once; the read it started goes on, delivers whatever it pops to its
-owner, and ends when the end marker addressed to the departed channel comes back (one round trip
-to Redis). Only when that cannot happen (Redis gone, or no answer for ``END_TIMEOUT_SECONDS``)
-is the read cancelled after all.
+Here a cancelled receive is not interrupted: it is ended by a message of its own. The read it
+started goes on, delivers whatever it pops to its owner, and ends when the end marker addressed
+to the departing channel comes back; the cancelled receive waits for that (one round trip to
+Redis) and then ends as cancelled. Only when that cannot happen (Redis gone, no answer for
+``END_TIMEOUT_SECONDS``, or a second cancellation as the event loop closes) is the read cancelled
+after all.
 """
 
 import asyncio
@@ -25,12 +26,11 @@ from channels_redis.core import RedisChannelLayer
 
 log = structlog.get_logger(__name__)
 
-# The message that ends a departed channel's read; no socket ever handles it.
+# The message that ends a departing channel's read; no socket ever handles it.
 RECEIVE_END = "layer.receive_end"
-END_TIMEOUT_SECONDS = 30.0
-
-# The reads being ended, kept until they have (the event loop holds only weak references).
-_ending: set[asyncio.Task] = set()
+# A round trip to Redis ends a read; past this, Redis is taken for gone (channels-redis blocks
+# its reads for 5 s at most).
+END_TIMEOUT_SECONDS = 5.0
 
 
 class CancelSafeRedisChannelLayer(RedisChannelLayer):
@@ -42,24 +42,23 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
             return await asyncio.shield(read)
         except asyncio.CancelledError:
             if not read.done():
-                ending = asyncio.ensure_future(self._read_end(channel, read))
-                _ending.add(ending)
-                ending.add_done_callback(_ending.discard)
+                await self._read_end(channel, read)
             raise
 
     async def _read_end(self, channel: str, read: asyncio.Future) -> None:
-        """End ``read`` (a receive on ``channel``, whose owner left) by sending it the end
-        marker; any message for the departed channel that comes first is dropped, as the owner
-        is gone."""
+        """End ``read`` (a receive on ``channel``, whose owner is leaving) by sending it the end
+        marker; a message for the departing channel that comes first is dropped with it. A
+        second cancellation (the event loop closing) cancels the read outright."""
         try:
             await self.send(channel, {"type": RECEIVE_END})
             message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
             while message.get("type") != RECEIVE_END:
                 read = asyncio.ensure_future(super().receive(channel))
                 message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
-        except Exception:
-            # Redis unreachable or silent: nothing can be delivered now anyway.
-            log.warning("channel_layer_read_end_failed", channel=channel, exc_info=True)
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                # Redis unreachable or silent: nothing can be delivered now anyway.
+                log.warning("channel_layer_read_end_failed", channel=channel, exc_info=True)
             read.cancel()
             with contextlib.suppress(BaseException):
                 await read
