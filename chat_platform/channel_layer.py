@@ -50,7 +50,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         marker; a message for the departing channel that comes first is dropped with it. A
         second cancellation (the event loop closing) cancels the read outright."""
         try:
-            await self.send(channel, {"type": RECEIVE_END})
+            await asyncio.wait_for(self.send(channel, {"type": RECEIVE_END}), END_TIMEOUT_SECONDS)
             message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
             while message.get("type") != RECEIVE_END:
                 read = asyncio.ensure_future(super().receive(channel))
