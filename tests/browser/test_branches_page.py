@@ -51,6 +51,11 @@ def test_edit_regenerate_and_flip_between_versions(server_url, desktop, fake):
     page.fill("#transcript .msg-edit-box", "Tell me about Rome")
     page.click("#transcript .msg-edit-save")
     page.locator("#transcript .msg-text", has_text="Rome is lovely.").wait_for()
+    # The reply can be drawn (from its frames) before the new chat's first read has drawn the
+    # question (one CI run under load read the transcript in between): wait for both.
+    page.locator(
+        '#transcript article.msg[data-role="user"] .msg-text', has_text="Tell me about Rome"
+    ).wait_for()
     edited = current_session_id(page)
     assert edited != original
     assert _texts(page) == ["Tell me about Rome", "Rome is lovely."]
