@@ -210,7 +210,8 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
         rows = [MessageIndex(message_id=pk, embedding=v, embedding_model=model) for pk, v in pairs]
         rows_update(MessageIndex, rows, ("embedding", "embedding_model"))
         # A message whose text vanished meanwhile has nothing to embed: marked, never retried.
-        blank = [pk for pk in batch if pk not in set(ids)]
+        embedded = set(ids)
+        blank = [pk for pk in batch if pk not in embedded]
         if blank:
             MessageIndex.objects.filter(message_id__in=blank).update(
                 embedding=b"", embedding_model=model
