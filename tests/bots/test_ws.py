@@ -320,6 +320,14 @@ async def test_generation_stop_ends_a_silent_stream(
         communicator,
         lambda f: f["type"] == "message.created" and f["message"]["role"] == "assistant",
     )
+    # Stop once the provider holds the request (a cold process may still be importing litellm
+    # when the reply is created: a stop then ends the turn before any request, and the
+    # provider has nothing to see aborted; that failed alone and once in CI).
+    for _ in range(600):
+        if fake_openai.in_flight:
+            break
+        await asyncio.sleep(0.05)
+    assert fake_openai.in_flight == 1
     await communicator.send_to(text_data=json.dumps({"type": "generation.stop"}))
     frames = await _frames_until(communicator, _is_final, timeout=30)
     await communicator.disconnect()
