@@ -4,6 +4,8 @@ otherwise (those start their own, module-scoped); each test gets a fresh browser
 cookies) and makes its own bots and chats, so tests stay independent while the suite stays
 fast (docs/testing.md)."""
 
+import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -30,6 +32,11 @@ REST_TIMEOUT_SECONDS = 60
 
 # How much of each running server's log a failing test's report carries.
 SERVER_LOG_TAIL_CHARS = 6000
+# How many of a page's last events (requests, socket frames, console lines) it carries.
+PAGE_JOURNAL_EVENTS = 120
+
+# The journals of the pages opened by the running test (reset before each test).
+_journals: list[tuple[str, deque]] = []
 
 
 @pytest.hookimpl(wrapper=True)
@@ -42,7 +49,14 @@ def pytest_runtest_makereport(item, call):
             if log.exists():
                 tail = log.read_text(errors="replace")[-SERVER_LOG_TAIL_CHARS:]
                 report.sections.append((f"web server log ({base}, tail)", tail))
+        for name, journal in _journals:
+            report.sections.append((f"page journal ({name}, last events)", "\n".join(journal)))
     return report
+
+
+@pytest.fixture(autouse=True)
+def _fresh_journals() -> None:
+    _journals.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -128,7 +142,40 @@ def _new_page(browser, **context_args):
     page.js_errors = []
     page.on("pageerror", lambda error: page.js_errors.append(str(error)))
     _watch_static_loads(page)
+    _keep_journal(page)
     return context, page
+
+
+def _keep_journal(page) -> None:
+    """What the page asked and heard, with seconds since it opened: a failing test's report
+    carries the last of it, so a reply that never showed says whether its frames came."""
+    journal: deque = deque(maxlen=PAGE_JOURNAL_EVENTS)
+    start = time.monotonic()
+    _journals.append((f"page {len(_journals) + 1}", journal))
+
+    def note(*parts) -> None:
+        journal.append(f"{time.monotonic() - start:7.2f}s " + " ".join(str(p) for p in parts))
+
+    def websocket(ws) -> None:
+        note("ws open", ws.url)
+        ws.on("framereceived", lambda payload: note("ws <", str(payload)[:160]))
+        ws.on("framesent", lambda payload: note("ws >", str(payload)[:160]))
+        ws.on("close", lambda _ws: note("ws closed", ws.url))
+
+    def request(r) -> None:
+        if "/static/" not in r.url:  # the files a page loads; a missing one fails the test
+            note(">", r.method, r.url)
+
+    def response(r) -> None:
+        if "/static/" not in r.url:
+            note("<", r.status, r.request.method, r.url)
+
+    page.on("request", request)
+    page.on("response", response)
+    page.on("requestfailed", lambda r: note("failed", r.failure, r.method, r.url))
+    page.on("websocket", websocket)
+    page.on("console", lambda m: note("console", m.type, m.text[:160]))
+    page.on("pageerror", lambda error: note("page error", str(error)[:300]))
 
 
 def _watch_static_loads(page) -> None:

@@ -8,6 +8,7 @@ replace the ones in docs/screenshots/ that the README shows.
 
 import os
 import re
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -512,10 +513,35 @@ def test_phone_layout_drawer_and_no_horizontal_scroll(server_url, phone, fake):
     page = phone
     bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Pocket")
     fake.script(Reply(text=MARKDOWN))
+    # The chat list's first read is held until the drawer is open: the chat the page then opens
+    # by itself must leave the drawer open (closing it under the user's finger failed this test
+    # in a CI run where that read came late).
+    held = []
+
+    def hold_first_list_read(route):
+        if route.request.method == "GET" and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    def is_chat_list(url):
+        return urlsplit(url).path == "/api/v1/sessions/"
+
+    page.route(is_chat_list, hold_first_list_read)
     log_in(page, server_url)
     page.wait_for_selector("#bot-select:enabled", state="attached")
-    page.wait_for_selector('#transcript:not([aria-busy="true"])')
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
     page.click("#drawer-toggle")
+    held[0].continue_()
+    page.unroute(is_chat_list)
+    page.wait_for_selector("#session-list li.is-current", state="attached")
+    page.wait_for_selector('#transcript:not([aria-busy="true"])')
+    assert page.locator("#drawer-toggle").get_attribute("aria-expanded") == "true"
+    assert page.locator("#sidebar").is_visible()
     open_new_chat(page, bot)
     # Choosing a chat closes the drawer and the chat starts at the top of the screen.
     page.wait_for_selector("#sidebar", state="hidden")

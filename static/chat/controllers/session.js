@@ -141,7 +141,10 @@ export function closeSession() {
   renderSessions();
 }
 
-export function openSession(sessionId) {
+// A chat the user chose closes the drawer (narrow screens); the one the page opens by itself on
+// load (opts.keepDrawer) leaves it as the user has it: a drawer opened while the list was still
+// being read must not shut under their finger.
+export function openSession(sessionId, opts) {
   if (sameId(sessionId, state.sessionId)) return;
   closeSession();
   var session = findSession(sessionId);
@@ -155,7 +158,7 @@ export function openSession(sessionId) {
   document.title = ui.title.textContent + " · chat-platform";
   renderSessions();
   writeUrl(false);
-  closeDrawer(false);
+  if (!(opts && opts.keepDrawer)) closeDrawer(false);
   if (memory) memory.setSession(state.sessionId);
   exportLinksSet(state.sessionId);
   updateComposer();

@@ -43,7 +43,7 @@ export function loadSessions(preferredSessionId) {
       renderSessions();
       if (state.sessionId === null) {
         var wanted = findSession(preferredSessionId) || state.sessions[0];
-        if (wanted) hooks.openSession(wanted.id);
+        if (wanted) hooks.openSession(wanted.id, { keepDrawer: true });
         else hooks.writeUrl(false);
       } else if (!findSession(state.sessionId)) {
         hooks.closeSession();
