@@ -13,11 +13,21 @@ import logging.config
 import signal
 import sys
 import threading
+import warnings
 from typing import Any
 
 import structlog
 
 from chat_platform import redaction
+
+
+def quiet_known_warnings() -> None:
+    """Django warns once per static file that WhiteNoise (synchronous) serves under ASGI: ~60
+    identical lines per page load that drowned the log (docs/operations.md, "Logs, shutdown and
+    workers"). Django reads such a body in a thread; nothing is wrong."""
+    warnings.filterwarnings(
+        "ignore", message="StreamingHttpResponse must consume synchronous iterators"
+    )
 
 
 def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirrors the setting name
@@ -67,6 +77,7 @@ def configure_logging(*, level: str, json: bool) -> None:  # noqa: A002 - mirror
     )
     # warnings.warn() output becomes a log event (logger "py.warnings") instead of a raw line.
     logging.captureWarnings(json)
+    quiet_known_warnings()
     if json:
         sys.excepthook = _log_uncaught
         threading.excepthook = _log_uncaught_in_thread

@@ -3,7 +3,10 @@
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+
+from chat_platform.log_config import quiet_known_warnings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,3 +93,18 @@ def test_a_stop_swallowed_by_a_finaliser_is_delivered_again():
     events = [json.loads(line) for line in done.stderr.splitlines()]
     assert [(e["event"], e["logger"]) for e in events] == [("unraisable_exception", "uncaught")]
     assert events[0]["exception"].endswith("SystemExit: 3")
+
+
+def test_the_sync_streaming_body_warning_is_dropped_and_no_other():
+    """WhiteNoise's static files under ASGI: one such warning per file of every page load."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        warnings.warn(
+            "StreamingHttpResponse must consume synchronous iterators in order to serve them "
+            "asynchronously. Use an asynchronous iterator instead.",
+            Warning,
+            stacklevel=1,
+        )
+        warnings.warn("a streamed body went wrong", Warning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["a streamed body went wrong"]
