@@ -131,7 +131,10 @@ def open_new_chat(page, bot: dict) -> None:
         )
     )
     created = urlsplit(page.url).path.strip("/").rsplit("/", 1)[-1]
-    page.wait_for_selector(f"#session-list li.is-current[data-session-id='{created}']")
+    # Attached, not visible: on a phone, opening the chat shuts the drawer that lists it.
+    page.wait_for_selector(
+        f"#session-list li.is-current[data-session-id='{created}']", state="attached"
+    )
     page.wait_for_selector("#connection-status[data-state=live]", state="attached")
     page.wait_for_selector("#composer:enabled")
 

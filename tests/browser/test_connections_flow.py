@@ -38,7 +38,7 @@ def site(fake_llm, tmp_path_factory) -> Iterator[str]:
     assert PROVIDER_KEY not in log.read_text(errors="replace")
 
 
-def test_admin_connection_then_a_user_picks_a_model_chats_and_sees_usage(site, chromium, fake_llm):
+def test_admin_connection_then_a_user_picks_a_model_chats_and_sees_usage(site, chromium, fake):
     context, admin = _new_page(chromium, viewport={"width": 1280, "height": 900})
     try:
         admin.goto(f"{site}/admin/login/")
@@ -49,7 +49,7 @@ def test_admin_connection_then_a_user_picks_a_model_chats_and_sees_usage(site, c
         admin.goto(f"{site}/admin/connections/connection/add/")
         admin.fill("input[name=name]", "Fake provider")
         admin.select_option("select[name=kind]", "openai")
-        admin.fill("input[name=base_url]", fake_llm.url)
+        admin.fill("input[name=base_url]", fake.url)
         admin.fill("input[name=api_key]", PROVIDER_KEY)
         admin.check("input[name=public]")
         with admin.expect_navigation():
@@ -81,7 +81,7 @@ def test_admin_connection_then_a_user_picks_a_model_chats_and_sees_usage(site, c
         open_new_chat(page, bot)
         send(page, "hello through the connection")
         assistant(page).last.get_by_text("Hello from fake.").wait_for()
-        assert fake_llm.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
+        assert fake.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
         page.goto(f"{site}/usage/")
         assert page.locator("table.usage-table td", has_text="Connected bot").count() == 1
         # two charts by day (tokens, saved) of 14 bars each, and one bar per bot

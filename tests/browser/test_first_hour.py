@@ -63,7 +63,7 @@ def _token(site: str, username: str, password: str) -> dict[str, str]:
     return {"Authorization": f"Token {response.json()['token']}"}
 
 
-def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromium, fake_llm):
+def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromium, fake):
     # Tall enough for the whole sidebar card in the screenshot.
     context, page = _new_page(chromium, viewport={"width": 1280, "height": 1000})
     try:
@@ -87,12 +87,12 @@ def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromiu
         assert page.locator("#first-run-error").inner_text() == (
             "Enter the provider's base URL, e.g. https://api.openai.com/v1."
         )
-        page.fill("#first-run-url", fake_llm.url)
+        page.fill("#first-run-url", fake.url)
         page.fill("#first-run-key", PROVIDER_KEY)
         page.click("#first-run-connect")
         page.locator("#first-run-models li, #first-run-error:not([hidden])").first.wait_for()
         assert page.locator("#first-run-error").is_hidden(), page.inner_text("#first-run-error")
-        host = fake_llm.url.split("//")[1].split("/")[0]
+        host = fake.url.split("//")[1].split("/")[0]
         assert page.locator("#first-run-status").inner_text() == (
             f"OpenAI-compatible at {host} offers 1 model."
         )
@@ -112,7 +112,7 @@ def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromiu
         assert card.is_hidden()  # a bot with a real model exists now
         send(page, "hello through the first-run card")
         assistant(page).last.get_by_text("Hello from fake.").wait_for()
-        assert fake_llm.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
+        assert fake.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
         assert page.js_errors == []
     finally:
         context.close()
@@ -122,7 +122,7 @@ def test_staff_connect_a_provider_from_the_first_run_card_and_chat(site, chromiu
     assert PROVIDER_KEY not in connections.text
     made = [c for c in connections.json() if c["kind"] == "openai"]
     assert [(c["name"], c["base_url"], c["has_key"]) for c in made] == [
-        (f"OpenAI-compatible at {host}", fake_llm.url, True)
+        (f"OpenAI-compatible at {host}", fake.url, True)
     ]
     bots = httpx.get(f"{site}/api/v1/bots/", headers=headers).json()
     made_bots = [(b["name"], b["model"], b["connection"]) for b in bots if b["connection"]]

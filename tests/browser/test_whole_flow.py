@@ -48,7 +48,7 @@ def _sign_in(page, base, username, password):
     assert page.locator(".app-user-name").inner_text() == f"Signed in as {username}"
 
 
-def test_invite_sign_up_connection_model_chat_and_usage(site, chromium, fake_llm):
+def test_invite_sign_up_connection_model_chat_and_usage(site, chromium, fake):
     base, _log = site
     boss_context, boss = _new_page(chromium, viewport={"width": 1280, "height": 900})
     person_context, person = _new_page(chromium, viewport={"width": 1280, "height": 900})
@@ -84,7 +84,7 @@ def test_invite_sign_up_connection_model_chat_and_usage(site, chromium, fake_llm
         boss.goto(f"{base}/admin/connections/connection/add/")
         boss.fill("input[name=name]", "Team provider")
         boss.select_option("select[name=kind]", "openai")
-        boss.fill("input[name=base_url]", fake_llm.url)
+        boss.fill("input[name=base_url]", fake.url)
         boss.fill("input[name=api_key]", PROVIDER_KEY)
         boss.check("input[name=public]")
         with boss.expect_navigation():
@@ -115,14 +115,14 @@ def test_invite_sign_up_connection_model_chat_and_usage(site, chromium, fake_llm
             "openai/fake-model",
             int(option.get_attribute("value")),
         )
-        fake_llm.script(Reply(text="Hello from the team provider.", usage=USAGE))
+        fake.script(Reply(text="Hello from the team provider.", usage=USAGE))
         person.goto(base + "/")
         open_new_chat(person, bot)
         send(person, "hello through the team connection")
         # The first reply of a fresh platform (its model map and embedding model load first):
         # 30 s was not enough in one CI run under load.
         assistant(person).last.get_by_text("Hello from the team provider.").wait_for(timeout=90_000)
-        assert fake_llm.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
+        assert fake.headers[-1]["authorization"] == f"Bearer {PROVIDER_KEY}"
 
         # The header's Usage link: the turn's exact tokens, by bot and in the day's bar.
         with person.expect_navigation():
