@@ -150,6 +150,32 @@ def test_a_room_with_two_built_in_bots(server_url, desktop):
     page.screenshot(path=str(ARTIFACTS / "rooms-page.png"))
     page.select_option("#gauge-bot", value=str(planner["id"]))
     _gauge_says(page, "of 2,976 tokens")
+    # A late answer for the seat the user just left never draws over the one picked (a CI run
+    # drew the critic's 6,976 after the planner was picked: a refresh asked for just before).
+    held = []
+
+    def is_critic_read(url):
+        return "/context/" in url and f"bot={critic['id']}" in url
+
+    page.route(is_critic_read, lambda route: held.append(route))
+    page.select_option("#gauge-bot", value=str(critic["id"]))
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    with page.expect_response(
+        lambda response: response.url.endswith(f"/sessions/{session_id}/context/")
+    ) as planner_read:
+        page.select_option("#gauge-bot", value=str(planner["id"]))
+    planner_read.value.finished()
+    _gauge_says(page, "of 2,976 tokens")
+    with page.expect_response(lambda response: is_critic_read(response.url)) as late:
+        held[0].continue_()
+    late.value.finished()
+    page.unroute(is_critic_read)
+    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # its handler has run
+    assert "of 2,976 tokens" in page.inner_text("#gauge-total")
 
     # Manual mode: "Reply as" beside Send; the picked bot answers a message naming nobody.
     assert page.locator("#reply-as-box").is_hidden()

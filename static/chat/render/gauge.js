@@ -11,6 +11,7 @@ import { api } from "../transport/api.js";
 import { foldUpdate } from "./fold.js";
 
 let contextTimer = null; // the REST fallback for a context.updated that may not come
+let contextReads = 0; // the number of the newest context read
 
 // The gauge is a stacked bar over the budget B: one segment per part of what the next model
 // call would send, with the compaction marks drawn on it (docs/compaction.md's target, soft and hard, said
@@ -108,10 +109,14 @@ export function gaugeHide() {
 
 export function refreshContext(epoch) {
   if (state.sessionId === null) return;
-  // Rooms: the seat of the bot picked above the gauge (its budget, its view).
-  api("GET", sessionPath("context/") + gaugeBotQuery()).then(
+  // Rooms: the seat of the bot picked above the gauge (its budget, its view). Only the newest
+  // read is drawn, and only for the seat still picked: a late answer for a seat the user just
+  // left (a refresh asked for before they picked another bot) never draws over the right one.
+  var query = gaugeBotQuery();
+  var read = ++contextReads;
+  api("GET", sessionPath("context/") + query).then(
     function (ctx) {
-      if (epoch === state.epoch) renderContext(ctx);
+      if (epoch === state.epoch && read === contextReads && query === gaugeBotQuery()) renderContext(ctx);
     },
     function () {
       /* the meter is informational; leave it as it was */
