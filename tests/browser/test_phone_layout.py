@@ -3,10 +3,12 @@ platform (issue 32, Deliver 9): on a phone the room bar and the context gauge fo
 that opens on a tap and folds again on the next; nothing runs past the screen's edge, open or
 folded ("Reply as" included); the seeded demo room's first "hello" reads as two plain answers."""
 
+import contextlib
 import re
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from chat_platform.llm.builtin.recall import NO_MATCH_TEXT
 from tests.browser.support import api_headers, create_bot, log_in, send, shoot
@@ -76,9 +78,16 @@ def test_on_a_phone_the_room_bar_and_gauge_fold_into_one_line(server_url, phone)
     page.wait_for_function("() => document.getElementById('gauge-total').textContent !== ''")
 
     fold = page.locator("#bars-fold")
+    # Folded: one line, saying what it holds; neither the bar nor the gauge is shown. The gauge
+    # may still move after the reply (a later report: 35, then 92 tokens in one CI-like run), so
+    # wait for the line to say what the gauge says, then read both.
+    with contextlib.suppress(PlaywrightTimeoutError):  # then the assertion says what it read
+        page.wait_for_function(
+            """() => document.getElementById('bars-fold-summary').innerText ===
+                '2 bots · Context ' + document.getElementById('gauge-total').textContent"""
+        )
     total = page.locator("#gauge-total").text_content()
     assert re.fullmatch(rf"{NUMBER} of {NUMBER} tokens \(\d+%\)", total), total
-    # Folded: one line, saying what it holds; neither the bar nor the gauge is shown.
     assert fold.get_attribute("aria-expanded") == "false"
     assert fold.locator("#bars-fold-summary").inner_text() == f"2 bots · Context {total}"
     assert (fold.is_visible(), page.is_visible("#room-bar"), page.is_visible("#context-gauge")) == (
