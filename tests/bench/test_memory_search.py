@@ -63,7 +63,7 @@ def test_grow_in_place_exact_counts(pool):
 
 @pytest.mark.django_db
 def test_words_once_searches_by_words_only_and_gives_the_model_back(pool, monkeypatch):
-    from chat_platform.llm.builtin import provider
+    from chat_platform.llm import builtin
 
     corpus = memory_search.corpus_start(
         pool=pool, per_session=20, per_snapshot=5, embedding_model="builtin/embed"
@@ -71,8 +71,8 @@ def test_words_once_searches_by_words_only_and_gives_the_model_back(pool, monkey
     memory_search.grow(corpus, 20)
     session = ChatSession.objects.select_related("bot").get(pk=corpus.session_ids[0])
     embedded = []
-    real = provider.embed
-    monkeypatch.setattr(provider, "embed", lambda m, t: embedded.append(t) or real(m, t))
+    real = builtin.embed
+    monkeypatch.setattr(builtin, "embed", lambda m, t: embedded.append(t) or real(m, t))
 
     assert memory_search.words_once(session, memory_search.QUESTIONS[0]) >= 0
     assert (embedded, session.bot.embedding_model) == ([], "builtin/embed")

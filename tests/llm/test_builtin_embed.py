@@ -58,6 +58,44 @@ def test_the_gateway_reaches_it_like_a_provider_model():
     assert vectors == direct
 
 
+def test_the_gateway_embeds_with_it_in_process_without_litellm():
+    """A process that only embeds with the built-in model never imports litellm (seconds of
+    import, and ~4 ms of litellm's work per call), and the call reports the word pieces read
+    as its usage, as through litellm."""
+    script = (
+        "import django, json, os, sys\n"
+        "os.environ['DJANGO_SETTINGS_MODULE'] = 'chat_platform.settings'\n"
+        "django.setup()\n"
+        "from chat_platform.llm import gateway\n"
+        "usage = []\n"
+        "vectors = gateway.embed(gateway.ModelConfig(model='builtin/embed'),\n"
+        "                        ['My plane takes off at nine.', 'x'], on_usage=usage.append)\n"
+        "print(json.dumps([[len(v) for v in vectors], usage, 'litellm' in sys.modules]))\n"
+    )
+    env = {"SECRET_KEY": "x", "DEBUG": "true", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[384, 384], [12], False]
+
+
+def test_a_model_that_does_not_embed_fails_as_a_provider_s_404():
+    with pytest.raises(gateway.ModelCallFailed) as failed:
+        gateway.embed(gateway.ModelConfig(model="builtin/recall"), ["x"])
+
+    assert str(failed.value) == (
+        "builtin/recall: model or endpoint not found (HTTP 404) "
+        "(builtin/recall does not embed (known: builtin/embed))"
+    )
+    assert (failed.value.status_code, failed.value.transient) == (404, False)
+
+
 def test_it_is_not_loaded_at_start_up():
     script = (
         "import django, json, os, sys\n"

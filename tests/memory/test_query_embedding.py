@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from chat_platform.celery_app import app as celery_app
 from chat_platform.celery_app import task_named
-from chat_platform.llm.builtin import provider
+from chat_platform.llm import builtin
 from memory import embeddings, query_embedding
 from tests.factories import BotFactory
 from tests.memory import builtin_embed_data as data
@@ -45,13 +45,13 @@ def embed_calls(monkeypatch):
     connection meanwhile), recorded, then run."""
     calls = []
     asking = connections["default"]  # the test thread's: the client runs the view here
-    real = provider.embed
+    real = builtin.embed
 
     def recording(model, texts):
         calls.append((threading.current_thread().name, asking.connection is not None))
         return real(model, texts)
 
-    monkeypatch.setattr(provider, "embed", recording)
+    monkeypatch.setattr(builtin, "embed", recording)
     return calls
 
 
@@ -74,13 +74,13 @@ def test_no_answer_in_time_is_a_word_search_with_a_warning(
 ):
     settings.EMBEDDING_TIMEOUT_SECONDS = 0.2
     release = threading.Event()
-    real = provider.embed
+    real = builtin.embed
 
     def stuck(model, texts):
         release.wait(10)
         return real(model, texts)
 
-    monkeypatch.setattr(provider, "embed", stuck)
+    monkeypatch.setattr(builtin, "embed", stuck)
 
     with caplog.at_level(logging.WARNING):
         hits = _hits(owner_client, embedded)
