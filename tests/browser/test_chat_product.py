@@ -170,6 +170,50 @@ def test_with_compaction_off_the_gauge_shows_no_compaction_marks(server_url, des
     assert page.js_errors == []
 
 
+def test_a_context_read_that_answers_after_the_frame_does_not_draw_older_numbers(
+    server_url, desktop
+):
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(server_url, headers, name="Gauged", model="builtin/recall")
+    listed = httpx.get(f"{server_url}/api/v1/sessions/", headers=headers).json()
+    chats_before = {f"/api/v1/sessions/{chat['id']}/context/" for chat in listed}
+    # The new chat's own context read is answered with the empty chat's numbers, but only after
+    # the reply's context.updated frame has drawn the newer ones.
+    held = []
+
+    def hold_first_read(route):
+        if held or urlsplit(route.request.url).path in chats_before:
+            route.continue_()
+        else:
+            held.append((route, route.fetch()))
+
+    def is_context_read(url):
+        return urlsplit(url).path.endswith("/context/")
+
+    page.route(is_context_read, hold_first_read)
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    send(page, " ".join(CHATTY))
+    page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    page.wait_for_function("() => document.getElementById('gauge-total').textContent !== ''")
+    after_reply = gauge_pressure(page)
+    route, older = held[0]
+    assert older.json()["pressure"] < after_reply
+    with page.expect_response(lambda response: is_context_read(response.url)) as late:
+        route.fulfill(response=older)
+    late.value.finished()
+    page.unroute(is_context_read)
+    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # its handler has run
+    assert gauge_pressure(page) == after_reply
+    assert page.js_errors == []
+
+
 def test_empty_stopped_reply_says_so(server_url, desktop, fake):
     page = desktop
     bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Slow")

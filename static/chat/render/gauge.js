@@ -134,6 +134,9 @@ export function scheduleContextRefresh(delay) {
   }, delay === undefined ? 1500 : delay);
 }
 
+// A context.updated frame was drawn (or the chat closed): the fallback is not needed, and a read
+// asked for before it would answer with older numbers, so it is not drawn either.
 export function contextRefreshCancel() {
   clearTimeout(contextTimer);
+  contextReads++;
 }
