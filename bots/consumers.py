@@ -46,6 +46,20 @@ def _send_in_thread(**kwargs: Any) -> None:
         close_old_connections()
 
 
+def _client_gone_errors() -> tuple[type[BaseException], ...]:
+    """What the ASGI server raises from ``send`` once the client has closed (uvicorn's
+    ``ClientDisconnected``, an OSError): a page that moved on while its socket was being
+    answered. Empty where the server has no such class (daphne drops such sends)."""
+    try:
+        from uvicorn.protocols.utils import ClientDisconnected
+    except ImportError:
+        return ()
+    return (ClientDisconnected,)
+
+
+CLIENT_GONE_ERRORS = _client_gone_errors()
+
+
 # The running drains, referenced so none is collected while it works
 # (asyncio keeps only a weak reference to a task).
 _DRAINS: set[asyncio.Task] = set()
@@ -67,6 +81,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except CLIENT_GONE_ERRORS:
+            # The client closed before the server's answer reached it (a page that moved on
+            # while its socket opened): nothing failed, but no disconnect will come to leave
+            # the group the socket had joined.
+            log.info("ws_client_left_early", session_id=self.session_id)
+            await self._leave_group()
         except Exception:
             # The server answers this with HTTP 500 (before accept) or close 1011: say why.
             log.exception("ws_consumer_failed", session_id=self.session_id)
@@ -164,9 +184,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self._drain_end()
+        await self._leave_group()
+
+    async def _leave_group(self) -> None:
         if self.group:
+            group, self.group = self.group, ""
             try:
-                await self.channel_layer.group_discard(self.group, self.channel_name)
+                await self.channel_layer.group_discard(group, self.channel_name)
             except OUTAGE_ERRORS:
                 # Redis is down: the membership expires with the group (channels-redis expiry).
                 log.warning("ws_group_discard_failed", session_id=self.session_id, exc_info=True)

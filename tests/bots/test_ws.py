@@ -6,13 +6,16 @@ import logging
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 from rest_framework.authtoken.models import Token
+from uvicorn.protocols.utils import ClientDisconnected
 
 from bots import consumers
 from bots.models import Message
 from chat_platform.asgi import application
+from chat_platform.realtime import session_group
 from tests.fakeopenai import Reply
 
 pytestmark = [
@@ -126,6 +129,30 @@ async def test_malformed_frames_get_error_and_socket_stays_usable(
     frames = await _frames_until(communicator, _is_final)
     assert frames[-1]["message"]["content"] == "Still here."
     await communicator.disconnect()
+
+
+async def test_a_client_gone_before_the_accept_reached_it_is_no_failure(fake_session, ws_token):
+    """The page moved on while its socket opened: uvicorn raises ClientDisconnected from the
+    accept. The consumer ends quietly (no ws_consumer_failed, no 500) and leaves the group it
+    had joined, which no disconnect would leave for it."""
+
+    async def app(scope, receive, send):
+        async def send_to_a_gone_client(message):
+            if message["type"] == "websocket.accept":
+                raise ClientDisconnected()
+            await send(message)
+
+        await application(scope, receive, send_to_a_gone_client)
+
+    communicator = WebsocketCommunicator(
+        app,
+        f"/ws/sessions/{fake_session.pk}/",
+        headers=[(b"authorization", f"Token {ws_token}".encode())],
+    )
+    await communicator.send_input({"type": "websocket.connect"})
+    assert await asyncio.wait_for(communicator.future, 10) is None
+    layer = get_channel_layer()
+    assert session_group(fake_session.pk) not in layer.groups
 
 
 async def test_other_users_session_is_closed_4404(fake_session, other_user):
