@@ -30,6 +30,7 @@ from channels.testing import WebsocketCommunicator
 from django.db.backends import utils as db_utils
 from rest_framework.authtoken.models import Token
 
+from bots import consumers
 from bots.models import ChatSession, Message
 from chat_platform import realtime as transport
 from chat_platform.asgi import application
@@ -224,6 +225,14 @@ async def _ws_turn(session_id: int, token: str) -> list[dict]:
     return frames
 
 
+async def _sends_done() -> None:
+    """Until every socket's send has returned: the turn (run inline here, on the send's commit)
+    ends before the send's own last statement, which a CI run under load counted after the
+    window had closed (9 web statements, not 10)."""
+    while consumers._DRAINS:
+        await asyncio.sleep(0.01)
+
+
 async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     from channels.db import database_sync_to_async
 
@@ -233,6 +242,7 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     await _ws_turn(await make(), token)
     while counting.turns_ended == 0:  # the warm turn's bookkeeping, outside the count
         await asyncio.sleep(0.01)
+    await _sends_done()
     session_id = await make()
 
     ended = counting.turns_ended
@@ -240,6 +250,7 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     frames = await _ws_turn(session_id, token)
     while counting.turns_ended == ended:  # its bookkeeping after message.completed
         await asyncio.sleep(0.01)
+    await _sends_done()
     counting.on = False
 
     assert frames[-1]["message"]["content"] == "One two three."
