@@ -139,6 +139,22 @@ def open_new_chat(page, bot: dict) -> None:
     page.wait_for_selector("#composer:enabled")
 
 
+def wait_until_held(page, held: list) -> None:
+    """Until a route handler has held one request (it appends each it holds to ``held``); the
+    page's event loop runs meanwhile. 30 s at most."""
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+
+
+def let_handlers_run(page) -> None:
+    """A moment for the page to handle what it just received, where a right handling changes
+    nothing that could be waited for (a late answer that must not be drawn)."""
+    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")
+
+
 def current_session_id(page) -> str:
     return page.locator("#session-list li.is-current").get_attribute("data-session-id")
 

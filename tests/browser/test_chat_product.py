@@ -21,10 +21,12 @@ from tests.browser.support import (
     create_bot,
     create_streamer,
     current_session_id,
+    let_handlers_run,
     log_in,
     open_new_chat,
     send,
     shoot,
+    wait_until_held,
 )
 from tests.fakeopenai import Reply
 
@@ -194,11 +196,7 @@ def test_a_context_read_that_answers_after_the_frame_does_not_draw_older_numbers
     page.route(is_context_read, hold_first_read)
     log_in(page, server_url)
     open_new_chat(page, bot)
-    for _ in range(600):
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert len(held) == 1
+    wait_until_held(page, held)
     send(page, " ".join(CHATTY))
     page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
     page.wait_for_function("() => document.getElementById('gauge-total').textContent !== ''")
@@ -209,7 +207,7 @@ def test_a_context_read_that_answers_after_the_frame_does_not_draw_older_numbers
         route.fulfill(response=older)
     late.value.finished()
     page.unroute(is_context_read)
-    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # its handler has run
+    let_handlers_run(page)
     assert gauge_pressure(page) == after_reply
     assert page.js_errors == []
 
@@ -574,11 +572,7 @@ def test_phone_layout_drawer_and_no_horizontal_scroll(server_url, phone, fake):
     page.route(is_chat_list, hold_first_list_read)
     log_in(page, server_url)
     page.wait_for_selector("#bot-select:enabled", state="attached")
-    for _ in range(600):
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert len(held) == 1
+    wait_until_held(page, held)
     page.click("#drawer-toggle")
     held[0].continue_()
     page.unroute(is_chat_list)

@@ -9,8 +9,10 @@ from tests.browser.support import (
     ARTIFACTS,
     create_bot,
     current_session_id,
+    let_handlers_run,
     log_in,
     open_new_chat,
+    wait_until_held,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
@@ -159,11 +161,7 @@ def test_a_room_with_two_built_in_bots(server_url, desktop):
 
     page.route(is_critic_read, lambda route: held.append(route))
     page.select_option("#gauge-bot", value=str(critic["id"]))
-    for _ in range(600):
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert len(held) == 1
+    wait_until_held(page, held)
     with page.expect_response(
         lambda response: response.url.endswith(f"/sessions/{session_id}/context/")
     ) as planner_read:
@@ -174,7 +172,7 @@ def test_a_room_with_two_built_in_bots(server_url, desktop):
         held[0].continue_()
     late.value.finished()
     page.unroute(is_critic_read)
-    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # its handler has run
+    let_handlers_run(page)
     assert "of 2,976 tokens" in page.inner_text("#gauge-total")
 
     # Manual mode: "Reply as" beside Send; the picked bot answers a message naming nobody.

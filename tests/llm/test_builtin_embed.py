@@ -58,23 +58,17 @@ def test_the_gateway_reaches_it_like_a_provider_model():
     assert vectors == direct
 
 
-def test_the_gateway_embeds_with_it_in_process_without_litellm():
-    """A process that only embeds with the built-in model never imports litellm (seconds of
-    import, and ~4 ms of litellm's work per call), and the call reports the word pieces read
-    as its usage, as through litellm."""
-    script = (
+def _in_a_fresh_process(script: str):
+    """Run ``script`` after ``django.setup()`` in a new interpreter (nothing imported by this
+    one); return the JSON of its last printed line."""
+    setup = (
         "import django, json, os, sys\n"
         "os.environ['DJANGO_SETTINGS_MODULE'] = 'chat_platform.settings'\n"
         "django.setup()\n"
-        "from chat_platform.llm import gateway\n"
-        "usage = []\n"
-        "vectors = gateway.embed(gateway.ModelConfig(model='builtin/embed'),\n"
-        "                        ['My plane takes off at nine.', 'x'], on_usage=usage.append)\n"
-        "print(json.dumps([[len(v) for v in vectors], usage, 'litellm' in sys.modules]))\n"
     )
     env = {"SECRET_KEY": "x", "DEBUG": "true", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", setup + script],
         cwd=ROOT,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -82,7 +76,21 @@ def test_the_gateway_embeds_with_it_in_process_without_litellm():
         timeout=120,
         check=True,
     )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[384, 384], [12], False]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_gateway_embeds_with_it_in_process_without_litellm():
+    """A process that only embeds with the built-in model never imports litellm (seconds of
+    import, and ~4 ms of litellm's work per call), and the call reports the word pieces read
+    as its usage, as through litellm."""
+    script = (
+        "from chat_platform.llm import gateway\n"
+        "usage = []\n"
+        "vectors = gateway.embed(gateway.ModelConfig(model='builtin/embed'),\n"
+        "                        ['My plane takes off at nine.', 'x'], on_usage=usage.append)\n"
+        "print(json.dumps([[len(v) for v in vectors], usage, 'litellm' in sys.modules]))\n"
+    )
+    assert _in_a_fresh_process(script) == [[384, 384], [12], False]
 
 
 def test_a_model_that_does_not_embed_fails_as_a_provider_s_404():
@@ -98,25 +106,12 @@ def test_a_model_that_does_not_embed_fails_as_a_provider_s_404():
 
 def test_it_is_not_loaded_at_start_up():
     script = (
-        "import django, json, os, sys\n"
-        "os.environ['DJANGO_SETTINGS_MODULE'] = 'chat_platform.settings'\n"
-        "django.setup()\n"
         "from django.core.management import call_command\n"
         "call_command('check', verbosity=0)\n"
         "from chat_platform.llm.builtin import embedding\n"
         "print(json.dumps([embedding.loaded(), 'onnxruntime' in sys.modules]))\n"
     )
-    env = {"SECRET_KEY": "x", "DEBUG": "true", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, False]
+    assert _in_a_fresh_process(script) == [False, False]
 
 
 def test_a_short_text_and_a_long_one_run_apart_and_embed_as_alone(monkeypatch):
