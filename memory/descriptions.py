@@ -12,6 +12,7 @@ words; stop words and chat filler never appear. Pure and deterministic: same inp
 
 import math
 import re
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -254,16 +255,63 @@ def document_words(body: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(body))
 
 
+class _DocumentFrequency:
+    """How many of a list of documents hold each word: one Counter per process, moved by the
+    difference from the last list asked about. A long reply compacting inside itself describes a
+    snapshot per pass against the same records and one more (docs/performance.md, tool task):
+    counting every word of every record again cost more than the rest of the description.
+
+    Documents are ``document_words`` sets, told apart by identity; the last list's are held, so
+    an identity is never reused while it is counted. One lock: answers are read under it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._docs: Counter[int] = Counter()  # id(document) -> how many times it is in the list
+        self._held: dict[int, frozenset[str]] = {}
+        self._words: Counter[str] = Counter()
+
+    def _move_to(self, docs: list[frozenset[str]]) -> None:
+        wanted = Counter(id(d) for d in docs)
+        by_id = {id(d): d for d in docs}
+        added, removed = wanted - self._docs, self._docs - wanted
+        changed = sum(
+            len(by_id[i] if i in by_id else self._held[i]) * n for i, n in (added + removed).items()
+        )
+        if changed > sum(len(d) for d in docs):
+            self._words = Counter(w for d in docs for w in d)
+        else:
+            for i, n in removed.items():
+                for _ in range(n):
+                    self._words.subtract(self._held[i])
+                for word in self._held[i]:
+                    if self._words[word] <= 0:
+                        del self._words[word]
+            for i, n in added.items():
+                for _ in range(n):
+                    self._words.update(by_id[i])
+        self._docs, self._held = wanted, by_id
+
+    def frequencies(
+        self, wanted: dict[str, frozenset[str]], docs: list[frozenset[str]]
+    ) -> dict[str, int]:
+        with self._lock:
+            self._move_to(docs)
+            counts = self._words
+            return {
+                key: counts[next(iter(parts))]
+                if len(parts) == 1
+                else sum(1 for d in docs if parts <= d)
+                for key, parts in wanted.items()
+            }
+
+
+_DOCUMENT_FREQUENCY = _DocumentFrequency()
+
+
 def _frequencies(wanted: dict[str, frozenset[str]], docs: list[frozenset[str]]) -> dict[str, int]:
-    """How many of ``docs`` hold every one of each key's words: one set intersection per
-    document, then single words are counted and only word groups are checked against it."""
-    needed = frozenset().union(*wanted.values())
-    held = [needed & d for d in docs]
-    single = Counter(w for h in held for w in h)
-    return {
-        key: single[next(iter(parts))] if len(parts) == 1 else sum(1 for h in held if parts <= h)
-        for key, parts in wanted.items()
-    }
+    """How many of ``docs`` hold every one of each key's words: single words from the
+    document frequencies (``_DocumentFrequency``), word groups checked document by document."""
+    return _DOCUMENT_FREQUENCY.frequencies(wanted, docs)
 
 
 def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERMS) -> list[str]:

@@ -169,3 +169,34 @@ def test_document_frequency_counts_documents_holding_every_word_of_a_term():
         "lisbon": 0,
         "": 3,
     }
+
+
+def test_document_frequency_moves_with_the_list_as_a_fresh_count_would():
+    """The per-process counts follow each list by difference (a record more, one gone, one
+    listed twice, another session's list, an empty one): every answer equals a count made from
+    scratch, and the counts move rather than start over when one record changes."""
+    from memory import descriptions
+
+    a, b, c = frozenset({"henrik", "x"}), frozenset({"henrik", "dahl"}), frozenset({"ba117"})
+    d = frozenset({"x", "y"})
+    wanted = {w: frozenset({w}) for w in ("henrik", "dahl", "ba117", "x", "y", "lisbon")} | {
+        "henrik dahl": frozenset({"henrik", "dahl"})
+    }
+    counter = descriptions._DocumentFrequency()
+    rebuilt: list[int] = []
+    original = counter._move_to
+
+    def move(docs):  # noqa: ANN001, ANN202
+        before = counter._words
+        original(docs)
+        rebuilt.append(counter._words is not before)
+
+    counter._move_to = move
+    lists = [[a, b], [a, b, c], [b, c], [b, c, c], [b, c, d], [d], [], [a, b, c, d]]
+    for docs in lists:
+        expected = {key: sum(1 for doc in docs if parts <= doc) for key, parts in wanted.items()}
+        assert counter.frequencies(wanted, docs) == expected, docs
+    # A record more, one gone, one twice, one swapped: moved, not recounted; a list whose
+    # change from the last holds more words than the list itself ([d] after [b, c, d], then
+    # the empty list) is counted afresh.
+    assert rebuilt == [False, False, False, False, False, True, True, False]
