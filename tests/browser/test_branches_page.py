@@ -2,6 +2,7 @@
 against the embedded platform (issue 18, Deliver 1)."""
 
 import contextlib
+import re
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
@@ -110,4 +111,56 @@ def test_edit_regenerate_and_flip_between_versions(server_url, desktop, fake):
     listed = page.locator("#session-list li.session-item .session-bot").all_inner_texts()
     assert listed.count(bot["name"]) == 1
     assert len(listed) == 2
+    assert page.js_errors == []
+
+
+def test_a_new_branchs_reply_waits_for_its_question(server_url, desktop, fake):
+    """A chat opened while its reply streams draws nothing before its first read: the reply's
+    frames can come first (they did in CI runs under load), and a reply alone, its question
+    popping in above it a moment later, is not the conversation. The branch's first read is held
+    until the reply's frames have drawn it; it stays hidden until the read lands, then both show,
+    question first."""
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Early frames")
+    slow = ["Rome ", "is ", "lovely ", "in ", "the ", "spring."]
+    fake.script(Reply(text="Paris is lovely."), Reply(chunks=slow, delay_between_chunks=0.4))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    original = current_session_id(page)
+    send(page, "Tell me about Paris")
+    page.locator("#transcript .msg-text", has_text="Paris is lovely.").wait_for()
+
+    held, released = [], []
+    branch_read = re.compile(r".*/api/v1/sessions/(\d+)/messages/(\?.*)?$")
+
+    def is_branch_read(url):
+        match = branch_read.match(url)
+        return bool(match) and match.group(1) != original
+
+    def hold(route):
+        if route.request.method != "GET" or released:
+            route.continue_()
+            return
+        held.append(route)
+
+    page.route(is_branch_read, hold)
+    page.locator('#transcript article.msg[data-seq="1"] .msg-edit').click()
+    page.fill("#transcript .msg-edit-box", "Tell me about Rome")
+    page.click("#transcript .msg-edit-save")
+    # The first read and the socket's resync on open: each is held.
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held
+    reply = page.locator('#transcript article.msg[data-role="assistant"]')
+    reply.wait_for(state="attached")  # drawn from its frames: the read is still held
+    assert page.locator('#transcript article.msg[data-role="user"]').count() == 0
+    assert reply.is_hidden()
+    released.append(True)
+    for route in held:
+        route.continue_()
+    _shows(page, ["Tell me about Rome", "Rome is lovely in the spring."])
+    question = page.locator('#transcript article.msg[data-role="user"]')
+    assert question.is_visible() and reply.is_visible()
     assert page.js_errors == []
