@@ -129,6 +129,7 @@ export function closeSession() {
   ui.transcriptEmpty.textContent =
     state.botId === null ? "Choose a bot to start." : "Choose a chat on the left, or just type to start a new one.";
   ui.transcript.replaceChildren(ui.transcriptEmpty);
+  ui.transcript.setAttribute("aria-busy", "false"); // a chat left before its first read landed
   ui.transcriptEmpty.hidden = false;
   ui.title.textContent = state.botId === null ? "No chat selected" : "New chat";
   ui.rename.hidden = true;
