@@ -41,7 +41,8 @@ IDLE_POLL_SECONDS = 0.05
 
 
 class RealStack:
-    """The shared stack's processes, started on first use and again after one exited."""
+    """The shared stack's processes: started on first use, and again (under a new prefix) after
+    a test's wait for them failed or one of them exited (checked there, by ``wait_idle``)."""
 
     def __init__(self, logs: Path) -> None:
         from django.conf import settings
