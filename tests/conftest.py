@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
 
-pytest_plugins = ["tests.fakeopenai", "tests.mcpserver"]
+pytest_plugins = ["tests.fakeopenai", "tests.mcpserver", "tests.realstack"]
 
 # Rows that migrate's post_migrate handlers create (content types, permissions, the default
 # site) and nothing in a test changes.
@@ -36,9 +36,10 @@ def _fixture_teardown_keeping_migrated_rows(self):
             if table not in _KEPT_ON_FLUSH
         ]
         statements = connection.ops.sql_flush(no_style(), tables, allow_cascade=False)
-        # A module's real stack (tests/openai_api) can still be finishing a task of the test
-        # (an embedding, a soft compaction) that holds row locks: the TRUNCATE, locking table
-        # after table, can deadlock with it once. PostgreSQL aborts one side; go again.
+        # A worker can still be finishing a task of the test (an embedding, a soft compaction)
+        # that holds row locks: one a test started itself, or the shared real stack's when the
+        # test's wait for it timed out (tests/realstack.py). The TRUNCATE, locking table after
+        # table, can deadlock with it once. PostgreSQL aborts one side; go again.
         for attempt in range(5):
             try:
                 connection.ops.execute_sql_flush(statements)

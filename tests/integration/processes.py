@@ -91,6 +91,10 @@ def web_server_process(
             _stop(process)
 
 
+# The queues of CELERY_TASK_ROUTES (chat_platform/settings/queues.py): a worker consumes all three.
+QUEUES = ("chat", "compaction", "heavy")
+
+
 @contextmanager
 def celery_worker(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
     with open(log_path, "wb") as log:
@@ -104,7 +108,7 @@ def celery_worker(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Po
                 "-q",  # no banner: in real mode every line is a JSON event
                 "worker",
                 "-Q",
-                "chat,compaction,heavy",
+                ",".join(QUEUES),
                 "-P",
                 "threads",
                 "-c",

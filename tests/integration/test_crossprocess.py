@@ -10,12 +10,16 @@ import threading
 
 import httpx
 import pytest
+import redis
 import websockets
+from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from bots.models import Message
+from chat_platform.celery_app import task_named
 from tests.factories import BotFactory, SessionFactory, UserFactory
 from tests.fakeopenai import Reply
+from turns.dispatch import TURN_TASK
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
@@ -91,3 +95,35 @@ def test_rest_wait_does_not_freeze_the_api(real_stack, fake_openai):
     response = result["response"]
     assert response.status_code == 201
     assert response.json()["assistant_message"]["content"] == "slow reply"
+
+
+def _queued_task_ids(client: redis.Redis, queue: str) -> dict[str, bytes]:
+    return {json.loads(raw)["headers"]["id"]: raw for raw in client.lrange(queue, 0, -1)}
+
+
+def test_the_shared_stack_takes_no_task_the_test_process_queues(real_stack, fake_openai):
+    """The real stack is shared by the tests of this process (tests/realstack.py): its worker
+    consumes only its own, prefixed queues. A task the test process queues on the same Redis db
+    is still queued after the stack has run a turn from start to end."""
+    user = UserFactory()
+    token = Token.objects.create(user=user).key
+    bot = BotFactory(owner=user, model="openai/fake-model", api_base=fake_openai.url)
+    session = SessionFactory(user=user, bot=bot)
+    fake_openai.script(Reply(text="Only mine."))
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    queued = task_named(TURN_TASK).delay(0)  # no such reply: a worker that took it did nothing
+    try:
+        response = httpx.post(
+            f"{real_stack}/api/v1/sessions/{session.pk}/messages/",
+            json={"content": "hello", "wait": True},
+            headers={"Authorization": f"Token {token}"},
+            timeout=60,
+        )
+        assert response.status_code == 201
+        assert response.json()["assistant_message"]["content"] == "Only mine."
+        assert queued.id in _queued_task_ids(client, "chat")
+    finally:
+        raw = _queued_task_ids(client, "chat").get(queued.id)
+        if raw is not None:
+            client.lrem("chat", 1, raw)
+        client.close()

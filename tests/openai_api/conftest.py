@@ -7,16 +7,13 @@ import openai
 import pytest
 
 from openai_api.keys import key_create
-from tests.integration.processes import celery_worker, database_url, process_env, web_server
 
 
-@pytest.fixture(scope="module")
-def stack(django_db_setup, tmp_path_factory):
-    """uvicorn and a Celery worker on the test database for this module's tests."""
-    env = process_env(DATABASE_URL=database_url(), DEBUG="false", LOG_JSON="true")
-    logs = tmp_path_factory.mktemp("openai-stack")
-    with celery_worker(env, logs / "worker.log"), web_server(env, logs / "web.log") as base:
-        yield base
+@pytest.fixture
+def stack(real_stack):
+    """The test process's shared uvicorn and Celery worker on the test database
+    (``tests/realstack.py``, docs/testing.md "Shared processes"); its base URL."""
+    return real_stack
 
 
 def sdk(stack: str, key: str, **kwargs) -> openai.OpenAI:
