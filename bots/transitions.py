@@ -23,6 +23,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
+from chat_platform.compiled import CompiledValues
 from chat_platform.dbwrite import (
     fast_paths,
     instance_from_row,
@@ -51,17 +52,25 @@ def earlier_reply_unfinished() -> Exists:
     )
 
 
-def reply_running_first(*, session_id: int) -> tuple[int, str] | None:
-    """The session's earliest unfinished reply ``(id, status)``: the one running, or the one to
-    run next; None when every reply has ended."""
+def _running_first(session_id: int) -> Any:
     return (
         Message.objects.filter(
             session_id=session_id, role=Message.Role.ASSISTANT, status__in=UNFINISHED
         )
         .order_by("seq")
-        .values_list("pk", "status")
-        .first()
+        .values_list("pk", "status")[:1]
     )
+
+
+# Read as every turn ends: compiled once per process (chat_platform/compiled.py).
+_RUNNING_FIRST = CompiledValues(_running_first, name="reply_running_first")
+
+
+def reply_running_first(*, session_id: int) -> tuple[int, str] | None:
+    """The session's earliest unfinished reply ``(id, status)``: the one running, or the one to
+    run next; None when every reply has ended."""
+    rows = _RUNNING_FIRST.rows(session_id=session_id)
+    return rows[0] if rows else None
 
 
 # --- seqs and the session's running totals ---------------------------------------------------
