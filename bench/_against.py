@@ -227,9 +227,9 @@ def _side_figures(rows: list[dict]) -> dict[str, float]:
         "web+worker CPU per turn": (end["worker"] + end["web"]) / turns * 1000,
         "direct call CPU": ready["direct_cpu"] * 1000,
         # The stack's idle CPU (measured before the sitting) over the sitting's seconds, per
-        # turn: part of the lines above, spent whether a turn runs or not.
-        "idle CPU in it per turn": idle * 1000,
-        "web+worker net of idle": ((end["worker"] + end["web"]) / turns - idle) * 1000,
+        # turn: part of the lines above, spent whether a turn runs or not. An estimate: /proc
+        # samples a mostly idle process's CPU by 10 ms ticks (docs/performance.md).
+        "idle CPU in it, estimate": idle * 1000,
         "not completed": float(
             sum(t[k]["result"]["outcome"] != "completed" for t in triples for k in ("ws", "rest"))
         ),

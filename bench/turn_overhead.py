@@ -208,8 +208,9 @@ def _say(payload: dict) -> None:
 
 
 # How long each side of ``--against`` sits idle, after its warm-up, to measure what its stack
-# costs doing nothing.
-IDLE_SECONDS = 5.0
+# costs doing nothing. Long: /proc counts a process's CPU in 10 ms ticks, one tick either way for
+# each of the stack's ~7 processes.
+IDLE_SECONDS = 20.0
 
 
 def side_serve(args: argparse.Namespace) -> None:
