@@ -215,6 +215,7 @@ def _side_figures(rows: list[dict]) -> dict[str, float]:
         if rest["outcome"] == "completed":
             rest_added.append(rest["total"] - total)
     turns = 2 * len(triples)
+    idle = ready.get("idle_cpu_per_second", 0.0) * end.get("seconds", 0.0) / turns
     return {
         "websocket added p50": p(ws_added, 50) * 1000,
         "websocket added p95": p(ws_added, 95) * 1000,
@@ -225,6 +226,10 @@ def _side_figures(rows: list[dict]) -> dict[str, float]:
         "web CPU per turn": end["web"] / turns * 1000,
         "web+worker CPU per turn": (end["worker"] + end["web"]) / turns * 1000,
         "direct call CPU": ready["direct_cpu"] * 1000,
+        # The stack's idle CPU (measured before the sitting) over the sitting's seconds, per
+        # turn: part of the lines above, spent whether a turn runs or not. An estimate: /proc
+        # samples a mostly idle process's CPU by 10 ms ticks (docs/performance.md).
+        "idle CPU in it, estimate": idle * 1000,
         "not completed": float(
             sum(t[k]["result"]["outcome"] != "completed" for t in triples for k in ("ws", "rest"))
         ),

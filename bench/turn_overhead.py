@@ -207,6 +207,12 @@ def _say(payload: dict) -> None:
     print(_against.SAY + json.dumps(payload), flush=True)
 
 
+# How long each side of ``--against`` sits idle, after its warm-up, to measure what its stack
+# costs doing nothing. Long: /proc counts a process's CPU in 10 ms ticks, one tick either way for
+# each of the stack's ~7 processes.
+IDLE_SECONDS = 20.0
+
+
 def side_serve(args: argparse.Namespace) -> None:
     """``--side`` (started by ``--against``): this tree's stack, warmed, then one triple per
     command read from stdin, each answered on stdout (``_against.SAY``), until ``end``."""
@@ -231,8 +237,15 @@ def side_serve(args: argparse.Namespace) -> None:
         for _ in range(args.pairs):
             _stack.direct_call(stack.provider_url)
         time.sleep(0.5)
-        _say({"direct_cpu": (_cpu_self() - cpu0) / args.pairs})
+        direct_cpu = (_cpu_self() - cpu0) / args.pairs
+        # What the stack spends doing nothing (uvicorn's ticks, the workers' polls), per second:
+        # the sitting's CPU figures include it for every second the other side runs.
+        idle0, idle_started = stack.worker.cpu() + stack.web.cpu(), time.monotonic()
+        time.sleep(IDLE_SECONDS)
+        idle = (stack.worker.cpu() + stack.web.cpu() - idle0) / (time.monotonic() - idle_started)
+        _say({"direct_cpu": direct_cpu, "idle_cpu_per_second": idle})
         worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
+        sitting_started = time.monotonic()
         for line in sys.stdin:
             command = json.loads(line)
             if command["do"] == "triple":
@@ -241,7 +254,11 @@ def side_serve(args: argparse.Namespace) -> None:
             elif command["do"] == "cpu":
                 time.sleep(0.5)  # the last turn's bookkeeping after its reply
                 _say(
-                    {"worker": stack.worker.cpu() - worker_cpu0, "web": stack.web.cpu() - web_cpu0}
+                    {
+                        "worker": stack.worker.cpu() - worker_cpu0,
+                        "web": stack.web.cpu() - web_cpu0,
+                        "seconds": time.monotonic() - sitting_started,
+                    }
                 )
             else:
                 break

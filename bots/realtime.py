@@ -149,9 +149,12 @@ def wait_reply_finished(
         while not is_finished() and time.monotonic() < deadline:
             time.sleep(0.1)
         return
-    pubsub = transport.redis_client().pubsub(ignore_subscribe_messages=True)
+    pubsub = transport.redis_client().pubsub()
     try:
         pubsub.subscribe(reply_finished_channel(message_id))
+        # The subscription's confirmation first: from then on no finish can be missed, so one
+        # check covers the time before it (a check before it needed a second one after it).
+        pubsub.get_message(timeout=min(timeout, WAIT_RECHECK_SECONDS))
         while not is_finished():
             remaining = deadline - time.monotonic()
             if remaining <= 0:

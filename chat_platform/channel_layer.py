@@ -19,10 +19,13 @@ after all.
 
 import asyncio
 import contextlib
+import hashlib
+import time
 from typing import Any
 
 import structlog
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import NoScriptError
 
 log = structlog.get_logger(__name__)
 
@@ -32,8 +35,118 @@ RECEIVE_END = "layer.receive_end"
 # its reads for 5 s at most).
 END_TIMEOUT_SECONDS = 5.0
 
+# A group send in one round trip (docs/performance.md, "A turn's CPU, fourth pass"): what
+# channels-redis does in four (drop expired members, read the members, drop expired messages,
+# push), in one script, given the members the sender saw last time. When the group's members
+# are not those, nothing is pushed and the script answers the members: the sender serialises
+# for them and sends again. KEYS: the group, then the channel keys of the expected members.
+# ARGV: the group's and the messages' expiry cutoffs, the expiry, the expected members joined by
+# newlines (a channel name holds none), the number of messages, then per channel key its
+# capacity and each message's score and body.
+_GROUP_SEND = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[1])
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+if table.concat(members, '\\n') ~= ARGV[4] then
+  return members
+end
+local m = tonumber(ARGV[5])
+local over = 0
+local a = 6
+for i = 2, #KEYS do
+  local capacity = tonumber(ARGV[a])
+  a = a + 1
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, ARGV[2])
+  for j = 1, m do
+    if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < capacity then
+      redis.call('ZADD', KEYS[i], ARGV[a], ARGV[a + 1])
+      redis.call('EXPIRE', KEYS[i], ARGV[3])
+    else
+      over = over + 1
+    end
+    a = a + 2
+  end
+end
+return over
+"""
+_GROUP_SEND_SHA = hashlib.sha1(_GROUP_SEND.encode()).hexdigest()  # noqa: S324 (Redis's name)
+# Tries with the members the script answered before a send falls back to channels-redis's own
+# (members joining and leaving between every try).
+_GROUP_SEND_TRIES = 3
+# The members last seen per group, kept for at most this many groups (a process's live chats).
+_MEMBERS_KEPT = 4096
+
 
 class CancelSafeRedisChannelLayer(RedisChannelLayer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._members: dict[str, list[str]] = {}  # group -> its members at the last send
+        self._last_score = 0.0
+
+    async def group_send(self, group: str, message: dict) -> None:
+        await self.group_send_many(group, [message])
+
+    async def group_send_many(self, group: str, messages: list[dict]) -> None:
+        """Send ``messages``, in order, to the group: what as many ``group_send`` calls do,
+        in one round trip to Redis when the group's members are those of the last send to it."""
+        if self.ring_size != 1:  # sharded: the group and its channels may be on other hosts
+            for message in messages:
+                await super().group_send(group, message)
+            return
+        assert self.require_valid_group_name(group), "Group name not valid"
+        connection = self.connection(0)
+        members = self._members.get(group, [])
+        for _ in range(_GROUP_SEND_TRIES):
+            keys, args = self._group_send_args(members, messages)
+            now = int(time.time())
+            answer = await self._group_send_script(
+                connection,
+                [self._group_key(group), *keys],
+                [now - self.group_expiry, now - int(self.expiry), int(self.expiry)],
+                ["\n".join(members), len(messages), *args],
+            )
+            if not isinstance(answer, list):
+                break
+            members = [name.decode("utf8") for name in answer]
+        else:
+            for message in messages:
+                await super().group_send(group, message)
+            self._members.pop(group, None)
+            return
+        if len(self._members) >= _MEMBERS_KEPT:
+            self._members.clear()
+        if members:
+            self._members[group] = members
+        else:
+            self._members.pop(group, None)
+        if answer > 0:
+            log.info("channel_layer_over_capacity", group=group, channels=answer)
+
+    def _group_send_args(self, members: list[str], messages: list[dict]) -> tuple[list, list]:
+        """The channel keys of ``members`` and, per key, its capacity and each message's score
+        and body (channels-redis's own mapping and serialisation, message by message)."""
+        if not members:
+            return [], []
+        mapped = [self._map_channel_keys_to_connection(members, m) for m in messages]
+        keys = mapped[0][0][0]  # one host: every key is on connection 0
+        scores = []
+        for _ in messages:  # strictly increasing: a channel's messages leave in this order
+            self._last_score = max(time.time(), self._last_score + 1e-6)
+            scores.append(self._last_score)
+        args: list = []
+        for key in keys:
+            args.append(mapped[0][2][key])
+            for score, (_, bodies, _) in zip(scores, mapped, strict=True):
+                args += [score, bodies[key]]
+        return keys, args
+
+    async def _group_send_script(
+        self, connection: Any, keys: list, cutoffs: list, args: list
+    ) -> Any:
+        try:
+            return await connection.evalsha(_GROUP_SEND_SHA, len(keys), *keys, *cutoffs, *args)
+        except NoScriptError:  # a Redis that has not seen it (restarted, flushed)
+            return await connection.eval(_GROUP_SEND, len(keys), *keys, *cutoffs, *args)
+
     async def receive(self, channel: str) -> Any:
         if "!" not in channel:  # a plain channel: no shared read, nothing to lose
             return await super().receive(channel)

@@ -9,7 +9,8 @@ finishing a reply, then reading it back for its frame). PostgreSQL and SQLite (3
 rows back as model instances.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -75,6 +76,79 @@ def update_returning_sql(queryset: QuerySet[Any], **values: Any) -> tuple[str, t
     quote = connections[queryset.db].ops.quote_name
     columns = ", ".join(quote(field.column) for field in model._meta.concrete_fields)
     return f"{sql} RETURNING {columns}", tuple(params)
+
+
+# Stand-ins for a statement's bind parameters, two per type (``CompiledStatement``): values no
+# real row or stamp takes, never sent to a database.
+_STANDINS: dict[type, tuple[Any, Any]] = {
+    int: (1_900_000_001, 1_800_000_003),
+    datetime: (
+        datetime(1901, 2, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(1902, 3, 4, 5, 6, 7, 8, tzinfo=UTC),
+    ),
+}
+
+
+class CompiledStatement:
+    """A hand-composed statement, ``build(**binds) -> (sql, params)``, built once per database
+    and then run with new values (chat_platform/compiled.py does the same for ``values_list``
+    queries): Django's query building cost more CPU than the statement (the claim's: ~0.45 ms a
+    turn). It is built twice with two sets of stand-ins; the SQL must come out the same and each
+    bind must be found only where its stand-in is, else ``build`` runs on every call."""
+
+    def __init__(self, build: Callable[..., tuple[str, Sequence[Any]]], *, name: str) -> None:
+        self._build = build
+        self._name = name
+        # alias -> (sql, constant params, (position, bind name)) or None: not compilable
+        self._compiled: dict[str, tuple[str, list[Any], list[tuple[int, str]]] | None] = {}
+
+    def statement(self, *, using: str = "default", **binds: Any) -> tuple[str, list[Any]]:
+        if using not in self._compiled:
+            self._compiled[using] = self._compile(binds)
+        compiled = self._compiled[using]
+        if compiled is None:
+            sql, params = self._build(**binds)
+            return sql, list(params)
+        sql, constants, positions = compiled
+        params = list(constants)
+        for position, name in positions:
+            params[position] = binds[name]
+        return sql, params
+
+    def _compile(
+        self, binds: dict[str, Any]
+    ) -> tuple[str, list[Any], list[tuple[int, str]]] | None:
+        if any(type(value) not in _STANDINS for value in binds.values()):
+            return None
+        sides = [
+            {name: _STANDINS[type(value)][side] for name, value in binds.items()} for side in (0, 1)
+        ]
+        (sql_a, params_a), (sql_b, params_b) = (self._build(**side) for side in sides)
+        if sql_a != sql_b or len(params_a) != len(params_b):
+            return None
+        names = [{value: name for name, value in side.items()} for side in sides]
+        constants: list[Any] = []
+        positions: list[tuple[int, str]] = []
+        for position, (a, b) in enumerate(zip(params_a, params_b, strict=True)):
+            name = names[0].get(a) if _hashable(a) else None
+            if name is not None and _hashable(b) and names[1].get(b) == name:
+                positions.append((position, name))
+                constants.append(None)
+            elif a == b and not (_hashable(a) and a in names[0]):
+                constants.append(a)
+            else:  # a bind changed into something else, or a constant differs
+                return None
+        if {name for _, name in positions} != set(binds):
+            return None
+        return sql_a, constants, positions
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def raw_rows(queryset: QuerySet[M], sql: str, params: tuple) -> list[M]:

@@ -158,6 +158,10 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
             log.warning("realtime_send_failed", session_id=session_id, frame_type=frame.get("type"))
 
     async def send_all() -> None:
+        send_many = getattr(layer, "group_send_many", None)
+        if send_many is not None:  # the Redis layer: one round trip (docs/performance.md)
+            await send_many(group, messages)
+            return
         for message in messages:
             await layer.group_send(group, message)
 

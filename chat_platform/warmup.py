@@ -15,9 +15,10 @@ turns, and an import in the background would only slow them down.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 
 import structlog
@@ -49,8 +50,9 @@ def is_web_server(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     return False
 
 
-def warm_in_background(reason: str) -> threading.Thread:
-    """Start importing litellm (and registering the builtin provider) in a daemon thread."""
+def warm_in_background(reason: str, *, then: Callable[[], None] | None = None) -> threading.Thread:
+    """Start importing litellm (and registering the builtin provider) in a daemon thread;
+    ``then`` runs after it, in the same thread."""
 
     def run() -> None:
         from chat_platform.llm import gateway
@@ -61,6 +63,11 @@ def warm_in_background(reason: str) -> threading.Thread:
             log.exception("gateway_warm_up_failed", reason=reason)
             return
         log.info("gateway_warmed_up", reason=reason)
+        if then is not None:
+            try:
+                then()
+            except Exception:  # the first turn pays what is left, as it did before
+                log.exception("first_turn_warm_up_failed", reason=reason)
 
     thread = threading.Thread(target=run, name="gateway-warm-up", daemon=True)
     thread.start()
@@ -73,4 +80,22 @@ def warm_web_process(
     """Called from ``BotsConfig.ready()``: warm a web server, never a command or a test."""
     if not is_web_server(argv, os.environ if environ is None else environ):
         return None
-    return warm_in_background("web")
+    return warm_in_background("web", then=warm_first_turn)
+
+
+def warm_first_turn() -> None:
+    """What a web process's first turn paid once, paid after litellm's import in the warm-up
+    thread (docs/performance.md, "A turn's CPU, fourth pass"): the task modules' discovery that
+    the first dispatch ran (with Django's system checks), the URLconf and its views, and the
+    default token encoding (tiktoken). Each is what the first request would have done, in the
+    same way; litellm is already imported, so no lock is held while it is."""
+    from django.urls import Resolver404, resolve
+
+    from chat_platform.celery_app import tasks_discover
+    from chat_platform.llm.tokens import count_tokens
+
+    tasks_discover()
+    with contextlib.suppress(Resolver404):
+        resolve("/api/v1/sessions/0/messages/")
+    count_tokens("warm")
+    log.info("first_turn_warmed_up")

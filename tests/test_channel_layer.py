@@ -53,3 +53,52 @@ async def test_a_closing_socket_s_read_never_takes_another_socket_s_frame_with_i
         assert dict(layer.receive_buffer) == {}
     finally:
         await layer.flush()
+
+
+async def test_a_group_send_is_one_round_trip_to_redis(monkeypatch):
+    """A group send is one command to Redis (channels-redis's own: four), two when the group's
+    members changed since the last send to it; the frames arrive whole and in order, to every
+    member, and a group nobody is in gets one command per send too (docs/performance.md)."""
+    import redis.asyncio.client
+
+    commands: list[str] = []
+    execute = redis.asyncio.client.Redis.execute_command
+    pipeline_execute = redis.asyncio.client.Pipeline.execute
+
+    async def counted(self, *args, **kwargs):
+        commands.append(str(args[0]))
+        return await execute(self, *args, **kwargs)
+
+    async def counted_pipeline(self, *args, **kwargs):
+        commands.append("PIPELINE")
+        return await pipeline_execute(self, *args, **kwargs)
+
+    layer = CancelSafeRedisChannelLayer(**_layer_config())
+    try:
+        a, b = await layer.new_channel(), await layer.new_channel()
+        await layer.group_add("g", a)
+        monkeypatch.setattr(redis.asyncio.client.Redis, "execute_command", counted)
+        monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", counted_pipeline)
+
+        await layer.group_send("g", {"type": "chat.frame", "n": 0})  # members not seen yet
+        assert len(commands) == 2
+        commands.clear()
+        await layer.group_send("g", {"type": "chat.frame", "n": 1})
+        await layer.group_send_many(
+            "g", [{"type": "chat.frame", "n": 2}, {"type": "chat.frame", "n": 3}]
+        )
+        assert commands == ["EVALSHA", "EVALSHA"]
+        await layer.group_send("nobody", {"type": "chat.frame", "n": 0})
+        assert commands == ["EVALSHA"] * 3
+        monkeypatch.undo()
+
+        await layer.group_add("g", b)  # a member joins: the next send tries twice
+        await layer.group_send_many(
+            "g", [{"type": "chat.frame", "n": 4}, {"type": "chat.frame", "n": 5}]
+        )
+        got_a = [(await asyncio.wait_for(layer.receive(a), 5))["n"] for _ in range(6)]
+        got_b = [(await asyncio.wait_for(layer.receive(b), 5))["n"] for _ in range(2)]
+        assert got_a == [0, 1, 2, 3, 4, 5]
+        assert got_b == [4, 5]
+    finally:
+        await layer.flush()

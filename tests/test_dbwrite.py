@@ -72,3 +72,31 @@ def test_empty_filter_and_slices(session):
     assert update_returning(Message.objects.filter(pk__in=[]), status="failed") == []
     with pytest.raises(TypeError):
         update_returning(Message.objects.all()[:1], status="failed")
+
+
+def test_a_compiled_statement_is_built_once_and_run_with_each_call_s_values():
+    from datetime import UTC, datetime
+
+    from chat_platform.dbwrite import CompiledStatement
+
+    built = []
+
+    def build(n: int, at: datetime) -> tuple[str, tuple]:
+        built.append(n)
+        return "SELECT %s, %s, %s", ("fixed", n, at)
+
+    statement = CompiledStatement(build, name="test")
+    at = datetime(2026, 12, 5, tzinfo=UTC)
+    assert statement.statement(n=7, at=at) == ("SELECT %s, %s, %s", ["fixed", 7, at])
+    assert statement.statement(n=8, at=at) == ("SELECT %s, %s, %s", ["fixed", 8, at])
+    assert len(built) == 2  # the two stand-in builds, none per call
+
+    def folded(n: int) -> tuple[str, tuple]:  # a value that changes the SQL itself
+        built.append(n)
+        return f"SELECT {n}", ()
+
+    statement = CompiledStatement(folded, name="folded")
+    built.clear()
+    assert statement.statement(n=3) == ("SELECT 3", [])
+    assert statement.statement(n=4) == ("SELECT 4", [])
+    assert built == [1_900_000_001, 1_800_000_003, 3, 4]  # built on every call

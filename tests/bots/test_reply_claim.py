@@ -58,6 +58,36 @@ def test_the_claim_is_one_statement_that_loads_what_the_turn_reads(
     assert not claimed._state.adding and claimed._state.db == "default"
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement on PostgreSQL")
+def test_the_claim_s_statement_is_built_once_per_process(exchange, monkeypatch):
+    """Django builds the claim's UPDATE once, not on every turn (chat_platform/dbwrite.py,
+    ``CompiledStatement``); each claim still stamps its own time and claims only its reply."""
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+
+    session, new, reply = exchange
+    other = message_add(session, role="assistant", content="", status="pending", token_count=0)
+    reply_claim(message_id=other.pk + 1000)  # built here, if not yet: claims nothing
+    builds = []
+    real_as_sql = SQLUpdateCompiler.as_sql
+    monkeypatch.setattr(
+        SQLUpdateCompiler, "as_sql", lambda self: builds.append(1) or real_as_sql(self)
+    )
+
+    claimed = reply_claim(message_id=reply.pk)
+
+    assert builds == []
+    fresh = Message.objects.get(pk=reply.pk)
+    assert (claimed.pk, claimed.status, claimed.heartbeat_at) == (
+        reply.pk,
+        "streaming",
+        fresh.heartbeat_at,
+    )
+    assert fresh.heartbeat_at > reply.updated_at
+    # the other pending reply waits: an earlier reply of its session is unfinished
+    assert reply_claim(message_id=other.pk) is None
+    assert Message.objects.get(pk=other.pk).status == "pending"
+
+
 def test_a_reply_that_is_not_pending_is_not_claimed_and_not_changed(exchange):
     _, _, reply = exchange
     Message.objects.filter(pk=reply.pk).update(status="complete", content="done")

@@ -510,10 +510,13 @@ def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
+def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session, monkeypatch):
     from django.test.utils import CaptureQueriesContext
 
     from turns.services.message import message_wait_finished
+
+    # No safety re-check within the wait (one every 5 s): the checks counted are the wait's own.
+    monkeypatch.setattr(realtime, "WAIT_RECHECK_SECONDS", 60.0)
 
     _, reply = _turn(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
@@ -534,10 +537,11 @@ def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session):
     finisher.join()
 
     assert (result.status, result.content) == ("complete", "Done.")
-    # checks: after subscribing, after the subscription's confirmation, when woken by the
-    # finish (plus at most one safety re-check every 5 s on a slow machine); the last check's
-    # row is the answer, not read again. A 0.1 s poll would have read the row ~15 times.
-    assert 3 <= len(queries.captured_queries) <= 4
+    # checks: after the subscription's confirmation, when woken by the finish; the last
+    # check's row is the answer, not read again. A 0.1 s poll would have read the row ~15
+    # times; a check before the confirmation too made it 3 (docs/performance.md, "A turn's
+    # CPU, fourth pass").
+    assert len(queries.captured_queries) == 2
 
 
 @pytest.mark.django_db(transaction=True)

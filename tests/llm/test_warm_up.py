@@ -105,6 +105,13 @@ def test_real_mode_web_server_warms_from_app_ready_without_the_embedded_beat():
         assert len(warmers) == 1, warmers
         assert not [t for t in threading.enumerate() if t.name == "embedded-beat"]
         warmers[0].join(60)
+        # ... and what its first turn would pay once: the task modules (with Django's system
+        # checks), the URLconf's views, the default token encoding.
+        from chat_platform.celery_app import app
+        assert "bots.tasks.turn_run" in app.tasks
+        assert "bots.api.views" in sys.modules
+        from chat_platform.llm import tokens
+        assert tokens._encoding.cache_info().currsize == 1
         """,
         then=CHECK_WARM,
         REDIS_URL="redis://127.0.0.1:6379/7",

@@ -28,6 +28,7 @@ import redis
 import redis.client
 from channels.testing import WebsocketCommunicator
 from django.db.backends import utils as db_utils
+from django.db.models.sql.compiler import SQLCompiler
 from rest_framework.authtoken.models import Token
 
 from bots import consumers
@@ -56,6 +57,9 @@ class Counts:
     tasks: dict[str, list[str]] = field(default_factory=dict)  # by task name
     redis: list[str] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)
+    # The statements Django's query builder compiled (not once per process, chat_platform/
+    # compiled.py, nor hand-written): the web's and the worker's part, as ``sql``.
+    built: dict[str, list[str]] = field(default_factory=lambda: {"web": [], "worker": []})
     on: bool = False
     turns_ended: int = 0  # turn_run calls that returned (a websocket turn ends after its frame)
 
@@ -91,6 +95,22 @@ def counting(monkeypatch, settings):
         return real_execute(self, sql, params, many, executor)
 
     monkeypatch.setattr(db_utils.CursorWrapper, "_execute_with_wrappers", execute)
+
+    real_as_sql = SQLCompiler.as_sql
+
+    def as_sql(self, *args, **kwargs):
+        depth = getattr(local, "compiling", 0)
+        local.compiling = depth + 1
+        try:
+            sql, params = real_as_sql(self, *args, **kwargs)
+        finally:
+            local.compiling = depth
+        watched = threading.current_thread().name != "turn-watcher"
+        if counts.on and watched and depth == 0 and getattr(local, "task", None) is None:
+            counts.built["worker" if getattr(local, "in_turn", False) else "web"].append(sql)
+        return sql, params
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", as_sql)
 
     real_turn = turn.turn_run
 
@@ -203,6 +223,30 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
             "context.updated": 1,
         },
     }
+
+
+def test_a_rest_wait_turn_builds_few_reads_each_time(
+    owner, owner_client, fake_bot, fake_openai, counting
+):
+    """The reads of a turn that Django's query builder compiles each time (``SQLCompiler.as_sql``
+    outside a compilation), rather than once per process (chat_platform/compiled.py) or by
+    hand: a change that builds one more on the hot path changes these numbers
+    (docs/performance.md, "A turn's CPU, fourth pass")."""
+    _script(fake_openai)
+    _rest_turn(owner_client, SessionFactory(user=owner, bot=fake_bot))  # warm the process
+    session = SessionFactory(user=owner, bot=fake_bot)
+
+    counting.on = True
+    _rest_turn(owner_client, session)
+    counting.on = False
+
+    # web: the token with its user, the session, the finished reply with its bot (the Retry
+    # check's read of the chat's last question is compiled once, was built on every send).
+    # Worker: the history with its text, the index's read of the rows to embed, the gauge's
+    # session totals and compaction state (the hand-over's read of the session's next reply
+    # and the claim's statement, its "no earlier reply unfinished" subquery, are built once per
+    # process, were built every turn).
+    assert {part: len(sqls) for part, sqls in counting.built.items()} == {"web": 3, "worker": 4}
 
 
 async def _ws_turn(session_id: int, token: str) -> list[dict]:

@@ -10,6 +10,7 @@ that sends the question again, as the chat page's does): ``session_message_send`
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -18,6 +19,7 @@ from django.db import transaction
 from bots import realtime, transitions
 from bots.models import ChatSession, Message
 from bots.queries import message_get_for_user, session_get_for_use
+from chat_platform.compiled import CompiledValues
 from chat_platform.errors import ValidationFailed
 from compaction.records import context_record_discard
 from connections import usage
@@ -62,6 +64,19 @@ def _rerun(
     return rows
 
 
+def _last_question(session_id: int) -> Any:
+    return (
+        Message.objects.filter(session_id=session_id, role=Message.Role.USER)
+        .order_by("-seq")
+        .values_list("pk", "kind", "content")[:1]
+    )
+
+
+# Read on every send: compiled once per process (docs/performance.md, "A turn's CPU, fourth
+# pass"); the question as a model only when its text is the send's.
+_LAST_QUESTION = CompiledValues(_last_question, name="last_question")
+
+
 def send_is_retry(
     *, session: ChatSession, text: str, client_id: str | None, charged_to: str = ""
 ) -> tuple[Message, list[Message]] | None:
@@ -70,11 +85,10 @@ def send_is_retry(
     ``client_id`` (its repeat finds this exchange) and returns ``(question, replies)``; None for
     an ordinary send. A concurrent Retry that already re-ran it returns the same exchange with
     nothing re-run."""
-    question = (
-        Message.objects.filter(session=session, role=Message.Role.USER).order_by("-seq").first()
-    )
-    if question is None or question.kind != Message.Kind.CHAT or question.content != text:
+    last = _LAST_QUESTION.rows(session_id=session.pk)
+    if not last or last[0][1] != Message.Kind.CHAT or last[0][2] != text:
         return None
+    question = Message.objects.get(pk=last[0][0])  # a Retry (or the same question again)
     with transaction.atomic():
         failed = _exchange_after(session, question)
         if failed is None:
