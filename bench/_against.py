@@ -254,3 +254,33 @@ def report(args: Any, results: dict[str, list[dict]]) -> None:
         print(f"  {key:<26}{this[key]:>8.1f} ms{rev[key]:>9.1f} ms{ratio}")
     if this["not completed"] or rev["not completed"]:
         raise SystemExit("turn_overhead --against: turns not completed")
+
+
+# How long each side sits idle, after its warm-up, to measure what its stack costs doing
+# nothing. Long: /proc counts a process's CPU in 10 ms ticks, one tick either way for each of
+# the stack's ~7 processes.
+IDLE_SECONDS = 20.0
+
+
+def idle_cpu_per_second(stack: Any) -> float:
+    """What ``stack`` spends doing nothing (uvicorn's ticks, the workers' polls), a second: the
+    sitting's CPU figures include it for every second the other side runs."""
+    cpu0, started = stack.worker.cpu() + stack.web.cpu(), time.monotonic()
+    time.sleep(IDLE_SECONDS)
+    return (stack.worker.cpu() + stack.web.cpu() - cpu0) / (time.monotonic() - started)
+
+
+class SittingCpu:
+    """A side's worker and web CPU, and the seconds, since the sitting began."""
+
+    def __init__(self, stack: Any) -> None:
+        self.stack = stack
+        self.worker, self.web = stack.worker.cpu(), stack.web.cpu()
+        self.started = time.monotonic()
+
+    def so_far(self) -> dict[str, float]:
+        return {
+            "worker": self.stack.worker.cpu() - self.worker,
+            "web": self.stack.web.cpu() - self.web,
+            "seconds": time.monotonic() - self.started,
+        }

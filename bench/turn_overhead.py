@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import resource
 import sys
@@ -207,15 +208,10 @@ def _say(payload: dict) -> None:
     print(_against.SAY + json.dumps(payload), flush=True)
 
 
-# How long each side of ``--against`` sits idle, after its warm-up, to measure what its stack
-# costs doing nothing. Long: /proc counts a process's CPU in 10 ms ticks, one tick either way for
-# each of the stack's ~7 processes.
-IDLE_SECONDS = 20.0
-
-
 def side_serve(args: argparse.Namespace) -> None:
     """``--side`` (started by ``--against``): this tree's stack, warmed, then one triple per
     command read from stdin, each answered on stdout (``_against.SAY``), until ``end``."""
+    import _against
     import httpx
 
     _stack.django_setup()
@@ -238,14 +234,9 @@ def side_serve(args: argparse.Namespace) -> None:
             _stack.direct_call(stack.provider_url)
         time.sleep(0.5)
         direct_cpu = (_cpu_self() - cpu0) / args.pairs
-        # What the stack spends doing nothing (uvicorn's ticks, the workers' polls), per second:
-        # the sitting's CPU figures include it for every second the other side runs.
-        idle0, idle_started = stack.worker.cpu() + stack.web.cpu(), time.monotonic()
-        time.sleep(IDLE_SECONDS)
-        idle = (stack.worker.cpu() + stack.web.cpu() - idle0) / (time.monotonic() - idle_started)
+        idle = _against.idle_cpu_per_second(stack)
         _say({"direct_cpu": direct_cpu, "idle_cpu_per_second": idle})
-        worker_cpu0, web_cpu0 = stack.worker.cpu(), stack.web.cpu()
-        sitting_started = time.monotonic()
+        sitting = _against.SittingCpu(stack)
         for line in sys.stdin:
             command = json.loads(line)
             if command["do"] == "triple":
@@ -253,13 +244,7 @@ def side_serve(args: argparse.Namespace) -> None:
                 _say({side: {"result": r, "provider": p} for side, (r, p) in triple.items()})
             elif command["do"] == "cpu":
                 time.sleep(0.5)  # the last turn's bookkeeping after its reply
-                _say(
-                    {
-                        "worker": stack.worker.cpu() - worker_cpu0,
-                        "web": stack.web.cpu() - web_cpu0,
-                        "seconds": time.monotonic() - sitting_started,
-                    }
-                )
+                _say(sitting.so_far())
             else:
                 break
 
@@ -493,9 +478,7 @@ def _report_history(by_history: dict) -> None:
 def _report_outcomes(args: Any, ws: list[dict], rest: list[dict]) -> None:
     bad = {}
     for name, results in (("websocket", ws), ("REST", rest)):
-        counts: dict[str, int] = {}
-        for r in results:
-            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        counts = collections.Counter(r["outcome"] for r in results)
         print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         bad[name] = sum(v for k, v in counts.items() if k != "completed")
     if args.smoke and any(bad.values()):
