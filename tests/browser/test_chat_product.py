@@ -6,6 +6,8 @@ Screenshots of the main screens go to test-artifacts/; with ``UPDATE_SCREENSHOTS
 replace the ones in docs/screenshots/ that the README shows.
 """
 
+import contextlib
+import json
 import os
 import re
 from urllib.parse import urlsplit
@@ -193,13 +195,33 @@ def test_a_context_read_that_answers_after_the_frame_does_not_draw_older_numbers
     def is_context_read(url):
         return urlsplit(url).path.endswith("/context/")
 
+    # The pressure of each context.updated frame the page receives, in order: under load a
+    # context read during the turn can draw a passing number (its recall round in the request)
+    # before the reply's frame draws the settled one; the test reads the gauge after the frame.
+    frames = []
+
+    def on_frame(payload):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            frame = json.loads(payload)
+            if frame.get("type") == "context.updated":
+                frames.append(frame["context"]["pressure"])
+
+    page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
     page.route(is_context_read, hold_first_read)
     log_in(page, server_url)
     open_new_chat(page, bot)
     wait_until_held(page, held)
+    sent = len(frames)
     send(page, " ".join(CHATTY))
     page.wait_for_selector('#transcript article.msg[data-role="assistant"][data-status="complete"]')
-    page.wait_for_function("() => document.getElementById('gauge-total').textContent !== ''")
+    for _ in range(600):
+        if len(frames) > sent:
+            break
+        page.wait_for_timeout(50)
+    assert len(frames) > sent, "no context.updated frame after the reply"
+    page.wait_for_function(
+        f"() => document.getElementById('context-gauge').dataset.pressure === '{frames[-1]}'"
+    )
     after_reply = gauge_pressure(page)
     route, older = held[0]
     assert older.json()["pressure"] < after_reply

@@ -129,7 +129,9 @@ export function closeSession() {
   ui.transcriptEmpty.textContent =
     state.botId === null ? "Choose a bot to start." : "Choose a chat on the left, or just type to start a new one.";
   ui.transcript.replaceChildren(ui.transcriptEmpty);
-  ui.transcript.setAttribute("aria-busy", "false"); // a chat left before its first read landed
+  // As the page starts: neither loading nor loaded (a chat left before its first read landed
+  // keeps nothing hidden; "false" is what a chat's first read sets once it has drawn).
+  ui.transcript.removeAttribute("aria-busy");
   ui.transcriptEmpty.hidden = false;
   ui.title.textContent = state.botId === null ? "No chat selected" : "New chat";
   ui.rename.hidden = true;
