@@ -42,8 +42,8 @@ NUMBER = r"\d{1,3}(?:,\d{3})*"
 
 def _room(base, headers):
     """A chat with two built-in bots where the person picks who answers ("Reply as" shows)."""
-    planner = create_bot(base, headers, name="Planner", model="builtin/recall")
-    critic = create_bot(base, headers, name="Critic", model="builtin/recall")
+    planner = create_bot(base, headers, name="Pocket planner", model="builtin/recall")
+    critic = create_bot(base, headers, name="Pocket critic", model="builtin/recall")
     made = httpx.post(
         f"{base}/api/v1/sessions/",
         json={"bot": planner["id"], "title": "Pocket room"},
