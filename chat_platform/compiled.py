@@ -20,8 +20,9 @@ Queries still go through Django's cursor (its error translation, ``CaptureQuerie
 debug log), on the connection of the calling thread.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -31,6 +32,52 @@ from django.db.models import QuerySet
 # Stand-ins for bind parameters: two sets, far from any real id or seq, never sent to a database.
 _INT_STANDINS = (1_900_000_001, 1_800_000_003)
 _STR_STANDINS = ("\x00compiled-a-", "\x00compiled-b-")
+_DATETIME_STANDINS = (
+    datetime(1901, 2, 3, 4, 5, 6, 7, tzinfo=UTC),
+    datetime(1902, 3, 4, 5, 6, 7, 8, tzinfo=UTC),
+)
+# The types a bind parameter may have: each gets stand-ins of its own type.
+STANDIN_TYPES = (int, str, datetime)
+
+
+def standins(binds: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two sets of stand-ins for ``binds`` (values of ``STANDIN_TYPES``, not bools), every value
+    distinct within a set and from the other set's."""
+    sides: list[dict[str, Any]] = [{}, {}]
+    for index, (name, value) in enumerate(sorted(binds.items())):
+        for side in (0, 1):
+            if isinstance(value, str):
+                sides[side][name] = _STR_STANDINS[side] + name
+            elif isinstance(value, datetime):
+                sides[side][name] = _DATETIME_STANDINS[side] + timedelta(minutes=index)
+            else:
+                sides[side][name] = _INT_STANDINS[side] + 10 * index
+    return sides
+
+
+def placeholders(
+    name: str, params: tuple[Sequence[Any], Sequence[Any]], sides: list[dict[str, Any]]
+) -> tuple[list[Any], list[tuple[int, str]]]:
+    """The statement's parameters as built with each set of ``sides``: (constants with None where
+    a bind goes, (position, bind name)). Raises ``TypeError`` when a bind is not a plain
+    placeholder (folded into the SQL, changed on the way, or never reaching one)."""
+    params_a, params_b = params
+    by_standin = [{value: bind for bind, value in side.items()} for side in sides]
+    constants: list[Any] = []
+    positions: list[tuple[int, str]] = []
+    for position, (a, b) in enumerate(zip(params_a, params_b, strict=True)):
+        bind = by_standin[0].get(a) if isinstance(a, STANDIN_TYPES) else None
+        if bind is not None and isinstance(b, STANDIN_TYPES) and by_standin[1].get(b) == bind:
+            positions.append((position, bind))
+            constants.append(None)
+        elif a == b and bind is None:
+            constants.append(a)
+        else:
+            raise TypeError(f"{name}: parameter {position} is not a plain placeholder")
+    missing = set(sides[0]) - {bind for _, bind in positions}
+    if missing:
+        raise TypeError(f"{name}: {sorted(missing)} never reach a placeholder; declare as shape")
+    return constants, positions
 
 
 @dataclass(frozen=True)
@@ -100,21 +147,11 @@ class CompiledValues:
         return converted
 
     def _compile(self, using: str, shape: dict[str, Any], binds: dict[str, Any]) -> _Compiled:
-        standins = [
-            {
-                name: (
-                    _STR_STANDINS[side] + name
-                    if isinstance(value, str)
-                    else _INT_STANDINS[side] + 10 * index
-                )
-                for index, (name, value) in enumerate(sorted(binds.items()))
-            }
-            for side in (0, 1)
-        ]
+        sides = standins(binds)
         compiled = []
         converters: dict[int, tuple[list[Callable[..., Any]], Any]] = {}
         for side in (0, 1):
-            queryset = self._build(**shape, **standins[side]).using(using)
+            queryset = self._build(**shape, **sides[side]).using(using)
             compiler = queryset.query.get_compiler(using=using)
             sql, params = compiler.as_sql()
             compiled.append((sql, tuple(params)))
@@ -125,23 +162,7 @@ class CompiledValues:
             raise TypeError(
                 f"{self._name}: a bind parameter changes the SQL text; declare it as shape"
             )
-        by_standin = [{value: name for name, value in side.items()} for side in standins]
-        constants: list[Any] = []
-        positions: list[tuple[int, str]] = []
-        for position, (a, b) in enumerate(zip(params_a, params_b, strict=True)):
-            name = by_standin[0].get(a) if isinstance(a, int | str) else None
-            if name is not None and by_standin[1].get(b) == name:
-                positions.append((position, name))
-                constants.append(None)
-            elif a == b and name is None:
-                constants.append(a)
-            else:
-                raise TypeError(f"{self._name}: parameter {position} is not a plain placeholder")
-        missing = set(binds) - {name for _, name in positions}
-        if missing:
-            raise TypeError(
-                f"{self._name}: {sorted(missing)} never reach a placeholder; declare as shape"
-            )
+        constants, positions = placeholders(self._name, (params_a, params_b), sides)
         return _Compiled(
             sql=sql_a,
             params=tuple(constants),

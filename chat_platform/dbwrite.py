@@ -10,7 +10,6 @@ rows back as model instances.
 """
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -19,6 +18,8 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
 from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
+
+from chat_platform.compiled import STANDIN_TYPES, placeholders, standins
 
 M = TypeVar("M", bound=Model)
 
@@ -78,17 +79,6 @@ def update_returning_sql(queryset: QuerySet[Any], **values: Any) -> tuple[str, t
     return f"{sql} RETURNING {columns}", tuple(params)
 
 
-# Stand-ins for a statement's bind parameters, two per type (``CompiledStatement``): values no
-# real row or stamp takes, never sent to a database.
-_STANDINS: dict[type, tuple[Any, Any]] = {
-    int: (1_900_000_001, 1_800_000_003),
-    datetime: (
-        datetime(1901, 2, 3, 4, 5, 6, 7, tzinfo=UTC),
-        datetime(1902, 3, 4, 5, 6, 7, 8, tzinfo=UTC),
-    ),
-}
-
-
 class CompiledStatement:
     """A hand-composed statement, ``build(**binds) -> (sql, params)``, built once per database
     and then run with new values (chat_platform/compiled.py does the same for ``values_list``
@@ -118,37 +108,20 @@ class CompiledStatement:
     def _compile(
         self, binds: dict[str, Any]
     ) -> tuple[str, list[Any], list[tuple[int, str]]] | None:
-        if any(type(value) not in _STANDINS for value in binds.values()):
+        if any(
+            isinstance(value, bool) or not isinstance(value, STANDIN_TYPES)
+            for value in binds.values()
+        ):
             return None
-        sides = [
-            {name: _STANDINS[type(value)][side] for name, value in binds.items()} for side in (0, 1)
-        ]
+        sides = standins(binds)
         (sql_a, params_a), (sql_b, params_b) = (self._build(**side) for side in sides)
         if sql_a != sql_b or len(params_a) != len(params_b):
             return None
-        names = [{value: name for name, value in side.items()} for side in sides]
-        constants: list[Any] = []
-        positions: list[tuple[int, str]] = []
-        for position, (a, b) in enumerate(zip(params_a, params_b, strict=True)):
-            name = names[0].get(a) if _hashable(a) else None
-            if name is not None and _hashable(b) and names[1].get(b) == name:
-                positions.append((position, name))
-                constants.append(None)
-            elif a == b and not (_hashable(a) and a in names[0]):
-                constants.append(a)
-            else:  # a bind changed into something else, or a constant differs
-                return None
-        if {name for _, name in positions} != set(binds):
+        try:
+            constants, positions = placeholders(self._name, (params_a, params_b), sides)
+        except TypeError:  # a bind folded or changed on the way: built on every call
             return None
         return sql_a, constants, positions
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def raw_rows(queryset: QuerySet[M], sql: str, params: tuple) -> list[M]:
