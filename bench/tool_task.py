@@ -116,6 +116,17 @@ def _step_recalled(fake, session) -> bool:  # noqa: ANN001
     return any(serial in text for text in recalled)
 
 
+def _warm_up() -> None:
+    """As an embedded server does at start, in its warm-up thread (chat_platform/warmup.py): not
+    the reply's. Without ``warm_first_turn``, the reply's first dispatch (embedding the first
+    tool result) ran the task discovery and Django's checks: ~5 % of its samples under py-spy."""
+    from chat_platform import warmup
+    from chat_platform.llm import gateway
+
+    gateway.warm_up()
+    warmup.warm_first_turn()
+
+
 def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
@@ -126,7 +137,6 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
 
     from bots.models import Message
     from bots.transitions import session_context_add
-    from chat_platform.llm import gateway
     from tests.factories import SessionFactory, message_add
     from tests.fakeopenai import FakeOpenAI, Reply
     from tests.mcpserver import TestMCPServer
@@ -134,7 +144,7 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
     from turns import tool_round, turn
 
     settings.TOOL_MAX_ROUNDS = args.steps + 1
-    gateway.warm_up()  # as a server does at start (chat_platform/warmup.py): not the reply's
+    _warm_up()
     mcp = TestMCPServer().start()
     user_model = get_user_model()
     stamp = int(time.time())

@@ -1,4 +1,6 @@
-"""The built-in models on the same road as every other model: gateway -> litellm -> provider."""
+"""The built-in models through the gateway, as every other model: its policy, caps, retries and
+errors. The gateway calls them in-process (``gateway.builtin_road``), without litellm; litellm's
+custom provider (``builtin.provider``) answers the same for whoever calls litellm itself."""
 
 import socket
 
@@ -176,6 +178,38 @@ def test_unknown_builtin_model_is_model_unavailable_without_retry():
         "builtin/nope: model or endpoint not found (HTTP 404) (unknown built-in model "
         "builtin/nope (known: builtin/recall, builtin/extractive))"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "messages", "tools"),
+    [
+        (RECALL, BUDGET_QUESTION, None),
+        (RECALL, ALLERGY_QUESTION, [RECALL_TOOL]),
+        (ModelConfig(model="builtin/recall", max_output_tokens=10), BUDGET_QUESTION, None),
+        (EXTRACTIVE, EXTRACT, None),
+    ],
+)
+def test_the_gateway_calls_builtin_models_without_litellm_and_answers_as_litellm_does(
+    config, messages, tools, monkeypatch
+):
+    litellm = lazy_litellm.get()
+    kwargs = {"model": config.model, "messages": messages, "tools": tools}
+    kwargs["max_tokens"] = config.max_output_tokens
+    answer = litellm.completion(**{k: v for k, v in kwargs.items() if v is not None})
+    chunks = list(litellm.completion(**{k: v for k, v in kwargs.items() if v}, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    monkeypatch.setattr(lazy_litellm, "get", lambda: pytest.fail("litellm reached"))
+    completion = gateway.complete(config, messages, tools=tools)
+    stream = gateway.stream(config, messages, tools=tools)
+    text = "".join(stream)
+
+    message = answer.choices[0].message
+    calls = [c.model_dump() for c in message.tool_calls or []]
+    assert (completion.text, completion.tool_calls) == (message.content or "", calls)
+    assert completion.prompt_tokens == answer.usage.prompt_tokens
+    assert text == streamed == completion.text
+    assert stream.completion == completion
 
 
 async def test_async_completion_and_streaming_through_litellm():

@@ -1,11 +1,13 @@
 """The one road to every model: ``complete`` / ``stream`` over ``litellm.completion``.
 
 Everything that talks to a model — chat turns, recall re-invocations, compaction — comes through
-here, built-in models included (they are a litellm custom provider, see ``builtin.provider``), so
-timeouts, bounded retries, usage, ``finish_reason`` and streaming behave the same for all of them.
-One shortcut inside it: a streamed call to an OpenAI-compatible server (``openai/<model>`` with
-its own ``api_base``) is read directly by ``openai_compat`` instead of litellm's stream wrapper
-(a sixth of the CPU); the same policy check, retries, errors and stop apply to both.
+here, built-in models included, so timeouts, bounded retries, usage, ``finish_reason`` and
+streaming behave the same for all of them. Two shortcuts inside it: a streamed call to an
+OpenAI-compatible server (``openai/<model>`` with its own ``api_base``) is read directly by
+``openai_compat`` instead of litellm's stream wrapper (a sixth of the CPU), and a built-in model
+is called in-process (``builtin_road``; litellm's custom provider, ``builtin.provider``, answers
+the same for whoever calls litellm itself); the same policy check, retries, errors and stop apply
+on every road.
 
 Rules kept here:
 

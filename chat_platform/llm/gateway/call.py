@@ -1,14 +1,16 @@
-"""One non-streaming call (``complete``), always through litellm."""
+"""One non-streaming call (``complete``): through litellm, a built-in model's in-process
+(``builtin_road``)."""
 
 from __future__ import annotations
 
 import time
 from functools import partial
+from typing import Any
 
 import tenacity
 
 from chat_platform import outbound, redaction
-from chat_platform.llm.gateway import lazy_litellm
+from chat_platform.llm.gateway import builtin_road, lazy_litellm
 from chat_platform.llm.gateway.config import Completion, ModelCallFailed, ModelConfig
 from chat_platform.llm.gateway.errors import MODEL_CALL_RETRY, attempts_of, unavailable
 from chat_platform.llm.gateway.request import call_kwargs, outbound_policy
@@ -39,22 +41,26 @@ def complete(
     except ModelCallFailed as error:
         log_failed(config, error, started=started, streamed=False)
         raise
-    litellm = lazy_litellm.get()
+    call = (
+        builtin_road.complete
+        if builtin_road.is_builtin(config.model)
+        else partial(_litellm_completion, lazy_litellm.get())
+    )
     policy = outbound_policy(config, kwargs)
     state: tenacity.RetryCallState | None = None
     try:
         for attempt in MODEL_CALL_RETRY.attempts(on_retry=partial(log_retry, config)):
             state = attempt.retry_state
             with attempt, outbound.scope(policy):
-                response = litellm.completion(**kwargs)
+                response = call(kwargs)
     except Exception as exc:
         failure = unavailable(config, exc, attempts=attempts_of(state), kwargs=kwargs)
         log_failed(config, failure, started=started, streamed=False)
         raise failure from exc
     attempts = attempts_of(state)
 
-    choice = response.choices[0]
-    message = choice.message
+    choice = field_of(response, "choices")[0]
+    message = field_of(choice, "message")
     tool_calls = [
         clean_tool_call(tool_call_dict(c)) for c in (field_of(message, "tool_calls") or [])
     ]
@@ -67,7 +73,7 @@ def complete(
         text=text,
         finish_reason="length"
         if cap.reached
-        else choice.finish_reason or ("tool_calls" if tool_calls else "stop"),
+        else field_of(choice, "finish_reason") or ("tool_calls" if tool_calls else "stop"),
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         model=config.model,
@@ -75,3 +81,7 @@ def complete(
     )
     log_done(config, completion, started=started, attempts=attempts, streamed=False)
     return completion
+
+
+def _litellm_completion(litellm: Any, kwargs: dict[str, Any]) -> Any:
+    return litellm.completion(**kwargs)

@@ -1,6 +1,6 @@
 """The direct road: a streamed call to an OpenAI-compatible server is read by ``openai_compat``
-instead of litellm's stream wrapper (see the package doc); and waking a thread that reads either
-road's socket."""
+instead of litellm's stream wrapper (see the package doc), and a built-in model's is made
+in-process (``builtin_road``); and waking a thread that reads either HTTP road's socket."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import contextlib
 from typing import Any
 
 from chat_platform.llm import openai_compat
-from chat_platform.llm.gateway import lazy_litellm
+from chat_platform.llm.gateway import builtin_road, lazy_litellm
 
 
 def open_stream(kwargs: dict[str, Any], *, direct: bool) -> Any:
     if direct:
         return openai_compat.open_stream(kwargs)
+    if builtin_road.is_builtin(kwargs["model"]):
+        return builtin_road.BuiltinStream(kwargs)
     return lazy_litellm.get().completion(**kwargs)
 
 

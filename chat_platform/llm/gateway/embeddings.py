@@ -15,6 +15,7 @@ import tenacity
 
 from chat_platform import outbound
 from chat_platform.llm.gateway import lazy_litellm
+from chat_platform.llm.gateway.builtin_road import BuiltinModelNotFound
 from chat_platform.llm.gateway.config import BUILTIN_PREFIX, ModelCallFailed, ModelConfig
 from chat_platform.llm.gateway.errors import MODEL_CALL_RETRY, attempts_of, unavailable
 from chat_platform.llm.gateway.request import call_kwargs, outbound_policy
@@ -26,12 +27,6 @@ log = structlog.get_logger("chat_platform.llm.gateway")
 
 class EmbeddingUnreadable(Exception):
     """An embedding answer that is not one finite vector per input, all of one size."""
-
-
-class BuiltinModelNotFound(Exception):
-    """A ``builtin/`` model that does not embed: classified as a provider's 404 would be."""
-
-    status_code = 404
 
 
 def _builtin_embedding(call: dict[str, Any]) -> dict[str, Any]:
