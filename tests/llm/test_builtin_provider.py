@@ -193,10 +193,11 @@ def test_the_gateway_calls_builtin_models_without_litellm_and_answers_as_litellm
     config, messages, tools, monkeypatch
 ):
     litellm = lazy_litellm.get()
-    kwargs = {"model": config.model, "messages": messages, "tools": tools}
-    kwargs["max_tokens"] = config.max_output_tokens
-    answer = litellm.completion(**{k: v for k, v in kwargs.items() if v is not None})
-    chunks = list(litellm.completion(**{k: v for k, v in kwargs.items() if v}, stream=True))
+    asked = {"tools": tools, "max_tokens": config.max_output_tokens}
+    kwargs = {"model": config.model, "messages": messages}
+    kwargs |= {k: v for k, v in asked.items() if v is not None}
+    answer = litellm.completion(**kwargs)
+    chunks = list(litellm.completion(**kwargs, stream=True))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
     monkeypatch.setattr(lazy_litellm, "get", lambda: pytest.fail("litellm reached"))

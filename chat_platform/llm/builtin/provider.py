@@ -36,14 +36,6 @@ def _run(kwargs: dict[str, Any]) -> BuiltinResult:
         raise CustomLLMError(status_code=404, message=str(exc)) from exc
 
 
-def _usage(result: BuiltinResult) -> dict[str, int]:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-    }
-
-
 def _fill(model_response: Any, result: BuiltinResult, model: str) -> Any:
     from litellm.types.utils import (
         ChatCompletionMessageToolCall,
@@ -70,11 +62,7 @@ def _fill(model_response: Any, result: BuiltinResult, model: str) -> Any:
     )
     model_response.choices = [Choices(finish_reason=result.finish_reason, index=0, message=message)]
     model_response.model = f"{PROVIDER}/{model}"
-    model_response.usage = Usage(
-        prompt_tokens=result.prompt_tokens,
-        completion_tokens=result.completion_tokens,
-        total_tokens=result.prompt_tokens + result.completion_tokens,
-    )
+    model_response.usage = Usage(**result.usage())
     return model_response
 
 
@@ -108,7 +96,7 @@ def _chunks(result: BuiltinResult) -> Iterator[dict]:
         "tool_use": None,
         "is_finished": True,
         "finish_reason": result.finish_reason,
-        "usage": _usage(result),
+        "usage": result.usage(),
         "index": 0,
     }
 

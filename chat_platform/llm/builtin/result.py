@@ -13,6 +13,14 @@ class BuiltinResult:
     completion_tokens: int
     tool_calls: list[dict] = field(default_factory=list)
 
+    def usage(self) -> dict[str, int]:
+        """OpenAI's ``usage`` object for this answer."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
 
 def content_text(message: dict) -> str:
     """A message's text: string content, or the text parts of list content."""

@@ -39,14 +39,6 @@ def _result(kwargs: dict[str, Any]) -> Any:
         raise BuiltinModelNotFound(str(exc)) from exc
 
 
-def _usage(result: Any) -> dict[str, int]:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-    }
-
-
 def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A non-streamed answer, as ``litellm.completion`` gives it (as a dict)."""
     result = _result(kwargs)
@@ -63,7 +55,7 @@ def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": kwargs["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": result.finish_reason}],
-        "usage": _usage(result),
+        "usage": result.usage(),
     }
 
 
@@ -92,7 +84,7 @@ class BuiltinStream:
             ]
             yield {"choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]}
         yield {"choices": [{"index": 0, "delta": {}, "finish_reason": result.finish_reason}]}
-        yield {"choices": [], "usage": _usage(result)}
+        yield {"choices": [], "usage": result.usage()}
 
     def close(self) -> None:
         self._closed = True
