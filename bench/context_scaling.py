@@ -6,7 +6,12 @@ one run, the time and the peak Python memory of ``context_build`` for the next t
 Prints both ratios (1M / 1k). Goal: time <= 1.2, peak memory <= 1.1. The sessions are kept and
 reused by later runs (the load takes minutes; ``--sizes 1000,100000`` for a quicker look).
 
-    .venv/bin/python bench/context_scaling.py   # DATABASE_URL defaults to .../chat_bench
+``--compacted``: the history a long conversation really has — all but its newest ``LIVE``
+messages covered by one active summary (``Message.compacted_by_id``, as fusion leaves them), so
+the live history fits the window and the build takes all of it (``whole_history``). Its own
+sessions, kept beside the uncompacted ones.
+
+    .venv/bin/python bench/context_scaling.py [--compacted]   # DATABASE_URL: .../chat_bench
 """
 
 import argparse
@@ -34,6 +39,8 @@ from compaction.pipeline import context_build  # noqa: E402
 
 SIZES = (1_000, 1_000_000)
 ROUNDS = 7
+# --compacted: the newest messages left uncovered (a few exchanges, well within the window).
+LIVE = 40
 WORDS = str.split(
     "the of and to in is that for it as with was on be by this are at from or have an they "
     "which one you were all we can her has there been if more when will would who so no "
@@ -46,8 +53,12 @@ def make_text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def build_session(user, bot, size: int) -> Message:
-    session = ChatSession.objects.create(user=user, bot=bot, title=f"{size} messages")
+def title(size: int, compacted: bool) -> str:
+    return f"{size} messages" + (", compacted" if compacted else "")
+
+
+def build_session(user, bot, size: int, compacted: bool = False) -> Message:
+    session = ChatSession.objects.create(user=user, bot=bot, title=title(size, compacted))
     rng = random.Random(size)
     # A pool of realistic texts (users short, assistants longer), counted once by the one counter.
     pool = {
@@ -58,7 +69,8 @@ def build_session(user, bot, size: int) -> Message:
         role: [count_message_tokens(t, model=bot.model) for t in texts]
         for role, texts in pool.items()
     }
-    _copy_messages(session, size, rng, pool, counts)
+    summary_id = _summary(session, bot, size - LIVE) if compacted else None
+    _copy_messages(session, size, rng, pool, counts, covered=(summary_id, size - LIVE))
     new = Message.objects.create(
         session=session,
         seq=size + 1,
@@ -75,8 +87,31 @@ def build_session(user, bot, size: int) -> Message:
     return reply
 
 
-def _copy_messages(session, size: int, rng: random.Random, pool: dict, counts: dict) -> None:
-    """COPY ``size`` messages into the table: every column, as Django would have written it."""
+def _summary(session, bot, last_seq: int) -> int:
+    """One active summary of messages 1..``last_seq``, as fusion leaves a long history."""
+    from compaction.models import Summary
+
+    text = "Earlier: the team planned the migration, approved the budget and met in Berlin."
+    return Summary.objects.create(
+        session=session,
+        bot=bot,
+        level=2,
+        text=text,
+        token_count=count_message_tokens(text, model=bot.model),
+        first_seq=1,
+        last_seq=last_seq,
+        source_tokens=last_seq * 100,
+        model="builtin/extractive",
+        trigger=Summary.Trigger.FUSION,
+        retention=1.0,
+    ).pk
+
+
+def _copy_messages(
+    session, size: int, rng: random.Random, pool: dict, counts: dict, covered: tuple
+) -> None:
+    """COPY ``size`` messages into the table: every column, as Django would have written it;
+    ``covered`` = (summary id or None, last seq it covers)."""
     from django.utils import timezone
 
     template = Message(session=session, seq=1, role="user", content="", created_at=timezone.now())
@@ -100,6 +135,8 @@ def _copy_messages(session, size: int, rng: random.Random, pool: dict, counts: d
             role = "user" if seq % 2 else "assistant"
             i = rng.randrange(300)
             row = dict(base, seq=seq, role=role, content=pool[role][i], token_count=counts[role][i])
+            if covered[0] is not None and seq <= covered[1]:
+                row["compacted_by_id"] = covered[0]
             copy.write_row([row[f.attname] for f in fields])
     print(f"  loaded {size:,} messages in {time.perf_counter() - started:.0f} s (COPY)")
 
@@ -123,7 +160,9 @@ def main() -> None:
     global SIZES
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES))
-    SIZES = tuple(int(n) for n in parser.parse_args().sizes.split(","))
+    parser.add_argument("--compacted", action="store_true", help="all but LIVE messages covered")
+    args = parser.parse_args()
+    SIZES = tuple(int(n) for n in args.sizes.split(","))
     user, _ = get_user_model().objects.get_or_create(username="bench")
     # Admission alone: compaction off, so the 100k history stays uncompacted and every build
     # has to choose from all of it (with compaction on, a hard pass would run first).
@@ -140,9 +179,11 @@ def main() -> None:
     replies = {}
     for size in SIZES:
         existing = Message.objects.filter(
-            session__bot=bot, session__title=f"{size} messages", status="pending"
+            session__bot=bot, session__title=title(size, args.compacted), status="pending"
         ).first()
-        replies[size] = existing.pk if existing else build_session(user, bot, size).pk
+        replies[size] = (
+            existing.pk if existing else build_session(user, bot, size, args.compacted).pk
+        )
     # Fresh planner statistics, as autovacuum keeps them on a live table after a bulk load.
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE bots_message")

@@ -291,6 +291,17 @@ class SessionParticipant(models.Model):
         return self.removed_at is None
 
 
+def _in_context_q() -> Q:
+    # Literal values (not the TextChoices): the partial index's condition and the queries'
+    # filters render alike, so the database sees that one implies the other.
+    return Q(
+        kind__in=["chat", "tool"],
+        status__in=["complete", "interrupted"],
+        token_count__gt=0,
+        compacted_by_id__isnull=True,
+    )
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         SYSTEM = "system"
@@ -403,6 +414,13 @@ class Message(models.Model):
         indexes = [
             # Admission walks the newest messages of a session by seq, reading only counts.
             models.Index(fields=["session", "-seq"], name="message_session_seq_desc"),
+            # A session's messages in the context (``in_context_q``), by seq: a long chat's
+            # history is almost all compacted, and every build reads what is left of it
+            # (history, the range a compaction takes) without walking the rest
+            # (docs/performance.md "A long compacted history").
+            models.Index(
+                fields=["session", "seq"], condition=_in_context_q(), name="message_in_context"
+            ),
             # Pinned messages are read on every turn: find them without walking the history.
             models.Index(
                 fields=["session", "seq"], condition=Q(pinned=True), name="message_pinned"
@@ -428,13 +446,8 @@ class Message(models.Model):
     def in_context_q() -> Q:
         """Messages a model may see verbatim: uncompacted, finished chat/tool messages with
         content (never commands, notices, failed or empty replies). Counted in
-        ChatSession.context_tokens."""
-        return Q(
-            kind__in=[Message.Kind.CHAT, Message.Kind.TOOL],
-            status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
-            token_count__gt=0,
-            compacted_by_id__isnull=True,
-        )
+        ChatSession.context_tokens; the ``message_in_context`` index holds exactly these."""
+        return _in_context_q()
 
     @property
     def is_finished(self) -> bool:

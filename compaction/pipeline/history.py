@@ -90,25 +90,47 @@ def whole_history(
     rows for admission, newest first, and ``CHOSEN_FIELDS`` tuples by id for rendering (pins,
     the recalled exchange and the new message included).
 
+    The in-context messages are read newest first in keyset pages, as ``history_newest_first``
+    reads them: a bounded read that follows the session's in-context index, however long the
+    compacted history behind them (one page unless the history is long; docs/performance.md "A
+    long compacted history"). What is sent whole but not among them (a recalled exchange after
+    the new message, an expanded span's compacted messages) is read by id after them.
+
     The running totals are read before the rows: if a concurrent turn made the history grow past
     the budget meanwhile, admission still decides on the rows read, and trims."""
     outside = _sent_whole_ids(measure, new_message)
-    where = in_context_before(measure.session, measure.before_seq, measure.room)
-    if outside:
-        where |= Q(pk__in=outside)
+    fields = (*CHOSEN_FIELDS, "token_count", "pinned")
     rows = (
-        Message.objects.filter(where)
+        Message.objects.filter(in_context_before(measure.session, measure.before_seq, measure.room))
         .annotate(calls=tool_calls_text())
         .order_by("-seq")
-        .values_list(*CHOSEN_FIELDS, "token_count", "pinned")
+        .values_list(*fields)
     )
     history: list[HistoryRow] = []
     texts: dict[int, tuple[Any, ...]] = {}
     room = measure.room
-    for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in rows:
-        texts[pk] = (pk, role, content, calls, tool_call_id, bot_id, seq)
-        if not pinned and pk not in outside:
-            history.append(history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id))
+    cursor = measure.before_seq
+    while True:
+        page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
+        for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in page:
+            texts[pk] = (pk, role, content, calls, tool_call_id, bot_id, seq)
+            if not pinned and pk not in outside:
+                history.append(
+                    history_row(pk, seq, tokens, role, tool_call_id, calls, room, bot_id)
+                )
+        if len(page) < HISTORY_PAGE_SIZE:
+            break
+        cursor = page[-1][6]
+    missing = outside - texts.keys()
+    if missing:
+        for row in (
+            Message.objects.filter(pk__in=missing)
+            .annotate(calls=tool_calls_text())
+            .values_list(*CHOSEN_FIELDS)
+        ):
+            texts[row[0]] = row
+        # Newest first, as ``chosen_from`` reads them (the seq is the row's last field).
+        texts = dict(sorted(texts.items(), key=lambda item: -item[1][6]))
     return history, texts
 
 

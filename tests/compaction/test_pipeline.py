@@ -376,7 +376,61 @@ def test_a_history_that_fits_is_read_with_its_text_in_one_query(owner, monkeypat
     # pins and summaries, the memory index, then the history: one query instead of two
     assert (len(whole_queries), len(walk_queries)) == (3, 4)
     history = [q["sql"] for q in whole_queries.captured_queries if '"content"' in q["sql"]]
-    assert len(history) == 1 and "LIMIT" not in history[0]
+    # One page of the in-context messages, newest first: a bounded read that follows the
+    # session's in-context index however much compacted history lies behind it.
+    assert len(history) == 1 and f"LIMIT {HISTORY_PAGE_SIZE}" in history[0]
+
+
+def test_a_history_that_fits_but_outgrows_a_page_is_read_whole_in_pages(owner, monkeypatch):
+    """Every in-context message is read, page after page: 13 rows (12 and the new message) in
+    pages of 5 are three reads of the text, and the call is the one a single read builds."""
+    reply = _fitting_session(owner, 12)
+    one_read = context_build(session=reply.session, reply=reply, record=False)
+    monkeypatch.setattr(pipeline_history, "HISTORY_PAGE_SIZE", 5)
+    with CaptureQueriesContext(connection) as queries:
+        paged = context_build(session=reply.session, reply=reply, record=False)
+
+    assert paged.messages == one_read.messages
+    assert [m["content"] for m in paged.messages][-3:] == ["m10", "m11", "latest"]
+    assert paged.admission == one_read.admission
+    history = [q["sql"] for q in queries.captured_queries if '"content"' in q["sql"]]
+    assert len(history) == 3 and all("LIMIT 5" in sql for sql in history)
+
+
+def test_a_recalled_exchange_after_the_new_message_is_read_by_id_in_seq_order(owner):
+    """The recall exchange is stored after the new message (outside the history's seqs): it is
+    read by id after the history's page, and sent after the new message, in seq order."""
+    reply = _fitting_session(owner, 4)
+    session = reply.session
+    recalled = [
+        message_add(session, role="assistant", kind="tool", content="", token_count=20),
+        message_add(
+            session,
+            role="tool",
+            kind="tool",
+            tool_name="read_records",
+            content="[not found: boat]",
+            token_count=8,
+        ),
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        built = context_build(session=session, reply=reply, recalled=recalled, record=False)
+
+    contents = [m.get("content") for m in built.messages]
+    assert contents[:6] == ["Be brief.", "m0", "m1", "m2", "m3", "latest"]
+    assert contents[-1] == "[not found: boat]"
+    assert len(built.messages) == 8
+    history = [q["sql"] for q in queries.captured_queries if '"content"' in q["sql"]]
+    assert len(history) == 2 and "LIMIT" in history[0] and "LIMIT" not in history[1]
+
+
+def test_the_in_context_index_holds_exactly_the_messages_in_context():
+    """The partial index a long compacted history is read through is the model's own condition,
+    so a database can tell that the history's reads fall within it (docs/performance.md "A long
+    compacted history")."""
+    index = next(i for i in Message._meta.indexes if i.name == "message_in_context")
+    assert [f.lstrip("-") for f in index.fields] == ["session", "seq"]
+    assert index.condition == Message.in_context_q()
 
 
 def test_totals_that_lag_behind_the_rows_still_trim_to_the_budget(owner):
