@@ -9,9 +9,11 @@ reused by later runs (the load takes minutes; ``--sizes 1000,100000`` for a quic
 ``--compacted``: the history a long conversation really has — all but its newest ``LIVE``
 messages covered by one active summary (``Message.compacted_by_id``, as fusion leaves them), so
 the live history fits the window and the build takes all of it (``whole_history``). Its own
-sessions, kept beside the uncompacted ones.
+sessions, kept beside the uncompacted ones. ``--room``: the same history in a room of two bots,
+covered for the measured bot by its own coverage rows (``SummaryCoverage``, with its seat's
+totals), as a room records compaction.
 
-    .venv/bin/python bench/context_scaling.py [--compacted]   # DATABASE_URL: .../chat_bench
+    .venv/bin/python bench/context_scaling.py [--compacted | --room]   # DATABASE_URL: chat_bench
 """
 
 import argparse
@@ -31,6 +33,7 @@ setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Count, Sum  # noqa: E402
 
 from bots.models import Bot, ChatSession, Message  # noqa: E402
 from bots.transitions import session_context_recount  # noqa: E402
@@ -53,12 +56,13 @@ def make_text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def title(size: int, compacted: bool) -> str:
-    return f"{size} messages" + (", compacted" if compacted else "")
+def title(size: int, mode: str) -> str:
+    return f"{size} messages" + (f", {mode}" if mode else "")
 
 
-def build_session(user, bot, size: int, compacted: bool = False) -> Message:
-    session = ChatSession.objects.create(user=user, bot=bot, title=title(size, compacted))
+def build_session(user, bot, size: int, mode: str = "") -> Message:
+    """``mode``: "" (nothing compacted), "compacted" or "room" (module doc)."""
+    session = ChatSession.objects.create(user=user, bot=bot, title=title(size, mode))
     rng = random.Random(size)
     # A pool of realistic texts (users short, assistants longer), counted once by the one counter.
     pool = {
@@ -69,8 +73,11 @@ def build_session(user, bot, size: int, compacted: bool = False) -> Message:
         role: [count_message_tokens(t, model=bot.model) for t in texts]
         for role, texts in pool.items()
     }
-    summary_id = _summary(session, bot, size - LIVE) if compacted else None
-    _copy_messages(session, size, rng, pool, counts, covered=(summary_id, size - LIVE))
+    summary_id = _summary(session, bot, size - LIVE) if mode else None
+    on_messages = summary_id if mode == "compacted" else None
+    _copy_messages(session, size, rng, pool, counts, covered=(on_messages, size - LIVE))
+    if mode == "room":
+        _room(session, bot, summary_id, size - LIVE)
     new = Message.objects.create(
         session=session,
         seq=size + 1,
@@ -105,6 +112,35 @@ def _summary(session, bot, last_seq: int) -> int:
         trigger=Summary.Trigger.FUSION,
         retention=1.0,
     ).pk
+
+
+def _room(session, bot, summary_id: int, last_seq: int) -> None:
+    """The session as a room of ``bot`` and another bot, the summary covering messages
+    1..``last_seq`` for ``bot`` alone (coverage rows and its seat's totals)."""
+    from bots.models import SessionParticipant
+    from compaction.models import SeatState, SummaryCoverage
+
+    other, _ = Bot.objects.get_or_create(
+        owner=session.user, name="bench-room-other", defaults={"model": bot.model}
+    )
+    SessionParticipant.objects.create(session=session, bot=bot, is_default=True)
+    SessionParticipant.objects.create(session=session, bot=other)
+    ChatSession.objects.filter(pk=session.pk).update(is_room=True)
+    covered = Message.objects.filter(session=session, seq__lte=last_seq)
+    meta = SummaryCoverage._meta
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {meta.db_table} (summary_id, bot_id, message_id) "  # noqa: S608
+            f"SELECT %s, %s, id FROM {Message._meta.db_table} WHERE session_id = %s AND seq <= %s",
+            [summary_id, bot.pk, session.pk, last_seq],
+        )
+    totals = covered.aggregate(tokens=Sum("token_count"), messages=Count("id"))
+    SeatState.objects.create(
+        session=session,
+        bot=bot,
+        covered_tokens=totals["tokens"],
+        covered_messages=totals["messages"],
+    )
 
 
 def _copy_messages(
@@ -161,7 +197,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES))
     parser.add_argument("--compacted", action="store_true", help="all but LIVE messages covered")
+    parser.add_argument("--room", action="store_true", help="--compacted, in a room")
     args = parser.parse_args()
+    mode = "room" if args.room else "compacted" if args.compacted else ""
     SIZES = tuple(int(n) for n in args.sizes.split(","))
     user, _ = get_user_model().objects.get_or_create(username="bench")
     # Admission alone: compaction off, so the 100k history stays uncompacted and every build
@@ -179,11 +217,9 @@ def main() -> None:
     replies = {}
     for size in SIZES:
         existing = Message.objects.filter(
-            session__bot=bot, session__title=title(size, args.compacted), status="pending"
+            session__bot=bot, session__title=title(size, mode), status="pending"
         ).first()
-        replies[size] = (
-            existing.pk if existing else build_session(user, bot, size, args.compacted).pk
-        )
+        replies[size] = existing.pk if existing else build_session(user, bot, size, mode).pk
     # Fresh planner statistics, as autovacuum keeps them on a live table after a bulk load.
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE bots_message")
