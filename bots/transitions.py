@@ -8,8 +8,9 @@ stop requests and pins. Three siblings complete it: ``bots.coverage`` writes com
 history, an API client's history), ``bots.exchanges`` a recall or tool exchange stored before
 its reply (moving the reply after its results).
 Callers decide *when*; these modules know *how*: compare-and-set updates (a lost race returns
-None or 0, never overwrites), and on PostgreSQL the raw CTEs that do a write and its reads in
-one statement.
+None or 0, never overwrites). This module is the reference implementation, the plain ORM; on
+PostgreSQL the claim and a counted finish run as one statement each (``bots.fast_paths``, built
+on the same conditional updates and tested against these).
 
 Part of the chat core: it imports only the models and the platform, so compaction and memory may
 ask it too.
@@ -18,21 +19,14 @@ ask it too.
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.utils import timezone
 
+from bots import fast_paths
 from bots.models import Bot, ChatSession, Message
 from chat_platform.compiled import CompiledValues
-from chat_platform.dbwrite import (
-    CompiledStatement,
-    fast_paths,
-    instance_from_row,
-    raw_rows,
-    select_columns,
-    update_returning,
-    update_returning_sql,
-)
+from chat_platform.dbwrite import update_returning
 from chat_platform.llm.tokens import count_message_tokens
 
 T = TypeVar("T")
@@ -326,25 +320,8 @@ def message_finish(
     of a turn before its ``message.completed`` frame. Elsewhere (SQLite, embedded mode) they are
     the same two writes in one transaction."""
     queryset = Message.objects.filter(pk=message_id, status=from_status)
-    if counted and connection.vendor == "postgresql" and fast_paths():
-        compiled = update_returning_sql(queryset, **values)
-        if compiled is None:
-            return None
-        sql, params = compiled
-        quote = connection.ops.quote_name
-        table = quote(ChatSession._meta.db_table)
-        tokens, messages = quote("context_tokens"), quote("context_messages")
-        # Identifiers from the models, values in ``params``: nothing here comes from a user.
-        rows = raw_rows(
-            queryset,
-            f"WITH finished AS ({sql}), counted AS ("  # noqa: S608
-            f"UPDATE {table} SET {tokens} = {table}.{tokens} + finished.{quote('token_count')}, "
-            f"{messages} = {table}.{messages} + 1 FROM finished "
-            f"WHERE {table}.{quote('id')} = finished.{quote('session_id')} "
-            f"AND finished.{quote('token_count')} > 0"
-            ") SELECT * FROM finished",
-            params,
-        )
+    if counted and fast_paths.enabled():
+        rows = fast_paths.finish_counted(queryset, values)
     elif counted:
         with transaction.atomic():
             rows = update_returning(queryset, **values)
@@ -355,37 +332,13 @@ def message_finish(
     return rows[0] if rows else None
 
 
-def _claim_update(message_id: int, now: Any) -> tuple[Any, dict[str, Any]]:
+def claim_update(message_id: int, now: Any) -> tuple[Any, dict[str, Any]]:
+    """The claim's conditional update: the pending reply, if no earlier reply of its session is
+    unfinished, becomes streaming (``bots.fast_paths`` builds its one statement on this)."""
     queryset = Message.objects.filter(pk=message_id, status=Message.Status.PENDING).exclude(
         earlier_reply_unfinished()
     )
     return queryset, {"status": Message.Status.STREAMING, "updated_at": now, "heartbeat_at": now}
-
-
-def _claim_sql(message_id: int, now: Any) -> tuple[str, tuple]:
-    """The claim as one PostgreSQL statement: the conditional update and the rows the turn
-    reads, joined in a CTE."""
-    queryset, values = _claim_update(message_id, now)
-    compiled = update_returning_sql(queryset, **values)
-    assert compiled is not None  # one pk: the filter can always match
-    sql, params = compiled
-    quote = connection.ops.quote_name
-    sessions, bots = ChatSession._meta.db_table, Bot._meta.db_table
-    # Identifiers from the models, values in ``params``: nothing here comes from a user.
-    sql = (
-        f"WITH claimed AS ({sql}) SELECT "  # noqa: S608
-        f"{select_columns(Message, 'claimed')}, {select_columns(ChatSession, 's')}, "
-        f"{select_columns(Bot, 'b')}, {select_columns(Message, 'r')} FROM claimed "
-        f"JOIN {quote(sessions)} s ON s.{quote('id')} = claimed.{quote('session_id')} "
-        f"JOIN {quote(bots)} b ON b.{quote('id')} = s.{quote('bot_id')} "
-        f"LEFT JOIN {quote(Message._meta.db_table)} r "
-        f"ON r.{quote('id')} = claimed.{quote('reply_to_id')}"
-    )
-    return sql, params
-
-
-# Built once per process (chat_platform/dbwrite.py, ``CompiledStatement``): ~0.45 ms a turn.
-_CLAIM = CompiledStatement(_claim_sql, name="reply_claim")
 
 
 def reply_claim(*, message_id: int) -> Message | None:
@@ -399,27 +352,12 @@ def reply_claim(*, message_id: int) -> Message | None:
     On PostgreSQL this is one statement, the turn's first: the conditional update and the reads
     the turn needs, joined in a CTE. Elsewhere (SQLite) it is the update, then the read."""
     now = timezone.now()
-    if connection.vendor != "postgresql" or not fast_paths():
-        queryset, values = _claim_update(message_id, now)
-        if not queryset.update(**values):
-            return None
-        return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)
-    sql, params = _CLAIM.statement(message_id=message_id, now=now)
-    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    if fast_paths.enabled():
+        return fast_paths.reply_claim(message_id=message_id, now=now, update=claim_update)
+    queryset, values = claim_update(message_id, now)
+    if not queryset.update(**values):
         return None
-    sizes = [len(model._meta.concrete_fields) for model in (Message, ChatSession, Bot)]
-    ends = [sizes[0], sizes[0] + sizes[1], sum(sizes)]
-    reply = instance_from_row(Message, row[: ends[0]])
-    session = instance_from_row(ChatSession, row[ends[0] : ends[1]])
-    session.bot = instance_from_row(Bot, row[ends[1] : ends[2]])
-    reply.session = session
-    reply.reply_to = (
-        instance_from_row(Message, row[ends[2] :]) if reply.reply_to_id is not None else None
-    )
-    return reply
+    return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)
 
 
 def reply_checkpoint(*, message_id: int, content: str) -> None:

@@ -1,6 +1,7 @@
-"""The hand-written fast paths (UPDATE … RETURNING, the PostgreSQL CTEs, queries compiled once)
-have a plain-ORM fallback behind ``DB_FAST_PATHS`` (issue 17, item 6): a turn through either
-stores the same thing and sends the provider the same request."""
+"""The hand-written fast paths (UPDATE … RETURNING, the PostgreSQL CTEs of ``bots.fast_paths``,
+queries compiled once) and their reference, the plain ORM of ``bots.transitions`` behind
+``DB_FAST_PATHS`` (issue 17, item 6): a turn through either stores the same thing and sends the
+provider the same request, and either loses a race the same way."""
 
 import pytest
 from django.db import connection
