@@ -4,7 +4,9 @@ hits grouped by the record that holds them, info and snapshot hits as records, l
 
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat
@@ -12,6 +14,7 @@ from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_
 from chat_platform.transcript import line as transcript_line
 from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
+from memory.terms import has_distinct_terms
 from memory.terms import terms as search_terms
 
 _Deferred = tuple[float, "search.MessageScore", dict[int, str]]
@@ -342,12 +345,16 @@ def _message_lines(
         visible = Q(compacted_by_id__isnull=False)
         if live_before:
             visible |= Q(seq__lt=live_before, pinned=False)
-    rows = Message.objects.filter(
-        visible,
-        session_id=session.pk,
-        seq__in=seqs,
-        role__in=(Message.Role.USER, Message.Role.ASSISTANT),
-    ).values_list("seq", "role", "content", "created_at")
+    rows = (
+        Message.objects.filter(
+            visible,
+            session_id=session.pk,
+            seq__in=_seqs_in(seqs),
+            role__in=(Message.Role.USER, Message.Role.ASSISTANT),
+        )
+        .order_by()  # read into a dict: no sort
+        .values_list("seq", "role", "content", "created_at")
+    )
     asked = {m.seq for m in scored}
     lines, low = {}, set()
     for seq, role, content, created_at in rows:
@@ -357,9 +364,18 @@ def _message_lines(
         if seq not in asked and seq - 1 not in asked:
             continue
         lines[seq] = transcript_line(seq, created_at, role, text)
-        if seq in asked and len(set(search_terms(text))) < LOW_INFORMATION_TERMS:
+        if seq in asked and not has_distinct_terms(text, LOW_INFORMATION_TERMS):
             low.add(seq)
     return lines, low
+
+
+def _seqs_in(seqs: set[int]) -> object:
+    """What ``seq__in`` takes for ``seqs``: on PostgreSQL one array parameter, not a list of
+    ~300 that Django prepares one by one, psycopg binds one by one and PostgreSQL plans as a
+    new statement each time (docs/performance.md, "Search latency, third pass")."""
+    if connection.vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::integer[])", (sorted(seqs),))
+    return seqs
 
 
 def snapshot_hits(

@@ -55,6 +55,20 @@ def _word_terms_of(word: str) -> tuple[str, ...]:
 _word_terms = lru_cache(maxsize=32768)(_word_terms_of)
 
 
+def has_distinct_terms(text: str, count: int) -> bool:
+    """``len(set(terms(text))) >= count``, reading ``text`` only until it has found ``count``
+    distinct terms (search asks it of every candidate message: most reach it in a few words)."""
+    if count <= 0:
+        return True
+    found: set[str] = set()
+    for match in WORD.finditer(text):
+        word = match.group()
+        found.update(_word_terms(word) if len(word) <= WORD_CACHED_CHARS else _word_terms_of(word))
+        if len(found) >= count:
+            return True
+    return False
+
+
 def query_terms(text: str, limit: int) -> list[str]:
     """The distinct terms of a query, first seen first, at most ``limit``."""
     return list(dict.fromkeys(terms(text)))[:limit]

@@ -90,3 +90,19 @@ def test_the_snapshot_check_probes_each_snapshot_by_record(talked):
 
     assert hits and len(checks) == 1
     assert f'(U0."session_id" + 0) = {talked.pk}' in checks[0]
+
+
+def test_the_lines_are_read_with_one_parameter_for_their_seqs(talked):
+    """The fill reads its transcript lines with the seqs as one array parameter on PostgreSQL,
+    not an IN list of one placeholder per seq (docs/performance.md, "Search latency, third
+    pass"); the hits are those of the test above."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        hits = queries.records_search(session=talked, query=QUESTION)
+    reads = [q["sql"] for q in captured.captured_queries if 'FROM "bots_message"' in q["sql"]]
+
+    assert hits and len(reads) == 1
+    if connection.vendor == "postgresql":
+        assert "unnest(" in reads[0] and '"seq" IN (SELECT' in reads[0]
