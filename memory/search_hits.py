@@ -2,6 +2,7 @@
 hits grouped by the record that holds them, info and snapshot hits as records, live history as one
 ``history`` hit, all within the result's room in tokens."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import connection
@@ -378,6 +379,20 @@ def _seqs_in(seqs: set[int]) -> object:
     return seqs
 
 
+def uncovered_snapshots(records: QuerySet[MemoryRecord], session_id: int) -> QuerySet[MemoryRecord]:
+    """The snapshots of ``records`` none of whose messages are indexed (a fusion's, which holds
+    summaries; a snapshot from before message search)."""
+    # NOT EXISTS per snapshot (the record_id index), not NOT IN over the session's whole index:
+    # that was a hashed subplan beside a sequential scan of the records, on every search. The
+    # session compared as ``session_id + 0``: on the session_id index PostgreSQL hashed all the
+    # session's index rows (1,000 at the bench's size, 1.7 ms) where probing each snapshot by
+    # record_id takes 0.5 (docs/performance.md).
+    covered = MessageIndex.objects.alias(in_session=F("session_id") + 0).filter(
+        in_session=session_id, record_id=OuterRef("pk")
+    )
+    return records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(Exists(covered))
+
+
 def snapshot_hits(
     session: ChatSession,
     records: QuerySet[MemoryRecord],
@@ -385,22 +400,18 @@ def snapshot_hits(
     *,
     room: int,
     limit: int,
+    any_uncovered: Callable[[], bool] | None = None,
 ) -> list[SearchHit]:
-    """Snapshots searched as records: those none of whose messages are indexed (a fusion's,
-    which holds summaries; a snapshot from before message search)."""
+    """Snapshots searched as records: ``uncovered_snapshots``. ``any_uncovered``: whether there
+    are any, asked by the caller's compiled statement (``memory.queries``) instead of
+    ``exists()`` built again."""
     if room <= 0 or limit <= 0:
         return []
-    # NOT EXISTS per snapshot (the record_id index), not NOT IN over the session's whole index:
-    # that was a hashed subplan beside a sequential scan of the records, on every search. The
-    # session compared as ``session_id + 0``: on the session_id index PostgreSQL hashed all the
-    # session's index rows (1,000 at the bench's size, 1.7 ms) where probing each snapshot by
-    # record_id takes 0.5 (docs/performance.md).
-    covered = MessageIndex.objects.alias(in_session=F("session_id") + 0).filter(
-        in_session=session.pk, record_id=OuterRef("pk")
-    )
-    snapshots = records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(Exists(covered))
-    if not snapshots.exists():  # the usual case: every snapshot's messages are indexed
-        return []
+    if any_uncovered is None:
+        any_uncovered = uncovered_snapshots(records, session.pk).exists
+    if not any_uncovered():
+        return []  # the usual case: every snapshot's messages are indexed
+    snapshots = uncovered_snapshots(records, session.pk)
     ranked = search.search_ranked(records=snapshots, query=text, limit=limit)
     if not ranked:
         return []
