@@ -7,9 +7,9 @@ Everything here takes an already-authorised ``session`` (the interfaces resolve 
 a name always means one record inside a session.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cache, lru_cache, partial
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
@@ -289,17 +289,16 @@ def records_search(
     )
     if not text or room <= 0:
         return []
-    records = records_for_session(session=session, kind=kind, scope=scope)
-    messages = kind in (None, MemoryRecord.Kind.SNAPSHOT) and scope in (
-        None,
-        MemoryRecord.Scope.SESSION,
-    )
+    records = _readable(session, kind, scope)
+    snapshot, own = MemoryRecord.Kind.SNAPSHOT, MemoryRecord.Scope.SESSION
+    messages = kind in (None, snapshot) and scope in (None, own)
     scored, collection = (
         search.messages_ranked(session_id=session.pk, query=wanted, live_before=live_before)
         if messages
         else ([], None)
     )
-    info = info_scored(records, text, wanted, collection, limit=limit)
+    passes = partial(_info_pass_rows, session, kind, scope, limit)
+    info = info_scored(records, text, wanted, collection, limit=limit, pass_rows=passes)
     from_seq = seen_from(session)
     # messages_ranked gives live rows (no record) only below ``live_before``.
     ranked: list[tuple[float, object]] = [(m.score, m) for m in scored if m.seq >= from_seq]
@@ -319,16 +318,61 @@ def records_search(
         live_before=live_before,
         defer_low=ranked is not lexical,  # fused: messages that say little after the others
     )
-    if len(hits) < limit and (kind in (None, MemoryRecord.Kind.SNAPSHOT)):
-        hits += snapshot_hits(
-            session,
-            records,
-            text,
-            room=room - used,
-            limit=limit - len(hits),
-            any_uncovered=partial(_any_uncovered, session, kind, scope),
-        )
+    if len(hits) < limit and (kind in (None, snapshot)):
+        uncovered = partial(_any_uncovered, session, kind, scope)
+        left = {"room": room - used, "limit": limit - len(hits), "any_uncovered": uncovered}
+        hits += snapshot_hits(session, records, text, **left)
     return hits
+
+
+def _readable(
+    session: ChatSession, kind: str | None, scope: str | None
+) -> Callable[[], QuerySet[MemoryRecord]]:
+    """``records_for_session`` for a search, built on the first call only: the statements that
+    read the records are compiled once (``_INFO_PASS``, ``_UNCOVERED``), so a search seldom
+    needs the queryset (~1 ms of Django's work, docs/performance.md "Search latency, third
+    pass")."""
+    return cache(partial(records_for_session, session=session, kind=kind, scope=scope))
+
+
+def _info_pass_query(
+    *,
+    session_id: int,
+    user_id: int,
+    bot_id: int,
+    room: bool,
+    kind: str | None,
+    scope: str | None,
+    limit: int,
+    **binds: str,
+) -> QuerySet:
+    """One ranking pass of ``info_scored`` (``memory.search.pg_ranked`` over the readable info
+    records): compiled once per shape and number of words; Django built and compiled it on each
+    search, ~2 ms of CPU for a statement the server answers in under 1 (docs/performance.md,
+    "Search latency, third pass")."""
+    session = ChatSession(pk=session_id, user_id=user_id, bot_id=bot_id, is_room=room)
+    infos = records_for_session(session=session, kind=kind, scope=scope).filter(
+        kind=MemoryRecord.Kind.INFO
+    )
+    return search.pg_ranked(infos, search.pg_pass_query(**binds), limit)
+
+
+_INFO_PASS = CompiledValues(_info_pass_query, shape=("room", "kind", "scope", "limit"))
+
+
+def _info_pass_rows(
+    session: ChatSession, kind: str | None, scope: str | None, limit: int, binds: dict[str, str]
+) -> list[tuple[int, float]]:
+    return _INFO_PASS.rows(
+        session_id=session.pk,
+        user_id=session.user_id,
+        bot_id=session.bot_id,
+        room=session.is_room,
+        kind=kind,
+        scope=scope,
+        limit=limit,
+        **binds,
+    )
 
 
 def _uncovered_query(

@@ -18,6 +18,7 @@ full sentences still finds the record holding the answer.
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
@@ -91,19 +92,29 @@ def search_ranked(*, records: QuerySet[MemoryRecord], query: str, limit: int) ->
     return _with_line_labels(ranked, bodies)
 
 
+# The rows of one PostgreSQL ranking pass, given the values of its query (``pg_pass_binds``),
+# run by a statement the caller compiled once (``memory.queries``): (record id, rank), best first.
+PassRows = Callable[[dict[str, str]], list[tuple[int, float]]]
+
+
 def search_ranked_records(
-    *, records: QuerySet[MemoryRecord], query: str, limit: int
+    *,
+    records: "QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]]",
+    query: str,
+    limit: int,
+    pass_rows: PassRows | None = None,
 ) -> list[tuple[MemoryRecord, float, str]]:
     """``search_ranked`` with each hit's record (``search_vector`` not loaded) in place of its
     id, read once: on PostgreSQL with the excerpts (docs/performance.md). A hit deleted between
-    the ranking and the read is left out."""
+    the ranking and the read is left out. ``records`` may be given as the function that builds
+    it; ``pass_rows``: on PostgreSQL the ranking passes as the caller runs them."""
     text = clean_query(query)
     if not text or limit <= 0:
         return []
     if connection.vendor == "postgresql":
-        ranked, rows = _postgres(records, text, limit)
+        ranked, rows = _postgres(records, text, limit, pass_rows)
     elif connection.vendor == "sqlite":
-        ranked = _sqlite(records, text, limit)
+        ranked = _sqlite(records() if callable(records) else records, text, limit)
         rows = MemoryRecord.objects.defer("search_vector").in_bulk([pk for pk, _, _ in ranked])
     else:
         raise NotImplementedError(f"No record search for {connection.vendor}")
@@ -187,27 +198,53 @@ def _with_head(body: str, excerpt: str) -> str:
 
 
 def _pg_queries(text: str) -> list[SearchQuery]:
-    queries = [SearchQuery(text, search_type="websearch", config=PG_CONFIG)]
+    return [pg_pass_query(**binds) for binds in pg_pass_binds(text)]
+
+
+def pg_pass_binds(text: str) -> list[dict[str, str]]:
+    """The PostgreSQL ranking passes of ``text`` as the values their query is built of
+    (``pg_pass_query``): every word (``websearch_to_tsquery``), then any word when there is one."""
+    passes = [{"text": text}]
     terms = query_terms(text)
     if terms:
-        any_word = SearchQuery(terms[0], search_type="plain", config=PG_CONFIG)
-        for term in terms[1:]:
-            any_word |= SearchQuery(term, search_type="plain", config=PG_CONFIG)
-        queries.append(any_word)
-    return queries
+        passes.append({f"term_{index:02}": term for index, term in enumerate(terms)})
+    return passes
+
+
+def pg_pass_query(*, text: str = "", **terms: str) -> SearchQuery:
+    """One pass's query: ``text`` (every word), or else its ``terms`` (any word, in order)."""
+    if not terms:
+        return SearchQuery(text, search_type="websearch", config=PG_CONFIG)
+    words = [terms[name] for name in sorted(terms)]
+    any_word = SearchQuery(words[0], search_type="plain", config=PG_CONFIG)
+    for term in words[1:]:
+        any_word |= SearchQuery(term, search_type="plain", config=PG_CONFIG)
+    return any_word
+
+
+def pg_ranked(records: QuerySet[MemoryRecord], query: SearchQuery, limit: int) -> QuerySet:
+    """One pass: (record id, rank) of ``records`` matching ``query``, best first (ties newest)."""
+    return (
+        records.filter(search_vector=query)
+        .annotate(rank=SearchRank(F("search_vector"), query))
+        .order_by("-rank", "-updated_at", "-id")
+        .values_list("pk", "rank")[:limit]
+    )
 
 
 def _postgres(
-    records: QuerySet[MemoryRecord], text: str, limit: int
+    records: "QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]]",
+    text: str,
+    limit: int,
+    pass_rows: PassRows | None = None,
 ) -> tuple[Ranked, dict[int, MemoryRecord]]:
     """The ranked hits, and their records (read with the excerpts, ``search_vector`` not)."""
-    for query in _pg_queries(text):
-        rows = list(
-            records.filter(search_vector=query)
-            .annotate(rank=SearchRank(F("search_vector"), query))
-            .order_by("-rank", "-updated_at", "-id")
-            .values_list("pk", "rank")[:limit]
-        )
+    for binds in pg_pass_binds(text):
+        query = pg_pass_query(**binds)
+        if pass_rows is not None:
+            rows = pass_rows(binds)
+        else:
+            rows = list(pg_ranked(records() if callable(records) else records, query, limit))
         if rows:
             break
     else:

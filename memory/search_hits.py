@@ -131,17 +131,26 @@ def rendered(hit: SearchHit) -> str:
 
 
 def info_scored(
-    records: QuerySet[MemoryRecord],
+    records: QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]],
     text: str,
     wanted: list[str],
     collection: "search.Collection | None",
     *,
     limit: int,
+    pass_rows: "search.PassRows | None" = None,
 ) -> list[tuple[float, SearchHit]]:
-    """Info records matching the query, each with its BM25 score against the messages."""
-    infos = records.filter(kind=MemoryRecord.Kind.INFO)
+    """Info records matching the query, each with its BM25 score against the messages.
+    ``records``: the readable ones, or the function that builds them (only when needed);
+    ``pass_rows``: the ranking's statements compiled by the caller (``memory.queries``)."""
+
+    def infos() -> QuerySet[MemoryRecord]:
+        readable = records() if callable(records) else records
+        return readable.filter(kind=MemoryRecord.Kind.INFO)
+
     # The records read with their excerpts, once (docs/performance.md).
-    ranked = search.search_ranked_records(records=infos, query=text, limit=limit)
+    ranked = search.search_ranked_records(
+        records=infos, query=text, limit=limit, pass_rows=pass_rows
+    )
     if not ranked:
         return []
     if collection is None or not collection.documents:
@@ -395,23 +404,26 @@ def uncovered_snapshots(records: QuerySet[MemoryRecord], session_id: int) -> Que
 
 def snapshot_hits(
     session: ChatSession,
-    records: QuerySet[MemoryRecord],
+    records: QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]],
     text: str,
     *,
     room: int,
     limit: int,
     any_uncovered: Callable[[], bool] | None = None,
 ) -> list[SearchHit]:
-    """Snapshots searched as records: ``uncovered_snapshots``. ``any_uncovered``: whether there
-    are any, asked by the caller's compiled statement (``memory.queries``) instead of
-    ``exists()`` built again."""
+    """Snapshots searched as records: ``uncovered_snapshots`` of ``records`` (the readable
+    ones, or the function that builds them). ``any_uncovered``: whether there are any, asked by
+    the caller's compiled statement (``memory.queries``) instead of ``exists()`` built again."""
     if room <= 0 or limit <= 0:
         return []
+    readable = records if isinstance(records, QuerySet) else None
     if any_uncovered is None:
-        any_uncovered = uncovered_snapshots(records, session.pk).exists
+        readable = records() if readable is None else readable
+        any_uncovered = uncovered_snapshots(readable, session.pk).exists
     if not any_uncovered():
         return []  # the usual case: every snapshot's messages are indexed
-    snapshots = uncovered_snapshots(records, session.pk)
+    readable = records() if readable is None else readable
+    snapshots = uncovered_snapshots(readable, session.pk)
     ranked = search.search_ranked(records=snapshots, query=text, limit=limit)
     if not ranked:
         return []
