@@ -330,7 +330,7 @@ def _readable(
 ) -> Callable[[], QuerySet[MemoryRecord]]:
     """``records_for_session`` for a search, built on the first call only: the statements that
     read the records are compiled once (``_INFO_PASS``, ``_UNCOVERED``), so a search seldom
-    needs the queryset (~1 ms of Django's work, docs/performance.md "Search latency, third
+    needs the queryset (~1 ms of Django's work, docs/performance.md "Search latency, fourth
     pass")."""
     return cache(partial(records_for_session, session=session, kind=kind, scope=scope))
 
@@ -349,7 +349,7 @@ def _info_pass_query(
     """One ranking pass of ``info_scored`` (``memory.search.pg_ranked`` over the readable info
     records): compiled once per shape and number of words; Django built and compiled it on each
     search, ~2 ms of CPU for a statement the server answers in under 1 (docs/performance.md,
-    "Search latency, third pass")."""
+    "Search latency, fourth pass")."""
     session = ChatSession(pk=session_id, user_id=user_id, bot_id=bot_id, is_room=room)
     infos = records_for_session(session=session, kind=kind, scope=scope).filter(
         kind=MemoryRecord.Kind.INFO
@@ -380,7 +380,7 @@ def _uncovered_query(
 ) -> QuerySet:
     """Whether ``snapshot_hits`` has snapshots to search (its ``exists()``), as one row or none:
     compiled once (every search asks it; Django built it in ~1.5 ms, the server answers in
-    under 1, docs/performance.md "Search latency, third pass")."""
+    under 1, docs/performance.md "Search latency, fourth pass")."""
     session = ChatSession(pk=session_id, user_id=user_id, bot_id=bot_id, is_room=room)
     records = records_for_session(session=session, kind=kind, scope=scope)
     return uncovered_snapshots(records, session_id).order_by().values_list("pk")[:1]

@@ -382,7 +382,7 @@ def _message_lines(
 def _seqs_in(seqs: set[int]) -> object:
     """What ``seq__in`` takes for ``seqs``: on PostgreSQL one array parameter, not a list of
     ~300 that Django prepares one by one, psycopg binds one by one and PostgreSQL plans as a
-    new statement each time (docs/performance.md, "Search latency, third pass")."""
+    new statement each time (docs/performance.md, "Search latency, fourth pass")."""
     if connection.vendor == "postgresql":
         return RawSQL("SELECT unnest(%s::integer[])", (sorted(seqs),))
     return seqs

@@ -1,5 +1,5 @@
 """The statements search compiles once (the info records' ranking passes, the check for
-snapshots without indexed messages: docs/performance.md, "Search latency, third pass") give the
+snapshots without indexed messages: docs/performance.md, "Search latency, fourth pass") give the
 hits the plain ORM gives (``DB_FAST_PATHS`` off: every statement built and compiled by Django),
 info records, fusions' snapshots and kinds and scopes included."""
 

@@ -94,7 +94,7 @@ def test_the_snapshot_check_probes_each_snapshot_by_record(talked):
 
 def test_the_lines_are_read_with_one_parameter_for_their_seqs(talked):
     """The fill reads its transcript lines with the seqs as one array parameter on PostgreSQL,
-    not an IN list of one placeholder per seq (docs/performance.md, "Search latency, third
+    not an IN list of one placeholder per seq (docs/performance.md, "Search latency, fourth
     pass"); the hits are those of the test above."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
