@@ -292,8 +292,9 @@ class SessionParticipant(models.Model):
 
 
 def _in_context_q() -> Q:
-    # Literal values (not the TextChoices): the partial index's condition and the queries'
-    # filters render alike, so the database sees that one implies the other.
+    # ``Message.in_context_q`` and the condition of its partial index (``message_in_context``):
+    # one condition, so the database sees that a query's filter implies the index's. Literal
+    # values: the index is declared while ``Message`` (and its TextChoices) is being defined.
     return Q(
         kind__in=["chat", "tool"],
         status__in=["complete", "interrupted"],
