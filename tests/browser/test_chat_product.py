@@ -431,6 +431,63 @@ def test_compact_command_hint_and_marker(server_url, desktop):
     assert page.js_errors == []
 
 
+def test_a_marker_redrawn_between_press_and_release_still_opens(server_url, desktop):
+    """The markers are read again after a compaction notice (and up to three times after a
+    compaction); a redraw that lands while the reader presses a marker keeps that element, so
+    the click still opens it. Before, the redraw put a new, closed element under the release:
+    no click, the marker stayed shut (a CI failure of the test above)."""
+    page = desktop
+    log_in(page, server_url)
+    page.wait_for_selector("#bot-select option", state="attached")
+    bots = httpx.get(f"{server_url}/api/v1/bots/", headers=api_headers(server_url)).json()
+    open_new_chat(page, next(b for b in bots if b["name"] == "Recall (built-in)"))
+    done = page.locator('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    for count, text in enumerate(CHATTY):
+        send(page, text)
+        done.nth(count).wait_for()
+    notices = page.locator('#transcript article.msg-notice[data-role="system"]')
+    send(page, "/compact")
+    notices.nth(0).wait_for()
+    marker = page.locator(".compaction-marker").first
+    marker.wait_for()
+    page.wait_for_load_state("networkidle")  # the compaction's own reads of the markers are done
+    # Count the page's reads of the summaries as they are answered (the redraw follows each).
+    page.evaluate(
+        """() => {
+        window.summariesRead = 0;
+        const fetch = window.fetch;
+        window.fetch = (...args) => fetch(...args).then((response) => {
+          if (String(args[0]).includes("/summaries/")) {
+            response.clone().text().then(() => setTimeout(() => window.summariesRead++, 0));
+          }
+          return response;
+        });
+        window.pressed = document.querySelector(".compaction-marker");
+    }"""
+    )
+    held = []
+    page.route("**/summaries/**", lambda route: held.append(route))
+    send(page, "/compact")  # nothing left to compact: its notice reads the markers again
+    notices.nth(1).wait_for()
+    while not held:
+        page.wait_for_timeout(50)
+    head = marker.locator("summary")
+    head.evaluate("(e) => e.scrollIntoView({ block: 'center' })")  # clear of the sticky header
+    box = head.bounding_box()
+    page.mouse.move(box["x"] + 10, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    for route in held:
+        route.continue_()
+    page.unroute("**/summaries/**")
+    page.wait_for_function("() => window.summariesRead > 0")  # redrawn while pressed
+    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")
+    assert page.evaluate("() => document.querySelector('.compaction-marker') === window.pressed")
+    page.mouse.up()
+
+    marker.locator(".marker-body").wait_for(timeout=5_000)
+    assert page.js_errors == []
+
+
 def test_automatic_compaction_marker_survives_reload(server_url, desktop):
     page = desktop
     headers = api_headers(server_url)

@@ -76,25 +76,43 @@ const TRIGGER_WORDS = {
 };
 
 function renderMarkers() {
-  var open = new Set(); // the markers the reader had open stay open when redrawn
+  // The markers drawn before, by summary. One that would be drawn the same stays where it is,
+  // untouched: after a compaction the page reads the markers up to three times, and taking an
+  // element out of the page while the reader presses it loses the click (the browser drops a
+  // click whose pressed element left the document, even if it comes back). Changed markers
+  // are drawn anew, open if the reader had them open; vanished ones go.
+  var before = new Map();
   ui.transcript.querySelectorAll(".compaction-marker").forEach(function (n) {
-    if (n.open) open.add(n.dataset.summaryId);
-    n.remove();
+    before.set(n.dataset.summaryId, n);
   });
   var eventBySummary = new Map();
   markers.events.forEach(function (e) {
     if (e.summary !== null && e.summary !== undefined) eventBySummary.set(String(e.summary), e);
   });
-  markers.summaries
+  var drawn = markers.summaries
     .slice()
     .sort(function (a, b) {
       return a.last_seq - b.last_seq || a.id - b.id;
     })
-    .forEach(function (summary) {
+    .map(function (summary) {
       var node = buildMarker(summary, eventBySummary.get(String(summary.id)));
-      if (open.has(String(summary.id))) node.open = true;
-      insertNode(node, summary.last_seq + 0.5);
+      // As built, before the page touches it (focus handling, the actions' state).
+      node._drawn = node.className + "|" + JSON.stringify(node.dataset) + "|" + node.innerHTML;
+      var old = before.get(String(summary.id));
+      if (old && sameMarker(old, node)) return old;
+      if (old && old.open) node.open = true;
+      return node;
     });
+  before.forEach(function (n) {
+    if (drawn.indexOf(n) < 0) n.remove();
+  });
+  drawn.forEach(function (node) {
+    if (!node.isConnected) insertNode(node, Number(node.dataset.seq));
+  });
+}
+
+function sameMarker(a, b) {
+  return a._drawn !== undefined && a._drawn === b._drawn;
 }
 
 // What the bot does with a summary, by its status (docs/compaction.md): only an active one is sent.
