@@ -357,22 +357,26 @@ def _info_pass_query(
     return search.pg_ranked(infos, search.pg_pass_query(**binds), limit)
 
 
+def _session_binds(session: ChatSession, kind: str | None, scope: str | None) -> dict:
+    """What the compiled statements of a search (``_INFO_PASS``, ``_UNCOVERED``) are run with:
+    the session's keys (``records_for_session`` reads them) and the search's filters."""
+    return {
+        "session_id": session.pk,
+        "user_id": session.user_id,
+        "bot_id": session.bot_id,
+        "room": session.is_room,
+        "kind": kind,
+        "scope": scope,
+    }
+
+
 _INFO_PASS = CompiledValues(_info_pass_query, shape=("room", "kind", "scope", "limit"))
 
 
 def _info_pass_rows(
     session: ChatSession, kind: str | None, scope: str | None, limit: int, binds: dict[str, str]
 ) -> list[tuple[int, float]]:
-    return _INFO_PASS.rows(
-        session_id=session.pk,
-        user_id=session.user_id,
-        bot_id=session.bot_id,
-        room=session.is_room,
-        kind=kind,
-        scope=scope,
-        limit=limit,
-        **binds,
-    )
+    return _INFO_PASS.rows(**_session_binds(session, kind, scope), limit=limit, **binds)
 
 
 def _uncovered_query(
@@ -390,16 +394,7 @@ _UNCOVERED = CompiledValues(_uncovered_query, shape=("room", "kind", "scope"))
 
 
 def _any_uncovered(session: ChatSession, kind: str | None, scope: str | None) -> bool:
-    return bool(
-        _UNCOVERED.rows(
-            session_id=session.pk,
-            user_id=session.user_id,
-            bot_id=session.bot_id,
-            room=session.is_room,
-            kind=kind,
-            scope=scope,
-        )
-    )
+    return bool(_UNCOVERED.rows(**_session_binds(session, kind, scope)))
 
 
 # --- search all my chats ----------------------------------------------------------------------

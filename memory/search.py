@@ -83,7 +83,7 @@ def search_ranked(*, records: QuerySet[MemoryRecord], query: str, limit: int) ->
         return []
     bodies: dict[int, str] | None = None
     if connection.vendor == "postgresql":
-        ranked, rows = _postgres(records, text, limit)
+        ranked, rows = _postgres(lambda: records, text, limit)
         bodies = {pk: record.body for pk, record in rows.items()}
     elif connection.vendor == "sqlite":
         ranked = _sqlite(records, text, limit)
@@ -99,22 +99,23 @@ PassRows = Callable[[dict[str, str]], list[tuple[int, float]]]
 
 def search_ranked_records(
     *,
-    records: "QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]]",
+    records: Callable[[], QuerySet[MemoryRecord]],
     query: str,
     limit: int,
     pass_rows: PassRows | None = None,
 ) -> list[tuple[MemoryRecord, float, str]]:
     """``search_ranked`` with each hit's record (``search_vector`` not loaded) in place of its
     id, read once: on PostgreSQL with the excerpts (docs/performance.md). A hit deleted between
-    the ranking and the read is left out. ``records`` may be given as the function that builds
-    it; ``pass_rows``: on PostgreSQL the ranking passes as the caller runs them."""
+    the ranking and the read is left out. ``records``: the function that builds them (called only
+    when a pass needs it); ``pass_rows``: on PostgreSQL the ranking passes as the caller runs
+    them."""
     text = clean_query(query)
     if not text or limit <= 0:
         return []
     if connection.vendor == "postgresql":
         ranked, rows = _postgres(records, text, limit, pass_rows)
     elif connection.vendor == "sqlite":
-        ranked = _sqlite(records() if callable(records) else records, text, limit)
+        ranked = _sqlite(records(), text, limit)
         rows = MemoryRecord.objects.defer("search_vector").in_bulk([pk for pk, _, _ in ranked])
     else:
         raise NotImplementedError(f"No record search for {connection.vendor}")
@@ -233,7 +234,7 @@ def pg_ranked(records: QuerySet[MemoryRecord], query: SearchQuery, limit: int) -
 
 
 def _postgres(
-    records: "QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]]",
+    records: Callable[[], QuerySet[MemoryRecord]],
     text: str,
     limit: int,
     pass_rows: PassRows | None = None,
@@ -244,7 +245,7 @@ def _postgres(
         if pass_rows is not None:
             rows = pass_rows(binds)
         else:
-            rows = list(pg_ranked(records() if callable(records) else records, query, limit))
+            rows = list(pg_ranked(records(), query, limit))
         if rows:
             break
     else:

@@ -131,7 +131,7 @@ def rendered(hit: SearchHit) -> str:
 
 
 def info_scored(
-    records: QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]],
+    records: Callable[[], QuerySet[MemoryRecord]],
     text: str,
     wanted: list[str],
     collection: "search.Collection | None",
@@ -140,12 +140,11 @@ def info_scored(
     pass_rows: "search.PassRows | None" = None,
 ) -> list[tuple[float, SearchHit]]:
     """Info records matching the query, each with its BM25 score against the messages.
-    ``records``: the readable ones, or the function that builds them (only when needed);
+    ``records``: the function that builds the readable ones (called only when needed);
     ``pass_rows``: the ranking's statements compiled by the caller (``memory.queries``)."""
 
     def infos() -> QuerySet[MemoryRecord]:
-        readable = records() if callable(records) else records
-        return readable.filter(kind=MemoryRecord.Kind.INFO)
+        return records().filter(kind=MemoryRecord.Kind.INFO)
 
     # The records read with their excerpts, once (docs/performance.md).
     ranked = search.search_ranked_records(
@@ -404,26 +403,23 @@ def uncovered_snapshots(records: QuerySet[MemoryRecord], session_id: int) -> Que
 
 def snapshot_hits(
     session: ChatSession,
-    records: QuerySet[MemoryRecord] | Callable[[], QuerySet[MemoryRecord]],
+    records: Callable[[], QuerySet[MemoryRecord]],
     text: str,
     *,
     room: int,
     limit: int,
     any_uncovered: Callable[[], bool] | None = None,
 ) -> list[SearchHit]:
-    """Snapshots searched as records: ``uncovered_snapshots`` of ``records`` (the readable
-    ones, or the function that builds them). ``any_uncovered``: whether there are any, asked by
-    the caller's compiled statement (``memory.queries``) instead of ``exists()`` built again."""
+    """Snapshots searched as records: ``uncovered_snapshots`` of the readable ones (``records``
+    builds them). ``any_uncovered``: whether there are any, asked by the caller's compiled
+    statement (``memory.queries``) instead of ``exists()`` built again."""
     if room <= 0 or limit <= 0:
         return []
-    readable = records if isinstance(records, QuerySet) else None
     if any_uncovered is None:
-        readable = records() if readable is None else readable
-        any_uncovered = uncovered_snapshots(readable, session.pk).exists
+        any_uncovered = uncovered_snapshots(records(), session.pk).exists
     if not any_uncovered():
         return []  # the usual case: every snapshot's messages are indexed
-    readable = records() if readable is None else readable
-    snapshots = uncovered_snapshots(readable, session.pk)
+    snapshots = uncovered_snapshots(records(), session.pk)
     ranked = search.search_ranked(records=snapshots, query=text, limit=limit)
     if not ranked:
         return []
