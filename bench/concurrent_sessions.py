@@ -154,6 +154,24 @@ def classify_stuck(turns: list[Turn]) -> None:
             waiting[session_id].error = f"reply {status}, no final frame"
 
 
+def embeddings_caught_up(sids: list[int], timeout: float = 300.0) -> float:
+    """Seconds until every indexed message of ``sids`` has its vector. The turns come first
+    (docs/performance.md "Turns first"): the embedding of what they wrote runs after them, and
+    its CPU is the turns' too."""
+    from django.db import connection
+
+    from memory.models import MessageIndex
+
+    pending = MessageIndex.objects.filter(session_id__in=sids, embedding__isnull=True)
+    start = time.perf_counter()
+    try:
+        while pending.exists() and time.perf_counter() - start < timeout:
+            time.sleep(0.2)
+        return time.perf_counter() - start
+    finally:
+        connection.close()
+
+
 async def burst(stack: _stack.Stack, token: str, sids: list[int]) -> tuple[list[Turn], float]:
     return await burst_turns(stack, token, [Turn(s) for s in sids])
 
@@ -236,6 +254,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20 sessions, 5 s steady")
     parser.add_argument("--smoke", action="store_true", help="fail on any turn not completed")
     parser.add_argument("--threads", type=int, default=16, help="threads per worker process")
+    parser.add_argument(
+        "--embedding",
+        default=None,
+        help="the bot's embedding_model (default: the field's default; '' words only)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.burst, args.seconds = min(args.burst, 20), min(args.seconds, 5.0)
@@ -244,7 +267,7 @@ def main() -> None:
     from django.db import connection
 
     with _stack.running_stack(worker_threads=args.threads) as stack:
-        fix = _stack.fixture(stack.provider_url, "concurrent")
+        fix = _stack.fixture(stack.provider_url, "concurrent", embedding=args.embedding)
         steady_count = int(args.rate * args.seconds)
         sids = _stack.sessions(fix, args.burst + steady_count + 8)
         connection.close()
@@ -277,12 +300,18 @@ def main() -> None:
             cpu0 = {"worker": stack.worker.cpu(), "web": stack.web.cpu()}
             turns, wall = asyncio.run(run(batch))
             time.sleep(0.3)
+            caught_up = embeddings_caught_up(batch) if args.embedding != "" else None
             cpu = {k: getattr(stack, k).cpu() - v for k, v in cpu0.items()}
             sampler.stop.set()
             sampler.join()
             classify_stuck(turns)
             connection.close()
             completed = report(name, turns, wall, ttft_direct, cpu, sampler)
+            if caught_up is not None:
+                print(
+                    f"    embeddings of the written messages caught up {caught_up:.1f} s after "
+                    "the last turn (CPU above includes them)"
+                )
             failed += len(turns) - completed
     print(
         "  goals: burst 200/200, 0 lost/duplicated/stuck, wall <= 10 s; steady first-token p95 "

@@ -13,12 +13,12 @@ Writing. Messages are embedded as they are written, live and compacted alike: wh
 import) indexes the messages it wrote (``memory.services.messages_index_written``), and when a
 compaction indexes its range, ``messages_embed_dispatch`` hands the session (and, for written
 messages, their ids) to the ``compaction`` queue (``memory.tasks``; in-process in embedded
-mode) after commit. It embeds, in batches of ``EMBED_BATCH``, the indexed messages whose vector
-is missing or was made by another model (a changed model re-embeds). A failed batch (timeout,
-5xx, an unreadable answer) is logged as a warning and ends the run: its rows stay pending and
-the next compaction of the session takes them again, so nothing is lost and the turn or the
-compaction never fails over it. A live message keeps its vector when a compaction later takes
-it into a snapshot (the row is the same).
+mode) after commit, to wait for the process's turns (``memory.embed_after_turns``). It
+embeds, in batches of ``EMBED_BATCH``, the indexed messages whose vector is missing or was
+made by another model (a changed model re-embeds). A failed batch (timeout, 5xx, an
+unreadable answer) is logged as a warning and ends the run: its rows stay pending and the
+next compaction of the session takes them again: nothing is lost, and the turn or the
+compaction never fails over it. A compaction taking a live message keeps its vector.
 
 Storage. No ``vector`` extension is required: a vector is stored beside its message
 (``MessageIndex.embedding``, little-endian float32, unit length) with the model that made it.

@@ -1,13 +1,23 @@
 """Celery tasks of the memory app (queue ``compaction``): thin, safe to run twice."""
 
 from celery import shared_task
+from celery.signals import worker_shutting_down
 
-from memory import embeddings, query_embedding
+from memory import embed_after_turns, embeddings, query_embedding
 
 
-@shared_task(name=embeddings.EMBED_TASK, ignore_result=True)
-def messages_embed(session_id: int, message_ids: list[int] | None = None) -> None:
-    embeddings.messages_embed_pending(session_id=session_id, message_ids=message_ids)
+@shared_task(bind=True, name=embeddings.EMBED_TASK, ignore_result=True)
+def messages_embed(self, session_id: int, message_ids: list[int] | None = None) -> None:  # noqa: ANN001
+    if self.app.conf.task_always_eager:
+        # Tests run tasks inline, inside the turn that dispatched this: it cannot wait for it.
+        embeddings.messages_embed_pending(session_id=session_id, message_ids=message_ids)
+    else:
+        embed_after_turns.messages_embed_after_turns(session_id=session_id, message_ids=message_ids)
+
+
+@worker_shutting_down.connect
+def _embedding_stops(**_kwargs) -> None:  # noqa: ANN003
+    embed_after_turns.stop()
 
 
 @shared_task(name=query_embedding.QUERY_TASK)

@@ -29,6 +29,7 @@ from chat_platform.errors import (
     PlatformError,
     ServiceUnavailable,
 )
+from chat_platform.foreground import foreground
 from chat_platform.llm.tokens import count_message_tokens
 from connections import usage
 from turns import hooks as turn_hooks
@@ -108,7 +109,14 @@ def _fail(reply: Message, error: PlatformError, *, state: TurnState) -> None:
 
 def turn_run(*, message_id: int) -> None:
     """Run one turn. After the claim, whatever happens ends the reply visibly: ``complete``,
-    or ``failed``/``interrupted`` with a ``message.failed`` frame and a logged traceback."""
+    or ``failed``/``interrupted`` with a ``message.failed`` frame and a logged traceback.
+    Foreground work of its process while it runs: work that can wait (the written messages'
+    embedding) waits for it (``chat_platform.foreground``, docs/performance.md "Turns first")."""
+    with foreground():
+        _turn_run(message_id)
+
+
+def _turn_run(message_id: int) -> None:
     reply = reply_claim(message_id=message_id)
     if reply is None:
         # Queued behind an earlier reply of its session (whose end hands this one over), a

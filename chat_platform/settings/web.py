@@ -16,6 +16,11 @@ SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
 EMBEDDING_TIMEOUT_SECONDS = env.float("EMBEDDING_TIMEOUT_SECONDS", default=10.0)
 if EMBEDDING_TIMEOUT_SECONDS <= 0:
     raise ImproperlyConfigured("EMBEDDING_TIMEOUT_SECONDS must be more than 0")
+# Turns first: a process embeds the messages its turns wrote once no turn runs in it, or once
+# they have waited this long (docs/performance.md "Turns first"); 0 embeds them at once.
+EMBED_DEFER_MAX_SECONDS = env.float("EMBED_DEFER_MAX_SECONDS", default=30.0)
+if EMBED_DEFER_MAX_SECONDS < 0:
+    raise ImproperlyConfigured("EMBED_DEFER_MAX_SECONDS must be 0 or more")
 # The memory index (one line per record, newest first) takes at most this share of B; the newest
 # line is always offered. Search finds the records it leaves out.
 MEMORY_INDEX_MAX_PERCENT = env.int("MEMORY_INDEX_MAX_PERCENT", default=10)
