@@ -3,7 +3,13 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init, worker_process_init, worker_ready
+from celery.signals import (
+    setup_logging,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutting_down,
+)
 from django.conf import settings
 
 from chat_platform.log_config import configure_logging
@@ -116,3 +122,12 @@ def _startup_checks(**kwargs: Any) -> None:
 @worker_process_init.connect
 def _warm_gateway_in_child(**kwargs: Any) -> None:
     warm_in_background("worker_child")
+
+
+@worker_shutting_down.connect
+def _background_stops(**kwargs: Any) -> None:
+    """A warm shutdown starts no more of the work that waits for the turns
+    (``chat_platform.foreground``): the worker stops once its running tasks end."""
+    from chat_platform import foreground
+
+    foreground.stop()

@@ -1,32 +1,53 @@
-"""Foreground work: what someone is waiting for, running in this process now (a turn's reply).
+"""Foreground work, and background work that waits for it (docs/performance.md "Turns first").
 
-Counted so that background work which can wait (embedding the messages a turn wrote,
-``memory.embed_after_turns``) runs after it rather than beside it on the process's core
-(docs/performance.md "Turns first"). The count is the process's own: a worker process whose
-turns are done embeds while its neighbour still streams.
+Foreground work is what someone is waiting for, running in this process now: a turn's reply
+(``turns.turn.turn_run``). Work that can wait (embedding the messages a turn wrote:
+``memory.embed_after_turns``) is handed to ``after_foreground`` and runs on one daemon thread of
+the process, one piece at a time, oldest first, each once no foreground work runs here or once
+it has waited its ``max_wait`` (a process that is never idle still does it, that late). It runs
+beside the turns on the process's cores no more, and it holds no task thread while it waits: a
+worker's threads (and embedded mode's few task threads) stay free for turns. The count is the
+process's own: a worker process whose turns are done works while its neighbour still streams.
+
+The queue is the process's memory: what is queued when the process stops is not done (its
+owner says how that loses nothing). A worker's warm shutdown stops the thread (``stop``);
+``chat_platform.inprocess.tasks_wait_idle`` waits for it to be drained too.
 """
 
+from __future__ import annotations
+
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 
-_idle = threading.Condition()
+import structlog
+from django.db import connections
+
+log = structlog.get_logger(__name__)
+
+_cond = threading.Condition()
 _running = 0
+# key -> (monotonic time it is due at the latest, work); insertion order is the order of work
+_queue: dict[Hashable, tuple[float, Callable[[], None]]] = {}
+_busy = False  # the thread is doing a piece of work now
+_thread: threading.Thread | None = None
+_stopping = False
 
 
 @contextmanager
 def foreground() -> Iterator[None]:
     """Count the block as foreground work of this process while it runs."""
     global _running
-    with _idle:
+    with _cond:
         _running += 1
     try:
         yield
     finally:
-        with _idle:
+        with _cond:
             _running -= 1
             if _running == 0:
-                _idle.notify_all()
+                _cond.notify_all()
 
 
 def running() -> int:
@@ -34,8 +55,72 @@ def running() -> int:
     return _running
 
 
-def wait_idle(timeout: float) -> bool:
-    """Wait until no foreground work runs in this process, ``timeout`` seconds at most; whether
-    it is idle."""
-    with _idle:
-        return _idle.wait_for(lambda: _running == 0, timeout=max(timeout, 0.0))
+def after_foreground(key: Hashable, work: Callable[[], None], *, max_wait: float) -> None:
+    """Run ``work`` on the process's background thread once no foreground work runs here, or
+    ``max_wait`` seconds from now at the latest. A ``key`` still queued keeps its place and its
+    first work (that work reads what was queued since: see ``memory.embed_after_turns``)."""
+    global _thread
+    with _cond:
+        if _stopping:
+            return
+        if key not in _queue:
+            _queue[key] = (time.monotonic() + max_wait, work)
+        if _thread is None:
+            _thread = threading.Thread(target=_run, name="after-foreground", daemon=True)
+            _thread.start()
+        _cond.notify_all()
+
+
+def wait_drained(timeout: float) -> bool:
+    """Wait until nothing is queued or being done (``timeout`` seconds at most); whether so."""
+    with _cond:
+        return _cond.wait_for(lambda: not _queue and not _busy, timeout=max(timeout, 0.0))
+
+
+def queued() -> int:
+    """Pieces of work queued in this process (tests, the bench)."""
+    return len(_queue)
+
+
+def stop() -> None:
+    """The process is stopping: nothing more is started (what is queued stays undone)."""
+    global _stopping
+    with _cond:
+        _stopping = True
+        _cond.notify_all()
+
+
+def _next() -> Callable[[], None] | None:
+    """The next piece of work once it may run (caller holds ``_cond``); None: stop."""
+    while not _stopping:
+        if not _queue:
+            _cond.wait()
+            continue
+        key, (due, work) = next(iter(_queue.items()))
+        left = due - time.monotonic()
+        if _running == 0 or left <= 0:
+            del _queue[key]
+            return work
+        _cond.wait(left)  # woken when the foreground ends or work arrives
+    return None
+
+
+def _run() -> None:
+    global _busy, _thread
+    while True:
+        with _cond:
+            work = _next()
+            if work is None:
+                _thread = None
+                _cond.notify_all()
+                return
+            _busy = True
+        try:
+            work()
+        except Exception:  # one piece's failure is its own; the next still runs
+            log.exception("after_foreground_work_failed")
+        finally:
+            connections.close_all()  # the thread holds no database connection while it waits
+            with _cond:
+                _busy = False
+                _cond.notify_all()

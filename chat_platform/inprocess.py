@@ -29,6 +29,8 @@ from celery import Task
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from chat_platform import foreground
+
 log = structlog.get_logger(__name__)
 
 
@@ -129,8 +131,10 @@ def task_call(task: Task, args: tuple) -> Future:
 
 
 def tasks_wait_idle(timeout: float = 30.0) -> bool:
-    """Block until every queued task has run (tests, and a command that must see them done)."""
-    return _pool.wait_idle(timeout)
+    """Block until every queued task has run, and the work they left to run after the turns
+    (``chat_platform.foreground``) too (tests, and a command that must see them done)."""
+    deadline = time.monotonic() + timeout
+    return _pool.wait_idle(timeout) and foreground.wait_drained(deadline - time.monotonic())
 
 
 def pool_size() -> int:

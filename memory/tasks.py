@@ -1,7 +1,6 @@
 """Celery tasks of the memory app (queue ``compaction``): thin, safe to run twice."""
 
 from celery import shared_task
-from celery.signals import worker_shutting_down
 
 from memory import embed_after_turns, embeddings, query_embedding
 
@@ -13,11 +12,6 @@ def messages_embed(self, session_id: int, message_ids: list[int] | None = None) 
         embeddings.messages_embed_pending(session_id=session_id, message_ids=message_ids)
     else:
         embed_after_turns.messages_embed_after_turns(session_id=session_id, message_ids=message_ids)
-
-
-@worker_shutting_down.connect
-def _embedding_stops(**_kwargs) -> None:  # noqa: ANN003
-    embed_after_turns.stop()
 
 
 @shared_task(name=query_embedding.QUERY_TASK)

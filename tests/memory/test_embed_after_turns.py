@@ -1,23 +1,24 @@
-"""Turns first (docs/performance.md "Turns first"): a process embeds what its turns wrote once
-no turn runs in it (``chat_platform.foreground``), or once it has waited
-``EMBED_DEFER_MAX_SECONDS``; one task drains the process's queue, the others return at once; a
-session queued twice is embedded once; a stopping worker embeds nothing more. The embedding
-itself is replaced by a recorder here: these tests are about when and how often it runs."""
-
-import threading
+"""Turns first (docs/performance.md "Turns first"): a process embeds what its turns wrote on its
+background thread (``chat_platform.foreground``) once no turn runs in it, or once it has waited
+``EMBED_DEFER_MAX_SECONDS``; the embedding task returns at once; a session queued twice is
+embedded once; a stopping worker starts nothing more. The embedding itself is replaced by a
+recorder here: these tests are about when and how often it runs."""
 
 import pytest
 
 from bots.tasks import turn_run
-from chat_platform import foreground
+from chat_platform import foreground, inprocess
+from chat_platform.celery_app import _background_stops, app
 from memory import embed_after_turns, tasks
 
-WAIT = 30  # seconds a test waits for an event that must come (never a timing assertion)
+WAIT = 30  # seconds a test waits for what must come (never a timing assertion)
+# What must not happen is looked for this long: the work is not due for 600 s.
+GLANCE = 0.3
 
 
 @pytest.fixture
 def embedded(monkeypatch, settings):
-    """What the drainer embedded, in order: (session id, message ids or None)."""
+    """What the background thread embedded, in order: (session id, message ids or None)."""
     settings.EMBED_DEFER_MAX_SECONDS = 600
     calls: list[tuple[int, list[int] | None]] = []
 
@@ -25,114 +26,102 @@ def embedded(monkeypatch, settings):
         calls.append((session_id, message_ids))
 
     monkeypatch.setattr(embed_after_turns, "messages_embed_pending", record)
-    monkeypatch.setattr(embed_after_turns, "connection", _Connection())
-    embed_after_turns._queue.clear()
-    embed_after_turns._stopping.clear()
-    yield calls
-    embed_after_turns._stopping.clear()
-    assert not embed_after_turns._draining
-
-
-class _Connection:
-    closed = 0
-
-    def close(self) -> None:
-        self.closed += 1
-
-
-@pytest.fixture
-def celery_app_eager(eager_tasks):
-    from chat_platform.celery_app import app
-
-    return app
-
-
-def _drain_in_thread(session_id, message_ids=None) -> threading.Thread:
-    thread = threading.Thread(
-        target=embed_after_turns.messages_embed_after_turns,
-        kwargs={"session_id": session_id, "message_ids": message_ids},
-    )
-    thread.start()
-    return thread
-
-
-def _wait_until(condition) -> None:
-    for _ in range(WAIT * 100):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the condition never held")
+    closes = []
+    monkeypatch.setattr(foreground.connections, "close_all", lambda: closes.append(1))
+    calls_closes = closes
+    yield calls, calls_closes
+    assert foreground.wait_drained(WAIT)
+    assert embed_after_turns._queued == {}
 
 
 def test_with_no_turn_running_the_session_is_embedded_at_once(embedded):
+    calls, closes = embedded
     embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[3, 1])
-    assert embedded == [(7, [1, 3])]
-    assert embed_after_turns.queued() == 0
-    assert embed_after_turns.connection.closed == 0  # it never waited
+    assert foreground.wait_drained(WAIT)
+    assert calls == [(7, [1, 3])]
+    assert closes == [1]  # the thread gave its connection back after the work
 
 
 def test_a_running_turn_holds_the_embedding_until_it_ends(embedded):
+    calls, _ = embedded
     with foreground.foreground():
-        drainer = _drain_in_thread(7, [1, 2])
-        # Waiting, its connection given back.
-        _wait_until(lambda: embed_after_turns.connection.closed == 1)
-        assert embedded == []
-        # Others queued meanwhile return at once; the same session's ids are merged.
+        embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1, 2])
         embed_after_turns.messages_embed_after_turns(session_id=8, message_ids=[5])
         embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[2, 4])
-        assert embedded == [] and embed_after_turns.queued() == 2
-    drainer.join(WAIT)
-    assert not drainer.is_alive()
-    assert embedded == [(7, [1, 2, 4]), (8, [5])]  # oldest first, each once
+        assert not foreground.wait_drained(GLANCE)
+        assert calls == [] and foreground.queued() == 2
+    assert foreground.wait_drained(WAIT)
+    assert calls == [(7, [1, 2, 4]), (8, [5])]  # oldest first, each once, ids merged
 
 
 def test_a_whole_session_absorbs_its_queued_ids(embedded):
+    calls, _ = embedded
     with foreground.foreground():
-        drainer = _drain_in_thread(7, [1])
-        _wait_until(lambda: embed_after_turns.connection.closed == 1)
+        embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1])
         embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=None)
         embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[9])
-    drainer.join(WAIT)
-    assert embedded == [(7, None)]
+    assert foreground.wait_drained(WAIT)
+    assert calls == [(7, None)]
 
 
 def test_past_the_longest_wait_it_embeds_beside_the_turn(embedded, settings):
+    calls, _ = embedded
     settings.EMBED_DEFER_MAX_SECONDS = 0
     with foreground.foreground():
         embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1])
-        assert embedded == [(7, [1])]
+        assert foreground.wait_drained(WAIT)
+        assert calls == [(7, [1])]
 
 
 def test_a_failing_session_is_logged_and_the_next_is_still_embedded(embedded, monkeypatch):
+    calls, closes = embedded
+
     def record(*, session_id, message_ids=None):
         if session_id == 7:
             raise RuntimeError("database went away")
-        embedded.append((session_id, message_ids))
+        calls.append((session_id, message_ids))
 
     monkeypatch.setattr(embed_after_turns, "messages_embed_pending", record)
     with foreground.foreground():
-        drainer = _drain_in_thread(7, [1])
-        _wait_until(lambda: embed_after_turns.connection.closed == 1)
+        embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1])
         embed_after_turns.messages_embed_after_turns(session_id=8, message_ids=[2])
-    drainer.join(WAIT)
-    assert embedded == [(8, [2])]
-    assert embed_after_turns.queued() == 0
+    assert foreground.wait_drained(WAIT)
+    assert calls == [(8, [2])]
+    assert closes == [1, 1]
 
 
-def test_a_stopping_worker_embeds_nothing_more_and_keeps_nothing_running(embedded):
+def test_a_stopping_worker_starts_nothing_more(embedded):
+    calls, _ = embedded
+    try:
+        with foreground.foreground():
+            embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1])
+            _background_stops(sig=None, how="Warm", exitcode=0)  # the worker's signal
+            thread = foreground._thread
+            if thread is not None:
+                thread.join(WAIT)
+            assert foreground._thread is None
+        assert calls == [] and foreground.queued() == 1  # left pending in the database
+        embed_after_turns.messages_embed_after_turns(session_id=8, message_ids=[2])
+        assert calls == [] and foreground.queued() == 1  # nothing more is taken
+    finally:  # the process would end here; the test process goes on
+        foreground._stopping = False
+        foreground._queue.clear()
+        embed_after_turns._queued.clear()
+
+
+def test_tasks_wait_idle_waits_for_the_work_after_the_turns(embedded):
+    calls, _ = embedded
     with foreground.foreground():
-        drainer = _drain_in_thread(7, [1])
-        _wait_until(lambda: embed_after_turns.connection.closed == 1)
-        tasks._embedding_stops(sig=None, how="Warm", exitcode=0)  # the worker's signal
-        drainer.join(WAIT)
-        assert not drainer.is_alive()
-    assert embedded == []
-    assert embed_after_turns.queued() == 1  # left pending in the database, not lost
+        embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1])
+        assert inprocess.tasks_wait_idle(GLANCE) is False
+    assert inprocess.tasks_wait_idle(WAIT) is True
+    assert calls == [(7, [1])]
 
 
 def test_the_task_queues_on_a_worker_and_runs_inline_when_tests_run_tasks_eagerly(
-    embedded, monkeypatch, celery_app_eager
+    embedded, monkeypatch, eager_tasks
 ):
+    calls, _ = embedded
     inline = []
     monkeypatch.setattr(
         tasks.embeddings,
@@ -141,10 +130,12 @@ def test_the_task_queues_on_a_worker_and_runs_inline_when_tests_run_tasks_eagerl
     )
     with foreground.foreground():  # eager: inside the turn that dispatched it, so never waits
         tasks.messages_embed.delay(7, [1])
-    assert inline == [(7, [1])] and embedded == []
-    celery_app_eager.conf.task_always_eager = False
-    tasks.messages_embed.run(8, [2])  # a worker's run
-    assert embedded == [(8, [2])] and inline == [(7, [1])]
+        assert inline == [(7, [1])] and calls == []
+        app.conf.task_always_eager = False
+        tasks.messages_embed.run(8, [2])  # a worker's run: queued, returns at once
+        assert calls == [] and foreground.queued() == 1
+    assert foreground.wait_drained(WAIT)
+    assert calls == [(8, [2])] and inline == [(7, [1])]
 
 
 def test_a_turn_is_foreground_work_while_it_runs(monkeypatch):
@@ -153,11 +144,3 @@ def test_a_turn_is_foreground_work_while_it_runs(monkeypatch):
     assert foreground.running() == 0
     turn_run.run(1)
     assert seen == [1] and foreground.running() == 0
-
-
-def test_wait_idle_says_whether_the_process_is_idle():
-    assert foreground.wait_idle(0) is True
-    with foreground.foreground():
-        assert foreground.running() == 1
-        assert foreground.wait_idle(0) is False
-    assert foreground.wait_idle(0) is True
