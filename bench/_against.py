@@ -71,7 +71,11 @@ def virtualenv(tree: Path, venv: Path, *, label: str) -> Path:
         # This checkout's packages, after REV's own site-packages (what REV installs wins).
         Path(purelib, "zz_shared_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        try:  # the shared setuptools builds it: no download when the dependencies are there
+        # A new venv holds Python's bundled setuptools (65 on 3.11), older than the project's
+        # build requires and without ``bdist_wheel`` unless ``wheel`` is there: its editable
+        # build failed ("invalid command 'bdist_wheel'"). The venv gets its own, first.
+        _run([*pip, "setuptools>=69", "wheel"])
+        try:  # its setuptools builds it: no download when the dependencies are there
             _run([*pip, "--no-build-isolation", "-e", str(tree)])
         except subprocess.CalledProcessError:
             _run([*pip, "-e", str(tree)])
