@@ -20,6 +20,7 @@ the task's script only.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import sys
@@ -116,20 +117,45 @@ def _step_recalled(fake, session) -> bool:  # noqa: ANN001
     return any(serial in text for text in recalled)
 
 
-def _warm_up() -> None:
+def _warm_up(*, freeze: bool) -> None:
     """As an embedded server does at start, in its warm-up thread (chat_platform/warmup.py): not
     the reply's. Without ``warm_first_turn``, the reply's first dispatch (embedding the first
-    tool result) ran the task discovery and Django's checks: ~5 % of its samples under py-spy."""
+    tool result) ran the task discovery and Django's checks: ~5 % of its samples under py-spy.
+    ``freeze``: then the start-up objects are frozen, as the server's warm-up ends."""
     from chat_platform import warmup
     from chat_platform.llm import gateway
 
     gateway.warm_up()
     warmup.warm_first_turn()
+    if freeze:
+        warmup.freeze_start_up_objects()
+
+
+class _FullCollections:
+    """The garbage collector's full passes (generation 2) while counting: how many, how long."""
+
+    def __init__(self) -> None:
+        self.count, self.seconds, self._started, self.on = 0, 0.0, 0.0, False
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if not self.on or info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._started
 
 
 def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument(
+        "--gc-unfrozen",
+        action="store_true",
+        help="leave the start-up objects unfrozen (what chat_platform.warmup did before)",
+    )
     args = parser.parse_args()
     _django.setup(fake_key=True)
     from django.conf import settings
@@ -144,7 +170,8 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
     from turns import tool_round, turn
 
     settings.TOOL_MAX_ROUNDS = args.steps + 1
-    _warm_up()
+    _warm_up(freeze=not args.gc_unfrozen)
+    collections = _FullCollections()
     mcp = TestMCPServer().start()
     user_model = get_user_model()
     stamp = int(time.time())
@@ -195,10 +222,17 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
         )
         session_context_add(session_id=session.pk, tokens=question.token_count)
         began, cpu_began = time.perf_counter(), time.process_time()
+        collections.on = True
         turn.turn_run(message_id=reply.pk)
+        collections.on = False
         wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
         reply.refresh_from_db()
         _report(bot, session, reply, list(fake.served), wall, tool_seconds[0], args.steps, cpu)
+        frozen = "unfrozen" if args.gc_unfrozen else f"{gc.get_freeze_count():,} frozen"
+        print(
+            f"full garbage collections during the reply: {collections.count}, "
+            f"{collections.seconds * 1000:.0f} ms with the GIL held (start-up objects {frozen})"
+        )
         found = _step_recalled(fake, session)
     mcp.stop()
     tools_stored = Message.objects.filter(session=session, role="tool", tool_ok=True).count()

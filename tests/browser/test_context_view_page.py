@@ -224,6 +224,11 @@ def test_undo_over_the_hard_threshold_is_refused_in_words_and_undo_and_compact_t
     statuses = {s["id"]: s["status"] for s in after}
     assert statuses[summary["id"]] == "reverted"
     reverted = page.locator(f'.compaction-marker[data-summary-id="{summary["id"]}"]')
+    # The marker turns reverted on the socket's frame, which can arrive before the request that
+    # also compacts the rest has answered; the status says "Undone" once it has.
+    reverted.locator(
+        ".marker-action-status", has_text="Undone: messages 1–4 are back in the context"
+    ).wait_for()
     assert (
         reverted.locator(".marker-action-status")
         .inner_text()

@@ -1,7 +1,8 @@
 """The gateway is warmed when a web server or a worker starts (never by commands or tests).
 
 Each check runs in a fresh interpreter, where litellm is not imported yet, and asserts on
-``sys.modules`` and on litellm knowing the ``builtin`` provider — never on a timing.
+``sys.modules``, on litellm knowing the ``builtin`` provider and on the start-up objects being
+frozen for the garbage collector — never on a timing.
 """
 
 import subprocess
@@ -23,6 +24,9 @@ from chat_platform.llm.gateway import lazy_litellm
 assert lazy_litellm._module is not None
 import litellm
 assert any(p["provider"] == "builtin" for p in litellm.custom_provider_map)
+# ... and then the start-up objects frozen (the garbage collector's full passes skip them).
+import gc
+assert gc.get_freeze_count() > 100_000, gc.get_freeze_count()
 print("WARM")
 """
 
