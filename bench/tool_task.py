@@ -147,8 +147,15 @@ class _FullCollections:
             self.count += 1
             self.seconds += time.perf_counter() - self._started
 
+    def report(self, *, unfrozen: bool) -> None:
+        frozen = "unfrozen" if unfrozen else f"{gc.get_freeze_count():,} frozen"
+        print(
+            f"full garbage collections during the reply: {self.count}, "
+            f"{self.seconds * 1000:.0f} ms with the GIL held (start-up objects {frozen})"
+        )
 
-def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument(
@@ -156,7 +163,11 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
         action="store_true",
         help="leave the start-up objects unfrozen (what chat_platform.warmup did before)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
+    args = _arguments()
     _django.setup(fake_key=True)
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -228,11 +239,7 @@ def main() -> None:  # noqa: PLR0915 - one scripted run, read top to bottom
         wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
         reply.refresh_from_db()
         _report(bot, session, reply, list(fake.served), wall, tool_seconds[0], args.steps, cpu)
-        frozen = "unfrozen" if args.gc_unfrozen else f"{gc.get_freeze_count():,} frozen"
-        print(
-            f"full garbage collections during the reply: {collections.count}, "
-            f"{collections.seconds * 1000:.0f} ms with the GIL held (start-up objects {frozen})"
-        )
+        collections.report(unfrozen=args.gc_unfrozen)
         found = _step_recalled(fake, session)
     mcp.stop()
     tools_stored = Message.objects.filter(session=session, role="tool", tool_ok=True).count()
