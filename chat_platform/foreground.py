@@ -16,6 +16,7 @@ owner says how that loses nothing). A worker's warm shutdown stops the thread (`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -103,6 +104,18 @@ def _next() -> Callable[[], None] | None:
             return work
         _cond.wait(left)  # woken when the foreground ends or work arrives
     return None
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a prefork worker's) has only the forking thread: it starts with no
+    background thread, nothing queued and no turn of its parent's, and a lock nobody holds."""
+    global _cond, _running, _busy, _thread, _stopping
+    _cond = threading.Condition()
+    _running, _busy, _thread, _stopping = 0, False, None, False
+    _queue.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _run() -> None:

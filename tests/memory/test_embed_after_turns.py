@@ -4,6 +4,8 @@ background thread (``chat_platform.foreground``) once no turn runs in it, or onc
 embedded once; a stopping worker starts nothing more. The embedding itself is replaced by a
 recorder here: these tests are about when and how often it runs."""
 
+import os
+
 import pytest
 
 from bots.tasks import turn_run
@@ -144,3 +146,19 @@ def test_a_turn_is_foreground_work_while_it_runs(monkeypatch):
     assert foreground.running() == 0
     turn_run.run(1)
     assert seen == [1] and foreground.running() == 0
+
+
+def test_a_forked_child_starts_with_nothing_of_its_parents(embedded):
+    read, write = os.pipe()
+    with foreground.foreground():
+        embed_after_turns.messages_embed_after_turns(session_id=7, message_ids=[1])
+        pid = os.fork()
+        if pid == 0:  # the child: say what it holds, and go
+            state = f"{foreground.running()} {foreground.queued()} {foreground._thread is None}"
+            os.write(write, state.encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        os.close(write)
+        assert os.read(read, 100).decode() == "0 0 True"
+        assert foreground.running() == 1 and foreground.queued() == 1  # the parent's, as it was
+    os.close(read)
