@@ -154,10 +154,10 @@ def classify_stuck(turns: list[Turn]) -> None:
             waiting[session_id].error = f"reply {status}, no final frame"
 
 
-def embeddings_caught_up(sids: list[int], timeout: float = 300.0) -> float:
-    """Seconds until every indexed message of ``sids`` has its vector. The turns come first
-    (docs/performance.md "Turns first"): the embedding of what they wrote runs after them, and
-    its CPU is the turns' too."""
+def embeddings_caught_up(sids: list[int], timeout: float = 300.0) -> tuple[float, int]:
+    """Seconds until every indexed message of ``sids`` has its vector, and how many still have
+    none (0 unless ``timeout`` passed first). The turns come first (docs/performance.md "Turns
+    first"): the embedding of what they wrote runs after them, and its CPU is the turns' too."""
     from django.db import connection
 
     from memory.models import MessageIndex
@@ -165,9 +165,9 @@ def embeddings_caught_up(sids: list[int], timeout: float = 300.0) -> float:
     pending = MessageIndex.objects.filter(session_id__in=sids, embedding__isnull=True)
     start = time.perf_counter()
     try:
-        while pending.exists() and time.perf_counter() - start < timeout:
+        while (left := pending.count()) and time.perf_counter() - start < timeout:
             time.sleep(0.2)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, left
     finally:
         connection.close()
 
@@ -308,9 +308,11 @@ def main() -> None:
             connection.close()
             completed = report(name, turns, wall, ttft_direct, cpu, sampler)
             if caught_up is not None:
+                seconds, left = caught_up
+                said = f"{left} still not embedded after" if left else "caught up"
                 print(
-                    f"    embeddings of the written messages caught up {caught_up:.1f} s after "
-                    "the last turn (CPU above includes them)"
+                    f"    embeddings of the written messages: {said} {seconds:.1f} s after the "
+                    "last turn (CPU above includes them)"
                 )
             failed += len(turns) - completed
     print(

@@ -104,12 +104,12 @@ def warm_first_turn() -> None:
 
 
 def freeze_start_up_objects() -> None:
-    """After the warm-up, what the process has built (modules, classes, litellm's tables: some
-    480,000 objects) lives as long as the process, and the cyclic garbage collector's full passes
-    walked all of it: ~150 ms each with the GIL held, so every thread of the process stood still,
-    eight times in a 100-step tool task (docs/performance.md "Start-up objects frozen"). Frozen
-    (``gc.freeze``), a full pass walks only what came after. Nothing frozen is ever freed: these
-    objects are never garbage."""
+    """After the warm-up, what the process has built (modules, classes, litellm's tables: about
+    500,000 objects) lives as long as the process, and the cyclic garbage collector's full passes
+    walked all of it: 150–180 ms each with the GIL held, so every thread of the process stood
+    still; twice in a 100-step tool task's reply, 578–670 ms in all (docs/performance.md
+    "Start-up objects frozen"). Frozen (``gc.freeze``), a full pass walks only what came after.
+    A frozen object that becomes cyclic garbage later is never freed: a few, at start-up's size."""
     gc.collect()
     gc.freeze()
     log.info("start_up_objects_frozen", objects=gc.get_freeze_count())
