@@ -91,8 +91,9 @@ def stop() -> None:
         _cond.notify_all()
 
 
-def _next() -> Callable[[], None] | None:
-    """The next piece of work once it may run (caller holds ``_cond``); None: stop."""
+def _next() -> tuple[Hashable, Callable[[], None]] | None:
+    """The next piece of work (its key, the work) once it may run (caller holds ``_cond``);
+    None: stop."""
     while not _stopping:
         if not _queue:
             _cond.wait()
@@ -101,7 +102,7 @@ def _next() -> Callable[[], None] | None:
         left = due - time.monotonic()
         if _running == 0 or left <= 0:
             del _queue[key]
-            return work
+            return key, work
         _cond.wait(left)  # woken when the foreground ends or work arrives
     return None
 
@@ -122,16 +123,17 @@ def _run() -> None:
     global _busy, _thread
     while True:
         with _cond:
-            work = _next()
-            if work is None:
+            piece = _next()
+            if piece is None:
                 _thread = None
                 _cond.notify_all()
                 return
             _busy = True
+        key, work = piece
         try:
             work()
         except Exception:  # one piece's failure is its own; the next still runs
-            log.exception("after_foreground_work_failed")
+            log.exception("after_foreground_work_failed", key=repr(key))
         finally:
             connections.close_all()  # the thread holds no database connection while it waits
             with _cond:

@@ -75,7 +75,7 @@ def test_past_the_longest_wait_it_embeds_beside_the_turn(embedded, settings):
         assert calls == [(7, [1])]
 
 
-def test_a_failing_session_is_logged_and_the_next_is_still_embedded(embedded, monkeypatch):
+def test_a_failing_session_is_logged_and_the_next_is_still_embedded(embedded, monkeypatch, caplog):
     calls, closes = embedded
 
     def record(*, session_id, message_ids=None):
@@ -90,6 +90,7 @@ def test_a_failing_session_is_logged_and_the_next_is_still_embedded(embedded, mo
     assert foreground.wait_drained(WAIT)
     assert calls == [(8, [2])]
     assert closes == [1, 1]
+    assert "'embed', 7" in caplog.text and "database went away" in caplog.text
 
 
 def test_a_stopping_worker_starts_nothing_more(embedded):
