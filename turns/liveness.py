@@ -89,6 +89,9 @@ class TurnWatcher:
                 with self._lock:
                     handles = dict(self._turns)
                     if not handles:
+                        if idle_since is None:
+                            # No turn to watch: no connection held while none runs.
+                            connection.close()
                         idle_since = idle_since or time.monotonic()
                         if time.monotonic() - idle_since >= IDLE_EXIT_SECONDS:
                             self._thread = None

@@ -20,7 +20,7 @@ from compaction.pipeline import admit as pipeline_admit
 from compaction.pipeline import history as pipeline_history
 from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
-from turns import recall_loop, stream, turn, watchdog
+from turns import liveness, recall_loop, stream, turn, watchdog
 
 MODEL = "openai/fake-model"
 
@@ -721,3 +721,27 @@ def test_frames_sent_without_waiting_still_arrive_in_order():
 
     assert async_to_sync(receive_three)() == [1, 2, 3]
     async_to_sync(layer.group_discard)(transport.session_group(987_655), channel)
+
+
+def test_the_watcher_holds_no_database_connection_while_no_turn_runs(monkeypatch):
+    """The watcher thread stays a while after its last turn (a next turn reuses it); its
+    connection is let go at once, not when the thread exits: an idle worker holds none."""
+    closed_while_running = threading.Event()
+
+    class Connection:
+        def close(self) -> None:
+            if threading.current_thread().name == "turn-watcher":
+                closed_while_running.set()
+
+    monkeypatch.setattr(liveness, "connection", Connection())
+    monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.01)
+    monkeypatch.setattr(liveness, "IDLE_EXIT_SECONDS", 3600)
+    watcher = liveness.TurnWatcher()
+    watcher._thread = threading.Thread(target=watcher._run, name="turn-watcher", daemon=True)
+    watcher._thread.start()  # as register() starts it; here with no turn at all
+    thread = watcher._thread
+    assert closed_while_running.wait(30)
+    assert thread.is_alive()  # let go while waiting for turns, not on the way out
+    monkeypatch.setattr(liveness, "IDLE_EXIT_SECONDS", 0)
+    thread.join(30)
+    assert not thread.is_alive()
