@@ -191,3 +191,42 @@ FACT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
         "number",
     ),
 ]
+
+# What each pattern above cannot match without (any one of them, in the text lower-cased): a
+# text holding none is not scanned with it. A tool result of thousands of words holds none of
+# most (no "@", no "%", no month), and 30 scans of ~10 KB were most of a compaction's fact
+# check (docs/performance.md, tool task). Empty: always scanned.
+_MONTH_NEEDLES = tuple(m[:3] for m in _MONTHS_FULL.split("|"))
+FACT_NEEDLES: list[tuple[str, ...]] = [
+    ("://", "www."),  # url
+    ("@",),  # email
+    ("-",),  # uuid
+    ("-",),  # ISO date
+    ("/", "."),  # 2024/3/8, 8.3.2024
+    ("月",),  # CJK date
+    _MONTH_NEEDLES,  # 14th of March
+    _MONTH_NEEDLES,  # March 14
+    _MONTH_NEEDLES,  # March 2024
+    _MONTH_NEEDLES,  # March
+    ("day",),  # weekdays
+    (":",),  # 13:56
+    ("am", "pm", "a.m", "p.m"),  # 9 am
+    ("v",),  # v1.2
+    (".",),  # 1.2.3
+    (":\\",),  # C:\
+    ("/",),  # /usr/bin
+    ("/",),  # src/app.py
+    (".",),  # app.py
+    (".",),  # example.com
+    ("$", "€", "£", "¥", "₹", "₩"),  # money
+    ("%",),  # percent
+    ("#",),  # ticket
+    ("0x",),  # hex with its prefix
+    (),  # hex digits
+    ("-", "_", "."),  # compound
+    (),  # camelCase
+    (),  # ABC123
+    (),  # 4o1
+    (),  # number
+]
+assert len(FACT_NEEDLES) == len(FACT_PATTERNS)

@@ -13,6 +13,7 @@ import re
 
 from compaction.fact_names import names_in
 from compaction.fact_patterns import (
+    FACT_NEEDLES,
     FACT_PATTERNS,
     LIST_MARKER,
     MESSAGE_REF,
@@ -44,6 +45,22 @@ def _claim(taken: bytearray, start: int, end: int) -> bool:
         return False
     taken[start:end] = b"\x01" * (end - start)
     return True
+
+
+_CLAIMED_RUN = re.compile(rb"\x01+")
+
+
+def _claimed_zeroed(text: str, taken: bytearray) -> str:
+    """``text`` with every claimed character replaced by "0", run by run (not character by
+    character: a tool result of thousands of identifiers is ~10 KB)."""
+    parts: list[str] = []
+    end = 0
+    for run in _CLAIMED_RUN.finditer(taken):
+        parts.append(text[end : run.start()])
+        parts.append("0" * (run.end() - run.start()))
+        end = run.end()
+    parts.append(text[end:])
+    return "".join(parts)
 
 
 def _trim_url(value: str) -> str:
@@ -118,7 +135,10 @@ def extract_facts(text: str) -> list[str]:
         masked = noise.sub(lambda m: " " * len(m.group()), masked)
     taken = bytearray(len(masked))
     found: list[tuple[int, str]] = []
-    for pattern, kind in FACT_PATTERNS:
+    lowered = masked.lower()
+    for (pattern, kind), needles in zip(FACT_PATTERNS, FACT_NEEDLES, strict=True):
+        if needles and not any(needle in lowered for needle in needles):
+            continue  # it cannot match here (fact_patterns.FACT_NEEDLES)
         for match in pattern.finditer(masked):
             value = match.group()
             if kind == "url":
@@ -131,7 +151,7 @@ def extract_facts(text: str) -> list[str]:
                 found.append((start, value))
     # Names are looked for in what no other fact took.
     # Taken characters become "0": never part of a word, and no word starts right after one.
-    unclaimed = "".join("0" if flag else ch for ch, flag in zip(masked, taken, strict=True))
+    unclaimed = _claimed_zeroed(masked, taken)
     found.extend(names_in(text, unclaimed))
     found.sort(key=lambda item: item[0])
     facts: list[str] = []

@@ -544,3 +544,74 @@ def test_record_frames_are_no_facts_even_after_a_fused_snapshot_ends_the_tool_re
         "[12] user: ok [not found: snapshot_9_9]"
     )
     assert extract_facts(text) == ["Tomás", "Bristol"]
+
+
+def test_claimed_characters_are_zeroed_run_by_run_as_character_by_character() -> None:
+    """``_claimed_zeroed`` (runs of claimed characters, for tool results of thousands of
+    identifiers) gives what the character-by-character join gave, on every shape of claims."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from compaction.facts import _claimed_zeroed
+
+    def by_character(text: str, taken: bytearray) -> str:
+        return "".join("0" if flag else ch for ch, flag in zip(text, taken, strict=True))
+
+    @given(st.lists(st.tuples(st.characters(), st.booleans()), max_size=200))
+    def same(pairs: list[tuple[str, bool]]) -> None:
+        text = "".join(ch for ch, _ in pairs)
+        taken = bytearray(1 if flag else 0 for _, flag in pairs)
+        assert _claimed_zeroed(text, taken) == by_character(text, taken)
+
+    same()
+    claims = bytearray(b"\x01\x01\x00\x00\x00\x00\x01\x01")
+    assert _claimed_zeroed("ab cd ef", claims) == "00 cd 00"
+
+
+FACT_SAMPLES = [
+    "see https://example.org/a?b=1 or WWW.example.com",
+    "mail ana.lima@example.co.uk today",
+    "id 123e4567-e89b-12d3-a456-426614174000",
+    "on 2024-03-08T13:56:00Z and 2024/3/8 or 8.3.2024",
+    "2024年3月8日 and 3月8号",
+    "the 14th of March, 2024; March 14th, 2024; Sept 2023; in July; on monday or Friday",
+    "at 13:56, 9 am, 9:30 p.m.",
+    "release v1.2.3-rc.1 and 10.4.2",
+    "C:\\Users\\ana and /usr/local/bin and src/app/main.py and setup.cfg",
+    "api.example.io costs $1,200.50, 15 %, ticket #4471, 0x1F, deadbeef42",
+    "eu-west-1 INV-2024-001 snake_case gpt-4.1-mini iPhone ABC123 4o1 1,200 3.5",
+]
+
+
+def test_a_pattern_is_skipped_only_where_it_cannot_match() -> None:
+    """``FACT_NEEDLES``: every pattern finds something in the samples (each kind of fact), and
+    a text that holds none of a pattern's needles (lower-cased) has no match of it: on the
+    samples, on them with each character left out in turn, and on generated texts."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from compaction.fact_patterns import FACT_NEEDLES, FACT_PATTERNS
+
+    def check(text: str) -> None:
+        lowered = text.lower()
+        for (pattern, kind), needles in zip(FACT_PATTERNS, FACT_NEEDLES, strict=True):
+            if needles and not any(needle in lowered for needle in needles):
+                assert pattern.search(text) is None, (kind, pattern.pattern, text)
+
+    for (pattern, kind), _ in zip(FACT_PATTERNS, FACT_NEEDLES, strict=True):
+        assert any(pattern.search(sample) for sample in FACT_SAMPLES), (kind, pattern.pattern)
+    for sample in FACT_SAMPLES:
+        check(sample)
+        for i in range(len(sample)):
+            check(sample[:i] + sample[i + 1 :])
+
+    pieces = st.sampled_from(
+        [*"0123456789aAmMpPvVxX:/.\\-_@#%$€£¥₹₩ \n年月日号", *FACT_SAMPLES, "Monday", "mar"]
+    )
+
+    @settings(max_examples=300)
+    @given(st.lists(pieces, max_size=12))
+    def skipped_never_matches(chosen: list[str]) -> None:
+        check("".join(chosen))
+
+    skipped_never_matches()
