@@ -10,6 +10,8 @@ Models whose tokenizer we do not have (Anthropic, Llama, the built-in models, â€
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -46,11 +48,64 @@ def _encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
+# Counts of the longer texts counted lately. A compaction counts the same text several times
+# (a snapshot's body, then the summariser's request that carries it, a fusion its parents'
+# summaries and snapshots again, the extractive summariser its sentences at every pass):
+# encoding was a seventh of a long tool-using reply (docs/performance.md, tool task). Shorter
+# texts encode faster than they are looked up; far longer ones are not kept.
+COUNT_CACHE_MIN_CHARS = 200
+COUNT_CACHE_MAX_CHARS = 256 * 1024
+COUNT_CACHE_TOTAL_CHARS = 4 * 1024 * 1024
+
+
+class _Counts:
+    """(encoding, text) -> tokens, least recently used first; at most ``COUNT_CACHE_TOTAL_CHARS``
+    characters of text held. One lock: threads of a process share it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._chars = 0
+
+    def get(self, key: tuple[str, str]) -> int | None:
+        with self._lock:
+            count = self._counts.get(key)
+            if count is not None:
+                self._counts.move_to_end(key)
+            return count
+
+    def put(self, key: tuple[str, str], count: int) -> None:
+        with self._lock:
+            if key in self._counts:
+                return
+            self._counts[key] = count
+            self._chars += len(key[1])
+            while self._chars > COUNT_CACHE_TOTAL_CHARS:
+                (_, old), _ = self._counts.popitem(last=False)
+                self._chars -= len(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._chars = 0
+
+
+_COUNTS = _Counts()
+
+
 def count_tokens(text: str, *, model: str = "") -> int:
     """Tokens of ``text`` alone (no message overhead). Special-token text is counted as text."""
     if not text:
         return 0
-    return len(_encoding(encoding_name_for_model(model)).encode(text, disallowed_special=()))
+    name = encoding_name_for_model(model)
+    if not COUNT_CACHE_MIN_CHARS <= len(text) <= COUNT_CACHE_MAX_CHARS:
+        return len(_encoding(name).encode(text, disallowed_special=()))
+    key = (name, text)
+    count = _COUNTS.get(key)
+    if count is None:
+        count = len(_encoding(name).encode(text, disallowed_special=()))
+        _COUNTS.put(key, count)
+    return count
 
 
 # Whitespace to ``str.split`` but not to the encodings' pre-tokenizer (Unicode White_Space).

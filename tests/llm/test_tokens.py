@@ -120,3 +120,41 @@ def test_counting_works_with_the_network_blocked():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["4 3", "False"]
+
+
+def test_a_longer_text_is_encoded_once_and_the_kept_texts_stay_within_their_cap(monkeypatch):
+    """``count_tokens`` keeps the counts of texts of 200 characters to 256 KB (a compaction
+    counts one transcript several times), per encoding, least recently used first out, at most
+    ``COUNT_CACHE_TOTAL_CHARS`` characters held; shorter and longer texts are encoded each time."""
+    from chat_platform.llm import tokens
+
+    counts = tokens._Counts()
+    monkeypatch.setattr(tokens, "_COUNTS", counts)
+    monkeypatch.setattr(tokens, "COUNT_CACHE_TOTAL_CHARS", 1000)
+    encoded: list[str] = []
+    real = tokens._encoding
+
+    class Counting:
+        def __init__(self, name: str) -> None:
+            self.encoding = real(name)
+
+        def encode(self, text: str, **kwargs):
+            encoded.append(text)
+            return self.encoding.encode(text, **kwargs)
+
+    monkeypatch.setattr(tokens, "_encoding", Counting)
+    long_text = "the quick brown fox " * 20  # 400 characters
+    short_text = "the quick brown fox"
+    first = count_tokens(long_text)
+    assert first == count_tokens(long_text) == 81  # the trailing space is a token of its own
+    assert count_tokens(long_text, model="gpt-4o") == 81  # another encoding: its own entry
+    assert count_tokens(short_text) == count_tokens(short_text) == 4
+    assert encoded == [long_text, long_text, short_text, short_text]
+    others = [f"{i} " + "word " * 99 for i in range(3)]  # 3 x ~497 characters
+    for text in others:
+        count_tokens(text)
+    assert counts._chars <= 1000
+    assert list(counts._counts) == [("cl100k_base", others[1]), ("cl100k_base", others[2])]
+    encoded.clear()
+    count_tokens(long_text)  # let go to make room: encoded again
+    assert encoded == [long_text]
