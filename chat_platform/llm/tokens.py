@@ -8,6 +8,7 @@ Models whose tokenizer we do not have (Anthropic, Llama, the built-in models, â€
 ``cl100k_base``: an estimate, but a stable one, and stability is what the budget maths needs.
 """
 
+import hashlib
 import json
 import re
 import threading
@@ -51,43 +52,33 @@ def _encoding(name: str) -> tiktoken.Encoding:
 # Counts of the longer texts counted lately. A compaction counts the same text several times
 # (a snapshot's body, then the summariser's request that carries it, a fusion its parents'
 # summaries and snapshots again, the extractive summariser its sentences at every pass):
-# encoding was a seventh of a long tool-using reply (docs/performance.md, tool task). Shorter
-# texts encode faster than they are looked up; far longer ones are not kept.
+# encoding was a ninth of a long tool-using reply (docs/performance.md, tool task). Shorter texts
+# encode faster than they are looked up. A text is known by its digest: no text is kept alive
+# (an import of thousands of messages stays streamed, tests/transfer).
 COUNT_CACHE_MIN_CHARS = 200
-COUNT_CACHE_MAX_CHARS = 256 * 1024
-COUNT_CACHE_TOTAL_CHARS = 4 * 1024 * 1024
+COUNT_CACHE_ENTRIES = 4096
 
 
 class _Counts:
-    """(encoding, text) -> tokens, least recently used first; at most ``COUNT_CACHE_TOTAL_CHARS``
-    characters of text held. One lock: threads of a process share it."""
+    """(encoding, digest of the text) -> tokens, least recently used out first, at most
+    ``COUNT_CACHE_ENTRIES``. One lock: threads of a process share it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._chars = 0
+        self._counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()
 
-    def get(self, key: tuple[str, str]) -> int | None:
+    def get(self, key: tuple[str, bytes]) -> int | None:
         with self._lock:
             count = self._counts.get(key)
             if count is not None:
                 self._counts.move_to_end(key)
             return count
 
-    def put(self, key: tuple[str, str], count: int) -> None:
+    def put(self, key: tuple[str, bytes], count: int) -> None:
         with self._lock:
-            if key in self._counts:
-                return
             self._counts[key] = count
-            self._chars += len(key[1])
-            while self._chars > COUNT_CACHE_TOTAL_CHARS:
-                (_, old), _ = self._counts.popitem(last=False)
-                self._chars -= len(old)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._counts.clear()
-            self._chars = 0
+            while len(self._counts) > COUNT_CACHE_ENTRIES:
+                self._counts.popitem(last=False)
 
 
 _COUNTS = _Counts()
@@ -98,9 +89,10 @@ def count_tokens(text: str, *, model: str = "") -> int:
     if not text:
         return 0
     name = encoding_name_for_model(model)
-    if not COUNT_CACHE_MIN_CHARS <= len(text) <= COUNT_CACHE_MAX_CHARS:
+    if len(text) < COUNT_CACHE_MIN_CHARS:
         return len(_encoding(name).encode(text, disallowed_special=()))
-    key = (name, text)
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    key = (name, digest)
     count = _COUNTS.get(key)
     if count is None:
         count = len(_encoding(name).encode(text, disallowed_special=()))

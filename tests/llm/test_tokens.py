@@ -122,15 +122,16 @@ def test_counting_works_with_the_network_blocked():
     assert result.stdout.split("\n")[:2] == ["4 3", "False"]
 
 
-def test_a_longer_text_is_encoded_once_and_the_kept_texts_stay_within_their_cap(monkeypatch):
-    """``count_tokens`` keeps the counts of texts of 200 characters to 256 KB (a compaction
-    counts one transcript several times), per encoding, least recently used first out, at most
-    ``COUNT_CACHE_TOTAL_CHARS`` characters held; shorter and longer texts are encoded each time."""
+def test_a_longer_text_is_encoded_once_and_the_kept_counts_stay_within_their_cap(monkeypatch):
+    """``count_tokens`` keeps the counts of texts of 200 characters or more (a compaction counts
+    one transcript several times), per encoding, by the text's digest (no text is kept), least
+    recently used out first, at most ``COUNT_CACHE_ENTRIES``; shorter texts are encoded each
+    time."""
     from chat_platform.llm import tokens
 
     counts = tokens._Counts()
     monkeypatch.setattr(tokens, "_COUNTS", counts)
-    monkeypatch.setattr(tokens, "COUNT_CACHE_TOTAL_CHARS", 1000)
+    monkeypatch.setattr(tokens, "COUNT_CACHE_ENTRIES", 2)
     encoded: list[str] = []
     real = tokens._encoding
 
@@ -150,11 +151,11 @@ def test_a_longer_text_is_encoded_once_and_the_kept_texts_stay_within_their_cap(
     assert count_tokens(long_text, model="gpt-4o") == 81  # another encoding: its own entry
     assert count_tokens(short_text) == count_tokens(short_text) == 4
     assert encoded == [long_text, long_text, short_text, short_text]
-    others = [f"{i} " + "word " * 99 for i in range(3)]  # 3 x ~497 characters
-    for text in others:
-        count_tokens(text)
-    assert counts._chars <= 1000
-    assert list(counts._counts) == [("cl100k_base", others[1]), ("cl100k_base", others[2])]
+    assert all(isinstance(digest, bytes) and len(digest) == 16 for _, digest in counts._counts)
+    other = "jumps over the lazy dog " * 20
+    assert count_tokens(other) == count_tokens(other)
+    assert len(counts._counts) == 2  # the oldest (long_text, cl100k) let go
     encoded.clear()
-    count_tokens(long_text)  # let go to make room: encoded again
+    count_tokens(long_text, model="gpt-4o")
+    count_tokens(long_text)
     assert encoded == [long_text]
