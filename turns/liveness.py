@@ -86,17 +86,19 @@ class TurnWatcher:
         try:
             while True:
                 time.sleep(CHECKPOINT_SECONDS)
+                went_idle = False
                 with self._lock:
                     handles = dict(self._turns)
                     if not handles:
-                        if idle_since is None:
-                            # No turn to watch: no connection held while none runs.
-                            connection.close()
+                        went_idle = idle_since is None
                         idle_since = idle_since or time.monotonic()
                         if time.monotonic() - idle_since >= IDLE_EXIT_SECONDS:
                             self._thread = None
                             return
-                        continue
+                if not handles:
+                    if went_idle:
+                        connection.close()  # no turn to watch: no connection held while none runs
+                    continue
                 idle_since = None
                 try:
                     if time.monotonic() - last_beat >= settings.CHAT_HEARTBEAT_SECONDS:
