@@ -110,7 +110,7 @@ def _is_content(word: str) -> bool:
 
 
 def _has_digit(word: str) -> bool:
-    return any(c.isdigit() for c in word)
+    return not word.isalpha() and any(c.isdigit() for c in word)
 
 
 def _month(word: str) -> str | None:
@@ -129,7 +129,11 @@ class _Terms:
     def take(self, i: int, j: int, kind: str, shown: str) -> None:
         for k in range(i, j):
             self.used[k] = True
-        parts = tuple(w.lower() for k in range(i, j) for w in _WORD.findall(self.words[k]))
+        word = self.words[i]
+        if j == i + 1 and word.isalnum():  # one word, all of it one _WORD: most terms
+            parts: tuple[str, ...] = (word.lower(),)
+        else:
+            parts = tuple(w.lower() for k in range(i, j) for w in _WORD.findall(self.words[k]))
         self.terms.append(_Term(kind, shown, parts))
 
     def dates(self) -> None:

@@ -200,3 +200,19 @@ def test_document_frequency_moves_with_the_list_as_a_fresh_count_would():
     # change from the last holds more words than the list itself ([d] after [b, c, d], then
     # the empty list) is counted afresh.
     assert rebuilt == [False, False, False, False, False, True, True, False]
+
+
+def test_a_one_word_term_is_split_as_every_term_is():
+    """``_Terms.take``'s one-word path (a word ``str.isalnum`` accepts is one ``_WORD`` match)
+    gives the parts the general path gives, on words of every kind of letter and digit."""
+    from memory.descriptions import _WORD, _Terms, _tokens
+
+    words = ["w123", "Ä", "ß", "²", "½", "٣٤", "İstanbul", "ﬁle", "Clara's", "snake_case", "a-b"]
+    found = _Terms(_tokens(" ".join(words)))
+    for i in range(len(found.words)):
+        found.take(i, i + 1, "word", found.words[i])
+    assert [term.parts for term in found.terms] == [
+        tuple(w.lower() for w in _WORD.findall(word)) for word in found.words
+    ]
+    assert found.terms[0].parts == ("w123",)
+    assert found.terms[6].parts == ("i̇stanbul",)
