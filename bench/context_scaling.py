@@ -11,7 +11,7 @@ messages covered by one active summary (``Message.compacted_by_id``, as fusion l
 the live history fits the window and the build takes all of it (``whole_history``). Its own
 sessions, kept beside the uncompacted ones. ``--room``: the same history in a room of two bots,
 covered for the measured bot by its own coverage rows (``SummaryCoverage``, with its seat's
-totals), as a room records compaction.
+totals and covered floor), as a room records compaction.
 
     .venv/bin/python bench/context_scaling.py [--compacted | --room]   # DATABASE_URL: chat_bench
 """
@@ -141,6 +141,18 @@ def _room(session, bot, summary_id: int, last_seq: int) -> None:
         covered_tokens=totals["tokens"],
         covered_messages=totals["messages"],
     )
+    room_floor(session.pk, bot.pk, last_seq)
+
+
+def room_floor(session_id: int, bot_id: int, last_seq: int) -> None:
+    """The seat's covered floor at ``last_seq``, as the writer of its coverage leaves it
+    (``seat_floor``); a session loaded before the floor existed gets it here."""
+    from compaction.engine.coverage import seat_floor
+    from compaction.models import SeatState
+
+    seat = SeatState.objects.filter(session_id=session_id, bot_id=bot_id)
+    state = seat.values_list("covered_through_seq", "uncovered_ids").get()
+    seat.update(**seat_floor(session_id, bot_id, 1, floor=state, through_seq=last_seq))
 
 
 def _copy_messages(
@@ -220,6 +232,8 @@ def main() -> None:
             session__bot=bot, session__title=title(size, mode), status="pending"
         ).first()
         replies[size] = existing.pk if existing else build_session(user, bot, size, mode).pk
+        if mode == "room":
+            room_floor(Message.objects.get(pk=replies[size]).session_id, bot.pk, size - LIVE)
     # Fresh planner statistics, as autovacuum keeps them on a live table after a bulk load.
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE bots_message")

@@ -273,6 +273,13 @@ class SeatState(models.Model):
     hidden_messages = models.IntegerField(default=0)
     # The fields of this bot's last context_admission decision (its context report).
     last_admission = models.JSONField(null=True, blank=True)
+    # What the seat's reads may skip (docs/rooms.md "A seat's bounded read"): every message the
+    # bot may see up to ``covered_through_seq`` is covered by one of its summaries, except those
+    # listed in ``uncovered_ids`` (pinned, interrupted, failed, a reply not finished, a tool
+    # call left whole). Raised by the writer of the coverage, lowered by undo, reset when the
+    # bot takes its seat again; 0 skips nothing and is always right.
+    covered_through_seq = models.PositiveBigIntegerField(default=0)
+    uncovered_ids = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -282,6 +289,10 @@ class SeatState(models.Model):
 
     def __str__(self) -> str:
         return f"compaction seat of bot {self.bot_id} in session {self.session_id}"
+
+
+# A seat's covered floor that skips nothing (``SeatState.covered_through_seq``).
+SEAT_FLOOR_NONE = {"covered_through_seq": 0, "uncovered_ids": ()}
 
 
 class PromptVersion(models.Model):

@@ -39,20 +39,32 @@ class RoomView:
     last_admission: Any = None
     backoff_until: Any = None  # datetime | None
     cooldown_until: Any = None  # datetime | None
+    # The seat's covered floor (``SeatState.covered_through_seq``, 0: none): everything it sees
+    # up to there is covered, but for ``uncovered_ids``.
+    covered_through_seq: int = 0
+    uncovered_ids: tuple[int, ...] = ()
 
     def seen(self) -> Q:
         """The room's messages this bot is shown: from its join (if it sees from there), and no
         other bot's recall exchange."""
-        seen = Q(seq__gte=self.from_seq) if self.from_seq > 1 else Q()
-        return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=self.bot_id))
+        return seat_seen(self.bot_id, self.from_seq)
 
     def covered(self) -> Exists:
         """The message is covered by one of this bot's own summaries (``SummaryCoverage``)."""
-        return Exists(SummaryCoverage.objects.filter(bot_id=self.bot_id, message_id=OuterRef("pk")))
+        return seat_covered(self.bot_id)
+
+    def past_floor(self) -> Q:
+        """The messages that may be uncovered: after the covered floor, or listed below it. A
+        bounded read: the session's in-context index and the listed ids, however long the
+        covered history behind the floor (docs/rooms.md "A seat's bounded read")."""
+        if not self.covered_through_seq:
+            return Q()
+        past = Q(seq__gt=self.covered_through_seq)
+        return past | Q(pk__in=self.uncovered_ids) if self.uncovered_ids else past
 
     def where(self) -> Q:
         """The room's in-context messages this bot sees and its own summaries do not cover."""
-        return self.seen() & ~self.covered()
+        return self.seen() & self.past_floor() & ~self.covered()
 
     def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
         if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
@@ -62,6 +74,22 @@ class RoomView:
     @property
     def max_prefix_tokens(self) -> int:
         return max(self.prefix_tokens.values(), default=0)
+
+
+def seat_first_seq(joined_seq: int, sees_from_join: bool) -> int:
+    """The first seq a room's bot is shown (``RoomView.from_seq``)."""
+    return joined_seq + 1 if sees_from_join else 1
+
+
+def seat_seen(bot_id: int, from_seq: int) -> Q:
+    """What a room's bot is shown (``RoomView.seen``)."""
+    seen = Q(seq__gte=from_seq) if from_seq > 1 else Q()
+    return seen & (~Q(kind=Message.Kind.TOOL) | Q(bot_id=bot_id))
+
+
+def seat_covered(bot_id: int) -> Exists:
+    """The message is covered by one of the bot's own summaries (``RoomView.covered``)."""
+    return Exists(SummaryCoverage.objects.filter(bot_id=bot_id, message_id=OuterRef("pk")))
 
 
 _HEADER_TAIL = "Messages from the others start with the speaker's name."
@@ -86,7 +114,7 @@ def room_view(session: ChatSession) -> RoomView | None:
     participants = participants_of(session=session, include_removed=True)
     bot = session.bot
     seat = next((p for p in participants if p.bot_id == bot.pk), None)
-    from_seq = seat.joined_seq + 1 if seat is not None and seat.sees_from_join else 1
+    from_seq = seat_first_seq(seat.joined_seq, seat.sees_from_join) if seat is not None else 1
     user_name = room_user_name(session)
     speakers: dict[int | None, tuple[str, str]] = {None: (_name_slug(user_name), user_name)}
     for participant in participants:
@@ -111,9 +139,11 @@ def room_view(session: ChatSession) -> RoomView | None:
             "last_admission",
             "backoff_until",
             "cooldown_until",
+            "covered_through_seq",
+            "uncovered_ids",
         )
         .first()
-    ) or (0, 0, 0, 0, None, None, None)
+    ) or (0, 0, 0, 0, None, None, None, 0, [])
     return RoomView(
         bot_id=bot.pk,
         from_seq=from_seq,
@@ -127,6 +157,8 @@ def room_view(session: ChatSession) -> RoomView | None:
         last_admission=totals[4],
         backoff_until=totals[5],
         cooldown_until=totals[6],
+        covered_through_seq=totals[7],
+        uncovered_ids=tuple(totals[8] or ()),
     )
 
 

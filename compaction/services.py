@@ -34,7 +34,7 @@ from compaction.engine.undo import (
     summary_snapshot,
 )
 from compaction.measure import context_measure
-from compaction.models import SeatState, Summary, SummaryCoverage
+from compaction.models import SEAT_FLOOR_NONE, SeatState, Summary, SummaryCoverage
 from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline.report import context_bot, context_report
 from compaction.queries import summary_get_for_user
@@ -442,6 +442,7 @@ def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -
         defaults={
             "hidden_tokens": tokens if sees_from_join else 0,
             "hidden_messages": messages if sees_from_join else 0,
+            **SEAT_FLOOR_NONE,  # what it is shown may start elsewhere now
         },
     )
 

@@ -3,13 +3,17 @@
 Moved to a fused or re-summarised summary, restored on undo, released on delete; always inside
 the caller's transaction."""
 
+from typing import Any
+
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Min, Q, Sum, Value
+from django.db.models.functions import Least
 
 from bots import coverage
 from bots.models import ChatSession, Message
 from compaction.engine.common import Conflict
 from compaction.models import SeatState, Summary, SummaryCoverage
+from compaction.seats import seat_covered, seat_seen
 
 # A one-bot session records coverage on its messages (``Message.compacted_by_id``, through
 # ``bots.transitions``); a room records it per bot (``SummaryCoverage``) with the seat's own
@@ -17,7 +21,9 @@ from compaction.models import SeatState, Summary, SummaryCoverage
 # one path whatever the session is.
 
 
-def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens: int) -> None:
+def seat_cover(
+    session: ChatSession, summary: Summary, ids: list[int], *, tokens: int, seen_from: int
+) -> None:
     """In a room (caller's transaction): the bot's summary covers exactly these messages, for
     this bot alone (``SummaryCoverage``), and the bot's own totals drop by what it replaced.
     The same conditions as ``coverage.messages_compact``: a message pinned, changed or
@@ -26,7 +32,9 @@ def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens
     One statement writes the coverage of those of ``ids`` still complete and unpinned
     (``INSERT … SELECT``): fewer rows than ids is a conflict, and so is a message this bot
     covers already, which the unique (bot, message) pair refuses — no read of the bot's whole
-    coverage per pass. The seat's row exists after its first turn: one UPDATE moves its totals."""
+    coverage per pass. Then the seat's row, locked, and one UPDATE moves its totals and raises
+    its covered floor to the summary's last seq (``seat_floor``; ``seen_from``: the first seq
+    the seat is shown)."""
     bot_id = session.bot_id
     try:
         with transaction.atomic():
@@ -35,13 +43,51 @@ def seat_cover(session: ChatSession, summary: Summary, ids: list[int], *, tokens
         raise Conflict() from exc
     if written != len(ids):
         raise Conflict()
-    moved = {
-        "covered_tokens": F("covered_tokens") + tokens,
-        "covered_messages": F("covered_messages") + len(ids),
-    }
-    if not SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(**moved):
+    seat = SeatState.objects.filter(session_id=session.pk, bot_id=bot_id)
+    state = seat.select_for_update().values_list("covered_through_seq", "uncovered_ids").first()
+    if state is None:  # the seat's row exists after its first turn; a pass before it makes it
         SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
-        SeatState.objects.filter(session_id=session.pk, bot_id=bot_id).update(**moved)
+        state = (0, [])
+    seat.update(
+        covered_tokens=F("covered_tokens") + tokens,
+        covered_messages=F("covered_messages") + len(ids),
+        **seat_floor(session.pk, bot_id, seen_from, floor=state, through_seq=summary.last_seq),
+    )
+
+
+def seat_floor(
+    session_id: int,
+    bot_id: int,
+    seen_from: int,
+    *,
+    floor: tuple[int, list[int]],
+    through_seq: int,
+) -> dict[str, Any]:
+    """The seat's covered floor once its coverage reaches ``through_seq`` (the fields to write;
+    none if it is there already): what the bot sees from ``seen_from`` up to there that its
+    summaries do not cover is listed (docs/rooms.md "A seat's bounded read"). ``floor``: the
+    seat's (``covered_through_seq``, ``uncovered_ids``), read with its row locked.
+
+    Reads the messages between the old floor and the new one, and those listed before (any
+    covered since leave the list): what this pass covered and what it and earlier passes left,
+    never the history behind them. An undo that releases coverage waits on the seat's row and
+    lowers the floor after this commits (``coverage_release``)."""
+    covered_through, listed = floor
+    if through_seq <= covered_through:
+        return {}
+    window = Q(seq__gt=covered_through, seq__lte=through_seq)
+    if listed:
+        window |= Q(pk__in=listed)
+    left = (
+        Message.objects.filter(
+            window, session_id=session_id, kind__in=[Message.Kind.CHAT, Message.Kind.TOOL]
+        )
+        .filter(seat_seen(bot_id, seen_from))
+        .exclude(seat_covered(bot_id))
+        .order_by("seq")
+        .values_list("pk", flat=True)
+    )
+    return {"covered_through_seq": through_seq, "uncovered_ids": list(left)}
 
 
 def coverage_insert(*, summary_id: int, bot_id: int, message_ids: list[int]) -> int:
@@ -105,12 +151,16 @@ def coverage_release(session: ChatSession, *, summary_id: int) -> tuple[int, int
     if not session.is_room:
         return coverage.messages_uncompact(summary_id=summary_id)
     rows = SummaryCoverage.objects.filter(summary_id=summary_id)
-    held = rows.aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
+    held = rows.aggregate(
+        tokens=Sum("message__token_count"), messages=Count("id"), first=Min("message__seq")
+    )
     tokens, messages = held["tokens"] or 0, held["messages"]
     rows.delete()
     if messages:
+        # The covered floor goes below what came back (``seat_floor``).
         SeatState.objects.filter(session_id=session.pk, bot_id=session.bot_id).update(
             covered_tokens=F("covered_tokens") - tokens,
             covered_messages=F("covered_messages") - messages,
+            covered_through_seq=Least(F("covered_through_seq"), Value(held["first"] - 1)),
         )
     return tokens, messages

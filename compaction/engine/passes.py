@@ -329,6 +329,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
         last_seq=last_seq,
         source_tokens=source_tokens,
         tokens_before=tokens_before,
+        seen_from=measure.room.from_seq if measure.room is not None else 1,
     )
 
 
@@ -383,9 +384,11 @@ def _pass_commit(
     last_seq: int,
     source_tokens: int,
     tokens_before: int,
+    seen_from: int,
 ) -> RunResult:
     """One transaction: the summary, the conditional claim of exactly ``ids``, the totals
-    lowered, the event; a message that changed meanwhile ends it as a conflict."""
+    lowered, the event; a message that changed meanwhile ends it as a conflict. ``seen_from``:
+    in a room, the first seq the seat is shown (``RoomView.from_seq``)."""
     try:
         with transaction.atomic():
             session_kind_held(session)  # a bot joined meanwhile -> conflict
@@ -400,7 +403,7 @@ def _pass_commit(
             )
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
             if session.is_room:
-                seat_cover(session, summary, ids, tokens=source_tokens)
+                seat_cover(session, summary, ids, tokens=source_tokens, seen_from=seen_from)
             else:
                 claimed = coverage.messages_compact(message_ids=ids, summary_id=summary.pk)
                 if claimed != len(ids):

@@ -1107,7 +1107,8 @@ def test_a_seats_soft_compaction_reads_the_room_once_and_covers_in_one_statement
     assert [sql.split()[0] for sql in sqls if "compaction_seatstate" in sql] == [
         "SELECT",  # the run's first measure
         "SELECT",  # the pass's measure
-        "UPDATE",  # the commit: the seat's covered totals
+        "SELECT",  # the commit: the seat's covered floor, its row locked
+        "UPDATE",  # the commit: the seat's covered totals and floor
         "SELECT",  # the measure after the commit
         "UPDATE",  # failures cleared
         "SELECT",  # the second round's measure (still above T)
