@@ -22,10 +22,10 @@ kept); thread-safe (the in-process task threads search too).
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from chat_platform.lru import LRU
 
 # Vectors kept per process, all sessions together: ~30 sessions of 1,000 messages at 384 floats.
 MAX_BYTES = 48 * 1024 * 1024
@@ -47,37 +47,13 @@ def fingerprint(versions: list[tuple[int, str]]) -> str:
     return hashlib.md5(",".join(v for _, v in ordered).encode(), usedforsecurity=False).hexdigest()
 
 
-class Cache:
-    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self.entries: OrderedDict[tuple, Entry] = OrderedDict()
-        self.used = 0
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple) -> Entry | None:
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None:
-                self.entries.move_to_end(key)
-            return entry
-
-    def put(self, key: tuple, entry: Entry) -> None:
-        with self.lock:
-            old = self.entries.pop(key, None)
-            if old is not None:
-                self.used -= old.size
-            if entry.size > self.max_bytes:
-                return
-            self.entries[key] = entry
-            self.used += entry.size
-            while self.used > self.max_bytes:
-                _, dropped = self.entries.popitem(last=False)
-                self.used -= dropped.size
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-            self.used = 0
+def vectors_kept(max_bytes: int = MAX_BYTES) -> LRU[tuple, Entry]:
+    """A cache of vectors bounded by the bytes of their matrices (``chat_platform.lru``)."""
+    return LRU(max_bytes, weight=_entry_bytes)
 
 
-cache = Cache()
+def _entry_bytes(entry: Entry) -> int:
+    return entry.size
+
+
+cache = vectors_kept()

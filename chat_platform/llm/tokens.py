@@ -11,13 +11,13 @@ Models whose tokenizer we do not have (Anthropic, Llama, the built-in models, â€
 import hashlib
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 import tiktoken
+
+from chat_platform.lru import LRU
 
 # Role, separators and priming that every chat message costs on top of its text.
 MESSAGE_OVERHEAD_TOKENS: int = 4
@@ -59,29 +59,8 @@ COUNT_CACHE_MIN_CHARS = 200
 COUNT_CACHE_ENTRIES = 4096
 
 
-class _Counts:
-    """(encoding, digest of the text) -> tokens, least recently used out first, at most
-    ``COUNT_CACHE_ENTRIES``. One lock: threads of a process share it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()
-
-    def get(self, key: tuple[str, bytes]) -> int | None:
-        with self._lock:
-            count = self._counts.get(key)
-            if count is not None:
-                self._counts.move_to_end(key)
-            return count
-
-    def put(self, key: tuple[str, bytes], count: int) -> None:
-        with self._lock:
-            self._counts[key] = count
-            while len(self._counts) > COUNT_CACHE_ENTRIES:
-                self._counts.popitem(last=False)
-
-
-_COUNTS = _Counts()
+# (encoding, digest of the text) -> tokens, least recently used out first.
+_COUNTS: LRU[tuple[str, bytes], int] = LRU(COUNT_CACHE_ENTRIES)
 
 
 def count_tokens(text: str, *, model: str = "") -> int:

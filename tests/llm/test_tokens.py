@@ -13,6 +13,7 @@ from chat_platform.llm.tokens import (
     encoding_name_for_model,
     truncate_to_tokens,
 )
+from chat_platform.lru import LRU
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,9 +130,8 @@ def test_a_longer_text_is_encoded_once_and_the_kept_counts_stay_within_their_cap
     time."""
     from chat_platform.llm import tokens
 
-    counts = tokens._Counts()
+    counts = LRU(2)  # tokens.COUNT_CACHE_ENTRIES of them, two here
     monkeypatch.setattr(tokens, "_COUNTS", counts)
-    monkeypatch.setattr(tokens, "COUNT_CACHE_ENTRIES", 2)
     encoded: list[str] = []
     real = tokens._encoding
 
@@ -151,10 +151,10 @@ def test_a_longer_text_is_encoded_once_and_the_kept_counts_stay_within_their_cap
     assert count_tokens(long_text, model="gpt-4o") == 81  # another encoding: its own entry
     assert count_tokens(short_text) == count_tokens(short_text) == 4
     assert encoded == [long_text, long_text, short_text, short_text]
-    assert all(isinstance(digest, bytes) and len(digest) == 16 for _, digest in counts._counts)
+    assert all(isinstance(digest, bytes) and len(digest) == 16 for _, digest in counts.entries)
     other = "jumps over the lazy dog " * 20
     assert count_tokens(other) == count_tokens(other)
-    assert len(counts._counts) == 2  # the oldest (long_text, cl100k) let go
+    assert len(counts.entries) == 2  # the oldest (long_text, cl100k) let go
     encoded.clear()
     count_tokens(long_text, model="gpt-4o")
     count_tokens(long_text)

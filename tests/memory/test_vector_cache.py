@@ -125,7 +125,7 @@ def test_each_scope_is_kept_apart(hybrid, reads):
 
 
 def test_the_cache_keeps_the_most_recently_used_within_its_bytes():
-    cache = vector_cache.Cache(max_bytes=100)
+    cache = vector_cache.vectors_kept(max_bytes=100)
     entry = {n: vector_cache.Entry((n, ""), [], size) for n, size in ((1, 40), (2, 40), (3, 40))}
     cache.put("a", entry[1])
     cache.put("b", entry[2])
