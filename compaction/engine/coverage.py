@@ -1,7 +1,8 @@
-"""What a summary covers: in a one-bot session its messages' ``compacted_by``, written through
-``bots.transitions``; in a room the seat's ``SummaryCoverage`` rows and ``SeatState`` totals.
-Moved to a fused or re-summarised summary, restored on undo, released on delete; always inside
-the caller's transaction."""
+"""What a summary covers, and every write of it: in a one-bot session its messages'
+``compacted_by``, written through ``bots.coverage``; in a room the seat's ``SummaryCoverage``
+rows, ``SeatState`` totals and covered floor. Written by a pass (``coverage_cover``), moved to a
+fused or re-summarised summary, restored on undo, released on delete; always inside the
+caller's transaction."""
 
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.db.models.functions import Least
 
 from bots import coverage
 from bots.models import ChatSession, Message
+from bots.transitions import session_context_remove
 from compaction.engine.common import Conflict
 from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.seats import seat_covered, seat_seen
@@ -19,6 +21,21 @@ from compaction.seats import seat_covered, seat_seen
 # ``bots.transitions``); a room records it per bot (``SummaryCoverage``) with the seat's own
 # totals (``SeatState``). Fusion, re-summary and undo move coverage through these, so each keeps
 # one path whatever the session is.
+
+
+def coverage_cover(
+    session: ChatSession, summary: Summary, ids: list[int], *, tokens: int, seen_from: int
+) -> None:
+    """A pass's summary covers exactly ``ids`` (caller's transaction), which held ``tokens``: in
+    a one-bot session on the messages, out of the session's running totals; in a room for its
+    bot alone (``seat_cover``). A message pinned, covered or changed meanwhile is a
+    ``Conflict``."""
+    if session.is_room:
+        seat_cover(session, summary, ids, tokens=tokens, seen_from=seen_from)
+        return
+    if coverage.messages_compact(message_ids=ids, summary_id=summary.pk) != len(ids):
+        raise Conflict()
+    session_context_remove(session_id=session.pk, tokens=tokens, messages=len(ids))
 
 
 def seat_cover(

@@ -10,7 +10,6 @@ from typing import Any
 import structlog
 from django.db import transaction
 
-from bots import coverage, transitions
 from bots.models import ChatSession
 from chat_platform import realtime
 from chat_platform.dbconn import connection_release
@@ -24,7 +23,7 @@ from compaction.engine.common import (
     session_fresh,
     session_kind_held,
 )
-from compaction.engine.coverage import seat_cover
+from compaction.engine.coverage import coverage_cover
 from compaction.engine.events import event_write, room_frame, unchanged
 from compaction.engine.range_choice import range_choose, source_tokens_to_take
 from compaction.engine.summariser import (
@@ -402,15 +401,7 @@ def _pass_commit(
                 level=1,
             )
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
-            if session.is_room:
-                seat_cover(session, summary, ids, tokens=source_tokens, seen_from=seen_from)
-            else:
-                claimed = coverage.messages_compact(message_ids=ids, summary_id=summary.pk)
-                if claimed != len(ids):
-                    raise Conflict()
-                transitions.session_context_remove(
-                    session_id=session.pk, tokens=source_tokens, messages=len(ids)
-                )
+            coverage_cover(session, summary, ids, tokens=source_tokens, seen_from=seen_from)
             tokens_after, event = record_success(
                 session,
                 plan.trigger,

@@ -14,6 +14,7 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
+from bots import coverage as bots_coverage
 from bots.models import Message
 from bots.transitions import session_context_recount
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
@@ -884,7 +885,7 @@ def test_a_crash_after_the_summariser_rolls_back_and_is_on_record(
     def crash(**kwargs):
         raise RuntimeError("crash inside the pass commit")
 
-    monkeypatch.setattr(passes.coverage, "messages_compact", crash)
+    monkeypatch.setattr(bots_coverage, "messages_compact", crash)
     failed = engine.compaction_soft(session_id=session.pk)
     assert (failed.outcome, failed.reason) == ("failed", "internal_error")
     [event] = CompactionEvent.objects.filter(session=session)
