@@ -5,10 +5,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Count, F, Sum
 
-from bots.coverage import messages_room_uncompact
-from bots.models import ChatSession, Message, SessionParticipant
+from bots.models import ChatSession
 from bots.queries import (
     BOT_UNAVAILABLE,
     bot_usable_in,
@@ -34,7 +32,7 @@ from compaction.engine.undo import (
     summary_snapshot,
 )
 from compaction.measure import context_measure
-from compaction.models import SEAT_FLOOR_NONE, SeatState, Summary, SummaryCoverage
+from compaction.models import Summary
 from compaction.payloads import event_payload, result_payload, summary_payload
 from compaction.pipeline.report import context_bot, context_report
 from compaction.queries import summary_get_for_user
@@ -350,130 +348,6 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
         )
     reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
     return f"Compaction failed: {reason}. Nothing was changed."
-
-
-def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
-    """A branch carries over the active summaries that cover only messages before its branch
-    point (with the audit fields as they are), and they cover the copies of those messages. A
-    summary reaching the branch point or beyond is not carried: it speaks of messages the
-    branch does not have, so the branch sees those messages raw (compacted again as needed)."""
-    from bots.coverage import messages_coverage_copy
-    from compaction.models import Summary
-
-    carried = 0
-    kept = Summary.objects.filter(
-        session=source, status=Summary.Status.ACTIVE, last_seq__lt=before_seq
-    ).order_by("first_seq")
-    for summary in kept:
-        old_id = summary.pk
-        created_at = summary.created_at
-        summary.pk = None
-        summary.session = target
-        summary.save(force_insert=True)
-        Summary.objects.filter(pk=summary.pk).update(created_at=created_at)
-        messages_coverage_copy(
-            source_id=source.pk,
-            target_id=target.pk,
-            from_summary_id=old_id,
-            to_summary_id=summary.pk,
-        )
-        if source.is_room:
-            _room_coverage_copy(target=target, from_summary_id=old_id, to_summary=summary)
-        carried += 1
-    if source.is_room:
-        _room_seats_count(target=target)
-    return carried
-
-
-def _room_coverage_copy(*, target: ChatSession, from_summary_id: int, to_summary: Summary) -> None:
-    """A room's carried-over summary covers, for its bot, the copies of what it covered."""
-    seqs = SummaryCoverage.objects.filter(summary_id=from_summary_id).values("message__seq")
-    copies = Message.objects.filter(session=target, seq__in=seqs).values_list("pk", flat=True)
-    SummaryCoverage.objects.bulk_create(
-        SummaryCoverage(summary=to_summary, bot_id=to_summary.bot_id, message_id=pk)
-        for pk in copies
-        if to_summary.bot_id is not None
-    )
-
-
-def _room_seats_count(*, target: ChatSession) -> None:
-    """A room branch's seats: each bot's covered totals from its coverage rows, and what a bot
-    that sees from its join does not see (the branch's in-context history up to its join)."""
-    in_context = Message.objects.filter(Message.in_context_q(), session=target)
-    for participant in SessionParticipant.objects.filter(session=target):
-        covered = SummaryCoverage.objects.filter(
-            bot_id=participant.bot_id, message__session=target
-        ).aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
-        hidden = (
-            in_context.filter(seq__lte=participant.joined_seq).aggregate(
-                tokens=Sum("token_count"), messages=Count("id")
-            )
-            if participant.sees_from_join
-            else {"tokens": 0, "messages": 0}
-        )
-        SeatState.objects.update_or_create(
-            session=target,
-            bot_id=participant.bot_id,
-            defaults={
-                "covered_tokens": covered["tokens"] or 0,
-                "covered_messages": covered["messages"],
-                "hidden_tokens": hidden["tokens"] or 0,
-                "hidden_messages": hidden["messages"],
-            },
-        )
-
-
-def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -> None:
-    """A bot takes its seat in a room (``participant_add``'s transaction, the session row
-    locked). The first time a session becomes a room, its summaries' coverage moves from
-    ``Message.compacted_by_id`` to rows per bot (``SummaryCoverage``: in a room several bots may
-    cover one message), and its running totals count every message again. A bot that sees from
-    its join never sees what is in context now: its own totals leave it out (``hidden_*``)."""
-    if Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).exists():
-        _coverage_to_rows(session)
-    tokens, messages = (
-        ChatSession.objects.filter(pk=session.pk)
-        .values_list("context_tokens", "context_messages")
-        .get()
-    )
-    SeatState.objects.update_or_create(
-        session_id=session.pk,
-        bot_id=bot_id,
-        defaults={
-            "hidden_tokens": tokens if sees_from_join else 0,
-            "hidden_messages": messages if sees_from_join else 0,
-            **SEAT_FLOOR_NONE,  # what it is shown may start elsewhere now
-        },
-    )
-
-
-def _coverage_to_rows(session: ChatSession) -> None:
-    rows = list(
-        Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).values_list(
-            "pk", "compacted_by_id", "token_count"
-        )
-    )
-    writers = dict(
-        Summary.objects.filter(pk__in={summary_id for _, summary_id, _ in rows}).values_list(
-            "pk", "bot_id"
-        )
-    )
-    covered: dict[int, list[int]] = {}
-    coverage = []
-    for pk, summary_id, tokens in rows:
-        bot_id = writers.get(summary_id) or session.bot_id
-        coverage.append(SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk))
-        totals = covered.setdefault(bot_id, [0, 0])
-        totals[0] += tokens
-        totals[1] += 1
-    SummaryCoverage.objects.bulk_create(coverage)
-    for bot_id, (tokens, messages) in covered.items():
-        state, _ = SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
-        SeatState.objects.filter(pk=state.pk).update(
-            covered_tokens=F("covered_tokens") + tokens,
-            covered_messages=F("covered_messages") + messages,
-        )
-    messages_room_uncompact(session_id=session.pk)
 
 
 def _nothing_left_although_due(session: ChatSession) -> str:

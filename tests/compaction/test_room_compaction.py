@@ -478,6 +478,11 @@ def test_a_branch_of_a_room_carries_each_bots_coverage(
     covered = Message.objects.filter(session=branch, seq__lte=6).aggregate(t=Sum("token_count"))
     seat = SeatState.objects.get(session=branch, bot=critic)
     assert (seat.covered_tokens, seat.covered_messages) == (covered["t"], 6)
+    # the branch's seats start at their carried coverage's last message (docs/rooms.md "A
+    # seat's bounded read"): the critic's at 6 with nothing left below; the planner covers none
+    assert (seat.covered_through_seq, seat.uncovered_ids) == (6, [])
+    planners = SeatState.objects.get(session=branch, bot=planner)
+    assert (planners.covered_through_seq, planners.uncovered_ids) == (0, [])
     report = owner_client.get(f"/api/v1/sessions/{branch.pk}/context/?bot={critic.pk}").json()
     assert report["parts"]["summaries"] == carried.token_count
 

@@ -11,10 +11,9 @@ from django.db import transaction
 
 from bots import transitions
 from bots.models import ChatSession, Message, SessionParticipant
-from compaction.engine.coverage import coverage_release, seat_cover
+from compaction.engine.coverage import coverage_release, room_seat_open, seat_cover
 from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.seats import RoomView, in_context, room_view
-from compaction.services import room_seat_open
 from tests.factories import BotFactory, message_add
 
 pytestmark = pytest.mark.django_db

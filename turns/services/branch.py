@@ -26,7 +26,7 @@ from bots import bulk, transitions
 from bots.models import ChatSession, Message, SessionParticipant
 from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
 from chat_platform.errors import ValidationFailed
-from compaction.services import summaries_copy_prefix
+from compaction.engine.coverage import summaries_copy_prefix
 from connections import usage
 from memory.services import records_copy_prefix
 from turns.services.send import (

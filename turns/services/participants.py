@@ -16,7 +16,7 @@ from bots.queries import (
     session_get_for_user,
 )
 from chat_platform.errors import NotFound, ValidationFailed
-from compaction.services import room_seat_open
+from compaction.engine.coverage import room_seat_open
 
 REPLY_MODES = [choice.value for choice in ChatSession.ReplyMode]
 
