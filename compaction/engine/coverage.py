@@ -291,29 +291,34 @@ def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -
 
 
 def _coverage_to_rows(session: ChatSession) -> None:
+    """A one-bot chat's coverage as rows per summary's bot, their seats' totals, and each
+    seat's covered floor at the last message its rows reach (``seat_floor``): the chat's bot
+    was shown everything."""
     rows = list(
         Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).values_list(
-            "pk", "compacted_by_id", "token_count"
+            "pk", "compacted_by_id", "token_count", "seq"
         )
     )
     writers = dict(
-        Summary.objects.filter(pk__in={summary_id for _, summary_id, _ in rows}).values_list(
+        Summary.objects.filter(pk__in={summary_id for _, summary_id, _, _ in rows}).values_list(
             "pk", "bot_id"
         )
     )
     covered: dict[int, list[int]] = {}
     written = []
-    for pk, summary_id, tokens in rows:
+    for pk, summary_id, tokens, seq in rows:
         bot_id = writers.get(summary_id) or session.bot_id
         written.append(SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk))
-        totals = covered.setdefault(bot_id, [0, 0])
+        totals = covered.setdefault(bot_id, [0, 0, 0])
         totals[0] += tokens
         totals[1] += 1
+        totals[2] = max(totals[2], seq)
     SummaryCoverage.objects.bulk_create(written)
-    for bot_id, (tokens, messages) in covered.items():
+    for bot_id, (tokens, messages, last) in covered.items():
         state, _ = SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
         SeatState.objects.filter(pk=state.pk).update(
             covered_tokens=F("covered_tokens") + tokens,
             covered_messages=F("covered_messages") + messages,
+            **seat_floor(session.pk, bot_id, 1, floor=(0, []), through_seq=last),
         )
     coverage.messages_room_uncompact(session_id=session.pk)

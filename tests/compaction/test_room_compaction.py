@@ -262,6 +262,11 @@ def test_a_one_bot_chat_that_becomes_a_room_keeps_its_bots_summaries_and_shows_t
     assert ChatSession.objects.get(pk=session.pk).context_tokens == before + covered_tokens
     seat = SeatState.objects.get(session=session, bot=planner)
     assert (seat.covered_tokens, seat.covered_messages) == (covered_tokens, 6)
+    # its seat reads past its coverage at once (docs/rooms.md "A seat's bounded read"); the
+    # newcomer's covers nothing
+    assert (seat.covered_through_seq, seat.uncovered_ids) == (6, [])
+    newcomer = SeatState.objects.get(session=session, bot=critic)
+    assert (newcomer.covered_through_seq, newcomer.uncovered_ids) == (0, [])
     report = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={planner.pk}").json()
     assert report["parts"]["summaries"] == summary.token_count
 
