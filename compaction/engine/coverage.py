@@ -73,6 +73,10 @@ def seat_cover(
     )
 
 
+# The most ids a seat's floor lists below it (``seat_floor``).
+UNCOVERED_IDS_MAX = 500
+
+
 def seat_floor(
     session_id: int,
     bot_id: int,
@@ -84,7 +88,8 @@ def seat_floor(
     """The seat's covered floor once its coverage reaches ``through_seq`` (the fields to write;
     none if it is there already): what the bot sees from ``seen_from`` up to there that its
     summaries do not cover is listed (docs/rooms.md "A seat's bounded read"). ``floor``: the
-    seat's (``covered_through_seq``, ``uncovered_ids``), read with its row locked.
+    seat's (``covered_through_seq``, ``uncovered_ids``), read with its row locked. At most
+    ``UNCOVERED_IDS_MAX`` are listed: with more, the floor stops below the first one left out.
 
     Reads the messages between the old floor and the new one, and those listed before (any
     covered since leave the list): what this pass covered and what it and earlier passes left,
@@ -96,16 +101,21 @@ def seat_floor(
     window = Q(seq__gt=covered_through, seq__lte=through_seq)
     if listed:
         window |= Q(pk__in=listed)
-    left = (
+    left = list(
         Message.objects.filter(
             window, session_id=session_id, kind__in=[Message.Kind.CHAT, Message.Kind.TOOL]
         )
         .filter(seat_seen(bot_id, seen_from))
         .exclude(seat_covered(bot_id))
         .order_by("seq")
-        .values_list("pk", flat=True)
+        .values_list("pk", "seq")[: UNCOVERED_IDS_MAX + 1]
     )
-    return {"covered_through_seq": through_seq, "uncovered_ids": list(left)}
+    if len(left) > UNCOVERED_IDS_MAX:
+        # Too many to list (a room of many failed replies): the floor stops just below the first
+        # one not listed, so the list, read with every build, stays short.
+        through_seq = left[UNCOVERED_IDS_MAX][1] - 1
+        left = left[:UNCOVERED_IDS_MAX]
+    return {"covered_through_seq": through_seq, "uncovered_ids": [pk for pk, _ in left]}
 
 
 def coverage_insert(*, summary_id: int, bot_id: int, message_ids: list[int]) -> int:

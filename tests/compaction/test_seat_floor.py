@@ -11,6 +11,7 @@ from django.db import transaction
 
 from bots import transitions
 from bots.models import ChatSession, Message, SessionParticipant
+from compaction.engine import coverage as coverage_module
 from compaction.engine.coverage import coverage_release, room_seat_open, seat_cover
 from compaction.models import SeatState, Summary, SummaryCoverage
 from compaction.seats import RoomView, in_context, room_view
@@ -157,12 +158,35 @@ def test_taking_the_seat_again_starts_its_floor_again(seats):
     assert _read(session, room_view(session)) == [7, 8, 9, 10]
 
 
-def test_the_bounded_read_equals_the_unbounded_one_through_every_change(seats):
+def test_a_floor_lists_at_most_its_maximum_and_stops_below_the_first_left_out(seats, monkeypatch):
+    """A window that leaves more than ``UNCOVERED_IDS_MAX`` uncovered (a room of many failed
+    replies) lists that many, and the floor stops just below the first one it could not list."""
+    monkeypatch.setattr(coverage_module, "UNCOVERED_IDS_MAX", 2)
+    session, _planner, _critic = seats
+    said = [
+        _say(session, n, status="failed" if n in (3, 5, 7) else "complete") for n in range(1, 11)
+    ]
+
+    _cover(session, [m for m in said if m.status == "complete"])
+
+    assert _floor(session) == (6, [said[2].pk, said[4].pk])
+    view = room_view(session)
+    assert _read(session, view) == _read(session, _unbounded(view)) == []
+    Message.objects.filter(pk__in=[said[2].pk, said[6].pk]).update(status="complete")
+    assert _read(session, view) == _read(session, _unbounded(view)) == [3, 7]
+
+
+@pytest.mark.parametrize("listed_max", [500, 3])
+def test_the_bounded_read_equals_the_unbounded_one_through_every_change(
+    seats, monkeypatch, listed_max
+):
     """300 seeded random steps of what a room does to a seat's history: messages said and
     answered (some left pending, interrupted or failed), other bots' recall exchanges, pins
     and unpins, replies finished or retried below the floor, coverage of the oldest it may take
     (a unit left whole now and then), undo, and the bot taking its seat again from its join or
-    from the start. After each, the seat's bounded read and the unbounded read agree."""
+    from the start. After each, the seat's bounded read and the unbounded read agree; also with
+    at most three ids listed below the floor."""
+    monkeypatch.setattr(coverage_module, "UNCOVERED_IDS_MAX", listed_max)
     session, planner, critic = seats
     rng = random.Random(20261205)
     summaries: list[int] = []
@@ -215,5 +239,6 @@ def test_the_bounded_read_equals_the_unbounded_one_through_every_change(seats):
         view = room_view(session)
         floors.add(view.covered_through_seq)
         assert _read(session, view) == _read(session, _unbounded(view)), step
-    # the floor was in play: raised often, and lowered or reset on the way
-    assert len(floors) > 20
+    # the floor was in play: raised often, and lowered or reset on the way (held lower when at
+    # most three ids may be listed)
+    assert len(floors) > (20 if listed_max == 500 else 10)
