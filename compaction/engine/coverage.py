@@ -19,9 +19,9 @@ from compaction.models import SEAT_FLOOR_NONE, SeatState, Summary, SummaryCovera
 from compaction.seats import seat_covered, seat_first_seq, seat_seen
 
 # A one-bot session records coverage on its messages (``Message.compacted_by_id``, through
-# ``bots.transitions``); a room records it per bot (``SummaryCoverage``) with the seat's own
-# totals (``SeatState``). Fusion, re-summary and undo move coverage through these, so each keeps
-# one path whatever the session is.
+# ``bots.coverage``); a room records it per bot (``SummaryCoverage``) with the seat's own totals
+# and covered floor (``SeatState``). Every writer below takes the session and chooses, so each
+# caller keeps one path whatever the session is.
 
 
 def coverage_cover(
