@@ -15,6 +15,12 @@ to the departing channel comes back; the cancelled receive waits for that (one r
 Redis) and then ends as cancelled. Only when that cannot happen (Redis gone, no answer for
 ``END_TIMEOUT_SECONDS``, or a second cancellation as the event loop closes) is the read cancelled
 after all.
+
+So the process's shared read is one round trip a message: ``BZPOPMIN``. channels-redis guards
+each read against cancellation with a backup queue (a script that restores it, the pop, a copy
+into it, and a task that empties it again: four round trips a frame), which a read that is never
+interrupted does not need. A plain channel (no ``!``: read by one consumer, not shared) keeps
+channels-redis's own read.
 """
 
 import asyncio
@@ -157,6 +163,16 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
             if not read.done():
                 await self._read_end(channel, read)
             raise
+
+    async def _brpop_with_clean(self, index: int, channel: str, timeout: int) -> Any:
+        if not channel.endswith("!"):
+            return await super()._brpop_with_clean(index, channel, timeout)
+        result = await self.connection(index).bzpopmin(channel, timeout=timeout)
+        return None if result is None else result[1]
+
+    async def _clean_receive_backup(self, index: int, channel: str) -> None:
+        if not channel.endswith("!"):  # the shared read keeps no backup (above)
+            await super()._clean_receive_backup(index, channel)
 
     async def _read_end(self, channel: str, read: asyncio.Future) -> None:
         """End ``read`` (a receive on ``channel``, whose owner is leaving) by sending it the end

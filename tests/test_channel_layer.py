@@ -102,3 +102,39 @@ async def test_a_group_send_is_one_round_trip_to_redis(monkeypatch):
         assert got_b == [4, 5]
     finally:
         await layer.flush()
+
+
+async def test_a_socket_s_frame_is_one_round_trip_to_redis_to_receive(monkeypatch):
+    """The process's shared read pops each frame with one command, ``BZPOPMIN`` (channels-redis's
+    own read: four, a restore script, the pop, a copy into a backup queue and its removal); a
+    plain channel, read by one consumer, keeps the backup (docs/performance.md)."""
+    import redis.asyncio.client
+
+    commands: list[str] = []
+    execute = redis.asyncio.client.Redis.execute_command
+
+    async def counted(self, *args, **kwargs):
+        commands.append(str(args[0]))
+        return await execute(self, *args, **kwargs)
+
+    layer = CancelSafeRedisChannelLayer(**_layer_config())
+    try:
+        a, b = await layer.new_channel(), await layer.new_channel()
+        for n in range(3):
+            await layer.send(a if n != 1 else b, {"type": "chat.frame", "n": n})
+        monkeypatch.setattr(redis.asyncio.client.Redis, "execute_command", counted)
+        got = [(await asyncio.wait_for(layer.receive(a), 5))["n"] for _ in range(2)]
+        got.append((await asyncio.wait_for(layer.receive(b), 5))["n"])
+        await layer.wait_received()
+        assert got == [0, 2, 1]
+        assert commands == ["BZPOPMIN"] * 3
+        commands.clear()
+
+        await layer.send("plain.channel", {"type": "chat.frame", "n": 9})
+        commands.clear()
+        assert (await asyncio.wait_for(layer.receive("plain.channel"), 5))["n"] == 9
+        await layer.wait_received()
+        assert sorted(commands) == ["BZPOPMIN", "EVAL", "ZADD", "ZPOPMIN"]
+    finally:
+        monkeypatch.undo()
+        await layer.flush()
