@@ -111,11 +111,34 @@ def _warm_gateway_on_ready(**kwargs: Any) -> None:
     warm_in_background("worker")
 
 
+# The queues this process's worker consumes (``worker_init``); None outside a worker.
+_consumed: frozenset[str] | None = None
+
+
+def runs_task(name: str) -> bool:
+    """Whether task ``name``, sent now, could run in this very process: an embedded server runs
+    every task here; a worker, those of the queues it consumes (``scripts/worker.sh``,
+    ``WORKER_QUEUES``; the queue is the task's route, settings/queues.py); a web process of real
+    mode, and tests that run tasks inline (``task_always_eager``), none."""
+    if app.conf.task_always_eager:
+        return False
+    if getattr(settings, "TASKS_IN_PROCESS", False):
+        return True
+    if _consumed is None:
+        return False
+    return app.amqp.router.route({}, name)["queue"].name in _consumed
+
+
 @worker_init.connect
-def _startup_checks(**kwargs: Any) -> None:
-    """A worker whose CONNECTION_ENCRYPTION_KEY cannot open the stored keys stops at start."""
+def _startup_checks(sender: Any = None, **kwargs: Any) -> None:
+    """A worker whose CONNECTION_ENCRYPTION_KEY cannot open the stored keys stops at start. It
+    notes the queues it consumes (``runs_task``)."""
     from chat_platform.startup import startup_checks_run
 
+    global _consumed
+    queues = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
+    if queues is not None:
+        _consumed = frozenset(queues.consume_from or queues)
     startup_checks_run()
 
 

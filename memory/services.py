@@ -25,10 +25,11 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from bots.models import ChatSession, Message
+from chat_platform.celery_app import runs_task
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
 from chat_platform.textcheck import text_is_storable
-from memory import embeddings, realtime
+from memory import embed_after_turns, embeddings, realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex, RecallEvent
 from memory.queries import record_get_for_session, records_for_session
@@ -132,12 +133,17 @@ def messages_index(
     )
 
 
-def messages_index_written(*, message_ids: list[int]) -> int:
+def messages_index_written(*, message_ids: list[int], here: bool = False) -> int:
     """Make just-written messages searchable across the user's chats at once (the turn calls
     it when a reply ends, for the reply and the message it answers; an import, for everything it
     wrote). Compaction later takes them into its snapshot (``messages_index``). For a bot with
     an embedding model they are embedded too, after commit, on the compaction queue
-    (``memory.embeddings``: live messages are searched by meaning before any compaction)."""
+    (``memory.embeddings``: live messages are searched by meaning before any compaction).
+
+    ``here``: the caller is a turn, whose process may run the embedding itself. When it serves
+    the embedding task's queue (a worker of the default fleet, an embedded server), the
+    embedding is queued on this process's after-turns thread (``memory.embed_after_turns``),
+    where that task would put it anyway, without the task's round trip through the broker."""
     by_session: dict[int, list[int]] = {}
     done = messages_index_written_rows(
         Message, MessageIndex, message_ids=message_ids, to_embed=by_session
@@ -155,10 +161,17 @@ def messages_index_written(*, message_ids: list[int]) -> int:
             .values_list("message_id", "session_id")
         ):
             by_session.setdefault(session_id, []).append(pk)
+    in_place = here and runs_task(embeddings.EMBED_TASK)
     for session_id, pending in by_session.items():
-        transaction.on_commit(
-            partial(embeddings.messages_embed_dispatch, session_id, sorted(pending))
-        )
+        if in_place:
+            work = partial(
+                embed_after_turns.messages_embed_after_turns,
+                session_id=session_id,
+                message_ids=sorted(pending),
+            )
+        else:
+            work = partial(embeddings.messages_embed_dispatch, session_id, sorted(pending))
+        transaction.on_commit(work)
     return done
 
 

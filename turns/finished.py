@@ -57,7 +57,9 @@ def search_index(message: Message) -> None:
     (after the frames: nobody waits for it). Search is never worth a turn: compaction indexes
     the messages later anyway."""
     with envelope("turn_search_index_failed", message_id=message.pk):
-        messages_index_written(message_ids=[m for m in (message.reply_to_id, message.pk) if m])
+        messages_index_written(
+            message_ids=[m for m in (message.reply_to_id, message.pk) if m], here=True
+        )
 
 
 @dataclass
