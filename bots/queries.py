@@ -12,6 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import F, Q, QuerySet
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
+from chat_platform.compiled import CompiledValues, instances_from, model_fields
 from chat_platform.errors import NotFound, PermissionDenied
 
 
@@ -82,11 +83,28 @@ def session_list_for_user(
 
 
 def session_get_for_user(*, user: AbstractBaseUser, session_id: object) -> ChatSession:
-    sessions = ChatSession.objects.select_related("bot").filter(pk=_as_id(session_id), user=user)
+    pk = _as_id(session_id)
+    if user_bot_scope(user) is None and isinstance(user.pk, int):
+        # Every send and socket reads it: compiled once per process (chat_platform/compiled.py).
+        rows = _SESSION_WITH_BOT.rows(session_id=pk, user_id=user.pk)
+        if not rows:
+            raise NotFound("Session not found.")
+        session, bot = instances_from(rows[0], ChatSession, Bot)
+        session.bot = bot
+        return session
+    sessions = ChatSession.objects.select_related("bot").filter(pk=pk, user=user)
     session = _scoped(sessions, user, "bot_id").first()
     if session is None:
         raise NotFound("Session not found.")
     return session
+
+
+_SESSION_WITH_BOT = CompiledValues(
+    lambda session_id, user_id: ChatSession.objects.filter(
+        pk=session_id, user_id=user_id
+    ).values_list(*model_fields(ChatSession), *model_fields(Bot, "bot__"))[:1],
+    name="session_with_bot",
+)
 
 
 BOT_UNAVAILABLE = "This chat's bot is no longer available to you."

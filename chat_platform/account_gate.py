@@ -13,8 +13,12 @@ from typing import Any
 
 from allauth.account.utils import has_verified_email
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.authentication import SessionScheme
 from rest_framework import authentication, exceptions
+
+from chat_platform.compiled import CompiledValues, instances_from, model_fields
 
 UNVERIFIED_MESSAGE = "This account's email address is not verified yet: confirm it first."
 INACTIVE_MESSAGE = "This account is inactive or waiting for approval."
@@ -48,6 +52,32 @@ class TokenAuthentication(authentication.TokenAuthentication):
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
         return _checked(super().authenticate(request))
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        """DRF's, with the token and its user read by a statement compiled once per process
+        (every API request makes it; chat_platform/compiled.py): the same answers."""
+        from rest_framework.authtoken.models import Token
+
+        if self.get_model() is not Token:
+            return super().authenticate_credentials(key)
+        rows = _TOKEN_WITH_USER.rows(key=key)
+        if not rows:
+            raise exceptions.AuthenticationFailed(_("Invalid token."))
+        token, user = instances_from(rows[0], Token, get_user_model())
+        token.user = user
+        if not user.is_active:
+            raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
+        return (user, token)
+
+
+def _token_with_user(key: str) -> Any:
+    from rest_framework.authtoken.models import Token
+
+    fields = (*model_fields(Token), *model_fields(get_user_model(), "user__"))
+    return Token.objects.filter(key=key).values_list(*fields)[:1]
+
+
+_TOKEN_WITH_USER = CompiledValues(_token_with_user, name="token_with_user")
 
 
 class SessionAuthentication(authentication.SessionAuthentication):

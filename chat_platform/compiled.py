@@ -27,7 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 
 # Stand-ins for bind parameters: two sets, far from any real id or seq, never sent to a database.
 _INT_STANDINS = (1_900_000_001, 1_800_000_003)
@@ -169,3 +169,25 @@ class CompiledValues:
             binds=tuple(positions),
             converters=tuple(sorted(converters.items(), key=lambda item: item[0])),
         )
+
+
+def model_fields(model: type[Model], prefix: str = "") -> tuple[str, ...]:
+    """``values_list`` names of every concrete field of ``model`` (reached through ``prefix``,
+    e.g. ``"bot__"``), in the order ``instances_from`` reads them back: a ``CompiledValues``
+    read of whole rows, for the few model reads every request or turn makes."""
+    return tuple(f"{prefix}{field.attname}" for field in model._meta.concrete_fields)
+
+
+def instances_from(row: Sequence[Any], *models: type[Model], using: str = "default") -> list[Any]:
+    """The instances of ``models`` (in order) from one row of their ``model_fields``, values
+    already converted (``CompiledValues.rows``), as the ORM builds a queryset's instances."""
+    if len(row) != sum(len(model._meta.concrete_fields) for model in models):
+        raise TypeError(f"a row of {len(row)} values is not one of each of {models}")
+    instances = []
+    start = 0
+    for model in models:
+        fields = model._meta.concrete_fields
+        names = [field.attname for field in fields]
+        instances.append(model.from_db(using, names, list(row[start : start + len(fields)])))
+        start += len(fields)
+    return instances

@@ -47,7 +47,7 @@ from django.db import DatabaseError, connection
 from django.db.models import Q
 
 from bots.model_config import bot_model_config
-from bots.models import Bot, ChatSession, Message
+from bots.models import Bot, ChatSession
 from chat_platform.celery_app import task_named
 from chat_platform.compiled import CompiledValues
 from chat_platform.dbwrite import rows_update
@@ -188,12 +188,12 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
     config = _builtin_config(model) if builtin else embedding_config(Bot.objects.get(pk=bot_id))
     done = 0
     for _ in range(EMBED_MAX_BATCHES):
-        pending = _pending(session_id, model, message_ids)
-        batch = list(pending.values_list("message_id", flat=True)[:EMBED_BATCH])
-        if not batch:
+        pending = _pending(session_id, model, message_ids)  # the ids with their texts
+        texts = dict(pending.values_list("message_id", "message__content")[:EMBED_BATCH])
+        if not texts:
             break
-        texts = dict(Message.objects.filter(pk__in=batch).values_list("pk", "content"))
-        ids = [pk for pk in batch if texts.get(pk, "").strip()]
+        batch = list(texts)
+        ids = [pk for pk in batch if (texts[pk] or "").strip()]
         try:
             vectors = _embed(config, [texts[pk] for pk in ids], user_id, True)
         except (gateway.ModelCallFailed, QuotaExceeded) as exc:

@@ -23,6 +23,7 @@ triggers (an index row is never updated).
 
 from typing import Any
 
+from chat_platform.compiled import CompiledValues
 from memory.terms import terms
 
 # What search indexes: what people said, not tool traffic, commands or notices.
@@ -272,6 +273,26 @@ def messages_index_rows(
     return held + len(entries)
 
 
+def _written_query(message_model: Any, index_model: Any, message_ids: list[int]) -> Any:
+    """The finished messages among ``message_ids`` that are not indexed yet, with their text and
+    their session's embedding model."""
+    return (
+        message_model.objects.filter(
+            pk__in=message_ids,
+            role__in=INDEXED_ROLES,
+            kind="chat",
+            status__in=("complete", "interrupted"),
+        )
+        .exclude(content="")
+        .exclude(pk__in=index_model.objects.filter(message_id__in=message_ids).values("pk"))
+        .values_list("pk", "session_id", "seq", "content", "session__bot__embedding_model")
+    )
+
+
+# (message model, index model) -> the read of one or two written messages, compiled once.
+_WRITTEN_PAIR: dict[tuple[Any, Any], CompiledValues] = {}
+
+
 def messages_index_written_rows(
     message_model: Any,
     index_model: Any,
@@ -286,17 +307,22 @@ def messages_index_written_rows(
     with the messages: a row just written has no vector yet)."""
     if not message_ids:
         return 0
-    rows = (
-        message_model.objects.filter(
-            pk__in=message_ids,
-            role__in=INDEXED_ROLES,
-            kind="chat",
-            status__in=("complete", "interrupted"),
-        )
-        .exclude(content="")
-        .exclude(pk__in=index_model.objects.filter(message_id__in=message_ids).values("pk"))
-        .values_list("pk", "session_id", "seq", "content", "session__bot__embedding_model")
-    )
+    if len(message_ids) <= 2:  # a turn's question and reply: compiled once per process
+        key = (message_model, index_model)
+        compiled = _WRITTEN_PAIR.get(key)
+        if compiled is None:
+            compiled = _WRITTEN_PAIR.setdefault(
+                key,
+                CompiledValues(
+                    lambda first, second: _written_query(
+                        message_model, index_model, [first, second]
+                    ),
+                    name="index_written_pair",
+                ),
+            )
+        rows = compiled.rows(first=message_ids[0], second=message_ids[-1])
+    else:
+        rows = _written_query(message_model, index_model, message_ids)
     entries = []
     for pk, session_id, seq, content, embedding_model in rows:
         words = terms(content)

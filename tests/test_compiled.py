@@ -96,3 +96,49 @@ def test_values_that_cannot_be_bound_are_refused(sessions):
 
     with pytest.raises(TypeError, match=r"\['unused'\] never reach a placeholder"):
         CompiledValues(ignores).rows(session_id=one.pk, unused=3)
+
+
+def _fields(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def test_whole_rows_build_the_instances_the_orm_builds(owner, sessions):
+    """``model_fields`` / ``instances_from``: a session with its bot, and a token with its user,
+    read by a compiled statement, hold every field the ORM's ``select_related`` gives them
+    (JSON, dates, booleans converted); the access check still says not found for another
+    user's session, and the token refusals are DRF's own words."""
+    from rest_framework import exceptions
+    from rest_framework.authtoken.models import Token
+
+    from bots.models import ChatSession
+    from bots.queries import session_get_for_user
+    from chat_platform.account_gate import TokenAuthentication
+    from chat_platform.compiled import instances_from, model_fields
+    from chat_platform.errors import NotFound
+    from tests.factories import UserFactory
+
+    one, _ = sessions
+    one.bot.tools = ["search/*", "clock/now"]
+    one.bot.save()
+    ChatSession.objects.filter(pk=one.pk).update(last_admission={"decision": "admit"})
+    compiled = session_get_for_user(user=owner, session_id=str(one.pk))
+    orm = ChatSession.objects.select_related("bot").get(pk=one.pk)
+    assert _fields(compiled) == _fields(orm)
+    assert _fields(compiled.bot) == _fields(orm.bot)
+    assert compiled.bot.tools == ["search/*", "clock/now"]
+    assert compiled.last_admission == {"decision": "admit"}
+    with pytest.raises(NotFound):
+        session_get_for_user(user=UserFactory(), session_id=one.pk)
+
+    token = Token.objects.create(user=owner)
+    user, read = TokenAuthentication().authenticate_credentials(token.key)
+    assert (_fields(user), _fields(read)) == (_fields(owner), _fields(token))
+    with pytest.raises(exceptions.AuthenticationFailed, match="Invalid token."):
+        TokenAuthentication().authenticate_credentials(token.key + "x")
+    owner.is_active = False
+    owner.save()
+    with pytest.raises(exceptions.AuthenticationFailed, match="User inactive or deleted."):
+        TokenAuthentication().authenticate_credentials(token.key)
+    with pytest.raises(TypeError):
+        instances_from((1, 2), Token)
+    assert model_fields(Token, "t__") == ("t__key", "t__user_id", "t__created")

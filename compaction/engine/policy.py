@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from chat_platform.compiled import CompiledValues
 from compaction.models import CompactionState, SeatState
 from compaction.seats import RoomView
 
@@ -55,10 +56,22 @@ def compaction_blocked_until(session_id: int, *, hard: bool, bot_id: int | None 
     schedule (30, 60, 120, 240, 270 s) and uses the extractive fallback in between. In a room
     each bot has its own (``bot_id``): one bot's failures never hold back another's compaction.
     """
-    state = _states(session_id, bot_id).values_list("backoff_until", "cooldown_until").first()
-    if state is None:
+    if bot_id is None:
+        rows = _SESSION_BLOCKED.rows(session_id=session_id)
+    else:
+        rows = _SEAT_BLOCKED.rows(session_id=session_id, bot_id=bot_id)
+    if not rows:
         return None
-    return blocked_moment(backoff_until=state[0], cooldown_until=state[1], hard=hard)
+    return blocked_moment(backoff_until=rows[0][0], cooldown_until=rows[0][1], hard=hard)
+
+
+def _blocked_query(session_id: int, bot_id: int | None = None):  # noqa: ANN202 (a queryset)
+    return _states(session_id, bot_id).values_list("backoff_until", "cooldown_until")[:1]
+
+
+# Read after every turn (its gauge): built once per process (chat_platform/compiled.py).
+_SESSION_BLOCKED = CompiledValues(_blocked_query, name="compaction_blocked_session")
+_SEAT_BLOCKED = CompiledValues(_blocked_query, name="compaction_blocked_seat")
 
 
 def seat_blocked_until(session_id: int, *, hard: bool, room: RoomView | None) -> Any:

@@ -10,6 +10,7 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from bots.models import Message
+from chat_platform.compiled import CompiledValues
 from compaction.admission import Admission, HistoryRow
 from compaction.measure import Measure
 from compaction.seats import RoomView, in_context, in_context_before
@@ -99,19 +100,18 @@ def whole_history(
     The running totals are read before the rows: if a concurrent turn made the history grow past
     the budget meanwhile, admission still decides on the rows read, and trims."""
     outside = _sent_whole_ids(measure, new_message)
-    fields = (*CHOSEN_FIELDS, "token_count", "pinned")
-    rows = (
-        Message.objects.filter(in_context_before(measure.session, measure.before_seq, measure.room))
-        .annotate(calls=tool_calls_text())
-        .order_by("-seq")
-        .values_list(*fields)
-    )
     history: list[HistoryRow] = []
     texts: dict[int, tuple[Any, ...]] = {}
     room = measure.room
-    cursor = measure.before_seq
+    session_id, before_seq = measure.session.pk, measure.before_seq
+    cursor = before_seq
     while True:
-        page = list(rows.filter(seq__lt=cursor)[:HISTORY_PAGE_SIZE])
+        if room is None:  # a one-bot chat's, every turn: compiled once per process
+            page = _WHOLE_PAGE.rows(
+                session_id=session_id, before_seq=before_seq, cursor=cursor, limit=HISTORY_PAGE_SIZE
+            )
+        else:
+            page = list(_whole_page_query(session_id, before_seq, cursor, HISTORY_PAGE_SIZE, room))
         for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in page:
             texts[pk] = (pk, role, content, calls, tool_call_id, bot_id, seq)
             if not pinned and pk not in outside:
@@ -132,6 +132,22 @@ def whole_history(
         # Newest first, as ``chosen_from`` reads them (the seq is the row's last field).
         texts = dict(sorted(texts.items(), key=lambda item: -item[1][6]))
     return history, texts
+
+
+def _whole_page_query(  # noqa: ANN202 (a queryset)
+    session_id: int, before_seq: int, cursor: int, limit: int, room: RoomView | None = None
+):
+    """One page of ``whole_history``: in-context messages before ``cursor``, newest first, with
+    their text (``CHOSEN_FIELDS``), count and pin."""
+    return (
+        Message.objects.filter(in_context_before(session_id, before_seq, room), seq__lt=cursor)
+        .annotate(calls=tool_calls_text())
+        .order_by("-seq")
+        .values_list(*CHOSEN_FIELDS, "token_count", "pinned")[:limit]
+    )
+
+
+_WHOLE_PAGE = CompiledValues(_whole_page_query, shape=("limit",), name="whole_history_page")
 
 
 def _sent_whole_ids(measure: Measure, new_message: Message | None) -> set[int]:

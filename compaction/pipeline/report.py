@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.models import ChatSession
+from chat_platform.compiled import CompiledValues
 from chat_platform.isotime import iso_utc
 from compaction.engine import blocked_moment, compaction_blocked_until
 from compaction.lock import in_flight
@@ -24,12 +25,23 @@ class ContextState:
     last_admission: Any = None
 
 
+# The session's running totals as the measure reads them, re-read after every turn (its gauge):
+# built once per process (chat_platform/compiled.py).
+_TOTAL_FIELDS = ("context_tokens", "context_messages", "last_admission", "last_seq")
+_TOTALS = CompiledValues(
+    lambda session_id: ChatSession.objects.filter(pk=session_id).values_list(*_TOTAL_FIELDS),
+    name="session_totals",
+)
+
+
 def context_state(*, session: ChatSession) -> ContextState:
     """In a room, ``session`` is a bot's seat (``bots.queries.session_seat``): the state is that
     bot's own — its measure, cool-down, lease and last admission (docs/rooms.md)."""
-    session.refresh_from_db(
-        fields=["context_tokens", "context_messages", "last_admission", "last_seq"]
-    )
+    rows = _TOTALS.rows(session_id=session.pk)
+    if not rows:
+        raise ChatSession.DoesNotExist("the session was deleted")
+    for name, value in zip(_TOTAL_FIELDS, rows[0], strict=True):
+        setattr(session, name, value)
     key = seat_key(session)
     measure = context_measure(session=session)
     room = measure.room

@@ -206,15 +206,16 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     # turn's 15 (claim, quota, context, admission, finish, index, record, gauge, compaction
     # check; the index's read of the rows to embed goes with its read of the messages when both
     # are indexed now, was 16); the task it queues, the written messages' embedding with
-    # builtin/embed, 4 of its own (session and bot, pending rows, texts, the vectors' UPDATE; a
-    # batch shorter than a full one is not followed by a read of what is left, was 5): a task
+    # builtin/embed, 3 of its own (session and bot, pending rows with their texts, the vectors'
+    # UPDATE; the texts were a read of their own, was 4; a batch shorter than a full one is not
+    # followed by a read of what is left, was 5): a task
     # body apart, on a worker of its own in a deployment. Redis: the send's heavy-request slot
     # (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the waiter's
     # SUBSCRIBE.
     assert counting.summary() == {
         "sql_web": 10,
         "sql_worker": 15,
-        "sql_tasks": {EMBED: 4},
+        "sql_tasks": {EMBED: 3},
         "redis": 5,
         "frames": {
             "message.created": 2,
@@ -240,13 +241,14 @@ def test_a_rest_wait_turn_builds_few_reads_each_time(
     _rest_turn(owner_client, session)
     counting.on = False
 
-    # web: the token with its user, the session, the finished reply with its bot (the Retry
-    # check's read of the chat's last question is compiled once, was built on every send).
-    # Worker: the history with its text, the index's read of the rows to embed, the gauge's
-    # session totals and compaction state (the hand-over's read of the session's next reply
-    # and the claim's statement, its "no earlier reply unfinished" subquery, are built once per
-    # process, were built every turn).
-    assert {part: len(sqls) for part, sqls in counting.built.items()} == {"web": 3, "worker": 4}
+    # web: the finished reply with its bot (the token with its user and the session with its
+    # bot are compiled once per process, were built on every request, 3; the Retry check's
+    # read of the chat's last question too, was built on every send). Worker: none. Built once
+    # per process: the history with its text, the index's read of the question and reply, the
+    # gauge's session totals and compaction state (were built every turn, 4), the hand-over's
+    # read of the session's next reply, the claim's statement and its "no earlier reply
+    # unfinished" subquery (docs/performance.md, "A turn's CPU, fifth pass").
+    assert {part: len(sqls) for part, sqls in counting.built.items()} == {"web": 1, "worker": 0}
 
 
 async def _ws_turn(session_id: int, token: str) -> list[dict]:
@@ -303,7 +305,7 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     assert counting.summary() == {
         "sql_web": 10,
         "sql_worker": 15,
-        "sql_tasks": {EMBED: 4},
+        "sql_tasks": {EMBED: 3},
         "redis": 2,
         "frames": {
             "message.created": 2,
@@ -365,7 +367,7 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     assert counting.summary() == {
         "sql_web": 14,
         "sql_worker": 45,
-        "sql_tasks": {EMBED: 4},
+        "sql_tasks": {EMBED: 3},
         "redis": 7,
         "frames": {
             "message.created": 3,
@@ -404,7 +406,7 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
     assert counting.summary() == {
         "sql_web": 10,
         "sql_worker": 32,
-        "sql_tasks": {EMBED: 4},
+        "sql_tasks": {EMBED: 3},
         "redis": 5,
         "frames": {
             "message.created": 4,
@@ -457,7 +459,7 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
     assert counting.summary() == {
         "sql_web": 25,
         "sql_worker": 18,
-        "sql_tasks": {EMBED: 4},
+        "sql_tasks": {EMBED: 3},
         "redis": 2,
         "frames": {
             "message.created": 2,
