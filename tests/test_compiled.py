@@ -142,3 +142,22 @@ def test_whole_rows_build_the_instances_the_orm_builds(owner, sessions):
     with pytest.raises(TypeError):
         instances_from((1, 2), Token)
     assert model_fields(Token, "t__") == ("t__key", "t__user_id", "t__created")
+
+
+def test_a_waited_reply_is_read_with_its_bot_or_none(sessions):
+    """The REST wait's read (compiled once): the reply with every field the ORM gives it, its
+    bot built when it has one, None when it has none, and DoesNotExist for a missing id."""
+    from bots.models import Message
+    from turns.services.message import _reply_with_bot
+
+    one, _ = sessions
+    spoken = message_add(one, role="assistant", content="with a bot")
+    Message.objects.filter(pk=spoken.pk).update(bot=one.bot, tool_calls=[{"id": "c1"}])
+    plain = message_add(one, role="assistant", content="without")
+    read = _reply_with_bot(spoken.pk)
+    orm = Message.objects.select_related("bot").get(pk=spoken.pk)
+    assert _fields(read) == _fields(orm) and _fields(read.bot) == _fields(orm.bot)
+    assert read.tool_calls == [{"id": "c1"}]
+    assert _reply_with_bot(plain.pk).bot is None
+    with pytest.raises(Message.DoesNotExist):
+        _reply_with_bot(plain.pk + 1000)

@@ -5,8 +5,9 @@ goes through ``bots.transitions``."""
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots import realtime, transitions
-from bots.models import Message
+from bots.models import Bot, Message
 from bots.queries import message_get_for_user, session_get_for_user
+from chat_platform.compiled import CompiledValues, instances_from, model_fields
 from chat_platform.dbconn import connection_release
 
 
@@ -29,15 +30,32 @@ def message_wait_finished(*, message_id: int, timeout: float) -> Message:
     the turn's finish (Redis pub/sub), not by polling the database."""
     latest: list[Message] = []
 
-    # With its bot: the response names it (``MessageOutputSerializer``), one join instead of a
-    # second statement after the wait (docs/performance.md, "Since 410db82").
-    rows = Message.objects.select_related("bot")
-
     def is_finished() -> bool:
-        latest[:] = [rows.get(pk=message_id)]
+        latest[:] = [_reply_with_bot(message_id)]
         connection_release()  # not held between checks (docs/security.md)
         return latest[0].is_finished
 
     realtime.wait_reply_finished(message_id, is_finished=is_finished, timeout=timeout)
     # The last check read the row: on a wake-up it is the finished reply, no second read.
-    return latest[0] if latest else rows.get(pk=message_id)
+    return latest[0] if latest else _reply_with_bot(message_id)
+
+
+# With its bot: the response names it (``MessageOutputSerializer``), one join instead of a
+# second statement after the wait (docs/performance.md, "Since 410db82"); every REST ``wait``
+# and ``/v1`` reply reads it, so it is compiled once per process (chat_platform/compiled.py).
+_REPLY_WITH_BOT = CompiledValues(
+    lambda message_id: Message.objects.filter(pk=message_id).values_list(
+        *model_fields(Message), *model_fields(Bot, "bot__")
+    ),
+    name="reply_with_bot",
+)
+
+
+def _reply_with_bot(message_id: int) -> Message:
+    rows = _REPLY_WITH_BOT.rows(message_id=message_id)
+    if not rows:
+        raise Message.DoesNotExist(f"message {message_id} does not exist")
+    size = len(Message._meta.concrete_fields)
+    (message,) = instances_from(rows[0][:size], Message)
+    message.bot = None if message.bot_id is None else instances_from(rows[0][size:], Bot)[0]
+    return message
