@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
-from chat_platform.compiled import STANDIN_TYPES, placeholders, standins
+from chat_platform.compiled import STANDIN_TYPES, instances_from, placeholders, standins
 
 M = TypeVar("M", bound=Model)
 
@@ -163,7 +163,7 @@ def instance_from_row(model: type[M], values: Sequence[Any], *, using: str = "de
         for converter in converters:
             value = converter(value, column, connection)
         converted.append(value)
-    return model.from_db(using, [f.attname for f in model._meta.concrete_fields], converted)
+    return instances_from(converted, model, using=using)[0]
 
 
 # Rows per statement of ``rows_update``.

@@ -56,10 +56,8 @@ def compaction_blocked_until(session_id: int, *, hard: bool, bot_id: int | None 
     schedule (30, 60, 120, 240, 270 s) and uses the extractive fallback in between. In a room
     each bot has its own (``bot_id``): one bot's failures never hold back another's compaction.
     """
-    if bot_id is None:
-        rows = _SESSION_BLOCKED.rows(session_id=session_id)
-    else:
-        rows = _SEAT_BLOCKED.rows(session_id=session_id, bot_id=bot_id)
+    seat = {} if bot_id is None else {"bot_id": bot_id}
+    rows = _BLOCKED.rows(session_id=session_id, **seat)
     if not rows:
         return None
     return blocked_moment(backoff_until=rows[0][0], cooldown_until=rows[0][1], hard=hard)
@@ -69,9 +67,10 @@ def _blocked_query(session_id: int, bot_id: int | None = None):  # noqa: ANN202 
     return _states(session_id, bot_id).values_list("backoff_until", "cooldown_until")[:1]
 
 
-# Read after every turn (its gauge): built once per process (chat_platform/compiled.py).
-_SESSION_BLOCKED = CompiledValues(_blocked_query, name="compaction_blocked_session")
-_SEAT_BLOCKED = CompiledValues(_blocked_query, name="compaction_blocked_seat")
+# Read after every turn (its gauge): built once per process (chat_platform/compiled.py), one
+# statement per shape: bind names key it, so a seat's (with ``bot_id``) and a one-bot session's
+# (without) compile separately.
+_BLOCKED = CompiledValues(_blocked_query, name="compaction_blocked_until")
 
 
 def seat_blocked_until(session_id: int, *, hard: bool, room: RoomView | None) -> Any:
