@@ -377,3 +377,61 @@ def test_a_name_opening_a_relayed_line_counts_when_a_name_verb_follows():
         "[3] user: Mei: Yes.\n"
     )
     assert summarise(transcript) == "[1] user: Mei: Kenji asked me to give a speech at the wedding."
+
+
+# --- a tool's result keeps its head (issue 34, docs/tools.md) ---------------------------------
+
+FILLER = " ".join(f"w{i}" for i in range(400))
+
+
+def test_a_tool_result_keeps_its_head_and_the_snapshot_keeps_the_rest():
+    """A long tool result would fill a summary with its body (every ``w123`` looks like an
+    identifier): a summary keeps the result's first ``TOOL_RESULT_TOKENS`` tokens, cut with
+    "…", and the call and the other turns as before."""
+    from chat_platform.llm.builtin.extractive import TOOL_RESULT_TOKENS
+
+    transcript = (
+        "[2] 2026-12-05 assistant: (used notes__report: step=1, words=400)\n"
+        f"[3] 2026-12-05 tool (notes__report): Step 1 report: serial S7919. {FILLER}\n"
+        "[4] 2026-12-05 user: The audit is due on 9 May, ticket OPS-4471."
+    )
+
+    text = summarise(transcript)
+
+    assert TOOL_RESULT_TOKENS == 64
+    kept = text.splitlines()[1]
+    assert kept.startswith("[3] 2026-12-05 tool (notes__report): Step 1 report: serial S7919. w0 ")
+    assert kept.endswith(" …")
+    assert count_tokens(kept.split(": ", 1)[1].removesuffix(" …")) <= 64
+    assert text.splitlines()[0] == (
+        "[2] 2026-12-05 assistant: (used notes__report: step=1, words=400)"
+    )
+    assert text.splitlines()[2] == (
+        "[4] 2026-12-05 user: The audit is due on 9 May, ticket OPS-4471."
+    )
+    assert len(text.splitlines()) == 3
+
+
+def test_a_tool_result_s_sentences_past_its_head_are_not_kept():
+    sentences = " ".join(f"Row {n} holds part P-{n:04d} at bin {n * 3}." for n in range(1, 40))
+    transcript = f"[3] tool (stock__list): {sentences}"
+
+    text = summarise(transcript)
+
+    assert text.startswith("[3] tool (stock__list): Row 1 holds part P-0001 at bin 3.")
+    assert "P-0039" not in text and "P-0030" not in text
+    assert count_tokens(text) < 64 + 20
+
+
+def test_a_long_sentence_of_a_message_is_kept_whole():
+    """Only tool results are cut: a person's long sentence of facts is a message like any."""
+    long = (
+        "user: For the trip we booked flight BA117 on 3 May, hotel HX-4471 for two nights, "
+        + ", ".join(f"locker L{n} for bag {n}" for n in range(1, 30))
+        + "."
+    )
+    chatter = "\n".join(["assistant: Lovely, that sounds really nice to hear about."] * 30)
+
+    text = summarise(f"{long}\n{chatter}")
+
+    assert text == long

@@ -15,7 +15,8 @@ Output: the sentences that carry facts — numbers, dates, identifiers, names, d
 preferences, requests, and the focus words — each turn's kept sentences on one line behind the
 turn's original speaker label, in original order. Within the output budget (``max_tokens``,
 default 4096) and strictly fewer tokens than the transcript, dropping the weakest (then oldest)
-sentences first. ``finish_reason`` is always ``stop``.
+sentences first. A tool's result offers only its head (``TOOL_RESULT_TOKENS``): the pass's
+snapshot keeps the whole. ``finish_reason`` is always ``stop``.
 """
 
 import re
@@ -52,6 +53,10 @@ SHARE_FROM_TOKENS = 128
 # them): the result keeps at most this share of those summaries, so the frontier shrinks hard,
 # fusion stays rare and summary levels stay small. Detail left out lives on in the snapshots.
 FUSION_SHARE_PERCENT = 50
+# A tool's result keeps its head in a summary: what the call got, its status line and first
+# facts. The whole result is in the pass's snapshot, readable by name (docs/tools.md).
+TOOL_RESULT_TOKENS = 64
+_TOOL_TURN = re.compile(r"(?:^|[\s\]])tool(?:\s*\(|$)", re.IGNORECASE)
 _SAME = re.compile(r"[\W_]+")
 
 # "[12] 2024-03-08 13:56Z user" (chat_platform.transcript), "[12] user", "#13 assistant", …
@@ -373,17 +378,34 @@ def _fitted(turns: list[Turn], picker: _Picker) -> str:
     return text
 
 
+def _turn_sentences(turn: Turn) -> list[str]:
+    """The sentences of a turn a summary may keep: all of a message's; of a tool's result, its
+    head (``TOOL_RESULT_TOKENS``)."""
+    texts = [text for line in turn.lines for text in split_sentences(line)]
+    if turn.label is None or not _TOOL_TURN.search(turn.label):
+        return texts
+    head: list[str] = []
+    room = TOOL_RESULT_TOKENS
+    for text in texts:
+        tokens = count_tokens(text, model=MODEL)
+        if tokens > room:
+            cut = truncate_to_tokens(text, room, model=MODEL).rstrip()
+            if cut:
+                head.append(cut + " …")
+            break
+        head.append(text)
+        room -= tokens
+    return head
+
+
 def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None) -> str:
     """The extractive summary of ``transcript`` (see the module docstring)."""
     turns, body = parse_transcript(transcript)
     focus_terms = set(terms(focus))
     sentences: list[Sentence] = []
     for turn_index, turn in enumerate(turns):
-        for line in turn.lines:
-            for text in split_sentences(line):
-                sentences.append(
-                    Sentence(turn_index, len(sentences), text, _score(text, focus_terms))
-                )
+        for text in _turn_sentences(turn):
+            sentences.append(Sentence(turn_index, len(sentences), text, _score(text, focus_terms)))
     summaries = summary_section_tokens(body)
     limit = _limit(body, max_tokens, summaries)
     if limit <= 0 or not sentences:
