@@ -32,6 +32,10 @@ KIND_BOOST = {"date": 1.8, "number": 1.5, "name": 1.5, "word": 1.0}
 BOILERPLATE_SHARE = 0.5
 # A term in at least this share of the other records is shared filler.
 SHARED_SHARE = 0.8
+# A tool's result is read as far as its first TOOL_RESULT_CHARS characters, as a message is
+# embedded (memory/embeddings.py) and a summary keeps a result's head: a long result's body
+# would cost a pass more than the rest of its description (docs/tools.md).
+TOOL_RESULT_CHARS = 2_000
 
 # A speaker label (its time stamp is no fact of the record); a quoted one cut short
 # (``[586] assistant`` at a line's end) too.
@@ -321,7 +325,10 @@ def _frequencies(wanted: dict[str, frozenset[str]], docs: list[frozenset[str]]) 
 def distinctive_terms(body: str, others: Iterable[str], *, limit: int = MAX_TERMS) -> list[str]:
     """The terms that set ``body`` apart from ``others`` (the session's other records), best
     first (ties: first seen)."""
-    tokenised = [(speaker, _tokens(text)) for speaker, text in _segments(body)]
+    tokenised = [
+        (speaker, _tokens(text[:TOOL_RESULT_CHARS] if speaker == "tool" else text))
+        for speaker, text in _segments(body)
+    ]
     proper = _proper_words(tokenised)
     docs = [document_words(o) for o in others]
     weight: dict[str, float] = defaultdict(float)

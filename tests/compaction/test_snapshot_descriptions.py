@@ -216,3 +216,17 @@ def test_a_one_word_term_is_split_as_every_term_is():
     ]
     assert found.terms[0].parts == ("w123",)
     assert found.terms[6].parts == ("i̇stanbul",)
+
+
+def test_a_tool_result_is_described_by_its_head():
+    """A tool's result is read as far as ``TOOL_RESULT_CHARS`` (docs/tools.md): a term past its
+    head names nothing, the same words in a person's message do."""
+    from memory.descriptions import TOOL_RESULT_CHARS, distinctive_terms
+
+    padding = "and the " * (TOOL_RESULT_CHARS // 8)  # stop words: no term of their own
+    tool = f"[3] 2026-12-05 tool (stock__list): Warehouse Kestrel holds crates. {padding} Zanzibar"
+    user = f"[4] 2026-12-05 user: {padding} Zanzibar"
+
+    assert TOOL_RESULT_CHARS == 2_000
+    assert distinctive_terms(tool, []) == ["Kestrel", "warehouse", "holds", "crates"]
+    assert distinctive_terms(user, []) == ["Zanzibar"]
