@@ -113,6 +113,27 @@ def _recall_traffic(text: str) -> str:
     return "".join(out)
 
 
+def _without_tool_lines(text: str, masked: str) -> tuple[str, str]:
+    """``text`` and ``masked`` (the same length) with each tool result's line (``TOOL_LINE``)
+    cut down to one space: its facts are the tool's, not the conversation's, and a long result
+    would be most of what every pattern reads (a pass of a tool task, docs/performance.md).
+    Blanked, as it was before, it matched nothing either; only the facts' order is read from
+    positions, and it is kept."""
+    spans = [match.span() for match in TOOL_LINE.finditer(masked)]
+    if not spans:
+        return text, masked
+    texts: list[str] = []
+    maskeds: list[str] = []
+    end = 0
+    for start, stop in spans:
+        texts += (text[end:start], " ")
+        maskeds += (masked[end:start], " ")
+        end = stop
+    texts.append(text[end:])
+    maskeds.append(masked[end:])
+    return "".join(texts), "".join(maskeds)
+
+
 def extract_facts(text: str) -> list[str]:
     """Names, numbers, dates/times and identifiers of ``text``: ordered by first appearance,
     de-duplicated case-insensitively (``1,200`` and ``1200`` are one fact)."""
@@ -121,9 +142,9 @@ def extract_facts(text: str) -> list[str]:
     # Speaker labels ("user:", "[12] tool (read_records):") and list markers are not facts;
     # blank them out (same length, so positions stay valid).
     masked = _recall_traffic(text)
+    text, masked = _without_tool_lines(text, masked)
     # (A name label is looked for once the role label before it is blank.)
     noises = (
-        TOOL_LINE,
         TOOL_USE,
         TOOL_NAME,
         MESSAGE_REF,

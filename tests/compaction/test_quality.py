@@ -609,3 +609,58 @@ def test_a_pattern_is_skipped_only_where_it_cannot_match() -> None:
     pieces = [*"0123456789aAmMpPvVxX:/.\\-_@#%$€£¥₹₩ \n年月日号", *FACT_SAMPLES, "Monday", "mar"]
     for _ in range(300):
         check("".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))))
+
+
+# --- a tool's result is not read for facts (docs/performance.md, the tool task) --------------
+
+TOOL_TRANSCRIPTS = [
+    "[2] 2026-12-05 assistant: (used calc__report: step=1, words=400)\n"
+    "[3] 2026-12-05 tool (calc__report): Step 1 report: serial S7919. "
+    + " ".join(f"w{i}" for i in range(400))
+    + "\n[4] 2026-12-05 user: Alice booked flight BA117 on 14 March for 1,200 EUR.",
+    "[1] user: Meet Henrik Dahl at 5\n[2] tool (clock__now): 17:00 UTC, 2026-03-08\n[3] user: pm "
+    "in Porto, ticket OPS-4471.\n[4] tool (notes__find): Clara plays cello since 2019.\n"
+    "continued: the locker code is 4471 and the room is B12.",
+    "[5] assistant: (used search_records)\n[6] tool (search_records): [record snapshot_1_9]\n"
+    "[3] user: My sister Clara plays the cello since 2019.\n[7] tool (x__y): Bob owes 40 EUR.\n"
+    "[8] user: Her concert is on 12 May at 19:30 in Lisbon.",
+]
+
+
+def _blanking_tool_lines(text: str, masked: str) -> tuple[str, str]:
+    # What extract_facts did before: every tool result's line blanked in place.
+    from compaction.fact_patterns import TOOL_LINE
+
+    return text, TOOL_LINE.sub(lambda m: " " * len(m.group()), masked)
+
+
+@pytest.mark.parametrize("transcript", TOOL_TRANSCRIPTS)
+def test_cutting_tool_lines_finds_the_facts_blanking_them_did(transcript, monkeypatch):
+    from compaction import facts
+
+    found = extract_facts(transcript)
+    monkeypatch.setattr(facts, "_without_tool_lines", _blanking_tool_lines)
+
+    assert found == extract_facts(transcript)
+
+
+def test_the_fact_patterns_never_read_a_tool_result(monkeypatch):
+    from compaction import facts
+
+    read: list[str] = []
+
+    class Recording:
+        def __init__(self, pattern):
+            self.pattern = pattern
+
+        def finditer(self, text):
+            read.append(text)
+            return self.pattern.finditer(text)
+
+    recorded = [(Recording(pattern), kind) for pattern, kind in facts.FACT_PATTERNS]
+    monkeypatch.setattr(facts, "FACT_PATTERNS", recorded)
+
+    found = extract_facts(TOOL_TRANSCRIPTS[0])
+
+    assert found == ["calc__report", "400", "BA117", "14 March", "1,200", "EUR"]
+    assert read and not any("w399" in text or "S7919" in text for text in read)
