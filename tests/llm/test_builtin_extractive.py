@@ -398,11 +398,11 @@ def test_a_tool_result_keeps_its_head_and_the_snapshot_keeps_the_rest():
 
     text = summarise(transcript)
 
-    assert TOOL_RESULT_TOKENS == 64
+    assert TOOL_RESULT_TOKENS == 128
     kept = text.splitlines()[1]
     assert kept.startswith("[3] 2026-12-05 tool (notes__report): Step 1 report: serial S7919. w0 ")
     assert kept.endswith(" …")
-    assert count_tokens(kept.split(": ", 1)[1].removesuffix(" …")) <= 64
+    assert count_tokens(kept.split(": ", 1)[1].removesuffix(" …")) <= 128
     assert text.splitlines()[0] == (
         "[2] 2026-12-05 assistant: (used notes__report: step=1, words=400)"
     )
@@ -420,7 +420,7 @@ def test_a_tool_result_s_sentences_past_its_head_are_not_kept():
 
     assert text.startswith("[3] tool (stock__list): Row 1 holds part P-0001 at bin 3.")
     assert "P-0039" not in text and "P-0030" not in text
-    assert count_tokens(text) < 64 + 20
+    assert count_tokens(text) < 128 + 20
 
 
 def test_a_long_sentence_of_a_message_is_kept_whole():

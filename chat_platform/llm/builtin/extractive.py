@@ -55,7 +55,7 @@ SHARE_FROM_TOKENS = 128
 FUSION_SHARE_PERCENT = 50
 # A tool's result keeps its head in a summary: what the call got, its status line and first
 # facts. The whole result is in the pass's snapshot, readable by name (docs/tools.md).
-TOOL_RESULT_TOKENS = 64
+TOOL_RESULT_TOKENS = 128
 _TOOL_TURN = re.compile(r"(?:^|[\s\]])tool(?:\s*\(|$)", re.IGNORECASE)
 _SAME = re.compile(r"[\W_]+")
 
