@@ -143,11 +143,17 @@ SQLITE_MESSAGE_UNINSTALL = [
 ]
 
 
+def _pg_script(cursor: Any, script: str) -> None:
+    """Run several statements at once on PostgreSQL: never as a prepared statement, which holds
+    one (``DATABASE_PREPARE_THRESHOLD``, ``chat_platform/settings/core.py``)."""
+    cursor.cursor.execute(script, prepare=False)
+
+
 def message_search_install(connection: Any) -> None:
     """Create (or re-create) the message index's search objects. Idempotent."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(PG_MESSAGE_INSTALL)
+            _pg_script(cursor, PG_MESSAGE_INSTALL)
         elif connection.vendor == "sqlite":
             for statement in SQLITE_MESSAGE_STATEMENTS:
                 cursor.execute(statement)
@@ -156,7 +162,7 @@ def message_search_install(connection: Any) -> None:
 def message_search_uninstall(connection: Any) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(PG_MESSAGE_UNINSTALL)
+            _pg_script(cursor, PG_MESSAGE_UNINSTALL)
         elif connection.vendor == "sqlite":
             for statement in SQLITE_MESSAGE_UNINSTALL:
                 cursor.execute(statement)
@@ -174,7 +180,7 @@ def search_schema_install(connection: Any) -> None:
     """Create (or re-create) the vendor's search objects. Idempotent."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(PG_INSTALL)
+            _pg_script(cursor, PG_INSTALL)
         elif connection.vendor == "sqlite":
             for statement in SQLITE_STATEMENTS:
                 cursor.execute(statement)
@@ -183,7 +189,7 @@ def search_schema_install(connection: Any) -> None:
 def search_schema_uninstall(connection: Any) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(PG_UNINSTALL)
+            _pg_script(cursor, PG_UNINSTALL)
         elif connection.vendor == "sqlite":
             for statement in SQLITE_UNINSTALL:
                 cursor.execute(statement)
