@@ -36,6 +36,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime of all its threads
 
 
+def cpu_seconds_named(name: str) -> float:
+    """CPU seconds of every process whose command is ``name`` (a server's processes, e.g. all of
+    PostgreSQL's: its backends and background workers), as far as they still run."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    total += cpu_seconds(int(entry.name))
+            except OSError:
+                continue
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

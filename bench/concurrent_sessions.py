@@ -10,9 +10,10 @@ thread pool, PostgreSQL, Redis, a local fake provider streaming 50 words 10 ms a
 For each phase it prints completed / failed / stuck (no final frame, reply still unfinished) /
 lost (a final frame never came though the reply finished, or deltas are missing) / duplicated
 (deltas sent twice), wall time, p50/p95 first-token overhead (first delta minus the direct
-call's own time to first token), CPU-s per turn of the worker and web processes, peak
-database connections (``pg_stat_activity``) and peak RSS. Never asserts timings; ``--smoke``
-exits non-zero on any failed, stuck, lost or duplicated turn.
+call's own time to first token), CPU-s per turn of the worker and web processes and of the
+PostgreSQL and Redis servers (all of their processes on this machine), peak database
+connections (``pg_stat_activity``) and peak RSS. Never asserts timings; ``--smoke`` exits
+non-zero on any failed, stuck, lost or duplicated turn.
 
     .venv/bin/python bench/concurrent_sessions.py [--burst 200] [--rate 20] [--seconds 30]
     .venv/bin/python bench/concurrent_sessions.py --quick   # 20 sessions, 5 s of steady arrivals
@@ -31,7 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _procfs  # noqa: E402
 import _stack  # noqa: E402
+
+SERVERS = {"postgres": "postgres", "redis": "redis-server"}  # their processes' command names
 
 TURN_TIMEOUT = 120.0
 
@@ -210,6 +214,10 @@ async def steady(
     return turns, time.perf_counter() - started
 
 
+def servers_cpu() -> dict[str, float]:
+    return {key: _procfs.cpu_seconds_named(name) for key, name in SERVERS.items()}
+
+
 def report(
     name: str,
     turns: list[Turn],
@@ -236,6 +244,11 @@ def report(
         f"{cpu['web'] / done:.3f}; peak DB connections {sampler.peak_db}; peak RSS web "
         f"{sampler.peak_rss['web'] / 1e6:.0f} MB, worker {sampler.peak_rss['worker'] / 1e6:.0f} MB"
     )
+    if "postgres" in cpu:
+        print(
+            f"    servers' CPU-s per completed turn: PostgreSQL {cpu['postgres'] / done:.3f}, "
+            f"Redis {cpu['redis'] / done:.3f}"
+        )
     errors: dict[str, int] = {}
     for t in turns:
         if t.outcome != "completed":
@@ -297,11 +310,12 @@ def main() -> None:
             batch, sids = sids[:count], sids[count:]
             sampler = Sampler(stack)
             sampler.start()
-            cpu0 = {"worker": stack.worker.cpu(), "web": stack.web.cpu()}
+            cpu0 = {"worker": stack.worker.cpu(), "web": stack.web.cpu(), **servers_cpu()}
             turns, wall = asyncio.run(run(batch))
             time.sleep(0.3)
             caught_up = embeddings_caught_up(batch) if args.embedding != "" else None
-            cpu = {k: getattr(stack, k).cpu() - v for k, v in cpu0.items()}
+            now = {"worker": stack.worker.cpu(), "web": stack.web.cpu(), **servers_cpu()}
+            cpu = {k: now[k] - v for k, v in cpu0.items()}
             sampler.stop.set()
             sampler.join()
             classify_stuck(turns)
