@@ -39,7 +39,10 @@ TOOL_RESULT_CHARS = 2_000
 
 # A speaker label (its time stamp is no fact of the record); a quoted one cut short
 # (``[586] assistant`` at a line's end) too.
-_LABEL = re.compile(rf"^\s*\[\d+\]\s*(?:{STAMP}\s+)?([A-Za-z]+)(?:\s*\([^)]*\))?(?::\s*|\s*$)")
+# (A room names its speakers; one whose name reads as a role is quoted: "«Tool»", never "tool".)
+_LABEL = re.compile(
+    rf"^\s*\[\d+\]\s*(?:{STAMP}\s+)?([A-Za-z]+|«[^»\n]{{1,60}}»)(?:\s*\([^)]*\))?(?::\s*|\s*$)"
+)
 _HEADER = re.compile(r"^\s*\[[^\]\n]*\]\s*$")
 _TOKEN = re.compile(r"[^\W_]+(?:['\u2019.,:/-][^\W_]+)*")
 _BREAK = re.compile(r"[.!?:;\n]|\s-\s")

@@ -1,6 +1,7 @@
 """The transcript the summariser reads: one dated line per message, as the seat's bot saw it."""
 
 import json
+import re
 from typing import Any
 
 from bots.models import Message
@@ -12,6 +13,18 @@ from compaction.seats import RoomView
 # not a step of the task, and the summariser drops such lines (builtin/extractive's echoes).
 MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 ARGUMENTS_MAX_CHARS = 300
+# A room speaker's name is its owner's choice. One that reads as a transcript role ("Tool",
+# "assistant", "System bot", "Ann tool") would have the summariser and the fact check take its
+# turns for a tool's result or for the seat's own: such a name is quoted ("«Tool»").
+_ROLE_LIKE = re.compile(
+    r"^\s*(?:user|assistant|system|tool)\b|(?:^|[\s\]])tool(?:\s*\(|\s*$)", re.IGNORECASE
+)
+
+
+def speaker_label(name: str) -> str:
+    """How a room transcript labels a person or another bot: its name, quoted when it reads as
+    a role."""
+    return f"«{name}»" if _ROLE_LIKE.search(name) else name
 
 
 def _arguments_text(raw: object) -> str:
@@ -50,7 +63,8 @@ def transcript_line(message: Message, room: RoomView | None = None) -> str:
     elif room is not None and message.role in (Message.Role.USER, Message.Role.ASSISTANT):
         own = message.role == Message.Role.ASSISTANT and message.bot_id == room.bot_id
         key = None if message.role == Message.Role.USER else message.bot_id
-        speaker = "assistant" if own else room.speakers.get(key, ("", message.role))[1]
+        known = room.speakers.get(key)
+        speaker = "assistant" if own else speaker_label(known[1]) if known else message.role
     else:
         speaker = message.role
     text = message.content.strip()

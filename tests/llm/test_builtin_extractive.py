@@ -435,3 +435,64 @@ def test_a_long_sentence_of_a_message_is_kept_whole():
     text = summarise(f"{long}\n{chatter}")
 
     assert text == long
+
+
+ROOM = (
+    "Summarise the room.\n"
+    "[1] 2024-03-08 13:56Z Dana: My flight to Osaka is JL7079 on 12 April.\n"
+    "[2] 2024-03-08 13:57Z assistant: I will remind you a week before.\n"
+    "[3] 2024-03-08 13:58Z Critic Bot: The hotel booking number is HB-55120.\n"
+    "[4] 2024-03-08 13:59Z Dana: My sister Clara lives in Kyoto.\n"
+    "She teaches the cello on Tuesdays.\n"
+    "[5] 2024-03-08 14:00Z assistant: She sounds lovely."
+)
+
+
+def test_a_room_s_speakers_label_their_own_turns():
+    """A room's lines carry names, not roles: each is a turn of its own speaker. (They were
+    taken for lines of the turn before, and those before the first role label for
+    instructions: Dana's flight was dropped.)"""
+    turns, _ = parse_transcript(ROOM)
+
+    assert turns == [
+        Turn("[1] 2024-03-08 Dana", ["My flight to Osaka is JL7079 on 12 April."]),
+        Turn("[2] 2024-03-08 assistant", ["I will remind you a week before."]),
+        Turn("[3] 2024-03-08 Critic Bot", ["The hotel booking number is HB-55120."]),
+        Turn(
+            "[4] 2024-03-08 Dana",
+            ["My sister Clara lives in Kyoto.", "She teaches the cello on Tuesdays."],
+        ),
+        Turn("[5] 2024-03-08 assistant", ["She sounds lovely."]),
+    ]
+    assert summarise(ROOM).splitlines()[0] == (
+        "[1] 2024-03-08 Dana: My flight to Osaka is JL7079 on 12 April."
+    )
+    # a message's own line that merely looks numbered is no speaker
+    assert parse_transcript("[1] 2024-03-08 13:56Z Dana: Plan:\n[1] Step one: book it.")[0] == [
+        Turn("[1] 2024-03-08 Dana", ["Plan:", "[1] Step one: book it."])
+    ]
+
+
+def test_a_bot_named_like_a_role_is_not_a_tool_result():
+    """A room quotes a name that reads as a role (compaction/engine/transcript.py): such a
+    speaker's long message is kept whole, where a tool's result is cut to its head."""
+    from compaction.engine.transcript import speaker_label
+
+    sentence = (
+        "For the trip we booked flight BA117 on 3 May, hotel HX-4471 for two nights, "
+        + ", ".join(f"locker L{n} for bag {n}" for n in range(1, 30))
+        + "."
+    )
+    labels = [speaker_label(name) for name in ("Tool", "Ann tool (x)", "Assistant", "Toolbox")]
+    assert labels == ["«Tool»", "«Ann tool (x)»", "«Assistant»", "Toolbox"]
+    for label in labels[:2]:
+        line = f"[3] 2024-03-08 13:58Z {label}: {sentence}"
+        chatter = "\n".join(
+            f"[{n}] 2024-03-08 14:00Z assistant: Lovely, that sounds really nice to hear about."
+            for n in range(4, 34)
+        )
+        text = summarise(f"{line}\n{chatter}")
+        assert text == f"[3] 2024-03-08 {label}: {sentence}"
+    # the same words from a tool are a result: its head only
+    tool = summarise(f"[3] 2024-03-08 13:58Z tool (x): {sentence}\n{chatter}")
+    assert tool.endswith(" …")

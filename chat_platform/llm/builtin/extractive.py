@@ -6,7 +6,8 @@ Input (what the compaction engine sends; docs/compaction.md):
 * a ``user`` message holding the transcript — optionally inside ``<transcript>…</transcript>``,
   optionally preceded by instructions, optionally with a ``Focus: <text>`` line. Transcript lines
   start with a speaker label (``user: …``, ``assistant: …``, ``[12] user: …``,
-  ``assistant (#13): …``, or a capitalised name such as ``Alice: …``); unlabelled lines continue
+  ``assistant (#13): …``, a room's ``[12] 2024-03-08 13:56Z Dana: …``, or a capitalised name
+  such as ``Alice: …``); unlabelled lines continue
   the previous speaker. A whole-line ``[…]`` header (e.g. ``[Summary of messages 1–40]``) starts
   a section whose unlabelled lines stand alone (earlier summaries being fused). Text before the
   first label or header is treated as instructions and not summarised.
@@ -56,7 +57,12 @@ FUSION_SHARE_PERCENT = 50
 # A tool's result keeps its head in a summary: what the call got, its status line and first
 # facts. The whole result is in the pass's snapshot, readable by name (docs/tools.md).
 TOOL_RESULT_TOKENS = 128
-_TOOL_TURN = re.compile(r"(?:^|[\s\]])tool(?:\s*\(|$)", re.IGNORECASE)
+# A tool result's label as transcripts write it ("[14] 2024-03-08 tool (lookup)", "tool"): the
+# word right after the label's number and date, never inside a name ("[3] … «Ann tool (x)»").
+_TOOL_TURN = re.compile(
+    rf"^(?:\[[^\]\n]{{1,40}}\]\s*(?:{STAMP}\s+)?|#\d+\s+|\d+[.)]\s+)?tool(?:\s*\(|$)",
+    re.IGNORECASE,
+)
 _SAME = re.compile(r"[\W_]+")
 
 # "[12] 2024-03-08 13:56Z user" (chat_platform.transcript), "[12] user", "#13 assistant", …
@@ -67,6 +73,12 @@ _ROLE_LABEL = re.compile(
     re.IGNORECASE,
 )
 _NAME_LABEL = re.compile(r"^\s*(?P<label>" + NAME + r")\s*:\s+(?P<text>\S.*)$")
+# A room's transcript line, whose speaker is a person's or a bot's name as chosen
+# ("[12] 2024-03-08 13:56Z Dana: …", "[13] 2024-03-08 13:57Z gpt helper: …"): dated, so that a
+# line of a message that merely starts with "[1] Step one:" is not taken for one.
+_ROOM_LABEL = re.compile(
+    rf"^\s*(?P<label>\[\d+\]\s*{STAMP}\s+[^\s:][^:\n]{{0,59}}?)\s*:(?:\s+|$)(?P<text>.*)$"
+)
 _SECTION = re.compile(rf"^\s*{HEADER}\s*$")
 _SUMMARY_SECTION = re.compile(rf"^\s*{SUMMARY_SECTION}\s*$")
 # Results of the recall tools are copies of records: the records keep them.
@@ -121,7 +133,7 @@ class Sentence:
 
 
 def _label_of(line: str) -> tuple[str, str] | None:
-    match = _ROLE_LABEL.match(line) or _NAME_LABEL.match(line)
+    match = _ROLE_LABEL.match(line) or _ROOM_LABEL.match(line) or _NAME_LABEL.match(line)
     if match is None:
         return None
     return match.group("label").strip(), match.group("text").strip()
