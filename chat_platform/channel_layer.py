@@ -26,9 +26,12 @@ channels-redis's own read.
 import asyncio
 import contextlib
 import hashlib
+import os
+import threading
 import time
 from typing import Any
 
+import redis
 import structlog
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import NoScriptError
@@ -82,14 +85,78 @@ _GROUP_SEND_TRIES = 3
 _MEMBERS_KEPT = 4096
 
 
+# A send from a sync thread waits this long for Redis before it counts as failed.
+SEND_NOW_TIMEOUT_SECONDS = 10.0
+
+
 class CancelSafeRedisChannelLayer(RedisChannelLayer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._members: dict[str, list[str]] = {}  # group -> its members at the last send
         self._last_score = 0.0
+        self._score_lock = threading.Lock()
+        self._blocking: tuple[int, redis.Redis] | None = None  # (pid, client) for send_now
 
     async def group_send(self, group: str, message: dict) -> None:
         await self.group_send_many(group, [message])
+
+    def group_send_many_now(self, group: str, messages: list[dict]) -> bool:
+        """``group_send_many`` from a sync thread (a turn's), on a blocking connection of the
+        process's own: the same one script, without a hand-over to an event loop's thread and
+        back, which cost a frame three times the script's own CPU (docs/performance.md, "Frames
+        without a hand-over"). False when it cannot be one script (a sharded layer, members that
+        keep changing): the caller then sends through the event loop."""
+        if self.ring_size != 1 or not isinstance(self.hosts[0].get("address"), str):
+            return False
+        assert self.require_valid_group_name(group), "Group name not valid"
+        client = self._blocking_client()
+        members = self._members.get(group, [])
+        for _ in range(_GROUP_SEND_TRIES):
+            keys, args = self._group_send_args(members, messages)
+            now = int(time.time())
+            all_keys = [self._group_key(group), *keys]
+            all_args = [
+                now - self.group_expiry, now - int(self.expiry), int(self.expiry),
+                "\n".join(members), len(messages), *args,
+            ]  # fmt: skip
+            try:
+                answer = client.evalsha(_GROUP_SEND_SHA, len(all_keys), *all_keys, *all_args)
+            except NoScriptError:  # a Redis that has not seen it (restarted, flushed)
+                answer = client.eval(_GROUP_SEND, len(all_keys), *all_keys, *all_args)
+            if not isinstance(answer, list):
+                break
+            members = [name.decode("utf8") for name in answer]
+        else:
+            return False
+        self._members_seen(group, members, answer)
+        return True
+
+    def _blocking_client(self) -> redis.Redis:
+        blocking = self._blocking
+        if blocking is None or blocking[0] != os.getpid():  # a forked child makes its own
+            host = self.hosts[0]
+            options = {
+                key: value
+                for key, value in host.items()
+                if key not in ("address", "socket_timeout", "max_connections")
+            }  # what else the layer's own connections are given (credentials, TLS)
+            client = redis.Redis.from_url(
+                host["address"],
+                **{"socket_timeout": SEND_NOW_TIMEOUT_SECONDS, "socket_connect_timeout": 2}
+                | options,
+            )
+            blocking = self._blocking = (os.getpid(), client)
+        return blocking[1]
+
+    def _members_seen(self, group: str, members: list[str], over: int) -> None:
+        if len(self._members) >= _MEMBERS_KEPT:
+            self._members.clear()
+        if members:
+            self._members[group] = members
+        else:
+            self._members.pop(group, None)
+        if over > 0:
+            log.info("channel_layer_over_capacity", group=group, channels=over)
 
     async def group_send_many(self, group: str, messages: list[dict]) -> None:
         """Send ``messages``, in order, to the group: what as many ``group_send`` calls do,
@@ -118,14 +185,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
                 await super().group_send(group, message)
             self._members.pop(group, None)
             return
-        if len(self._members) >= _MEMBERS_KEPT:
-            self._members.clear()
-        if members:
-            self._members[group] = members
-        else:
-            self._members.pop(group, None)
-        if answer > 0:
-            log.info("channel_layer_over_capacity", group=group, channels=answer)
+        self._members_seen(group, members, answer)
 
     def _group_send_args(self, members: list[str], messages: list[dict]) -> tuple[list, list]:
         """The channel keys of ``members`` and, per key, its capacity and each message's score
@@ -135,9 +195,10 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         mapped = [self._map_channel_keys_to_connection(members, m) for m in messages]
         keys = mapped[0][0][0]  # one host: every key is on connection 0
         scores = []
-        for _ in messages:  # strictly increasing: a channel's messages leave in this order
-            self._last_score = max(time.time(), self._last_score + 1e-6)
-            scores.append(self._last_score)
+        with self._score_lock:  # the event loop's thread and the turns' threads send
+            for _ in messages:  # strictly increasing: a channel's messages leave in this order
+                self._last_score = max(time.time(), self._last_score + 1e-6)
+                scores.append(self._last_score)
         args: list = []
         for key in keys:
             args.append(mapped[0][2][key])

@@ -50,6 +50,12 @@ class _LayerLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
         self._tails: dict[Any, asyncio.Task] = {}  # the last send per order key (loop thread)
+        self._pending: dict[Any, int] = {}  # sends handed over and not done, per order key
+
+    def pending(self, order: Any) -> bool:
+        """Whether a send of this order key was handed to the loop and is not done: a send that
+        skips the loop (``send_frames``) must not overtake it."""
+        return order in self._pending
 
     def run(self, coroutine: Any, *, timeout: float, order: Any = None) -> Any:
         return self._start(coroutine, order).result(timeout)
@@ -66,9 +72,21 @@ class _LayerLoop:
         self._start(coroutine, order).add_done_callback(done)
 
     def _start(self, coroutine: Any, order: Any) -> Any:
-        if order is not None:
-            coroutine = self._after_previous(order, coroutine)
-        return asyncio.run_coroutine_threadsafe(coroutine, self._running())
+        loop = self._running()
+        if order is None:
+            return asyncio.run_coroutine_threadsafe(coroutine, loop)
+        with self._lock:
+            self._pending[order] = self._pending.get(order, 0) + 1
+
+        def done(_: Any) -> None:
+            with self._lock:
+                left = self._pending.pop(order, 1) - 1
+                if left > 0:
+                    self._pending[order] = left
+
+        future = asyncio.run_coroutine_threadsafe(self._after_previous(order, coroutine), loop)
+        future.add_done_callback(done)
+        return future
 
     async def _after_previous(self, order: Any, coroutine: Any) -> Any:
         # Tasks take their first step in the order they were handed to the loop, so the chain
@@ -92,7 +110,7 @@ class _LayerLoop:
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="channel-layer", daemon=True).start()
                 self._loop, self._pid = loop, os.getpid()
-                self._tails = {}
+                self._tails, self._pending = {}, {}
             return self._loop
 
 
@@ -168,6 +186,8 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
     try:
         if isinstance(layer, InMemoryChannelLayer):
             _send_in_memory(send_all, len(messages))
+        elif wait and _sent_now(layer, group, messages, order=session_id):
+            pass
         elif wait:
             _layer_loop.run(
                 asyncio.wait_for(send_all(), SEND_TIMEOUT_SECONDS * len(messages)),
@@ -182,6 +202,15 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
             )
     except Exception:
         failed()
+
+
+def _sent_now(layer: Any, group: str, messages: list[dict], *, order: Any) -> bool:
+    """A waited send straight from this thread (``group_send_many_now``), unless one of the same
+    chat is still on its way through the event loop: frames of a chat leave in order."""
+    send_now = getattr(layer, "group_send_many_now", None)
+    if send_now is None or _layer_loop.pending(order):
+        return False
+    return bool(send_now(group, messages))
 
 
 def notify_context_updated(

@@ -138,3 +138,44 @@ async def test_a_socket_s_frame_is_one_round_trip_to_redis_to_receive(monkeypatc
     finally:
         monkeypatch.undo()
         await layer.flush()
+
+
+def test_a_send_from_a_sync_thread_is_one_command_on_a_blocking_client(monkeypatch):
+    """``group_send_many_now`` (a turn's frames): the same one script as ``group_send_many``, sent
+    from the calling thread; two commands when the members changed; in order, with the frames
+    the event loop's sends put before them."""
+    import redis
+
+    commands: list[str] = []
+    execute = redis.Redis.execute_command
+
+    def counted(self, *args, **kwargs):
+        commands.append(str(args[0]))
+        return execute(self, *args, **kwargs)
+
+    layer = CancelSafeRedisChannelLayer(**_layer_config())
+
+    async def setup() -> str:
+        a = await layer.new_channel()
+        await layer.group_add("g2", a)
+        await layer.group_send("g2", {"type": "chat.frame", "n": 0})  # through a loop
+        return a
+
+    a = asyncio.run(setup())
+    monkeypatch.setattr(redis.Redis, "execute_command", counted)
+    assert layer.group_send_many_now("g2", [{"type": "chat.frame", "n": 1}]) is True
+    assert commands == ["EVALSHA"]
+    layer._members.clear()  # as if the members had changed: one more try
+    assert layer.group_send_many_now(
+        "g2", [{"type": "chat.frame", "n": 2}, {"type": "chat.frame", "n": 3}]
+    )
+    assert commands == ["EVALSHA"] * 3
+    monkeypatch.undo()
+
+    async def receive_all() -> list[int]:
+        try:
+            return [(await asyncio.wait_for(layer.receive(a), 5))["n"] for _ in range(4)]
+        finally:
+            await layer.flush()
+
+    assert asyncio.run(receive_all()) == [0, 1, 2, 3]
