@@ -112,17 +112,11 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         client = self._blocking_client()
         members = self._members.get(group, [])
         for _ in range(_GROUP_SEND_TRIES):
-            keys, args = self._group_send_args(members, messages)
-            now = int(time.time())
-            all_keys = [self._group_key(group), *keys]
-            all_args = [
-                now - self.group_expiry, now - int(self.expiry), int(self.expiry),
-                "\n".join(members), len(messages), *args,
-            ]  # fmt: skip
+            keys, argv = self._group_send_call(group, members, messages)
             try:
-                answer = client.evalsha(_GROUP_SEND_SHA, len(all_keys), *all_keys, *all_args)
+                answer = client.evalsha(_GROUP_SEND_SHA, len(keys), *keys, *argv)
             except NoScriptError:  # a Redis that has not seen it (restarted, flushed)
-                answer = client.eval(_GROUP_SEND, len(all_keys), *all_keys, *all_args)
+                answer = client.eval(_GROUP_SEND, len(keys), *keys, *argv)
             if not isinstance(answer, list):
                 break
             members = [name.decode("utf8") for name in answer]
@@ -169,13 +163,8 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         connection = self.connection(0)
         members = self._members.get(group, [])
         for _ in range(_GROUP_SEND_TRIES):
-            keys, args = self._group_send_args(members, messages)
-            now = int(time.time())
             answer = await self._group_send_script(
-                connection,
-                [self._group_key(group), *keys],
-                [now - self.group_expiry, now - int(self.expiry), int(self.expiry)],
-                ["\n".join(members), len(messages), *args],
+                connection, *self._group_send_call(group, members, messages)
             )
             if not isinstance(answer, list):
                 break
@@ -186,6 +175,19 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
             self._members.pop(group, None)
             return
         self._members_seen(group, members, answer)
+
+    def _group_send_call(
+        self, group: str, members: list[str], messages: list[dict]
+    ) -> tuple[list, list]:
+        """The script's KEYS and ARGV (``_GROUP_SEND``) that send ``messages`` to ``group``,
+        given the members seen last; the one layout both kinds of send use."""
+        keys, args = self._group_send_args(members, messages)
+        now = int(time.time())
+        argv = [
+            now - self.group_expiry, now - int(self.expiry), int(self.expiry),
+            "\n".join(members), len(messages), *args,
+        ]  # fmt: skip
+        return [self._group_key(group), *keys], argv
 
     def _group_send_args(self, members: list[str], messages: list[dict]) -> tuple[list, list]:
         """The channel keys of ``members`` and, per key, its capacity and each message's score
@@ -206,13 +208,11 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
                 args += [score, bodies[key]]
         return keys, args
 
-    async def _group_send_script(
-        self, connection: Any, keys: list, cutoffs: list, args: list
-    ) -> Any:
+    async def _group_send_script(self, connection: Any, keys: list, argv: list) -> Any:
         try:
-            return await connection.evalsha(_GROUP_SEND_SHA, len(keys), *keys, *cutoffs, *args)
+            return await connection.evalsha(_GROUP_SEND_SHA, len(keys), *keys, *argv)
         except NoScriptError:  # a Redis that has not seen it (restarted, flushed)
-            return await connection.eval(_GROUP_SEND, len(keys), *keys, *cutoffs, *args)
+            return await connection.eval(_GROUP_SEND, len(keys), *keys, *argv)
 
     async def receive(self, channel: str) -> Any:
         if "!" not in channel:  # a plain channel: no shared read, nothing to lose
