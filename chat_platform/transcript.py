@@ -42,10 +42,18 @@ def date_only(label: str) -> str:
     return _TIME_OF_DAY.sub("", label, count=1)
 
 
+# A room's line names its speaker as chosen ("[13] 2024-03-08 13:57Z Research Helper: …",
+# "«Tool»": docs/rooms.md): any name of up to 60 characters without a colon, after the date, so
+# that a message's own "[1] Step one: …" is not taken for one. Lazy: the label ends at the first
+# colon after the name. No capturing groups: it is embedded in other patterns.
+SPEAKER_NAME = r"[^\s:\[][^:\n]{0,59}?"
+NAMED_SPEAKER = rf"{STAMP}[ \t]+{SPEAKER_NAME}"
+
 # The label at the start of a transcript line: "[12] 2024-03-08 13:56Z user: ",
-# "[14] 2024-03-08 13:57Z tool (read_records): ", "[12] user: ".
+# "[14] 2024-03-08 13:57Z tool (read_records): ", "[12] user: ", a room's named speaker.
 LINE_LABEL = re.compile(
-    rf"\[\d+\][ \t]*(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?[ \t]*:[ \t]*"
+    rf"\[\d+\][ \t]*(?:(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?|{NAMED_SPEAKER})"
+    r"[ \t]*:[ \t]*"
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from chat_platform.llm.recall_protocol import ANSWER_HEADER, READ_TOOL, SAVE_TOOL, SEARCH_TOOL
-from chat_platform.transcript import NAME, RAW_HEADING, ROLE, STAMP, SUMMARY_HEADING
+from chat_platform.transcript import NAME, NAMED_SPEAKER, RAW_HEADING, ROLE, STAMP, SUMMARY_HEADING
 
 _L = r"(?<![A-Za-z0-9_])"  # ASCII word boundaries: CJK characters are \w, so \b fails there
 _R = r"(?![A-Za-z0-9_])"
@@ -29,9 +29,10 @@ _FILE_EXT = (
 _TLD = "com|org|net|io|dev|ai|app|co|uk|de|fr|cn|jp|eu|gov|edu|info|biz|cloud|sh|me|us"
 
 # A speaker label, time stamp included (chat_platform.transcript): no fact of the transcript.
+# A room's line is labelled with its speaker's name ("[13] 2024-03-08 13:57Z Research Helper:").
 SPEAKER_LABEL = re.compile(
-    rf"^[ \t>*_-]*(?:\[\d+\][ \t]*(?:{STAMP}[ \t]+)?)?{ROLE}"
-    r"(?:[ \t]*\([^)\n]*\))?[ \t]*:",
+    rf"^[ \t>*_-]*(?:(?:\[\d+\][ \t]*(?:{STAMP}[ \t]+)?)?{ROLE}(?:[ \t]*\([^)\n]*\))?"
+    rf"|\[\d+\][ \t]*{NAMED_SPEAKER})[ \t]*:",
     re.IGNORECASE | re.MULTILINE,
 )
 # A speaker's name after the role label ("[12] user: Ravi: …", a relayed chat) or opening a
@@ -56,7 +57,8 @@ TOOL_NAME = re.compile(
 # A transcript line's label with its seq ("[12] 2024-03-08 13:56Z user:"), and the section
 # headers of a fusion's input.
 SEQ_LABEL = re.compile(
-    rf"^[ \t]*\[(?P<seq>\d+)\][ \t]*(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?[ \t]*:"
+    rf"^[ \t]*\[(?P<seq>\d+)\][ \t]*"
+    rf"(?:(?:{STAMP}[ \t]+)?[A-Za-z]+(?:[ \t]*\([^)\n]*\))?|{NAMED_SPEAKER})[ \t]*:"
 )
 SECTION_HEADER = re.compile(rf"^[ \t]*\[(?:{SUMMARY_HEADING}|{RAW_HEADING}) [^\]\n]*\][ \t]*$")
 RECALL_TOOL_LINE = re.compile(

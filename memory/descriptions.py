@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from chat_platform.stopwords import STOPWORDS
-from chat_platform.transcript import STAMP
+from chat_platform.transcript import SPEAKER_NAME, STAMP
 
 DESCRIPTION_MAX = 140
 MAX_TERMS = 6
@@ -40,8 +40,11 @@ TOOL_RESULT_CHARS = 2_000
 # A speaker label (its time stamp is no fact of the record); a quoted one cut short
 # (``[586] assistant`` at a line's end) too.
 # (A room names its speakers; one whose name reads as a role is quoted: "«Tool»", never "tool".)
+# A room's line names its speaker as chosen, after the date ("[13] 2024-03-08 13:57Z Research
+# Helper: …"; chat_platform.transcript.NAMED_SPEAKER).
 _LABEL = re.compile(
-    rf"^\s*\[\d+\]\s*(?:{STAMP}\s+)?([A-Za-z]+|«[^»\n]{{1,60}}»)(?:\s*\([^)]*\))?(?::\s*|\s*$)"
+    rf"^\s*\[\d+\]\s*(?:(?:{STAMP}\s+)?([A-Za-z]+|«[^»\n]{{1,60}}»)(?:\s*\([^)]*\))?(?::\s*|\s*$)"
+    rf"|{STAMP}\s+({SPEAKER_NAME})\s*:\s*)"
 )
 _HEADER = re.compile(r"^\s*\[[^\]\n]*\]\s*$")
 _TOKEN = re.compile(r"[^\W_]+(?:['\u2019.,:/-][^\W_]+)*")
@@ -76,7 +79,8 @@ def _segments(body: str) -> list[tuple[str | None, str]]:
     for line in body.splitlines():
         label = _LABEL.match(line)
         if label:
-            segments.append((label.group(1).lower(), [line[label.end() :]]))
+            speaker = label.group(1) or label.group(2)
+            segments.append((speaker.lower(), [line[label.end() :]]))
         elif _HEADER.match(line):
             segments.append((None, []))
         elif segments:

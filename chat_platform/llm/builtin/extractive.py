@@ -34,6 +34,7 @@ from chat_platform.transcript import (
     NAME,
     RAW_SECTION,
     ROLE,
+    SPEAKER_NAME,
     STAMP,
     SUMMARY_SECTION,
     date_only,
@@ -77,7 +78,7 @@ _NAME_LABEL = re.compile(r"^\s*(?P<label>" + NAME + r")\s*:\s+(?P<text>\S.*)$")
 # ("[12] 2024-03-08 13:56Z Dana: …", "[13] 2024-03-08 13:57Z gpt helper: …"): dated, so that a
 # line of a message that merely starts with "[1] Step one:" is not taken for one.
 _ROOM_LABEL = re.compile(
-    rf"^\s*(?P<label>\[\d+\]\s*{STAMP}\s+[^\s:][^:\n]{{0,59}}?)\s*:(?:\s+|$)(?P<text>.*)$"
+    rf"^\s*(?P<label>\[\d+\]\s*{STAMP}\s+{SPEAKER_NAME})\s*:(?:\s+|$)(?P<text>.*)$"
 )
 _SECTION = re.compile(rf"^\s*{HEADER}\s*$")
 _SUMMARY_SECTION = re.compile(rf"^\s*{SUMMARY_SECTION}\s*$")
