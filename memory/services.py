@@ -71,24 +71,26 @@ def snapshot_write(
     """Write (or refresh, on a retried range) the snapshot before the summariser is called. It
     names the bot whose compaction wrote it (``session``'s bot: in a room, the seat's)."""
     name = snapshot_name(first_seq, last_seq, seat_bot_id)
-    with transaction.atomic():
-        record, _ = MemoryRecord.objects.update_or_create(
-            session=session,
-            name=name,
-            defaults={
-                "bot_id": session.bot_id,
-                "kind": MemoryRecord.Kind.SNAPSHOT,
-                "description": snapshot_description(
-                    first_seq, last_seq, body, _other_bodies(session=session, name=name)
-                ),
-                "body": body,
-                "token_count": count_tokens(body),
-                "first_seq": first_seq,
-                "last_seq": last_seq,
-                "indexed": False,
-            },
-        )
-    return record
+    fields = {
+        "bot_id": session.bot_id,
+        "kind": MemoryRecord.Kind.SNAPSHOT,
+        "description": snapshot_description(
+            first_seq, last_seq, body, _other_bodies(session=session, name=name)
+        ),
+        "body": body,
+        "token_count": count_tokens(body),
+        "first_seq": first_seq,
+        "last_seq": last_seq,
+        "indexed": False,
+    }
+    # A range is snapshotted by its seat's compaction, which holds the seat's lease: no one
+    # writes this name meanwhile. A retried range's snapshot is refreshed; a new one (the usual
+    # case) is one UPDATE that finds nothing and one INSERT — ``update_or_create`` made six
+    # statements of it (two savepoints and a locking read), every pass of a long tool task.
+    existing = MemoryRecord.objects.filter(session=session, name=name)
+    if existing.update(**fields, updated_at=timezone.now()):
+        return existing.get()
+    return MemoryRecord.objects.create(session=session, name=name, **fields)
 
 
 def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:

@@ -1,12 +1,13 @@
 """What the engine's passes share: limits, the plan of a pass, the session re-read from its seat
 and the current turn (which no pass takes)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bots import coverage
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat, room_snapshot_carry, session_seat
 from chat_platform.errors import ValidationFailed
+from compaction.measure import Measure
 
 # Automatic paths never summarise fewer tokens than this (tiny spans make longer summaries).
 MIN_SPAN_TOKENS = 256
@@ -40,6 +41,12 @@ class Plan:
     # leave the context smaller keeps nothing and says so. Automatic passes never ask: in a small
     # window the snapshot's index line can outweigh what a pass saves, and they must still run.
     must_lower: bool = False
+    # The session's measure its caller took under the lease just before the pass (a hard
+    # compaction before a model call, a soft one after a turn): the pass starts from it instead
+    # of measuring again, one measure fewer a pass (a pass every ~2 steps of a long tool task,
+    # docs/performance.md). None: the pass measures. Only for a plan made for one attempt,
+    # right after its measure: nothing may have changed the context in between.
+    measured: Measure | None = field(default=None, compare=False, repr=False)
 
 
 class Conflict(Exception):

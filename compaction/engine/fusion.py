@@ -66,7 +66,7 @@ def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
     If the snapshots made the fused text no shorter than the summaries it replaces, it tries
     once more from the summaries alone: the frontier must shrink, or fusion has failed.
     """
-    tokens_before = context_measure(session=session).pressure
+    tokens_before = (plan.measured or context_measure(session=session)).pressure
     replaced = sum(p.token_count for p in parents)
     config = compaction_model_config(session.bot, model=plan.model)
     input_cap = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
@@ -171,6 +171,8 @@ def fuse_commit(
 def pass_or_fuse(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
     parents = fusion_due(session, budget)
     if parents:
-        fusion = Plan(trigger="fusion", target=plan.target, model=plan.model)
+        fusion = Plan(
+            trigger="fusion", target=plan.target, model=plan.model, measured=plan.measured
+        )
         return enveloped(session, fusion, partial(fuse, session, parents, fusion))
     return enveloped(session, plan, partial(run_pass, session, plan))

@@ -274,7 +274,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
 
     ``record_noop=False``: a follow-up pass that finds nothing left ends quietly (no event).
     """
-    measure = context_measure(session=session)
+    measure = plan.measured or context_measure(session=session)
     tokens_before = measure.pressure
     excess = tokens_before - plan.target
     tokens_to_free = (

@@ -63,7 +63,7 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
                 return last  # landed: a further pass would do nothing
             if seat_blocked_until(session_id, hard=False, room=measure.room):
                 return skipped(session, "soft", "cooldown", pressure)
-            plan = Plan(trigger="soft", target=budget.target)
+            plan = Plan(trigger="soft", target=budget.target, measured=measure)
             try:
                 # Charged to the session's user (docs/connections.md "Daily token limits"):
                 # a spent limit skips the pass, arms nothing, and the reply stays as it is.
@@ -112,7 +112,9 @@ def compaction_hard(
         blocked = seat_blocked_until(session.pk, hard=True, room=fresh.room)
         if blocked is None:
             trigger = "tool" if within is not None else "hard"
-            plan = Plan(trigger=trigger, target=budget.target_blocking, within=within)
+            plan = Plan(
+                trigger=trigger, target=budget.target_blocking, within=within, measured=fresh
+            )
             result = pass_or_fuse(session, plan, budget)
             if result.compacted:
                 clear_failures(session.pk, key)

@@ -1113,16 +1113,14 @@ def test_a_seats_soft_compaction_reads_the_room_once_and_covers_in_one_statement
     # the coverage is read only by the range's NOT EXISTS, never as the bot's whole list first
     assert not any('"message_id" FROM "compaction_summarycoverage"' in sql for sql in sqls)
     # the seat's row: read by each measure (with its cool-down), never again for the cool-down,
-    # the range or a get_or_create
+    # the range or a get_or_create; a pass starts from its round's measure (``Plan.measured``)
     assert [sql.split()[0] for sql in sqls if "compaction_seatstate" in sql] == [
-        "SELECT",  # the run's first measure
-        "SELECT",  # the pass's measure
+        "SELECT",  # the run's first measure, which its pass starts from
         "SELECT",  # the commit: the seat's covered floor, its row locked
         "UPDATE",  # the commit: the seat's covered totals and floor
         "SELECT",  # the measure after the commit
         "UPDATE",  # failures cleared
-        "SELECT",  # the second round's measure (still above T)
-        "SELECT",  # the second pass's measure: nothing left to take
+        "SELECT",  # the second round's measure (still above T): nothing left to take
     ]
     covered = SummaryCoverage.objects.filter(bot=critic)
     for summary in summaries:

@@ -126,6 +126,31 @@ def test_snapshot_write_still_writes_a_session_scoped_snapshot(chat_session):
     )
 
 
+def test_snapshot_write_makes_a_new_snapshot_in_three_statements_and_refreshes_a_retried_one(
+    chat_session, django_assert_num_queries
+):
+    """A pass's snapshot (every ~2 steps of a long tool task): the other records' heads for its
+    description, an UPDATE that finds no such name, the INSERT. A retried range keeps its row
+    and gets the new text, unindexed until its compaction succeeds."""
+    with django_assert_num_queries(3):
+        first = services.snapshot_write(
+            session=chat_session, first_seq=3, last_seq=9, body="[3] user: The cello lessons."
+        )
+    MemoryRecord.objects.filter(pk=first.pk).update(indexed=True)
+    again = services.snapshot_write(
+        session=chat_session, first_seq=3, last_seq=9, body="[3] user: The viola lessons."
+    )
+    assert again.pk == first.pk
+    assert MemoryRecord.objects.filter(session=chat_session).count() == 1
+    again.refresh_from_db()
+    assert (again.body, again.indexed, again.kind) == (
+        "[3] user: The viola lessons.",
+        False,
+        "snapshot",
+    )
+    assert again.updated_at > first.updated_at
+
+
 def test_recall_event_round_and_tool_are_checked(chat_session):
     for bad in ({"round": 0, "tool": "read"}, {"round": 1, "tool": "write"}):
         with pytest.raises(IntegrityError), transaction.atomic():
