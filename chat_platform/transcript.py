@@ -49,6 +49,21 @@ def date_only(label: str) -> str:
 SPEAKER_NAME = r"[^\s:\[][^:\n]{0,59}?"
 NAMED_SPEAKER = rf"{STAMP}[ \t]+{SPEAKER_NAME}"
 
+# A room speaker's name is its owner's choice. One that reads as a transcript role ("Tool",
+# "assistant", "System bot", "Ann tool") would have the summariser, the fact check or a model
+# reading a search result take its turns for a tool's result or for the seat's own: such a name
+# is quoted ("«Tool»").
+_ROLE_LIKE = re.compile(
+    r"^\s*(?:user|assistant|system|tool)\b|(?:^|[\s\]])tool(?:\s*\(|\s*$)", re.IGNORECASE
+)
+
+
+def speaker_label(name: str) -> str:
+    """How a room's transcript lines label a person or another bot: its name, quoted when it
+    reads as a role."""
+    return f"«{name}»" if _ROLE_LIKE.search(name) else name
+
+
 # The label at the start of a transcript line: "[12] 2024-03-08 13:56Z user: ",
 # "[14] 2024-03-08 13:57Z tool (read_records): ", "[12] user: ", a room's named speaker.
 LINE_LABEL = re.compile(

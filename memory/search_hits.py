@@ -10,9 +10,10 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from bots.models import ChatSession, Message
-from bots.queries import participant_seat
+from bots.queries import participant_seat, participants_of, room_user_name
 from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
+from chat_platform.transcript import speaker_label
 from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
 from memory.terms import has_distinct_terms
@@ -362,20 +363,36 @@ def _message_lines(
             role__in=(Message.Role.USER, Message.Role.ASSISTANT),
         )
         .order_by()  # read into a dict: no sort
-        .values_list("seq", "role", "content", "created_at")
+        .values_list("seq", "role", "content", "created_at", "bot_id")
     )
     asked = {m.seq for m in scored}
+    labels = _room_labels(session) if session.is_room else None
     lines, low = {}, set()
-    for seq, role, content, created_at in rows:
+    for seq, role, content, created_at, bot_id in rows:
         text = content.strip()
         if not text:
             continue
         if seq not in asked and seq - 1 not in asked:
             continue
-        lines[seq] = transcript_line(seq, created_at, role, text)
+        speaker = role
+        if labels is not None and not (role == Message.Role.ASSISTANT and bot_id == session.bot_id):
+            speaker = labels.get(None if role == Message.Role.USER else bot_id, role)
+        lines[seq] = transcript_line(seq, created_at, speaker, text)
         if seq in asked and not has_distinct_terms(text, LOW_INFORMATION_TERMS):
             low.add(seq)
     return lines, low
+
+
+def _room_labels(session: ChatSession) -> dict[int | None, str]:
+    """A room's speakers as the seat of ``session``'s bot names them in its transcripts
+    (``compaction/engine/transcript.py``): the user and each bot by name (``None``: the user),
+    quoted when a name reads as a role; the seat's own turns stay ``assistant``. Without it,
+    every bot's turn in a search result read ``assistant``, and a bot took another's words for
+    its own."""
+    labels: dict[int | None, str] = {None: speaker_label(room_user_name(session))}
+    for participant in participants_of(session=session, include_removed=True):
+        labels[participant.bot_id] = speaker_label(participant.bot.name)
+    return labels
 
 
 def _seqs_in(seqs: set[int]) -> object:

@@ -1,30 +1,17 @@
 """The transcript the summariser reads: one dated line per message, as the seat's bot saw it."""
 
 import json
-import re
 from typing import Any
 
 from bots.models import Message
 from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
-from chat_platform.transcript import line
+from chat_platform.transcript import line, speaker_label
 from compaction.seats import RoomView
 
 # The memory tools' requests stay "(used search_records)": what they asked for is a lookup,
 # not a step of the task, and the summariser drops such lines (builtin/extractive's echoes).
 MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 ARGUMENTS_MAX_CHARS = 300
-# A room speaker's name is its owner's choice. One that reads as a transcript role ("Tool",
-# "assistant", "System bot", "Ann tool") would have the summariser and the fact check take its
-# turns for a tool's result or for the seat's own: such a name is quoted ("«Tool»").
-_ROLE_LIKE = re.compile(
-    r"^\s*(?:user|assistant|system|tool)\b|(?:^|[\s\]])tool(?:\s*\(|\s*$)", re.IGNORECASE
-)
-
-
-def speaker_label(name: str) -> str:
-    """How a room transcript labels a person or another bot: its name, quoted when it reads as
-    a role."""
-    return f"«{name}»" if _ROLE_LIKE.search(name) else name
 
 
 def _arguments_text(raw: object) -> str:

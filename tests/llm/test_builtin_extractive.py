@@ -476,7 +476,7 @@ def test_a_room_s_speakers_label_their_own_turns():
 def test_a_bot_named_like_a_role_is_not_a_tool_result():
     """A room quotes a name that reads as a role (compaction/engine/transcript.py): such a
     speaker's long message is kept whole, where a tool's result is cut to its head."""
-    from compaction.engine.transcript import speaker_label
+    from chat_platform.transcript import speaker_label
 
     sentence = (
         "For the trip we booked flight BA117 on 3 May, hotel HX-4471 for two nights, "

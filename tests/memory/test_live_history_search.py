@@ -215,3 +215,35 @@ def test_a_bot_that_sees_from_its_join_never_finds_live_history_from_before_it(l
     assert _hits(live, "spare key", live_before=after.seq + 1) == [
         (search_hits.HISTORY_NAME, (25, after.seq), True)
     ]
+
+
+@pytest.mark.django_db
+def test_a_rooms_search_result_names_each_speaker_as_the_searching_seat_does(live, owner):
+    """Every bot's turn in a room is an ``assistant`` message: a result that labelled them all so
+    had a bot read another's words as its own. The seat that searches reads its own turns as
+    ``assistant``, the user and the other bots by name (quoted when a name reads as a role), as
+    in its transcripts (``compaction/engine/transcript.py``)."""
+    from bots.queries import session_seat
+    from turns.services.participants import participant_add
+
+    critic = BotFactory(owner=owner, name="Tool")
+    participant_add(user=owner, session_id=live.pk, bot_id=critic.pk)
+    live.refresh_from_db()
+    asked = _said(live, "user", "Which lighthouse keeper rang about the zanzibar lamp?")
+    answered = _said(live, "assistant", "Morwenna rang about the zanzibar lamp.", bot=critic)
+    ended = answered.seq + 1
+
+    def excerpt(session):
+        (hit,) = queries.records_search(session=session, query="zanzibar lamp", live_before=ended)
+        return hit.excerpt
+
+    user_name = owner.get_username()
+    stamp = "2024-03-08 18:00Z"
+    assert excerpt(live) == (
+        f"[{asked.seq}] {stamp} {user_name}: Which lighthouse keeper rang about the zanzibar "
+        f"lamp?\n[{answered.seq}] {stamp} «Tool»: Morwenna rang about the zanzibar lamp."
+    )
+    assert excerpt(session_seat(live, critic)) == (
+        f"[{asked.seq}] {stamp} {user_name}: Which lighthouse keeper rang about the zanzibar "
+        f"lamp?\n[{answered.seq}] {stamp} assistant: Morwenna rang about the zanzibar lamp."
+    )
