@@ -759,3 +759,27 @@ def test_a_word_quote_from_the_search_result_is_kept_over_its_first_hit():
         "From earlier in our conversation:\n"
         "> My sister plays the harmonica. — you said in message 6, on 2024-04-19"
     )
+
+
+def test_a_rooms_named_lines_are_quoted_as_their_speakers():
+    # a room's search result names the user and the other bots (memory/search_hits.py): their
+    # lines are theirs, never "you said" or "I said"
+    question = {"role": "user", "content": "Who rang about the lighthouse lamp?"}
+    messages = [
+        INDEX,
+        question,
+        call("search_records", {"query": "lighthouse lamp"}),
+        result(
+            "[chat history: not in a record yet, nothing to read]\n"
+            "[33] 2024-03-08 18:00Z Dana: Which keeper rang about the lighthouse lamp?\n"
+            "[34] 2024-03-08 18:01Z «Tool»: Morwenna rang about the lighthouse lamp."
+        ),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert (reply.text, reply.tool_calls) == (
+        "From earlier in our conversation:\n"
+        "> Morwenna rang about the lighthouse lamp. — «Tool» said in message 34, on 2024-03-08",
+        [],
+    )

@@ -15,7 +15,7 @@ from chat_platform.llm.recall_protocol import (
     SEARCH_TOOL,
     json_request,
 )
-from chat_platform.transcript import HEADER, RAW_HEADING, STAMP, SUMMARY_HEADING
+from chat_platform.transcript import HEADER, RAW_HEADING, SPEAKER_NAME, STAMP, SUMMARY_HEADING
 
 MAX_RECORDS_PER_REQUEST = 3
 
@@ -49,6 +49,14 @@ _SPEAKER = re.compile(
     r"(?:\s*\((?P<extra>[^)\n]{0,60})\))?\s*:(?:\s+|$)",
     re.IGNORECASE,
 )
+# A room's line names its speaker, after the date ("[13] 2024-03-08 13:57Z Dana: ",
+# chat_platform.transcript.NAMED_SPEAKER): quoted as that speaker's.
+_NAMED_SPEAKER = re.compile(
+    rf"^\s*\[(?P<seq>\d+)\]\s*(?P<date>\d{{4}}-\d{{2}}-\d{{2}})(?:[ T]\d{{2}}:\d{{2}}Z?)?\s+"
+    rf"(?P<name>{SPEAKER_NAME})\s*:(?:\s+|$)"
+)
+# The role ``_speaker`` gives a named line: this prefix, then the name.
+_NAMED = "named:"
 # Echoes of earlier answers and summaries: the fact lives in its source already.
 _ECHO = re.compile(
     rf"^\s*>|{SUMMARY_HEADING} \d|\[{RAW_HEADING} \d|^\s*\(used [\w, ]+\)\s*$|"
@@ -226,17 +234,25 @@ def _clean(text: str) -> str:
 def _speaker(line: str) -> tuple[str | None, str | None, str | None, str]:
     """(role, seq, date, rest) of a line with a speaker label, else (None, None, None, line)."""
     match = _SPEAKER.match(line)
-    if match is None:
-        return None, None, None, line
-    return match.group("role").lower(), match.group("seq"), match.group("date"), line[match.end() :]
+    if match is not None:
+        role = match.group("role").lower()
+        return role, match.group("seq"), match.group("date"), line[match.end() :]
+    named = _NAMED_SPEAKER.match(line)
+    if named is not None:
+        role = _NAMED + named.group("name")
+        return role, named.group("seq"), named.group("date"), line[named.end() :]
+    return None, None, None, line
 
 
 def _said(role: str, seq: str | None, fallback: str, date: str | None = None) -> str | None:
     """The attribution of a labelled line; ``None`` for lines never quoted (tool, system).
     A dated line says the day too, so "when" questions get their answer."""
-    if role not in ("user", "assistant"):
+    if role.startswith(_NAMED):  # a room's user or another bot, by name
+        who = f"{role.removeprefix(_NAMED)} said"
+    elif role not in ("user", "assistant"):
         return None
-    who = "you said" if role == "user" else "I said"
+    else:
+        who = "you said" if role == "user" else "I said"
     if seq:
         return f"{who} in message {seq}" + (f", on {date}" if date else "")
     if fallback.startswith("summary of "):
