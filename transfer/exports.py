@@ -10,7 +10,7 @@ from typing import IO
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.models import ChatSession, Message
-from bots.queries import session_list_for_user
+from bots.queries import participants_of, session_list_for_user
 from chat_platform.isotime import iso_utc
 from transfer.lossless import EXPORT_CHUNK, session_json_chunks
 
@@ -27,10 +27,21 @@ def session_markdown_chunks(session: ChatSession) -> Iterator[str]:
     """A readable transcript: a heading per message (who, when, and what became of it)."""
     title = session.title or f"Chat {session.pk}"
     yield f"# {title}\n\n"
-    yield f"Bot: {session.bot.name} ({session.bot.model}) · started {iso_utc(session.created_at)}\n"
+    started = iso_utc(session.created_at)
+    # A room's replies are every bot's: each is headed by its bot's name, not "Assistant".
+    names: dict[int, str] = {}
+    if session.is_room:
+        bots = [p.bot for p in participants_of(session=session, include_removed=True)]
+        names = {b.pk: b.name for b in bots}
+        yield f"Bots: {', '.join(f'{b.name} ({b.model})' for b in bots)} · started {started}\n"
+    else:
+        yield f"Bot: {session.bot.name} ({session.bot.model}) · started {started}\n"
     messages = Message.objects.filter(session=session).order_by("seq")
     for m in messages.iterator(chunk_size=EXPORT_CHUNK):
         who = ROLE_NAMES.get(m.role, m.role)
+        if names and m.role == Message.Role.ASSISTANT:
+            # (a reply from before the chat became a room carries no bot: the session's)
+            who = names.get(m.bot_id or session.bot_id, who)
         if m.kind == Message.Kind.NOTICE:
             who = "Notice"
         elif m.kind == Message.Kind.COMMAND:

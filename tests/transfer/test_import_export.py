@@ -177,6 +177,28 @@ def test_markdown_export(owner, owner_client, bot):
     assert bad.json()["error"]["details"] == {"format": ["Must be one of: json, markdown."]}
 
 
+def test_a_rooms_markdown_export_heads_each_reply_with_its_bots_name(owner, owner_client, bot):
+    """A room's replies are every bot's: "Assistant" on each told a reader nothing of who spoke
+    (two bots may share a model)."""
+    from tests.factories import BotFactory, message_add
+    from turns.services.participants import participant_add
+
+    session = SessionFactory(user=owner, bot=bot, title="Crew")
+    critic = BotFactory(owner=owner, name="Critic", model="builtin/recall")
+    participant_add(user=owner, session_id=session.pk, bot_id=critic.pk)
+    session.refresh_from_db()
+    message_add(session, role="user", content="Plan the trip?")
+    message_add(session, role="assistant", content="Train first.", model="builtin/recall")
+    message_add(session, role="assistant", content="Too slow.", bot=critic, model="builtin/recall")
+    response = owner_client.get(f"/api/v1/sessions/{session.pk}/export/?format=markdown")
+    text = _body(response).decode()
+    assert text.startswith(
+        f"# Crew\n\nBots: {bot.name} (builtin/recall), Critic (builtin/recall) · started "
+    )
+    headings = [line.split(" · ")[0] for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## 1. User", f"## 2. {bot.name}", "## 3. Critic"]
+
+
 def test_exports_never_show_another_users_chat(owner, other_user, owner_client, other_client, bot):
     mine = SessionFactory(user=owner, bot=bot, title="Mine")
     theirs = SessionFactory(user=other_user, title="Theirs")
