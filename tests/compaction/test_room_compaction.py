@@ -1130,3 +1130,31 @@ def test_a_seats_soft_compaction_reads_the_room_once_and_covers_in_one_statement
     held = covered.aggregate(tokens=Sum("message__token_count"))["tokens"]
     assert (seat.covered_tokens, seat.covered_messages) == (held, covered.count())
     assert held == sum(s.source_tokens for s in summaries)
+
+
+def test_a_rooms_export_imports_as_a_chat_where_no_seats_summary_stands(owner_client, seats):
+    """A room's lossless export carries every bot's summaries, but its coverage is per bot,
+    which a chat of one bot cannot hold: imported as they were, Planner's and Critic's summaries
+    of messages 1–4 both stood in the context, beside those very messages. Now they are kept
+    for the audit as undone (not held), and the history is the context."""
+    from tests.transfer.test_import_export import imported
+
+    session, planner, *_ = seats
+    response = owner_client.get(f"/api/v1/sessions/{session.pk}/export/?format=json")
+    data = b"".join(response.streaming_content)
+    job = imported(owner_client, planner, data)
+    assert (job["status"], job["error"]) == ("done", None)
+    new_id = job["result"]["imported"][0]["session"]
+    summaries = Summary.objects.filter(session_id=new_id)
+    assert sorted(summaries.values_list("first_seq", "last_seq", "status", "held")) == [
+        (1, 4, "reverted", False),
+        (1, 4, "reverted", False),
+        (5, 12, "reverted", False),
+    ]
+    context = owner_client.get(f"/api/v1/sessions/{new_id}/context/").json()
+    assert context["parts"]["summaries"] == 0
+    new = ChatSession.objects.get(pk=new_id)
+    assert (
+        new.context_messages
+        == Message.objects.filter(session=new, kind__in=["chat", "tool"], status="complete").count()
+    )

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
@@ -304,6 +306,19 @@ class _Lossless:
         self.branches += 1
 
 
+def _summaries_of_nothing_undone(session: ChatSession) -> None:
+    """An active summary that no message names (``compacted_by``) stands for nothing here: a
+    room's export carries every bot's summaries, each over its own seat's coverage, which a chat
+    of one bot cannot hold (docs/transfer.md). Imported as they were, the seats' summaries of
+    one range stood in the context side by side and beside the very messages they summarise.
+    They are kept, for the audit, as undone and not held: their messages are in the context,
+    and compaction takes them again when it is due."""
+    covering = Message.objects.filter(session=session, compacted_by_id=OuterRef("pk"))
+    Summary.objects.filter(session=session, status=Summary.Status.ACTIVE).exclude(
+        Exists(covering)
+    ).update(status=Summary.Status.REVERTED, reverted_at=timezone.now(), held=False)
+
+
 def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportResult:
     result = ImportResult(format="lossless")
     state = _Lossless(user=user, bot=bot)
@@ -321,6 +336,7 @@ def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportR
     session = state.need_session("the file")
     assert state.writer is not None
     state.writer.flush()
+    _summaries_of_nothing_undone(session)
     session_finish(session)
     digest = state.hasher.hexdigest()
     clash = digest_claim(
