@@ -78,6 +78,18 @@ def result(content, call_id="call_1"):
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
+def after_search(question, query, hits):
+    """The model's answer once its ``search_records(query)`` for ``question`` returned ``hits``
+    (the index in context, every recall tool offered)."""
+    messages = [
+        INDEX,
+        {"role": "user", "content": question},
+        call("search_records", {"query": query}),
+        result(hits),
+    ]
+    return generate("recall", messages, tools=RECALL_TOOLS)
+
+
 # --- answers: clean quotes with a source ------------------------------------------------------
 
 
@@ -675,19 +687,13 @@ PLANE_QUOTE = (
 
 def test_a_search_hit_found_by_meaning_is_quoted_though_it_shares_no_word():
     # issue 33: hybrid search finds the paraphrase; words alone would quote nothing
-    question = {"role": "user", "content": "When does my flight depart?"}
-    messages = [
-        INDEX,
-        question,
-        call("search_records", {"query": "flight depart"}),
-        result(
-            f"[record snapshot_1_4]\n{PLANE}\n"
-            "[2] 2024-03-08 18:01Z assistant: Sure, I'll remind you the day before.\n\n"
-            "[record snapshot_5_8]\n[5] 2024-04-19 09:30Z user: Our landlord is raising the rent."
-        ),
-    ]
-
-    reply = generate("recall", messages, tools=RECALL_TOOLS)
+    reply = after_search(
+        "When does my flight depart?",
+        "flight depart",
+        f"[record snapshot_1_4]\n{PLANE}\n"
+        "[2] 2024-03-08 18:01Z assistant: Sure, I'll remind you the day before.\n\n"
+        "[record snapshot_5_8]\n[5] 2024-04-19 09:30Z user: Our landlord is raising the rent.",
+    )
 
     assert (reply.text, reply.tool_calls) == (
         "From earlier in our conversation:\n"
@@ -742,18 +748,12 @@ def test_a_json_search_result_is_read_the_same_way_and_questions_in_it_are_not_q
 
 
 def test_a_word_quote_from_the_search_result_is_kept_over_its_first_hit():
-    question = {"role": "user", "content": "What instrument does my sister play?"}
-    messages = [
-        INDEX,
-        question,
-        call("search_records", {"query": "instrument sister play"}),
-        result(
-            "[record snapshot_1_4]\n[1] 2024-03-08 18:00Z user: We went to a concert.\n\n"
-            "[record snapshot_5_8]\n[6] 2024-04-19 09:31Z user: My sister plays the harmonica."
-        ),
-    ]
-
-    reply = generate("recall", messages, tools=RECALL_TOOLS)
+    reply = after_search(
+        "What instrument does my sister play?",
+        "instrument sister play",
+        "[record snapshot_1_4]\n[1] 2024-03-08 18:00Z user: We went to a concert.\n\n"
+        "[record snapshot_5_8]\n[6] 2024-04-19 09:31Z user: My sister plays the harmonica.",
+    )
 
     assert reply.text == (
         "From earlier in our conversation:\n"
@@ -764,19 +764,13 @@ def test_a_word_quote_from_the_search_result_is_kept_over_its_first_hit():
 def test_a_rooms_named_lines_are_quoted_as_their_speakers():
     # a room's search result names the user and the other bots (memory/search_hits.py): their
     # lines are theirs, never "you said" or "I said"
-    question = {"role": "user", "content": "Who rang about the lighthouse lamp?"}
-    messages = [
-        INDEX,
-        question,
-        call("search_records", {"query": "lighthouse lamp"}),
-        result(
-            "[chat history: not in a record yet, nothing to read]\n"
-            "[33] 2024-03-08 18:00Z Dana: Which keeper rang about the lighthouse lamp?\n"
-            "[34] 2024-03-08 18:01Z «Tool»: Morwenna rang about the lighthouse lamp."
-        ),
-    ]
-
-    reply = generate("recall", messages, tools=RECALL_TOOLS)
+    reply = after_search(
+        "Who rang about the lighthouse lamp?",
+        "lighthouse lamp",
+        "[chat history: not in a record yet, nothing to read]\n"
+        "[33] 2024-03-08 18:00Z Dana: Which keeper rang about the lighthouse lamp?\n"
+        "[34] 2024-03-08 18:01Z «Tool»: Morwenna rang about the lighthouse lamp.",
+    )
 
     assert (reply.text, reply.tool_calls) == (
         "From earlier in our conversation:\n"
