@@ -5,11 +5,11 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 
-from bots.models import Message
+from bots.models import ChatSession, Message
 from bots.queries import message_get_for_user, session_get_for_user, session_seat_get
 from chat_platform.errors import NotFound, ValidationFailed
 from compaction.measure import context_measure
-from compaction.models import CompactionEvent, Summary
+from compaction.models import CompactionEvent, Summary, SummaryCoverage
 from compaction.pipeline.admit import context_fixed_fits
 from compaction.seats import seat_summaries
 
@@ -28,6 +28,18 @@ def summary_list_for_user(
             session_seat_get(session=session, bot_id=bot_id)  # not the chat's bot: not found
         summaries = seat_summaries(session, None)
     return summaries.prefetch_related("parents").order_by("-created_at", "-id")
+
+
+def seat_compacted_ids(seat: ChatSession, *, after_seq: int | None = None) -> set[int] | None:
+    """In a room, the ids of the messages (after ``after_seq``) that the seat's own summaries
+    cover: ``seat`` as ``session_seat_get`` reads it, the seat's bot as its ``bot``. None in a
+    one-bot chat, whose messages say it themselves (``compacted_by_id``). One statement."""
+    if not seat.is_room:
+        return None
+    rows = SummaryCoverage.objects.filter(bot_id=seat.bot_id, summary__session_id=seat.pk)
+    if after_seq is not None:
+        rows = rows.filter(message__seq__gt=after_seq)
+    return set(rows.values_list("message_id", flat=True))
 
 
 def summary_get_for_user(*, user: AbstractBaseUser, summary_id: object) -> Summary:

@@ -26,11 +26,13 @@ from bots.api.serializers import (
 )
 from bots.command_check import check_send
 from bots.models import ChatSession, Message
+from bots.realtime import message_payload
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
 from chat_platform.heavy import heavy_request
 from compaction.payloads import result_payload
 from compaction.pipeline import context_report
+from compaction.queries import seat_compacted_ids
 from openai_api.keys import request_key_limits
 from turns.services import bot as bot_services
 from turns.services import branch as branch_services
@@ -144,11 +146,16 @@ class SessionDetailApi(APIView):
 
 class SessionMessagesApi(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("after_seq", int, required=False)],
-        responses={200: MessageOutputSerializer(many=True), **api_errors(400)},
+        parameters=[
+            OpenApiParameter("after_seq", int, required=False),
+            # Rooms: whose seat ``compacted`` is read from (default: the room's default bot).
+            OpenApiParameter("bot", int, required=False),
+        ],
+        responses={200: MessageOutputSerializer(many=True), **api_errors(400, 404)},
     )
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
+        seat = queries.session_seat_get(session=session, bot_id=request.query_params.get("bot"))
         raw = request.query_params.get("after_seq")
         after_seq = None
         if raw not in (None, ""):
@@ -159,7 +166,10 @@ class SessionMessagesApi(APIView):
                     details={"after_seq": ["A whole number is required."]}
                 ) from None
         messages = queries.message_list(session=session, after_seq=after_seq)
-        return Response(MessageOutputSerializer(messages, many=True).data)
+        covered = seat_compacted_ids(seat, after_seq=after_seq)
+        if covered is None:
+            return Response(MessageOutputSerializer(messages, many=True).data)
+        return Response([message_payload(m, compacted=m.pk in covered) for m in messages])
 
     @extend_schema(
         request=MessageInputSerializer,

@@ -295,11 +295,23 @@ def test_a_compaction_marker_names_its_bot_and_the_gauge_shows_each_seat(server_
         " && document.querySelector('#gauge-legend li[data-part=summaries] .gauge-num')"
         ".textContent === '0'"
     )
+    # Dimmed as compacted: what the gauge's seat has summarised (the keeper's: nothing).
+    dimmed = "#transcript article.msg.is-compacted"
+    assert page.locator(dimmed).count() == 0
     page.select_option("#gauge-bot", value=str(critic["id"]))
     judged = httpx.get(
         f"{server_url}/api/v1/sessions/{sid}/context/?bot={critic['id']}", headers=headers
     ).json()
     assert judged["parts"]["summaries"] > 0
+    listed = httpx.get(
+        f"{server_url}/api/v1/sessions/{sid}/messages/?bot={critic['id']}", headers=headers
+    ).json()
+    covered = [m["seq"] for m in listed if m["compacted"]]
+    assert covered == [1, 2, 3, 4]  # the first two notes and their replies
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('#transcript article.msg.is-compacted').length === n",
+        arg=len(covered),
+    )
     page.wait_for_function(
         "(n) => document.querySelector('#gauge-legend li[data-part=summaries] .gauge-num')"
         ".textContent === n",

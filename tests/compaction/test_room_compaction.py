@@ -1158,3 +1158,32 @@ def test_a_rooms_export_imports_as_a_chat_where_no_seats_summary_stands(owner_cl
         new.context_messages
         == Message.objects.filter(session=new, kind__in=["chat", "tool"], status="complete").count()
     )
+
+
+def test_a_rooms_messages_say_compacted_for_the_seat_asked_for(owner_client, seats, owner):
+    """``compacted`` in a room is one seat's (``?bot=``, default: the room's default bot, as
+    for ``/context/``): the messages that bot's own summaries cover. It was always false in a
+    room, whose coverage is per bot (docs/rooms.md)."""
+    session, planner, critic, first, second, theirs = seats
+    url = f"/api/v1/sessions/{session.pk}/messages/"
+
+    def compacted(query: str = "") -> list[int]:
+        response = owner_client.get(url + query)
+        assert response.status_code == 200, response.json()
+        return [m["seq"] for m in response.json() if m["compacted"]]
+
+    def seqs(*summaries) -> list[int]:
+        ids = [pk for s in summaries for pk in _coverage(s)]
+        return sorted(Message.objects.filter(pk__in=ids).values_list("seq", flat=True))
+
+    assert seqs(theirs) == [1, 2, 3, 4]
+    assert seqs(first, second) == [1, 2, 3, 4, 5, 6, 11, 12]  # 7–10: the commands
+    assert compacted() == seqs(first, second)  # the room's default bot, Planner
+    assert compacted(f"?bot={planner.pk}") == seqs(first, second)
+    assert compacted(f"?bot={critic.pk}") == [1, 2, 3, 4]
+    assert compacted(f"?bot={critic.pk}&after_seq=2") == [3, 4]
+    # A bot that never took part is not found, like every ?bot= (nothing listed).
+    stranger = BotFactory(owner=owner, name="Stranger")
+    response = owner_client.get(f"{url}?bot={stranger.pk}")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"

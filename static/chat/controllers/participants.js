@@ -12,6 +12,7 @@ import { avatar } from "../render/avatars.js";
 import { foldUpdate } from "../render/fold.js";
 import { refreshContext } from "../render/gauge.js";
 import { loadMarkers } from "../render/markers.js";
+import { hooks } from "../state/hooks.js";
 import { activeParticipants, defaultParticipant, room } from "../state/room.js";
 import { sessionPath, state } from "../state/state.js";
 import { api, describeError } from "../transport/api.js";
@@ -372,5 +373,6 @@ export function roomBind() {
     var d = defaultParticipant();
     room.gaugeBotId = d && sameId(gaugeBot.value, d.bot.id) ? null : gaugeBot.value;
     refreshContext(state.epoch);
+    hooks.resync(true); // which messages read as compacted is this seat's (docs/rooms.md)
   });
 }

@@ -18,6 +18,7 @@ import {
 } from "../render/transcript.js";
 import { ACTIVE_STATUSES } from "../state/messages.js";
 import { ui } from "../state/page.js";
+import { gaugeBotQuery } from "../state/room.js";
 import { memory, sessionPath, state } from "../state/state.js";
 import { messages } from "../state/store.js";
 import { api, asList } from "../transport/api.js";
@@ -211,7 +212,9 @@ function resyncFrom() {
 }
 
 function loadMessages(epoch, afterSeq) {
-  var query = afterSeq === null || afterSeq === undefined ? "" : "?after_seq=" + afterSeq;
+  // In a room, `compacted` is the gauge's seat's (?bot=, docs/rooms.md).
+  var query = gaugeBotQuery();
+  if (afterSeq !== null && afterSeq !== undefined) query += (query ? "&" : "?") + "after_seq=" + afterSeq;
   return api("GET", sessionPath("messages/") + query).then(function (data) {
     if (epoch !== state.epoch) return;
     var list = asList(data);
