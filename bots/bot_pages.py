@@ -30,7 +30,12 @@ from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
 from bots.tool_choices import tool_choices
 from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
 from chat_platform.llm import gateway
-from compaction.budget import Budget, budget_compute, threshold_minimum
+from compaction.budget import (
+    THRESHOLD_MARGIN_PERCENT,
+    Budget,
+    budget_compute,
+    threshold_minimum,
+)
 from connections.queries import (
     connection_list_for_user,
     connection_model_ids,
@@ -115,8 +120,8 @@ class BotForm(forms.ModelForm):
             "context_window": "0 = the model's own window (or the cap when litellm does not "
             "know the model).",
             "compaction_threshold": "0 = automatic (half of what a call may send). Set by "
-            "hand, at least 10 % of what a call may send above where background compaction "
-            "lands.",
+            f"hand, at least {THRESHOLD_MARGIN_PERCENT} % of what a call may send above where "
+            "background compaction lands.",
             "compaction_kept_percent": "1–99: where background compaction lands.",
             "compaction_model": 'Empty = follow the chat model ("builtin/extractive" for '
             "built-in models).",
@@ -284,8 +289,9 @@ def budget_note(
     if 0 < threshold < minimum and minimum <= budget.hard:
         note += (
             f" Compacting in the background at {threshold:,} is too low: set it to at least "
-            f"{minimum:,} tokens (where background compaction lands, {budget.target:,}, plus 10 % "
-            f"of what a call may send, {minimum - budget.target:,}), or to 0 (automatic)."
+            f"{minimum:,} tokens (where background compaction lands, {budget.target:,}, plus "
+            f"{THRESHOLD_MARGIN_PERCENT} % of what a call may send, {minimum - budget.target:,}), "
+            "or to 0 (automatic)."
         )
     elif threshold > 0 and minimum > budget.hard:
         note += (

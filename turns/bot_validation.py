@@ -311,13 +311,33 @@ def check_bot_system_prompt(*, bot: Bot, budget: Budget, changed: set[str] | Non
     raise ValidationFailed(details={field: [message]})
 
 
+# What S, T and B are computed from (docs/bots.md): a change to none of them leaves them as they
+# were.
+_COMPACTION_INPUTS = frozenset(
+    {
+        "compaction_enabled",
+        "compaction_threshold",
+        "compaction_kept_percent",
+        "context_window",
+        "max_output_tokens",
+        "model",
+        "connection",
+    }
+)
+
+
 def check_bot_compaction(*, bot: Bot, budget: Budget, changed: set[str] | None = None) -> None:
     """Refuse a background threshold (set by hand, not 0) that does not lie above where
     compaction lands by ``THRESHOLD_MARGIN_PERCENT`` of B (docs/bots.md): below that, the
     context is over the threshold again a turn or two after each compaction. The error names
     ``compaction_threshold``, or ``compaction_kept_percent`` when that is what was changed or
-    when no threshold could satisfy it (above the hard threshold S acts as H)."""
+    when no threshold could satisfy it (above the hard threshold S acts as H).
+
+    A saved bot is checked when a change could move S or T (``changed``): one that holds
+    settings from before this rule is renamed, shared or given tools as it is."""
     if not bot.compaction_enabled or bot.compaction_threshold == 0:
+        return
+    if bot.pk is not None and changed is not None and not changed & _COMPACTION_INPUTS:
         return
     minimum = threshold_minimum(budget)
     if budget.soft >= minimum:

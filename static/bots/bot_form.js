@@ -42,13 +42,13 @@ function budgetNote(result, contextWindow, modelMax, threshold) {
   else if (modelMax) source = "The window is the model's, according to litellm.";
   else source = "The window is the cap (CONTEXT_ABSOLUTE_CAP_TOKENS): the model's window is not known.";
   let note = `${source} A call sends at most the window minus the max output tokens (never more than the cap).`;
-  // A hand-set threshold lies 10 % of B above the landing point (turns/bot_validation.py).
+  // A hand-set threshold lies 5 % of B above the landing point (turns/bot_validation.py).
   const minimum = result.target + Math.floor((result.budget * THRESHOLD_MARGIN_PERCENT) / 100);
   if (threshold > 0 && threshold < minimum && minimum <= result.hard) {
     const f = NUMBER_FORMAT.format;
     note +=
       ` Compacting in the background at ${f(threshold)} is too low: set it to at least ${f(minimum)} tokens ` +
-      `(where background compaction lands, ${f(result.target)}, plus 10 % of what a call may send, ` +
+      `(where background compaction lands, ${f(result.target)}, plus ${THRESHOLD_MARGIN_PERCENT} % of what a call may send, ` +
       `${f(minimum - result.target)}), or to 0 (automatic).`;
   } else if (threshold > 0 && minimum > result.hard) {
     const f = NUMBER_FORMAT.format;
@@ -67,7 +67,7 @@ function budgetNote(result, contextWindow, modelMax, threshold) {
 }
 
 const NUMBER_FORMAT = new Intl.NumberFormat("en-US");
-const THRESHOLD_MARGIN_PERCENT = 10; // compaction/budget.py
+const THRESHOLD_MARGIN_PERCENT = 5; // compaction/budget.py
 const OUTPUTS = ["window", "budget", "soft", "hard", "target", "target_blocking"];
 
 function render() {

@@ -92,11 +92,11 @@ def test_update_names_the_field_that_was_changed(owner_client, owner):
     assert ok.status_code == 200
 
 
-# Issue 32, item 5: a hand-set background threshold lies 10 % of B above where compaction lands.
-# W 10000, R 1000 -> B 9000; kept 40 % -> T 3600; the threshold must be at least 3600 + 900.
+# Issue 32, item 5: a hand-set background threshold lies 5 % of B above where compaction lands.
+# W 10000, R 1000 -> B 9000; kept 40 % -> T 3600; the threshold must be at least 3600 + 450.
 LANDS_40 = (
     "compaction lands at 3,600 tokens (40 % of this bot's budget of 9,000), and the threshold "
-    "must lie at least 10 % of the budget (900 tokens) above that, or the context would be over "
+    "must lie at least 5 % of the budget (450 tokens) above that, or the context would be over "
     "it again a turn or two after every compaction."
 )
 WINDOW = {"context_window": 10_000, "max_output_tokens": 1000}
@@ -104,18 +104,18 @@ WINDOW = {"context_window": 10_000, "max_output_tokens": 1000}
 
 def test_a_threshold_below_the_landing_point_plus_the_margin_is_refused(owner_client):
     response = owner_client.post(
-        "/api/v1/bots/", {"name": "b", **WINDOW, "compaction_threshold": 4499}, format="json"
+        "/api/v1/bots/", {"name": "b", **WINDOW, "compaction_threshold": 4049}, format="json"
     )
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {
         "compaction_threshold": [
-            f"The threshold must be at least 4,500 tokens: {LANDS_40} Raise it, lower kept "
+            f"The threshold must be at least 4,050 tokens: {LANDS_40} Raise it, lower kept "
             "after compaction, or set 0 (automatic)."
         ]
     }
     assert Bot.objects.count() == 0
     for body in (
-        {"compaction_threshold": 4500},
+        {"compaction_threshold": 4050},
         {"compaction_threshold": 0, "compaction_kept_percent": 70},  # automatic: not checked
         {"compaction_threshold": 1000, "compaction_enabled": False},  # off: nothing acts
     ):
@@ -126,32 +126,79 @@ def test_a_threshold_below_the_landing_point_plus_the_margin_is_refused(owner_cl
 def test_kept_percent_is_named_when_it_is_what_changed_or_what_must_change(owner_client, owner):
     bot = BotFactory(owner=owner, **WINDOW, compaction_threshold=4500, compaction_kept_percent=40)
     raised = owner_client.patch(
-        f"/api/v1/bots/{bot.pk}/", {"compaction_kept_percent": 45}, format="json"
+        f"/api/v1/bots/{bot.pk}/", {"compaction_kept_percent": 46}, format="json"
     )
     assert raised.status_code == 400
     assert raised.json()["error"]["details"] == {
         "compaction_kept_percent": [
             "Kept after compaction is too high for a threshold of 4,500 tokens: compaction lands "
-            "at 4,050 tokens (45 % of this bot's budget of 9,000), and the threshold must lie at "
-            "least 10 % of the budget (900 tokens) above that, or the context would be over it "
+            "at 4,140 tokens (46 % of this bot's budget of 9,000), and the threshold must lie at "
+            "least 5 % of the budget (450 tokens) above that, or the context would be over it "
             "again a turn or two after every compaction. Lower it, or raise the threshold "
             "(0 = automatic)."
         ]
     }
-    # Above the hard threshold (6,750) a threshold acts as it: no threshold could satisfy 70 %.
+    # Above the hard threshold (6,750) a threshold acts as it: no threshold could satisfy 71 %.
     high = owner_client.patch(
         f"/api/v1/bots/{bot.pk}/",
-        {"compaction_kept_percent": 70, "compaction_threshold": 9000},
+        {"compaction_kept_percent": 71, "compaction_threshold": 9000},
         format="json",
     )
     assert high.status_code == 400
     assert high.json()["error"]["details"] == {
         "compaction_kept_percent": [
-            "Kept after compaction is too high: compaction lands at 6,300 tokens (70 % of this "
-            "bot's budget of 9,000), and the threshold must lie at least 10 % of the budget (900 "
+            "Kept after compaction is too high: compaction lands at 6,390 tokens (71 % of this "
+            "bot's budget of 9,000), and the threshold must lie at least 5 % of the budget (450 "
             "tokens) above that, or the context would be over it again a turn or two after every "
             "compaction. That is above where it compacts before replying (6,750). Lower it."
         ]
     }
     bot.refresh_from_db()
     assert (bot.compaction_threshold, bot.compaction_kept_percent) == (4500, 40)
+
+
+def test_the_budgets_worked_example_is_a_bot_the_api_accepts(owner_client, owner):
+    """docs/compaction.md's worked example: B 200,000 (kept 40 %: T 80,000), a threshold of
+    90,000 moves only S; 500,000 is clamped to H. Both save, and the context report says so.
+    With a 10 % margin the first was refused (at least 100,000)."""
+    window = {"context_window": 201_024, "max_output_tokens": 1024}
+    for threshold, soft in ((90_000, 90_000), (500_000, 150_000)):
+        created = owner_client.post(
+            "/api/v1/bots/",
+            {"name": f"t{threshold}", **window, "compaction_threshold": threshold},
+            format="json",
+        )
+        assert created.status_code == 201, created.json()
+        session = owner_client.post(
+            "/api/v1/sessions/", {"bot": created.json()["id"]}, format="json"
+        ).json()
+        report = owner_client.get(f"/api/v1/sessions/{session['id']}/context/").json()
+        assert (report["budget"], report["soft"], report["hard"], report["target"]) == (
+            200_000,
+            soft,
+            150_000,
+            80_000,
+        )
+    refused = owner_client.post(
+        "/api/v1/bots/",
+        {"name": "low", **window, "compaction_threshold": 89_999},
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert list(refused.json()["error"]["details"]) == ["compaction_threshold"]
+
+
+def test_a_bot_saved_before_the_rule_is_renamed_as_it_is(owner_client, owner):
+    """A saved bot whose threshold lies under today's margin (made before the rule) can still
+    be renamed; a change to what S or T is computed from is checked."""
+    bot = BotFactory(owner=owner, **WINDOW, compaction_threshold=3700)  # under 4,050
+    renamed = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"name": "renamed"}, format="json")
+    assert renamed.status_code == 200, renamed.json()
+    assert renamed.json()["name"] == "renamed"
+    moved = owner_client.patch(
+        f"/api/v1/bots/{bot.pk}/", {"max_output_tokens": 1001}, format="json"
+    )
+    assert moved.status_code == 400
+    assert list(moved.json()["error"]["details"]) == ["compaction_threshold"]
+    bot.refresh_from_db()
+    assert (bot.name, bot.max_output_tokens, bot.compaction_threshold) == ("renamed", 1000, 3700)

@@ -382,7 +382,7 @@ def test_a_soft_threshold_above_the_hard_one_is_kept_and_explained(owner_web):
 
 
 def test_a_threshold_below_the_landing_point_is_refused_and_the_note_says_why(owner_web):
-    # W 16000, R 512 -> B 15488; kept 30 -> lands at 4,646; + 10 % of B (1,548) = 6,194.
+    # W 16000, R 512 -> B 15488; kept 30 -> lands at 4,646; + 5 % of B (774) = 5,420.
     response = owner_web.post(
         "/bots/new/", post_data(context_window="16000", compaction_threshold="3000")
     )
@@ -390,14 +390,14 @@ def test_a_threshold_below_the_landing_point_is_refused_and_the_note_says_why(ow
     assert list(response.context["form"].errors) == ["compaction_threshold"]
     error = response.context["form"].errors["compaction_threshold"][0]
     assert error.startswith(
-        "The threshold must be at least 6,194 tokens: compaction lands at 4,646 tokens "
+        "The threshold must be at least 5,420 tokens: compaction lands at 4,646 tokens "
         "(30 % of this bot's budget of 15,488)"
     )
     assert response.context["budget_note"] == (
         "The window is the one set above. A call sends at most the window minus the max output "
         "tokens (never more than the cap). Compacting in the background at 3,000 is too low: set "
-        "it to at least 6,194 tokens (where background compaction lands, 4,646, plus 10 % of what "
-        "a call may send, 1,548), or to 0 (automatic)."
+        "it to at least 5,420 tokens (where background compaction lands, 4,646, plus 5 % of what "
+        "a call may send, 774), or to 0 (automatic)."
     )
     assert not Bot.objects.filter(name="Planner").exists()
 

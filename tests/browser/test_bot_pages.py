@@ -94,8 +94,8 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     assert page.inner_text("#budget-note") == (
         "The window is the one set above. A call sends at most the window minus the max output "
         "tokens (never more than the cap). Compacting in the background at 3,000 is too low: set "
-        "it to at least 6,194 tokens (where background compaction lands, 4,646, plus 10 % of what "
-        "a call may send, 1,548), or to 0 (automatic)."
+        "it to at least 5,420 tokens (where background compaction lands, 4,646, plus 5 % of what "
+        "a call may send, 774), or to 0 (automatic)."
     )
     assert page.inner_text("label[for=id_compaction_threshold]") == (
         "Compact in the background at (tokens)"
@@ -122,7 +122,7 @@ def test_create_a_bot_with_compaction_settings_then_edit_them(embedded_site, chr
     page.click("details#advanced > summary")
     page.fill("#id_compaction_kept_percent", "55")
     assert (thresholds(page)["target"], thresholds(page)["target-blocking"]) == (8518, 7744)
-    # ... and the threshold with it: 8,518 + 10 % of B (1,548) = 10,066 at least.
+    # ... and the threshold with it: 8,518 + 5 % of B (774) = 9,292 at least.
     page.fill("#id_compaction_threshold", "11000")
     page.uncheck("#id_recall_enabled")
     with page.expect_navigation():
