@@ -33,6 +33,8 @@ import anyio
 import httpx2
 import structlog
 
+from chat_platform.textcheck import text_made_storable
+
 if TYPE_CHECKING:
     # The SDK costs 1.3 s to import: every Django process imports this module (the tool admin
     # and services), only a tool round or a listing needs the SDK, so it is imported there.
@@ -152,7 +154,8 @@ def failure_reason(exc: BaseException, *, endpoint: Endpoint, timeout: float) ->
     if isinstance(leaf, httpx2.TransportError):
         return f"the tool server {endpoint.name} cannot be reached"
     if isinstance(leaf, MCPError):
-        return f"the tool server {endpoint.name} refused: {leaf.message}"[:500]
+        # The server's own words, stored as a refresh error or a call's result.
+        return text_made_storable(f"the tool server {endpoint.name} refused: {leaf.message}")[:500]
     return f"the tool server {endpoint.name} failed ({type(leaf).__name__})"
 
 
@@ -184,11 +187,13 @@ def tools_list(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
                 for _ in range(20):  # pages
                     page = await client.list_tools(cursor=cursor)
                     found.extend(
-                        {
-                            "name": tool.name,
-                            "description": tool.description or "",
-                            "input_schema": tool.input_schema or {"type": "object"},
-                        }
+                        storable_json(
+                            {
+                                "name": tool.name,
+                                "description": tool.description or "",
+                                "input_schema": tool.input_schema or {"type": "object"},
+                            }
+                        )
                         for tool in page.tools
                     )
                     cursor = page.next_cursor
@@ -204,9 +209,21 @@ def tools_list(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
         raise ToolServerError(reason) from None
 
 
+def storable_json(value: Any) -> Any:
+    """``value`` (JSON: what a server listed) with every string made storable: a NUL or a lone
+    surrogate in a description or a schema would make the database refuse the whole list."""
+    if isinstance(value, str):
+        return text_made_storable(value)
+    if isinstance(value, dict):
+        return {storable_json(k): storable_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable_json(v) for v in value]
+    return value
+
+
 def result_text(result: Any) -> str:
     """A call result as text: its text parts, a placeholder for anything else, else the
-    structured content as JSON."""
+    structured content as JSON; made storable (a server's text is stored as a message)."""
     parts: list[str] = []
     for block in result.content or []:
         kind = getattr(block, "type", "")
@@ -221,7 +238,7 @@ def result_text(result: Any) -> str:
             parts.append(getattr(resource, "text", None) or f"[resource: {kind}]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+    return text_made_storable("\n".join(parts))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -32,14 +32,16 @@ from django.db import transaction
 from bots import realtime
 from bots.exchanges import recall_exchange_store
 from bots.models import Bot, Message
+from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     count_message_tokens,
     count_tokens,
     truncate_to_tokens,
 )
+from chat_platform.textcheck import text_made_storable
 from connections.crypto import KeyUnavailable
-from memory.services import record_save
+from memory.services import record_create
 from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint
 from tools.mcp_sessions import ToolSessions
 from tools.offer import OfferedTool, entry_servers, tools_offered
@@ -112,18 +114,19 @@ def _result_for_model(
     total = count_tokens(text, model=model)
     if total <= limit:
         return text, "", total + MESSAGE_OVERHEAD_TOKENS
-    name = f"tool_{seq}"
     try:
-        record_save(
-            session=reply.session,
-            name=name,
-            description=f"The whole result of the tool {label} (message {seq}, {total} tokens)"[
-                :140
-            ],
+        name = _result_record(
+            reply,
+            seq=seq,
             body=text,
+            description=(
+                f"The whole result of the tool {label} (message {seq}, {total} tokens)"[:140]
+            ),
         )
     except Exception as exc:  # the model still gets the head; it is told the rest is gone
-        log.warning("tool_result_record_failed", message_id=reply.pk, name=name, error=str(exc))
+        log.warning(
+            "tool_result_record_failed", message_id=reply.pk, name=f"tool_{seq}", error=str(exc)
+        )
         head = truncate_to_tokens(text, limit - NOTE_TOKENS, model=model)
         return (
             head + f"\n[… cut at {limit} of {total} tokens; the rest could not be kept]",
@@ -136,6 +139,26 @@ def _result_for_model(
         f'{name}: read_records(["{name}"]) reads it, search_records finds any part of it.]'
     )
     return head + note, name, None
+
+
+def _result_record(reply: Message, *, seq: int, body: str, description: str) -> str:
+    """A new info record holding a long result, named ``tool_<seq>`` (docs/tools.md); when this
+    chat can already read a record of that name (the user's, or a bot-wide one), the first free
+    ``tool_<seq>_<n>``: a result never rewrites a record it did not make. Its name."""
+    for attempt in range(1, RESULT_RECORD_NAMES + 1):
+        name = f"tool_{seq}" if attempt == 1 else f"tool_{seq}_{attempt}"
+        try:
+            record_create(session=reply.session, name=name, description=description, body=body)
+        except ValidationFailed as exc:
+            if "name" not in exc.details or attempt == RESULT_RECORD_NAMES:
+                raise
+            continue
+        return name
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# How many names a long result's record tries (``_result_record``).
+RESULT_RECORD_NAMES = 5
 
 
 def tool_round_run(
@@ -220,7 +243,10 @@ def tool_round_run(
 def _call_finished(
     reply: Message, outcome: ToolOutcome, result: CallOutcome, *, label: str, seq: int, model: str
 ) -> None:
-    """A call ended: what the model gets (the result, or its failure), then its frame."""
+    """A call ended: what the model gets (the result, or its failure), then its frame. A
+    server's text is made storable first (no NUL, no lone surrogate): it is stored as the
+    result's message and, when long, as a record."""
+    result = replace(result, text=text_made_storable(result.text))
     outcome.ok, outcome.seconds = result.ok, result.seconds
     tokens: int | None = None
     if result.ok:
@@ -258,7 +284,11 @@ def tool_round_store(
         {
             "id": o.call_id,
             "type": "function",
-            "function": {"name": o.name, "arguments": o.arguments},
+            # The model's own name and arguments, stored as written, less what cannot be.
+            "function": {
+                "name": text_made_storable(o.name),
+                "arguments": text_made_storable(o.arguments),
+            },
         }
         for o in outcomes
     ]
@@ -276,7 +306,7 @@ def tool_round_store(
                 {
                     "content": o.content,
                     "tool_call_id": o.call_id,
-                    "tool_name": o.name[:100],
+                    "tool_name": text_made_storable(o.name)[:100],
                     "tool_ok": o.ok,
                     "token_count": o.tokens,
                 }

@@ -227,6 +227,50 @@ def test_a_big_result_is_kept_whole_as_a_record_and_the_model_gets_its_head(
     assert Message.objects.get(pk=reply.pk).seq == 4
 
 
+def test_a_big_result_never_rewrites_a_record_it_did_not_make(reply, mcp_server, frames, settings):
+    """``tool_3`` taken by a record this chat reads (the user's bot-wide note, and then a
+    session one): the result is kept as the first free ``tool_3_<n>``; the notes are as they
+    were, in their scope. It used to be rewritten in place, and a bot-wide one then carried the
+    tool's output into every chat with the bot."""
+    from memory.services import record_create
+
+    settings.TOOL_RESULT_MAX_TOKENS = 200
+    other = SessionFactory(user=reply.session.user, bot=reply.session.bot)
+    record_create(session=other, name="tool_3", description="mine", body="keep me", scope="bot")
+    record_create(session=reply.session, name="tool_3_2", description="also", body="and me")
+    [outcome] = tool_round_run(
+        reply=reply,
+        calls=[_call("calc__big", {"words": 1000}, "b")],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+    )
+    assert outcome.record == "tool_3_3"
+    assert outcome.content.endswith(
+        'The whole result is the record tool_3_3: read_records(["tool_3_3"]) reads it, '
+        "search_records finds any part of it.]"
+    )
+    rows = MemoryRecord.objects.filter(name__startswith="tool_3").order_by("name")
+    assert [(r.name, r.scope, r.session_id, r.body[:7]) for r in rows] == [
+        ("tool_3", "bot", None, "keep me"),
+        ("tool_3_2", "session", reply.session_id, "and me"),
+        ("tool_3_3", "session", reply.session_id, "w0 w1 w"),
+    ]
+
+
+def test_a_result_with_a_nul_is_stored_without_it_and_the_reply_goes_on(reply, mcp_server, frames):
+    """A server's text may hold what the database cannot store (a NUL): the result is stored
+    without it, like a model's text; it failed the whole reply (PostgreSQL refused the row)."""
+    calls = [_call("calc__echo", {"text": "a\u0000b"}, "e")]
+    [outcome] = tool_round_run(
+        reply=reply, calls=calls, offered=turn_tools(reply.session.bot), model=MODEL, tool_round=1
+    )
+    assert mcp_server.calls[-1] == ("echo", {"text": "a\x00b"})
+    assert (outcome.ok, outcome.content) == (True, "ab")
+    stored = tool_round_store(reply=reply, text="", outcomes=[outcome], model=MODEL)
+    assert Message.objects.get(pk=stored[1].pk).content == "ab"
+
+
 def test_each_result_is_tokenised_once(reply, mcp_server, frames, settings, monkeypatch):
     """A result is counted once for the limit, its frame and its stored message (a long tool
     task counted every result twice; a big one three times), with the same counts."""

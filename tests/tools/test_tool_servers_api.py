@@ -190,3 +190,25 @@ def test_delete(staff_client, tool_server):
     assert staff_client.delete(f"{URL}{tool_server.pk}/").status_code == 204
     assert ToolServer.objects.count() == 0
     assert json.loads(staff_client.get(URL).content) == []
+
+
+def test_a_listed_nul_is_dropped_not_a_500(staff_client, mcp_server):
+    """A server's list may hold what the database cannot store (a NUL in a description or a
+    schema): the refresh stores it without, as a model's text is stored. It answered 500."""
+    clock = mcp_server.app._tool_manager._tools["clock"]
+    description, parameters = clock.description, clock.parameters
+    clock.description = "The current\x00 time."
+    clock.parameters = {**parameters, "title": "clock\x00Arguments"}
+    try:
+        created = staff_client.post(URL, {"name": "calc", "url": mcp_server.url}, format="json")
+        refreshed = staff_client.post(f"{URL}{created.json()['id']}/refresh-tools/")
+    finally:
+        clock.description, clock.parameters = description, parameters
+    assert refreshed.status_code == 200, refreshed.content
+    [listed] = [t for t in refreshed.json()["tools"] if t["name"] == "clock"]
+    assert (listed["description"], listed["input_schema"]["title"]) == (
+        "The current time.",
+        "clockArguments",
+    )
+    stored = ToolServer.objects.get(pk=created.json()["id"]).tool_list
+    assert [t["description"] for t in stored if t["name"] == "clock"] == ["The current time."]
