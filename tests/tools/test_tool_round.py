@@ -201,10 +201,8 @@ def test_a_server_that_is_down_fails_its_calls_not_the_reply(reply, tool_server,
     ]
 
 
-def test_a_big_result_is_kept_whole_as_a_record_and_the_model_gets_its_head(
-    reply, mcp_server, frames, settings
-):
-    settings.TOOL_RESULT_MAX_TOKENS = 200
+def _big_result(reply):
+    """One round calling ``big`` for 1,000 words: its one outcome."""
     [outcome] = tool_round_run(
         reply=reply,
         calls=[_call("calc__big", {"words": 1000}, "b")],
@@ -212,6 +210,14 @@ def test_a_big_result_is_kept_whole_as_a_record_and_the_model_gets_its_head(
         model=MODEL,
         tool_round=1,
     )
+    return outcome
+
+
+def test_a_big_result_is_kept_whole_as_a_record_and_the_model_gets_its_head(
+    reply, mcp_server, frames, settings
+):
+    settings.TOOL_RESULT_MAX_TOKENS = 200
+    outcome = _big_result(reply)
     whole = " ".join(f"w{i}" for i in range(1000))
     record = MemoryRecord.objects.get(session=reply.session, name="tool_3")
     assert record.body == whole and record.kind == "info"
@@ -238,13 +244,7 @@ def test_a_big_result_never_rewrites_a_record_it_did_not_make(reply, mcp_server,
     other = SessionFactory(user=reply.session.user, bot=reply.session.bot)
     record_create(session=other, name="tool_3", description="mine", body="keep me", scope="bot")
     record_create(session=reply.session, name="tool_3_2", description="also", body="and me")
-    [outcome] = tool_round_run(
-        reply=reply,
-        calls=[_call("calc__big", {"words": 1000}, "b")],
-        offered=turn_tools(reply.session.bot),
-        model=MODEL,
-        tool_round=1,
-    )
+    outcome = _big_result(reply)
     assert outcome.record == "tool_3_3"
     assert outcome.content.endswith(
         'The whole result is the record tool_3_3: read_records(["tool_3_3"]) reads it, '
