@@ -406,7 +406,8 @@ def _seqs_in(seqs: set[int]) -> object:
 
 def uncovered_snapshots(records: QuerySet[MemoryRecord], session_id: int) -> QuerySet[MemoryRecord]:
     """The snapshots of ``records`` none of whose messages are indexed (a fusion's, which holds
-    summaries; a snapshot from before message search)."""
+    summaries; a snapshot from before message search), a failed pass's aside: its messages were
+    never compacted, they are searched as themselves."""
     # NOT EXISTS per snapshot (the record_id index), not NOT IN over the session's whole index:
     # that was a hashed subplan beside a sequential scan of the records, on every search. The
     # session compared as ``session_id + 0``: on the session_id index PostgreSQL hashed all the
@@ -415,7 +416,7 @@ def uncovered_snapshots(records: QuerySet[MemoryRecord], session_id: int) -> Que
     covered = MessageIndex.objects.alias(in_session=F("session_id") + 0).filter(
         in_session=session_id, record_id=OuterRef("pk")
     )
-    return records.filter(kind=MemoryRecord.Kind.SNAPSHOT).exclude(Exists(covered))
+    return records.filter(kind=MemoryRecord.Kind.SNAPSHOT, indexed=True).exclude(Exists(covered))
 
 
 def snapshot_hits(

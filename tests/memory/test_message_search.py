@@ -206,6 +206,21 @@ def test_a_fusion_snapshot_never_outranks_the_messages_it_copies(talked):
     assert not MessageIndex.objects.filter(record=fusion).exists()
 
 
+def test_a_failed_passs_snapshot_is_never_a_hit(talked):
+    """A pass that failed leaves its snapshot for the audit, never indexed (docs/memory.md):
+    its messages were not compacted, so it holds no message of the index. Searched as a record
+    like a fusion's, it came back as a second hit repeating the messages (seqs empty)."""
+    before = _hits(talked, "boat lake")
+    failed = services.snapshot_write(
+        session=talked, first_seq=1, last_seq=4, body=f"{data.line(1)}\n{data.line(2)}"
+    )
+    assert (failed.name, failed.indexed) == ("snapshot_1_4", False)
+
+    assert (
+        _hits(talked, "boat lake") == before == [("snapshot_1_8", (1,)), ("snapshot_17_22", (21,))]
+    )
+
+
 def test_info_records_rank_with_the_messages(talked):
     MemoryRecordFactory(
         session=talked,

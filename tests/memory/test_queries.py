@@ -6,6 +6,7 @@ import pytest
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
 from memory import queries, services
+from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord
 from tests.factories import MemoryRecordFactory
 
@@ -82,6 +83,24 @@ def test_snapshots_join_the_index_only_once_indexed(chat_session):
     assert _names(queries.records_for_session(session=chat_session)) == ["snapshot_1_4"]
     services.snapshot_mark_indexed(snapshot=snapshot)
     assert _names(queries.memory_index_lines(session=chat_session, limit=10)) == ["snapshot_1_4"]
+
+
+def test_a_failed_passs_snapshot_takes_nothing_from_the_next_ones_description(chat_session):
+    """A description names what sets a snapshot apart from what the index lists: a failed
+    pass's snapshot is never listed, so its words stay distinctive for the next one. They were
+    dropped (the dentist, Okafor, March 14 and Mittens left the index with the failed one)."""
+    facts = (
+        "[1] user: The dentist appointment is on March 14 with Dr. Okafor.\n"
+        "[2] user: My cat is called Mittens."
+    )
+    _snapshot(chat_session, 1, 2, body=facts, indexed=False)
+    body = f"{facts}\n[3] user: We walked along the harbour in Rotterdam yesterday."
+    after = _snapshot(chat_session, 1, 3, body=body)
+    assert after.description == snapshot_description(1, 3, body, [])
+    assert after.description == (
+        "Pre-compaction snapshot of messages 1–3: March 14, Dr, Mittens, Rotterdam, dentist, "
+        "appointment"
+    )
 
 
 def test_index_costs_a_fixed_number_of_queries(chat_session, django_assert_num_queries):
