@@ -17,6 +17,7 @@ from chat_platform.llm.builtin.recall import (
     search_query,
 )
 from chat_platform.llm.builtin.recall_context import read_files_request
+from chat_platform.llm.builtin.text import sentences
 from chat_platform.llm.recall_protocol import INDEX_HELP  # what the pipeline puts in the block
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 
@@ -102,6 +103,30 @@ def test_quotes_the_matching_history_line_with_its_source():
         "> We picked Hotel Avenida Palace, booking ref AVP-2291. — I said"
     )
     assert (reply.finish_reason, reply.tool_calls) == ("stop", [])
+
+
+def test_a_title_before_a_name_ends_no_sentence():
+    """ "Dr. Okafor" is one sentence with what comes before it: the quote was cut after "Dr."
+    and the name, the answer, left out."""
+    history = [
+        {
+            "role": "user",
+            "content": "The check-up is at Harbor Clinic with Dr. Okafor. Bring the card.",
+        },
+        {"role": "assistant", "content": NOTED_TEXT},
+    ]
+    reply = ask("Who is the check-up with?", BOT, *history)
+
+    assert reply.text == (
+        "From earlier in our conversation:\n"
+        "> The check-up is at Harbor Clinic with Dr. Okafor. — you said"
+    )
+    assert sentences("Mr. and Mrs. Smith met Prof. Ng, e.g. at 9. Dr. Ives came. DR. no.") == [
+        "Mr. and Mrs. Smith met Prof. Ng, e.g. at 9.",
+        "Dr. Ives came.",
+        "DR.",
+        "no.",
+    ]
 
 
 def test_summary_lines_are_quoted_without_header_or_speaker_label():

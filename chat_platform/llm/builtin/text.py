@@ -90,11 +90,18 @@ def terms(text: str) -> list[str]:
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|(?<=[\u3002\uff01\uff1f])")
 
 
+# A title or a Latin short form before its period ends no sentence: "Dr. Okafor", "e.g. this".
+_ABBREVIATION = re.compile(r"(?<![\w.])(?:Mr|Mrs|Ms|Mx|Dr|Prof|Sr|Jr|St|Mt|vs|e\.g|i\.e|cf)\.$")
+
+
 def sentences(line: str) -> list[str]:
-    """Split one line into sentences on . ! ? followed by space, and on CJK 。！？."""
+    """Split one line into sentences on . ! ? followed by space (not after a title such as
+    "Dr." or a short form such as "e.g."), and on CJK 。！？."""
     parts: list[str] = []
     start = 0
     for match in _SENTENCE_END.finditer(line):
+        if _ABBREVIATION.search(line, max(start, match.start() - 6), match.start()):
+            continue
         piece = line[start : match.end()].strip()
         if piece:
             parts.append(piece)
