@@ -38,6 +38,21 @@ def configured() -> bool:
     return bool(_secrets())
 
 
+def store_refusal(what: str) -> str | None:
+    """Why ``what`` (e.g. "a key") cannot be stored encrypted on this server, in words for the
+    person saving it; None when it can. A value shorter than ``MIN_SECRET_CHARS`` is refused as
+    the cipher refuses it, not only at the first encryption (which answered 500)."""
+    secrets = _secrets()
+    if not secrets:
+        return f"CONNECTION_ENCRYPTION_KEY is not set on the server: {what} cannot be stored"
+    if any(len(s) < MIN_SECRET_CHARS for s in secrets):
+        return (
+            f"CONNECTION_ENCRYPTION_KEY on the server is shorter than {MIN_SECRET_CHARS} "
+            f"characters: {what} cannot be stored"
+        )
+    return None
+
+
 def _fernet_key(secret: str) -> bytes:
     derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(
         secret.encode("utf-8")

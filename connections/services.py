@@ -134,10 +134,11 @@ def _check_key(
             new_key = ""
         else:
             new_key = _text(errors, "api_key", value, max_chars=API_KEY_MAX_CHARS)
-            if "api_key" not in errors and new_key and not crypto.configured():
+            refusal = crypto.store_refusal("a key") if new_key else None
+            if "api_key" not in errors and refusal:
                 errors["api_key"] = [
-                    "CONNECTION_ENCRYPTION_KEY is not set on the server: a key cannot be stored "
-                    "(name an allowed environment variable instead, or ask the operator)."
+                    f"{refusal} (name an allowed environment variable instead, or ask the "
+                    "operator)."
                 ]
     if "api_key_env" in fields:
         value = fields["api_key_env"] if fields["api_key_env"] is not None else ""

@@ -73,10 +73,9 @@ def _check_headers(errors: dict, raw: object) -> dict[str, str] | None:
     if problems:
         errors["headers"] = problems
         return None
-    if raw and not crypto.configured():
-        errors["headers"] = [
-            "CONNECTION_ENCRYPTION_KEY is not set on the server: headers cannot be stored."
-        ]
+    refusal = crypto.store_refusal("headers") if raw else None
+    if refusal:
+        errors["headers"] = [f"{refusal}."]
         return None
     return {str(k): str(v) for k, v in raw.items()}
 

@@ -122,6 +122,17 @@ def test_a_key_cannot_be_stored_without_an_encryption_key(staff_client, settings
     assert (named.json()["api_key_env"], named.json()["has_key"]) == ("OPENAI_API_KEY", False)
 
 
+def test_a_key_under_a_short_encryption_key_is_refused_not_a_500(staff_client, settings):
+    settings.CONNECTION_ENCRYPTION_KEY = "short"
+    response = _create(staff_client, base_url="http://x.test/v1", api_key=SECRET_API_KEY)
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["api_key"] == [
+        "CONNECTION_ENCRYPTION_KEY on the server is shorter than 32 characters: a key cannot be "
+        "stored (name an allowed environment variable instead, or ask the operator)."
+    ]
+    assert not Connection.objects.filter(base_url="http://x.test/v1").exists()
+
+
 def test_a_wrong_or_missing_encryption_key_fails_loudly_at_start_up(staff, settings):
     Connection.objects.create(
         name="Stored",

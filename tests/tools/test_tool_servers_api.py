@@ -127,6 +127,51 @@ def test_headers_need_the_encryption_key(staff_client, settings):
     assert ToolServer.objects.count() == 0
 
 
+def test_headers_under_a_short_encryption_key_are_refused_not_a_500(staff_client, settings):
+    """A key shorter than the cipher takes is refused at save with the reason, as a missing one
+    is; it passed the "is it set" check and failed at encryption (500)."""
+    settings.CONNECTION_ENCRYPTION_KEY = "short"
+    response = staff_client.post(
+        URL, {"name": "calc", "url": "http://example.com/mcp", "headers": {"X": "y"}}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "headers": [
+            "CONNECTION_ENCRYPTION_KEY on the server is shorter than 32 characters: headers "
+            "cannot be stored."
+        ]
+    }
+    assert ToolServer.objects.count() == 0
+
+
+def test_stored_headers_the_key_cannot_open_stop_the_start_up(staff_client, mcp_server, settings):
+    """Headers are encrypted as connection keys are, and checked at start the same way: a
+    missing or changed key stops the server and the worker with the reason (it started, and
+    every call to the server then failed)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from chat_platform.startup import startup_checks_run
+    from tools.checks import header_key_errors
+
+    created = staff_client.post(
+        URL, {"name": "calc", "url": mcp_server.url, "headers": {"X": "y"}}, format="json"
+    )
+    assert created.status_code == 201, created.content
+    assert header_key_errors() == []
+    settings.CONNECTION_ENCRYPTION_KEY = "another-key-of-enough-length-0123456789"
+    assert [(e.id, e.msg) for e in header_key_errors()] == [
+        (
+            "tools.E002",
+            "CONNECTION_ENCRYPTION_KEY cannot decrypt the headers of tool server(s) "
+            f"{created.json()['id']}: the setting differs from the one they were saved with.",
+        )
+    ]
+    settings.CONNECTION_ENCRYPTION_KEY = ""
+    assert [e.id for e in header_key_errors()] == ["tools.E001"]
+    with pytest.raises(ImproperlyConfigured, match="tools.E001: 1 tool server header set"):
+        startup_checks_run()
+
+
 def test_patch_replaces_headers_and_null_clears_them(staff_client, tool_server):
     patched = staff_client.patch(
         f"{URL}{tool_server.pk}/", {"headers": {"X-Key": "one"}, "public": False}, format="json"
