@@ -449,7 +449,7 @@ def bot_delete_page(request: HttpRequest, bot_id: int) -> HttpResponse:
             bot_delete(user=request.user, bot_id=bot.pk)
         except NotFound:
             raise Http404("Bot not found.") from None
-        messages.success(request, f"Deleted “{bot.name}” and its chats.")
+        messages.success(request, f"Deleted “{bot.name}” and your chats with it.")
         return redirect("bot-page-list")
     sessions = bot.sessions.filter(user=request.user).count()
     return render(request, "bots/bot_confirm_delete.html", {"bot": bot, "sessions": sessions})

@@ -82,6 +82,9 @@ class Bot(models.Model):
         default=0, help_text="0 = the model's max input tokens, else CONTEXT_ABSOLUTE_CAP_TOKENS."
     )
     is_shared = models.BooleanField(default=False)
+    # Set when it was deleted while other people's chats used it (docs/bots.md "Deleting a
+    # bot"): no one finds or runs it any more, and their chats stay theirs, readable.
+    retired_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     compaction_enabled = models.BooleanField(default=True)
     compaction_threshold = models.PositiveIntegerField(

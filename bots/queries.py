@@ -48,8 +48,8 @@ def _scoped(queryset: QuerySet, user: AbstractBaseUser, field: str) -> QuerySet:
 
 
 def bot_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Bot]:
-    bots = Bot.objects.filter(Q(owner=user) | Q(is_shared=True)).select_related("owner")
-    return _scoped(bots, user, "pk")
+    bots = Bot.objects.filter(Q(owner=user) | Q(is_shared=True), retired_at__isnull=True)
+    return _scoped(bots.select_related("owner"), user, "pk")
 
 
 def bot_get_for_user(*, user: AbstractBaseUser, bot_id: object) -> Bot:
@@ -111,10 +111,11 @@ BOT_UNAVAILABLE = "This chat's bot is no longer available to you."
 
 
 def bot_usable_in(*, session: ChatSession, bot: Bot | None = None) -> bool:
-    """May the session's user still run its bot: they own it, or it is shared. Checked on every
-    send, compaction and model call, not only when the session was made (un-sharing revokes)."""
+    """May the session's user still run its bot: they own it, or it is shared, and it was not
+    deleted (retired). Checked on every send, compaction and model call, not only when the
+    session was made (un-sharing revokes)."""
     bot = bot or session.bot
-    return bot.owner_id == session.user_id or bot.is_shared
+    return bot.retired_at is None and (bot.owner_id == session.user_id or bot.is_shared)
 
 
 def session_get_for_use(*, user: AbstractBaseUser, session_id: object) -> ChatSession:

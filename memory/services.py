@@ -51,12 +51,10 @@ def snapshot_name(first_seq: int, last_seq: int, seat_bot_id: int | None = None)
 
 
 def _other_bodies(*, session: ChatSession, name: str) -> list[str]:
-    """The bodies (their heads) of the records the index may list beside ``name``: those this
-    session can read, but a failed pass's snapshot (never indexed, never listed)."""
+    """The bodies (heads) of the records the index may list beside ``name`` (no failed pass's)."""
     return list(
         records_for_session(session=session)
-        .exclude(name=name)
-        .exclude(kind=MemoryRecord.Kind.SNAPSHOT, indexed=False)
+        .exclude(Q(name=name) | Q(kind=MemoryRecord.Kind.SNAPSHOT, indexed=False))
         .annotate(head=Substr("body", 1, OTHERS_BODY_CHARS))
         .values_list("head", flat=True)[:OTHERS_MAX]
     )

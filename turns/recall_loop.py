@@ -227,7 +227,8 @@ def _totals_add(session: ChatSession, stored: list[Message]) -> None:
 def check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
     """The session's user may still run its bot (owner, or shared): checked when the turn starts
     (a send queued before the owner un-shared it) and before each recall round."""
-    bot = Bot.objects.only("owner_id", "is_shared").get(pk=session.bot_id) if fresh else None
+    fields = ("owner_id", "is_shared", "retired_at")
+    bot = Bot.objects.only(*fields).get(pk=session.bot_id) if fresh else None
     if not bot_usable_in(session=session, bot=bot):
         raise NotFound(BOT_UNAVAILABLE)
 

@@ -5,8 +5,10 @@ from typing import Any
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
 
-from bots.models import Bot
+from bots.models import Bot, ChatSession
 from bots.queries import bot_get_for_edit
 from chat_platform.errors import NotFound, ValidationFailed
 from compaction.records import prompt_version_store
@@ -14,6 +16,7 @@ from connections.models import Connection
 from connections.queries import connection_get_for_user
 from turns.bot_validation import check_bot_settings, slug_taken
 from turns.services.checks import full_clean
+from turns.services.participants import participants_bot_retired
 
 log = structlog.get_logger(__name__)
 
@@ -132,5 +135,20 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
 
 
 def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
+    """Delete the bot and its owner's chats with it (what the bot's delete page counts). Other
+    people's chats with it (a shared bot's, a room it joined) are theirs and stay: while any
+    exist, the bot is retired instead of deleted (docs/bots.md "Deleting a bot") — shared no
+    more, its slug freed, found and run by no one, gone from every room it sat in."""
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
-    bot.delete()
+    with transaction.atomic():
+        others = ChatSession.objects.filter(
+            Q(bot=bot) | Q(participants__bot=bot), ~Q(user_id=bot.owner_id)
+        )
+        if not others.exists():
+            bot.delete()
+            log.info("bot_deleted", bot_id=bot.pk, by=user.pk)
+            return
+        ChatSession.objects.filter(bot=bot, user_id=bot.owner_id).delete()
+        Bot.objects.filter(pk=bot.pk).update(retired_at=timezone.now(), is_shared=False, slug="")
+        left = participants_bot_retired(bot_id=bot.pk)
+    log.info("bot_retired", bot_id=bot.pk, by=user.pk, rooms_left=left)

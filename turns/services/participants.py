@@ -125,6 +125,31 @@ def participant_remove(*, user: AbstractBaseUser, session_id: object, bot_id: ob
             _default_set(session, rest, rest[0])
 
 
+def participants_bot_retired(*, bot_id: int) -> int:
+    """A deleted bot that other people's chats used is retired (``bot_delete``): it leaves
+    every room it is still in, as ``participant_remove`` takes a bot out (its messages stay,
+    attributed), and where it was the default the earliest remaining bot becomes the default. A
+    chat it was the only bot of keeps it, to be read, not run. Caller's transaction. How many
+    rooms it left."""
+    rooms = ChatSession.objects.filter(
+        participants__bot_id=bot_id, participants__removed_at__isnull=True
+    ).distinct()
+    left = 0
+    for session in rooms:
+        rows = _rows_locked(session)
+        row = next(r for r in rows if r.bot_id == bot_id and r.removed_at is None)
+        rest = [r for r in rows if r.removed_at is None and r.pk != row.pk]
+        if not rest:
+            continue
+        SessionParticipant.objects.filter(pk=row.pk).update(
+            removed_at=timezone.now(), is_default=False
+        )
+        if row.is_default or session.bot_id == bot_id:
+            _default_set(session, rest, rest[0])
+        left += 1
+    return left
+
+
 def participant_default_set(
     *, user: AbstractBaseUser, session_id: object, bot_id: object
 ) -> SessionParticipant:
