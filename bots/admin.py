@@ -10,7 +10,7 @@ from bots.models import Bot, ChatSession, Message
 from chat_platform.errors import ValidationFailed
 from compaction.admin import record_html
 from compaction.models import ContextRecord
-from turns.bot_validation import check_bot_settings
+from turns.bot_validation import check_bot_settings, check_bot_slug
 from turns.services.bot import (
     BOT_BASIC_FIELDS,
     BOT_COMPACTION_FIELDS,
@@ -44,7 +44,24 @@ class BotAdminForm(forms.ModelForm):
 
     class Meta:
         model = Bot
-        fields = ["owner", *BOT_FIELDS]
+        # The slug too, as the API has it (the form shows the current one; blank: from the name).
+        fields = ["owner", "slug", *BOT_FIELDS]
+        help_texts = {
+            "slug": "The bot's @handle in rooms and its /v1 model id: lowercase letters, digits "
+            "and hyphens, unique among the owner's bots. Blank: made from the name."
+        }
+
+    def clean(self) -> dict[str, Any]:
+        """A slug another of the owner's bots has is the API's field error (``check_bot_slug``),
+        before the database constraint's generic one."""
+        data = super().clean()
+        owner, slug = data.get("owner"), data.get("slug")
+        if owner is not None and slug:
+            try:
+                check_bot_slug(bot=Bot(pk=self.instance.pk, owner=owner, slug=slug))
+            except ValidationFailed as exc:
+                self.add_error("slug", exc.details["slug"])
+        return data
 
     def _post_clean(self) -> None:
         previous_api_base = None if self.instance._state.adding else self.initial.get("api_base")
@@ -83,7 +100,10 @@ class BotAdmin(admin.ModelAdmin):
     raw_id_fields = ["owner"]
     # The same sections as the bot page (bots/bot_pages.py): basic, then Advanced.
     fieldsets = [
-        ("Basic settings", {"fields": ["owner", *BOT_BASIC_FIELDS]}),
+        (
+            "Basic settings",
+            {"fields": ["owner", BOT_BASIC_FIELDS[0], "slug", *BOT_BASIC_FIELDS[1:]]},
+        ),
         ("Advanced: Compaction", {"classes": ["collapse"], "fields": [*BOT_COMPACTION_FIELDS]}),
         ("Advanced: Memory", {"classes": ["collapse"], "fields": [*BOT_MEMORY_FIELDS]}),
         # A JSON list of "<server>/<tool>" or "<server>/*" (docs/tools.md).

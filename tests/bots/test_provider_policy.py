@@ -431,3 +431,28 @@ def test_default_allow_list_is_litellms_provider_variables():
     assert bases == "[]"
     assert {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GROQ_API_KEY"} <= set(names)
     assert all(name.endswith("_API_KEY") for name in names)
+
+
+def test_the_admin_shows_and_takes_the_slug_as_the_api_does(owner):
+    """A bot's fields have the same names in the model, the API and the admin (docs/bots.md):
+    the admin had no slug. Blank is made from the name; a taken one is the API's field error."""
+    admin = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(admin)
+    BotFactory(owner=owner, name="First", slug="helper")
+
+    taken = client.post("/admin/bots/bot/add/", _admin_form(owner=owner.pk, slug="helper"))
+    assert taken.status_code == 200
+    assert "Another of your bots already has the slug &#x27;helper&#x27;." in taken.content.decode()
+    made = client.post("/admin/bots/bot/add/", _admin_form(owner=owner.pk, slug=""))
+    assert made.status_code == 302
+    bot = Bot.objects.get(name="Admin bot")
+    assert bot.slug == "admin-bot"
+    page = client.get(f"/admin/bots/bot/{bot.pk}/change/").content.decode()
+    assert 'name="slug" value="admin-bot"' in page
+    changed = client.post(
+        f"/admin/bots/bot/{bot.pk}/change/", _admin_form(owner=owner.pk, slug="ops-desk")
+    )
+    assert changed.status_code == 302
+    bot.refresh_from_db()
+    assert bot.slug == "ops-desk"

@@ -45,9 +45,9 @@ BOT_COMPACTION_FIELDS = (
 BOT_MEMORY_FIELDS = ("memory_index_size", "recall_enabled", "embedding_model")
 BOT_TOOLS_FIELDS = ("tools",)
 BOT_FIELDS = BOT_BASIC_FIELDS + BOT_COMPACTION_FIELDS + BOT_MEMORY_FIELDS + BOT_TOOLS_FIELDS
-# The REST API also shows and takes the slug (a bot's ``@handle`` and ``/v1`` model id; blank
-# is filled from the name). The page and the admin leave it out: a form that did not send it
-# would blank it, and a blank slug is re-derived from the name (docs/bots.md).
+# The REST API (and the admin) also show and take the slug (a bot's ``@handle`` and ``/v1``
+# model id; blank is filled from the name). The bot page leaves it out: its form does not send
+# it, and a blank slug would be re-derived from the name (docs/bots.md).
 BOT_API_FIELDS = ("slug", *BOT_FIELDS)
 # Where a bot's calls go and which key they use is its owner's (and staff's) business only:
 # the API and the page leave these out for anyone else (docs/bots.md).
