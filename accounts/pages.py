@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from bots.queries import bot_list_for_user
 from chat_platform.errors import NotFound, ValidationFailed
+from chat_platform.textcheck import text_is_storable
 from connections import usage
 from openai_api import keys
 from openai_api.models import ApiKey
@@ -69,8 +71,29 @@ class ApiKeyForm(forms.Form):
         return value.astimezone(dt.UTC) if value is not None else None
 
 
+class ProfileForm(forms.ModelForm):
+    """The user's own name (the username is how they sign in, the email has its own page)."""
+
+    class Meta:
+        model = get_user_model()
+        fields = ["first_name", "last_name"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for field in self.Meta.fields:
+            value = data.get(field)
+            if isinstance(value, str) and not text_is_storable(value):
+                self.add_error(field, "Text only: no control characters.")
+        return data
+
+
 def _render(
-    request: HttpRequest, form: ApiKeyForm, *, created: tuple[ApiKey, str] | None, status: int
+    request: HttpRequest,
+    form: ApiKeyForm,
+    *,
+    created: tuple[ApiKey, str] | None,
+    status: int,
+    profile: ProfileForm | None = None,
 ) -> HttpResponse:
     user = request.user
     used, _reserved = usage.tokens_today(f"user:{user.pk}")
@@ -79,6 +102,7 @@ def _render(
         "accounts/settings.html",
         {
             "form": form,
+            "profile_form": profile or ProfileForm(instance=user),
             "created": created,
             "keys": keys.key_list_for_user(user=user),
             "limit": usage.user_limit(user.pk),
@@ -121,6 +145,19 @@ def api_key_create_page(request: HttpRequest) -> HttpResponse:
             form.add_error(field if field in form.fields else None, problems)
         return _render(request, form, created=None, status=400)
     return _render(request, ApiKeyForm(user=request.user), created=created, status=200)
+
+
+@login_required
+@require_POST
+def profile_update_page(request: HttpRequest) -> HttpResponse:
+    """Change the user's name; a bad value shows the page again with its error, nothing saved."""
+    form = ProfileForm(request.POST, instance=request.user)
+    if not form.is_valid():
+        keys_form = ApiKeyForm(user=request.user)
+        return _render(request, keys_form, created=None, status=400, profile=form)
+    form.save()
+    messages.success(request, "Profile saved.")
+    return redirect("settings")
 
 
 @login_required

@@ -31,6 +31,7 @@ urlpatterns = [
     path("bots/", include("bots.bot_urls")),
     path("settings/", account_pages.settings_page, name="settings"),
     path("settings/api-keys/", account_pages.api_key_create_page, name="settings-api-key-create"),
+    path("settings/profile/", account_pages.profile_update_page, name="settings-profile"),
     path(
         "settings/api-keys/<str:prefix>/revoke/",
         account_pages.api_key_revoke_page,

@@ -52,6 +52,28 @@ def test_the_page_shows_the_profile_the_account_links_and_is_in_the_header(owner
         )
 
 
+def test_the_profile_changes_the_users_name_and_refuses_bad_text(owner):
+    """The profile section edits the name (it was shown only); bad text changes nothing."""
+    client = _signed_in(owner)
+    assert 'name="first_name"' in client.get("/settings/").content.decode()
+    saved = client.post("/settings/profile/", {"first_name": "Ada", "last_name": "Lovelace"})
+    assert (saved.status_code, saved["Location"]) == (302, "/settings/")
+    owner.refresh_from_db()
+    assert (owner.first_name, owner.last_name) == ("Ada", "Lovelace")
+    page = client.get("/settings/").content.decode()
+    assert '<dd data-profile="name">Ada Lovelace</dd>' in page
+    assert "Profile saved." in page
+    refused = client.post("/settings/profile/", {"first_name": "A\x00", "last_name": "x" * 151})
+    assert refused.status_code == 400
+    assert refused.context["profile_form"].errors == {
+        "first_name": ["Null characters are not allowed."],
+        "last_name": ["Ensure this value has at most 150 characters (it has 151)."],
+    }
+    owner.refresh_from_db()
+    assert (owner.first_name, owner.last_name) == ("Ada", "Lovelace")
+    assert Client().post("/settings/profile/", {"first_name": "Eve"}).status_code == 302
+
+
 # /v1/ runs its database work on another thread (its own connection): committed rows only.
 @pytest.mark.django_db(transaction=True)
 def test_creating_a_key_shows_it_once_and_it_works_until_revoked(owner):
