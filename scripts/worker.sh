@@ -19,7 +19,10 @@
 # WORKER_RESTART_MAX_DELAY seconds, default 30; back to 1 s once it has run a minute), so the
 # fleet is never left a process short; each exit and restart is one JSON line on stderr.
 # SIGTERM/SIGINT are passed to every process (warm shutdown); the script waits for all of them
-# and exits 0 (a requested stop). compose's restart policy or systemd restarts the script itself.
+# and exits 0 (a requested stop). A process still stopping WORKER_STOP_TIMEOUT_SECONDS (default
+# 120) later is told to stop at once (SIGQUIT, Celery's cold shutdown), then killed 10 s after:
+# a warm shutdown that hangs never holds the stop forever; a turn it cuts short is ended by the
+# watchdog as after a crash. compose's restart policy or systemd restarts the script itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +30,7 @@ processes="${WORKER_PROCESSES:-$(nproc 2>/dev/null || echo 1)}"
 threads="${CELERY_WORKER_CONCURRENCY:-16}"
 queues="${WORKER_QUEUES:-chat,compaction,heavy}"
 max_delay="${WORKER_RESTART_MAX_DELAY:-30}"
+stop_timeout="${WORKER_STOP_TIMEOUT_SECONDS:-120}"
 export CELERY_WORKER_CONCURRENCY="$threads"
 export DATABASE_POOL_MAX_SIZE="${DATABASE_POOL_MAX_SIZE:-$((2 * threads + 2))}"
 celery="${CELERY:-celery}"
@@ -85,7 +89,22 @@ while [ "$stopping" -eq 0 ]; do
 done
 
 stop
+# The stop's bound, beside the waits below (which reap the processes as they exit).
+(
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  sleep "$stop_timeout" &
+  nap=$!
+  wait "$nap"
+  say worker_stop_timeout warning "\"after_seconds\": $stop_timeout, \"signal\": \"QUIT\""
+  for pid in "${pids[@]}"; do kill -QUIT "$pid" 2>/dev/null || true; done
+  sleep 10 &
+  nap=$!
+  wait "$nap"
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+) &
+bound=$!
 for pid in "${pids[@]}"; do
   while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
 done
+kill "$bound" 2>/dev/null || true
 exit 0

@@ -244,6 +244,44 @@ def test_worker_sh_restarts_a_process_that_died_and_stops_cleanly_on_sigterm(tmp
         assert log.read_text().count('"event": "worker_process_exited"') == 1  # no restart
 
 
+def test_worker_sh_ends_a_stop_that_hangs_after_its_timeout(tmp_path):
+    """A warm shutdown that never ends (seen once: ~3 minutes right after a restart) does not
+    hold the stop: after ``WORKER_STOP_TIMEOUT_SECONDS`` each process gets SIGQUIT (Celery's
+    cold shutdown), then SIGKILL 10 s later, and the script exits 0 with one warning line. The
+    processes here are stand-ins (``CELERY``) that ignore SIGTERM and SIGQUIT."""
+    stub = tmp_path / "celery"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        "trap '' TERM QUIT\n"
+        'echo "stub $$ ready." >&2\n'
+        "while true; do sleep 0.2; done\n"
+    )
+    stub.chmod(0o755)
+    env = process_env(CELERY=str(stub), WORKER_PROCESSES="2", WORKER_STOP_TIMEOUT_SECONDS="1")
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        fleet = subprocess.Popen(  # noqa: S603
+            ["bash", "scripts/worker.sh"],  # noqa: S607
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_for(lambda: log.read_text().count(" ready.") == 2, timeout=30, what="stubs")
+            stubs = _children(fleet.pid)
+            assert len(stubs) == 2
+            fleet.send_signal(signal.SIGTERM)
+            assert fleet.wait(timeout=60) == 0
+        finally:
+            _stop_group(fleet)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in stubs)
+    text = log.read_text()
+    assert text.count('"event": "worker_stop_timeout"') == 1, text
+    assert '"after_seconds": 1, "signal": "QUIT"' in text
+
+
 def test_compose_restarts_every_long_running_service():
     import yaml
 
