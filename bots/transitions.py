@@ -226,16 +226,23 @@ def room_notice_create(*, session_id: int, content: str) -> Message:
 
 
 def notice_create(*, command: Message, content: str) -> Message:
-    """The notice answering a command, at the seq the command reserved."""
-    return Message.objects.create(
-        session=command.session,
-        seq=command.seq + 1,
-        role=Message.Role.SYSTEM,
-        kind=Message.Kind.NOTICE,
-        content=content,
-        status=Message.Status.COMPLETE,
-        reply_to=command,
-    )
+    """The notice answering a command, at the seq the command reserved: the one after the
+    command's seq as it is now. A recall or tool round of a reply before it, stored while the
+    command ran, moves it and its reserved seq up (``bots.exchanges``); the session row, locked
+    here as there, keeps the read and the write together."""
+    with transaction.atomic():
+        locked = ChatSession.objects.select_for_update().filter(pk=command.session_id)
+        locked.values_list("pk").first()
+        command.seq = Message.objects.values_list("seq", flat=True).get(pk=command.pk)
+        return Message.objects.create(
+            session=command.session,
+            seq=command.seq + 1,
+            role=Message.Role.SYSTEM,
+            kind=Message.Kind.NOTICE,
+            content=content,
+            status=Message.Status.COMPLETE,
+            reply_to=command,
+        )
 
 
 def reply_dispatched(*, message_id: int) -> None:

@@ -189,3 +189,52 @@ def test_a_reply_the_watchdog_interrupts_hands_the_queue_over(fake_session, sett
         assert watchdog.replies_interrupt_dead() == 1
     assert handed.call_args_list == [mock.call(second.pk)]
     assert _status(first) == "interrupted"
+
+
+def test_a_compact_commands_notice_follows_it_after_a_recall_exchange_moved_it(
+    fake_session, monkeypatch
+):
+    """``/compact`` while a reply runs: the reply's recall or tool round, stored while the
+    compaction runs, moves the command up; its notice still lands right after it. It was
+    written at the command's first seq + 1, taken by then: 500, and the command kept no
+    notice."""
+    from compaction.engine import RunResult
+    from turns.services import send
+
+    user1, first = _exchange(fake_session, "one")
+    first = transitions.reply_claim(message_id=first.pk)
+    stored: list[Message] = []
+
+    def compaction_meanwhile(*, session, focus, must_lower):
+        stored.extend(
+            exchanges.recall_exchange_store(
+                reply=first,
+                call={"content": "", "tool_calls": [{"id": "c1"}], "token_count": 5, "model": "m"},
+                results=[
+                    {"content": "a", "tool_call_id": "c1", "tool_name": "t", "token_count": 1},
+                    {"content": "b", "tool_call_id": "c1", "tool_name": "t", "token_count": 1},
+                ],
+            )[0]
+        )
+        return RunResult("noop", "nothing_to_compact")
+
+    monkeypatch.setattr(send, "compaction_manual", compaction_meanwhile)
+    result = send.session_compact_command(
+        session=fake_session, text="/compact", client_id=None, focus=""
+    )
+
+    rows = list(
+        Message.objects.filter(session=fake_session).order_by("seq").values_list("seq", "pk")
+    )
+    assert rows == [
+        (1, user1.pk),
+        (2, stored[0].pk),
+        (3, stored[1].pk),
+        (4, stored[2].pk),
+        (5, first.pk),
+        (6, result.user_message.pk),
+        (7, result.notice.pk),
+    ]
+    assert result.notice.seq == 7
+    fake_session.refresh_from_db()
+    assert fake_session.last_seq == 7
