@@ -7,6 +7,7 @@ compaction attempt makes before its summariser."""
 import pytest
 
 from memory import services
+from memory.models import MemoryRecord
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -42,8 +43,12 @@ CELLO = [
 
 
 def _write(session, first, body):
+    """A snapshot as a pass that succeeded leaves it: written, then listed in the index (a
+    failed pass's is never listed, and no other description is set apart from it)."""
     last = first + body.count("\n")
-    return services.snapshot_write(session=session, first_seq=first, last_seq=last, body=body)
+    record = services.snapshot_write(session=session, first_seq=first, last_seq=last, body=body)
+    MemoryRecord.objects.filter(pk=record.pk).update(indexed=True)
+    return record
 
 
 def _terms(description):
