@@ -68,7 +68,7 @@ def fuse(session: ChatSession, parents: list[Summary], plan: Plan) -> RunResult:
     """
     tokens_before = (plan.measured or context_measure(session=session)).pressure
     replaced = sum(p.token_count for p in parents)
-    config = compaction_model_config(session.bot, model=plan.model)
+    config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
     input_cap = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     blocks = [p.block for p in parents]
     used = sum(count_tokens(b) for b in blocks) + instructions_tokens("")

@@ -91,7 +91,7 @@ def summarise(
     The call is charged to the session's user (and the API key of the scope) before anything
     is written: a limit it does not fit raises ``QuotaExceeded``, no snapshot, no event, no call
     (docs/connections.md "Daily token limits")."""
-    config = compaction_model_config(session.bot, model=plan.model)
+    config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
     max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
     with usage.quota_charge(
         user_id=session.user_id,

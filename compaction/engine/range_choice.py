@@ -84,7 +84,7 @@ def range_choose(
     an over-long transcript shrinks the range by its overflow and is measured again.
 
     ``room``: the seat's view, as the pass's measure read it (None in a one-bot session)."""
-    config = compaction_model_config(session.bot, model=plan.model)
+    config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
     limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     cap = max(0, limit - request_tokens("", plan.focus, config.model))
     current_turn = current_turn_seq(session)

@@ -35,11 +35,14 @@ or decided what where it matters. Add nothing that is not in the transcript. Out
 summary."""
 
 
-def compaction_model_config(bot: Bot, *, model: str | None = None) -> gateway.ModelConfig:
-    """docs/compaction.md: compaction_model, else the chat model (built-in chat ->
-    builtin/extractive), with the bot's provider settings (``bot_model_config``) at the summariser's
-    temperature; a built-in summariser is called with no api_base or key."""
-    chosen = model or bot.compaction_model or bot.model
+def compaction_model_config(
+    bot: Bot, *, model: str | None = None, chat_model: str = ""
+) -> gateway.ModelConfig:
+    """docs/compaction.md: compaction_model, else the model the chat's turns call
+    (``chat_model``: ``ChatSession.chat_model``), else the bot's (built-in chat ->
+    builtin/extractive), with the bot's provider settings (``bot_model_config``) at the
+    summariser's temperature; a built-in summariser is called with no api_base or key."""
+    chosen = model or bot.compaction_model or chat_model or bot.model
     if chosen.startswith("builtin/") and chosen != EXTRACTIVE_MODEL:
         chosen = EXTRACTIVE_MODEL
     builtin = chosen.startswith("builtin/")

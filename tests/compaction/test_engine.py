@@ -379,6 +379,27 @@ def test_compaction_model_setting_chooses_the_summariser(session, small_bot, fak
     assert result.summary.token_count < result.summary.source_tokens == 900
 
 
+def test_a_chats_own_model_summarises_when_the_bot_names_no_compaction_model(
+    session, small_bot, fake_openai
+):
+    """docs/compaction.md "Which model compacts": compaction_model, else the model the chat's
+    turns call (its override, while the bot allows it), else the bot's. The bot's model was
+    asked though the chat had picked another."""
+    small_bot.allowed_models = ["openai/fake-other"]
+    small_bot.save()
+    session.model_override = "openai/fake-other"
+    session.save()
+    add_history(session, [150] * 6 + [60, 60], real=True)
+    recount(session)
+    fake_openai.default = Reply(text=GOOD)
+
+    result = engine.compaction_manual(session=session)
+
+    assert result.outcome == "compacted"
+    assert [r["model"] for r in summariser_requests(fake_openai)] == ["fake-other"]
+    assert (result.summary.model, result.event.model) == ("openai/fake-other",) * 2
+
+
 def test_builtin_chat_bot_compacts_with_builtin_extractive(owner):
     session = SessionFactory(user=owner, bot=BotFactory(owner=owner, memory_index_size=0))
     assert session.bot.model == "builtin/recall"
