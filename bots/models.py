@@ -147,7 +147,9 @@ class Bot(models.Model):
         # Every bot has a slug (rooms mention bots by it): a bot written without one, by any
         # path (the API, the pages, the admin, a fixture), takes a free one from its name.
         if not self.slug:
-            self.slug = bot_slug_free(owner_id=self.owner_id, base=slug_from_name(self.name))
+            self.slug = bot_slug_free(
+                owner_id=self.owner_id, base=slug_from_name(self.name), exclude_id=self.pk
+            )
             if kwargs.get("update_fields") is not None:
                 kwargs["update_fields"] = {*kwargs["update_fields"], "slug"}
         super().save(*args, **kwargs)

@@ -17,13 +17,18 @@ from chat_platform.errors import NotFound, PermissionDenied
 
 
 def _as_id(value: object) -> int:
+    """A row id from a path or a query parameter; ``NotFound`` for anything no row can have."""
     try:
         number = int(str(value))
     except (TypeError, ValueError):
         raise NotFound() from None
-    if number < 1:
+    if not 0 < number <= ID_MAX:  # no row has it; SQLite cannot even bind it (OverflowError)
         raise NotFound()
     return number
+
+
+# The largest id a row may have (a signed 64-bit integer: PostgreSQL's bigint, SQLite's INTEGER).
+ID_MAX = 2**63 - 1
 
 
 # A request made with an API key limited to some bots carries their ids on its user

@@ -80,7 +80,9 @@ def record_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Contex
     try:
         pk = int(str(message_id))
     except ValueError:
-        raise NotFound("Message not found.") from None
+        pk = 0
+    if not 0 < pk < 2**63:  # no row has it; SQLite cannot even bind it (OverflowError)
+        raise NotFound("Message not found.")
     records = ContextRecord.objects.select_related("message").filter(message_id=pk)
     if not getattr(user, "is_staff", False):
         records = records.filter(session__user=user)

@@ -73,6 +73,8 @@ class SessionOutputSerializer(serializers.ModelSerializer):
             "origin",
             "model_override",
             "extra_instruction",
+            # Rooms: who answers a message (docs/rooms.md); a one-bot chat's is its default.
+            "reply_mode",
         ]
 
     def get_bot_info(self, session: ChatSession) -> dict:

@@ -133,10 +133,7 @@ class SessionDetailApi(APIView):
                 user=request.user, session_id=session_id, reply_mode=data["reply_mode"]
             )
         assert session is not None
-        body = SessionOutputSerializer(session).data
-        if "reply_mode" in data:
-            body["reply_mode"] = session.reply_mode
-        return Response(body)
+        return Response(SessionOutputSerializer(session).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, session_id: int) -> Response:

@@ -125,7 +125,7 @@ def test_session_create_list_and_filter(owner_client, owner):
     assert first.status_code == 201
     assert set(first.json()) == {
         "id", "bot", "bot_info", "is_room", "title", "created_at", "branch_of", "branch_seq",
-        "origin", "model_override", "extra_instruction",
+        "origin", "model_override", "extra_instruction", "reply_mode",
     }  # fmt: skip
     owner_client.post("/api/v1/sessions/", {"bot": b.pk}, format="json")
     listed = owner_client.get(f"/api/v1/sessions/?bot={a.pk}").json()
@@ -205,3 +205,53 @@ def test_unknown_ids_are_not_found(owner_client):
         response = owner_client.get(path)
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"
+
+
+def test_a_session_says_its_reply_mode_in_every_answer(owner_client, chat_session):
+    """``reply_mode`` is a session field (docs/rooms.md): GET one and the list show it too; it
+    was in a PATCH's answer only, and only when the PATCH set it."""
+    url = f"/api/v1/sessions/{chat_session.pk}/"
+    assert owner_client.get(url).json()["reply_mode"] == "mentioned"
+    listed = owner_client.get("/api/v1/sessions/").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [s["reply_mode"] for s in rows if s["id"] == chat_session.pk] == ["mentioned"]
+    assert (
+        owner_client.patch(url, {"title": "T"}, format="json").json()["reply_mode"] == "mentioned"
+    )
+
+
+@pytest.mark.parametrize("big", [2**63, 10**23])
+def test_an_id_no_row_can_have_is_not_found_without_a_query(
+    owner_client, owner, chat_session, big, django_assert_num_queries
+):
+    """An id past a 64-bit integer is ``not_found`` before any statement: SQLite (embedded
+    mode) cannot bind it and answered 500 (``OverflowError``) on every session road."""
+    from bots.queries import session_get_for_user
+    from chat_platform.errors import NotFound
+
+    with django_assert_num_queries(0), pytest.raises(NotFound):
+        session_get_for_user(user=owner, session_id=big)
+    for path in (
+        f"/api/v1/sessions/{big}/",
+        f"/api/v1/sessions/{big}/messages/",
+        f"/api/v1/sessions/?bot={big}",
+        f"/api/v1/messages/{big}/context/",
+    ):
+        response = owner_client.get(path)
+        if path.startswith("/api/v1/sessions/?"):
+            assert response.status_code == 200 and response.json() in ([], {"results": []}), path
+        else:
+            assert response.status_code == 404, path
+            assert response.json()["error"]["code"] == "not_found", path
+
+
+def test_a_blank_slug_keeps_the_bots_own_slug(owner_client, owner):
+    """Blank means "made from the name": a bot whose own slug is that already keeps it. It
+    flipped between ``zed`` and ``zed-2`` at each such PATCH (its own slug counted as taken),
+    changing its @handle and /v1 model id."""
+    bot = BotFactory(owner=owner, name="Zed")
+    assert bot.slug == "zed"
+    for _ in range(2):
+        response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": ""}, format="json")
+        assert response.status_code == 200
+        assert response.json()["slug"] == "zed"

@@ -95,6 +95,7 @@ def test_rename(owner_client, chat_session):
         "origin": None,
         "model_override": "",
         "extra_instruction": "",
+        "reply_mode": "mentioned",
     }
     chat_session.refresh_from_db()
     assert chat_session.title == "Trip notes"
