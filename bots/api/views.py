@@ -1,5 +1,7 @@
 """REST adapters: parse, call one service or selector, serialise. No logic lives here."""
 
+import time
+
 from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import status
@@ -231,19 +233,28 @@ class SessionMessagesApi(APIView):
                     },
                     errors.ServiceUnavailable.http_status,
                 )
-        if data["wait"] and reply is not None and not reply.is_finished:
-            reply = message_services.message_wait_finished(
-                message_id=reply.pk, timeout=settings.CHAT_WAIT_TIMEOUT_SECONDS
-            )
+        others = list(result.replies[1:])
+        if data["wait"] and reply is not None:
+            # Every reply to the message (a room's bots answer one after another), within one
+            # deadline: the answer says each as it ended, or as it is when time ran out.
+            deadline = time.monotonic() + settings.CHAT_WAIT_TIMEOUT_SECONDS
+            reply, *others = [
+                m
+                if m.is_finished
+                else message_services.message_wait_finished(
+                    message_id=m.pk, timeout=max(0.0, deadline - time.monotonic())
+                )
+                for m in [reply, *others]
+            ]
         body = {
             "user_message": MessageOutputSerializer(result.user_message).data,
             "assistant_message": MessageOutputSerializer(reply).data if reply else None,
         }
-        if len(result.replies) > 1:
+        if others:
             # A room where several bots answer: every reply, in answer order (the first is
-            # ``assistant_message``, as the wait above saw it).
+            # ``assistant_message``).
             body["replies"] = [body["assistant_message"]] + [
-                MessageOutputSerializer(m).data for m in result.replies[1:]
+                MessageOutputSerializer(m).data for m in others
             ]
         # A reply that failed before any model call (context_too_large) is an error even without
         # wait; with wait, any failure is.

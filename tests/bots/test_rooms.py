@@ -224,6 +224,11 @@ def test_all_mode_answers_in_participant_order_each_seeing_the_replies_before(
     with django_capture_on_commit_callbacks(execute=True):
         response = _send(owner_client, session, "Plan the trip")
     assert [r["bot"]["slug"] for r in response.json()["replies"]] == ["planner", "critic"]
+    # With wait, every reply to the message is finished in the answer, not only the first.
+    assert [(r["status"], r["content"]) for r in response.json()["replies"]] == [
+        ("complete", "Step one."),
+        ("complete", "Step one is risky."),
+    ]
     assert _transcript(session) == [
         (1, "user", "chat", None, "Plan the trip", "complete"),
         (2, "assistant", "chat", "planner", "Step one.", "complete"),
