@@ -28,7 +28,7 @@ from bots.api.serializers import (
 )
 from bots.command_check import check_send
 from bots.models import ChatSession, Message
-from bots.realtime import message_payload
+from bots.realtime import message_error, message_payload
 from chat_platform import errors
 from chat_platform.api import api_errors, error_response
 from chat_platform.heavy import heavy_request
@@ -268,7 +268,10 @@ class SessionMessagesApi(APIView):
                 "model_unavailable": errors.ModelUnavailable,
                 "quota_exceeded": errors.QuotaExceeded,
             }.get(reply.error_code, errors.ModelUnavailable)
-            return error_response(exc_class.code, reply.error_message, body, exc_class.http_status)
+            # A daily limit's refusal says what ran out and when it resets, as at the send.
+            details = {**message_error(reply).get("details", {}), **body}
+            code = exc_class.code
+            return error_response(code, reply.error_message, details, exc_class.http_status)
         finished = reply is None or reply.is_finished
         code = status.HTTP_201_CREATED if data["wait"] and finished else status.HTTP_202_ACCEPTED
         return Response(body, status=code)

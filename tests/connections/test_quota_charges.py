@@ -360,3 +360,28 @@ def test_what_running_calls_send_still_holds_the_budget():
     usage.quota_settle(running, used=0)
     usage.quota_settle(fits, used=0)
     assert counter("user:42") == (0, 0)
+
+
+@pytest.mark.django_db(transaction=True)  # the turn runs after the send's commit
+def test_a_reply_a_keys_limit_stops_says_when_it_resets_on_a_rest_wait(
+    owner, session, fake_openai, eager_tasks
+):
+    """A key whose limit is too small for the reply (the send is accepted, the turn is
+    refused): the 429 of a ``wait`` says when it resets (``details.resets_at``), as a send
+    refused at once does. It carried only the two messages."""
+    key, client = key_client(owner, daily_token_limit=5)
+
+    response = client.post(
+        f"/api/v1/sessions/{session.pk}/messages/",
+        {"content": "hello there, a question", "wait": True},
+        format="json",
+    )
+
+    assert response.status_code == 429
+    error = response.json()["error"]
+    assert error["code"] == "quota_exceeded"
+    assert error["details"]["resets_at"] == tomorrow()
+    assert (error["details"]["limit"], error["details"]["scope"]) == (5, "key")
+    assert error["details"]["assistant_message"]["status"] == "failed"
+    assert error["details"]["user_message"]["content"] == "hello there, a question"
+    assert fake_openai.requests == []
