@@ -98,10 +98,25 @@ def notify_exchange_created(messages: list[Message], *, wait: bool = False) -> N
     )
 
 
-def notify_message_delta(message: Message, delta: str) -> None:
-    transport.send_frame(
-        message.session_id, {"type": "message.delta", "message_id": message.pk, "delta": delta}
-    )
+def notify_message_delta(
+    message: Message, delta: str, *, bot: dict[str, Any] | None = None
+) -> None:
+    """``bot``: in a room, the speaking bot (``room_frame_bot``); a one-bot chat's frame has
+    none."""
+    frame: dict[str, Any] = {"type": "message.delta", "message_id": message.pk, "delta": delta}
+    if bot is not None:
+        frame["bot"] = bot
+    transport.send_frame(message.session_id, frame)
+
+
+def room_frame_bot(session: Any) -> dict[str, Any] | None:
+    """What a frame about one bot's doing carries in a room (docs/rooms.md: frames carry ``bot``
+    where they concern one): ``{id, slug, name}`` of ``session``'s bot (a seat's: its own);
+    None in a one-bot chat, whose frames are as they always were. Read from what is loaded."""
+    if not session.is_room:
+        return None
+    bot = session.bot
+    return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
 
 
 def notify_message_completed(message: Message, *, wait: bool = True) -> None:

@@ -5,6 +5,7 @@ knows them): memory publishes through it without importing ``bots``'s turn or fr
 """
 
 from bots.models import ChatSession
+from bots.realtime import room_frame_bot
 from chat_platform.realtime import frames_heard, send_frame
 from memory.models import MemoryRecord, RecallEvent
 from memory.payloads import recall_payload, record_payload
@@ -16,8 +17,13 @@ SIBLING_SESSIONS_NOTIFIED = 20
 
 
 def memory_updated_frame(*, session: ChatSession) -> dict:
+    """The index of ``session``'s bot (in a room, the seat's, named by ``bot``)."""
     records = memory_index_records(session=session, limit=session.bot.memory_index_size)
-    return {"type": "memory.updated", "records": [record_payload(r) for r in records]}
+    frame = {"type": "memory.updated", "records": [record_payload(r) for r in records]}
+    bot = room_frame_bot(session)
+    if bot is not None:
+        frame["bot"] = bot
+    return frame
 
 
 def notify_memory_updated(*, session: ChatSession) -> None:
@@ -46,5 +52,11 @@ def notify_record_changed(*, record: MemoryRecord, session: ChatSession) -> None
         notify_memory_updated(session=target)
 
 
-def notify_recall(*, event: RecallEvent) -> None:
-    send_frame(event.session_id, {"type": "recall", **recall_payload(event)})
+def notify_recall(*, event: RecallEvent, session: ChatSession | None = None) -> None:
+    """``session``: as the reply's turn read it: in a room, the seat of the bot that read or
+    searched, named by ``bot`` (``room_frame_bot``)."""
+    frame = {"type": "recall", **recall_payload(event)}
+    bot = room_frame_bot(session) if session is not None else None
+    if bot is not None:
+        frame["bot"] = bot
+    send_frame(event.session_id, frame)

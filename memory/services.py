@@ -467,7 +467,7 @@ def recall_event_write(
     )
     with transaction.atomic():
         event.save()
-        transaction.on_commit(partial(realtime.notify_recall, event=event))
+        transaction.on_commit(partial(realtime.notify_recall, event=event, session=session))
     return event
 
 

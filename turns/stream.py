@@ -45,6 +45,7 @@ class DeltaBatcher:
 
     def __init__(self, reply: Message) -> None:
         self.reply = reply
+        self.bot = realtime.room_frame_bot(reply.session)  # the seat, loaded with the claim
         self.buffer: list[str] = []
         # The first delta goes out the moment it arrives (time to first token is what a user
         # feels); batching only starts after it.
@@ -59,7 +60,11 @@ class DeltaBatcher:
 
     def flush(self) -> None:
         if self.buffer:
-            realtime.notify_message_delta(self.reply, "".join(self.buffer))
+            text = "".join(self.buffer)
+            if self.bot is None:  # a one-bot chat's frame, as it always was
+                realtime.notify_message_delta(self.reply, text)
+            else:
+                realtime.notify_message_delta(self.reply, text, bot=self.bot)
             self.buffer.clear()
         self.last_flush = time.monotonic()
 

@@ -5,6 +5,7 @@ import structlog
 from django.db import transaction
 
 from bots.models import ChatSession
+from bots.realtime import room_frame_bot
 from chat_platform import realtime
 from compaction.models import CompactionEvent
 from compaction.payloads import event_payload
@@ -46,9 +47,9 @@ def event_write(
 def room_frame(session: ChatSession, frame: dict) -> dict:
     """A compaction frame names the bot whose seat it concerns in a room (docs/rooms.md); a
     one-bot session's frames are as they always were."""
-    if session.is_room:
-        bot = session.bot
-        frame["bot"] = {"id": bot.pk, "slug": bot.slug, "name": bot.name}
+    bot = room_frame_bot(session)
+    if bot is not None:
+        frame["bot"] = bot
     return frame
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.models import ChatSession
+from bots.realtime import room_frame_bot
 from chat_platform.compiled import CompiledValues
 from chat_platform.isotime import iso_utc
 from compaction.engine import blocked_moment, compaction_blocked_until
@@ -65,10 +66,7 @@ def context_state(*, session: ChatSession) -> ContextState:
 
 def context_bot(session: ChatSession) -> dict[str, Any] | None:
     """The bot a room's context report and frames concern; None in a one-bot session."""
-    if not session.is_room:
-        return None
-    bot = session.bot
-    return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
+    return room_frame_bot(session)
 
 
 def soft_compaction_due(state: ContextState) -> bool:

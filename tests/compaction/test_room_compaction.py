@@ -455,6 +455,30 @@ def test_compaction_frames_in_a_room_name_their_bot(
     assert updated is not None and updated["context"]["budget"] == 2800
 
 
+def test_a_room_turns_frames_name_the_bot_that_speaks(
+    owner, owner_client, room, fake_openai, eager_tasks, monkeypatch
+):
+    """docs/rooms.md: frames carry ``bot`` where they concern one. A reply's deltas, and its
+    recall frames, said only ``message_id``: a client drawing two bots at once could not tell
+    whose text was streaming without a lookup. A one-bot chat's frames are unchanged."""
+    from chat_platform import realtime
+
+    session, planner, critic = room
+    frames: list[dict] = []
+    monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: frames.append(frame))
+    words = ["Too ", "vague ", "so ", "far."]
+    fake_openai.script(Reply(text="".join(words), chunks=words))
+
+    _send(owner_client, session, "what do you think, @critic?")
+
+    named = {"id": critic.pk, "slug": "critic", "name": "Critic"}
+    deltas = [f for f in frames if f["type"] == "message.delta"]
+    assert deltas and {json.dumps(f["bot"]) for f in deltas} == {json.dumps(named)}
+    assert "".join(f["delta"] for f in deltas) == "Too vague so far."
+    records = [f for f in frames if f["type"] == "memory.updated"]
+    assert all(f["bot"]["id"] in (planner.pk, critic.pk) for f in records)
+
+
 def test_a_branch_of_a_room_carries_each_bots_coverage(
     owner, owner_client, room, fake_openai, eager_tasks
 ):
