@@ -11,6 +11,7 @@ from chat_platform.errors import NotFound, ValidationFailed
 from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary, SummaryCoverage
 from compaction.pipeline.admit import context_fixed_fits
+from compaction.results import RunResult
 from compaction.seats import seat_summaries
 
 
@@ -40,6 +41,29 @@ def seat_compacted_ids(seat: ChatSession, *, after_seq: int | None = None) -> se
     if after_seq is not None:
         rows = rows.filter(message__seq__gt=after_seq)
     return set(rows.values_list("message_id", flat=True))
+
+
+def manual_run_between(*, session_id: int, start: Any, end: Any) -> RunResult | None:
+    """What a ``/compact`` typed in chat did, read back from the events it wrote between its
+    command and its notice (``start``, ``end``: their ``created_at``), for a send repeated with
+    the same ``client_id`` (docs/api.md). None when it wrote none (the seat was busy, the limit
+    refused it before any call, an ``@`` named nobody)."""
+    events = list(
+        CompactionEvent.objects.filter(
+            session_id=session_id,
+            trigger__in=["manual", "fusion"],
+            created_at__gte=start,
+            created_at__lte=end,
+        )
+        .select_related("summary")
+        .order_by("id")
+    )
+    if not events:
+        return None
+    compacted = [e for e in events if e.outcome == CompactionEvent.Outcome.COMPACTED]
+    last = compacted[-1] if compacted else events[-1]
+    before = events[0].tokens_before if compacted else last.tokens_before
+    return RunResult(last.outcome, last.reason, before, last.tokens_after, last.summary, last)
 
 
 def summary_get_for_user(*, user: AbstractBaseUser, summary_id: object) -> Summary:

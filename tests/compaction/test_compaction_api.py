@@ -150,6 +150,26 @@ def test_compact_command_over_rest(owner_client, session, fake_openai):
     assert chat_requests(fake_openai) == []  # no bot turn
 
 
+def test_a_compact_command_sent_again_with_its_client_id_answers_its_first_result(
+    owner_client, session, fake_openai
+):
+    """Same ``client_id`` twice -> the first result (docs/api.md), ``/compact`` included: its
+    notice and what it compacted. The repeat answered ``compaction: null``."""
+    big_history(session)
+    fake_openai.script(Reply(text=GOOD))
+    url = f"/api/v1/sessions/{session.pk}/messages/"
+    body = {"content": "/compact", "client_id": "c-1"}
+
+    first = owner_client.post(url, body, format="json")
+    again = owner_client.post(url, body, format="json")
+
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert again.json() == first.json()
+    assert again.json()["compaction"]["outcome"] == "compacted"
+    assert CompactionEvent.objects.filter(session=session).count() == 1
+    assert len(fake_openai.requests) == 1  # compacted once
+
+
 def test_compact_command_nothing_to_compact(owner_client, session, fake_openai):
     add_history(session, [100, 100])
     recount(session)

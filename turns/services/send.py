@@ -45,6 +45,7 @@ from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
 from compaction.pipeline import context_fixed_fits, context_measure, context_precheck, seat_key
+from compaction.queries import manual_run_between
 from compaction.services import compaction_notice_text, context_notify
 from connections import usage
 from turns import dispatch
@@ -108,8 +109,19 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
         return None
     reply = Message.objects.filter(reply_to=user_message).first()
     if user_message.kind == Message.Kind.COMMAND:
+        # The first send's result: its notice and what its compaction did (read back from its
+        # events; none while the first send is still compacting).
+        compaction = None
+        if reply is not None:
+            compaction = manual_run_between(
+                session_id=session.pk, start=user_message.created_at, end=reply.created_at
+            )
         return SendResult(
-            user_message=user_message, assistant_message=None, created=False, notice=reply
+            user_message=user_message,
+            assistant_message=None,
+            created=False,
+            notice=reply,
+            compaction=compaction,
         )
     return SendResult(user_message=user_message, assistant_message=reply, created=False)
 
