@@ -43,17 +43,19 @@ def seat_compacted_ids(seat: ChatSession, *, after_seq: int | None = None) -> se
     return set(rows.values_list("message_id", flat=True))
 
 
-def manual_run_between(*, session_id: int, start: Any, end: Any) -> RunResult | None:
+def manual_run_between(*, command: Message, notice: Message | None) -> RunResult | None:
     """What a ``/compact`` typed in chat did, read back from the events it wrote between its
-    command and its notice (``start``, ``end``: their ``created_at``), for a send repeated with
-    the same ``client_id`` (docs/api.md). None when it wrote none (the seat was busy, the limit
-    refused it before any call, an ``@`` named nobody)."""
+    ``command`` and its ``notice``, for a send repeated with the same ``client_id``
+    (docs/api.md). None while it runs (no notice yet) or when it wrote none (the seat was busy,
+    the limit refused it before any call, an ``@`` named nobody)."""
+    if notice is None:
+        return None
     events = list(
         CompactionEvent.objects.filter(
-            session_id=session_id,
+            session_id=command.session_id,
             trigger__in=["manual", "fusion"],
-            created_at__gte=start,
-            created_at__lte=end,
+            created_at__gte=command.created_at,
+            created_at__lte=notice.created_at,
         )
         .select_related("summary")
         .order_by("id")

@@ -184,7 +184,8 @@ def tool_round_run(
     for index, raw in enumerate(calls):
         function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
         name = str(function.get("name") or "")
-        call_id = str(raw.get("id") or f"call_{reply.pk}_{tool_round}_{index}")[:100]
+        call_id = str(raw.get("id") or f"call_{reply.pk}_{tool_round}_{index}")
+        call_id = text_made_storable(call_id)[:100]  # the model's: stored as the call's id
         text, arguments = _arguments(function.get("arguments"))
         outcome = ToolOutcome(call_id, name, text, ok=False, content="", tokens=0)
         outcomes.append(outcome)

@@ -261,7 +261,7 @@ def test_a_big_result_never_rewrites_a_record_it_did_not_make(reply, mcp_server,
 def test_a_result_with_a_nul_is_stored_without_it_and_the_reply_goes_on(reply, mcp_server, frames):
     """A server's text may hold what the database cannot store (a NUL): the result is stored
     without it, like a model's text; it failed the whole reply (PostgreSQL refused the row)."""
-    calls = [_call("calc__echo", {"text": "a\u0000b"}, "e")]
+    calls = [_call("calc__echo", {"text": "a\u0000b"}, "e\u0000")]  # the model's call id too
     [outcome] = tool_round_run(
         reply=reply, calls=calls, offered=turn_tools(reply.session.bot), model=MODEL, tool_round=1
     )
@@ -269,6 +269,7 @@ def test_a_result_with_a_nul_is_stored_without_it_and_the_reply_goes_on(reply, m
     assert (outcome.ok, outcome.content) == (True, "ab")
     stored = tool_round_store(reply=reply, text="", outcomes=[outcome], model=MODEL)
     assert Message.objects.get(pk=stored[1].pk).content == "ab"
+    assert (stored[1].tool_call_id, stored[0].tool_calls[0]["id"]) == ("e", "e")
 
 
 def test_each_result_is_tokenised_once(reply, mcp_server, frames, settings, monkeypatch):

@@ -108,21 +108,9 @@ def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None
     if user_message is None:
         return None
     reply = Message.objects.filter(reply_to=user_message).first()
-    if user_message.kind == Message.Kind.COMMAND:
-        # The first send's result: its notice and what its compaction did (read back from its
-        # events; none while the first send is still compacting).
-        compaction = None
-        if reply is not None:
-            compaction = manual_run_between(
-                session_id=session.pk, start=user_message.created_at, end=reply.created_at
-            )
-        return SendResult(
-            user_message=user_message,
-            assistant_message=None,
-            created=False,
-            notice=reply,
-            compaction=compaction,
-        )
+    if user_message.kind == Message.Kind.COMMAND:  # its notice and what it compacted
+        run = manual_run_between(command=user_message, notice=reply)
+        return SendResult(user_message, None, created=False, notice=reply, compaction=run)
     return SendResult(user_message=user_message, assistant_message=reply, created=False)
 
 
