@@ -327,7 +327,7 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
         return f"Context compacted: {done}."
     if result.outcome in ("noop", "skipped"):
         due = _nothing_left_although_due(session) if session is not None else ""
-        return "Nothing to compact right now." + due
+        return "Nothing to compact right now." + (due or _held_left(session))
     if result.reason == "not_shorter":
         # Not a failure: what is left since the last compaction is too little to shorten.
         return (
@@ -348,6 +348,19 @@ def compaction_notice_text(result: RunResult, *, session: ChatSession | None = N
         )
     reason = REASON_TEXT.get(result.reason, result.reason or "unknown error")
     return f"Compaction failed: {reason}. Nothing was changed."
+
+
+def _held_left(session: ChatSession | None) -> str:
+    """Why ``/compact`` passed over history an undo brought back: it is held until its
+    summary's "Let automatic compaction take it again" (docs/context-records.md)."""
+    spans = held_spans(session) if session is not None else []
+    if not spans:
+        return ""
+    named = ", ".join(f"{first}–{last}" for first, last in sorted(spans))
+    return (
+        f" Messages {named} stay as they are after an undo; choose “Let automatic compaction "
+        "take it again” on their summary to compact them."
+    )
 
 
 def _nothing_left_although_due(session: ChatSession) -> str:

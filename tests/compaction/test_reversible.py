@@ -692,3 +692,24 @@ def test_another_user_cannot_expand(other_client, other_user, session, fake_open
     assert expand(other_client, theirs, record="snapshot_1_4").status_code == 404
     assert not ContextExpansion.objects.exists()
     assert not CompactionEvent.objects.filter(trigger="expand").exists()
+
+
+def test_compact_in_chat_says_which_held_messages_it_passed_over(
+    owner_client, session, fake_openai
+):
+    """After an undo, ``/compact`` leaves the restored span as it is (held): its notice says
+    which messages and how to let compaction take them. It said only "Nothing to compact right
+    now." while the history was plainly there."""
+    summary = compacted(session, fake_openai, [200, 200])  # 1–2 compacted; 3–4 the exchange
+    assert revert(owner_client, summary).status_code == 200
+
+    response = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/messages/", {"content": "/compact"}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert response.json()["notice"]["content"] == (
+        "Nothing to compact right now. Messages 1–2 stay as they are after an undo; choose "
+        "“Let automatic compaction take it again” on their summary to compact them."
+    )
+    assert statuses(session) == [(summary.pk, "reverted", True)]
