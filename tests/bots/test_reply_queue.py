@@ -21,6 +21,18 @@ def _exchange(session, content):
     return result.user_message, result.assistant_message
 
 
+def _recall_round(reply):
+    """One recall round of ``reply`` stored before it: its call and two results."""
+    return exchanges.recall_exchange_store(
+        reply=reply,
+        call={"content": "", "tool_calls": [{"id": "c1"}], "token_count": 5, "model": "m"},
+        results=[
+            {"content": "a", "tool_call_id": "c1", "tool_name": "recall", "token_count": 1},
+            {"content": "b", "tool_call_id": "c1", "tool_name": "recall", "token_count": 1},
+        ],
+    )
+
+
 def _status(message):
     return Message.objects.values_list("status", flat=True).get(pk=message.pk)
 
@@ -136,14 +148,7 @@ def test_a_recall_exchange_moves_the_queued_messages_after_the_reply(fake_sessio
     user2, second = _exchange(fake_session, "two")
     first = transitions.reply_claim(message_id=first.pk)
 
-    stored, moved = exchanges.recall_exchange_store(
-        reply=first,
-        call={"content": "", "tool_calls": [{"id": "c1"}], "token_count": 5, "model": "m"},
-        results=[
-            {"content": "a", "tool_call_id": "c1", "tool_name": "recall", "token_count": 1},
-            {"content": "b", "tool_call_id": "c1", "tool_name": "recall", "token_count": 1},
-        ],
-    )
+    stored, moved = _recall_round(first)
 
     rows = list(
         Message.objects.filter(session=fake_session).order_by("seq").values_list("seq", "pk")
@@ -206,16 +211,7 @@ def test_a_compact_commands_notice_follows_it_after_a_recall_exchange_moved_it(
     stored: list[Message] = []
 
     def compaction_meanwhile(*, session, focus, must_lower):
-        stored.extend(
-            exchanges.recall_exchange_store(
-                reply=first,
-                call={"content": "", "tool_calls": [{"id": "c1"}], "token_count": 5, "model": "m"},
-                results=[
-                    {"content": "a", "tool_call_id": "c1", "tool_name": "t", "token_count": 1},
-                    {"content": "b", "tool_call_id": "c1", "tool_name": "t", "token_count": 1},
-                ],
-            )[0]
-        )
+        stored.extend(_recall_round(first)[0])
         return RunResult("noop", "nothing_to_compact")
 
     monkeypatch.setattr(send, "compaction_manual", compaction_meanwhile)

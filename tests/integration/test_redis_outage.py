@@ -259,23 +259,11 @@ def test_worker_sh_ends_a_stop_that_hangs_after_its_timeout(tmp_path):
     stub.chmod(0o755)
     env = process_env(CELERY=str(stub), WORKER_PROCESSES="2", WORKER_STOP_TIMEOUT_SECONDS="1")
     log = tmp_path / "worker.log"
-    with open(log, "wb") as out:
-        fleet = subprocess.Popen(  # noqa: S603
-            ["bash", "scripts/worker.sh"],  # noqa: S607
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            wait_for(lambda: log.read_text().count(" ready.") == 2, timeout=30, what="stubs")
-            stubs = _children(fleet.pid)
-            assert len(stubs) == 2
-            fleet.send_signal(signal.SIGTERM)
-            assert fleet.wait(timeout=60) == 0
-        finally:
-            _stop_group(fleet)
+    with worker_fleet(env, log, processes=2) as fleet:  # the stubs say " ready." too
+        stubs = _children(fleet.pid)
+        assert len(stubs) == 2
+        fleet.send_signal(signal.SIGTERM)
+        assert fleet.wait(timeout=60) == 0
     assert not any(Path(f"/proc/{pid}").exists() for pid in stubs)
     text = log.read_text()
     assert text.count('"event": "worker_stop_timeout"') == 1, text
