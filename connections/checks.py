@@ -6,6 +6,8 @@ with the reason (``chat_platform.startup``), and ``manage.py check --deploy`` re
 database without the table yet (before ``migrate``) passes.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core import checks
@@ -17,22 +19,43 @@ from connections import crypto
 CHECK_TAG = "connections"
 
 
+@dataclass(frozen=True)
+class EncryptedStore:
+    """Values some app keeps encrypted under ``CONNECTION_ENCRYPTION_KEY``: ``rows()`` the
+    queryset of those set, ``field`` the column; ``what`` they are, ``each`` how one is named
+    before its owners' ids, ``prefix`` the check ids' (``<prefix>.E001``/``E002``)."""
+
+    rows: Callable[[], Any]
+    field: str
+    what: str
+    each: str
+    prefix: str
+
+
+_STORES: list[EncryptedStore] = []
+
+
+def encrypted_store_register(store: EncryptedStore) -> None:
+    """An app's ``ready()`` names what it keeps encrypted: the one check opens them all."""
+    if store not in _STORES:
+        _STORES.append(store)
+
+
 def encryption_key_errors() -> list[checks.CheckMessage]:
-    from connections.models import Connection
+    """The errors of every registered store (connection keys, tool servers' headers)."""
+    return [
+        error
+        for store in _STORES
+        for error in stored_secret_errors(
+            _stored_tokens(store), what=store.what, each=store.each, prefix=store.prefix
+        )
+    ]
 
-    tokens = stored_tokens(Connection.objects.exclude(api_key_encrypted=""), "api_key_encrypted")
-    return stored_secret_errors(
-        tokens,
-        what="provider connection key(s)",
-        each="the key of connection(s)",
-        prefix="connections",
-    )
 
-
-def stored_tokens(rows: Any, field: str) -> list[tuple[int, str]]:
-    """(pk, token) of ``rows`` (a queryset), [] where the database cannot be read here."""
+def _stored_tokens(store: EncryptedStore) -> list[tuple[int, str]]:
+    """(pk, token) of the store's rows, [] where the database cannot be read here."""
     try:
-        return list(rows.order_by("pk").values_list("pk", field))
+        return list(store.rows().order_by("pk").values_list("pk", store.field))
     except (DatabaseError, RuntimeError, SynchronousOnlyOperation):
         # Not migrated yet, no database, or no database access here (an async context, a test
         # collecting modules): nothing this check can open.

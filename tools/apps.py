@@ -7,8 +7,17 @@ class ToolsConfig(AppConfig):
     verbose_name = "Tool servers (MCP)"
 
     def ready(self) -> None:
-        # The start-up check of the headers' key (tools.checks), as connections' keys have.
-        from chat_platform.startup import startup_check_register
-        from tools import checks
+        # Tool servers' headers are encrypted as connection keys are: the one start-up and
+        # deploy check of CONNECTION_ENCRYPTION_KEY opens them too (connections.checks).
+        from connections import checks
+        from tools.models import ToolServer
 
-        startup_check_register(checks.header_key_problems)
+        checks.encrypted_store_register(
+            checks.EncryptedStore(
+                rows=lambda: ToolServer.objects.exclude(headers_encrypted=""),
+                field="headers_encrypted",
+                what="tool server header set(s)",
+                each="the headers of tool server(s)",
+                prefix="tools",
+            )
+        )
