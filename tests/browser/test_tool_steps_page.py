@@ -62,7 +62,11 @@ def _token(base: str, username: str, password: str) -> dict[str, str]:
 
 
 def _calc_server(base: str, mcp: TestMCPServer) -> None:
+    """Register the test server as ``calc`` (once: the module's tests share the site)."""
     staff = _token(base, "admin", ADMIN_PASSWORD)
+    listed = httpx.get(f"{base}/api/v1/tool-servers/", headers=staff)
+    if any(server["name"] == "calc" for server in listed.json()):
+        return
     made = httpx.post(
         f"{base}/api/v1/tool-servers/",
         json={"name": "calc", "url": mcp.url, "public": True},
@@ -173,4 +177,33 @@ def test_tool_steps_are_collapsed_live_and_stored_and_in_what_the_model_saw(
     assert first.locator(".ctx-tool-result").inner_text() == "5"
     first.locator(".ctx-tool-result").scroll_into_view_if_needed()
     shoot(page, "tool-steps-what-the-model-saw")
+    assert page.js_errors == []
+
+
+def test_the_built_in_model_calls_a_tool_the_user_names(site, mcp, desktop):
+    """No provider: a built-in bot with tools says how to call one, and a message that starts
+    with a tool's name runs it as a collapsed step and quotes the result (docs/models.md)."""
+    page = desktop
+    _calc_server(site, mcp)
+    headers = _token(site, "demo", "demo")
+    bot = create_bot(
+        site, headers, name="Built-in with tools", model="builtin/recall", tools=["calc/add"]
+    )
+    log_in(page, site)
+    open_new_chat(page, bot)
+    assert (
+        page.locator("#bot-info .builtin-note")
+        .inner_text()
+        .endswith("; start a message with one of its tools' names to call it")
+    )
+    send(page, "add 2 40")
+
+    answer = page.locator(
+        '#transcript article.msg[data-role="assistant"][data-kind="chat"][data-status="complete"]'
+    )
+    answer.wait_for()
+    assert answer.locator(".msg-text").inner_text().split() == ["add", "returned:", "42"]
+    step = page.locator('#transcript article.msg-tool[data-role="assistant"] details.tool-step')
+    assert step.count() == 1
+    assert step.locator("summary").inner_text().startswith("calc__add (a: 2, b: 40) — done")
     assert page.js_errors == []

@@ -268,3 +268,45 @@ def test_without_compaction_rounds_that_outgrow_b_are_left_out_oldest_first(
     # Every round stays in the transcript.
     assert Message.objects.filter(session=session, role="tool").count() == 3
     assert not CompactionEvent.objects.filter(session=session).exists()
+
+
+def test_the_built_in_model_calls_a_tool_the_user_names_and_quotes_its_result(
+    owner, tool_server, mcp_server, frames
+):
+    """``builtin/recall`` understands no request: a message that starts with a tool's name calls
+    it (docs/models.md, "A tool by name"), so the demo bot shows tools with no provider."""
+    bot = BotFactory(owner=owner, model="builtin/recall", tools=["calc/*"])
+    session, reply = _ask(bot, "add 2 40")
+
+    turn.turn_run(message_id=reply.pk)
+
+    rows = list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("seq", "role", "kind", "content", "tool_name", "tool_ok", "status")
+    )
+    assert rows == [
+        (1, "user", "chat", "add 2 40", "", None, "complete"),
+        (2, "assistant", "tool", "", "", None, "complete"),
+        (3, "tool", "tool", "42", "calc__add", True, "complete"),
+        (4, "assistant", "chat", "add returned:\n> 42", "", None, "complete"),
+    ]
+    call = Message.objects.get(session=session, seq=2).tool_calls[0]["function"]
+    assert (call["name"], json.loads(call["arguments"])) == ("calc__add", {"a": 2, "b": 40})
+    assert [(f["type"], f["name"]) for f in frames] == [
+        ("tool.started", "calc__add"),
+        ("tool.finished", "calc__add"),
+    ]
+
+
+def test_the_built_in_model_says_a_named_tool_failed(owner, tool_server, mcp_server, frames):
+    bot = BotFactory(owner=owner, model="builtin/recall", tools=["calc/*"])
+    session, reply = _ask(bot, "Boom")
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    result = Message.objects.get(session=session, role="tool")
+    assert result.tool_ok is False and result.content.startswith("[tool failed: ")
+    reason = result.content[len("[tool failed: ") : -1]
+    assert (reply.status, reply.content) == ("complete", f"boom failed: {reason}")

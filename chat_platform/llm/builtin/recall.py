@@ -47,6 +47,9 @@ What it does, for a question:
 
 ``tool_choice: "none"`` means answer now: no request of either form.
 
+A question whose first word names one of the bot's own tools (not a memory tool) calls it, then
+quotes its result (``chat_platform.llm.builtin.named_tools``).
+
 A user message starting with "remember" is saved: a ``save_record`` tool call (name from the
 fact's content words, scope ``bot``) when that tool is offered, then ``Saved as <name>.`` once the
 ``[saved: <name>]`` result arrives; without the tool it acknowledges.
@@ -57,6 +60,7 @@ import json
 import math
 import re
 
+from chat_platform.llm.builtin.named_tools import named_call, named_result, result_answer
 from chat_platform.llm.builtin.recall_context import (
     NO_MATCH_TEXT,
     REMEMBER,
@@ -391,6 +395,12 @@ def respond(
     question_text = spoken_text(messages[question])
     may_call = tool_choice != "none"
     done = exchange(messages, question)
+    answered = named_result(messages, question, question_text)
+    if answered is not None:
+        return _text_result(result_answer(*answered, model=MODEL), prompt)
+    named = named_call(question_text, tools) if may_call else None
+    if named is not None:
+        return _call_result(*named, prompt)
     if is_remember(question_text):
         return _remember(question_text, done, tools, may_call, prompt)
 

@@ -69,7 +69,11 @@ function renderBotInfo() {
       " ",
       el("span", {
         class: "builtin-note",
-        text: "built-in, not a language model — it answers by quoting what its context holds",
+        text:
+          "built-in, not a language model — it answers by quoting what its context holds" +
+          (bot.tools && bot.tools.length
+            ? "; start a message with one of its tools' names to call it"
+            : ""),
       })
     );
   }
