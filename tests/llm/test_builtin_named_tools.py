@@ -127,3 +127,19 @@ def test_an_answer_quotes_a_long_result_in_part_and_a_failure_in_plain_words():
     one_line = "word " * 2000
     cut = result_answer("s__t", one_line, model="")
     assert cut.endswith("\u2026\n(The whole result is in the tool step.)") and len(cut) < 1500
+
+
+def test_a_no_match_answer_of_a_bot_with_tools_says_how_to_call_them():
+    question = [{"role": "user", "content": "What is (17 + 25) * 3?"}]
+    answer = recall.respond(question, tools=[CALCULATE, SEARCH, CLOCK, ADD], tool_choice="none")
+    assert answer.text == (
+        recall.NO_MATCH_TEXT
+        + " To call one of my tools, start a message with its name: calculate, clock, add."
+    )
+    assert recall.respond(question, tools=[SEARCH], tool_choice="none").text == (
+        recall.NO_MATCH_TEXT
+    )
+    many = [_tool(f"s__t{i}", {}) for i in range(10)]
+    assert recall.respond(question, tools=many, tool_choice="none").text.endswith(
+        "its name: t0, t1, t2, t3, t4, t5, t6, t7, …."
+    )

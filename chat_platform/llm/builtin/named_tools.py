@@ -28,6 +28,7 @@ FAILED_PREFIX = "[tool failed:"
 # The most of a result an answer quotes (the whole result is in the transcript, collapsed).
 QUOTE_TOKENS_MAX = 200
 QUOTE_LINES_MAX = 12
+HINT_NAMES_MAX = 8
 
 
 def _functions(tools: list[dict] | None) -> Iterable[dict]:
@@ -124,6 +125,18 @@ def named_result(messages: list[dict], question: int, text: str) -> tuple[str, s
         elif message.get("role") == "tool" and str(message.get("tool_call_id")) in calls:
             return calls[str(message.get("tool_call_id"))], content_text(message)
     return None
+
+
+def tools_hint(tools: list[dict] | None) -> str:
+    """What a no-match answer adds when the bot has tools of its own: how to call them (their
+    bare names, at most ``HINT_NAMES_MAX``); "" without."""
+    names = list(
+        dict.fromkeys(_bare(f["name"]) for f in _functions(tools) if f["name"] not in _MEMORY_TOOLS)
+    )
+    if not names:
+        return ""
+    shown = ", ".join(names[:HINT_NAMES_MAX]) + (", …" if len(names) > HINT_NAMES_MAX else "")
+    return f" To call one of my tools, start a message with its name: {shown}."
 
 
 def result_answer(name: str, result: str, *, model: str) -> str:

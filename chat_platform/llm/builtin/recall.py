@@ -48,7 +48,8 @@ What it does, for a question:
 ``tool_choice: "none"`` means answer now: no request of either form.
 
 A question whose first word names one of the bot's own tools (not a memory tool) calls it, then
-quotes its result (``chat_platform.llm.builtin.named_tools``).
+quotes its result (``chat_platform.llm.builtin.named_tools``); a no-match answer of a bot with
+tools says how to call them.
 
 A user message starting with "remember" is saved: a ``save_record`` tool call (name from the
 fact's content words, scope ``bot``) when that tool is offered, then ``Saved as <name>.`` once the
@@ -60,7 +61,12 @@ import json
 import math
 import re
 
-from chat_platform.llm.builtin.named_tools import named_call, named_result, result_answer
+from chat_platform.llm.builtin.named_tools import (
+    named_call,
+    named_result,
+    result_answer,
+    tools_hint,
+)
 from chat_platform.llm.builtin.recall_context import (
     NO_MATCH_TEXT,
     REMEMBER,
@@ -227,10 +233,12 @@ def _quote_line(unit: Unit) -> str:
     return f"> {text} \u2014 {unit.label}"
 
 
-def _answer(quotes: list[Unit], max_tokens: int | None) -> tuple[str, str]:
+def _answer(
+    quotes: list[Unit], max_tokens: int | None, no_match: str = NO_MATCH_TEXT
+) -> tuple[str, str]:
     cap = MAX_ANSWER_TOKENS if max_tokens is None else min(max_tokens, MAX_ANSWER_TOKENS)
     if not quotes:
-        text = NO_MATCH_TEXT
+        text = no_match
     else:
         lines = [ANSWER_HEADER]
         for quote in quotes:
@@ -430,5 +438,6 @@ def respond(
             return _text_result(json.dumps({"search_records": {"query": query}}), prompt)
     if "search" in done.kinds:
         quotes = _searched(quotes, search_hits(messages, question))
-    text, finish_reason = _answer(quotes, max_tokens)
+    no_match = NO_MATCH_TEXT + tools_hint(tools)
+    text, finish_reason = _answer(quotes, max_tokens, no_match)
     return _text_result(text, prompt, finish_reason)
