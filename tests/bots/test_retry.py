@@ -128,6 +128,47 @@ def test_a_failed_reply_with_a_later_message_is_not_retried_in_place(
     }
 
 
+def test_a_compact_command_after_the_failed_reply_leaves_it_retryable(
+    owner_client, fake_session, fake_openai, failed_exchange
+):
+    """A command and its notice are never sent to the model (docs/api.md): a /compact typed
+    after a failure does not make the failed reply an earlier one. It answered 400 ("Only the
+    chat's last reply …"), and sending the question again stored it twice."""
+    compact = _send(owner_client, fake_session, "/compact")
+    assert compact.status_code == 200
+    reply_id = failed_exchange["assistant_message"]["id"]
+    fake_openai.script(Reply(text="Lima."))
+    response = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
+    assert response.status_code == 202, response.json()
+    assert response.json()["assistant_message"]["status"] == "complete"
+    assert fake_openai.requests[-1]["messages"] == [
+        SYSTEM,
+        {"role": "user", "content": "What is the capital of Peru?"},
+    ]
+    notice = compact.json()["notice"]["content"]
+    assert _transcript(fake_session) == [
+        (1, "user", "What is the capital of Peru?", "complete"),
+        (2, "assistant", "Lima.", "complete"),
+        (3, "user", "/compact", "complete"),
+        (4, "system", notice, "complete"),
+    ]
+
+
+def test_the_question_sent_again_after_a_compact_command_is_the_retry(
+    owner_client, fake_session, fake_openai, failed_exchange
+):
+    _send(owner_client, fake_session, "/compact")
+    fake_openai.script(Reply(text="Lima."))
+    again = _send(owner_client, fake_session, "What is the capital of Peru?", client_id="c2")
+    assert again.status_code == 202
+    assert again.json()["assistant_message"]["id"] == failed_exchange["assistant_message"]["id"]
+    assert [row[1:3] for row in _transcript(fake_session)][:2] == [
+        ("user", "What is the capital of Peru?"),
+        ("assistant", "Lima."),
+    ]
+    assert len(_transcript(fake_session)) == 4
+
+
 def test_the_same_text_after_a_complete_reply_is_a_new_message(
     owner_client, fake_session, fake_openai, eager_tasks
 ):

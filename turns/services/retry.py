@@ -33,10 +33,11 @@ NOT_RETRYABLE = "Only a failed or interrupted reply can be retried."
 
 def _exchange_after(session: ChatSession, question: Message) -> list[Message] | None:
     """The replies to ``question`` if they are the last messages of the chat (recall exchanges
-    between them aside) and have all ended with at least one failed or interrupted; else None."""
+    between them, and commands and notices after them, aside: no model is sent those) and have
+    all ended with at least one failed or interrupted; else None."""
     later = list(Message.objects.filter(session=session, seq__gt=question.seq).order_by("seq"))
     replies = [m for m in later if m.role == Message.Role.ASSISTANT and m.kind == Message.Kind.CHAT]
-    others = [m for m in later if m.kind != Message.Kind.TOOL and m not in replies]
+    others = [m for m in later if m.kind == Message.Kind.CHAT and m not in replies]
     if others or not replies or not all(m.is_finished for m in replies):
         return None
     failed = [m for m in replies if m.status in RETRYABLE]
@@ -65,8 +66,11 @@ def _rerun(
 
 
 def _last_question(session_id: int) -> Any:
+    """The chat's last question: its newest user message that is no command."""
     return (
-        Message.objects.filter(session_id=session_id, role=Message.Role.USER)
+        Message.objects.filter(
+            session_id=session_id, role=Message.Role.USER, kind=Message.Kind.CHAT
+        )
         .order_by("-seq")
         .values_list("pk", "kind", "content")[:1]
     )
