@@ -264,3 +264,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def chat_frame(self, event: dict) -> None:
         await self.send(text_data=json.dumps(event["frame"]))
+
+
+class NoSuchPathConsumer(AsyncWebsocketConsumer):
+    """A websocket path that names no session: accepted and closed 4404 (a close code reaches
+    the client only on an accepted socket), whoever asks."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=CLOSE_NOT_FOUND)

@@ -179,6 +179,26 @@ async def test_unknown_session_is_closed_4404(ws_token):
     await communicator.disconnect()
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/ws/sessions/abc/", "/ws/sessions/-1/", "/ws/nope/", "/ws/sessions/" + "9" * 30 + "/"],
+)
+async def test_a_path_with_no_session_is_closed_4404_not_a_500(ws_token, path, caplog):
+    """A websocket path no route matches answered the handshake with HTTP 500 and logged a
+    ValueError ("No route found"): anyone could fill the error log."""
+    communicator = WebsocketCommunicator(
+        application, path, headers=[(b"authorization", f"Token {ws_token}".encode())]
+    )
+    with caplog.at_level(logging.ERROR):
+        await communicator.connect(timeout=5)
+        assert await communicator.receive_output(timeout=5) == {
+            "type": "websocket.close",
+            "code": 4404,
+        }
+        await communicator.disconnect()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 async def test_anonymous_and_bad_token_are_closed_4401(fake_session):
     for headers in ([], [(b"authorization", b"Token not-a-token")]):
         communicator = WebsocketCommunicator(
