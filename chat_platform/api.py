@@ -14,6 +14,8 @@ import structlog
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.middleware.common import CommonMiddleware
+from django.urls import Resolver404, resolve
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions as drf
@@ -27,6 +29,41 @@ from chat_platform.outage import OUTAGE_ERRORS
 log = structlog.get_logger(__name__)
 
 API_PREFIX = "/api/"
+# The bases of the two APIs (this one and the OpenAI-compatible one): no slash is appended to a
+# path under them by redirecting a request that has a body (``ApiCommonMiddleware``).
+_API_BASES = ("/api", "/v1")
+
+
+def _under_an_api(path: str) -> bool:
+    return any(path == base or path.startswith(base + "/") for base in _API_BASES)
+
+
+def _is_api_path(path: str) -> bool:
+    return path == API_PREFIX.rstrip("/") or path.startswith(API_PREFIX)
+
+
+def _missing_slash(path: str) -> bool:
+    """The path names a route once a slash is added (``/api/v1/bots``)."""
+    if path.endswith("/"):
+        return False
+    try:
+        resolve(path + "/")
+    except Resolver404:
+        return False
+    return True
+
+
+class ApiCommonMiddleware(CommonMiddleware):
+    """Django's ``CommonMiddleware``, but a request under an API with a method other than
+    GET or HEAD is never sent on to the path with a slash: under DEBUG Django raised (a 500),
+    else it answered an HTML 301 that a client follows as a GET, without its body. It is a 404
+    in the API's shape instead, which names the right path (``ApiErrorShapeMiddleware``)."""
+
+    def should_redirect_with_slash(self, request: HttpRequest) -> bool:
+        if request.method not in ("GET", "HEAD") and _under_an_api(request.path_info):
+            return False
+        return super().should_redirect_with_slash(request)
+
 
 # OUTAGE_ERRORS (chat_platform.outage): a service the request needs is down or saturated.
 # Answered 503 service_unavailable like the services' own ServiceUnavailable, and logged with the
@@ -140,7 +177,7 @@ class ApiErrorShapeMiddleware:
         response = self.get_response(request)
         if (
             response.status_code >= 400
-            and request.path.startswith(API_PREFIX)
+            and _is_api_path(request.path)
             and not response.get("Content-Type", "").startswith("application/json")
         ):
             code, message = _STATUS_CODES.get(
@@ -149,6 +186,8 @@ class ApiErrorShapeMiddleware:
                 if response.status_code >= 500
                 else ("error", "The request could not be served."),
             )
+            if response.status_code == 404 and _missing_slash(request.path_info):
+                message = f"No such path: the API's paths end with a slash ({request.path_info}/)."
             replaced = JsonResponse(
                 {"error": {"code": code, "message": message, "details": {}}},
                 status=response.status_code,

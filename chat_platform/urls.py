@@ -9,6 +9,7 @@ from accounts import views as account_views
 from accounts.api import TokenSignInApi
 from bots import pages
 from connections import pages as usage_pages
+from openai_api import views as openai_views
 
 api_v1 = [
     path("auth/token/", TokenSignInApi.as_view(), name="auth-token"),
@@ -46,6 +47,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     # The OpenAI-compatible API (openai_api): base URL <server>/v1.
     path("v1/", include("openai_api.urls")),
+    path("v1", openai_views.not_found_view),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI under the Content-Security-Policy: the split view serves its start-up script as
     # a file (``?script=``), and its page keeps one inline <style>, allowed here and nowhere else.

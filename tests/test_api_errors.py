@@ -53,6 +53,38 @@ def test_unknown_paths_and_bad_ids_are_json_404(debug, path, authenticated, owne
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/v1/auth/token", "/api/v1/bots", "/api/v1/sessions/1"])
+def test_a_path_missing_its_slash_is_a_json_404_that_names_the_right_one(
+    debug, path, owner_client, caplog
+):
+    """Django's slash appending answered POST, PUT and PATCH with a 500 under DEBUG (what
+    ``make run`` sets) and everything else with an HTML 301 that drops a request's body."""
+    with caplog.at_level(logging.ERROR):
+        for method in ("post", "put", "patch", "delete"):
+            response = getattr(owner_client, method)(
+                path, {"username": "x"}, content_type="application/json"
+            )
+            assert response.status_code == 404, (method, response.status_code)
+            assert _error(response) == {
+                "code": "not_found",
+                "message": f"No such path: the API's paths end with a slash ({path}/).",
+                "details": {},
+            }
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    # A page a browser asks for is still sent on to its address (no body to lose).
+    moved = owner_client.get(path)
+    assert (moved.status_code, moved["Location"]) == (301, f"{path}/")
+
+
+@pytest.mark.django_db
+def test_the_bare_prefixes_answer_in_their_apis_shapes(owner_client, debug):
+    assert _error(owner_client.post("/api"))["code"] == "not_found"
+    response = owner_client.post("/v1", {}, content_type="application/json")
+    assert response.status_code == 404
+    assert json.loads(response.content)["error"]["code"] == "not_found"
+
+
+@pytest.mark.django_db
 def test_wrong_method_is_json_405(owner_client, debug):
     response = owner_client.put("/api/v1/bots/")
     assert response.status_code == 405
