@@ -133,14 +133,9 @@ def _candidates(rows: Iterable[HistoryRow], excluded: set[int]) -> Iterator[Hist
 
 
 def _drop_orphan_tool_results(admitted_newest_first: list[HistoryRow]) -> None:
-    """Never start the run on a tool result whose call was not admitted."""
-    calls = {call_id for row in admitted_newest_first for call_id in row.tool_call_ids}
-    while admitted_newest_first:
-        oldest = admitted_newest_first[-1]
-        if oldest.role != TOOL_ROLE or (
-            oldest.tool_call_id is not None and oldest.tool_call_id in calls
-        ):
-            return
+    """Never start the run on a tool result: its call is older, so not admitted. (Matching ids
+    is no test: a provider may use a call's id again in a later turn, ``call_0``.)"""
+    while admitted_newest_first and admitted_newest_first[-1].role == TOOL_ROLE:
         admitted_newest_first.pop()
 
 

@@ -63,13 +63,15 @@ def _unit(
     index: int,
     current_turn_seq: int | None,
     results_by_call: dict[str, list[int]],
+    calls_by_id: dict[str, list[int]],
     open_span: tuple[int, int] | None = None,
 ) -> list[int] | None:
     """Indexes of the unit that starts at ``rows[index]``, or ``None`` if it cannot be taken.
 
     A tool result on its own never starts a unit. An assistant row that called tools takes the
-    later rows answering its calls; if any call has no stored result (among the rows given), or
-    any result is not eligible, the whole unit stays."""
+    later rows answering its calls (before another call of the same id); if any call has no
+    stored result (among the rows given), or any result is not eligible, the whole unit
+    stays."""
     row = rows[index]
     if not _eligible(row, current_turn_seq, open_span) or row.role == TOOL_ROLE:
         return None
@@ -77,7 +79,10 @@ def _unit(
         return [index]
     members = [index]
     for call_id in dict.fromkeys(row.tool_call_ids):
-        results = [later for later in results_by_call.get(call_id, ()) if later > index]
+        # Its results come before the next call of the same id: ids are the provider's, and
+        # some reuse them from turn to turn (``call_0``).
+        until = next((i for i in calls_by_id.get(call_id, ()) if i > index), len(rows))
+        results = [later for later in results_by_call.get(call_id, ()) if index < later < until]
         if not results:
             return None
         if not all(_eligible(rows[later], current_turn_seq, open_span) for later in results):
@@ -119,9 +124,12 @@ def range_select(
 
     rows = rows_oldest_first
     results_by_call: dict[str, list[int]] = {}
+    calls_by_id: dict[str, list[int]] = {}
     for index, row in enumerate(rows):
         if row.role == TOOL_ROLE and row.tool_call_id:
             results_by_call.setdefault(row.tool_call_id, []).append(index)
+        for call_id in row.tool_call_ids:
+            calls_by_id.setdefault(call_id, []).append(index)
     taken: set[int] = set()
     total = 0
     for index in range(len(rows)):
@@ -129,7 +137,7 @@ def range_select(
             break
         if index in taken:
             continue
-        members = _unit(rows, index, current_turn_seq, results_by_call, open_span)
+        members = _unit(rows, index, current_turn_seq, results_by_call, calls_by_id, open_span)
         if members is None or taken.intersection(members):
             continue
         unit_tokens = sum(rows[member].tokens for member in members)

@@ -447,6 +447,16 @@ def test_orphan_tool_results_are_dropped(budget: int, expected: Admission) -> No
     assert result == expected
 
 
+def test_a_result_whose_id_a_later_call_reuses_is_still_an_orphan() -> None:
+    """Ids are the provider's and may come again in a later turn (``call_0``): T3 answers A2,
+    which is not admitted, whatever A7 calls."""
+    a7 = row(7, 20, "assistant", calls=("c1",))
+    t8 = row(8, 10, "tool", call="c1")
+    a9 = row(9, 20, "assistant")
+    result = decide(budget=190, history_newest_first=[a9, t8, a7, T3, A2, U1])
+    assert result.admitted_history_ids == [7, 8, 9]
+
+
 def test_orphan_drop_does_not_reopen_older_rows() -> None:
     # dropping the orphan frees 100 tokens and U1 (40) alone would fit, but it lies behind the
     # misfit A2: contiguity holds
@@ -518,11 +528,13 @@ def test_tool_result_without_call_id_never_starts_the_run() -> None:
     )
 
 
-def test_tool_result_is_matched_by_call_id() -> None:
-    # malformed order (call stored after its result): the call is admitted, so the result stays
+def test_a_result_that_starts_the_run_is_dropped_whatever_its_id() -> None:
+    # malformed order (call stored after its result): a provider refuses a tool message before
+    # its call, and a later call may reuse an earlier one's id (a call_0 each turn): the result
+    # that starts the run goes, though a later call has its id
     history = [row(4, 10, "assistant", calls=("c1",)), row(3, 10, "tool", call="c1")]
     assert decide(budget=1000, history_newest_first=history) == admission(
-        "admit", budget=1000, estimated=20, selected=20, ids=[3, 4], dropped=0, exhausted=True
+        "trim", budget=1000, estimated=20, selected=10, ids=[4], dropped=1, exhausted=True
     )
 
 

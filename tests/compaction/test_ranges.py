@@ -228,6 +228,29 @@ def test_results_out_of_order_and_not_adjacent() -> None:
     assert select(rows, free=71) == [1, 2, 3, 4]
 
 
+def test_a_call_id_used_again_in_a_later_turn_pairs_with_its_own_results() -> None:
+    """Ids are the provider's: ``builtin/recall`` gave the same search the same id in two turns,
+    and llama.cpp-style servers number calls ``call_0`` in every response. A call takes only the
+    results before the next call of the same id: the first turn's unit took the second turn's
+    result too, leaving its call without one in every later request (a provider's 400)."""
+    rows = [
+        row(1),
+        call(2, 50, "x"),
+        result(3, "x", 50),
+        row(4, role="assistant"),
+        row(5),
+        call(6, 50, "x"),
+        result(7, "x", 50),
+        row(8, role="assistant"),
+        row(9),
+    ]
+    assert select(rows, turn=9, free=300) == [1, 2, 3, 4]
+    assert select(rows, turn=9, free=301) == [1, 2, 3, 4, 5]
+    assert select(rows, turn=9, free=EVERYTHING) == [1, 2, 3, 4, 5, 6, 7, 8]
+    # the later call's result is its own, never the earlier call's
+    assert select(rows[:2] + rows[4:], turn=9, free=EVERYTHING) == [1, 5, 6, 7, 8]
+
+
 def test_consecutive_tool_rounds_are_separate_units() -> None:
     rows = [row(1), call(2, 50), result(3, "c2", 50), call(4, 50), result(5, "c4", 50), row(6)]
     assert select(rows, free=200) == [1, 2, 3]

@@ -2,6 +2,7 @@
 covered in test_builtin_provider.py, the real turn in test_builtin_coherence.py)."""
 
 import json
+import re
 
 import pytest
 
@@ -20,6 +21,18 @@ from chat_platform.llm.builtin.recall_context import read_files_request
 from chat_platform.llm.builtin.text import sentences
 from chat_platform.llm.recall_protocol import INDEX_HELP  # what the pipeline puts in the block
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
+
+
+class _CallId(str):
+    """Equal to any id a built-in tool call may have: ``call_`` and 24 hex digits."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(r"call_[0-9a-f]{24}", other) is not None
+
+    __hash__ = str.__hash__
+
+
+CALL_ID = _CallId("call_<24 hex digits>")
 
 BOT = {"role": "system", "content": "You are Ada, a friendly travel assistant. Answer briefly."}
 SUMMARY = {
@@ -306,12 +319,14 @@ def test_index_match_asks_for_the_record_with_the_tool_when_offered():
     assert reply.finish_reason == "tool_calls"
     assert reply.tool_calls == [
         {
-            # sha256 of name + arguments: the same request always gets the same id
-            "id": "call_5033eeca964ec4dc0de85d26",
+            # sha256 of name, arguments and context: the same request gets the same id
+            "id": CALL_ID,
             "type": "function",
             "function": {"name": "read_records", "arguments": '{"names": ["diet"]}'},
         }
     ]
+    again = ask("Do I have food allergies?", BOT, SUMMARY, INDEX, *HISTORY, tools=RECALL_TOOLS)
+    assert again.tool_calls[0]["id"] == reply.tool_calls[0]["id"]
     assert reply.completion_tokens == count_tokens('read_records{"names": ["diet"]}')
 
 
@@ -424,7 +439,7 @@ def test_no_index_match_searches_with_the_questions_content_words():
     assert reply.finish_reason == "tool_calls"
     assert reply.tool_calls == [
         {
-            "id": "call_dfb17c8f438a7de2e64cb7a4",
+            "id": CALL_ID,
             "type": "function",
             "function": {
                 "name": "search_records",
@@ -802,3 +817,23 @@ def test_a_rooms_named_lines_are_quoted_as_their_speakers():
         "> Morwenna rang about the lighthouse lamp. — «Tool» said in message 34, on 2024-03-08",
         [],
     )
+
+
+def test_the_same_search_in_a_later_turn_gets_another_call_id():
+    """The id was the tool's name and arguments alone: the same question asked twice gave two
+    calls one id, and a compaction (which pairs a call with its results by id) took the second
+    turn's result with the first call (docs/compaction.md "Range")."""
+    search = [{"type": "function", "function": {"name": "search_records", "parameters": {}}}]
+    question = {"role": "user", "content": "What is my cat called?"}
+    first = generate("builtin/recall", [question], tools=search).tool_calls[0]
+    answered = [
+        question,
+        {"role": "assistant", "content": "", "tool_calls": [first]},
+        {"role": "tool", "tool_call_id": first["id"], "content": "[no matches]"},
+        {"role": "assistant", "content": "Nothing."},
+    ]
+    second = generate("builtin/recall", [*answered, question], tools=search).tool_calls[0]
+    assert first["function"] == second["function"]
+    assert first["id"] != second["id"]
+    # deterministic: the same context, the same id
+    assert generate("builtin/recall", [question], tools=search).tool_calls[0] == first

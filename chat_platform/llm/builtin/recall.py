@@ -281,9 +281,13 @@ def _offered(tools: list[dict] | None, name: str) -> bool:
     return False
 
 
-def _tool_call(name: str, arguments: dict) -> dict:
+def _tool_call(name: str, arguments: dict, messages: list[dict]) -> dict:
+    """A call whose id is unique to this context (deterministic: the same context gives the
+    same id): the same search in a later turn gets another id, since a compaction pairs a
+    call with its results by id (``compaction.ranges``)."""
     encoded = json.dumps(arguments)
-    digest = hashlib.sha256(f"{name}{encoded}".encode()).hexdigest()[:24]
+    context = json.dumps(messages, sort_keys=True, default=str)
+    digest = hashlib.sha256(f"{name}{encoded}{context}".encode()).hexdigest()[:24]
     return {
         "id": f"call_{digest}",
         "type": "function",
@@ -291,8 +295,8 @@ def _tool_call(name: str, arguments: dict) -> dict:
     }
 
 
-def _call_result(name: str, arguments: dict, prompt: int) -> BuiltinResult:
-    call = _tool_call(name, arguments)
+def _call_result(name: str, arguments: dict, prompt: int, messages: list[dict]) -> BuiltinResult:
+    call = _tool_call(name, arguments, messages)
     return BuiltinResult(
         text="",
         finish_reason="tool_calls",
@@ -368,7 +372,12 @@ def _description(fact: str) -> str:
 
 
 def _remember(
-    question: str, done: Exchange, tools: list[dict] | None, may_call: bool, prompt: int
+    messages: list[dict],
+    question: str,
+    done: Exchange,
+    tools: list[dict] | None,
+    may_call: bool,
+    prompt: int,
 ) -> BuiltinResult:
     if done.saved:
         return _text_result(f"Saved as {done.saved}.", prompt)
@@ -382,7 +391,7 @@ def _remember(
             "body": fact,
             "scope": "bot",
         }
-        return _call_result(SAVE_TOOL, arguments, prompt)
+        return _call_result(SAVE_TOOL, arguments, prompt, messages)
     return _text_result(NOTED_TEXT, prompt)
 
 
@@ -408,9 +417,9 @@ def respond(
         return _text_result(result_answer(*answered, model=MODEL), prompt)
     named = named_call(question_text, tools) if may_call else None
     if named is not None:
-        return _call_result(*named, prompt)
+        return _call_result(*named, prompt, messages)
     if is_remember(question_text):
-        return _remember(question_text, done, tools, may_call, prompt)
+        return _remember(messages, question_text, done, tools, may_call, prompt)
 
     if is_statement(question_text):
         return _text_result(NOTED_TEXT, prompt)
@@ -427,14 +436,14 @@ def respond(
             names = records_to_request(messages, question, question_terms)
             if names:
                 if _offered(tools, READ_TOOL):
-                    return _call_result(READ_TOOL, {"names": names}, prompt)
+                    return _call_result(READ_TOOL, {"names": names}, prompt, messages)
                 if json_requests_invited(messages):
                     return _text_result(json.dumps({"read_files": {"files": names}}), prompt)
         query = search_query(question_text)
         searchable = _offered(tools, SEARCH_TOOL) or json_requests_invited(messages)
         if "search" not in done.kinds and query and searchable:
             if _offered(tools, SEARCH_TOOL):
-                return _call_result(SEARCH_TOOL, {"query": query}, prompt)
+                return _call_result(SEARCH_TOOL, {"query": query}, prompt, messages)
             return _text_result(json.dumps({"search_records": {"query": query}}), prompt)
     if "search" in done.kinds:
         quotes = _searched(quotes, search_hits(messages, question))
