@@ -48,6 +48,7 @@ from turns.services.bot import (
     BOT_MEMORY_FIELDS,
     BOT_PRIVATE_FIELDS,
     BOT_TOOLS_FIELDS,
+    bot_chats_deleted,
     bot_create,
     bot_delete,
     bot_update,
@@ -451,7 +452,7 @@ def bot_delete_page(request: HttpRequest, bot_id: int) -> HttpResponse:
             raise Http404("Bot not found.") from None
         messages.success(request, f"Deleted “{bot.name}” and your chats with it.")
         return redirect("bot-page-list")
-    sessions = bot.sessions.filter(user=request.user).count()
+    sessions = bot_chats_deleted(bot).count()
     return render(request, "bots/bot_confirm_delete.html", {"bot": bot, "sessions": sessions})
 
 

@@ -3,6 +3,7 @@ people's chats with a shared bot are theirs and stay, readable, with the bot ret
 no more, and no one can find it); a room it sat in keeps going without it."""
 
 import pytest
+from django.test import Client
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from tests.factories import BotFactory, SessionFactory, message_add
@@ -71,3 +72,36 @@ def test_a_bot_no_one_else_uses_is_deleted_outright(owner, owner_client):
     assert owner_client.delete(f"/api/v1/bots/{bot.pk}/").status_code == 204
     assert not Bot.objects.filter(pk=bot.pk).exists()
     assert not ChatSession.objects.filter(pk=chat.pk).exists()
+
+
+def test_deleting_the_default_bot_of_the_owners_own_room_keeps_the_room(owner, owner_client):
+    """The owner's room with two bots lost both bots' conversation when its default bot was
+    deleted: the room goes on with the other bot as its default (docs/bots.md)."""
+    first = BotFactory(owner=owner, name="First", slug="first")
+    second = BotFactory(owner=owner, name="Second", slug="second")
+    alone = SessionFactory(user=owner, bot=first)
+    room = SessionFactory(user=owner, bot=first)
+    joined = owner_client.post(
+        f"/api/v1/sessions/{room.pk}/participants/", {"bot": second.pk}, format="json"
+    )
+    assert joined.status_code == 201, joined.json()
+    message_add(room, role="user", content="Plan the trip.")
+    message_add(room, role="assistant", content="Lisbon on Friday.", bot=second)
+    browser = Client()
+    browser.force_login(owner)
+    page = browser.get(f"/bots/{first.pk}/delete/")
+    assert "your 1 chat with it" in page.content.decode()
+
+    assert owner_client.delete(f"/api/v1/bots/{first.pk}/").status_code == 204
+
+    assert not ChatSession.objects.filter(pk=alone.pk).exists()
+    room.refresh_from_db()
+    assert room.bot_id == second.pk
+    listed = owner_client.get(f"/api/v1/sessions/{room.pk}/messages/").json()
+    assert [m["content"] for m in listed] == ["Plan the trip.", "Lisbon on Friday."]
+    rows = SessionParticipant.objects.filter(session=room).order_by("id")
+    assert [(p.bot_id, p.is_default, p.removed_at is not None) for p in rows] == [
+        (first.pk, False, True),
+        (second.pk, True, False),
+    ]
+    assert owner_client.get(f"/api/v1/bots/{first.pk}/").status_code == 404

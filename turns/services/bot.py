@@ -5,10 +5,10 @@ from typing import Any
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from bots.models import Bot, ChatSession
+from bots.models import Bot, ChatSession, SessionParticipant
 from bots.queries import bot_get_for_edit
 from chat_platform.errors import NotFound, ValidationFailed
 from compaction.records import prompt_version_store
@@ -134,21 +134,37 @@ def bot_update(*, user: AbstractBaseUser, bot_id: object, **fields: Any) -> Bot:
     return bot
 
 
+def bot_chats_deleted(bot: Bot) -> QuerySet[ChatSession]:
+    """The chats deleting ``bot`` deletes: its owner's that it is the bot of, but a room where
+    another bot still sits (the bot leaves it; the room goes on). What the delete page counts."""
+    others_sit = SessionParticipant.objects.filter(
+        session_id=OuterRef("pk"), removed_at__isnull=True
+    ).exclude(bot_id=bot.pk)
+    return ChatSession.objects.filter(bot=bot, user_id=bot.owner_id).exclude(
+        is_room=True, pk__in=Subquery(others_sit.values("session_id"))
+    )
+
+
 def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
-    """Delete the bot and its owner's chats with it (what the bot's delete page counts). Other
-    people's chats with it (a shared bot's, a room it joined) are theirs and stay: while any
-    exist, the bot is retired instead of deleted (docs/bots.md "Deleting a bot") — shared no
-    more, its slug freed, found and run by no one, gone from every room it sat in."""
+    """Delete the bot and its owner's chats with it (``bot_chats_deleted``: what the bot's
+    delete page counts). Other people's chats with it (a shared bot's, a room it joined), and
+    rooms where another bot sits, are kept: while any exist, the bot is retired instead of
+    deleted (docs/bots.md "Deleting a bot") — shared no more, its slug freed, found and run by
+    no one, gone from every room it sat in (another bot the default where it was)."""
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
     with transaction.atomic():
         others = ChatSession.objects.filter(
             Q(bot=bot) | Q(participants__bot=bot), ~Q(user_id=bot.owner_id)
         )
-        if not others.exists():
+        deleted = bot_chats_deleted(bot)
+        rooms_kept = ChatSession.objects.filter(bot=bot, user_id=bot.owner_id).exclude(
+            pk__in=Subquery(deleted.values("pk"))
+        )
+        if not others.exists() and not rooms_kept.exists():
             bot.delete()
             log.info("bot_deleted", bot_id=bot.pk, by=user.pk)
             return
-        ChatSession.objects.filter(bot=bot, user_id=bot.owner_id).delete()
+        ChatSession.objects.filter(pk__in=list(deleted.values_list("pk", flat=True))).delete()
         Bot.objects.filter(pk=bot.pk).update(retired_at=timezone.now(), is_shared=False, slug="")
         left = participants_bot_retired(bot_id=bot.pk)
     log.info("bot_retired", bot_id=bot.pk, by=user.pk, rooms_left=left)
