@@ -389,9 +389,9 @@ def _history_totals(
     excluded_count = len(pinned) + (1 if new_entry else 0) + len(recalled_entries)
     if room is not None:
         # The room's totals count every message in context; this bot's own exclude what its
-        # summaries cover and what it never saw.
-        excluded_tokens += room.covered_tokens + room.hidden_tokens
-        excluded_count += room.covered_messages + room.hidden_messages
+        # summaries cover and what it never saw (before it joined; the others' rounds).
+        excluded_tokens += room.covered_tokens + room.hidden_tokens + room.others_rounds_tokens
+        excluded_count += room.covered_messages + room.hidden_messages + room.others_rounds_messages
     # Messages written after before_seq (a later send racing this turn) are in the running totals
     # too; they are few and only make the estimate cautious, never the selection larger.
     count = max(0, session.context_messages - excluded_count)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 
 from bots.models import ChatSession, Message
 from bots.queries import participants_of, room_user_name
@@ -43,6 +43,10 @@ class RoomView:
     # up to there is covered, but for ``uncovered_ids``.
     covered_through_seq: int = 0
     uncovered_ids: tuple[int, ...] = ()
+    # The other bots' recall and tool rounds since ``from_seq``: in the room's totals, never
+    # shown to this bot (``seen``), so never part of its history or pressure.
+    others_rounds_tokens: int = 0
+    others_rounds_messages: int = 0
 
     def seen(self) -> Q:
         """The room's messages this bot is shown: from its join (if it sees from there), and no
@@ -129,8 +133,25 @@ def room_view(session: ChatSession) -> RoomView | None:
         key: count_tokens(f"{name}: ", model=bot.model) + count_tokens(slug, model=bot.model) + 1
         for key, (slug, name) in speakers.items()
     }
+    # The other bots' rounds, read with the seat's row (one statement; a seat with no row yet,
+    # before its first turn, reads them alone).
+    rounds = (
+        Message.objects.filter(
+            Message.in_context_q(),
+            session_id=session.pk,
+            kind=Message.Kind.TOOL,
+            seq__gte=from_seq,
+        )
+        .exclude(bot_id=bot.pk)
+        .order_by()
+        .values("session_id")
+    )
     totals = (
         SeatState.objects.filter(session_id=session.pk, bot_id=bot.pk)
+        .annotate(
+            rounds_tokens=Subquery(rounds.annotate(n=Sum("token_count")).values("n")),
+            rounds_messages=Subquery(rounds.annotate(n=Count("id")).values("n")),
+        )
         .values_list(
             "covered_tokens",
             "covered_messages",
@@ -141,9 +162,14 @@ def room_view(session: ChatSession) -> RoomView | None:
             "cooldown_until",
             "covered_through_seq",
             "uncovered_ids",
+            "rounds_tokens",
+            "rounds_messages",
         )
         .first()
-    ) or (0, 0, 0, 0, None, None, None, 0, [])
+    )
+    if totals is None:
+        alone = rounds.aggregate(tokens=Sum("token_count"), messages=Count("id"))
+        totals = (0, 0, 0, 0, None, None, None, 0, [], alone["tokens"], alone["messages"])
     return RoomView(
         bot_id=bot.pk,
         from_seq=from_seq,
@@ -159,6 +185,8 @@ def room_view(session: ChatSession) -> RoomView | None:
         cooldown_until=totals[6],
         covered_through_seq=totals[7],
         uncovered_ids=tuple(totals[8] or ()),
+        others_rounds_tokens=totals[9] or 0,
+        others_rounds_messages=totals[10] or 0,
     )
 
 

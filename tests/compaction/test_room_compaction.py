@@ -1211,3 +1211,35 @@ def test_a_rooms_messages_say_compacted_for_the_seat_asked_for(owner_client, sea
     response = owner_client.get(f"{url}?bot={stranger.pk}")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_another_bots_recall_exchange_never_counts_in_a_bots_pressure(
+    room, owner_client, fake_openai, eager_tasks, django_capture_on_commit_callbacks
+):
+    """A bot is never shown another bot's recall or tool rounds (docs/rooms.md), yet they
+    counted in its history and pressure: a phantom trim, and a hard compaction it did not need."""
+    from bots.queries import session_seat
+    from compaction.seats import room_view
+
+    session, planner, critic = room
+    fake_openai.script(Reply(text="Planner says hello."))
+    with django_capture_on_commit_callbacks(execute=True):
+        _send(owner_client, session, "Hello both.")
+    call = {
+        "id": "call_s1",
+        "type": "function",
+        "function": {"name": "search_records", "arguments": json.dumps({"query": "parcel"})},
+    }
+    fake_openai.script(Reply(text="", tool_calls=[call]), Reply(text="Nothing about parcels."))
+    with django_capture_on_commit_callbacks(execute=True):
+        _send(owner_client, session, "Anything about the parcel?")
+    assert Message.objects.filter(session=session, kind="tool", bot=planner).count() == 2
+
+    session.refresh_from_db()
+    view = room_view(session_seat(session, critic))
+    seen = Message.objects.filter(Message.in_context_q(), session=session).exclude(
+        kind="tool", bot=planner
+    )
+    expected = sum(m.token_count for m in seen) + seen.count() * view.max_prefix_tokens
+    context = owner_client.get(f"/api/v1/sessions/{session.pk}/context/?bot={critic.pk}").json()
+    assert context["parts"]["history"] == expected

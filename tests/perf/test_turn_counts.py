@@ -363,10 +363,13 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     # (turns/finished.py, docs/rooms.md); one
     # embedding task run for the three written messages. Critic's turn indexes its reply
     # beside a question indexed already, so its index reads the rows to embed (Planner's does
-    # not: 46 -> 45).
+    # not: 46 -> 45). +1 web, +1 worker: a seat with no row yet (the send's check of
+    # Planner's, Critic's first turn) reads the other bots' recall and tool rounds, which it is
+    # never shown, in a statement of its own; a seat with its row reads them with it
+    # (compaction/seats.py: they counted in its pressure before).
     assert counting.summary() == {
-        "sql_web": 14,
-        "sql_worker": 45,
+        "sql_web": 15,
+        "sql_worker": 46,
         "sql_tasks": {EMBED: 3},
         "redis": 7,
         "frames": {
