@@ -253,6 +253,16 @@ def session_seat(session: ChatSession, bot: Bot) -> ChatSession:
     return seat
 
 
+def session_seat_read(*, session_id: int, bot_id: int | None) -> ChatSession:
+    """The session, with its bot, as the bot ``bot_id`` sits in it (``session_seat``): in a
+    room, a record or compaction of another seat than the default's is that seat's. One read
+    more only when the bot is not the session's."""
+    session = ChatSession.objects.select_related("bot").get(pk=session_id)
+    if not session.is_room or bot_id is None or bot_id == session.bot_id:
+        return session
+    return session_seat(session, Bot.objects.get(pk=bot_id))
+
+
 def session_seat_get(*, session: ChatSession, bot_id: object) -> ChatSession:
     """``?bot=`` (docs/rooms.md): the session from that participant's seat (a removed one's too:
     its view stays readable); none given, the session as it is (its default bot). A bot that

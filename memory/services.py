@@ -1,8 +1,7 @@
 """Writes of the memory app.
 
 Snapshots: the exact transcript each compaction attempt sent to its summariser, written before the
-call, kept on failure, indexed only once the compaction succeeded (``snapshot_*``; the engine's
-interface, unchanged).
+call, kept on failure, indexed only once the compaction succeeded (``snapshot_*``).
 
 Info records (``record_*``): saved by the bot (``save_record`` tool), by ``builtin/recall`` on
 "remember …", or by the user over the API. Validate (``check_record_fields``), then write, then
@@ -25,6 +24,7 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from bots.models import ChatSession, Message
+from bots.queries import session_seat_read
 from chat_platform.celery_app import runs_task
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
@@ -99,7 +99,7 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
     MemoryRecord.objects.filter(pk=snapshot.pk).update(indexed=True, updated_at=timezone.now())
     assert snapshot.session_id is not None and snapshot.first_seq is not None
     assert snapshot.last_seq is not None
-    session = ChatSession.objects.select_related("bot").get(pk=snapshot.session_id)
+    session = session_seat_read(session_id=snapshot.session_id, bot_id=snapshot.bot_id)
     messages_index(
         session_id=snapshot.session_id,
         first_seq=snapshot.first_seq,

@@ -433,6 +433,7 @@ def test_compaction_frames_in_a_room_name_their_bot(
     owner, owner_client, room, fake_openai, eager_tasks, monkeypatch
 ):
     from chat_platform import realtime
+    from memory import realtime as memory_realtime
 
     session, planner, critic = room
     Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
@@ -441,6 +442,10 @@ def test_compaction_frames_in_a_room_name_their_bot(
         _send(owner_client, session, _note(n))
     frames: list[dict] = []
     monkeypatch.setattr(realtime, "send_frame", lambda session_id, frame: frames.append(frame))
+    monkeypatch.setattr(memory_realtime, "frames_heard", lambda session_id: True)
+    monkeypatch.setattr(
+        memory_realtime, "send_frame", lambda session_id, frame: frames.append(frame)
+    )
 
     owner_client.post(f"/api/v1/sessions/{session.pk}/compact/?bot={critic.pk}", {}, format="json")
 
@@ -453,6 +458,12 @@ def test_compaction_frames_in_a_room_name_their_bot(
     ]
     updated = frames[-1] if frames[-1]["type"] == "context.updated" else None
     assert updated is not None and updated["context"]["budget"] == 2800
+    # The index the compaction changed is Critic's: the frame named Planner and listed
+    # Planner's records, so Critic's new snapshot was never announced.
+    memory = [f for f in frames if f["type"] == "memory.updated"]
+    snapshot = MemoryRecord.objects.get(session=session, kind="snapshot", bot=critic)
+    assert [f["bot"] for f in memory] == [named]
+    assert snapshot.name in [r["name"] for r in memory[0]["records"]]
 
 
 def test_a_room_turns_frames_name_the_bot_that_speaks(
