@@ -3,7 +3,7 @@ hits grouped by the record that holds them, info and snapshot hits as records, l
 ``history`` hit, all within the result's room in tokens."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
@@ -278,6 +278,8 @@ def fill(
     record) form one group of their own. With them, the tokens they render to (counted once).
     ``defer_low`` (a fused ranking, words and meaning): messages that say little come after the
     others, before the lexical tail (``LOW_INFORMATION_TERMS``)."""
+    if session.is_room:
+        ranked = _seat_snapshots(session, ranked, live_before)
     names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
@@ -313,6 +315,37 @@ def fill(
             break
     _flush(filler, later)
     return _within(filler.hits(), room, model=model)
+
+
+def _seat_snapshots(
+    session: ChatSession, ranked: list[tuple[float, object]], live_before: int | None
+) -> list[tuple[float, object]]:
+    """In a room a message is indexed with the first snapshot that held it, whichever bot's
+    compaction wrote it: each hit is named by the seat's own snapshot that holds it verbatim
+    (the narrowest), or by none — the seat has it in its own history, live, and it is a hit
+    only where live ones are (below ``live_before``; docs/rooms.md). It named another bot's
+    snapshot, which this bot cannot read."""
+    own = sorted(
+        MemoryRecord.objects.filter(
+            session_id=session.pk,
+            kind=MemoryRecord.Kind.SNAPSHOT,
+            indexed=True,
+            bot_id=session.bot_id,
+        ).values_list("pk", "first_seq", "last_seq"),
+        key=lambda r: (r[2] - r[1], r[0]),
+    )
+
+    def holder(seq: int) -> int | None:
+        return next((pk for pk, first, last in own if first <= seq <= last), None)
+
+    kept: list[tuple[float, object]] = []
+    for score, item in ranked:
+        if isinstance(item, search.MessageScore):
+            item = replace(item, record_id=holder(item.seq))
+            if item.record_id is None and not (live_before and item.seq < live_before):
+                continue
+        kept.append((score, item))
+    return kept
 
 
 def _flush(filler: _Filler, later: list[_Deferred]) -> None:
@@ -447,10 +480,22 @@ def snapshot_hits(
             "body", "search_vector"
         )
     }
+    if session.is_room:
+        # A seat's snapshot whose messages another bot's snapshot indexed first: its messages
+        # are searched as themselves (``_seat_snapshots`` names it), not the whole record again.
+        indexed = MessageIndex.objects.filter(
+            session_id=session.pk, seq__gte=OuterRef("first_seq"), seq__lte=OuterRef("last_seq")
+        )
+        by_id = {
+            r.pk: r
+            for r in MemoryRecord.objects.filter(pk__in=list(by_id))
+            .exclude(Exists(indexed))
+            .defer("body", "search_vector")
+        }
     hits = []
     for pk, rank, excerpt in ranked:
         record = by_id.get(pk)
-        if record is None:  # deleted between the two queries
+        if record is None:  # deleted between the two queries, or a room's indexed one
             continue
         hits.append(
             SearchHit(

@@ -549,6 +549,48 @@ def test_a_bots_compacted_room_messages_are_found_by_its_search(
     assert "order 74" in hits[0]["excerpt"]
 
 
+def test_a_room_search_names_the_searching_bots_own_snapshot_never_anothers(
+    owner, owner_client, room, fake_openai, eager_tasks
+):
+    """A message is indexed with the first snapshot that held it, whichever bot's: Critic's
+    search named Planner's snapshot, which Critic cannot read (404), and a message only Planner
+    compacted as if Critic had a snapshot of it."""
+    session, planner, critic = room
+    Bot.objects.filter(pk__in=[planner.pk, critic.pk]).update(compaction_enabled=False)
+    for n in range(1, 4):
+        fake_openai.script(Reply(text=f"Planner noted item {n}. {FILLER}"))
+        _send(owner_client, session, _note(n))
+    for bot in (planner, critic):
+        done = owner_client.post(
+            f"/api/v1/sessions/{session.pk}/compact/?bot={bot.pk}", {}, format="json"
+        ).json()
+        assert done["outcome"] == "compacted"
+    fake_openai.script(Reply(text=f"Planner noted item 4. {FILLER}"))
+    _send(owner_client, session, _note(4))
+    fake_openai.script(Reply(text=f"Planner noted item 5. {FILLER}"))
+    _send(owner_client, session, _note(5))
+    later = owner_client.post(
+        f"/api/v1/sessions/{session.pk}/compact/?bot={planner.pk}", {}, format="json"
+    ).json()
+    assert later["outcome"] == "compacted"
+
+    def names(query):
+        return [
+            hit["name"]
+            for hit in owner_client.get(
+                f"/api/v1/sessions/{session.pk}/records/?bot={critic.pk}&q={query}"
+            ).json()
+        ]
+
+    assert names("parcel for order 74") == [f"snapshot_1_4_b{critic.pk}"]
+    readable = owner_client.get(
+        f"/api/v1/sessions/{session.pk}/records/snapshot_1_4_b{critic.pk}/?bot={critic.pk}"
+    )
+    assert readable.status_code == 200
+    # Only Planner compacted the notes 4 and 5: for Critic they are its own history, live.
+    assert all(not name.endswith(f"_b{planner.pk}") for name in names("parcel for order 148"))
+
+
 # --- undo, re-summarise, release and expand in a room: the summary's own bot's seat only -------
 
 
