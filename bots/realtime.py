@@ -74,12 +74,13 @@ def message_payload(message: Message, *, compacted: bool | None = None) -> dict[
 
 
 def message_error(message: Message) -> dict[str, Any]:
-    """A failed reply's error as clients get it; a daily limit's adds what ran out and when it
-    resets (``details``), so the chat can say so in words (docs/connections.md)."""
-    error: dict[str, Any] = {"code": message.error_code, "message": message.error_message}
+    """A failed reply's error as clients get it, in the API's error shape (``code``,
+    ``message``, ``details``); a daily limit's details say what ran out and when it resets, so
+    the chat can say so in words (docs/connections.md)."""
+    details: dict[str, Any] = {}
     if message.error_code == QuotaExceeded.code:
-        error["details"] = usage.refusal_details(message.error_message, at=message.updated_at)
-    return error
+        details = usage.refusal_details(message.error_message, at=message.updated_at)
+    return {"code": message.error_code, "message": message.error_message, "details": details}
 
 
 def notify_message_created(message: Message) -> None:

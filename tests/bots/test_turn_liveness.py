@@ -178,6 +178,7 @@ def test_an_unexpected_error_while_building_the_context_fails_the_reply_visibly(
     assert frame["error"] == {
         "code": "internal_error",
         "message": "The reply failed because of an internal error.",
+        "details": {},  # the API's error shape (it had no details)
     }
     assert frame["message"]["status"] == "failed"
     crashed = [r for r in caplog.records if r.exc_info and r.exc_info[0] is RuntimeError]
