@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from accounts import services
 from accounts.forms import PENDING_MESSAGE
 from chat_platform.account_gate import UNVERIFIED_MESSAGE, email_verification_missing
-from chat_platform.api import api_errors
+from chat_platform.api import api_errors, secret_response
 from chat_platform.errors import SignInRefused
 from chat_platform.signin import SignInAttempt
 
@@ -93,4 +93,4 @@ class TokenSignInApi(ObtainAuthToken):
                 raise SignInRefused("mfa_invalid", MFA_INVALID_MESSAGE, http_status=401)
         attempt.succeeded()
         token, _created = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key})
+        return secret_response({"token": token.key})

@@ -53,6 +53,15 @@ def _missing_slash(path: str) -> bool:
     return True
 
 
+def secret_response(body: dict, status: int = 200) -> Response:
+    """An answer that carries a secret shown once (a token, an API key): never stored by a
+    browser's or a proxy's cache (``Cache-Control: no-store``)."""
+    response = Response(body, status=status)
+    response["Cache-Control"] = "no-store"
+    response["Pragma"] = "no-cache"
+    return response
+
+
 class ApiCommonMiddleware(CommonMiddleware):
     """Django's ``CommonMiddleware``, but a request under an API with a method other than
     GET or HEAD is never sent on to the path with a slash: under DEBUG Django raised (a 500),

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chat_platform import errors
-from chat_platform.api import api_errors
+from chat_platform.api import api_errors, secret_response
 from chat_platform.isotime import iso_utc
 from openai_api import keys
 from openai_api.models import ApiKey
@@ -79,7 +79,7 @@ class ApiKeyListApi(APIView):
             daily_token_limit=data.get("daily_token_limit"),
             access=data["access"],
         )
-        return Response({**key_payload(key), "key": raw}, status=status.HTTP_201_CREATED)
+        return secret_response({**key_payload(key), "key": raw}, status=status.HTTP_201_CREATED)
 
 
 class ApiKeyDetailApi(APIView):

@@ -77,6 +77,7 @@ def test_an_account_without_totp_still_gets_its_token(owner):
     )
     assert response.status_code == 200
     assert response.json() == {"token": Token.objects.get(user=owner).key}
+    assert response["Cache-Control"] == "no-store"  # a secret: no cache keeps it
 
 
 def test_a_signed_in_user_sets_up_totp_after_confirming_their_password(owner):

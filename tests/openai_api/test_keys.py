@@ -27,6 +27,8 @@ def test_create_shows_the_key_once_and_stores_only_its_hash(owner_client, owner,
         format="json",
     )
     assert response.status_code == 201
+    # shown once: no cache keeps it (it had no Cache-Control)
+    assert (response["Cache-Control"], response["Pragma"]) == ("no-store", "no-cache")
     body = response.json()
     raw = body.pop("key")
     prefix = raw.split(".")[0]
