@@ -5,11 +5,10 @@ The form only checks shapes and types; saving goes through ``turns.services.bot`
 budget checks of ``turns.bot_validation`` — the very code the REST API and the admin run — and
 the service's ``validation_error`` details are shown inline, field by field.
 
-Access follows ``bots.queries``: a bot the user may not use (someone else's private bot) is a
-404 whether or not it exists. A *shared* bot the user does not own is shown read-only: it is in
-their list and in ``GET /api/v1/bots/{id}/`` already, so a 404 would only hide what they can use;
-its ``api_base`` and ``api_key_env`` are left out, as in the API (docs/bots.md). Writing to it
-(edit, delete, Check model) is 403 — the user knows it exists, so nothing is revealed.
+Access follows ``bots.queries``: someone else's private bot is a 404 whether or not it exists.
+A *shared* bot the user does not own is shown read-only: it is in their list and in ``GET
+/api/v1/bots/{id}/`` already; its ``api_base`` and ``api_key_env`` are left out, as in the API
+(docs/bots.md). Writing to it (edit, delete, Check model) is 403 — nothing is revealed.
 """
 
 from collections.abc import Callable

@@ -3,19 +3,19 @@ hits grouped by the record that holds them, info and snapshot hits as records, l
 ``history`` hit, all within the result's room in tokens."""
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from bots.models import ChatSession, Message
-from bots.queries import participant_seat, participants_of, room_user_name
+from bots.queries import participant_seat
 from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
-from chat_platform.transcript import speaker_label
 from memory import embeddings, query_embedding, search
 from memory.models import MemoryRecord, MessageIndex
+from memory.seat_hits import room_labels, seat_snapshots
 from memory.terms import has_distinct_terms
 from memory.terms import terms as search_terms
 
@@ -279,7 +279,7 @@ def fill(
     ``defer_low`` (a fused ranking, words and meaning): messages that say little come after the
     others, before the lexical tail (``LOW_INFORMATION_TERMS``)."""
     if session.is_room:
-        ranked = _seat_snapshots(session, ranked, live_before)
+        ranked = seat_snapshots(session, ranked, live_before)
     names: dict[int | None, MemoryRecord] = {
         r.pk: r
         for r in MemoryRecord.objects.filter(
@@ -315,37 +315,6 @@ def fill(
             break
     _flush(filler, later)
     return _within(filler.hits(), room, model=model)
-
-
-def _seat_snapshots(
-    session: ChatSession, ranked: list[tuple[float, object]], live_before: int | None
-) -> list[tuple[float, object]]:
-    """In a room a message is indexed with the first snapshot that held it, whichever bot's
-    compaction wrote it: each hit is named by the seat's own snapshot that holds it verbatim
-    (the narrowest), or by none — the seat has it in its own history, live, and it is a hit
-    only where live ones are (below ``live_before``; docs/rooms.md). It named another bot's
-    snapshot, which this bot cannot read."""
-    own = sorted(
-        MemoryRecord.objects.filter(
-            session_id=session.pk,
-            kind=MemoryRecord.Kind.SNAPSHOT,
-            indexed=True,
-            bot_id=session.bot_id,
-        ).values_list("pk", "first_seq", "last_seq"),
-        key=lambda r: (r[2] - r[1], r[0]),
-    )
-
-    def holder(seq: int) -> int | None:
-        return next((pk for pk, first, last in own if first <= seq <= last), None)
-
-    kept: list[tuple[float, object]] = []
-    for score, item in ranked:
-        if isinstance(item, search.MessageScore):
-            item = replace(item, record_id=holder(item.seq))
-            if item.record_id is None and not (live_before and item.seq < live_before):
-                continue
-        kept.append((score, item))
-    return kept
 
 
 def _flush(filler: _Filler, later: list[_Deferred]) -> None:
@@ -399,7 +368,7 @@ def _message_lines(
         .values_list("seq", "role", "content", "created_at", "bot_id")
     )
     asked = {m.seq for m in scored}
-    labels = _room_labels(session) if session.is_room else None
+    labels = room_labels(session) if session.is_room else None
     lines, low = {}, set()
     for seq, role, content, created_at, bot_id in rows:
         text = content.strip()
@@ -414,18 +383,6 @@ def _message_lines(
         if seq in asked and not has_distinct_terms(text, LOW_INFORMATION_TERMS):
             low.add(seq)
     return lines, low
-
-
-def _room_labels(session: ChatSession) -> dict[int | None, str]:
-    """A room's speakers as the seat of ``session``'s bot names them in its transcripts
-    (``compaction/engine/transcript.py``): the user and each bot by name (``None``: the user),
-    quoted when a name reads as a role; the seat's own turns stay ``assistant``. Without it,
-    every bot's turn in a search result read ``assistant``, and a bot took another's words for
-    its own."""
-    labels: dict[int | None, str] = {None: speaker_label(room_user_name(session))}
-    for participant in participants_of(session=session, include_removed=True):
-        labels[participant.bot_id] = speaker_label(participant.bot.name)
-    return labels
 
 
 def _seqs_in(seqs: set[int]) -> object:
@@ -482,7 +439,7 @@ def snapshot_hits(
     }
     if session.is_room:
         # A seat's snapshot whose messages another bot's snapshot indexed first: its messages
-        # are searched as themselves (``_seat_snapshots`` names it), not the whole record again.
+        # are searched as themselves (``seat_snapshots`` names it), not the whole record again.
         indexed = MessageIndex.objects.filter(
             session_id=session.pk, seq__gte=OuterRef("first_seq"), seq__lte=OuterRef("last_seq")
         )
