@@ -74,6 +74,10 @@ def check_connection_fields(
     _check_endpoint(errors, fields, connection)
     new_key = _check_key(errors, fields, connection)
     groups = _check_access(errors, fields, connection)
+    if new_key == "":
+        # Cleared before the model's checks: naming a variable replaces a stored key, and the
+        # one-key-source constraint must see the row as it will be saved.
+        connection.api_key_encrypted = ""
     if not errors:
         try:
             connection.full_clean(exclude=["created_by", "users", "groups"])
@@ -147,10 +151,10 @@ def _check_key(
             errors["api_key_env"] = [
                 "Not an allowed provider key variable (PROVIDER_KEY_ENV_ALLOWED)."
             ]
+    if new_key and "api_key_env" not in fields:
+        connection.api_key_env = ""  # giving a key replaces a named variable
     if new_key and connection.api_key_env and "api_key_env" not in errors:
         errors["api_key"] = ["Give a key or the name of its variable, not both."]
-    if new_key and "api_key_env" not in fields:
-        connection.api_key_env = ""
     if connection.api_key_env and new_key is None:
         new_key = ""  # naming a variable clears a stored key
     return new_key

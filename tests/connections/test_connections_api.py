@@ -43,6 +43,29 @@ def test_staff_creates_a_connection_and_the_key_is_never_answered(staff_client, 
     assert SECRET_API_KEY not in out + err
 
 
+def test_naming_a_key_variable_replaces_a_stored_key_and_back(staff_client, settings):
+    """Switching where the key comes from is one PATCH either way; naming the variable
+    answered 400 with the database's constraint name ("connection_one_key_source")."""
+    settings.PROVIDER_KEY_ENV_ALLOWED = ["OPENAI_API_KEY"]
+    made = _create(staff_client, base_url="http://127.0.0.1:9/v1", api_key=SECRET_API_KEY).json()
+    url = f"{URL}{made['id']}/"
+    to_env = staff_client.patch(url, {"api_key_env": "OPENAI_API_KEY"}, format="json")
+    assert to_env.status_code == 200, to_env.json()
+    assert (to_env.json()["has_key"], to_env.json()["api_key_env"]) == (False, "OPENAI_API_KEY")
+    stored = Connection.objects.get(pk=made["id"])
+    assert (stored.api_key_encrypted, stored.api_key_env) == ("", "OPENAI_API_KEY")
+    back = staff_client.patch(url, {"api_key": SECRET_API_KEY}, format="json")
+    assert back.status_code == 200, back.json()
+    assert (back.json()["has_key"], back.json()["api_key_env"]) == (True, "")
+    both = staff_client.patch(
+        url, {"api_key": SECRET_API_KEY, "api_key_env": "OPENAI_API_KEY"}, format="json"
+    )
+    assert both.status_code == 400
+    assert both.json()["error"]["details"] == {
+        "api_key": ["Give a key or the name of its variable, not both."]
+    }
+
+
 def test_the_builtin_connection_exists_for_everyone(owner_client):
     rows = owner_client.get(URL).json()
     assert [(r["name"], r["kind"], r["models"]) for r in rows] == [
