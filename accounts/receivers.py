@@ -1,11 +1,11 @@
 """allauth's signals that end an account's credentials (docs/accounts.md, "Who keeps access"):
-an identity connected to the account, a password reset, a second factor turned on (credentials
+an identity connected to the account, a password reset or change, a second factor turned on (credentials
 made with the password alone do not outlive it). Adapters: the work is
 ``services.credentials_revoke``; the person is told on the next page."""
 
 from typing import Any
 
-from allauth.account.signals import password_reset
+from allauth.account.signals import password_changed, password_reset
 from allauth.mfa.models import Authenticator
 from allauth.mfa.signals import authenticator_added
 from allauth.socialaccount.signals import social_account_added
@@ -19,6 +19,10 @@ CONNECTED_MESSAGE = (
 )
 MFA_MESSAGE = (
     "Two-factor authentication is on. The API token and API keys made before it were revoked "
+    "({count} ended): make new ones if you need them."
+)
+CHANGED_MESSAGE = (
+    "Your password was changed. The account's API token and API keys were revoked "
     "({count} ended): make new ones if you need them."
 )
 RESET_MESSAGE = (
@@ -45,6 +49,12 @@ def on_password_reset(sender: Any, request: Any = None, user: Any = None, **_: A
     _revoked(request, user, RESET_MESSAGE)
 
 
+def on_password_changed(sender: Any, request: Any = None, user: Any = None, **_: Any) -> None:
+    """A changed password (a leaked one, perhaps) ends what was made with the old one, as the
+    other browsers' sessions end: a token or key someone else holds stops working at once."""
+    _revoked(request, user, CHANGED_MESSAGE)
+
+
 def on_authenticator_added(
     sender: Any, request: Any = None, user: Any = None, authenticator: Any = None, **_: Any
 ) -> None:
@@ -56,4 +66,5 @@ def on_authenticator_added(
 def connect() -> None:
     social_account_added.connect(on_identity_connected, dispatch_uid="accounts-connected")
     password_reset.connect(on_password_reset, dispatch_uid="accounts-password-reset")
+    password_changed.connect(on_password_changed, dispatch_uid="accounts-password-changed")
     authenticator_added.connect(on_authenticator_added, dispatch_uid="accounts-mfa-added")

@@ -219,8 +219,8 @@ def pending_user_for_credentials(*, username: object, password: object) -> Any |
 
 def credentials_revoke(*, user: Any) -> int:
     """Delete the account's DRF token and revoke its API keys (for good); returns how many
-    credentials ended. Called when an identity is connected and when a password is reset: a
-    credential made before either (perhaps by someone else) stops working at once."""
+    credentials ended. Called when an identity is connected and when a password is reset or
+    changed: a credential made before (perhaps by someone else) stops working at once."""
     tokens, _ = Token.objects.filter(user=user).delete()
     keys = ApiKey.objects.filter(user=user, revoked=False).update(revoked=True)
     return tokens + keys

@@ -279,3 +279,31 @@ def test_a_password_reset_revokes_the_accounts_token_and_keys_and_says_so():
     by_token = APIClient()
     by_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     assert by_token.get("/api/v1/bots/").status_code == 401
+
+
+def test_a_changed_password_revokes_the_accounts_token_and_keys_and_says_so():
+    """A person changing a leaked password kept the token and keys made with it working."""
+    from openai_api.keys import key_create
+
+    user = UserFactory(username="bob", email="bob@example.com")
+    token = Token.objects.create(user=user)
+    key, raw = key_create(user=user, name="laptop")
+    client = Client()
+    client.post("/accounts/login/", {"username": "bob", "password": PASSWORD})
+    new = "a-brand-new-pass-78"
+    done = client.post(
+        "/accounts/password/change/",
+        {"oldpassword": PASSWORD, "password1": new, "password2": new},
+        follow=True,
+    )
+    assert done.status_code == 200
+    assert (
+        "Your password was changed. The account&#x27;s API token and API keys were revoked "
+        "(2 ended): make new ones if you need them."
+    ) in done.content.decode()
+    assert not Token.objects.filter(pk=token.pk).exists()
+    key.refresh_from_db()
+    assert key.revoked is True
+    by_key = APIClient()
+    by_key.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert by_key.get("/api/v1/bots/").status_code == 401
