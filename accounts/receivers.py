@@ -1,6 +1,6 @@
 """allauth's signals that end an account's credentials (docs/accounts.md, "Who keeps access"):
-an identity connected to the account, a password reset or change, a second factor turned on (credentials
-made with the password alone do not outlive it). Adapters: the work is
+an identity connected to the account, a password reset or change, a second factor turned on
+(credentials made with the password alone do not outlive it). Adapters: the work is
 ``services.credentials_revoke``; the person is told on the next page."""
 
 from typing import Any
