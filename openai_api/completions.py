@@ -48,7 +48,11 @@ def completion_resolve(*, key: ApiKey, bot: Bot, request: ChatRequest) -> Conver
     try:
         with transaction.atomic():
             return identity.conversation_resolve(
-                key=key, bot=bot, history=request.history, explicit_session_id=request.session_id
+                key=key,
+                bot=bot,
+                history=request.history,
+                explicit_session_id=request.session_id,
+                content=request.content if not request.tool_results else "",
             )
     except errors.NotFound as exc:
         raise OpenAIError(
@@ -76,14 +80,18 @@ def completion_send(
         )
         reply = result.assistant_message
         assert reply is not None  # commands were refused in check_request
-        ApiTurn.objects.create(
+        # A retry of a failed call re-runs its reply (``turns.services.retry``): its turn is
+        # this call's now.
+        ApiTurn.objects.update_or_create(
             reply=reply,
-            session=conversation.session,
-            key=key,
-            options=request.options,
-            base_position=conversation.base_position,
-            base_hash=conversation.base_hash,
-            pending=[[result.user_message.pk, user_message.fingerprint]],
+            defaults={
+                "session": conversation.session,
+                "key": key,
+                "options": request.options,
+                "base_position": conversation.base_position,
+                "base_hash": conversation.base_hash,
+                "pending": [[result.user_message.pk, user_message.fingerprint]],
+            },
         )
         started = Started(
             session=conversation.session,

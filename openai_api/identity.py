@@ -14,7 +14,7 @@ they take no part in the chain.
 Links are written when the client's history is stored, and for the call's own message and its
 reply once the reply completes (``turn_completed``, in the worker; the view writes them too, so
 the client's next call finds them at once). A reply that failed writes none: the client's retry
-continues from before it.
+continues from before it, and the send re-runs the failed reply in place.
 """
 
 import hashlib
@@ -187,15 +187,42 @@ def _session_new(*, user: Any, bot: Bot, key: ApiKey) -> ChatSession:
     return session
 
 
+def _failed_opening(*, key: ApiKey, bot: Bot, content: str) -> ChatSession | None:
+    """The key's newest chat with ``bot`` that holds only this opening message and its failed
+    reply: a call with no history that failed (a provider down, a limit), sent again by the
+    client or its SDK's retries, continues there (the send re-runs that reply,
+    ``turns.services.retry``) instead of leaving one more chat behind per try."""
+    if not content:
+        return None
+    opening = Message.objects.filter(
+        session_id=OuterRef("pk"), seq=1, role=Message.Role.USER, content=content
+    )
+    failed = Message.objects.filter(
+        session_id=OuterRef("pk"),
+        seq=2,
+        role=Message.Role.ASSISTANT,
+        status__in=(Message.Status.FAILED, Message.Status.INTERRUPTED),
+    )
+    return (
+        ChatSession.objects.filter(api_origin__key=key, bot=bot, last_seq=2)
+        .filter(Exists(opening), Exists(failed))
+        .exclude(Exists(ChainLink.objects.filter(session_id=OuterRef("pk"))))
+        .order_by("-pk")
+        .first()
+    )
+
+
 def conversation_resolve(
     *,
     key: ApiKey,
     bot: Bot,
     history: list[ClientMessage],
     explicit_session_id: str | None,
+    content: str = "",
 ) -> Conversation:
     """Find (or make) the session the request continues and store the history it lacks. In the
-    caller's transaction."""
+    caller's transaction. ``content``: the call's own message (a failed opening is tried
+    again in its chat, ``_failed_opening``)."""
     user = key.user
     root = chain_root(user_id=user.pk, bot_id=bot.pk)
     hashes = chain_of(root, [m.fingerprint for m in history])
@@ -220,6 +247,9 @@ def conversation_resolve(
         return Conversation(session, position, chain_hash, stored_history=stored)
 
     if not history:
+        again = _failed_opening(key=key, bot=bot, content=content)
+        if again is not None:
+            return Conversation(again, 0, root)
         session = _session_new(user=user, bot=bot, key=key)
         return Conversation(session, 0, root, created=True)
 

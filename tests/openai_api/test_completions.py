@@ -506,3 +506,56 @@ def test_an_api_turns_context_record_rebuilds_what_the_provider_received(
     assert [json.dumps(m) for m in rebuilt] == [
         json.dumps(r["messages"]) for r in fake_openai.requests
     ]
+
+
+def _failing_then(fake_openai, text: str) -> None:
+    fake_openai.script(Reply(status=400, error_message="bad request"), Reply(text=text))
+
+
+def test_a_retried_failed_opening_runs_again_in_its_own_chat(stack, user, fake_bot, fake_openai):
+    """A client's (or its SDK's) retry of a first call that failed left one more chat behind
+    per try, each holding the question and a failed reply; it now re-runs that reply."""
+    _, key = new_key(user)
+    client = sdk(stack, key)
+    _failing_then(fake_openai, "Lima.")
+    opening = [{"role": "user", "content": "What is the capital of Peru?"}]
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="writer", messages=opening)
+    answer = client.chat.completions.create(model="writer", messages=opening)
+    assert answer.choices[0].message.content == "Lima."
+    [session] = ChatSession.objects.all()
+    assert _transcript(session) == [
+        ("user", "What is the capital of Peru?"),
+        ("assistant", "Lima."),
+    ]
+    # ... and the conversation goes on from there.
+    fake_openai.script(Reply(text="Santiago."))
+    going_on = [*opening, {"role": "assistant", "content": "Lima."}]
+    going_on.append({"role": "user", "content": "And of Chile?"})
+    client.chat.completions.create(model="writer", messages=going_on)
+    assert ChatSession.objects.count() == 1
+    assert _transcript(session)[-1] == ("assistant", "Santiago.")
+
+
+def test_a_retried_failed_call_mid_conversation_runs_its_reply_again(
+    stack, user, fake_bot, fake_openai
+):
+    _, key = new_key(user)
+    client = sdk(stack, key)
+    fake_openai.script(Reply(text="Lima."))
+    opening = [{"role": "user", "content": "What is the capital of Peru?"}]
+    client.chat.completions.create(model="writer", messages=opening)
+    going_on = [*opening, {"role": "assistant", "content": "Lima."}]
+    going_on.append({"role": "user", "content": "And of Chile?"})
+    _failing_then(fake_openai, "Santiago.")
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="writer", messages=going_on)
+    answer = client.chat.completions.create(model="writer", messages=going_on)
+    assert answer.choices[0].message.content == "Santiago."
+    [session] = ChatSession.objects.all()
+    assert _transcript(session) == [
+        ("user", "What is the capital of Peru?"),
+        ("assistant", "Lima."),
+        ("user", "And of Chile?"),
+        ("assistant", "Santiago."),
+    ]
