@@ -665,6 +665,14 @@ def test_remember_reports_a_refused_save():
     assert reply.text == "I could not save that: name: 'locker_code' is a snapshot"
 
 
+def test_remember_after_a_mention_saves_in_a_room():
+    """A room's "@beta remember …" was answered "Noted." and saved nothing."""
+    question = {"role": "user", "content": "@beta remember my locker code is 4471"}
+    [save] = generate("recall", [BOT, question], tools=RECALL_TOOLS).tool_calls
+    assert save["function"]["name"] == "save_record"
+    assert json.loads(save["function"]["arguments"])["body"] == "My locker code is 4471."
+
+
 def test_remember_without_the_save_tool_just_acknowledges():
     assert ask("Remember that my locker code is 4471", BOT).text == NOTED_TEXT
     assert ask("Remember that my locker code is 4471", BOT, tools=[READ, SEARCH]).text == NOTED_TEXT
@@ -685,6 +693,9 @@ def test_remember_as_a_question_is_a_question():
         ("remember, I prefer aisle seats!", "I prefer aisle seats!", "prefer_aisle_seats"),
         ("Remember my sister's name is Clara", "My sister's name is Clara.", "sister_name_clara"),
         ("Remember 我喜欢绿茶", "我喜欢绿茶.", "note_3ec65d42"),
+        # a room's message to one bot: the mention is who it is for, not the fact
+        ("@beta remember my locker code is 4471", "My locker code is 4471.", "locker_code"),
+        ("@beta, @gamma: Remember that I prefer tea", "I prefer tea.", "prefer_tea"),
     ],
 )
 def test_remembered_fact_and_record_name(message, fact, name):

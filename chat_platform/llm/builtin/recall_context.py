@@ -66,7 +66,8 @@ _OWN_LINE = re.compile(
     r"^\s*(?:Saved as [a-z0-9_-]{1,80}\.|I could not save that: .*|Noted\.)\s*$|"
     + re.escape(NO_MATCH_TEXT)
 )
-REMEMBER = re.compile(r"^\s*remember\b[\s,:;-]*(?:that\b\s*)?", re.IGNORECASE)
+# "remember …", after any leading @mentions (a room's message to one bot names it first).
+REMEMBER = re.compile(r"^\s*(?:@[\w.-]+[\s,:;]*)*remember\b[\s,:;-]*(?:that\b\s*)?", re.IGNORECASE)
 # A speaker label inside a line (search excerpts run several transcript lines together).
 _INLINE_SPEAKER = re.compile(
     rf"\s+(?=\[\d+\]\s*(?:{STAMP}\s+)?(?:user|assistant|tool|system)\b)", re.IGNORECASE
