@@ -80,19 +80,20 @@ def completion_send(
         )
         reply = result.assistant_message
         assert reply is not None  # commands were refused in check_request
-        # A retry of a failed call re-runs its reply (``turns.services.retry``): its turn is
-        # this call's now.
-        ApiTurn.objects.update_or_create(
-            reply=reply,
-            defaults={
-                "session": conversation.session,
-                "key": key,
-                "options": request.options,
-                "base_position": conversation.base_position,
-                "base_hash": conversation.base_hash,
-                "pending": [[result.user_message.pk, user_message.fingerprint]],
-            },
-        )
+        turn = {
+            "session": conversation.session,
+            "key": key,
+            "options": request.options,
+            "base_position": conversation.base_position,
+            "base_hash": conversation.base_hash,
+            "pending": [[result.user_message.pk, user_message.fingerprint]],
+        }
+        if result.created:
+            ApiTurn.objects.create(reply=reply, **turn)
+        else:
+            # A retry of a failed call re-runs its reply (``turns.services.retry``): its turn
+            # is this call's now.
+            ApiTurn.objects.update_or_create(reply=reply, defaults=turn)
         started = Started(
             session=conversation.session,
             user_message=result.user_message,

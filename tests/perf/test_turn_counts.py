@@ -452,7 +452,9 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
 
     assert body.endswith("data: [DONE]\n\n")
     assert '"content": "three."' in body.replace('":"', '": "')
-    # web, 25: the key, its user, the bot, the quota; the new session and its API session; the
+    # web, 26: the key, its user, the bot, the quota; a failed opening of the same message to
+    # run again (openai_api/identity.py, +1: a retried first call made a new chat per try),
+    # else the new session and its API session; the
     # send (session, quota again, the chat's last message, two savepoints, seqs, the pair
     # written, title, gauge, the API turn, dispatched_at); the finished reply read when its last
     # frame came, its API turn and the call's chain written. worker, 18: the REST turn's 15,
@@ -460,7 +462,7 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
     # task's 4, apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
     # heavy-request slot on /v1, no REST waiter).
     assert counting.summary() == {
-        "sql_web": 25,
+        "sql_web": 26,
         "sql_worker": 18,
         "sql_tasks": {EMBED: 3},
         "redis": 2,
