@@ -7,10 +7,12 @@ ids the URL patterns refuse, errors in middleware) through ``ApiErrorShapeMiddle
 OpenAPI schema documents the same errors (``AutoSchema``, ``api_errors``).
 """
 
+import io
 from collections.abc import Callable
 from typing import Any
 
 import structlog
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -60,6 +62,42 @@ def secret_response(body: dict, status: int = 200) -> Response:
     response["Cache-Control"] = "no-store"
     response["Pragma"] = "no-cache"
     return response
+
+
+class ChunkedJsonBodyMiddleware:
+    """A JSON body under /api/ sent without a ``Content-Length`` (chunked: the ASGI server
+    relays it whole): DRF reads a body by that header and took it for empty ("This field is
+    required." for every field). It is read here, at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (a
+    larger one is ``payload_too_large``, as with the header), and given its length."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if (
+            request.method in ("POST", "PUT", "PATCH")
+            and not request.META.get("CONTENT_LENGTH")
+            and request.content_type == "application/json"
+            and _is_api_path(request.path)
+        ):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            body = request.read(limit + 1) if limit is not None else request.read()
+            if limit is not None and len(body) > limit:
+                return JsonResponse(
+                    {
+                        "error": {
+                            "code": "payload_too_large",
+                            "message": "The request body is too large.",
+                            "details": {},
+                        }
+                    },
+                    status=413,
+                )
+            # As Django's own ``HttpRequest.body`` keeps a body it read: readable again.
+            request._body = body  # noqa: SLF001
+            request._stream = io.BytesIO(body)  # type: ignore[assignment]  # noqa: SLF001
+            request.META["CONTENT_LENGTH"] = str(len(body))
+        return self.get_response(request)
 
 
 class ApiCommonMiddleware(CommonMiddleware):

@@ -124,6 +124,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # A chunked JSON body under /api/ read and given its length (DRF reads by it).
+    "chat_platform.api.ChunkedJsonBodyMiddleware",
     # Django's, but a POST, PATCH, PUT or DELETE under an API is never redirected to the path
     # with a slash (chat_platform/api.py).
     "chat_platform.api.ApiCommonMiddleware",
