@@ -33,6 +33,7 @@ from bots import realtime
 from bots.exchanges import recall_exchange_store
 from bots.models import Bot, Message
 from chat_platform.errors import ValidationFailed
+from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
 from chat_platform.llm.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     count_message_tokens,
@@ -49,6 +50,7 @@ from tools.queries import tool_servers_named, tool_servers_usable_named
 from tools.realtime import notify_tool_finished, notify_tool_started
 from tools.services import tool_server_endpoint
 
+MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 log = structlog.get_logger(__name__)
 
 ARGUMENTS_MAX_CHARS = 20_000
@@ -342,9 +344,17 @@ class ToolLoop:
         return [t.schema for t in self.offered] if self.open else []
 
     def wanted(self, calls: list[dict[str, Any]]) -> bool:
-        """Whether ``calls`` (the platform's share of a completion's calls) ask for a tool."""
+        """Whether ``calls`` (the platform's share of a completion's calls) are a tool round:
+        one names an offered tool, or anything but a memory tool (recall answers those). A
+        name nobody offers (a model's own ``add`` for ``calc__add``) is the result ``[tool
+        failed: no tool named …]``: recall's answer to it listed only the memory tools, as if
+        the bot had no others, and stored the call's arguments as ``{}``."""
         return self.open and any(
-            isinstance(c.get("function"), dict) and c["function"].get("name") in self.functions
+            isinstance(c.get("function"), dict)
+            and (
+                c["function"].get("name") in self.functions
+                or c["function"].get("name") not in MEMORY_TOOLS
+            )
             for c in calls
         )
 

@@ -310,3 +310,30 @@ def test_the_built_in_model_says_a_named_tool_failed(owner, tool_server, mcp_ser
     assert result.tool_ok is False and result.content.startswith("[tool failed: ")
     reason = result.content[len("[tool failed: ") : -1]
     assert (reply.status, reply.content) == ("complete", f"boom failed: {reason}")
+
+
+def test_a_call_to_a_name_nobody_offers_fails_as_a_tool_result(
+    tool_bot, fake_openai, mcp_server, frames
+):
+    """Models shorten names (``add`` for ``calc__add``): recall answered such a call with
+    "[unknown tool: add; the tools are read_records, search_records and save_record]", as if
+    the bot had no other tools, and stored its arguments as {}."""
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("add", {"a": 2, "b": 40}, "call_1")]),
+        Reply(text="I will use calc__add next time."),
+    )
+    session, reply = _ask(tool_bot, "What is 2 + 40?")
+
+    turn.turn_run(message_id=reply.pk)
+
+    call = Message.objects.get(session=session, seq=2)
+    assert call.tool_calls[0]["function"] == {"name": "add", "arguments": '{"a": 2, "b": 40}'}
+    result = Message.objects.get(session=session, seq=3)
+    assert (result.role, result.content, result.tool_name, result.tool_ok) == (
+        "tool",
+        "[tool failed: no tool named add]",
+        "add",
+        False,
+    )
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "I will use calc__add next time.")
