@@ -19,7 +19,10 @@ from chat_platform.llm.builtin.recall import (
 )
 from chat_platform.llm.builtin.recall_context import read_files_request
 from chat_platform.llm.builtin.text import sentences
-from chat_platform.llm.recall_protocol import INDEX_HELP  # what the pipeline puts in the block
+from chat_platform.llm.recall_protocol import (  # what the pipeline puts in the block
+    INDEX_HEADER,
+    INDEX_HELP,
+)
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 
 
@@ -663,6 +666,25 @@ def test_remember_reports_a_refused_save():
     reply = generate("recall", messages, tools=RECALL_TOOLS)
 
     assert reply.text == "I could not save that: name: 'locker_code' is a snapshot"
+
+
+def test_remember_never_writes_over_another_fact_of_the_same_name():
+    """Saving is an upsert by name: the 5C code replaced the 3B one (both door_code_flat)."""
+    index = {
+        "role": "system",
+        "content": f"{INDEX_HEADER}\n{INDEX_HELP}\n"
+        "- door_code_flat (info): The door code for flat 3B is 4471.\n"
+        "- door_code_flat_2 (info): The door code for flat 7A is 1234.",
+    }
+
+    def saved_name(text):
+        question = {"role": "user", "content": text}
+        [save] = generate("recall", [BOT, index, question], tools=RECALL_TOOLS).tool_calls
+        return json.loads(save["function"]["arguments"])["name"]
+
+    assert saved_name("Remember the door code for flat 5C is 9902.") == "door_code_flat_3"
+    # the same fact again keeps its record
+    assert saved_name("Remember the door code for flat 3B is 4471.") == "door_code_flat"
 
 
 def test_remember_after_a_mention_saves_in_a_room():

@@ -371,6 +371,19 @@ def _description(fact: str) -> str:
     return fact[: DESCRIPTION_MAX_CHARS - 1].rstrip() + "\u2026"
 
 
+def _free_name(name: str, description: str, listed: list[IndexEntry]) -> str:
+    """``name``, or ``name_2``, ``name_3``… when the memory index lists a record of that name
+    that says something else: saving is an upsert by name, and "the door code for flat 5C"
+    wrote over "the door code for flat 3B" (both ``door_code_flat``), or was refused when a
+    chat's own record had the name. The same fact again keeps its name."""
+    taken = {entry.name: entry.description for entry in listed}
+    for n in range(1, 100):
+        candidate = name if n == 1 else f"{name[:76]}_{n}"
+        if taken.get(candidate, description) == description:
+            return candidate
+    return name
+
+
 def _remember(
     messages: list[dict],
     question: str,
@@ -386,7 +399,7 @@ def _remember(
     fact = remembered_fact(question)
     if fact and may_call and "save" not in done.kinds and _offered(tools, SAVE_TOOL):
         arguments = {
-            "name": record_name(fact),
+            "name": _free_name(record_name(fact), _description(fact), index_entries(messages)),
             "description": _description(fact),
             "body": fact,
             "scope": "bot",
