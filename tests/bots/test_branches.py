@@ -147,6 +147,27 @@ def test_regenerating_a_reply_keeps_the_old_one_as_the_other_version(
     assert points == {"points": [{"seq": 4, "versions": [chat.pk, branch_id], "current": 1}]}
 
 
+def test_a_branch_keeps_the_chats_own_instruction_and_model(chat, owner_client, fake_openai):
+    """The chat's instruction and chosen model are the chat's: a regenerated reply ran without
+    the instruction, on the bot's default model (docs/attachments.md "Per-chat settings")."""
+    ChatSession.objects.filter(pk=chat.pk).update(
+        extra_instruction="Always answer in French.", model_override=chat.bot.model
+    )
+    fake_openai.script(Reply(text="Réponse deux."))
+    answer_two = Message.objects.get(session=chat, seq=4)
+
+    response = owner_client.post(f"/api/v1/messages/{answer_two.pk}/regenerate/", {}, "json")
+
+    assert response.status_code == 201, response.json()
+    branch = ChatSession.objects.get(pk=response.json()["session"]["id"])
+    assert (branch.extra_instruction, branch.model_override) == (
+        "Always answer in French.",
+        chat.bot.model,
+    )
+    system = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "system"]
+    assert "Always answer in French." in "\n".join(system)
+
+
 def test_all_versions_of_one_message_are_siblings_and_earlier_points_show_on_a_branch(
     chat, owner_client, fake_openai
 ):

@@ -80,6 +80,9 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
         branch_seq=at_seq,
         reply_mode=session.reply_mode,
         is_room=session.is_room,
+        # The chat's own settings go with it: the branch's reply ran without them.
+        extra_instruction=session.extra_instruction,
+        model_override=session.model_override,
     )
     do_branch_copy(session=session, branch=branch, at_seq=at_seq)
     return branch
