@@ -627,3 +627,23 @@ def test_a_large_file_is_streamed_not_held(owner, bot, tmp_path, count, share):
         (count + 1) * 9
     )
     assert peak < size / share, (peak, size)
+
+
+def test_a_chat_with_an_undone_summary_round_trips(owner, owner_client, lived_session):
+    """An undone (reverted) summary's chat exported a file its own import refused ("status:
+    must be one of active, superseded"), and so did every imported room, whose seats'
+    summaries are imported undone."""
+    from compaction.models import Summary
+
+    summary = Summary.objects.filter(session=lived_session, status="active").first()
+    undone = owner_client.post(f"/api/v1/summaries/{summary.pk}/revert/", {}, format="json")
+    assert undone.status_code == 200, undone.json()
+    first = _body(owner_client.get(f"/api/v1/sessions/{lived_session.pk}/export/?format=json"))
+    assert "reverted" in [s["status"] for s in json.loads(first)["summaries"]]
+
+    new_id = _done(imported(owner_client, lived_session.bot, first))["imported"][0]["session"]
+
+    again = json.loads(_body(owner_client.get(f"/api/v1/sessions/{new_id}/export/?format=json")))
+    assert _strip_ids(again) == _strip_ids(json.loads(first))
+    copy = Summary.objects.get(session_id=new_id, status="reverted")
+    assert (copy.held, copy.reverted_at is not None) == (False, True)

@@ -31,7 +31,9 @@ from transfer.services.common import (
 from transfer.streaming import Item, refused
 
 TOKENS_MAX = 100_000_000
-SUMMARY_STATUSES = [s for s in Summary.Status.values if s in ("active", "superseded")]
+# Undone (reverted) summaries too: an export of a chat with one, or of an imported room (whose
+# seats' summaries are imported undone), is imported again (docs/transfer.md).
+SUMMARY_STATUSES = [s for s in Summary.Status.values if s in ("active", "superseded", "reverted")]
 LOSSLESS_KEYS = ("session", "summaries", "records", "compaction_events", "messages", "branches")
 
 
@@ -136,11 +138,15 @@ class _Lossless:
         )
         if parents:
             summary.parents.set(parents)
+        created_at = f.when(raw.get("created_at"), f"{where}.created_at")
         Summary.objects.filter(pk=summary.pk).update(
-            created_at=f.when(raw.get("created_at"), f"{where}.created_at"),
+            created_at=created_at,
             superseded_at=f.when(
                 raw.get("superseded_at"), f"{where}.superseded_at", allow_null=True
             ),
+            # Undone, not held: the export says nothing of a hold, and a held span would never
+            # be compacted again.
+            reverted_at=created_at if summary.status == Summary.Status.REVERTED else None,
         )
         self.summaries[ref or 0] = summary
 
