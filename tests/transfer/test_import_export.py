@@ -647,3 +647,24 @@ def test_a_chat_with_an_undone_summary_round_trips(owner, owner_client, lived_se
     assert _strip_ids(again) == _strip_ids(json.loads(first))
     copy = Summary.objects.get(session_id=new_id, status="reverted")
     assert (copy.held, copy.reverted_at is not None) == (False, True)
+
+
+def test_a_message_holding_an_attached_files_text_is_imported(owner, owner_client, lived_session):
+    """A message's text holds its attached files' text (up to 20 MB): its chat's export was
+    refused at import ("longer than 1,048,576 bytes")."""
+    exported = json.loads(
+        _body(owner_client.get(f"/api/v1/sessions/{lived_session.pk}/export/?format=json"))
+    )
+    first_user = next(m for m in exported["messages"] if m["role"] == "user")
+    first_user["content"] += "\n" + "notes " * 400_000  # 2.4 MB: a text file's
+    new_id = _done(imported(owner_client, lived_session.bot, json.dumps(exported).encode()))[
+        "imported"
+    ][0]["session"]
+    assert (
+        Message.objects.get(session_id=new_id, seq=first_user["seq"]).content
+        == (first_user["content"])
+    )
+    too_big = dict(exported)
+    first_user["content"] = "x" * (22 * 1024 * 1024)
+    refused = imported(owner_client, lived_session.bot, json.dumps(too_big).encode())
+    assert refused["status"] == "failed" and "longer than" in refused["error"]["message"]

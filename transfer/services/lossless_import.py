@@ -240,7 +240,13 @@ class _Lossless:
         if status in (Message.Status.PENDING, Message.Status.STREAMING):
             status = Message.Status.INTERRUPTED  # no turn runs for an imported reply
             self.unfinished += 1
-        content = f.text(raw.get("content", ""), f"{where}.content")
+        # A message's text holds its attached files' text too (docs/attachments.md): a chat
+        # with a 5 MB file attached was exported by a file its import refused.
+        content = f.text(
+            raw.get("content", ""),
+            f"{where}.content",
+            max_bytes=settings.MESSAGE_MAX_BYTES + settings.ATTACHMENT_MESSAGE_MAX_BYTES,
+        )
         model = f.text(raw.get("model", ""), f"{where}.model", max_bytes=200)
         stated = (
             f.integer(raw.get("token_count", 0), f"{where}.token_count", maximum=TOKENS_MAX) or 0
