@@ -668,3 +668,26 @@ def test_a_message_holding_an_attached_files_text_is_imported(owner, owner_clien
     first_user["content"] = "x" * (22 * 1024 * 1024)
     refused = imported(owner_client, lived_session.bot, json.dumps(too_big).encode())
     assert refused["status"] == "failed" and "longer than" in refused["error"]["message"]
+
+
+@pytest.mark.parametrize("spoil", ["same_client_id", "same_reply_to"])
+def test_data_the_checks_did_not_foresee_is_a_validation_error_not_a_crash(
+    owner, owner_client, lived_session, spoil
+):
+    """Two messages with one client_id or one reply_to (or, on SQLite, a date past year 9999
+    in a time zone): the job ended internal_error (a logged crash); nothing is imported either
+    way."""
+    exported = json.loads(
+        _body(owner_client.get(f"/api/v1/sessions/{lived_session.pk}/export/?format=json"))
+    )
+    messages = exported["messages"]
+    if spoil == "same_client_id":
+        messages[0]["client_id"] = messages[2]["client_id"] = "twice"
+    else:
+        replies = [m for m in messages if m.get("reply_to")]
+        replies[1]["reply_to"] = replies[0]["reply_to"]
+    before = _stored_counts()
+    job = imported(owner_client, lived_session.bot, json.dumps(exported).encode())
+    assert (job["status"], job["error"]["code"]) == ("failed", "validation_error"), job
+    assert job["error"]["message"].startswith("The file could not be imported")
+    assert _stored_counts() == before

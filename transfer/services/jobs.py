@@ -22,7 +22,7 @@ from typing import IO, Any
 import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -339,4 +339,20 @@ def import_job_child_run(*, job_id: int, on_progress: Any) -> dict[str, Any]:
         )
     except PlatformError as exc:
         return {"error": exc.as_dict()}
+    except FILE_DATA_ERRORS as exc:
+        # What the checks did not foresee in a file's data (two messages with one client_id or
+        # one reply_to, a date past the year 9999 in a time zone, a NUL where no field check
+        # looked): the database or the clock refused it, the transaction was rolled back. The
+        # file's fault, said as such — it ended as a crash ("internal_error").
+        log.warning("import_file_refused", job_id=job_id, error=str(exc)[:500])
+        message = (
+            "The file could not be imported: its data breaks a rule of the chats it would "
+            f"make ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else '-'}"
+            "). Nothing was imported."
+        )
+        return {"error": {"code": "validation_error", "message": message, "details": {}}}
     return {"result": result.as_dict()}
+
+
+# Errors a file's data can raise past the field checks (``import_job_child_run``).
+FILE_DATA_ERRORS = (IntegrityError, DataError, OverflowError, UnicodeError)
