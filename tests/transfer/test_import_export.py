@@ -691,3 +691,14 @@ def test_data_the_checks_did_not_foresee_is_a_validation_error_not_a_crash(
     assert (job["status"], job["error"]["code"]) == ("failed", "validation_error"), job
     assert job["error"]["message"].startswith("The file could not be imported")
     assert _stored_counts() == before
+
+
+def test_a_seq_at_the_columns_maximum_is_refused(owner, owner_client, lived_session):
+    """Imported at 2,147,483,647, every later send of the chat answered 500 on PostgreSQL."""
+    exported = json.loads(
+        _body(owner_client.get(f"/api/v1/sessions/{lived_session.pk}/export/?format=json"))
+    )
+    exported["messages"][-1]["seq"] = 2**31 - 1
+    job = imported(owner_client, lived_session.bot, json.dumps(exported).encode())
+    assert (job["status"], job["error"]["code"]) == ("failed", "validation_error")
+    assert "must be between 1 and 1,000,000,000" in job["error"]["message"]

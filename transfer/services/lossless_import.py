@@ -33,6 +33,8 @@ from transfer.streaming import Item, refused
 TOKENS_MAX = 100_000_000
 # Undone (reverted) summaries too: an export of a chat with one, or of an imported room (whose
 # seats' summaries are imported undone), is imported again (docs/transfer.md).
+# The highest seq an imported message may have (``_Lossless.message``).
+SEQ_MAX = 1_000_000_000
 SUMMARY_STATUSES = [s for s in Summary.Status.values if s in ("active", "superseded", "reverted")]
 LOSSLESS_KEYS = ("session", "summaries", "records", "compaction_events", "messages", "branches")
 
@@ -230,7 +232,9 @@ class _Lossless:
     def message(self, raw: dict[str, Any], where: str) -> None:
         session = self.need_session(where)
         assert self.writer is not None
-        seq = f.integer(raw.get("seq"), f"{where}.seq", minimum=1) or 0
+        # Room above it for the chat to go on: at the column's maximum every later send of
+        # the chat failed (PostgreSQL: numeric value out of range).
+        seq = f.integer(raw.get("seq"), f"{where}.seq", minimum=1, maximum=SEQ_MAX) or 0
         if seq <= self.last_seq:
             raise refused(f"{where}.seq: {seq} does not follow {self.last_seq}: seqs must rise.")
         self.last_seq = seq
