@@ -17,7 +17,7 @@ from bots.transitions import UNFINISHED, allocate_seqs
 from chat_platform.dbwrite import rows_update
 
 # What an imported message keeps of its own once inserted (auto_now stamped it on insert).
-STAMPS_AND_ANSWER = ("created_at", "updated_at", "reply_to")
+STAMPS_AND_ANSWER = ("created_at", "updated_at", "reply_to", "prompted_by")
 
 # --- branches: a chat that starts as a copy of another's first messages ------------------------
 
@@ -122,6 +122,10 @@ def messages_import(
     )
     for message, seq in zip(created, reply_to_seqs, strict=True):
         message.reply_to_id = ids.get(seq) if seq is not None else None
+        if message.role == Message.Role.ASSISTANT and message.prompted_by_id is None:
+            # The question a reply answers: what Retry and Regenerate run it again for (an
+            # imported failed reply could not be retried: "answers no message").
+            message.prompted_by_id = message.reply_to_id
     # Their own stamps and answers, without bulk_update's CASE per row (chat_platform.dbwrite).
     rows_update(Message, created, STAMPS_AND_ANSWER)
     ChatSession.objects.filter(pk=session_id, last_seq__lt=created[-1].seq).update(

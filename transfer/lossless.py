@@ -42,6 +42,7 @@ MESSAGE_FIELDS = (
     "tool_calls",
     "tool_call_id",
     "tool_name",
+    "tool_ok",
     "error_code",
     "error_message",
     "client_id",

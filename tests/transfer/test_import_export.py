@@ -702,3 +702,28 @@ def test_a_seq_at_the_columns_maximum_is_refused(owner, owner_client, lived_sess
     job = imported(owner_client, lived_session.bot, json.dumps(exported).encode())
     assert (job["status"], job["error"]["code"]) == ("failed", "validation_error")
     assert "must be between 1 and 1,000,000,000" in job["error"]["message"]
+
+
+def test_an_imported_failed_reply_is_retried_and_replies_name_their_bot(
+    owner, owner_client, lived_session
+):
+    """An imported failed reply could not be retried ("Only a failed or interrupted reply can
+    be retried": it answered no message), replies named no bot, and a tool result lost its
+    ok flag."""
+    exported = json.loads(
+        _body(owner_client.get(f"/api/v1/sessions/{lived_session.pk}/export/?format=json"))
+    )
+    last = [m for m in exported["messages"] if (m["role"], m["kind"]) == ("assistant", "chat")]
+    last[-1].update(status="failed", error_code="model_unavailable", error_message="Down.")
+    new_id = _done(imported(owner_client, lived_session.bot, json.dumps(exported).encode()))[
+        "imported"
+    ][0]["session"]
+    listed = owner_client.get(f"/api/v1/sessions/{new_id}/messages/").json()
+    bot = lived_session.bot
+    assert {json.dumps(m["bot"]) for m in listed if m["role"] == "assistant"} == {
+        json.dumps({"id": bot.pk, "slug": bot.slug, "name": bot.name})
+    }
+    failed = next(m for m in listed if m["seq"] == last[-1]["seq"])
+    assert failed["status"] == "failed"
+    retried = owner_client.post(f"/api/v1/messages/{failed['id']}/retry/")
+    assert retried.status_code == 202, retried.json()

@@ -96,6 +96,9 @@ class MessageWriter:
         self.count = 0
 
     def add(self, message: Message, reply_to_seq: int | None = None) -> None:
+        if message.role == Message.Role.ASSISTANT and message.bot_id is None:
+            # Its bot is the chat's: an imported reply named none (``bot: null``).
+            message.bot_id = self.session.bot_id
         self.pending.append(message)
         self.reply_to.append(reply_to_seq)
         if len(self.pending) >= BATCH:

@@ -297,6 +297,11 @@ class _Lossless:
                     raw.get("tool_call_id", ""), f"{where}.tool_call_id", max_bytes=100
                 ),
                 tool_name=f.text(raw.get("tool_name", ""), f"{where}.tool_name", max_bytes=100),
+                tool_ok=(
+                    None
+                    if raw.get("tool_ok") is None
+                    else f.boolean(raw.get("tool_ok"), f"{where}.tool_ok")
+                ),
                 error_code=f.text(raw.get("error_code", ""), f"{where}.error_code", max_bytes=64),
                 error_message=f.text(raw.get("error_message", ""), f"{where}.error_message"),
                 client_id=f.text(raw.get("client_id", ""), f"{where}.client_id", max_bytes=100),
