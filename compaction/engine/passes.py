@@ -70,6 +70,11 @@ def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]
         return RunResult("failed", "internal_error", pressure, pressure, None, event)
 
 
+# builtin/extractive's budget, as a share of the tokens the summary replaces (``summarise``).
+EXTRACTIVE_MODEL = "builtin/extractive"
+EXTRACTIVE_SHARE_PERCENT = 50
+
+
 def summarise(
     session: ChatSession,
     plan: Plan,
@@ -93,6 +98,12 @@ def summarise(
     (docs/connections.md "Daily token limits")."""
     config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
     max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
+    if config.model == EXTRACTIVE_MODEL:
+        # It keeps what fits its budget, and its labelled lines ("[12] 2024-03-08 13:57Z user:")
+        # outweigh short messages' stored counts: under a share of the source's own tokens, or
+        # a chat of short facts got summaries no shorter than what they replaced (not_shorter,
+        # pass after pass; docs/compaction.md "Summaries").
+        max_tokens = min(max_tokens, max(1, replaced_tokens * EXTRACTIVE_SHARE_PERCENT // 100))
     with usage.quota_charge(
         user_id=session.user_id,
         sends=request_tokens(transcript, plan.focus, config.model) if sends is None else sends,

@@ -54,7 +54,8 @@ def test_compact_that_would_grow_the_context_says_so_and_changes_nothing(
     notice = body["notice"]
     assert (notice["role"], notice["kind"]) == ("system", "notice")
     assert notice["content"] == (
-        "Nothing to compact: with a summary in place the context would be 333 tokens, not "
+        # 269 (was 333): builtin/extractive keeps at most half the tokens a summary replaces
+        "Nothing to compact: with a summary in place the context would be 269 tokens, not "
         "less than the 224 it is now. Nothing was changed."
     )
     compaction = body["compaction"]
@@ -75,7 +76,7 @@ def test_compact_that_would_grow_the_context_says_so_and_changes_nothing(
     )
     assert event.trigger == "manual"
     assert event.error == (
-        "With the summary in place the context would be 333 tokens, not less than the 224 it is."
+        "With the summary in place the context would be 269 tokens, not less than the 224 it is."
     )
 
 
@@ -99,6 +100,44 @@ def test_the_api_compaction_of_the_same_chat_is_not_checked(
     assert (body["outcome"], body["tokens_before"], body["tokens_after"]) == (
         "compacted",
         224,
-        333,
+        269,  # 333 before builtin/extractive's budget was half the tokens replaced
     )
     assert Summary.objects.filter(session=chat_session).count() == 1
+
+
+FACTS = [
+    "My dentist is Dr. Albuquerque on Rua Augusta 12.",
+    "The flight JL7079 leaves Lisbon at 09:40 on March 3.",
+    "My sister Clara plays the cello in Porto.",
+    "The door code for flat 3B is 4471.",
+    "I moved to Alfama in May 2021.",
+    "My manager Rui wants the Q3 report by June 14.",
+    "The gym on Rua do Ouro opens at 6:30.",
+    "Our offsite is in Sintra on May 28.",
+    "My passport number ends in 8812.",
+    "I prefer aisle seats on long flights.",
+    "The parcel for order 4411 ships Monday.",
+    "My cat Biscuit turns 4 on April 9.",
+]
+
+
+def test_a_chat_of_short_facts_compacts_on_the_built_in_summariser(
+    owner_client, chat_session, eager_tasks
+):
+    """Its labelled lines (``[3] 2026-12-06 05:48Z user: …``) outweigh short messages' stored
+    counts: the summary of a chat of short facts was never shorter than what it replaced, and
+    every pass was rejected (not_shorter) while the context grew."""
+    from tests.factories import message_add
+
+    for fact in FACTS:
+        message_add(chat_session, role="user", content=fact)
+        message_add(chat_session, role="assistant", content="Noted.")
+    session_context_recount(session_id=chat_session.pk)
+    message_add(chat_session, role="user", content="What is the door code?")
+    session_context_recount(session_id=chat_session.pk)
+    response = owner_client.post(f"/api/v1/sessions/{chat_session.pk}/compact/", {}, format="json")
+    body = response.json()
+    assert (body["outcome"], body["reason"]) == ("compacted", ""), body
+    summary = Summary.objects.get(session=chat_session)
+    assert summary.token_count < summary.source_tokens
+    assert body["tokens_after"] < body["tokens_before"]
