@@ -75,6 +75,20 @@ EXTRACTIVE_MODEL = "builtin/extractive"
 EXTRACTIVE_SHARE_PERCENT = 50
 
 
+def _summary_max_tokens(
+    session: ChatSession, config: gateway.ModelConfig, replaced_tokens: int
+) -> int:
+    """The summary's output budget: a tenth of the summariser's window, at most
+    ``MAX_SUMMARY_TOKENS``. builtin/extractive keeps what fits its budget, and its labelled
+    lines ("[12] 2024-03-08 13:57Z user:") outweigh short messages' stored counts: it gets at
+    most a share of the tokens it replaces, or a chat of short facts got summaries no shorter
+    than their source (not_shorter, pass after pass; docs/models.md)."""
+    max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
+    if config.model == EXTRACTIVE_MODEL:
+        max_tokens = min(max_tokens, max(1, replaced_tokens * EXTRACTIVE_SHARE_PERCENT // 100))
+    return max_tokens
+
+
 def summarise(
     session: ChatSession,
     plan: Plan,
@@ -97,13 +111,7 @@ def summarise(
     is written: a limit it does not fit raises ``QuotaExceeded``, no snapshot, no event, no call
     (docs/connections.md "Daily token limits")."""
     config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
-    max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
-    if config.model == EXTRACTIVE_MODEL:
-        # It keeps what fits its budget, and its labelled lines ("[12] 2024-03-08 13:57Z user:")
-        # outweigh short messages' stored counts: under a share of the source's own tokens, or
-        # a chat of short facts got summaries no shorter than what they replaced (not_shorter,
-        # pass after pass; docs/compaction.md "Summaries").
-        max_tokens = min(max_tokens, max(1, replaced_tokens * EXTRACTIVE_SHARE_PERCENT // 100))
+    max_tokens = _summary_max_tokens(session, config, replaced_tokens)
     with usage.quota_charge(
         user_id=session.user_id,
         sends=request_tokens(transcript, plan.focus, config.model) if sends is None else sends,

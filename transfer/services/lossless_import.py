@@ -244,13 +244,7 @@ class _Lossless:
         if status in (Message.Status.PENDING, Message.Status.STREAMING):
             status = Message.Status.INTERRUPTED  # no turn runs for an imported reply
             self.unfinished += 1
-        # A message's text holds its attached files' text too (docs/attachments.md): a chat
-        # with a 5 MB file attached was exported by a file its import refused.
-        content = f.text(
-            raw.get("content", ""),
-            f"{where}.content",
-            max_bytes=settings.MESSAGE_MAX_BYTES + settings.ATTACHMENT_MESSAGE_MAX_BYTES,
-        )
+        content = _content(raw, where)
         model = f.text(raw.get("model", ""), f"{where}.model", max_bytes=200)
         stated = (
             f.integer(raw.get("token_count", 0), f"{where}.token_count", maximum=TOKENS_MAX) or 0
@@ -297,11 +291,7 @@ class _Lossless:
                     raw.get("tool_call_id", ""), f"{where}.tool_call_id", max_bytes=100
                 ),
                 tool_name=f.text(raw.get("tool_name", ""), f"{where}.tool_name", max_bytes=100),
-                tool_ok=(
-                    None
-                    if raw.get("tool_ok") is None
-                    else f.boolean(raw.get("tool_ok"), f"{where}.tool_ok")
-                ),
+                tool_ok=_tool_ok(raw, where),
                 error_code=f.text(raw.get("error_code", ""), f"{where}.error_code", max_bytes=64),
                 error_message=f.text(raw.get("error_message", ""), f"{where}.error_message"),
                 client_id=f.text(raw.get("client_id", ""), f"{where}.client_id", max_bytes=100),
@@ -325,6 +315,21 @@ class _Lossless:
             session=session, position=position, fork_seq=fork_seq, messages=messages
         )
         self.branches += 1
+
+
+def _content(raw: dict[str, Any], where: str) -> str:
+    """A message's text, which holds its attached files' text too (docs/attachments.md): a
+    chat with a 5 MB file attached was exported by a file its import refused."""
+    return f.text(
+        raw.get("content", ""),
+        f"{where}.content",
+        max_bytes=settings.MESSAGE_MAX_BYTES + settings.ATTACHMENT_MESSAGE_MAX_BYTES,
+    )
+
+
+def _tool_ok(raw: dict[str, Any], where: str) -> bool | None:
+    value = raw.get("tool_ok")
+    return None if value is None else f.boolean(value, f"{where}.tool_ok")
 
 
 def _summaries_of_nothing_undone(session: ChatSession) -> None:
