@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
+from chat_platform.llm.recall_protocol import MEMORY_TOOLS
 from compaction.admission import Admission
 
 # What a part is (docs/context-records.md), in the order a call renders them: the fixed system
@@ -38,7 +38,6 @@ PART_KINDS = (
 ROW_KINDS = ("pinned", "history", "user", "recalled", "tool")
 # The memory tools: a round that asks only for these is a recall round (``recalled``); one that
 # calls the bot's MCP tools is a ``tool`` round (docs/tools.md).
-MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 
 
 @lru_cache(maxsize=512)

@@ -33,7 +33,7 @@ from bots import realtime
 from bots.exchanges import recall_exchange_store
 from bots.models import Bot, Message
 from chat_platform.errors import ValidationFailed
-from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
+from chat_platform.llm.recall_protocol import MEMORY_TOOLS
 from chat_platform.llm.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     count_message_tokens,
@@ -50,7 +50,6 @@ from tools.queries import tool_servers_named, tool_servers_usable_named
 from tools.realtime import notify_tool_finished, notify_tool_started
 from tools.services import tool_server_endpoint
 
-MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 log = structlog.get_logger(__name__)
 
 ARGUMENTS_MAX_CHARS = 20_000

@@ -9,6 +9,8 @@ from typing import Any
 READ_TOOL = "read_records"
 SEARCH_TOOL = "search_records"
 SAVE_TOOL = "save_record"
+# The memory tools: recall answers calls to these; any other call is a tool round's.
+MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 READ_MAX_NAMES = 5
 # The first line of builtin/recall's answers: the "> …" quotes after it repeat earlier lines.
 ANSWER_HEADER = "From earlier in our conversation:"

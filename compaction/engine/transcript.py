@@ -4,13 +4,12 @@ import json
 from typing import Any
 
 from bots.models import Message
-from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
+from chat_platform.llm.recall_protocol import MEMORY_TOOLS
 from chat_platform.transcript import line, speaker_label
 from compaction.seats import RoomView
 
 # The memory tools' requests stay "(used search_records)": what they asked for is a lookup,
 # not a step of the task, and the summariser drops such lines (builtin/extractive's echoes).
-MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 ARGUMENTS_MAX_CHARS = 300
 
 

@@ -20,10 +20,9 @@ import json
 from collections.abc import Iterable
 
 from chat_platform.llm.builtin.result import content_text
-from chat_platform.llm.recall_protocol import READ_TOOL, SAVE_TOOL, SEARCH_TOOL
+from chat_platform.llm.recall_protocol import MEMORY_TOOLS
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 
-_MEMORY_TOOLS = frozenset({READ_TOOL, SEARCH_TOOL, SAVE_TOOL})
 FAILED_PREFIX = "[tool failed:"
 # The most of a result an answer quotes (the whole result is in the transcript, collapsed).
 QUOTE_TOKENS_MAX = 200
@@ -97,7 +96,7 @@ def _first_word(question: str) -> tuple[str, str]:
 
 
 def _names(first: str, name: str) -> bool:
-    return name not in _MEMORY_TOOLS and first in (name.lower(), _bare(name).lower())
+    return name not in MEMORY_TOOLS and first in (name.lower(), _bare(name).lower())
 
 
 def named_call(question: str, tools: list[dict] | None) -> tuple[str, dict] | None:
@@ -131,7 +130,7 @@ def tools_hint(tools: list[dict] | None) -> str:
     """What a no-match answer adds when the bot has tools of its own: how to call them (their
     bare names, at most ``HINT_NAMES_MAX``); "" without."""
     names = list(
-        dict.fromkeys(_bare(f["name"]) for f in _functions(tools) if f["name"] not in _MEMORY_TOOLS)
+        dict.fromkeys(_bare(f["name"]) for f in _functions(tools) if f["name"] not in MEMORY_TOOLS)
     )
     if not names:
         return ""
