@@ -270,15 +270,7 @@ def test_a_password_reset_revokes_the_accounts_token_and_keys_and_says_so():
         "Your password was reset. The account&#x27;s API token and API keys were revoked "
         "(2 ended): make new ones if you need them."
     ) in done.content.decode()
-    assert not Token.objects.filter(pk=token.pk).exists()
-    key.refresh_from_db()
-    assert key.revoked is True
-    by_key = APIClient()
-    by_key.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    assert by_key.get("/api/v1/bots/").status_code == 401
-    by_token = APIClient()
-    by_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    assert by_token.get("/api/v1/bots/").status_code == 401
+    _ended(token, key, raw)
 
 
 def test_a_changed_password_revokes_the_accounts_token_and_keys_and_says_so():
@@ -301,9 +293,17 @@ def test_a_changed_password_revokes_the_accounts_token_and_keys_and_says_so():
         "Your password was changed. The account&#x27;s API token and API keys were revoked "
         "(2 ended): make new ones if you need them."
     ) in done.content.decode()
+    _ended(token, key, raw)
+
+
+def _ended(token, key, raw):
+    """The token is gone, the key revoked, and neither reaches the API any more."""
     assert not Token.objects.filter(pk=token.pk).exists()
     key.refresh_from_db()
     assert key.revoked is True
     by_key = APIClient()
     by_key.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert by_key.get("/api/v1/bots/").status_code == 401
+    by_token = APIClient()
+    by_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert by_token.get("/api/v1/bots/").status_code == 401
