@@ -327,19 +327,36 @@ def test_a_dead_processs_slot_lapses(owner, settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_reply_wait_holds_no_database_connection(owner, session):
+def test_a_reply_wait_holds_no_database_connection(owner, session, monkeypatch):
+    """The waiter gives its connection back after each check: its own thread's connection is
+    closed, and the pool has no more connections in use while it waits than before it started
+    (a background thread of an earlier test in this process may hold one throughout)."""
     from bots.realtime import publish_reply_finished, reply_finished_channel
     from tests.factories import message_add
-    from turns.services.message import message_wait_finished
+    from turns.services import message as message_service
 
     reply = message_add(session, role="assistant", content="", status="pending", token_count=0)
     connection.close()
     pool = connection.pool
     done: list[Message] = []
+    released: list[bool] = []  # after each check: is the waiter's own connection closed?
+    release = message_service.connection_release
+
+    def release_and_record():
+        release()
+        released.append(connection.connection is None)
+
+    monkeypatch.setattr(message_service, "connection_release", release_and_record)
+
+    def in_use() -> int:
+        stats = pool.get_stats()
+        return stats["pool_size"] - stats["pool_available"]
+
+    before = in_use()
 
     def wait():
         try:
-            done.append(message_wait_finished(message_id=reply.pk, timeout=60))
+            done.append(message_service.message_wait_finished(message_id=reply.pk, timeout=60))
         finally:
             connection.close()
 
@@ -348,20 +365,17 @@ def test_a_reply_wait_holds_no_database_connection(owner, session):
     client = redis.Redis.from_url(django_settings.REDIS_URL)
     channel = reply_finished_channel(reply.pk)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not client.pubsub_numsub(channel)[0][1]:
+    while time.monotonic() < deadline and not (client.pubsub_numsub(channel)[0][1] and released):
         time.sleep(0.02)
-    stats = {}
-    while time.monotonic() < deadline:  # its first check done, the waiter holds nothing
-        stats = pool.get_stats()
-        if stats["pool_size"] == stats["pool_available"]:
-            break
+    while time.monotonic() < deadline and in_use() > before:  # the first check's connection back
         time.sleep(0.02)
-    in_use = stats["pool_size"] - stats["pool_available"]
+    waiting = in_use()
     Message.objects.filter(pk=reply.pk).update(status="complete", content="Done.")
     connection.close()
     publish_reply_finished(reply.pk)
     waiter.join(30)
-    assert in_use == 0
+    assert waiting <= before
+    assert released and all(released)
     assert [(m.pk, m.status, m.content) for m in done] == [(reply.pk, "complete", "Done.")]
 
 
