@@ -3,6 +3,8 @@ and the current turn (which no pass takes)."""
 
 from dataclasses import dataclass, field
 
+from django.db.models import Subquery
+
 from bots import coverage
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat, room_snapshot_carry, session_seat
@@ -75,13 +77,31 @@ def session_fresh(session: ChatSession) -> ChatSession:
 
 
 def current_turn_seq(session: ChatSession) -> int | None:
-    """The newest user message opens the current turn: it and what follows are never taken."""
-    return (
+    """Where the current turn begins: it and what follows are never taken. The newest user
+    message opens it — or, while an earlier reply still runs or waits (a `/compact` sent during
+    a reply, a message queued behind one), the message that reply answers: taking that question
+    and not its reply would send a reply with no question before it. One statement."""
+    unfinished = (
+        Message.objects.filter(
+            session_id=session.pk,
+            role=Message.Role.ASSISTANT,
+            status__in=[Message.Status.PENDING, Message.Status.STREAMING],
+            reply_to__isnull=False,
+        )
+        .order_by("seq")
+        .values("reply_to__seq")[:1]
+    )
+    row = (
         Message.objects.filter(session=session, role=Message.Role.USER, kind=Message.Kind.CHAT)
         .order_by("-seq")
-        .values_list("seq", flat=True)
+        .annotate(running_from=Subquery(unfinished))
+        .values_list("seq", "running_from")
         .first()
     )
+    if row is None:
+        return None
+    newest, running_from = row
+    return newest if running_from is None else min(newest, running_from)
 
 
 def summary_seat(session: ChatSession, bot_id: int | None) -> ChatSession:

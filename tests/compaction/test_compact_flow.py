@@ -93,3 +93,44 @@ def test_compact_with_nothing_to_compact(owner_client, chat_session):
     assert response.status_code == 200
     assert response.json()["notice"]["content"] == "Nothing to compact right now."
     assert Summary.objects.count() == 0
+
+
+def test_compact_while_a_reply_runs_leaves_its_question_and_everything_after(
+    owner_client, chat_session, eager_tasks
+):
+    """`/compact` sent while a reply streams and another waits: the current turn begins at the
+    question of the reply still running, not at the newest question. Taking the running reply's
+    question and leaving the reply sent an assistant turn with no question before it in every
+    later request."""
+    _conversation(chat_session, turns=24)  # 1–48
+    running_question = message_add(chat_session, role="user", content="What is Zeta-3?")
+    message_add(
+        chat_session,
+        role="assistant",
+        content="Zeta-3 is",
+        status="streaming",
+        token_count=0,
+        reply_to=running_question,
+    )
+    queued_question = message_add(chat_session, role="user", content="And what is Zeta-5?")
+    message_add(
+        chat_session,
+        role="assistant",
+        content="",
+        status="pending",
+        token_count=0,
+        reply_to=queued_question,
+    )
+    session_context_recount(session_id=chat_session.pk)
+    response = owner_client.post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "/compact"}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    summary = Summary.objects.get(session=chat_session)
+    assert (summary.first_seq, summary.last_seq) == (1, 48)
+    assert (
+        list(
+            Message.objects.filter(session=chat_session, seq__gte=49, compacted_by_id__isnull=False)
+        )
+        == []
+    )
