@@ -49,7 +49,22 @@ def envelope(event: str, **ids: Any) -> Iterator[None]:
     try:
         yield
     except Exception:
-        log.exception(event, **ids)
+        if _chat_deleted(ids):  # the user deleted the chat while its reply ran: nothing to keep
+            log.info("turn_step_skipped_chat_deleted", step=event, **ids)
+        else:
+            log.exception(event, **ids)
+
+
+def _chat_deleted(ids: dict[str, Any]) -> bool:
+    """Whether the session (or the reply) a failed step names is gone."""
+    try:
+        if "session_id" in ids:
+            return not ChatSession.objects.filter(pk=ids["session_id"]).exists()
+        if "message_id" in ids:
+            return not Message.objects.filter(pk=ids["message_id"]).exists()
+    except Exception:  # the database itself failed: the step's own error is the one to log
+        return False
+    return False
 
 
 def search_index(message: Message) -> None:

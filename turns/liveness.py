@@ -83,6 +83,7 @@ class TurnWatcher:
     def _run(self) -> None:
         last_beat = time.monotonic()
         idle_since: float | None = None
+        seen: set[int] = set()  # the registered replies a check has found
         try:
             while True:
                 time.sleep(CHECKPOINT_SECONDS)
@@ -104,11 +105,21 @@ class TurnWatcher:
                     if time.monotonic() - last_beat >= settings.CHAT_HEARTBEAT_SECONDS:
                         last_beat = time.monotonic()
                         replies_heartbeat(message_ids=list(handles))
-                    stopped = Message.objects.filter(
-                        pk__in=list(handles), stop_requested=True
-                    ).values_list("pk", flat=True)
-                    for message_id in stopped:
-                        handles[message_id].stop()
+                    # A reply asked to stop, ended by the sweep (``interrupted``: a provider
+                    # that kept the connection open and sent nothing held the thread after its
+                    # reply had ended), or deleted with its chat since a check saw it: its
+                    # provider call is cut (a deleted chat's reply would be paid for and thrown
+                    # away). A row no check has seen yet (not yet committed) is left.
+                    rows = {
+                        pk: stop or status == Message.Status.INTERRUPTED
+                        for pk, stop, status in Message.objects.filter(
+                            pk__in=list(handles)
+                        ).values_list("pk", "stop_requested", "status")
+                    }
+                    for message_id, handle in handles.items():
+                        if rows.get(message_id) or (message_id not in rows and message_id in seen):
+                            handle.stop()
+                    seen = (seen & handles.keys()) | rows.keys()
                 except Exception:  # the database blinked: try again next tick
                     log.warning("turn_watcher_db_error", turns=len(handles), exc_info=True)
                     connection.close()

@@ -131,23 +131,11 @@ def _turn_run(message_id: int) -> None:
     except PlatformError as exc:  # an expected refusal (context_too_large, model_unavailable…)
         state.finished.context_record()
         _safe_fail(reply, exc, state)
-    except DatabaseError:
-        # Saturated or unreachable database (e.g. no pooled connection within its timeout):
-        # fail fast with a clear error rather than leave the reply waiting.
-        log.exception("turn_database_error", message_id=reply.pk, session_id=reply.session_id)
-        state.finished.context_record()
-        _safe_fail(
-            reply,
-            ServiceUnavailable(
-                "The database is overloaded or unreachable, so this reply could not be "
-                "written. Please try again in a moment."
-            ),
-            state,
-        )
-    except Exception:
-        log.exception("turn_crashed", message_id=reply.pk, session_id=reply.session_id)
-        state.finished.context_record()
-        _safe_fail(reply, InternalError("The reply failed because of an internal error."), state)
+    except Exception as exc:
+        if _reply_deleted(reply):  # with its chat, while it ran: nothing is left to end
+            log.info("turn_chat_deleted", message_id=reply.pk, session_id=reply.session_id)
+            return
+        _crashed(reply, exc, state)
     except BaseException:  # the worker is shutting down under us: keep what we have, then go
         log.exception("turn_interrupted", message_id=reply.pk, session_id=reply.session_id)
         state.finished.context_record()
@@ -162,6 +150,32 @@ def _turn_run(message_id: int) -> None:
     finally:
         liveness.watcher.unregister(handle)
     state.finished.hand_over(reply.session_id)
+
+
+def _crashed(reply: Message, exc: Exception, state: TurnState) -> None:
+    """An unexpected error: logged with its traceback, and the reply fails visibly."""
+    if isinstance(exc, DatabaseError):
+        # Saturated or unreachable database (e.g. no pooled connection within its timeout):
+        # fail fast with a clear error rather than leave the reply waiting.
+        log.exception("turn_database_error", message_id=reply.pk, session_id=reply.session_id)
+        error: PlatformError = ServiceUnavailable(
+            "The database is overloaded or unreachable, so this reply could not be written. "
+            "Please try again in a moment."
+        )
+    else:
+        log.exception("turn_crashed", message_id=reply.pk, session_id=reply.session_id)
+        error = InternalError("The reply failed because of an internal error.")
+    state.finished.context_record()
+    _safe_fail(reply, error, state)
+
+
+def _reply_deleted(reply: Message) -> bool:
+    """Whether the reply's row is gone (its chat deleted while it ran). A database that does
+    not answer is not a deleted chat: the failure is then logged and written as usual."""
+    try:
+        return not Message.objects.filter(pk=reply.pk).exists()
+    except DatabaseError:
+        return False
 
 
 def _safe_fail(reply: Message, error: PlatformError, state: TurnState) -> None:

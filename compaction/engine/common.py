@@ -8,7 +8,7 @@ from django.db.models import Subquery
 from bots import coverage
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat, room_snapshot_carry, session_seat
-from chat_platform.errors import ValidationFailed
+from chat_platform.errors import NotFound, ValidationFailed
 from compaction.measure import Measure
 
 # Automatic paths never summarise fewer tokens than this (tiny spans make longer summaries).
@@ -55,6 +55,18 @@ class Conflict(Exception):
     pass
 
 
+class SessionGone(NotFound):
+    """The chat was deleted while a compaction of it ran: the run ends with nothing written (no
+    event can name a session that is gone). ``/compact`` answers ``not_found``; a soft run or a
+    turn's hard compaction ends quietly."""
+
+    default_message = "This chat was deleted."
+
+
+def session_exists(session_id: int) -> bool:
+    return ChatSession.objects.filter(pk=session_id).exists()
+
+
 def session_kind_held(session: ChatSession) -> None:
     """First in a commit's transaction: raise ``Conflict`` when the session became a room since
     the compaction read it (a bot joined while the summariser worked). Its coverage would be
@@ -72,7 +84,10 @@ def session_fresh(session: ChatSession) -> ChatSession:
     room, a compaction runs as the bot whose seat it is (``bots.queries.session_seat``), with
     the room's participants and user name as the run first read them
     (``bots.queries.room_snapshot_carry``: not once more per measure)."""
-    fresh = ChatSession.objects.select_related("bot").get(pk=session.pk)
+    try:
+        fresh = ChatSession.objects.select_related("bot").get(pk=session.pk)
+    except ChatSession.DoesNotExist as exc:
+        raise SessionGone() from exc
     return session_seat(room_snapshot_carry(source=session, target=fresh), session.bot)
 
 

@@ -20,6 +20,8 @@ from compaction.engine.common import (
     EVERYTHING,
     Conflict,
     Plan,
+    SessionGone,
+    session_exists,
     session_fresh,
     session_kind_held,
 )
@@ -53,9 +55,12 @@ def enveloped(session: ChatSession, plan: Plan, attempt: Callable[[], RunResult]
     a session retrying its summariser after every turn, or fail the turn that needed room."""
     try:
         return attempt()
-    except QuotaExceeded:
-        raise  # not a failed attempt: nothing was tried (the caller refuses or skips)
+    except (QuotaExceeded, SessionGone):
+        raise  # not a failed attempt: nothing was tried, or there is nothing left to compact
     except Exception as exc:
+        if not session_exists(session.pk):  # deleted meanwhile: its rows went with it
+            log.info("compaction_session_gone", session_id=session.pk, trigger=plan.trigger)
+            raise SessionGone() from exc
         log.exception("compaction_attempt_crashed", session_id=session.pk, trigger=plan.trigger)
         pressure = context_measure(session=session_fresh(session)).pressure
         event = event_write(

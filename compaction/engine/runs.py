@@ -9,7 +9,7 @@ from django.db.models import Max
 from bots.models import ChatSession
 from bots.queries import bot_usable_in, participant_seat, room_snapshot_take, session_seat
 from chat_platform.errors import CompactionBusy, QuotaExceeded
-from compaction.engine.common import MANUAL_MAX_PASSES, Plan, session_fresh
+from compaction.engine.common import MANUAL_MAX_PASSES, Plan, SessionGone, session_fresh
 from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.holds import holds_release_at_hard
@@ -46,6 +46,14 @@ def compaction_soft(*, session_id: int, bot_id: int | None = None) -> RunResult 
     session = seat_load(session_id, bot_id)
     if session is None or not session.bot.compaction_enabled or not bot_usable_in(session=session):
         return None  # (a bot un-shared since the turn: its owner's model is not run for others)
+    try:
+        return _soft_passes(session)
+    except SessionGone:
+        return None  # the chat was deleted while it ran (``enveloped``): nothing to keep
+
+
+def _soft_passes(session: ChatSession) -> RunResult | None:
+    session_id = session.pk
     key = seat_key(session)
     budget = session_budget(session)
     summariser_ready(session.bot)

@@ -17,6 +17,7 @@ from connections.queries import connection_get_for_user
 from turns.bot_validation import check_bot_settings, slug_taken
 from turns.services.checks import full_clean
 from turns.services.participants import participants_bot_retired
+from turns.services.session import chats_delete
 
 log = structlog.get_logger(__name__)
 
@@ -152,19 +153,24 @@ def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
     deleted (docs/bots.md "Deleting a bot") — shared no more, its slug freed, found and run by
     no one, gone from every room it sat in (another bot the default where it was)."""
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
-    with transaction.atomic():
+    left: list[int] = []  # rooms the retired bot left; empty when it was deleted
+
+    def delete_or_retire() -> None:
+        # Its owner's chats that go with it are deleted already (``chats_delete``, same
+        # transaction): what is left with it is other people's, or rooms another bot keeps.
         others = ChatSession.objects.filter(
             Q(bot=bot) | Q(participants__bot=bot), ~Q(user_id=bot.owner_id)
         )
-        deleted = bot_chats_deleted(bot)
-        rooms_kept = ChatSession.objects.filter(bot=bot, user_id=bot.owner_id).exclude(
-            pk__in=Subquery(deleted.values("pk"))
-        )
+        rooms_kept = ChatSession.objects.filter(bot=bot, user_id=bot.owner_id)
+        left.clear()
         if not others.exists() and not rooms_kept.exists():
             bot.delete()
-            log.info("bot_deleted", bot_id=bot.pk, by=user.pk)
             return
-        ChatSession.objects.filter(pk__in=list(deleted.values_list("pk", flat=True))).delete()
         Bot.objects.filter(pk=bot.pk).update(retired_at=timezone.now(), is_shared=False, slug="")
-        left = participants_bot_retired(bot_id=bot.pk)
-    log.info("bot_retired", bot_id=bot.pk, by=user.pk, rooms_left=left)
+        left.append(participants_bot_retired(bot_id=bot.pk))
+
+    chats_delete(lambda: bot_chats_deleted(bot), then=delete_or_retire)
+    if not left:
+        log.info("bot_deleted", bot_id=bot.pk, by=user.pk)
+    else:
+        log.info("bot_retired", bot_id=bot.pk, by=user.pk, rooms_left=left[0])

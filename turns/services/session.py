@@ -1,9 +1,12 @@
 """Sessions: create, rename (and the default title from a first message), per-chat settings
 (model, extra instruction), delete."""
 
+from collections.abc import Callable
+
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import QuerySet
 
 from bots.models import ChatSession, SessionParticipant
 from bots.queries import bot_get_for_user, session_get_for_user
@@ -154,4 +157,32 @@ def do_session_title_default(*, session: ChatSession, text: str) -> None:
 def session_delete(*, user: AbstractBaseUser, session_id: object) -> None:
     """Delete a session with everything that hangs off it (messages, summaries, records…)."""
     session = session_get_for_user(user=user, session_id=session_id)
-    session.delete()
+    chats_delete(lambda: ChatSession.objects.filter(pk=session.pk))
+
+
+# A delete that met a concurrent writer (a deadlock, a row written after it looked) runs again.
+DELETE_ATTEMPTS = 3
+
+
+def chats_delete(
+    chats: Callable[[], QuerySet[ChatSession]], *, then: Callable[[], object] | None = None
+) -> None:
+    """Delete ``chats()`` with everything that hangs off them, and run ``then`` in the same
+    transaction. Their rows are locked first (in id order), so a compaction or a turn writing
+    into one of them (a snapshot, a summary, an event: each refers to its chat) either commits
+    before the delete collects what hangs off the chat, or waits for the delete and then finds
+    the chat gone (``compaction.engine.common.SessionGone``) — never commits a row the delete
+    did not see, which failed the delete's commit (a 500, the chat left in place). A deadlock
+    with such a writer is retried."""
+    for attempt in range(1, DELETE_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                ids = list(chats().select_for_update().order_by("pk").values_list("pk", flat=True))
+                ChatSession.objects.filter(pk__in=ids).delete()
+                if then is not None:
+                    then()
+            return
+        except (IntegrityError, OperationalError):
+            if attempt == DELETE_ATTEMPTS:
+                raise
+            log.info("chat_delete_retried", attempt=attempt)
