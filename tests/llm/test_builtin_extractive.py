@@ -1,5 +1,7 @@
 """builtin/extractive as plain logic (the litellm road is covered in test_builtin_provider.py)."""
 
+import pytest
+
 from chat_platform.llm.builtin import generate
 from chat_platform.llm.builtin.extractive import Turn, parse_transcript, summarise
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
@@ -496,3 +498,28 @@ def test_a_bot_named_like_a_role_is_not_a_tool_result():
     # the same words from a tool are a result: its head only
     tool = summarise(f"[3] 2024-03-08 13:58Z tool (x): {sentence}\n{chatter}")
     assert tool.endswith(" …")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Note: " + "@" * 20_000,  # was cubic: 5,000 of them took 80 s of one core
+        "a." * 100_000,  # was quadratic: every "a" starts an identifier's look-ahead
+        "x@" * 50_000,
+    ],
+    ids=["at-signs", "dotted", "x-at"],
+)
+def test_a_long_run_of_non_blanks_is_scanned_in_linear_time(text):
+    """The identifier pattern on hostile text: no alternative backtracks over the whole run
+    (the test would hang for hours on the old pattern, far past its timeout)."""
+    from chat_platform.llm.builtin.extractive import fact_units
+
+    assert fact_units(text) == frozenset()
+
+
+def test_identifiers_are_still_found():
+    from chat_platform.llm.builtin.extractive import fact_units
+
+    units = fact_units("Write to john.doe@example.com about INV-2041 (v2), my_var and NASA.")
+    assert {"john.doe@example.com", "inv-2041", "v2", "my_var", "nasa"} <= units
