@@ -99,6 +99,23 @@ def test_a_deep_rest_body_is_a_validation_error_not_a_500(owner_client, depth):
 
 
 @pytest.mark.django_db
+def test_a_deep_body_to_the_token_endpoint_is_a_validation_error_for_anyone(client):
+    """The sign-in endpoint, open to everyone, parses with the API's parsers too: 200,000
+    levels were a RecursionError and a 500."""
+    response = client.generic(
+        "POST", "/api/v1/auth/token/", _nested(200_000), content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "code": "validation_error",
+            "message": f"JSON parse error - {DEEP}",
+            "details": {},
+        }
+    }
+
+
+@pytest.mark.django_db
 def test_a_deep_message_body_stores_nothing(owner_client, chat_session):
     body = '{"content": ' + _nested(1000, '"hi"') + "}"
     response = owner_client.generic(
