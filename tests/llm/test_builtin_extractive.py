@@ -523,3 +523,22 @@ def test_identifiers_are_still_found():
 
     units = fact_units("Write to john.doe@example.com about INV-2041 (v2), my_var and NASA.")
     assert {"john.doe@example.com", "inv-2041", "v2", "my_var", "nasa"} <= units
+
+
+@pytest.mark.timeout(60)
+def test_the_built_in_models_patterns_scan_blank_and_dotted_runs_in_linear_time():
+    """Each pattern that ran on through a run of blanks (or dots) from every start in it: a
+    million newlines would have taken about an hour of one core each; now a blink."""
+    from chat_platform.llm.builtin import extractive, recall_context, text
+
+    hostile = ["\n" * 400_000, " " * 400_000, ". " * 200_000, "\u2026 " * 200_000 + "x"]
+    for sample in hostile:
+        assert extractive._FOCUS.search(sample) is None
+        assert recall_context.SAVED.search(sample) is None
+        assert recall_context.NOT_SAVED.search(sample) is None
+        assert recall_context._INLINE_SPEAKER.split(sample) == [sample]
+        assert recall_context._FRAGMENTS.split(sample)[0] == sample or "\u2026" in sample
+        assert "".join(text.stream_pieces(sample)) == sample
+    assert recall_context._clean("\u2026 ... " * 200_000 + "kept … " + "... " * 200_000) == "kept"
+    assert recall_context._clean("... The flight is JL7079 …") == "The flight is JL7079"
+    assert extractive._FOCUS.search("x\n  Focus: the dates \nmore").group("focus") == "the dates"

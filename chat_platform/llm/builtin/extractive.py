@@ -86,7 +86,9 @@ _SUMMARY_SECTION = re.compile(rf"^\s*{SUMMARY_SECTION}\s*$")
 _RAW_SECTION = re.compile(rf"^\s*{RAW_SECTION}\s*$")
 _SEQ = re.compile(r"\[(\d+)\]|#(\d+)")
 _RECALL_TOOL_LABEL = re.compile(r"\btool\s*\((?:read_records|search_records|save_record)\)")
-_FOCUS = re.compile(r"^\s*focus\s*:\s*(?P<focus>.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+# Blanks within the line only (``[ \t]``): ``\s*`` at a line start ran on through every following
+# newline, and a text of many blank lines cost the square of their number.
+_FOCUS = re.compile(r"^[ \t]*focus[ \t]*:[ \t]*(?P<focus>.+?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
 _TRANSCRIPT = re.compile(r"<transcript>(?P<body>.*?)</transcript>", re.DOTALL | re.IGNORECASE)
 
 _CALENDAR = (

@@ -31,8 +31,11 @@ NOT_FOUND = re.compile(r"\[not found: ([a-z0-9_-]{1,80})\]")
 _RESULT_LINE = re.compile(
     r"^\s*\[(?:not found(?:: [^\]]*)?|no matches|saved: [^\]]*|not saved: [^\]]*)\]\s*$"
 )
-SAVED = re.compile(r"^\s*\[saved: (?P<name>[a-z0-9_-]{1,80})\]\s*$", re.MULTILINE)
-NOT_SAVED = re.compile(r"^\s*\[not saved: (?P<reason>[^\]\n]*)\]\s*$", re.MULTILINE)
+# Blanks within the line only: ``\s*`` at a line start ran on through every following newline
+# (the square of a run of blank lines), and so did a leading ``\s+`` tried at every blank of a
+# run; the patterns below start a run of blanks only where it starts (``(?<!\s)``).
+SAVED = re.compile(r"^[ \t]*\[saved: (?P<name>[a-z0-9_-]{1,80})\][ \t]*$", re.MULTILINE)
+NOT_SAVED = re.compile(r"^[ \t]*\[not saved: (?P<reason>[^\]\n]*)\][ \t]*$", re.MULTILINE)
 INDEX_LINE = re.compile(
     r"^\s*-\s+(?P<name>[a-z0-9_-]{1,80})\s+\((?P<kind>[\w-]+)"
     r"(?:,\s*messages\s+(?P<first>\d+)\s*[\u2013\u2014-]\s*(?P<last>\d+))?\)\s*:"
@@ -70,11 +73,10 @@ _OWN_LINE = re.compile(
 REMEMBER = re.compile(r"^\s*(?:@[\w.-]+[\s,:;]*)*remember\b[\s,:;-]*(?:that\b\s*)?", re.IGNORECASE)
 # A speaker label inside a line (search excerpts run several transcript lines together).
 _INLINE_SPEAKER = re.compile(
-    rf"\s+(?=\[\d+\]\s*(?:{STAMP}\s+)?(?:user|assistant|tool|system)\b)", re.IGNORECASE
+    rf"(?<!\s)\s+(?=\[\d+\]\s*(?:{STAMP}\s+)?(?:user|assistant|tool|system)\b)", re.IGNORECASE
 )
 _HIGHLIGHT = re.compile(r"\*\*")
-_ELLIPSIS = re.compile(r"^(?:\s*(?:\u2026|\.\.\.))+\s*|(?:\s*(?:\u2026|\.\.\.))+\s*$")
-_FRAGMENTS = re.compile(r"\s+\u2026\s+")
+_FRAGMENTS = re.compile(r"(?<!\s)\s+\u2026\s+")
 # Words of index boilerplate that say nothing about a record's topic.
 _INDEX_NOISE = frozenset(stem(w) for w in ("snapshot", "pre", "compaction", "messages"))
 
@@ -227,9 +229,33 @@ def records_to_request(messages: list[dict], question: int, question_terms: set[
 
 
 def _clean(text: str) -> str:
-    text = _HIGHLIGHT.sub("", text)
-    text = _ELLIPSIS.sub("", text)
-    return " ".join(text.split())
+    return " ".join(_without_end_ellipses(_HIGHLIGHT.sub("", text)).split())
+
+
+def _without_end_ellipses(text: str) -> str:
+    """``text`` without the ellipses (``…``, ``...``) and blanks it starts or ends with. One
+    walk from each end: a pattern anchored at the end was tried from every blank and dot of a
+    long run of them (the square of its length)."""
+    start, end = 0, len(text)
+    while True:
+        while start < end and text[start].isspace():
+            start += 1
+        if text.startswith("\u2026", start, end):
+            start += 1
+        elif text.startswith("...", start, end):
+            start += 3
+        else:
+            break
+    while True:
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if text.endswith("\u2026", start, end):
+            end -= 1
+        elif text.endswith("...", start, end):
+            end -= 3
+        else:
+            break
+    return text[start:end]
 
 
 def _speaker(line: str) -> tuple[str | None, str | None, str | None, str]:
