@@ -27,7 +27,7 @@ from bots.model_check import bot_model_check
 from bots.models import Bot
 from bots.queries import bot_can_edit, bot_get_for_user, bot_list_for_user
 from bots.tool_choices import tool_choices
-from chat_platform.errors import NotFound, PermissionDenied, ValidationFailed
+from chat_platform.errors import NotFound, PlatformError, ValidationFailed
 from chat_platform.llm import gateway
 from compaction.budget import (
     THRESHOLD_MARGIN_PERCENT,
@@ -478,10 +478,8 @@ def bot_check_page(request: HttpRequest, bot_id: int) -> HttpResponse:
     """POST /bots/<id>/check/: one tiny call with the SAVED bot's settings (owner/staff)."""
     try:
         result = bot_model_check(user=request.user, bot_id=bot_id)
-    except NotFound:
-        return _json_error("not_found", "Bot not found.", 404)
-    except PermissionDenied as exc:
-        return _json_error("permission_denied", exc.message, 403)
+    except PlatformError as exc:  # not found, not the owner's; no slot or quota: no call made
+        return _json_error(exc.code, exc.message, exc.http_status)
     return JsonResponse(result.as_dict())
 
 

@@ -15,7 +15,11 @@ from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.model_config import bot_model_config
 from bots.queries import bot_get_for_edit
+from chat_platform.dbconn import connection_release
+from chat_platform.heavy import heavy_request
 from chat_platform.llm import gateway
+from chat_platform.llm.tokens import count_message_tokens
+from connections import usage
 
 log = structlog.get_logger(__name__)
 
@@ -49,13 +53,25 @@ def bot_model_check(*, user: AbstractBaseUser, bot_id: object) -> ModelCheck:
         max_output_tokens=CHECK_MAX_OUTPUT_TOKENS,
         timeout=CHECK_TIMEOUT_SECONDS,
     )
+    messages = [{"role": "user", "content": CHECK_PROMPT}]
     started = time.monotonic()
+    # A provider call like any other: one of the user's heavy-request slots while it waits
+    # (``RateLimited`` when all are taken), charged to the user's daily limit
+    # (``QuotaExceeded``, no call, when it has no room), and no database connection held
+    # while the provider thinks (docs/security.md).
     try:
-        completion = gateway.complete(
-            config,
-            [{"role": "user", "content": CHECK_PROMPT}],
-            max_tokens=CHECK_MAX_OUTPUT_TOKENS,
-        )
+        with (
+            heavy_request(user_id=user.pk, kind="model_check"),
+            usage.quota_charge(
+                user_id=user.pk,
+                sends=count_message_tokens(CHECK_PROMPT, model=bot.model),
+                output=CHECK_MAX_OUTPUT_TOKENS,
+                purpose="check",
+            ) as meter,
+        ):
+            connection_release()
+            completion = gateway.complete(config, messages, max_tokens=CHECK_MAX_OUTPUT_TOKENS)
+            meter.add(completion.prompt_tokens + completion.completion_tokens)
     except gateway.ModelCallFailed as exc:
         result = ModelCheck(
             ok=False,

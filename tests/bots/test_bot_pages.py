@@ -473,3 +473,46 @@ def test_check_model_is_refused_to_everyone_but_owner_and_staff(
     shared.api_key_env = FAKE_KEY_ENV
     shared.save()
     assert staff_web.post(f"/bots/{shared.pk}/check/").json()["ok"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_check_model_is_charged_to_the_user_and_refused_once_the_limit_is_spent(
+    owner, owner_web, fake_bot, fake_openai
+):
+    """A check is a provider call like any other: its tokens count on the user's daily limit,
+    and a spent limit refuses it before any call (checks were free, past any limit)."""
+    from connections.models import TokenCounter, UserQuota
+
+    UserQuota.objects.create(user=owner, daily_token_limit=30)
+    fake_openai.script(
+        Reply(text="ok", usage={"prompt_tokens": 25, "completion_tokens": 5, "total_tokens": 30})
+    )
+    assert owner_web.post(f"/bots/{fake_bot.pk}/check/").json()["ok"] is True
+    counter = TokenCounter.objects.get(subject=f"user:{owner.pk}")
+    assert (counter.used, counter.reserved) == (30, 0)
+
+    refused = owner_web.post(f"/bots/{fake_bot.pk}/check/")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_check_model_holds_no_database_connection_while_the_provider_thinks(
+    owner_web, fake_bot, fake_openai, monkeypatch
+):
+    from django.db import connection
+
+    from bots import model_check
+
+    held: list[bool] = []
+    complete = model_check.gateway.complete
+
+    def note_connection(*args, **kwargs):
+        held.append(connection.connection is not None)
+        return complete(*args, **kwargs)
+
+    monkeypatch.setattr(model_check.gateway, "complete", note_connection)
+    fake_openai.script(Reply(text="ok"))
+    assert owner_web.post(f"/bots/{fake_bot.pk}/check/").json()["ok"] is True
+    assert held == [False]
