@@ -323,14 +323,25 @@ class Meter:
     reservation: Reservation | None = None
     used: int = 0
     settled: bool = field(default=False, repr=False)
+    counted: int = field(default=0, repr=False)  # of ``used``, what ``count_so_far`` counted
 
     def add(self, tokens: int) -> None:
         self.used += max(0, int(tokens))
 
+    def count_so_far(self) -> None:
+        """Count what the calls so far spent, keeping the hold: a turn's tool loop, before its
+        next call, so a limit checked then sees them (one statement; none without a hold)."""
+        if self.reservation is None or self.settled or self.used <= self.counted:
+            return
+        TokenCounter.objects.filter(
+            subject__in=self.reservation.subjects, day=self.reservation.day
+        ).update(used=F("used") + (self.used - self.counted))
+        self.counted = self.used
+
     def settle(self) -> None:
         if not self.settled:
             self.settled = True
-            quota_settle(self.reservation, used=self.used)
+            quota_settle(self.reservation, used=self.used - self.counted)
 
 
 @contextmanager

@@ -155,6 +155,12 @@ def _calls_until_answer(
             _totals_add(reply.session, rounds[-1])
             if handle.stopped.is_set():
                 return Answered(stream=stream, context=context, asked=[], stopped_in_tools=True)
+            # Each call of a long tool loop sends the whole context again: what the calls so
+            # far spent is counted, and a limit they spent refuses the next call
+            # (``quota_exceeded``: the rounds stay stored). The turn's hold covered its first
+            # call only; up to TOOL_MAX_ROUNDS calls ran past a spent limit before.
+            spent.count_so_far()
+            usage.payer_check(user_id=session.user_id)
             continue
         if not may_recall:
             break

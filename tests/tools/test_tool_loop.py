@@ -337,3 +337,33 @@ def test_a_call_to_a_name_nobody_offers_fails_as_a_tool_result(
     )
     reply.refresh_from_db()
     assert (reply.status, reply.content) == ("complete", "I will use calc__add next time.")
+
+
+def test_a_tool_loop_stops_at_a_spent_daily_limit_and_says_so(
+    tool_bot, fake_openai, mcp_server, frames, owner
+):
+    """Each call of the loop sends the context again: what the calls so far spent is counted
+    before the next one, and once the limit is spent the next call is refused
+    (``quota_exceeded``), the rounds already run kept. Twenty calls ran past a limit of 5,000
+    before, 21,210 tokens in one request."""
+    from connections.models import TokenCounter, UserQuota
+
+    UserQuota.objects.create(user=owner, daily_token_limit=2_500)
+    spend = {"prompt_tokens": 990, "completion_tokens": 10, "total_tokens": 1_000}
+    fake_openai.script(
+        *[
+            Reply(text="", tool_calls=[_call("calc__clock", {}, f"r{i}")], usage=spend)
+            for i in range(6)
+        ],
+        Reply(text="Done.", usage=spend),
+    )
+    session, reply = _ask(tool_bot, "Time, again and again")
+    turn.turn_run(message_id=reply.pk)
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "quota_exceeded")
+    assert len(fake_openai.requests) == 3  # 1,000 and 2,000 counted: the third spends it
+    assert [c for c, _ in mcp_server.calls] == ["clock"] * 3
+    counter = TokenCounter.objects.get(subject=f"user:{owner.pk}")
+    assert (counter.used, counter.reserved) == (3_000, 0)
+    stored = Message.objects.filter(session=session, kind="tool").count()
+    assert stored == 6  # three rounds: a call and its result each
