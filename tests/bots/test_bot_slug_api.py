@@ -96,3 +96,39 @@ def test_a_slug_taken_between_the_check_and_the_save_is_the_same_field_error(
     }
     bot.refresh_from_db()
     assert bot.slug == "helper"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_derived_slug_another_save_took_meanwhile_is_derived_again(owner, monkeypatch):
+    """Two bots of one name created at once both derived the same next slug; the one that lost
+    the race was refused for a slug its user never typed. The loser derives the next one."""
+    from bots import models as bot_models
+    from turns.services.bot import bot_create
+
+    BotFactory(owner=owner, name="Zed", slug="zed")
+    free = bot_models.bot_slug_free
+    answers = iter(["zed"])  # the first derivation saw the slug free: the race
+
+    def raced(**kwargs):
+        return next(answers, None) or free(**kwargs)
+
+    monkeypatch.setattr(bot_models, "bot_slug_free", raced)
+    bot = bot_create(owner=owner, name="Zed")
+    assert bot.slug == "zed-2"
+    assert sorted(Bot.objects.filter(owner=owner).values_list("slug", flat=True)) == [
+        "zed",
+        "zed-2",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slug_the_user_gave_that_another_save_took_is_still_their_error(owner, monkeypatch):
+    from chat_platform.errors import ValidationFailed
+    from turns import bot_validation
+    from turns.services.bot import bot_create
+
+    BotFactory(owner=owner, name="Zed", slug="zed")
+    monkeypatch.setattr(bot_validation, "check_bot_slug", lambda *, bot: None)  # the race
+    with pytest.raises(ValidationFailed) as refused:
+        bot_create(owner=owner, name="Other", slug="zed")
+    assert refused.value.details == {"slug": ["Another of your bots already has the slug 'zed'."]}

@@ -74,16 +74,27 @@ def _connection_resolved(*, user: AbstractBaseUser, fields: dict[str, Any]) -> N
         ) from None
 
 
+# A slug derived from the name that a concurrent save took meanwhile is derived again.
+SLUG_DERIVE_ATTEMPTS = 5
+
+
 def _bot_saved(bot: Bot, **kwargs: Any) -> None:
     """Save; a slug another request took since ``check_bot_slug`` looked is the same field
-    error, not a database error (the owner-slug constraint is the last word)."""
-    try:
-        with transaction.atomic():
-            bot.save(**kwargs)
-    except IntegrityError as exc:
-        if "bot_owner_slug_unique" not in str(exc):
-            raise
-        raise slug_taken(bot.slug) from None
+    error, not a database error (the owner-slug constraint is the last word) — unless the user
+    gave none: then the name's next free slug is derived again (two bots of one name created
+    at once both derived ``x-3``, and one was refused for a slug nobody typed)."""
+    derived = not bot.slug
+    for attempt in range(1, SLUG_DERIVE_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                bot.save(**kwargs)
+            return
+        except IntegrityError as exc:
+            if "bot_owner_slug_unique" not in str(exc):
+                raise
+            if not derived or attempt == SLUG_DERIVE_ATTEMPTS:
+                raise slug_taken(bot.slug) from None
+            bot.slug = ""
 
 
 def bot_create(*, owner: AbstractBaseUser, **fields: Any) -> Bot:
