@@ -22,10 +22,11 @@ from django.utils import timezone
 from bots import realtime
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
-from bots.queries import participants_of, room_snapshot_take, session_seat
+from bots.queries import participant_seat, participants_of, room_snapshot_take, session_seat
 from bots.transitions import message_finish, reply_claim
 from chat_platform.errors import (
     InternalError,
+    NotFound,
     PlatformError,
     ServiceUnavailable,
 )
@@ -193,6 +194,12 @@ def _speaker_seat(reply: Message) -> ChatSession:
     participants (with their bots) and user name are read once, for the whole turn
     (``room_snapshot_take``): its context builds, its hand-over and its meter reuse them."""
     session = room_snapshot_take(reply.session)
+    if session.is_room:
+        # A bot taken out of the room answers no more: a reply queued for it before then ends
+        # failed, saying so, instead of running (read from the snapshot: no statement).
+        seat = participant_seat(session=session, bot_id=reply.bot_id or session.bot_id)
+        if seat is not None and seat.removed_at is not None:
+            raise NotFound(f"{seat.bot.name} left this chat before it could answer.")
     if reply.bot_id is None or reply.bot_id == session.bot_id:
         return session
     seats = participants_of(session=session, include_removed=True)

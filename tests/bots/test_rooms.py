@@ -485,6 +485,37 @@ def test_removing_a_bot_keeps_its_messages_attributed_and_it_no_longer_answers(
     assert [(m["bot"] or {}).get("name") for m in listed] == [None, "Critic", None, "Planner"]
 
 
+def test_a_reply_queued_for_a_bot_removed_before_it_ran_fails_saying_so(
+    owner, owner_client, room, fake_openai
+):
+    """The reply was queued (a room in `all` mode) when its bot was taken out of the room: it
+    never runs, and ends failed with the reason (it answered all the same before)."""
+    from turns import turn
+
+    session, planner, critic = room
+    question = message_add(session, role="user", content="Both of you, please.")
+    queued = message_add(
+        session,
+        role="assistant",
+        content="",
+        status="pending",
+        token_count=0,
+        reply_to=question,
+        bot=critic,
+    )
+    removed = owner_client.delete(f"/api/v1/sessions/{session.pk}/participants/{critic.pk}/")
+    assert removed.status_code == 204
+    turn.turn_run(message_id=queued.pk)
+    queued.refresh_from_db()
+    assert (queued.status, queued.error_code, queued.error_message, queued.content) == (
+        "failed",
+        "not_found",
+        "Critic left this chat before it could answer.",
+        "",
+    )
+    assert fake_openai.requests == []
+
+
 def test_two_messages_at_once_to_a_three_bot_room_are_answered_in_order(
     owner, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
 ):
