@@ -287,3 +287,33 @@ def test_on_a_phone_a_long_chat_title_ends_in_an_ellipsis_beside_its_buttons(ser
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shoot(page, "mobile-long-title-compacted")
     assert page.js_errors == []
+
+
+def test_on_a_phone_the_other_pages_show_the_menu_and_scroll_no_table_sideways(server_url, phone):
+    """The bot, settings and usage pages at 390 px: the header's links live in its menu, as on
+    the chat (the bots sheet showed them beside the menu, in a header three lines high), and the
+    API keys table keeps its bots and access columns and scrolls in its own box, never the page
+    (its narrow-screen rule hid those two, and the page scrolled sideways)."""
+    headers = api_headers(server_url)
+    made = httpx.post(
+        f"{server_url}/api/v1/api-keys/",
+        json={"name": "phone layout key", "access": "read", "daily_token_limit": 100_000},
+        headers=headers,
+    )
+    assert made.status_code == 201, made.text
+    log_in(phone, server_url)
+    for path in ("/bots/", "/bots/new/", "/settings/", "/usage/"):
+        phone.goto(server_url + path)
+        shown = phone.evaluate(
+            """() => [getComputedStyle(document.querySelector('.app-nav')).display,
+                      getComputedStyle(document.querySelector('.app-menu')).display,
+                      document.documentElement.scrollWidth]"""
+        )
+        assert shown == ["none", "block", 390], path
+    phone.goto(server_url + "/settings/")
+    columns = phone.evaluate(
+        """() => [...document.querySelectorAll('.settings-keys thead th')]
+              .filter(th => getComputedStyle(th).display !== 'none')
+              .map(th => th.textContent.trim())"""
+    )
+    assert columns[:4] == ["Name", "Bots", "Access", "Daily limit"]
