@@ -104,7 +104,9 @@ def range_select(
 
     Units are taken oldest first until their tokens reach ``tokens_to_free``. With ``max_tokens``
     the selection stops before the first unit that would push it past the cap (a prefix, never a
-    later smaller unit). A selection below ``min_tokens`` is not worth a summary: ``[]``.
+    later smaller unit) — unless that unit is the first: one unit over the cap on its own is
+    taken alone (its text is cut to fit by the caller). A selection below ``min_tokens`` is not
+    worth a summary: ``[]``.
     ``open_span`` (first, last seq): rows of the current turn that may be taken all the same (a
     reply's earlier tool rounds, compacted inside the reply).
     """
@@ -142,6 +144,12 @@ def range_select(
             continue
         unit_tokens = sum(rows[member].tokens for member in members)
         if max_tokens is not None and total + unit_tokens > max_tokens:
+            if not taken and max_tokens > 0:
+                # A first unit longer than the cap on its own is taken alone: the caller cuts
+                # its text to fit (``range_choose``). Left, it stood first for good, and
+                # nothing behind it was ever compacted.
+                taken.update(members)
+                total += unit_tokens
             break
         taken.update(members)
         total += unit_tokens

@@ -5,6 +5,7 @@ should take."""
 import math
 
 from bots.models import ChatSession, Message
+from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from compaction.engine.common import (
     DEFAULT_SUMMARY_RATIO,
     RANGE_PAGE_SIZE,
@@ -117,6 +118,9 @@ def range_choose(
         sent = request_tokens(transcript, plan.focus, config.model)
         if sent <= limit:
             return selection, transcript, sent
+        if sum(row.tokens for row in selection) > cap:  # one unit over the cap (``range_select``)
+            transcript = _cut_to_fit(transcript, limit=limit, focus=plan.focus, model=config.model)
+            return selection, transcript, request_tokens(transcript, plan.focus, config.model)
         # Shrink in proportion to the overflow, 5 % beyond it: labels and time stamps can make
         # short messages cost several times their stored count, so subtracting the overflow
         # (tokens as sent) from a cap in stored tokens could leave nothing, or less than nothing.
@@ -125,6 +129,23 @@ def range_choose(
         if cap <= 0:
             return [], "", 0
     return [], "", 0
+
+
+# What stands for the cut part of a message too long for the summariser's window.
+CUT_MARK = (
+    "\n[… the rest of this message, {tokens:,} tokens, is longer than the summariser can read; "
+    "it stays whole in the chat's history, and search finds it]"
+)
+
+
+def _cut_to_fit(transcript: str, *, limit: int, focus: str, model: str) -> str:
+    """The head of one unit's transcript that fits the summariser's request, with a mark saying
+    how much was left out (the message itself stays whole, compacted and searchable)."""
+    total = count_tokens(transcript, model=model)
+    mark = CUT_MARK.format(tokens=total)
+    room = limit - request_tokens(mark, focus, model)
+    head = truncate_to_tokens(transcript, max(0, room), model=model)
+    return head + CUT_MARK.format(tokens=total - count_tokens(head, model=model))
 
 
 def source_tokens_to_take(session: ChatSession, excess: int) -> int:

@@ -134,3 +134,36 @@ def test_compact_while_a_reply_runs_leaves_its_question_and_everything_after(
         )
         == []
     )
+
+
+def test_a_message_longer_than_the_summariser_can_read_is_compacted_by_its_head(
+    owner_client, chat_session, eager_tasks, settings
+):
+    """A message over the summariser's window on its own (stored when its send was refused as
+    too large) stood first in every range and was never taken: nothing behind it was ever
+    compacted again ("Nothing to compact right now."). It is taken alone, its text cut to fit
+    with a mark saying so; the message itself stays whole."""
+    settings.CONTEXT_ABSOLUTE_CAP_TOKENS = 8_000
+    chat_session.bot.max_output_tokens = 500
+    chat_session.bot.save(update_fields=["max_output_tokens"])
+    huge = " ".join(f"Line {i}: the parcel code is PX-{i:05d}." for i in range(1_500))
+    first = message_add(chat_session, role="user", content=huge)
+    assert first.token_count > 8_000
+    message_add(chat_session, role="assistant", content="", status="failed", token_count=0)
+    _conversation(chat_session, turns=12)  # 3–26
+    session_context_recount(session_id=chat_session.pk)
+    response = owner_client.post(
+        f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "/compact"}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["compaction"]["outcome"] == "compacted"
+    first.refresh_from_db()
+    assert first.compacted_by_id is not None and first.content == huge
+    snapshot = MemoryRecord.objects.get(session=chat_session, name="snapshot_1_1")
+    assert "is longer than the summariser can read" in snapshot.body
+    assert "PX-00000" in snapshot.body and "PX-01499" not in snapshot.body
+    # the history behind it was compacted too: all but the latest exchange
+    left = Message.objects.filter(
+        session=chat_session, kind="chat", compacted_by_id__isnull=True
+    ).exclude(status="failed")
+    assert sorted(left.values_list("seq", flat=True)) == [25, 26]
