@@ -10,6 +10,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -49,7 +50,17 @@ def _error(exc: OpenAIError) -> JsonResponse:
     return response
 
 
-def _in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
+# A non-streaming call's wait for its reply (up to CHAT_WAIT_TIMEOUT_SECONDS) runs on threads of
+# its own. On the event loop's default pool (min(32, cores + 4) threads: 6 on two cores), six
+# slow calls held every thread that websocket sends and the other /v1 steps run on, and other
+# users waited as long as the slowest provider. The wait holds no database connection.
+WAIT_THREADS = 64
+_WAITS = ThreadPoolExecutor(max_workers=WAIT_THREADS, thread_name_prefix="v1-wait")
+
+
+def _in_thread(
+    func: Callable[..., Any], executor: ThreadPoolExecutor | None = None
+) -> Callable[..., Any]:
     """Run a database step off the event loop, on a pooled connection given back afterwards."""
 
     def run(**kwargs: Any) -> Any:
@@ -59,7 +70,7 @@ def _in_thread(func: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             close_old_connections()
 
-    return sync_to_async(run, thread_sensitive=False)
+    return sync_to_async(run, thread_sensitive=False, executor=executor)
 
 
 def _authenticate(request: HttpRequest) -> ApiKey:
@@ -240,7 +251,7 @@ async def chat_completions_view(request: HttpRequest) -> HttpResponse:
         response["X-Accel-Buffering"] = "no"
         return _with_session(response, started)
 
-    reply = await _in_thread(_wait)(started=started)
+    reply = await _in_thread(_wait, _WAITS)(started=started)
     if not reply.is_finished:
         raise OpenAIError(
             "The reply is taking too long; it is still being written.",

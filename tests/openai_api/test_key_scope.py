@@ -184,3 +184,34 @@ def test_a_bot_scoped_key_cannot_make_another_bot_of_a_room_answer(
         ("assistant", planner.pk, "Planner here."),
     ]
     assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_non_streaming_call_waits_on_threads_of_its_own(
+    owner, fake_bot, fake_openai, eager_tasks, monkeypatch
+):
+    """The wait for the reply runs on the /v1 wait pool, not the event loop's default pool of
+    min(32, cores + 4) threads that websocket sends run on: six slow calls held all of it."""
+    import threading
+
+    from openai_api import views
+
+    waited_on: list[str] = []
+    wait = views._wait
+
+    def note_thread(**kwargs):
+        waited_on.append(threading.current_thread().name)
+        return wait(**kwargs)
+
+    monkeypatch.setattr(views, "_wait", note_thread)
+    fake_openai.script(Reply(text="Pooled."))
+    _key, raw = key_create(user=owner, name="pool")
+    response = Client().post(
+        "/v1/chat/completions",
+        {"model": fake_bot.slug, "messages": [{"role": "user", "content": "Hello?"}]},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["choices"][0]["message"]["content"] == "Pooled."
+    assert len(waited_on) == 1 and waited_on[0].startswith("v1-wait")
