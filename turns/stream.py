@@ -13,7 +13,7 @@ from bots import realtime
 from bots.models import Message
 from bots.transitions import reply_checkpoint
 from chat_platform.dbconn import connection_release
-from chat_platform.errors import ModelUnavailable
+from chat_platform.errors import ContextTooLarge, ModelUnavailable
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_tools_tokens
 from compaction.pipeline import BuiltContext
@@ -150,6 +150,11 @@ def stream_round(
     try:
         _relay(stream, reply, state, batcher)
     except gateway.ModelCallFailed as exc:
+        if exc.context_window:  # the provider's window is smaller than the bot was told
+            raise ContextTooLarge(
+                f"The model refused the request as longer than its context window ({exc}). "
+                "Set the bot's context window to the model's, or compact the chat."
+            ) from exc
         error = f"The model did not answer: {exc}"
         raise ModelUnavailable(error) from exc
     finally:

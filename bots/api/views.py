@@ -263,10 +263,18 @@ class SessionMessagesApi(APIView):
             and reply.status == Message.Status.FAILED
             and (data["wait"] or reply.error_code == errors.ContextTooLarge.code)
         ):
+            # The reply's own code (it was model_unavailable for any but the first three: a bot
+            # that left the room, a database that failed). An internal error stays a 502: the
+            # turn logged it with its traceback; the request itself did not fail.
             exc_class = {
-                "context_too_large": errors.ContextTooLarge,
-                "model_unavailable": errors.ModelUnavailable,
-                "quota_exceeded": errors.QuotaExceeded,
+                cls.code: cls
+                for cls in (
+                    errors.ContextTooLarge,
+                    errors.ModelUnavailable,
+                    errors.QuotaExceeded,
+                    errors.NotFound,
+                    errors.ServiceUnavailable,
+                )
             }.get(reply.error_code, errors.ModelUnavailable)
             # A daily limit's refusal says what ran out and when it resets, as at the send.
             details = {**message_error(reply).get("details", {}), **body}

@@ -752,3 +752,40 @@ def test_the_watcher_holds_no_database_connection_while_no_turn_runs(monkeypatch
     monkeypatch.setattr(liveness, "IDLE_EXIT_SECONDS", 0)
     thread.join(30)
     assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_providers_context_window_refusal_fails_the_reply_as_context_too_large(
+    fake_session, fake_openai, settings
+):
+    """A provider that refuses the request as longer than its model's window: the reply fails
+    with context_too_large (what the client can act on: /v1 answers 400
+    context_length_exceeded), not model_unavailable, and it is not retried."""
+    settings.LLM_MAX_RETRIES = 2
+    _, reply = _turn(fake_session)
+    fake_openai.script(
+        Reply(
+            status=400,
+            error_message="This model's maximum context length is 4096 tokens. However, your "
+            "messages resulted in 9000 tokens.",
+        )
+    )
+    turn.turn_run(message_id=reply.pk)
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "context_too_large")
+    assert reply.error_message.startswith("The model refused the request as longer than its")
+    assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rest_wait_answers_the_failed_replys_own_code(
+    owner_client, fake_session, fake_openai, eager_tasks
+):
+    fake_openai.script(Reply(status=400, error_message="prompt is too long: 9000 > 4096"))
+    response = owner_client.post(
+        f"/api/v1/sessions/{fake_session.pk}/messages/",
+        {"content": "A long story.", "wait": True},
+        format="json",
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "context_too_large"

@@ -66,9 +66,12 @@ class ModelCallFailed(Exception):
         status_code: int | None = None,
         transient: bool = False,
         attempts: int = 0,
+        context_window: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status_code = status_code
         self.transient = transient
         self.attempts = attempts
+        # The provider refused the request as longer than its model's window.
+        self.context_window = context_window

@@ -41,6 +41,9 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return getattr(exc, "provider_status_code", 0) is None and "Connection error" in str(exc)
 
 
+# The reason of a provider's refusal of a request longer than its model's window
+# (``ModelCallFailed.context_window``: the turn answers it as ``context_too_large``).
+CONTEXT_WINDOW = "the request is longer than the model's context window"
 _CONTEXT_WINDOW_WORDS = re.compile(
     r"context length|context window|maximum context|too many tokens|prompt is too long", re.I
 )
@@ -72,7 +75,7 @@ def classify(exc: BaseException) -> tuple[bool, int | None, str]:
     if direct_http and status is not None and 300 <= status < 400:
         return False, status, f"the provider answered with a redirect (HTTP {status})"
     if direct_http and status == 400 and _CONTEXT_WINDOW_WORDS.search(str(exc)):
-        return False, 400, "the request is longer than the model's context window"
+        return False, 400, CONTEXT_WINDOW
     # Only litellm's own exceptions need litellm (and its classes) to be classified.
     litellm = None if direct_http else lazy_litellm.get()
 
@@ -93,7 +96,7 @@ def classify(exc: BaseException) -> tuple[bool, int | None, str]:
     if kind("NotFoundError") or status == 404:
         return False, status or 404, f"model or endpoint not found (HTTP {status or 404})"
     if kind("ContextWindowExceededError"):
-        return False, status, "the request is longer than the model's context window"
+        return False, status, CONTEXT_WINDOW
     if kind("APIConnectionError") or _is_connection_failure(exc):
         return True, None, "could not reach the provider"
     if kind("InternalServerError", "ServiceUnavailableError", "BadGatewayError") or (
@@ -121,7 +124,11 @@ def unavailable(
     if attempts > 1:
         message += f", after {attempts} attempts"
     return ModelCallFailed(
-        redaction.redact(message), status_code=status, transient=transient, attempts=attempts
+        redaction.redact(message),
+        status_code=status,
+        transient=transient,
+        attempts=attempts,
+        context_window=reason == CONTEXT_WINDOW,
     )
 
 
