@@ -255,6 +255,21 @@ def test_empty_stopped_reply_says_so(server_url, desktop, fake):
     assert page.js_errors == []
 
 
+def test_a_reply_with_no_text_says_so(server_url, desktop, fake):
+    """A model that answers with no text at all (finish_reason stop, empty content): the reply
+    says so instead of showing a bare author line."""
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Mute")
+    fake.script(Reply(text="", chunks=[]))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    send(page, "Say nothing.")
+    reply = page.locator('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    reply.wait_for()
+    assert reply.locator(".msg-note").inner_text() == "The model answered with no text."
+    assert page.js_errors == []
+
+
 MATH = (
     "Euler: $e^{i\\pi} + 1 = 0$, though it costs $5 and $10.\n\n"
     "$$\n\\int_0^1 x^2\\,dx = \\frac{1}{3}\n$$\n\n"

@@ -250,7 +250,11 @@ export function renderMessage(node, m) {
   var content = m.content || "";
   p.text.hidden = !tool && !content && m.status !== "pending" && m.status !== "streaming";
 
-  p.note.textContent = stopped && !content ? "Stopped before any text." : "";
+  // A reply that ended with no text at all says so, rather than showing an empty bubble.
+  var silent = !tool && !content && m.role === "assistant" && m.status === "complete";
+  p.note.textContent = stopped && !content
+    ? "Stopped before any text."
+    : silent ? "The model answered with no text." : "";
   p.note.hidden = !p.note.textContent;
 
   renderFailure(node, m);
