@@ -57,12 +57,26 @@ def session_markdown_chunks(session: ChatSession) -> Iterator[str]:
             notes.append(m.status)
         yield f"\n## {m.seq}. {who} · {' · '.join(notes)}\n\n"
         if m.kind == Message.Kind.TOOL:
-            fence = "````" if "```" in m.content else "```"
-            yield f"{fence}\n{m.content}\n{fence}\n"
+            body = m.content or _tool_calls_text(m.tool_calls)
+            fence = "````" if "```" in body else "```"
+            yield f"{fence}\n{body}\n{fence}\n" if body else "_(no text)_\n"
         else:
             yield f"{m.content}\n" if m.content else "_(no text)_\n"
         if m.error_message:
             yield f"\n> Failed: {m.error_message}\n"
+
+
+def _tool_calls_text(calls: object) -> str:
+    """A tool call message's calls, one line each (``name(arguments)``): the message has no
+    text of its own, and its block was empty in the export."""
+    if not isinstance(calls, list):
+        return ""
+    lines = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            lines.append(f"{function.get('name', '')}({function.get('arguments', '')})")
+    return "\n".join(lines)
 
 
 class _Sink:

@@ -270,6 +270,27 @@ def test_a_reply_with_no_text_says_so(server_url, desktop, fake):
     assert page.js_errors == []
 
 
+def test_right_to_left_text_reads_right_to_left(server_url, desktop, fake):
+    """Hebrew or Arabic in a message and in the composer take their own direction (dir=auto):
+    they were laid out left to right, punctuation at the wrong end."""
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Echo RTL")
+    fake.script(Reply(text="\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd!"))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    page.fill("#composer", "\u0645\u0631\u062d\u0628\u0627")
+    assert page.evaluate("getComputedStyle(document.getElementById('composer')).direction") == "rtl"
+    send(page, "\u0645\u0631\u062d\u0628\u0627!")
+    reply = page.locator('#transcript article.msg[data-role="assistant"][data-status="complete"]')
+    reply.wait_for()
+    directions = page.evaluate(
+        "[...document.querySelectorAll('#transcript .msg-text')]"
+        ".map(n => getComputedStyle(n).direction)"
+    )
+    assert directions == ["rtl", "rtl"]
+    assert page.js_errors == []
+
+
 MATH = (
     "Euler: $e^{i\\pi} + 1 = 0$, though it costs $5 and $10.\n\n"
     "$$\n\\int_0^1 x^2\\,dx = \\frac{1}{3}\n$$\n\n"

@@ -177,6 +177,28 @@ def test_markdown_export(owner, owner_client, bot):
     assert bad.json()["error"]["details"] == {"format": ["Must be one of: json, markdown."]}
 
 
+def test_a_markdown_export_shows_what_a_tool_call_asked(owner, owner_client, bot):
+    """The model's tool call has no text: its block showed nothing, an empty fence."""
+    from tests.factories import message_add
+
+    session = SessionFactory(user=owner, bot=bot, title="Looked up")
+    message_add(session, role="user", content="What did I say about Lisbon?")
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "search_records", "arguments": '{"query": "Lisbon"}'},
+    }
+    message_add(session, role="assistant", kind="tool", content="", tool_calls=[call])
+    message_add(
+        session, role="tool", kind="tool", content="[record a] Lisbon in May.", tool_call_id="c1"
+    )
+    response = owner_client.get(f"/api/v1/sessions/{session.pk}/export/?format=markdown")
+    text = _body(response).decode()
+    assert '\n```\nsearch_records({"query": "Lisbon"})\n```\n' in text
+    assert "\n```\n[record a] Lisbon in May.\n```\n" in text
+    assert "```\n\n```" not in text
+
+
 def test_a_rooms_markdown_export_heads_each_reply_with_its_bots_name(owner, owner_client, bot):
     """A room's replies are every bot's: "Assistant" on each told a reader nothing of who spoke
     (two bots may share a model)."""

@@ -81,7 +81,7 @@ export function buildMessageNode(m) {
     tokens: el("span", { class: "msg-tokens" }),
     tags: el("span", { class: "msg-tags" }),
     actions: el("span", { class: "msg-actions" }),
-    text: el("div", { class: "msg-text" }),
+    text: el("div", { class: "msg-text", dir: "auto" }),
     steps: el("div", { class: "tool-steps-live", hidden: true }),
     note: el("p", { class: "msg-note", hidden: true }),
     error: el("div", { class: "msg-error", hidden: true }),
