@@ -214,6 +214,30 @@ def test_copy_a_message_as_markdown(server_url, desktop, fake):
     assert page.js_errors == []
 
 
+def test_an_unknown_command_is_not_sent_and_a_leading_space_sends_it_as_text(
+    server_url, desktop, fake
+):
+    """The hint said an unknown command needs a leading space to be sent as text, and Enter
+    sent it all the same (a typo of /compact went to the bot and titled the chat)."""
+    page = desktop
+    bot = create_streamer(server_url, api_headers(server_url), fake.url, name="Slash")
+    fake.script(Reply(text="Paths noted."))
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    page.fill("#composer", "/compac")
+    page.keyboard.press("Enter")
+    hint = page.locator("#command-hint")
+    hint.wait_for()
+    assert hint.inner_text().startswith("Unknown command /compac: not sent.")
+    assert page.input_value("#composer") == "/compac"
+    assert page.locator("#transcript article.msg").count() == 0
+    page.fill("#composer", " /etc is a folder")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(DONE)
+    assert fake.requests[-1]["messages"][-1]["content"].strip() == "/etc is a folder"
+    assert page.js_errors == []
+
+
 def body_background(page) -> str:
     return page.evaluate("getComputedStyle(document.body).backgroundColor")
 

@@ -34,6 +34,14 @@ export function updateComposer() {
 }
 
 function submitComposer() {
+  var unknown = unknownCommand(ui.composer.value);
+  if (unknown) {
+    // As the hint says: an unknown command is not sent (a typo of /compact went to the bot as
+    // text, and titled the chat); a leading space sends text that begins with /.
+    ui.commandHint.textContent = "Unknown command " + unknown + ": not sent. Available: /compact [focus]. Start with a space to send text that begins with /.";
+    ui.commandHint.hidden = false;
+    return;
+  }
   if (state.sessionId === null) {
     startSessionThenSend();
     return;
@@ -104,6 +112,12 @@ const COMMANDS = [
     help: "Summarise the older messages now, to free context. Add a focus to say what the summary must keep.",
   },
 ];
+
+function unknownCommand(content) {
+  if (content.charAt(0) !== "/") return null;
+  var word = content.split(/\s/)[0];
+  return COMMANDS.some(function (c) { return c.name === word; }) ? null : word;
+}
 
 function updateCommandHint() {
   var value = ui.composer.value;
