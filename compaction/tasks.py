@@ -1,17 +1,26 @@
 """Celery tasks of the compaction queue: thin, safe to run twice, tolerant of vanished rows."""
 
+from typing import Any
+
 import structlog
 from celery import shared_task
 from django.conf import settings
 
 from chat_platform.outage import BROKER_ERRORS
 from compaction import records, services
+from connections import usage
 
 log = structlog.get_logger(__name__)
 
 
 @shared_task(bind=True, name="compaction.tasks.compact_soft", ignore_result=True)
-def compact_soft(self, session_id: int, bot_id: int | None = None, yielded: int = 0) -> None:  # noqa: ANN001
+def compact_soft(  # noqa: ANN001
+    self,
+    session_id: int,
+    bot_id: int | None = None,
+    yielded: int = 0,
+    quota: list[list[Any]] | None = None,
+) -> None:
     # Run eagerly (tests' task_always_eager): the next reply has run already (the turn
     # dispatches this after its hand-over), and a countdown would not wait anyway. Embedded
     # mode's task threads yield like a worker (chat_platform/inprocess.py keeps the countdown).
@@ -20,13 +29,16 @@ def compact_soft(self, session_id: int, bot_id: int | None = None, yielded: int 
         try:
             self.apply_async(
                 (session_id, bot_id),
-                {"yielded": yielded + 1},
+                {"yielded": yielded + 1, **({"quota": quota} if quota else {})},
                 countdown=settings.COMPACTION_SOFT_YIELD_SECONDS,
             )
             return
         except BROKER_ERRORS:  # it cannot be put back: run it now rather than drop it
             log.warning("compaction_yield_requeue_failed", session_id=session_id, exc_info=True)
-    services.session_compact_soft(session_id=session_id, bot_id=bot_id)
+    # Charged to the API key the turn came through too, as its own calls were.
+    limits = [usage.Limit(subject=str(subject), limit=int(limit)) for subject, limit in quota or ()]
+    with usage.quota_scope(extra=limits):
+        services.session_compact_soft(session_id=session_id, bot_id=bot_id)
 
 
 @shared_task(name="compaction.tasks.context_records_sweep", ignore_result=True)

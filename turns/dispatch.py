@@ -8,6 +8,8 @@ over once the broker answers again, so a committed send always gets its turn. Ru
 twice is safe (its claim is a conditional update).
 """
 
+from collections.abc import Sequence
+
 import structlog
 from django.db import DatabaseError
 
@@ -15,6 +17,7 @@ from bots.models import Message
 from bots.transitions import reply_dispatched, reply_running_first
 from chat_platform.celery_app import task_named
 from chat_platform.outage import BROKER_ERRORS
+from connections.usage import Limit
 
 log = structlog.get_logger(__name__)
 
@@ -55,12 +58,19 @@ def turn_dispatch_next(session_id: int) -> bool:
     return turn_dispatch(first[0])
 
 
-def compact_soft_dispatch(session_id: int, bot_id: int | None = None) -> bool:
+def compact_soft_dispatch(
+    session_id: int, bot_id: int | None = None, *, quota: Sequence[Limit] = ()
+) -> bool:
     """Schedule a soft compaction (best effort: the next turn re-checks pressure anyway); in a
-    room, of ``bot_id``'s seat."""
+    room, of ``bot_id``'s seat. ``quota``: the limits of the API key the turn that found it due
+    came through, which its summariser calls are charged to as well (docs/connections.md)."""
     try:
         task = _task(COMPACT_SOFT_TASK)
-        task.delay(session_id) if bot_id is None else task.delay(session_id, bot_id)
+        args = (session_id,) if bot_id is None else (session_id, bot_id)
+        if quota:
+            task.delay(*args, quota=[[limit.subject, limit.limit] for limit in quota])
+        else:
+            task.delay(*args)
     except BROKER_ERRORS:
         log.exception("compaction_dispatch_failed", session_id=session_id)
         return False

@@ -91,6 +91,9 @@ class TurnFinished:
     # The soft compaction this turn found due (``compact_soft_dispatch``'s arguments), handed
     # to the queue after the session's next reply (``hand_over``), never before it.
     soft_compaction: tuple[int, ...] | None = None
+    # The limits of the API key the turn came through (``TurnOptions.quota``): its soft
+    # compaction is charged to them too.
+    quota: tuple[Any, ...] = ()
 
     def context_record(self) -> None:
         """Write the turn's context record (once; nothing if it made no call)."""
@@ -143,7 +146,9 @@ class TurnFinished:
         with envelope("turn_hand_over_failed", session_id=session_id):
             dispatch.turn_dispatch_next(session_id)
         if self.soft_compaction is not None:
-            transaction.on_commit(partial(dispatch.compact_soft_dispatch, *self.soft_compaction))
+            transaction.on_commit(
+                partial(dispatch.compact_soft_dispatch, *self.soft_compaction, quota=self.quota)
+            )
 
 
 def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:

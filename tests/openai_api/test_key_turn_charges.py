@@ -240,3 +240,34 @@ def test_the_turns_options_hook_reads_nothing_for_a_reply_without_a_key(
     with django_assert_num_queries(1):
         options = turn_hooks.options_for(keyed_reply)
     assert options == turn_hooks.TurnOptions(quota=(usage.Limit(f"key:{key.pk}", 600),))
+
+
+def test_the_soft_compaction_a_keys_turn_set_off_is_charged_to_the_key_too(
+    owner, fake_session, fake_openai, eager_tasks
+):
+    """The summariser call of the soft compaction after a turn asked for with a key counts on
+    the key as on its user (it counted on the user alone: a key's limit missed every summary)."""
+    from bots.transitions import session_context_recount
+    from compaction.models import CompactionEvent
+    from connections.models import UserQuota
+    from tests.factories import message_add
+
+    bot = fake_session.bot
+    bot.context_window, bot.max_output_tokens = 3_000, 500
+    bot.compaction_model = "builtin/extractive"
+    bot.save(update_fields=["context_window", "max_output_tokens", "compaction_model"])
+    for i in range(16):
+        message_add(
+            fake_session, role="user", content=f"Fact {i}: the code of box {i} is Z-{i:03d}. " * 6
+        )
+        message_add(fake_session, role="assistant", content=f"Noted: box {i} is Z-{i:03d}.")
+    session_context_recount(session_id=fake_session.pk)
+    key, client = _key_client(owner, daily_token_limit=1_000_000)
+    UserQuota.objects.create(user=owner, daily_token_limit=1_000_000)
+    fake_openai.script(Reply(text="Fine.", usage=USAGE))
+    assert _send(client, fake_session, "And box 3?").status_code == 201
+    soft = CompactionEvent.objects.filter(session=fake_session, trigger="soft")
+    assert soft.filter(outcome="compacted").exists()
+    user_used, key_used = _counter(f"user:{owner.pk}")[0], _counter(f"key:{key.pk}")[0]
+    assert user_used > 650  # the reply and the summariser's call
+    assert key_used == user_used
