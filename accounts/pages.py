@@ -4,6 +4,7 @@ today's usage. Keys are made and revoked by ``openai_api.keys``, the same servic
 ``/api/v1/api-keys/`` endpoints call; this page only turns form posts into their arguments."""
 
 import datetime as dt
+import secrets
 from typing import Any
 
 from django import forms
@@ -108,12 +109,39 @@ def _render(
             "limit": usage.user_limit(user.pk),
             "used_today": used,
             "resets_at": usage.resets_at(),
+            "form_once": _form_once(request),
         },
         status=status,
     )
     # The page may hold a key's text (once): never kept by a browser or a proxy.
     response["Cache-Control"] = "no-store"
     return response
+
+
+# The key form carries a token good for one creation: a reload of the page that showed a new
+# key posts the form again, and made a second full-access key each time. The newest few are
+# kept (several tabs may be open).
+FORM_ONCE_KEPT = 5
+_FORM_ONCE = "api_key_form_once"
+
+
+def _form_once(request: HttpRequest) -> str:
+    token = secrets.token_urlsafe(16)
+    kept = request.session.get(_FORM_ONCE, [])
+    request.session[_FORM_ONCE] = [*kept, token][-FORM_ONCE_KEPT:]
+    return token
+
+
+def _form_once_spent(request: HttpRequest) -> bool:
+    """Whether the form's token was used already (a form without one, a script's, is let be)."""
+    token = request.POST.get("once")
+    if not token:
+        return False
+    kept = request.session.get(_FORM_ONCE, [])
+    if token not in kept:
+        return True
+    request.session[_FORM_ONCE] = [t for t in kept if t != token]
+    return False
 
 
 @login_required
@@ -126,6 +154,12 @@ def settings_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 def api_key_create_page(request: HttpRequest) -> HttpResponse:
     """Create a key and show its text in this answer only (no redirect: it is never stored)."""
+    if _form_once_spent(request):
+        messages.info(
+            request,
+            "That form was sent already: its key is listed below (a key's text is shown once).",
+        )
+        return redirect("settings")
     form = ApiKeyForm(request.POST, user=request.user)
     if not form.is_valid():
         return _render(request, form, created=None, status=400)

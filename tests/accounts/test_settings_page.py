@@ -200,3 +200,18 @@ def test_the_pages_numbers_have_thousands_separators(owner):
     (row,) = re.findall(rf'<tr data-key-prefix="{key.prefix}">(.*?)</tr>', page, re.S)
     assert "<td>1,234,567</td>" in row
     assert "181125" not in page and "2500000" not in page and "1234567" not in page
+
+
+def test_reloading_the_page_that_showed_a_new_key_makes_no_second_key(owner):
+    """The form carries a token good for one creation: a reload posts the form again, and made
+    another full-access key each time."""
+    client = _signed_in(owner)
+    page = client.get("/settings/").content.decode()
+    once = re.search(r'name="once" value="([^"]+)"', page).group(1)
+    made = client.post("/settings/api-keys/", {"name": "cli", "access": "full", "once": once})
+    assert made.status_code == 200
+    again = client.post("/settings/api-keys/", {"name": "cli", "access": "full", "once": once})
+    assert (again.status_code, again["Location"]) == (302, "/settings/")
+    assert ApiKey.objects.filter(user=owner).count() == 1
+    shown = client.get("/settings/").content.decode()
+    assert "That form was sent already" in shown
