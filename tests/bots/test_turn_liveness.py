@@ -789,3 +789,40 @@ def test_a_rest_wait_answers_the_failed_replys_own_code(
     )
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "context_too_large"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_ends_a_reply_whose_provider_has_not_answered_yet(
+    fake_session, fake_openai, monkeypatch
+):
+    """A provider that holds the request before sending its headers: Stop ends the reply at
+    once (it waited for the read timeout, two minutes by default: there was no socket to shut
+    while the request was being sent)."""
+    from turns.services.message import generation_stop
+
+    monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.05)
+    monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
+    release = threading.Event()
+    _, reply = _turn(fake_session)
+    fake_openai.script(Reply(text="Too late.", hang=60.0, until=release))
+
+    def run_turn():
+        try:
+            turn.turn_run(message_id=reply.pk)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run_turn)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not fake_openai.served:
+            time.sleep(0.02)
+        assert generation_stop(user=fake_session.user, session_id=fake_session.pk) == 1
+        runner.join(20)
+        assert not runner.is_alive()  # ended before the provider let go of the request
+    finally:
+        release.set()
+        runner.join(30)
+    reply.refresh_from_db()
+    assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")

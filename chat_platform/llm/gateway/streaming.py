@@ -5,9 +5,11 @@ the output cap and the secrets' redactor; only an attempt that has shown no text
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -35,6 +37,20 @@ from chat_platform.textcheck import text_made_storable
 log = structlog.get_logger("chat_platform.llm.gateway")
 
 _END = object()
+
+# Threads that send a direct-road request while the turn's own waits for its answer or a stop
+# (``ChatStream._open``); a stopped opening holds one until its provider answers or times out.
+_OPENERS = futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="llm-open")
+# How often a waiting opening looks whether the call was stopped.
+OPEN_STOP_CHECK_SECONDS = 0.2
+
+
+def _close_late_response(opening: futures.Future[Any]) -> None:
+    """The response of an opening whose call was stopped meanwhile: closed unread."""
+    if opening.cancelled() or opening.exception() is not None:
+        return
+    with contextlib.suppress(Exception):
+        opening.result().close()
 
 
 @dataclass(frozen=True)
@@ -204,7 +220,10 @@ class ChatStream:
         """One attempt: open the stream, read it into ``read`` (``read.stopped`` on a stop)."""
         try:
             with outbound.scope(call.policy):
-                response = direct_road.open_stream(call.kwargs, direct=call.direct)
+                response = self._open(call)
+            if response is None:  # stopped before the provider answered
+                read.stopped = True
+                return
             with self._lock:
                 self._response = response
             if self.closed:
@@ -232,6 +251,25 @@ class ChatStream:
                 return
             self._close_response()
             raise
+
+    def _open(self, call: _Call) -> Any:
+        """Open the stream (None: stopped before the provider sent its headers). On the direct
+        road the request is sent from a thread of ``_OPENERS`` while this one waits for its
+        answer or a stop: a provider that holds the request before answering left no socket
+        to shut, and a stop waited for the read timeout (two minutes by default). A stopped
+        opening goes on on its own and its late response is closed when it comes."""
+        if not call.direct:
+            return direct_road.open_stream(call.kwargs, direct=False)
+        opening = _OPENERS.submit(
+            contextvars.copy_context().run, direct_road.open_stream, call.kwargs, direct=True
+        )
+        while True:
+            done, _ = futures.wait([opening], timeout=OPEN_STOP_CHECK_SECONDS)
+            if done:
+                return opening.result()
+            if self.closed:
+                opening.add_done_callback(_close_late_response)
+                return None
 
     def _read_chunks(self, response: Any, call: _Call, read: _Read) -> Iterator[str]:
         chunks = iter(response)
