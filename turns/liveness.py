@@ -13,13 +13,14 @@ had no turn for a few seconds.
 
 import threading
 import time
+from typing import Any
 
 import structlog
 from django.conf import settings
 from django.db import connection
 
 from bots.models import Message
-from bots.transitions import replies_heartbeat
+from bots.transitions import replies_heartbeat, reply_checkpoint
 from chat_platform.llm import gateway
 
 log = structlog.get_logger(__name__)
@@ -37,6 +38,28 @@ class TurnHandle:
         self.stopped = threading.Event()
         self._stream: gateway.ChatStream | None = None
         self._lock = threading.Lock()
+        # The turn's state (its ``text``) while text arrived since its last checkpoint: a
+        # stream that stalls sends no further delta to checkpoint on, so the watcher saves it.
+        self.unsaved: Any = None
+        self.unsaved_since = 0.0
+
+    def text_arrived(self, state: Any) -> None:
+        """The turn's relay, on every delta: ``state.text`` has text not yet checkpointed."""
+        if self.unsaved is None:
+            self.unsaved_since = time.monotonic()
+            self.unsaved = state
+
+    def stalled(self, *, now: float) -> bool:
+        """Text has waited two checkpoint periods: the turn checkpoints on the next delta after
+        each period, so no delta came (the stream stalls), and the watcher saves it."""
+        return self.unsaved is not None and now - self.unsaved_since >= 2 * CHECKPOINT_SECONDS
+
+    def save_unsaved(self) -> None:
+        """Save the partial text the turn has not checkpointed yet (the watcher's, once a tick;
+        only a streaming reply is written, so a finished one is never overwritten)."""
+        state, self.unsaved = self.unsaved, None
+        if state is not None:
+            reply_checkpoint(message_id=self.message_id, content=state.text)
 
     def attach(self, stream: gateway.ChatStream) -> None:
         """The turn's current provider stream; closed at once if a stop already came in."""
@@ -119,6 +142,8 @@ class TurnWatcher:
                     for message_id, handle in handles.items():
                         if rows.get(message_id) or (message_id not in rows and message_id in seen):
                             handle.stop()
+                        elif handle.stalled(now=time.monotonic()):
+                            handle.save_unsaved()
                     seen = (seen & handles.keys()) | rows.keys()
                 except Exception:  # the database blinked: try again next tick
                     log.warning("turn_watcher_db_error", turns=len(handles), exc_info=True)

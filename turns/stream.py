@@ -148,7 +148,7 @@ def stream_round(
     # While recall is possible, text that opens with ``{`` is held back (``_relay``).
     batcher.holding = tools is not None
     try:
-        _relay(stream, reply, state, batcher)
+        _relay(stream, reply, state, batcher, handle)
     except gateway.ModelCallFailed as exc:
         if exc.context_window:  # the provider's window is smaller than the bot was told
             raise ContextTooLarge(
@@ -191,13 +191,16 @@ def _relay(
     reply: Message,
     state: TurnState,
     batcher: DeltaBatcher,
+    handle: TurnHandle,
 ) -> None:
     """Relay the call's deltas to the session, checkpointing the partial text. ``batcher.holding``
     stays true while the text opens with ``{`` (maybe a JSON recall request), however the
-    stream ends."""
+    stream ends. Text that arrived since the last checkpoint is marked on ``handle``: when the
+    stream stalls, the watcher saves it (``TurnHandle.save_unsaved``)."""
     last_checkpoint = time.monotonic()
     for delta in stream:
         state.parts.append(delta)
+        handle.text_arrived(state)
         if batcher.holding:
             head = state.text.lstrip()
             if not head:
@@ -209,4 +212,5 @@ def _relay(
         batcher.add(delta)
         if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS:
             last_checkpoint = time.monotonic()
+            handle.unsaved = None
             checkpoint(reply.pk, state.text)

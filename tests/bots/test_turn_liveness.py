@@ -826,3 +826,42 @@ def test_stop_ends_a_reply_whose_provider_has_not_answered_yet(
         runner.join(30)
     reply.refresh_from_db()
     assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_shown_before_the_stream_stalls_is_saved(fake_session, fake_openai, monkeypatch):
+    """Three deltas, then the provider goes silent: the text already shown is saved within two
+    checkpoint periods (it was saved only on the next delta, so a worker that died in the stall
+    left the reply empty)."""
+    from turns.services.message import generation_stop
+
+    monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.1)
+    monkeypatch.setattr(stream, "CHECKPOINT_SECONDS", 0.1)
+    monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
+    _, reply = _turn(fake_session)
+    fake_openai.script(
+        Reply(
+            text="Partial answer before the stall.",
+            chunks=["Partial ", "answer ", "before "] + ["the stall."],
+            stall_after=3,
+            stall=30.0,
+        )
+    )
+
+    def run_turn():
+        try:
+            turn.turn_run(message_id=reply.pk)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run_turn)
+    runner.start()
+    saved = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and saved != "Partial answer before ":
+        time.sleep(0.05)
+        saved = Message.objects.values_list("content", flat=True).get(pk=reply.pk)
+    generation_stop(user=fake_session.user, session_id=fake_session.pk)
+    runner.join(20)
+    assert saved == "Partial answer before "
+    assert not runner.is_alive()
