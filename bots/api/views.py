@@ -263,19 +263,7 @@ class SessionMessagesApi(APIView):
             and reply.status == Message.Status.FAILED
             and (data["wait"] or reply.error_code == errors.ContextTooLarge.code)
         ):
-            # The reply's own code (it was model_unavailable for any but the first three: a bot
-            # that left the room, a database that failed). An internal error stays a 502: the
-            # turn logged it with its traceback; the request itself did not fail.
-            exc_class = {
-                cls.code: cls
-                for cls in (
-                    errors.ContextTooLarge,
-                    errors.ModelUnavailable,
-                    errors.QuotaExceeded,
-                    errors.NotFound,
-                    errors.ServiceUnavailable,
-                )
-            }.get(reply.error_code, errors.ModelUnavailable)
+            exc_class = REPLY_ERRORS.get(reply.error_code, errors.ModelUnavailable)
             # A daily limit's refusal says what ran out and when it resets, as at the send.
             details = {**message_error(reply).get("details", {}), **body}
             code = exc_class.code
@@ -283,6 +271,22 @@ class SessionMessagesApi(APIView):
         finished = reply is None or reply.is_finished
         code = status.HTTP_201_CREATED if data["wait"] and finished else status.HTTP_202_ACCEPTED
         return Response(body, status=code)
+
+
+# A failed reply's own code, answered by a REST send that waited for it (it was
+# model_unavailable for any but the first three: a bot that left the room, a database that
+# failed). An internal error stays a 502: the turn logged it with its traceback; the request
+# itself did not fail.
+REPLY_ERRORS: dict[str, type[errors.PlatformError]] = {
+    cls.code: cls
+    for cls in (
+        errors.ContextTooLarge,
+        errors.ModelUnavailable,
+        errors.QuotaExceeded,
+        errors.NotFound,
+        errors.ServiceUnavailable,
+    )
+}
 
 
 class MessagePinApi(APIView):
