@@ -110,13 +110,28 @@ def _tip_link(session: ChatSession) -> ChainLink | None:
     return ChainLink.objects.filter(session=session).order_by("-position").first()
 
 
-def _find_tip(*, user_id: int, bot_id: int, chain_hash: str) -> ChainLink | None:
-    """The session whose newest link is ``chain_hash`` (the newest such session if several)."""
+def _find_tip(*, user_id: int, bot_id: int, chain_hash: str, content: str) -> ChainLink | None:
+    """The session whose newest link is ``chain_hash`` (the newest such session if several),
+    with ``moved_on``: a question other than ``content`` was asked in it after that link (its
+    exchange still running, or ended without a link) — this call continues the conversation
+    from before it, and forks there (two calls sent at once from one history, each its own
+    continuation, went into one session, each request carrying the other's question)."""
     later = ChainLink.objects.filter(session=OuterRef("session"), position__gt=OuterRef("position"))
+    asked_since = (
+        Message.objects.filter(
+            session=OuterRef("session"),
+            seq__gt=OuterRef("message__seq"),
+            role=Message.Role.USER,
+            kind=Message.Kind.CHAT,
+        )
+        .exclude(content=content)
+        .order_by()
+    )
     return (
         _links(user_id=user_id, bot_id=bot_id)
         .filter(chain_hash=chain_hash)
         .filter(~Exists(later))
+        .annotate(moved_on=Exists(asked_since))
         .select_related("session", "session__bot")
         .order_by("-session__updated_at", "-session_id")
         .first()
@@ -253,11 +268,11 @@ def conversation_resolve(
         session = _session_new(user=user, bot=bot, key=key)
         return Conversation(session, 0, root, created=True)
 
-    tip = _find_tip(user_id=user.pk, bot_id=bot.pk, chain_hash=hashes[-1])
-    if tip is not None:
+    tip = _find_tip(user_id=user.pk, bot_id=bot.pk, chain_hash=hashes[-1], content=content)
+    if tip is not None and not tip.moved_on:
         return Conversation(tip.session, tip.position, tip.chain_hash)
 
-    prefix = _longest_prefix(user_id=user.pk, bot_id=bot.pk, hashes=hashes)
+    prefix = tip or _longest_prefix(user_id=user.pk, bot_id=bot.pk, hashes=hashes)
     if prefix is None:
         session = _session_new(user=user, bot=bot, key=key)
         stored, position, chain_hash = _store_history(

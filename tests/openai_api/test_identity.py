@@ -151,3 +151,31 @@ def test_a_fork_carries_the_prefix_its_summaries_and_snapshots_and_leaves_the_so
         conversation_resolve(key=key, bot=bot, history=HISTORY, explicit_session_id=None).session.pk
         == session.pk
     )
+
+
+def test_a_call_from_a_history_the_session_moved_on_from_forks_there(owner, bot):
+    """Two calls sent at once from one history, each its own continuation: the second finds the
+    first's question asked after the shared tip (its reply still running, no link yet) and
+    forks at the tip, instead of joining the first's session with its question in the way. A
+    call asking that same question again (an SDK's retry) stays in the session."""
+    from tests.factories import message_add
+
+    key, _ = key_create(user=owner, name="k")
+    first = conversation_resolve(
+        key=key, bot=bot, history=HISTORY, explicit_session_id=None, content="ALPHA?"
+    )
+    session = first.session
+    alpha = message_add(session, role="user", content="ALPHA?")
+    message_add(session, role="assistant", content="", status="streaming", reply_to=alpha)
+
+    retry = conversation_resolve(
+        key=key, bot=bot, history=HISTORY, explicit_session_id=None, content="ALPHA?"
+    )
+    assert (retry.session.pk, retry.created) == (session.pk, False)
+
+    beta = conversation_resolve(
+        key=key, bot=bot, history=HISTORY, explicit_session_id=None, content="BETA?"
+    )
+    assert beta.session.pk != session.pk and beta.created
+    assert (beta.forked_from, beta.base_position) == (session.pk, 4)
+    assert [(r[1], r[2]) for r in _rows(beta.session)] == [(m.role, m.content) for m in HISTORY]
