@@ -99,7 +99,7 @@ def _window() -> tuple[list[dt.date], dt.datetime]:
 
 
 def usage_report(*, user_filter: Q, group_by: str) -> dict[str, Any]:
-    """Tokens by day and by ``group_by`` (``session__bot__name`` or ``session__user__username``)
+    """Tokens by day and by ``group_by`` (``bot_label`` or ``session__user__username``)
     for the replies and compaction events matching ``user_filter`` (a filter on ``session__``,
     which both have), and compaction's savings."""
     days, since = _window()
@@ -124,6 +124,9 @@ def usage_report(*, user_filter: Q, group_by: str) -> dict[str, Any]:
         prompt_tokens__isnull=False,
     ).annotate(
         day=TruncDate("created_at", tzinfo=dt.UTC),
+        # The bot that wrote the reply (in a room, each its own; a reply from before the chat
+        # became a room carries none: the session's bot).
+        bot_label=Coalesce(F("bot__name"), F("session__bot__name")),
         tokens=Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0),
         saved=Coalesce(Subquery(saved_before, output_field=IntegerField()), Value(0)),
     )
@@ -165,7 +168,7 @@ def usage_report(*, user_filter: Q, group_by: str) -> dict[str, Any]:
 
 @login_required
 def usage_page(request: HttpRequest) -> HttpResponse:
-    report = usage_report(user_filter=Q(session__user=request.user), group_by="session__bot__name")
+    report = usage_report(user_filter=Q(session__user=request.user), group_by="bot_label")
     limit = usage.user_limit(request.user.pk)
     used, reserved = usage.tokens_today(f"user:{request.user.pk}")
     return render(

@@ -142,6 +142,8 @@ def _calls_until_answer(
         completion = stream.completion
         if completion is not None:
             spent.add(completion.prompt_tokens + completion.completion_tokens)
+            state.prompt_tokens += completion.prompt_tokens
+            state.completion_tokens += completion.completion_tokens
             asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
         if asked or completion is None or handle.stopped.is_set():
             break

@@ -34,6 +34,10 @@ class TurnState:
 
     finished: TurnFinished
     parts: list[str] = field(default_factory=list)
+    # What the turn's model calls used, every call of its recall and tool rounds: the reply's
+    # usage (it was the last call's alone, a twentieth of a long tool loop).
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     @property
     def text(self) -> str:

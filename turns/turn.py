@@ -290,8 +290,8 @@ def _complete(
         fields["finish_reason"] = "tool_calls"
         fields["token_count"] = count_message_tokens(text + json.dumps(asked), model=model)
     if completion is not None:
-        fields["prompt_tokens"] = completion.prompt_tokens
-        fields["completion_tokens"] = completion.completion_tokens
+        fields["prompt_tokens"] = state.prompt_tokens
+        fields["completion_tokens"] = state.completion_tokens
     # Counted before the reply is shown: a client that sends again at once sees them spent.
     spent.settle()
     finished = _finish(reply, counted=True, completed=True, **fields)

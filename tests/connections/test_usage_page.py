@@ -131,3 +131,18 @@ def test_numbers_people_read_have_thousands_separators(owner, client):
     # what scripts and tests read stays a plain number
     assert 'data-limit="2500000" data-used="0"' in page
     assert 'data-value="181125"' in page
+
+
+def test_a_rooms_replies_count_for_the_bot_that_wrote_each(owner, client):
+    """In a room each reply is its own bot's (they all went to the room's default bot)."""
+    planner = BotFactory(owner=owner, name="Planner")
+    critic = BotFactory(owner=owner, name="Critic")
+    room = SessionFactory(user=owner, bot=planner, is_room=True)
+    first = _reply(room, 2, 30, 10)
+    second = _reply(room, 4, 60, 20)
+    Message.objects.filter(pk=first.pk).update(bot=planner)
+    Message.objects.filter(pk=second.pk).update(bot=critic)
+    client.force_login(owner)
+    page = client.get("/usage/").content.decode()
+    assert "<td>Planner</td><td>40</td>" in page
+    assert "<td>Critic</td><td>80</td>" in page

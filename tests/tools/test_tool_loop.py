@@ -367,3 +367,18 @@ def test_a_tool_loop_stops_at_a_spent_daily_limit_and_says_so(
     assert (counter.used, counter.reserved) == (3_000, 0)
     stored = Message.objects.filter(session=session, kind="tool").count()
     assert stored == 6  # three rounds: a call and its result each
+
+
+def test_a_replys_usage_is_every_call_of_its_tool_loop(tool_bot, fake_openai, mcp_server, frames):
+    """The reply's prompt and completion tokens add up every call of its loop (they were the
+    last call's alone: a twentieth of a long tool task on the usage page and in /v1's usage)."""
+    spend = {"prompt_tokens": 900, "completion_tokens": 10, "total_tokens": 910}
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__clock", {}, "u1")], usage=spend),
+        Reply(text="", tool_calls=[_call("calc__clock", {}, "u2")], usage=spend),
+        Reply(text="Twice.", usage={"prompt_tokens": 950, "completion_tokens": 5}),
+    )
+    session, reply = _ask(tool_bot, "Time, twice")
+    turn.turn_run(message_id=reply.pk)
+    reply.refresh_from_db()
+    assert (reply.content, reply.prompt_tokens, reply.completion_tokens) == ("Twice.", 2_750, 25)
