@@ -507,6 +507,28 @@ def test_answers_from_search_hits_without_highlights():
     assert "**" not in reply.text
 
 
+def test_the_rest_of_a_long_message_in_a_hit_is_quoted_as_its_speakers():
+    """A hit's message runs over several lines (an attached file's text, a code block): its
+    later lines are the speaker's too, in a record and in live history alike (they were quoted
+    as "— tool result")."""
+    messages = [
+        BOT,
+        INDEX,
+        {"role": "user", "content": "What is the secret word in my file?"},
+        call("search_records", {"query": "secret word file"}),
+        result(
+            "[chat history: not in a record yet, nothing to read]\n"
+            "[7] 2024-03-08 13:57Z user: Here is notes.txt:\n"
+            "The secret word is PAPAYA."
+        ),
+    ]
+
+    reply = generate("recall", messages, tools=RECALL_TOOLS)
+
+    assert "> The secret word is PAPAYA. — you said in message 7, on 2024-03-08" in reply.text
+    assert "tool result" not in reply.text
+
+
 def test_read_then_search_then_answer_and_no_third_request():
     question = {"role": "user", "content": "Do I have food allergies or a favourite dish?"}
     first = generate("recall", [INDEX, question], tools=RECALL_TOOLS)

@@ -299,6 +299,10 @@ _is_echo = is_echo
 class _Collector:
     def __init__(self) -> None:
         self.units: list[Unit] = []
+        # The attribution of the last labelled line of a record or a search hit: the next lines
+        # without a label of their own are the rest of that message (a code block, an
+        # attached file's text), not the tool's words ("def f(x): — tool result").
+        self.speaker: str | None = None
 
     def add(self, label: str, text: str) -> None:
         for fragment in _FRAGMENTS.split(text):
@@ -325,25 +329,33 @@ class _Collector:
             return
         role, seq, date, rest = _speaker(stripped)
         if role is None:
-            self.add(label, stripped)
+            self.add(self.speaker or label, stripped)
             return
         said = _said(role, seq, label, date)
+        if not label.startswith("summary of "):  # a summary's own prose is the summary's
+            self.speaker = said
         if said is not None and not _is_echo(rest):
             self.add(said, REMEMBER.sub("", rest) if role == "user" else rest)
 
 
 def _block_lines(lines: list[str], label: str, collector: _Collector) -> None:
     """Lines of a system/tool block: record frames switch the label to ``record <name>``."""
+    collector.speaker = None
     for line in lines:
         stripped = line.strip()
         frame = RECORD_FRAME.match(stripped)
         if frame:
             label = f"record {frame.group(1)}"
+            collector.speaker = None
             collector.line(stripped[frame.end() :], label)
+            continue
+        if HISTORY_FRAME.match(stripped):
+            label, collector.speaker = "chat history", None
             continue
         summary = _SUMMARY_HEADER.match(stripped)
         if summary:
             label = f"summary of messages {summary.group('range')}"
+            collector.speaker = None
             continue
         if stripped.startswith(INDEX_HEADER):
             label = "memory index"
