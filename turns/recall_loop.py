@@ -141,9 +141,7 @@ def _calls_until_answer(
         )
         completion = stream.completion
         if completion is not None:
-            spent.add(completion.prompt_tokens + completion.completion_tokens)
-            state.prompt_tokens += completion.prompt_tokens
-            state.completion_tokens += completion.completion_tokens
+            _call_counted(completion, spent, state)
             asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
         if asked or completion is None or handle.stopped.is_set():
             break
@@ -180,6 +178,13 @@ def _calls_until_answer(
         reply.refresh_from_db(fields=["seq"])
         state.parts.clear()  # the answer is what the model says after its lookups
     return Answered(stream=stream, context=context, asked=asked)
+
+
+def _call_counted(completion: gateway.Completion, spent: usage.Meter, state: TurnState) -> None:
+    """A model call's usage: on the turn's daily-limit meter and in the reply's own usage."""
+    spent.add(completion.prompt_tokens + completion.completion_tokens)
+    state.prompt_tokens += completion.prompt_tokens
+    state.completion_tokens += completion.completion_tokens
 
 
 def _tool_round(
