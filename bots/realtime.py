@@ -100,11 +100,13 @@ def notify_exchange_created(messages: list[Message], *, wait: bool = False) -> N
 
 
 def notify_message_delta(
-    message: Message, delta: str, *, bot: dict[str, Any] | None = None
+    message: Message, delta: str, *, bot: dict[str, Any] | None = None, offset: int | None = None
 ) -> None:
     """``bot``: in a room, the speaking bot (``room_frame_bot``); a one-bot chat's frame has
-    none."""
+    none. ``offset``: where ``delta`` starts in the reply's streamed text (UTF-16 units)."""
     frame: dict[str, Any] = {"type": "message.delta", "message_id": message.pk, "delta": delta}
+    if offset is not None:
+        frame["offset"] = offset
     if bot is not None:
         frame["bot"] = bot
     transport.send_frame(message.session_id, frame)

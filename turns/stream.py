@@ -56,6 +56,10 @@ class DeltaBatcher:
         self.last_flush = float("-inf")
         self.interval = settings.CHAT_STREAM_FLUSH_SECONDS
         self.holding = False  # text held back until it is known not to be a recall request
+        # What the frames sent so far carried, in UTF-16 code units as a browser counts a
+        # string: each frame says where its delta starts (``offset``), so a client that joined
+        # from the saved text (a reconnect) appends only what follows it.
+        self.sent = 0
 
     def add(self, delta: str) -> None:
         self.buffer.append(delta)
@@ -65,12 +69,19 @@ class DeltaBatcher:
     def flush(self) -> None:
         if self.buffer:
             text = "".join(self.buffer)
-            if self.bot is None:  # a one-bot chat's frame, as it always was
-                realtime.notify_message_delta(self.reply, text)
+            offset = self.sent
+            self.sent += utf16_length(text)
+            if self.bot is None:  # a one-bot chat's frame: no bot
+                realtime.notify_message_delta(self.reply, text, offset=offset)
             else:
-                realtime.notify_message_delta(self.reply, text, bot=self.bot)
+                realtime.notify_message_delta(self.reply, text, bot=self.bot, offset=offset)
             self.buffer.clear()
         self.last_flush = time.monotonic()
+
+
+def utf16_length(text: str) -> int:
+    """``text.length`` in a browser: characters past U+FFFF (most emoji) count twice."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 
 
 def checkpoint(message_id: int, partial_text: str) -> None:

@@ -197,7 +197,7 @@ def test_an_error_mid_stream_keeps_the_partial_text(fake_session, fake_openai, f
     )
     sent_deltas: list[str] = []
 
-    def delta_then_crash(message, delta):
+    def delta_then_crash(message, delta, **_):
         sent_deltas.append(delta)
         if len(sent_deltas) == 2:
             raise ValueError("channel layer exploded")
@@ -865,3 +865,17 @@ def test_text_shown_before_the_stream_stalls_is_saved(fake_session, fake_openai,
     runner.join(20)
     assert saved == "Partial answer before "
     assert not runner.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_delta_frame_says_where_its_text_starts_in_browser_units(
+    fake_session, fake_openai, frames, monkeypatch
+):
+    """A client that joined from the saved text (a reconnect) knows which part of a delta it
+    already has: it appended them all, and its text came out garbled until the reply ended."""
+    monkeypatch.setattr(stream.settings, "CHAT_STREAM_FLUSH_SECONDS", 0.0)
+    _, reply = _turn(fake_session)
+    fake_openai.script(Reply(text="Hi \U0001f600 there!", chunks=["Hi ", "\U0001f600", " there!"]))
+    turn.turn_run(message_id=reply.pk)
+    deltas = [(f["delta"], f["offset"]) for f in frames if f["type"] == "message.delta"]
+    assert deltas == [("Hi ", 0), ("\U0001f600", 3), (" there!", 5)]  # the emoji counts 2

@@ -332,7 +332,7 @@ def test_a_json_read_request_is_intercepted_and_never_shown_as_the_answer(
     from bots import realtime
 
     deltas = []
-    monkeypatch.setattr(realtime, "notify_message_delta", lambda m, d: deltas.append(d))
+    monkeypatch.setattr(realtime, "notify_message_delta", lambda m, d, **_: deltas.append(d))
     _save(fake_session, "locker_code", "My locker code is 4471.")
     _, reply = _turn(fake_session, "What is my locker code?")
     fake_openai.script(

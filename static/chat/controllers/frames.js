@@ -39,7 +39,7 @@ export function handleFrame(frame) {
       }
       break;
     case "message.delta":
-      applyDelta(frame.message_id, frame.delta);
+      applyDelta(frame.message_id, frame.delta, frame.offset);
       break;
     case "message.failed":
       markFailed(frame.message_id, frame.error, frame.message);
@@ -77,11 +77,23 @@ export function handleFrame(frame) {
   }
 }
 
-function applyDelta(messageId, delta) {
+function applyDelta(messageId, delta, offset) {
   if (messageId === undefined || messageId === null || typeof delta !== "string") return;
   var id = String(messageId);
   var m = messages.get(id);
   if (m && !ACTIVE_STATUSES[m.status]) return; // already final: the completed frame wins
+  if (m && typeof offset === "number") {
+    // Where the delta starts in the reply: after a reconnect the text came from the saved
+    // copy (up to half a second behind), so a delta may overlap it (keep what follows) or
+    // start past it (a gap: the text stays as it is until the completed frame brings it whole).
+    var have = (m.content || "").length;
+    if (m._streamGap || offset > have) {
+      m._streamGap = true;
+      return;
+    }
+    if (offset < have) delta = delta.slice(have - offset);
+    if (!delta) return;
+  }
   withScroll(function () {
     if (!m) {
       // message.created was lost; show the text now and let a resync fill in the rest.
