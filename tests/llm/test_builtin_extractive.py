@@ -542,3 +542,6 @@ def test_the_built_in_models_patterns_scan_blank_and_dotted_runs_in_linear_time(
     assert recall_context._clean("\u2026 ... " * 200_000 + "kept … " + "... " * 200_000) == "kept"
     assert recall_context._clean("... The flight is JL7079 …") == "The flight is JL7079"
     assert extractive._FOCUS.search("x\n  Focus: the dates \nmore").group("focus") == "the dates"
+    # Lines ending in CR LF (the blanks at a line's end include the CR, as \s did)
+    assert extractive._FOCUS.search("x\r\nFocus: the dates \r\n").group("focus") == "the dates"
+    assert recall_context.SAVED.search("ok\r\n[saved: note_1]\r\n").group("name") == "note_1"

@@ -88,7 +88,9 @@ _SEQ = re.compile(r"\[(\d+)\]|#(\d+)")
 _RECALL_TOOL_LABEL = re.compile(r"\btool\s*\((?:read_records|search_records|save_record)\)")
 # Blanks within the line only (``[ \t]``): ``\s*`` at a line start ran on through every following
 # newline, and a text of many blank lines cost the square of their number.
-_FOCUS = re.compile(r"^[ \t]*focus[ \t]*:[ \t]*(?P<focus>.+?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_FOCUS = re.compile(
+    r"^[ \t]*focus[ \t]*:[ \t]*(?P<focus>.+?)[ \t\r]*$", re.IGNORECASE | re.MULTILINE
+)
 _TRANSCRIPT = re.compile(r"<transcript>(?P<body>.*?)</transcript>", re.DOTALL | re.IGNORECASE)
 
 _CALENDAR = (

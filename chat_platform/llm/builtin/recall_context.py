@@ -34,8 +34,8 @@ _RESULT_LINE = re.compile(
 # Blanks within the line only: ``\s*`` at a line start ran on through every following newline
 # (the square of a run of blank lines), and so did a leading ``\s+`` tried at every blank of a
 # run; the patterns below start a run of blanks only where it starts (``(?<!\s)``).
-SAVED = re.compile(r"^[ \t]*\[saved: (?P<name>[a-z0-9_-]{1,80})\][ \t]*$", re.MULTILINE)
-NOT_SAVED = re.compile(r"^[ \t]*\[not saved: (?P<reason>[^\]\n]*)\][ \t]*$", re.MULTILINE)
+SAVED = re.compile(r"^[ \t]*\[saved: (?P<name>[a-z0-9_-]{1,80})\][ \t\r]*$", re.MULTILINE)
+NOT_SAVED = re.compile(r"^[ \t]*\[not saved: (?P<reason>[^\]\n]*)\][ \t\r]*$", re.MULTILINE)
 INDEX_LINE = re.compile(
     r"^\s*-\s+(?P<name>[a-z0-9_-]{1,80})\s+\((?P<kind>[\w-]+)"
     r"(?:,\s*messages\s+(?P<first>\d+)\s*[\u2013\u2014-]\s*(?P<last>\d+))?\)\s*:"
