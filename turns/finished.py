@@ -49,14 +49,15 @@ def envelope(event: str, **ids: Any) -> Iterator[None]:
     try:
         yield
     except Exception:
-        if _chat_deleted(ids):  # the user deleted the chat while its reply ran: nothing to keep
+        if chat_deleted(**ids):  # the user deleted the chat while its reply ran: nothing to keep
             log.info("turn_step_skipped_chat_deleted", step=event, **ids)
         else:
             log.exception(event, **ids)
 
 
-def _chat_deleted(ids: dict[str, Any]) -> bool:
-    """Whether the session (or the reply) a failed step names is gone."""
+def chat_deleted(**ids: Any) -> bool:
+    """Whether the session (or the reply) a failed step names is gone. A database that does
+    not answer is not a deleted chat: the step's own error is then the one to log."""
     try:
         if "session_id" in ids:
             return not ChatSession.objects.filter(pk=ids["session_id"]).exists()

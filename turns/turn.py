@@ -35,7 +35,7 @@ from chat_platform.llm.tokens import count_message_tokens
 from connections import usage
 from turns import hooks as turn_hooks
 from turns import liveness
-from turns.finished import TurnFinished, search_index
+from turns.finished import TurnFinished, chat_deleted, search_index
 from turns.liveness import TurnHandle
 from turns.recall_loop import Answered, calls_until_answer, check_bot_usable
 from turns.stream import TurnState
@@ -133,7 +133,7 @@ def _turn_run(message_id: int) -> None:
         state.finished.context_record()
         _safe_fail(reply, exc, state)
     except Exception as exc:
-        if _reply_deleted(reply):  # with its chat, while it ran: nothing is left to end
+        if chat_deleted(message_id=reply.pk):  # with its chat, while it ran: nothing to end
             log.info("turn_chat_deleted", message_id=reply.pk, session_id=reply.session_id)
             return
         _crashed(reply, exc, state)
@@ -168,15 +168,6 @@ def _crashed(reply: Message, exc: Exception, state: TurnState) -> None:
         error = InternalError("The reply failed because of an internal error.")
     state.finished.context_record()
     _safe_fail(reply, error, state)
-
-
-def _reply_deleted(reply: Message) -> bool:
-    """Whether the reply's row is gone (its chat deleted while it ran). A database that does
-    not answer is not a deleted chat: the failure is then logged and written as usual."""
-    try:
-        return not Message.objects.filter(pk=reply.pk).exists()
-    except DatabaseError:
-        return False
 
 
 def _safe_fail(reply: Message, error: PlatformError, state: TurnState) -> None:
