@@ -1,4 +1,5 @@
 import functools
+import threading
 
 import factory
 from django.contrib.auth import get_user_model
@@ -74,6 +75,38 @@ def message_add(session: ChatSession, *, role: str, content: str, **fields) -> M
     return Message.objects.create(
         session=session, seq=session.last_seq, role=role, content=content, **fields
     )
+
+
+def turn_pending(
+    session: ChatSession, text: str = "What now?", /, **reply_fields
+) -> tuple[Message, Message]:
+    """A user message (``text``) and the reply that answers it, ``pending`` (or as
+    ``reply_fields`` say), the message counted in the session's running totals as the send
+    path counts it."""
+    from bots.transitions import session_context_add
+
+    question = message_add(session, role="user", content=text)
+    fields = {"content": "", "status": "pending", "token_count": 0, **reply_fields}
+    reply = message_add(session, role="assistant", reply_to=question, **fields)
+    session_context_add(session_id=session.pk, tokens=question.token_count)
+    return question, reply
+
+
+def turn_thread(reply: Message) -> threading.Thread:
+    """The reply's turn, started on a thread of its own (which gives its connection back)."""
+    from django.db import connection
+
+    from turns import turn
+
+    def run() -> None:
+        try:
+            turn.turn_run(message_id=reply.pk)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    return runner
 
 
 class MemoryRecordFactory(factory.django.DjangoModelFactory):

@@ -9,13 +9,12 @@ import pytest
 from django.db import connection
 
 from bots.models import ChatSession, Message
-from bots.transitions import session_context_add
 from compaction.engine import passes
 from compaction.models import CompactionEvent, Summary
 from memory.models import MemoryRecord
-from tests.factories import message_add
+from tests.factories import message_add, turn_pending, turn_thread
 from tests.fakeopenai import Reply
-from turns import liveness, turn
+from turns import liveness
 from turns.services.session import session_delete
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,26 +39,9 @@ def _stalled_turn(session, fake_openai, monkeypatch, *, then) -> tuple[Message, 
         stop(handle)
 
     monkeypatch.setattr(liveness.TurnHandle, "stop", record_stop)
-    question = message_add(session, role="user", content="Tell me everything.")
-    reply = message_add(
-        session,
-        role="assistant",
-        content="",
-        status="pending",
-        token_count=0,
-        reply_to=question,
-    )
-    session_context_add(session_id=session.pk, tokens=question.token_count)
+    _, reply = turn_pending(session, "Tell me everything.")
     fake_openai.script(Reply(text="one two three four five six", stall_after=2, stall=30.0))
-
-    def run_turn():
-        try:
-            turn.turn_run(message_id=reply.pk)
-        finally:
-            connection.close()
-
-    runner = threading.Thread(target=run_turn)
-    runner.start()
+    runner = turn_thread(reply)
     deadline = time.monotonic() + 20
     while (
         time.monotonic() < deadline

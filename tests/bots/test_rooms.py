@@ -6,7 +6,7 @@ import pytest
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from compaction.pipeline import bot_budget
 from tests.conftest import FAKE_KEY_ENV
-from tests.factories import BotFactory, SessionFactory, message_add
+from tests.factories import BotFactory, SessionFactory, message_add, turn_pending
 from tests.fakeopenai import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -493,16 +493,7 @@ def test_a_reply_queued_for_a_bot_removed_before_it_ran_fails_saying_so(
     from turns import turn
 
     session, planner, critic = room
-    question = message_add(session, role="user", content="Both of you, please.")
-    queued = message_add(
-        session,
-        role="assistant",
-        content="",
-        status="pending",
-        token_count=0,
-        reply_to=question,
-        bot=critic,
-    )
+    _, queued = turn_pending(session, "Both of you, please.", bot=critic)
     removed = owner_client.delete(f"/api/v1/sessions/{session.pk}/participants/{critic.pk}/")
     assert removed.status_code == 204
     turn.turn_run(message_id=queued.pk)

@@ -18,7 +18,7 @@ from chat_platform.inprocess import InProcessBeat
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.pipeline import admit as pipeline_admit
 from compaction.pipeline import history as pipeline_history
-from tests.factories import SessionFactory, message_add
+from tests.factories import SessionFactory, message_add, turn_pending, turn_thread
 from tests.fakeopenai import Reply
 from turns import liveness, recall_loop, stream, turn, watchdog
 
@@ -37,15 +37,6 @@ def frames(monkeypatch):
 
     monkeypatch.setattr(transport, "send_frames", record)
     return sent
-
-
-def _turn(session, content="What now?"):
-    new = message_add(session, role="user", content=content)
-    reply = message_add(
-        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
-    )
-    session_context_add(session_id=session.pk, tokens=new.token_count)
-    return new, reply
 
 
 def _failed_frames(frames, reply):
@@ -71,7 +62,7 @@ def test_a_turn_finishing_between_the_totals_and_the_rows_does_not_strand_the_re
     # strand the reply then. ``earlier`` starts out of the context (ended, empty) and joins it.
     earlier = message_add(session, role="assistant", content="", status="complete", token_count=0)
     session_context_recount(session_id=session.pk)
-    _, reply = _turn(session, "second question")
+    _, reply = turn_pending(session, "second question")
     session.refresh_from_db()
 
     real_walk = pipeline_history.history_newest_first
@@ -137,7 +128,7 @@ def test_the_completed_frame_leaves_before_the_rest_waiters_are_woken(
     monkeypatch.setattr(
         realtime, "publish_reply_finished", lambda message_id: events.append(("woken", message_id))
     )
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="Done."))
 
     turn.turn_run(message_id=reply.pk)
@@ -157,7 +148,7 @@ def test_the_completed_frame_leaves_before_the_rest_waiters_are_woken(
 def test_an_unexpected_error_while_building_the_context_fails_the_reply_visibly(
     fake_session, fake_openai, frames, monkeypatch, caplog
 ):
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
 
     def broken(**kwargs):
         raise RuntimeError("history_totals went sideways")
@@ -187,7 +178,7 @@ def test_an_unexpected_error_while_building_the_context_fails_the_reply_visibly(
 
 @pytest.mark.django_db(transaction=True)
 def test_an_error_mid_stream_keeps_the_partial_text(fake_session, fake_openai, frames, monkeypatch):
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(
         Reply(
             text="One two three four",
@@ -222,7 +213,7 @@ def test_a_model_failure_after_the_claim_still_ends_failed(
     fake_session, fake_openai, frames, settings
 ):
     settings.LLM_MAX_RETRIES = 0
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(status=500, error_message="upstream on fire"))
 
     turn.turn_run(message_id=reply.pk)
@@ -391,17 +382,10 @@ def test_a_live_turn_keeps_beating_through_a_silent_provider(
     settings.CHAT_HEARTBEAT_SECONDS = 0.5
     settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 3.0
     settings.LLM_MAX_RETRIES = 0
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="Worth the wait.", hang=6.0))
 
-    def run_turn():
-        try:
-            turn.turn_run(message_id=reply.pk)
-        finally:
-            connection.close()
-
-    runner = threading.Thread(target=run_turn)
-    runner.start()
+    runner = turn_thread(reply)
     interrupted = 0
     beats = set()
     while runner.is_alive():
@@ -435,11 +419,11 @@ def test_beat_runs_the_watchdog_often_enough_to_end_a_dead_turn_within_a_minute(
 def test_watchdog_hands_a_never_dispatched_reply_to_the_queue(
     fake_session, fake_openai, eager_tasks
 ):
-    _, never = _turn(fake_session, "sent while the broker was down")
+    _, never = turn_pending(fake_session, "sent while the broker was down")
     Message.objects.filter(pk=never.pk).update(created_at=timezone.now() - timedelta(seconds=6))
     # In another chat: one of this chat would be handed over when ``never`` ends (it is next).
     elsewhere = SessionFactory(user=fake_session.user, bot=fake_session.bot)
-    _, just_sent = _turn(elsewhere, "sent a moment ago")  # its own dispatch is still due
+    _, just_sent = turn_pending(elsewhere, "sent a moment ago")  # its own dispatch is still due
     fake_openai.script(Reply(text="Here at last."))
 
     result = watchdog.turns_watchdog()
@@ -490,7 +474,7 @@ def test_watchdog_redispatches_a_lost_task_and_a_duplicate_is_harmless(
     fake_session, fake_openai, eager_tasks, settings
 ):
     settings.CHAT_REDISPATCH_AFTER_SECONDS = 120
-    _, lost = _turn(fake_session, "my task vanished with a Redis restart")
+    _, lost = turn_pending(fake_session, "my task vanished with a Redis restart")
     Message.objects.filter(pk=lost.pk).update(
         dispatched_at=timezone.now() - timedelta(seconds=121),
         created_at=timezone.now() - timedelta(seconds=121),
@@ -519,7 +503,7 @@ def test_rest_wait_is_woken_by_the_turn_finishing_not_by_polling(fake_session, m
     # No safety re-check within the wait (one every 5 s): the checks counted are the wait's own.
     monkeypatch.setattr(realtime, "WAIT_RECHECK_SECONDS", 60.0)
 
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
 
     def finish_later():
@@ -551,7 +535,7 @@ def test_a_saturated_database_fails_the_turn_fast_with_a_clear_error(
 ):
     from django.db import OperationalError
 
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
 
     def no_connection(**kwargs):
         raise OperationalError("couldn't get a connection after 10.00 sec")
@@ -607,7 +591,7 @@ def test_the_admission_is_recorded_while_the_provider_works_on_the_first_token(
 ):
     """The turn's ``last_admission`` write is not on the way to the first token: it happens once
     the provider has taken the request, and still exactly once per call."""
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="Fine.", chunks=["Fi", "ne."]))
     at_record = []
     real = pipeline_admit.admission_record
@@ -634,7 +618,7 @@ def test_the_admission_is_recorded_when_the_provider_never_answers(
     fake_session, fake_openai, frames, settings
 ):
     settings.LLM_MAX_RETRIES = 0
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.stop()
 
     turn.turn_run(message_id=reply.pk)
@@ -657,7 +641,7 @@ def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
 ):
     from bots.transitions import message_finish
 
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="streaming")
     ChatSession.objects.filter(pk=fake_session.pk).update(context_tokens=100, context_messages=2)
 
@@ -685,7 +669,7 @@ def test_message_finish_writes_the_reply_and_the_totals_in_one_statement(
 def test_message_finish_that_loses_its_race_changes_nothing(fake_session):
     from bots.transitions import message_finish
 
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     Message.objects.filter(pk=reply.pk).update(status="failed")
     ChatSession.objects.filter(pk=fake_session.pk).update(context_tokens=100, context_messages=2)
 
@@ -762,7 +746,7 @@ def test_a_providers_context_window_refusal_fails_the_reply_as_context_too_large
     with context_too_large (what the client can act on: /v1 answers 400
     context_length_exceeded), not model_unavailable, and it is not retried."""
     settings.LLM_MAX_RETRIES = 2
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(
         Reply(
             status=400,
@@ -803,17 +787,10 @@ def test_stop_ends_a_reply_whose_provider_has_not_answered_yet(
     monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.05)
     monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
     release = threading.Event()
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="Too late.", hang=60.0, until=release))
 
-    def run_turn():
-        try:
-            turn.turn_run(message_id=reply.pk)
-        finally:
-            connection.close()
-
-    runner = threading.Thread(target=run_turn)
-    runner.start()
+    runner = turn_thread(reply)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not fake_openai.served:
@@ -838,7 +815,7 @@ def test_text_shown_before_the_stream_stalls_is_saved(fake_session, fake_openai,
     monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.1)
     monkeypatch.setattr(stream, "CHECKPOINT_SECONDS", 0.1)
     monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(
         Reply(
             text="Partial answer before the stall.",
@@ -848,14 +825,7 @@ def test_text_shown_before_the_stream_stalls_is_saved(fake_session, fake_openai,
         )
     )
 
-    def run_turn():
-        try:
-            turn.turn_run(message_id=reply.pk)
-        finally:
-            connection.close()
-
-    runner = threading.Thread(target=run_turn)
-    runner.start()
+    runner = turn_thread(reply)
     saved = ""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and saved != "Partial answer before ":
@@ -874,7 +844,7 @@ def test_each_delta_frame_says_where_its_text_starts_in_browser_units(
     """A client that joined from the saved text (a reconnect) knows which part of a delta it
     already has: it appended them all, and its text came out garbled until the reply ended."""
     monkeypatch.setattr(stream.settings, "CHAT_STREAM_FLUSH_SECONDS", 0.0)
-    _, reply = _turn(fake_session)
+    _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="Hi \U0001f600 there!", chunks=["Hi ", "\U0001f600", " there!"]))
     turn.turn_run(message_id=reply.pk)
     deltas = [(f["delta"], f["offset"]) for f in frames if f["type"] == "message.delta"]

@@ -6,7 +6,7 @@ from bots.models import Message
 from bots.transitions import session_context_recount
 from compaction.models import CompactionEvent, Summary
 from memory.models import MemoryRecord
-from tests.factories import message_add
+from tests.factories import message_add, turn_pending
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,25 +103,8 @@ def test_compact_while_a_reply_runs_leaves_its_question_and_everything_after(
     question and leaving the reply sent an assistant turn with no question before it in every
     later request."""
     _conversation(chat_session, turns=24)  # 1–48
-    running_question = message_add(chat_session, role="user", content="What is Zeta-3?")
-    message_add(
-        chat_session,
-        role="assistant",
-        content="Zeta-3 is",
-        status="streaming",
-        token_count=0,
-        reply_to=running_question,
-    )
-    queued_question = message_add(chat_session, role="user", content="And what is Zeta-5?")
-    message_add(
-        chat_session,
-        role="assistant",
-        content="",
-        status="pending",
-        token_count=0,
-        reply_to=queued_question,
-    )
-    session_context_recount(session_id=chat_session.pk)
+    turn_pending(chat_session, "What is Zeta-3?", content="Zeta-3 is", status="streaming")  # 49
+    turn_pending(chat_session, "And what is Zeta-5?")  # 51, queued behind it
     response = owner_client.post(
         f"/api/v1/sessions/{chat_session.pk}/messages/", {"content": "/compact"}, format="json"
     )
