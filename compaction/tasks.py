@@ -36,8 +36,7 @@ def compact_soft(  # noqa: ANN001
         except BROKER_ERRORS:  # it cannot be put back: run it now rather than drop it
             log.warning("compaction_yield_requeue_failed", session_id=session_id, exc_info=True)
     # Charged to the API key the turn came through too, as its own calls were.
-    limits = [usage.Limit(subject=str(subject), limit=int(limit)) for subject, limit in quota or ()]
-    with usage.quota_scope(extra=limits):
+    with usage.quota_scope(extra=usage.limits_from_pairs(quota)):
         services.session_compact_soft(session_id=session_id, bot_id=bot_id)
 
 

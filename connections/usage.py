@@ -304,6 +304,21 @@ def scope_limits() -> tuple[Limit, ...]:
     return _current().extra
 
 
+def scope_pairs() -> list[list[Any]]:
+    """The scope's extra limits as a task's JSON argument: a call the scope's action causes
+    later, on a worker or another thread, is charged to them too (``limits_from_pairs``)."""
+    return limits_pairs(scope_limits())
+
+
+def limits_pairs(limits: Sequence[Limit]) -> list[list[Any]]:
+    return [[limit.subject, limit.limit] for limit in limits]
+
+
+def limits_from_pairs(pairs: Sequence[Sequence[Any]] | None) -> list[Limit]:
+    """``scope_pairs``'s list read back in the task."""
+    return [Limit(subject=str(subject), limit=int(limit)) for subject, limit in pairs or ()]
+
+
 def payer_limits(*, user_id: int) -> list[Limit]:
     """The limits a call made for ``user_id`` now counts against (the scope's key's too)."""
     return [*user_limits(user_id), *scope_limits()]

@@ -20,31 +20,43 @@ from functools import partial
 from django.conf import settings
 
 from chat_platform import foreground
-from memory.embeddings import messages_embed_pending
+from memory.embeddings import Quota, messages_embed_pending
+
+QuotaKey = tuple[tuple[str, int], ...]
 
 _lock = threading.Lock()
-# session id -> its queued message ids (None: every pending message of the session)
-_queued: dict[int, set[int] | None] = {}
+# (session id, the key's limits it is charged to) -> its queued message ids (None: every
+# pending message of the session). A session queued by two keys' turns is embedded once for
+# each: each key pays for the messages its own turns wrote.
+_queued: dict[tuple[int, QuotaKey], set[int] | None] = {}
 
 
-def messages_embed_after_turns(*, session_id: int, message_ids: list[int] | None = None) -> None:
-    """Queue the session's messages for embedding after this process's turns; returns at once."""
+def messages_embed_after_turns(
+    *, session_id: int, message_ids: list[int] | None = None, quota: Quota = None
+) -> None:
+    """Queue the session's messages for embedding after this process's turns; returns at once.
+    ``quota``: the limits of the API key whose turn wrote them (``usage.scope_pairs``)."""
+    key = (session_id, tuple((str(subject), int(limit)) for subject, limit in quota or ()))
     with _lock:
         ids = None if message_ids is None else set(message_ids)
-        if session_id in _queued:
-            earlier = _queued[session_id]
+        if key in _queued:
+            earlier = _queued[key]
             ids = None if ids is None or earlier is None else earlier | ids
-        _queued[session_id] = ids
+        _queued[key] = ids
     foreground.after_foreground(
-        ("embed", session_id),
-        partial(_embed_queued, session_id),
+        ("embed", *key),
+        partial(_embed_queued, key),
         max_wait=settings.EMBED_DEFER_MAX_SECONDS,
     )
 
 
-def _embed_queued(session_id: int) -> None:
+def _embed_queued(key: tuple[int, QuotaKey]) -> None:
     with _lock:
-        if session_id not in _queued:
+        if key not in _queued:
             return
-        ids = _queued.pop(session_id)
-    messages_embed_pending(session_id=session_id, message_ids=None if ids is None else sorted(ids))
+        ids = _queued.pop(key)
+    messages_embed_pending(
+        session_id=key[0],
+        message_ids=None if ids is None else sorted(ids),
+        quota=[list(pair) for pair in key[1]] or None,
+    )

@@ -71,6 +71,9 @@ EMBED_BATCH = 64
 EMBED_MAX_BATCHES = 50
 # What of a message is embedded: embedding models read a few hundred tokens at most.
 EMBED_TEXT_MAX_CHARS = 2000
+# The limits of the API key whose action wrote the messages, as a task carries them
+# (``usage.scope_pairs``); None: the user's own alone.
+Quota = list[list[Any]] | None
 # The vector side of a search: the best this many messages take part in the fusion, out of the
 # newest VECTOR_SCAN_MAX vectors of the session, read VECTOR_CHUNK rows at a time.
 VECTOR_CANDIDATES = 100
@@ -175,15 +178,25 @@ def _pending(session_id: int, model: str, message_ids: list[int] | None = None):
     return rows.exclude(embedding_model=model, embedding__isnull=False).order_by("seq")
 
 
-def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = None) -> int:
+def messages_embed_pending(
+    *, session_id: int, message_ids: list[int] | None = None, quota: Quota = None
+) -> int:
     """Embed the session's indexed messages (only ``message_ids`` of them, when given: a turn's
     just-written ones) that have no vector of its bot's embedding model yet, in batches; how
     many were embedded. A failed batch is logged (warning) and ends the run with its rows still
     pending, for the next compaction to take again; a vanished session or a bot without an
-    embedding model embeds nothing."""
+    embedding model embeds nothing. Charged to the session's user and to ``quota``, the limits
+    of the API key whose action wrote the messages (``usage.scope_pairs``)."""
     user_id, bot_id, model = (_SESSION_EMBEDDER.rows(session_id=session_id) or [(0, 0, "")])[0]
     if not model:
         return 0
+    with usage.quota_scope(extra=usage.limits_from_pairs(quota)):
+        return _embed_pending(session_id, message_ids, user_id, bot_id, model)
+
+
+def _embed_pending(
+    session_id: int, message_ids: list[int] | None, user_id: int, bot_id: int, model: str
+) -> int:
     builtin = model.startswith(gateway.BUILTIN_PREFIX)
     config = _builtin_config(model) if builtin else embedding_config(Bot.objects.get(pk=bot_id))
     done = 0
@@ -224,13 +237,16 @@ def messages_embed_pending(*, session_id: int, message_ids: list[int] | None = N
     return done
 
 
-def messages_embed_dispatch(session_id: int, message_ids: list[int] | None = None) -> None:
+def messages_embed_dispatch(
+    session_id: int, message_ids: list[int] | None = None, quota: Quota = None
+) -> None:
     """After a compaction, a turn or an import committed: embed the session's pending messages
-    (``message_ids`` only, when given) on the ``compaction`` queue (at once, in embedded mode).
-    A broker that is down loses nothing: the rows stay pending for the next compaction of the
-    session. Never raises (what called it has succeeded)."""
+    (``message_ids`` only, when given) on the ``compaction`` queue (at once, in embedded mode),
+    charged to ``quota`` too (the API key's limits, ``usage.scope_pairs``). A broker that is
+    down loses nothing: the rows stay pending for the next compaction of the session. Never
+    raises (what called it has succeeded)."""
     try:
-        task_named(EMBED_TASK).delay(session_id, message_ids)
+        task_named(EMBED_TASK).delay(session_id, message_ids, **({"quota": quota} if quota else {}))
     except BROKER_ERRORS:
         log.warning("memory_embedding_dispatch_failed", session_id=session_id, exc_info=True)
     except Exception:  # an eager run that failed unexpectedly: logged, never the compaction's

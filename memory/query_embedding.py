@@ -26,6 +26,7 @@ from bots.models import Bot
 from chat_platform import inprocess
 from chat_platform.celery_app import app as celery_app
 from chat_platform.celery_app import task_named
+from connections import usage
 from memory import embeddings
 
 if TYPE_CHECKING:
@@ -36,13 +37,17 @@ log = structlog.get_logger(__name__)
 QUERY_TASK = "memory.tasks.query_embed"
 
 
-def query_values(*, bot_id: int, text: str, user_id: int) -> list[float] | None:
+def query_values(
+    *, bot_id: int, text: str, user_id: int, quota: embeddings.Quota = None
+) -> list[float] | None:
     """The worker's side: the question's vector as floats (JSON carries them exactly), or
-    ``None`` (a vanished bot, no embedding model, the model failed: logged there)."""
+    ``None`` (a vanished bot, no embedding model, the model failed: logged there). Charged to
+    ``quota`` too: the limits of the API key the search came through."""
     bot = Bot.objects.filter(pk=bot_id).first()
     if bot is None:
         return None
-    vector = embeddings.query_vector(bot, text, user_id=user_id)
+    with usage.quota_scope(extra=usage.limits_from_pairs(quota)):
+        vector = embeddings.query_vector(bot, text, user_id=user_id)
     return None if vector is None else [float(v) for v in vector]
 
 
@@ -54,7 +59,8 @@ def query_vector_from_worker(bot: Bot, text: str, *, user_id: int) -> np.ndarray
         return None
     wait = float(settings.EMBEDDING_TIMEOUT_SECONDS)
     task = task_named(QUERY_TASK)
-    args = (bot.pk, text, user_id)
+    quota = usage.scope_pairs()  # the key the search came through pays for it too
+    args = (bot.pk, text, user_id, quota) if quota else (bot.pk, text, user_id)
     if not connection.in_atomic_block:
         connection.close()  # the wait holds no connection (a pool takes it back)
     try:

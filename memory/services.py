@@ -29,6 +29,7 @@ from chat_platform.celery_app import runs_task
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
 from chat_platform.textcheck import text_is_storable
+from connections import usage
 from memory import embed_after_turns, embeddings, realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex, RecallEvent
@@ -111,7 +112,13 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
     if session.bot.embedding_model:
         # Embedded after commit, on the compaction queue: an embedding outage never fails or
         # slows the compaction, and what it leaves pending the next compaction takes again.
-        transaction.on_commit(partial(embeddings.messages_embed_dispatch, session.pk))
+        transaction.on_commit(
+            partial(
+                embeddings.messages_embed_dispatch,
+                session.pk,
+                quota=usage.scope_pairs() or None,
+            )
+        )
 
 
 def messages_index(
@@ -164,15 +171,18 @@ def messages_index_written(*, message_ids: list[int], here: bool = False) -> int
         ):
             by_session.setdefault(session_id, []).append(pk)
     in_place = here and runs_task(embeddings.EMBED_TASK)
+    # The API key whose action wrote them pays for their embedding too.
+    quota = usage.scope_pairs() or None
     for session_id, pending in by_session.items():
         if in_place:
             work = partial(
                 embed_after_turns.messages_embed_after_turns,
                 session_id=session_id,
                 message_ids=sorted(pending),
+                quota=quota,
             )
         else:
-            work = partial(embeddings.messages_embed_dispatch, session_id, sorted(pending))
+            work = partial(embeddings.messages_embed_dispatch, session_id, sorted(pending), quota)
         transaction.on_commit(work)
     return done
 
@@ -496,5 +506,9 @@ def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq:
         copied += 1
     if copied and target.bot.embedding_model:
         # The copies are the branch's own index rows: embedded like a compaction's.
-        transaction.on_commit(partial(embeddings.messages_embed_dispatch, target.pk))
+        transaction.on_commit(
+            partial(
+                embeddings.messages_embed_dispatch, target.pk, quota=usage.scope_pairs() or None
+            )
+        )
     return copied

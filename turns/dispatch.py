@@ -17,7 +17,7 @@ from bots.models import Message
 from bots.transitions import reply_dispatched, reply_running_first
 from chat_platform.celery_app import task_named
 from chat_platform.outage import BROKER_ERRORS
-from connections.usage import Limit
+from connections.usage import Limit, limits_pairs
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +68,7 @@ def compact_soft_dispatch(
         task = _task(COMPACT_SOFT_TASK)
         args = (session_id,) if bot_id is None else (session_id, bot_id)
         if quota:
-            task.delay(*args, quota=[[limit.subject, limit.limit] for limit in quota])
+            task.delay(*args, quota=limits_pairs(quota))
         else:
             task.delay(*args)
     except BROKER_ERRORS:

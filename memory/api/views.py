@@ -14,6 +14,7 @@ from bots.models import ChatSession
 from bots.queries import session_get_for_user, session_seat_get
 from chat_platform.api import api_errors
 from chat_platform.errors import ValidationFailed
+from connections import usage
 from memory import queries, search, services
 from memory.api.serializers import (
     RecordCreateSerializer,
@@ -24,6 +25,7 @@ from memory.api.serializers import (
 )
 from memory.models import MemoryRecord
 from memory.payloads import message_hit_payload, record_payload
+from openai_api.keys import request_key_limits
 
 LIST_MAX = 500
 SEARCH_MAX = 50
@@ -88,9 +90,11 @@ class SessionRecordListApi(APIView):
         scope = _choice(request, "scope", tuple(MemoryRecord.Scope.values))
         q = request.query_params.get("q", "")
         if q.strip():
-            hits = queries.records_search(
-                session=session, query=q, limit=SEARCH_MAX, kind=kind, scope=scope, web=True
-            )
+            # The question's embedding is charged to the key the search came through too.
+            with usage.quota_scope(extra=request_key_limits(request.auth)):
+                hits = queries.records_search(
+                    session=session, query=q, limit=SEARCH_MAX, kind=kind, scope=scope, web=True
+                )
             return Response(
                 [
                     {**record_payload(h.record), "excerpt": h.excerpt, "seqs": list(h.seqs)}

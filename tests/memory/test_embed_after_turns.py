@@ -24,7 +24,7 @@ def embedded(monkeypatch, settings):
     settings.EMBED_DEFER_MAX_SECONDS = 600
     calls: list[tuple[int, list[int] | None]] = []
 
-    def record(*, session_id, message_ids=None):
+    def record(*, session_id, message_ids=None, quota=None):
         calls.append((session_id, message_ids))
 
     monkeypatch.setattr(embed_after_turns, "messages_embed_pending", record)
@@ -78,7 +78,7 @@ def test_past_the_longest_wait_it_embeds_beside_the_turn(embedded, settings):
 def test_a_failing_session_is_logged_and_the_next_is_still_embedded(embedded, monkeypatch, caplog):
     calls, closes = embedded
 
-    def record(*, session_id, message_ids=None):
+    def record(*, session_id, message_ids=None, quota=None):
         if session_id == 7:
             raise RuntimeError("database went away")
         calls.append((session_id, message_ids))
@@ -129,7 +129,9 @@ def test_the_task_queues_on_a_worker_and_runs_inline_when_tests_run_tasks_eagerl
     monkeypatch.setattr(
         tasks.embeddings,
         "messages_embed_pending",
-        lambda *, session_id, message_ids=None: inline.append((session_id, message_ids)),
+        lambda *, session_id, message_ids=None, quota=None: inline.append(
+            (session_id, message_ids)
+        ),
     )
     with foreground.foreground():  # eager: inside the turn that dispatched it, so never waits
         tasks.messages_embed.delay(7, [1])

@@ -23,7 +23,9 @@ celery_app = importlib.import_module("chat_platform.celery_app")
 def dispatched(monkeypatch):
     calls = []
     monkeypatch.setattr(
-        embeddings, "messages_embed_dispatch", lambda sid, ids=None: calls.append((sid, ids))
+        embeddings,
+        "messages_embed_dispatch",
+        lambda sid, ids=None, quota=None: calls.append((sid, ids)),
     )
     return calls
 
@@ -101,7 +103,7 @@ def queued_here(monkeypatch):
     monkeypatch.setattr(
         embed_after_turns,
         "messages_embed_after_turns",
-        lambda *, session_id, message_ids=None: calls.append((session_id, message_ids)),
+        lambda *, session_id, message_ids=None, quota=None: calls.append((session_id, message_ids)),
     )
     return calls
 

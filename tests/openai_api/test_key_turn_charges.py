@@ -6,6 +6,7 @@ key's limit before the provider call and settles the provider-reported usage to 
 no provider call; a send signed in otherwise is charged to no key."""
 
 import datetime as dt
+import time
 
 import pytest
 from rest_framework.test import APIClient
@@ -13,6 +14,7 @@ from rest_framework.test import APIClient
 from bots.models import ChatSession, Message
 from connections import usage
 from connections.models import TokenCounter
+from memory.models import MemoryRecord, MessageIndex
 from openai_api.keys import key_create
 from tests.bots.test_rooms import _fake_bot
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
@@ -271,3 +273,48 @@ def test_the_soft_compaction_a_keys_turn_set_off_is_charged_to_the_key_too(
     user_used, key_used = _counter(f"user:{owner.pk}")[0], _counter(f"key:{key.pk}")[0]
     assert user_used > 650  # the reply and the summariser's call
     assert key_used == user_used
+
+
+def test_the_embedding_of_a_keys_turn_is_charged_to_the_key(
+    owner, fake_session, fake_openai, inprocess_tasks
+):
+    """The turn's question and reply are embedded after it, on another thread (embedded mode)
+    or a worker: the key the turn came through pays for that call too."""
+    fake_session.bot.embedding_model = "openai/fake-embedding"
+    fake_session.bot.save()
+    key, client = _key_client(owner, daily_token_limit=10_000)
+    fake_openai.script(Reply(text="Charged reply.", usage=USAGE))
+
+    sent = _send(client, fake_session, "one two three")
+
+    assert sent.status_code == 201
+    deadline = time.monotonic() + 30
+    while not fake_openai.embedding_requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert inprocess_tasks(30)
+    deadline = time.monotonic() + 10
+    while _counter(f"key:{key.pk}")[0] == 650 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r["input"] for r in fake_openai.embedding_requests] == [
+        ["one two three", "Charged reply."]
+    ]
+    # The turn's 650, then the embedding's 5 (the fake counts the inputs' words: 3 + 2).
+    assert _counter(f"key:{key.pk}") == (655, 0)
+
+    # Taken into a snapshot, as a compaction would, so that the web's search compares vectors.
+    snapshot = MemoryRecord.objects.create(
+        session=fake_session,
+        name="snapshot_1_2",
+        kind="snapshot",
+        body="[1] user: one two three",
+        first_seq=1,
+        last_seq=2,
+        indexed=True,
+    )
+    MessageIndex.objects.filter(session=fake_session).update(record=snapshot)
+    # A search through the key: its question is embedded on a task thread, for the key too.
+    found = client.get(f"/api/v1/sessions/{fake_session.pk}/records/", {"q": "four five"})
+
+    assert found.status_code == 200
+    assert [r["input"] for r in fake_openai.embedding_requests][1:] == [["four five"]]
+    assert _counter(f"key:{key.pk}") == (657, 0)
