@@ -71,6 +71,49 @@ def test_an_existing_env_keeps_its_lines_and_its_key(tmp_path):
     assert env_file.read_text() == "SECRET_KEY=mine\nCONNECTION_ENCRYPTION_KEY=ours\n"
 
 
+def test_the_examples_placeholder_and_an_empty_key_are_replaced_in_place(tmp_path):
+    """A .env copied from .env.example (as docker-compose.yml asks) names the public
+    placeholder SECRET_KEY and an empty CONNECTION_ENCRYPTION_KEY: both are written anew, on
+    their own lines, every other line kept."""
+    env_file = tmp_path / ".env"
+    example = (ROOT / ".env.example").read_text()
+    env_file.write_text(example)
+
+    assert _run(env_file).stdout == (
+        f"replaced the placeholder SECRET_KEY in {env_file}\n"
+        f"replaced the placeholder CONNECTION_ENCRYPTION_KEY in {env_file}\n"
+    )
+
+    written = env_file.read_text().splitlines()
+    assert len(_key(env_file)) >= 60 and "change-me" not in _key(env_file)
+    assert len(_key(env_file, "CONNECTION_ENCRYPTION_KEY")) == 64
+    old = example.splitlines()
+    assert len(written) == len(old)
+    changed = [i for i, (a, b) in enumerate(zip(old, written, strict=True)) if a != b]
+    assert [old[i].split("=")[0] for i in changed] == ["SECRET_KEY", "CONNECTION_ENCRYPTION_KEY"]
+    assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+    assert _run(env_file).stdout == ""
+
+
+def test_settings_refuse_the_examples_placeholder_key_without_debug():
+    env = {**os.environ, "DEBUG": "false", "SECRET_KEY": "change-me-to-a-long-random-string"}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE',"
+            " 'chat_platform.settings'); django.setup()",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode != 0
+    assert "SECRET_KEY is still the placeholder of .env.example" in run.stderr
+
+
 @pytest.mark.timeout(180)
 def test_createsuperuser_runs_as_the_readme_writes_it_with_the_written_key(tmp_path):
     """Same environment as a shell after `make run`: no DEBUG, no SECRET_KEY exported, the key

@@ -32,4 +32,6 @@ def test_env_example_lists_nothing_settings_do_not_read_except_provider_keys():
     # offline.py at start-up.
     others = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "LITELLM_LOCAL_MODEL_COST_MAP"}
     others |= {"TIKTOKEN_CACHE_DIR"}
+    # Read by the launcher, scripts/worker.sh, before any Python starts.
+    others |= {"WORKER_PROCESSES"}
     assert sorted(listed - read - others) == []

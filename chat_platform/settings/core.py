@@ -28,6 +28,11 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="")
+if SECRET_KEY == "change-me-to-a-long-random-string" and not DEBUG:  # noqa: S105
+    # .env.example's public placeholder signs nothing a stranger could not forge.
+    raise ImproperlyConfigured(
+        "SECRET_KEY is still the placeholder of .env.example: set a long random one"
+    )
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is false")

@@ -89,7 +89,7 @@ COMPACTION_SOFT_PASSES = env.int("COMPACTION_SOFT_PASSES", default=3)
 # guards the turn meanwhile). 0 times: never yield.
 COMPACTION_SOFT_YIELD_SECONDS = env.float("COMPACTION_SOFT_YIELD_SECONDS", default=1.0)
 COMPACTION_SOFT_YIELD_MAX = env.int("COMPACTION_SOFT_YIELD_MAX", default=30)
-# Context records ("what the model saw", one per reply): deleted by a daily sweep once older
+# Context records ("what the model saw", one per reply): deleted by an hourly sweep once older
 # than this many days; 0 keeps them all.
 CONTEXT_RECORD_RETENTION_DAYS = env.int("CONTEXT_RECORD_RETENTION_DAYS", default=0)
 if CONTEXT_RECORD_RETENTION_DAYS < 0:
