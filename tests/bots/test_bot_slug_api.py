@@ -98,8 +98,31 @@ def test_a_slug_taken_between_the_check_and_the_save_is_the_same_field_error(
     assert bot.slug == "helper"
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+def unique_error_wording(request, monkeypatch):
+    """The race tests below, with the database's own error and with SQLite's wording of it
+    (embedded mode): it names the columns, not the constraint, and answered 500 there."""
+    if request.param == "sqlite":
+        from django.db import IntegrityError
+
+        save = Bot.save
+
+        def save_worded_as_sqlite(self, *args, **kwargs):
+            try:
+                return save(self, *args, **kwargs)
+            except IntegrityError:
+                raise IntegrityError(
+                    "UNIQUE constraint failed: bots_bot.owner_id, bots_bot.slug"
+                ) from None
+
+        monkeypatch.setattr(Bot, "save", save_worded_as_sqlite)
+    return request.param
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_derived_slug_another_save_took_meanwhile_is_derived_again(owner, monkeypatch):
+def test_a_derived_slug_another_save_took_meanwhile_is_derived_again(
+    owner, monkeypatch, unique_error_wording
+):
     """Two bots of one name created at once both derived the same next slug; the one that lost
     the race was refused for a slug its user never typed. The loser derives the next one."""
     from bots import models as bot_models
@@ -122,7 +145,9 @@ def test_a_derived_slug_another_save_took_meanwhile_is_derived_again(owner, monk
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_slug_the_user_gave_that_another_save_took_is_still_their_error(owner, monkeypatch):
+def test_a_slug_the_user_gave_that_another_save_took_is_still_their_error(
+    owner, monkeypatch, unique_error_wording
+):
     from chat_platform.errors import ValidationFailed
     from turns import bot_validation
     from turns.services.bot import bot_create

@@ -89,8 +89,10 @@ def _bot_saved(bot: Bot, **kwargs: Any) -> None:
             with transaction.atomic():
                 bot.save(**kwargs)
             return
-        except IntegrityError as exc:
-            if "bot_owner_slug_unique" not in str(exc):
+        except IntegrityError:
+            # The constraint's name is in PostgreSQL's message, not in SQLite's: ask the rows.
+            taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug).exclude(pk=bot.pk)
+            if not taken.exists():
                 raise
             if not derived or attempt == SLUG_DERIVE_ATTEMPTS:
                 raise slug_taken(bot.slug) from None
