@@ -20,6 +20,7 @@ from bots.queries import bot_list_for_user
 from chat_platform.errors import NotFound, ValidationFailed
 from chat_platform.textcheck import text_is_storable
 from connections import usage
+from connections.pages import replies_tokens_today
 from openai_api import keys
 from openai_api.models import ApiKey
 
@@ -97,7 +98,11 @@ def _render(
     profile: ProfileForm | None = None,
 ) -> HttpResponse:
     user = request.user
-    used, _reserved = usage.tokens_today(f"user:{user.pk}")
+    limit = usage.user_limit(user.pk)
+    # The limit's counter; with no limit there is none: what the usage page counts today.
+    used = (
+        usage.tokens_today(f"user:{user.pk}")[0] if limit else replies_tokens_today(user_id=user.pk)
+    )
     response = render(
         request,
         "accounts/settings.html",
@@ -106,7 +111,7 @@ def _render(
             "profile_form": profile or ProfileForm(instance=user),
             "created": created,
             "keys": keys.key_list_for_user(user=user),
-            "limit": usage.user_limit(user.pk),
+            "limit": limit,
             "used_today": used,
             "resets_at": usage.resets_at(),
             "form_once": _form_once(request),

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
-from django.db.models import F, IntegerField, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -98,6 +98,25 @@ def _window() -> tuple[list[dt.date], dt.datetime]:
     return days, since
 
 
+def _replies(user_filter: Q, since: dt.datetime) -> QuerySet[Message]:
+    """The replies that called a model since ``since``: what the usage page counts."""
+    return Message.objects.filter(
+        user_filter,
+        role=Message.Role.ASSISTANT,
+        created_at__gte=since,
+        prompt_tokens__isnull=False,
+    )
+
+
+def replies_tokens_today(*, user_id: int) -> int:
+    """Today's (UTC) reply tokens of ``user_id``'s chats, as the usage page's chart counts them:
+    what a user with no daily limit (so no counter) has spent today."""
+    since = dt.datetime.combine(usage.today(), dt.time(0), tzinfo=dt.UTC)
+    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
+    total = _replies(Q(session__user_id=user_id), since).aggregate(total=Sum(tokens))["total"]
+    return int(total or 0)
+
+
 def usage_report(*, user_filter: Q, group_by: str) -> dict[str, Any]:
     """Tokens by day and by ``group_by`` (``bot_label`` or ``session__user__username``)
     for the replies and compaction events matching ``user_filter`` (a filter on ``session__``,
@@ -117,12 +136,7 @@ def usage_report(*, user_filter: Q, group_by: str) -> dict[str, Any]:
         .annotate(total=Sum(F("tokens_before") - F("tokens_after")))
         .values("total")[:1]
     )
-    replies = Message.objects.filter(
-        user_filter,
-        role=Message.Role.ASSISTANT,
-        created_at__gte=since,
-        prompt_tokens__isnull=False,
-    ).annotate(
+    replies = _replies(user_filter, since).annotate(
         day=TruncDate("created_at", tzinfo=dt.UTC),
         # The bot that wrote the reply (in a room, each its own; a reply from before the chat
         # became a room carries none: the session's bot).

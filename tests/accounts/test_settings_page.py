@@ -215,3 +215,28 @@ def test_reloading_the_page_that_showed_a_new_key_makes_no_second_key(owner):
     assert ApiKey.objects.filter(user=owner).count() == 1
     shown = client.get("/settings/").content.decode()
     assert "That form was sent already" in shown
+
+
+def test_without_a_daily_limit_today_is_what_the_usage_page_counts(owner):
+    """No limit, so no counter row: the page said "Today: 0 tokens" while /usage/ showed the
+    day's replies. It shows what /usage/ counts for today (yesterday's reply left out)."""
+    import datetime as dt
+
+    from bots.models import Message
+    from tests.factories import SessionFactory, message_add
+
+    session = SessionFactory(user=owner)
+    today = message_add(
+        session, role="assistant", content="a", prompt_tokens=100, completion_tokens=15
+    )
+    old = message_add(
+        session, role="assistant", content="b", prompt_tokens=900, completion_tokens=9
+    )
+    Message.objects.filter(pk=old.pk).update(
+        created_at=today.created_at - dt.timedelta(days=1, hours=1)
+    )
+    page = _signed_in(owner).get("/settings/").content.decode()
+    (line,) = re.findall(r"<p data-usage-today>(.*?)</p>", page)
+    assert line == "Today: 115 tokens (no daily limit)."
+    usage_page = _signed_in(owner).get("/usage/").content.decode()
+    assert "<span data-usage-total>1,024</span>" in usage_page
