@@ -45,6 +45,14 @@ class BotInputSerializer(serializers.ModelSerializer):
         # service; here it is only a string, so every error comes back the same way.
         extra_kwargs = {"name": {"required": True}, "slug": {"validators": []}}
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            if isinstance(field, serializers.BooleanField):
+                # A form body (``curl -d``) that leaves a switch out leaves it unset, as JSON
+                # does: the model's default, not False (DRF reads a missing checkbox as off).
+                field.default_empty_html = empty
+
 
 class SessionOutputSerializer(serializers.ModelSerializer):
     # Where the chat came from: null for the chat page and this API, or

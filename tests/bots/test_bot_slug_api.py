@@ -157,3 +157,23 @@ def test_a_slug_the_user_gave_that_another_save_took_is_still_their_error(
     with pytest.raises(ValidationFailed) as refused:
         bot_create(owner=owner, name="Other", slug="zed")
     assert refused.value.details == {"slug": ["Another of your bots already has the slug 'zed'."]}
+
+
+@pytest.mark.parametrize("body_format", ["multipart", "urlencoded"])
+def test_a_form_encoded_create_keeps_the_switches_defaults(owner_client, body_format):
+    """``curl -d name=…`` left every switch it did not name off: DRF reads a missing form
+    checkbox as False. Left out, a switch takes the bot's default, as in a JSON body."""
+    if body_format == "multipart":
+        created = owner_client.post("/api/v1/bots/", {"name": "Form bot"}, format="multipart")
+    else:
+        created = owner_client.generic(
+            "POST",
+            "/api/v1/bots/",
+            "name=Form+bot&recall_enabled=false",
+            content_type="application/x-www-form-urlencoded",
+        )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert (body["compaction_enabled"], body["compaction_fallback_extractive"]) == (True, True)
+    assert body["recall_enabled"] is (body_format == "multipart")
+    assert body["is_shared"] is False
