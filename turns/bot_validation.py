@@ -19,7 +19,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from bots.model_config import connection_serves
-from bots.models import DEFAULT_EMBEDDING_MODEL, Bot
+from bots.models import Bot
 from chat_platform import provider_policy
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import (
@@ -39,6 +39,7 @@ from connections.queries import (
 from memory.recall import TOOLS as RECALL_TOOLS
 from tools.offer import entry_parts, entry_servers, tools_offered
 from tools.queries import tool_servers_named, tool_servers_usable_named
+from turns.bot_model_names import check_bot_builtin_models, check_bot_embedding_model
 
 
 def _is_staff(user: AbstractBaseUser | None) -> bool:
@@ -372,24 +373,6 @@ def check_bot_compaction(*, bot: Bot, budget: Budget, changed: set[str] | None =
     raise ValidationFailed(details={"compaction_threshold": [message]})
 
 
-def check_bot_embedding_model(*, bot: Bot) -> None:
-    """An embedding model is the built-in one or a provider's, and one line of text."""
-    model = bot.embedding_model
-    if not model:
-        return
-    if model.startswith("builtin/") and model != DEFAULT_EMBEDDING_MODEL:
-        raise ValidationFailed(
-            details={
-                "embedding_model": [
-                    f"The only built-in embedding model is {DEFAULT_EMBEDDING_MODEL}: "
-                    "name it or a provider's model."
-                ]
-            }
-        )
-    if model.strip() != model or any(ch.isspace() for ch in model):
-        raise ValidationFailed(details={"embedding_model": ["A model name has no spaces."]})
-
-
 TOOLS_MAX = 100
 RECALL_TOOL_NAMES = tuple(t["function"]["name"] for t in RECALL_TOOLS)
 
@@ -482,6 +465,7 @@ def check_bot_settings(
     previous_tools: list | None = None,
 ) -> None:
     check_bot_slug(bot=bot)
+    check_bot_builtin_models(bot=bot)
     check_bot_embedding_model(bot=bot)
     if bot.connection_id is not None:
         check_bot_connection(user=user, bot=bot, changed=changed)
