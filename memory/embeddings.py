@@ -92,14 +92,6 @@ VECTOR_MIN_SHARE = 0.5
 # and never water a message down. The share is small enough that a message still ranks first
 # by what it says itself.
 NEIGHBOUR_WEIGHT = 0.35
-# Reciprocal rank fusion: an item's score is the sum over the rankings it is in of
-# 1 / (RRF_K + rank), rank from 1 (the usual constant: no ranking's top dominates).
-RRF_K = 60
-# Of the lexical ranking, only its head votes in the fusion: past its first few hits, BM25's
-# order is mostly messages sharing one common word with the question (a speaker's name, "day"),
-# and giving those fusion votes pushes them above what the vectors found. The rest of the
-# lexical ranking follows the fused items, in its own order.
-LEXICAL_CANDIDATES = 10
 
 
 # --- vectors as bytes -------------------------------------------------------------------------
@@ -484,33 +476,3 @@ def _best_of(
         best.append((round(float(similarity[int(index)]), 6), seq, message_id, record_id))
     best.sort(key=lambda b: (-b[0], -b[1]))
     return best[:limit]
-
-
-def fused(
-    lexical: list[tuple[float, object]], vector: list[MessageScore]
-) -> list[tuple[float, object]]:
-    """Reciprocal rank fusion of the lexical ranking's head (its first ``LEXICAL_CANDIDATES``
-    messages and info records) and the vector ranking (messages): each item scores
-    ``1 / (RRF_K + rank)`` in each ranking it is in, a message in both scoring twice; best
-    first, ties in lexical order, then vector order; then the rest of the lexical ranking in its
-    order (score 0), less what the vectors already brought.
-    A message is one item whichever ranking names it (by its message id)."""
-    scores: dict[object, float] = {}
-    items: dict[object, object] = {}
-    head, tail = lexical[:LEXICAL_CANDIDATES], lexical[LEXICAL_CANDIDATES:]
-    for rank, (_, item) in enumerate(head, start=1):
-        key = ("m", item.message_id) if isinstance(item, MessageScore) else ("r", id(item))
-        scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
-        items.setdefault(key, item)
-    for rank, message in enumerate(vector, start=1):
-        key = ("m", message.message_id)
-        scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
-        items.setdefault(key, message)
-    order = {key: position for position, key in enumerate(items)}
-    ranked = sorted(scores, key=lambda key: (-scores[key], order[key]))
-    fused_items = [(scores[key], items[key]) for key in ranked]
-    return fused_items + [
-        (0.0, item)
-        for _, item in tail
-        if not (isinstance(item, MessageScore) and ("m", item.message_id) in scores)
-    ]

@@ -54,7 +54,7 @@ from chat_platform.llm.recall_protocol import (
     TOOLS,
 )
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
-from memory import services
+from memory import recall_events, services
 from memory.queries import records_read, records_search
 from memory.recall_calls import (
     NOT_RUN_TEXT,
@@ -164,7 +164,7 @@ def _event(
 ) -> None:
     read = call.name == READ_TOOL
     what = {"names": call.arguments["names"]} if read else {"query": call.arguments["query"]}
-    services.recall_event_write(
+    recall_events.recall_event_write(
         session=session,
         message=reply,
         recall_round=recall_round,

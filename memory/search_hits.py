@@ -14,6 +14,7 @@ from bots.queries import participant_seat
 from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_tokens
 from chat_platform.transcript import line as transcript_line
 from memory import embeddings, query_embedding, search
+from memory.fusion import fused
 from memory.models import MemoryRecord, MessageIndex
 from memory.seat_hits import room_labels, seat_snapshots
 from memory.terms import has_distinct_terms
@@ -123,7 +124,7 @@ def with_vectors(
         )
         if m.seq >= from_seq  # a room's late joiner, as for the words (``seen_from``)
     ]
-    return embeddings.fused(ranked, similar) if similar else ranked
+    return fused(ranked, similar) if similar else ranked
 
 
 def rendered(hit: SearchHit) -> str:
@@ -305,7 +306,7 @@ def fill(
                 filler.add_hit(item)
                 continue
             assert isinstance(item, search.MessageScore)
-            if score == 0.0:  # the lexical tail after a fusion (``embeddings.fused``)
+            if score == 0.0:  # the lexical tail after a fusion (``memory.fusion.fused``)
                 _flush(filler, later)
             if defer_low and item.seq in low:
                 later.append((score, item, lines))

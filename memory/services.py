@@ -12,7 +12,6 @@ already read; ``record_save`` is an upsert: saving a name again rewrites that re
 and body (a bot correcting a fact keeps one record, not two), keeping its scope.
 """
 
-from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -28,11 +27,10 @@ from bots.queries import session_seat_read
 from chat_platform.celery_app import runs_task
 from chat_platform.errors import PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
-from chat_platform.textcheck import text_is_storable
 from connections import usage
 from memory import embed_after_turns, embeddings, realtime
 from memory.descriptions import snapshot_description
-from memory.models import MemoryRecord, MessageIndex, RecallEvent
+from memory.models import MemoryRecord, MessageIndex
 from memory.queries import record_get_for_session, records_for_session
 from memory.search_schema import messages_index_rows, messages_index_written_rows
 
@@ -433,52 +431,6 @@ def record_delete(*, session: ChatSession, name: object) -> None:
     with transaction.atomic():
         MemoryRecord.objects.filter(pk=record.pk).delete()
         _notify_on_commit(record=record, session=session)
-
-
-# --- recall events ----------------------------------------------------------------------------
-
-RECALL_QUERY_MAX_CHARS = 1000
-RECALL_NAME_MAX_CHARS = 80
-
-
-def _storable(value: object, limit: int) -> str:
-    """Audit text from a model: never fail the turn over it, store what can be stored."""
-    text = str(value)[:limit]
-    if text_is_storable(text):
-        return text
-    return "".join(ch for ch in text if text_is_storable(ch))
-
-
-def recall_event_write(
-    *,
-    session: ChatSession,
-    message: Message | None,
-    recall_round: int,
-    tool: str,
-    names: Sequence[object] = (),
-    query: str = "",
-    found: Sequence[object] = (),
-    tokens: int = 0,
-) -> RecallEvent:
-    """Record one read or search (``tool`` ``read``/``search``; ``recall_round`` from 1) and send
-    the ``recall`` frame after commit. ``names``: asked for (read); ``found``: the names that came
-    back, in the order given to the model."""
-    if tool not in RecallEvent.Tool.values:
-        raise ValueError(f"Unknown recall tool {tool!r}")
-    event = RecallEvent(
-        session=session,
-        message=message,
-        round=recall_round,
-        tool=tool,
-        names=[_storable(n, RECALL_NAME_MAX_CHARS) for n in names],
-        query=_storable(query, RECALL_QUERY_MAX_CHARS),
-        found=[_storable(n, RECALL_NAME_MAX_CHARS) for n in found],
-        tokens=max(0, int(tokens)),
-    )
-    with transaction.atomic():
-        event.save()
-        transaction.on_commit(partial(realtime.notify_recall, event=event, session=session))
-    return event
 
 
 def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:

@@ -16,7 +16,7 @@ import pytest
 from bots.models import Message
 from bots.transitions import session_context_add, session_context_recount
 from compaction.engine import compaction_manual
-from memory import embeddings, queries
+from memory import embeddings, fusion, queries
 from memory.models import MessageIndex, RecallEvent
 from tests.factories import BotFactory, message_add
 from tests.fakeopenai import EmbeddingReply, Reply, fake_embedding
@@ -243,10 +243,10 @@ def test_only_the_lexical_head_votes_in_the_fusion_and_its_tail_follows():
 
     lexical = [(10.0 - i, MessageScore(100 + i, 100 + i, 1, 10.0 - i)) for i in range(12)]
     vector = [MessageScore(200, 3, 1, 0.9), MessageScore(111, 111, 1, 0.8)]
-    head = embeddings.LEXICAL_CANDIDATES
+    head = fusion.LEXICAL_CANDIDATES
     assert head == 10
 
-    order = [item.message_id for _, item in embeddings.fused(lexical, vector)]
+    order = [item.message_id for _, item in fusion.fused(lexical, vector)]
 
     # 100..109 vote (rank 1..10); 200 and 111 from the vectors (111 is lexical rank 12, in the
     # tail: its only vote is the vector one); then the tail less 111: 110

@@ -87,7 +87,7 @@ def test_a_message_that_says_little_still_comes_before_a_fusions_lexical_tail(ta
     def scored(seq, score):  # noqa: ANN001, ANN202
         return (score, MessageScore(ids[seq], seq, records[seq], score, talk.pk))
 
-    # 1 (short) and 3 fused, then 5 in the lexical tail (score 0, embeddings.fused)
+    # 1 (short) and 3 fused, then 5 in the lexical tail (score 0, fusion.fused)
     ranked = [scored(1, 0.03), scored(3, 0.02), scored(5, 0.0)]
 
     hits, _ = search_hits.fill(talk, ranked, room=2000, limit=20, model="", defer_low=True)

@@ -6,7 +6,7 @@ import pytest
 
 from chat_platform.errors import NotFound, PayloadTooLarge, ValidationFailed
 from chat_platform.llm.tokens import count_tokens
-from memory import queries, realtime, services
+from memory import queries, realtime, recall_events, services
 from memory.models import MemoryRecord, RecallEvent
 from tests.factories import message_add
 
@@ -194,7 +194,7 @@ def test_recall_event_write_stores_and_sends_the_recall_frame(
         mock.patch.object(realtime, "send_frame", lambda sid, frame: sent.append((sid, frame))),
         django_capture_on_commit_callbacks(execute=True),
     ):
-        event = services.recall_event_write(
+        event = recall_events.recall_event_write(
             session=chat_session,
             message=reply,
             recall_round=1,
@@ -227,7 +227,7 @@ def test_recall_event_write_stores_and_sends_the_recall_frame(
         )
     ]
     with pytest.raises(ValueError, match="Unknown recall tool"):
-        services.recall_event_write(
+        recall_events.recall_event_write(
             session=chat_session, message=None, recall_round=1, tool="write"
         )
     assert RecallEvent.objects.count() == 1
