@@ -9,13 +9,16 @@ an existing account by email only when this site verified its address (``authent
 """
 
 import logging
+import smtplib
 from typing import Any
 
 import jwt
+import structlog
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
+from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest
 from django.shortcuts import render
@@ -23,6 +26,7 @@ from django.shortcuts import render
 from accounts import services
 
 logger = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 INVITE_SESSION_KEY = "accounts_invite"
 
@@ -41,6 +45,40 @@ def _invite_refused(request: HttpRequest, exc: services.InvitationRefused) -> An
 
 
 class AccountAdapter(DefaultAccountAdapter):
+    def send_mail(self, template_prefix: str, email: str, context: dict[str, Any]) -> None:
+        """A mail server that is down or refuses the message never fails the page (it answered
+        500 after the address was stored): the failure is an ERROR in the log for the operator,
+        and a signed-in user is told; an anonymous page (a password reset) says what it says
+        for any address, so it never tells whether an account exists."""
+        try:
+            super().send_mail(template_prefix, email, context)
+        except (smtplib.SMTPException, OSError):
+            log.exception("account_email_send_failed", template=template_prefix)
+            request = getattr(self, "request", None)
+            if request is not None:
+                request.account_mail_failed = True  # no "sent" message after it (add_message)
+            if request is not None and request.user.is_authenticated:
+                messages.error(
+                    request,
+                    "The confirmation email could not be sent: the mail server did not take "
+                    "it. Try again later, or ask an administrator.",
+                )
+
+    def add_message(
+        self,
+        request: HttpRequest,
+        level: int,
+        message_template: str | None = None,
+        message_context: dict[str, Any] | None = None,
+        extra_tags: str = "",
+        message: str | None = None,
+    ) -> None:
+        if getattr(request, "account_mail_failed", False) and (message_template or "").endswith(
+            "email_confirmation_sent.txt"
+        ):
+            return  # ``send_mail`` said it was not sent
+        super().add_message(request, level, message_template, message_context, extra_tags, message)
+
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         mode = services.signup_mode()
         if mode in ("open", "approval"):

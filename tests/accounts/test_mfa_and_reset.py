@@ -307,3 +307,53 @@ def _ended(token, key, raw):
     by_token = APIClient()
     by_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     assert by_token.get("/api/v1/bots/").status_code == 401
+
+
+# --- a mail server that does not answer ----------------------------------------------------------
+
+
+class RefusingBackend:
+    """An SMTP server that is down: every send raises, as smtplib does."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def send_messages(self, messages):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+@pytest.fixture
+def mail_down(settings):
+    settings.EMAIL_BACKEND = "tests.accounts.test_mfa_and_reset.RefusingBackend"
+
+
+def test_a_reset_asked_while_mail_is_down_answers_as_usual_and_logs_it(mail_down, caplog):
+    """It answered 500. The page says what it says for any address (it never tells whether an
+    account exists); the failure is an ERROR in the log, for the operator."""
+    UserFactory(username="bob", email="bob@example.com")
+    response = Client().post("/accounts/password/reset/", {"email": "bob@example.com"})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/password/reset/done/"
+    failed = [r for r in caplog.records if "account_email_send_failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].levelname == "ERROR" and failed[0].exc_info
+
+
+def test_an_address_added_while_mail_is_down_says_the_mail_was_not_sent(mail_down, caplog):
+    user = UserFactory(username="dave")
+    client = Client()
+    client.force_login(user)
+
+    response = client.post(
+        "/accounts/email/", {"email": "dave@example.com", "action_add": ""}, follow=True
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "The confirmation email could not be sent" in page
+    assert "Confirmation email sent" not in page
+    # The address is kept, unconfirmed: "Re-send verification" sends it once mail is back.
+    assert list(user.emailaddress_set.values_list("email", "verified")) == [
+        ("dave@example.com", False)
+    ]
+    assert any("account_email_send_failed" in r.getMessage() for r in caplog.records)
