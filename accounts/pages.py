@@ -25,6 +25,10 @@ from openai_api import keys
 from openai_api.models import ApiKey
 
 
+def _handle(bot: Any, user: Any) -> str:
+    return bot.slug if bot.owner_id == user.pk else f"{bot.owner.get_username()}/{bot.slug}"
+
+
 class ApiKeyForm(forms.Form):
     """Shapes and types only; ``keys.key_create`` checks the values (as for the REST API)."""
 
@@ -60,8 +64,9 @@ class ApiKeyForm(forms.Form):
         super().__init__(*args, **kwargs)
         field = self.fields["bots"]
         assert isinstance(field, forms.TypedMultipleChoiceField)
+        # Another user's shared bot is named as /v1 names it when it must: ``owner/slug``.
         field.choices = [
-            (bot.pk, f"{bot.name} ({bot.slug})")
+            (bot.pk, f"{bot.name} ({_handle(bot, user)})")
             for bot in bot_list_for_user(user=user).order_by("name", "id")
         ]
 

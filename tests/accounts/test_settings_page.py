@@ -240,3 +240,19 @@ def test_without_a_daily_limit_today_is_what_the_usage_page_counts(owner):
     assert line == "Today: 115 tokens (no daily limit)."
     usage_page = _signed_in(owner).get("/usage/").content.decode()
     assert "<span data-usage-total>1,024</span>" in usage_page
+
+
+def test_the_key_forms_bot_choices_tell_a_shared_bot_from_ones_own(owner, other_user):
+    """Two bots of one name and slug, one's own and another user's shared one, were two
+    identical choices; the shared one is named as /v1 names it then: ``owner/slug``."""
+    mine = BotFactory(owner=owner, name="Recall", slug="recall")
+    theirs = BotFactory(owner=other_user, name="Recall", slug="recall", is_shared=True)
+
+    page = _signed_in(owner).get("/settings/").content.decode()
+
+    found = re.findall(
+        r'<input type="checkbox" name="bots" value="(\d+)"[^>]*>\s*([^<]*)</label>', page
+    )
+    options = {pk: text.strip() for pk, text in found}
+    assert options[str(mine.pk)] == "Recall (recall)"
+    assert options[str(theirs.pk)] == "Recall (other/recall)"

@@ -4,6 +4,8 @@ The forms save through turns.services, so each refusal here is the API's refusal
 its message on the page, a 400, and nothing written.
 """
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -92,6 +94,25 @@ def test_list_shows_own_and_shared_bots_with_edit_links_only_where_editable(
     assert f'href="/bots/{shared.pk}/delete/"' not in html
     assert f"/bots/{private.pk}/" not in html
     assert [row["editable"] for row in response.context["rows"]] == [True, False]
+
+
+def test_the_list_and_the_bot_page_show_each_bots_handle(owner_web, owner, other_user):
+    """The slug is a bot's @handle in rooms and its /v1 model id: the pages showed it nowhere."""
+    mine = BotFactory(owner=owner, name="Mine", slug="my-writer")
+    shared = BotFactory(owner=other_user, name="Theirs", slug="their-aide", is_shared=True)
+
+    listed = owner_web.get("/bots/").content.decode()
+    handles = re.findall(r'<tr data-bot-id="(\d+)">.*?data-bot-slug>([^<]*)<', listed, re.S)
+    assert sorted(handles) == sorted(
+        [(str(mine.pk), "@my-writer"), (str(shared.pk), "@their-aide")]
+    )
+    for bot, slug in ((mine, "my-writer"), (shared, "their-aide")):
+        page = owner_web.get(f"/bots/{bot.pk}/").content.decode()
+        (note,) = re.findall(r"<p class=\"bots-note\" data-bot-slug>(.*?)</p>", page, re.S)
+        assert note == (
+            f"Handle <code>@{slug}</code>: how a room mentions it, and its model id on "
+            "<code>/v1</code>."
+        )
 
 
 # --- create -------------------------------------------------------------------------------------
