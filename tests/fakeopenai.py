@@ -64,6 +64,8 @@ class Reply:
     # Put the request's Authorization header into the answer: appended to ``error_message``
     # (status != 200) or to ``text`` (a provider that echoes what it was sent).
     echo_authorization: bool = False
+    # Extra headers of an error answer (e.g. a 429's ``Retry-After``).
+    error_headers: dict[str, str] | None = None
 
     def deltas(self) -> list[str]:
         if self.chunks is not None:
@@ -427,7 +429,9 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 reply = dataclasses.replace(reply, text=reply.text + echoed, chunks=None)
         if reply.status != 200:
-            self._json(reply.status, _error_body(reply.status, reply.error_message))
+            self._json(
+                reply.status, _error_body(reply.status, reply.error_message), reply.error_headers
+            )
             return True
         if body.get("stream"):
             return self._stream(body, reply)
@@ -509,9 +513,11 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
-    def _json(self, status: int, payload: dict) -> None:
+    def _json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

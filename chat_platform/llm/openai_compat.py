@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 import httpx
 from httpx_sse._decoders import SSEDecoder  # see SSEStream for why not EventSource
 
+from chat_platform.llm.retries import retry_after_seconds
+
 OPENAI_PREFIX = "openai/"
 # OpenAI's own API: litellm maps parameters per model family (o-series, reasoning models).
 _LITELLM_HOSTS = frozenset({"api.openai.com"})
@@ -36,9 +38,12 @@ _LITELLM_HOSTS = frozenset({"api.openai.com"})
 class ProviderHTTPError(Exception):
     """The provider answered with an HTTP error status (or an error event mid-stream)."""
 
-    def __init__(self, status_code: int | None, message: str) -> None:
+    def __init__(
+        self, status_code: int | None, message: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.retry_after = retry_after  # seconds the answer asked to wait (``Retry-After``)
 
 
 class ProviderProtocolError(Exception):
@@ -102,7 +107,9 @@ def open_stream(kwargs: dict[str, Any]) -> SSEStream:
             message = _error_message(response, _read_capped(response))
         finally:
             response.close()
-        raise ProviderHTTPError(response.status_code, message)
+        raise ProviderHTTPError(
+            response.status_code, message, retry_after_seconds(response.headers)
+        )
     return SSEStream(response)
 
 

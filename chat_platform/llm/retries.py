@@ -9,6 +9,9 @@ gateway counts attempts or sleeps. The policy:
   failure;
 * only a failure the gateway classifies as transient is retried (``transient``), and only while
   the caller says it still may (``may_retry``: a stream that has shown text must not restart);
+* a failure that says when to come back (a 429's ``Retry-After``, ``hint``) waits that long
+  if it is longer than the back-off; one that asks for more than ``RETRY_AFTER_MAX_SECONDS``
+  is not retried: the call fails at once rather than hold a turn that long;
 * the last failure is re-raised as it was (``reraise``), for the gateway to turn into its
   ``ModelCallFailed``.
 
@@ -20,14 +23,43 @@ once and it goes on as if the loop were not there.
 
 from __future__ import annotations
 
+import email.utils
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import tenacity
+
+# The longest a provider's ``Retry-After`` is waited out within one call.
+RETRY_AFTER_MAX_SECONDS = 30.0
 
 
 def _always() -> bool:
     return True
+
+
+def _never(exc: BaseException) -> float | None:
+    return None
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """How long an HTTP answer asks to wait before the next request: ``retry-after-ms``
+    (OpenAI's), else ``Retry-After`` in seconds or as an HTTP date; None when it says nothing
+    readable."""
+    if not headers:
+        return None
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    try:
+        if "retry-after-ms" in lower:
+            return max(0.0, float(lower["retry-after-ms"]) / 1000)
+        value = lower.get("retry-after", "").strip()
+        if not value:
+            return None
+        if value.replace(".", "", 1).isdigit():
+            return float(value)
+        when = email.utils.parsedate_to_datetime(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 class RetryPolicy:
@@ -39,9 +71,11 @@ class RetryPolicy:
         *,
         limits: Callable[[], tuple[int, float]],
         transient: Callable[[BaseException], bool],
+        hint: Callable[[BaseException], float | None] = _never,
     ) -> None:
         self.limits = limits
         self.transient = transient
+        self.hint = hint  # how long a failure asks to wait (a 429's Retry-After)
 
     def attempts(
         self,
@@ -55,7 +89,18 @@ class RetryPolicy:
         retries, backoff = self.limits()
 
         def retryable(exc: BaseException) -> bool:
-            return isinstance(exc, Exception) and self.transient(exc) and may_retry()
+            if not (isinstance(exc, Exception) and self.transient(exc)):
+                return False
+            asked = self.hint(exc)
+            return (asked is None or asked <= RETRY_AFTER_MAX_SECONDS) and may_retry()
+
+        backoff_wait = tenacity.wait_exponential(multiplier=max(0.0, backoff), exp_base=2, min=0)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            seconds = backoff_wait(state)
+            exc = state.outcome.exception() if state.outcome is not None else None
+            asked = self.hint(exc) if exc is not None else None
+            return max(seconds, asked) if asked is not None else seconds
 
         def pause(seconds: float) -> None:
             sleep(seconds)
@@ -69,7 +114,7 @@ class RetryPolicy:
 
         return tenacity.Retrying(
             stop=tenacity.stop_after_attempt(1 + max(0, retries)),
-            wait=tenacity.wait_exponential(multiplier=max(0.0, backoff), exp_base=2, min=0),
+            wait=wait,
             retry=tenacity.retry_if_exception(retryable),
             sleep=pause,
             before_sleep=before_sleep,

@@ -712,3 +712,52 @@ def test_importing_the_llm_package_does_not_import_litellm():
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+# --- a rate limit that says when to come back ---------------------------------------------------
+
+
+def _retry_waits(caplog) -> list[float]:
+    return [
+        r.msg["wait_s"]
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "llm_retry"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "direct"), [("complete", False), ("stream", True), ("stream", False)]
+)
+def test_a_429_waits_as_long_as_its_retry_after_asks(
+    fake_openai, config, settings, caplog, call, direct
+):
+    """The back-off is 0.01 s here; the provider asked for 1 s: the retry waited its back-off
+    and came back too early, to be limited again."""
+    settings.LLM_DIRECT_OPENAI_COMPATIBLE = direct
+    fake_openai.script(
+        Reply(status=429, error_headers={"Retry-After": "1"}), Reply(text="ok", chunks=["ok"])
+    )
+
+    text = (
+        gateway.complete(config, MESSAGES).text
+        if call == "complete"
+        else "".join(gateway.stream(config, MESSAGES))
+    )
+
+    assert text == "ok"
+    assert len(fake_openai.requests) == 2
+    assert _retry_waits(caplog) == [1.0]
+
+
+def test_a_429_that_asks_for_longer_than_a_call_may_wait_is_not_retried(
+    fake_openai, config, settings
+):
+    """An hour's Retry-After: the call fails at once, saying so, instead of holding the turn."""
+    fake_openai.default = Reply(status=429, error_headers={"Retry-After": "3600"})
+
+    with pytest.raises(ModelCallFailed) as failed:
+        gateway.complete(config, MESSAGES)
+
+    assert len(fake_openai.requests) == 1
+    assert failed.value.status_code == 429
+    assert "the provider asks to wait 3600 s" in str(failed.value)

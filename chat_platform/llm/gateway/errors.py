@@ -88,6 +88,13 @@ def classify(exc: BaseException) -> tuple[bool, int | None, str]:
     if "Missing credentials" in message or "api_key client option must be set" in message:
         return False, 401, KEY_FAILED
     if kind("RateLimitError") or status == 429:
+        asked = retry_after(exc)
+        if asked is not None and asked > retries.RETRY_AFTER_MAX_SECONDS:
+            return (
+                True,
+                429,
+                f"rate limited by the provider (HTTP 429): the provider asks to wait {asked:.0f} s",
+            )
         return True, 429, "rate limited by the provider (HTTP 429)"
     if kind("AuthenticationError") or status == 401:
         return False, 401, KEY_FAILED
@@ -138,8 +145,25 @@ def _retry_limits() -> tuple[int, float]:
     )
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """How long a failed attempt's answer asked to wait (a 429's ``Retry-After``), on either
+    road: the direct road reads it into ``ProviderHTTPError.retry_after``; litellm's exceptions
+    carry the provider's ``response`` (or its headers)."""
+    if isinstance(exc, openai_compat.ProviderHTTPError):
+        return exc.retry_after
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        headers = getattr(exc, "litellm_response_headers", None)
+    try:
+        return retries.retry_after_seconds(headers)
+    except AttributeError:  # not a mapping after all
+        return None
+
+
 # The one retry policy of every model call, on either road (see ``retries``).
-MODEL_CALL_RETRY = retries.RetryPolicy(limits=_retry_limits, transient=lambda exc: classify(exc)[0])
+MODEL_CALL_RETRY = retries.RetryPolicy(
+    limits=_retry_limits, transient=lambda exc: classify(exc)[0], hint=retry_after
+)
 
 
 def attempts_of(state: tenacity.RetryCallState | None) -> int:
