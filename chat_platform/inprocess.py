@@ -10,13 +10,15 @@ regenerated or edited a reply returns at once; the turn runs on one of
 ``chat_platform.realtime`` exactly as a worker's do through Redis. A task waits its turn in an
 in-memory queue, as it would in the broker; the queue is lost with the process, and the
 watchdog (``turns.watchdog``, run in-process by ``InProcessBeat``) hands a pending reply over
-again after a restart.
+again after a restart: on its first round, since nothing dispatched before ``QUEUE_BORN`` can be
+in this process's queue, nor a reply that last beat before it be running here.
 
 Each task runs on its own database connection and closes it when it ends (Django keeps one per
 thread), so a pool thread holds none between tasks. The threads are daemons: stopping the server
 never waits for a reply; the watchdog ends what was cut off.
 """
 
+import datetime as dt
 import queue
 import threading
 import time
@@ -32,6 +34,17 @@ from django.db import close_old_connections, connections
 from chat_platform import foreground
 
 log = structlog.get_logger(__name__)
+
+# When this process's queue was made: every task it will ever run is dispatched after this (the
+# module is imported before the first dispatch), so an unfinished reply dispatched, or last
+# stamped by its turn, before it belongs to a process that is gone (``queue_born``).
+QUEUE_BORN = dt.datetime.now(dt.UTC)
+
+
+def queue_born() -> dt.datetime | None:
+    """``QUEUE_BORN`` when tasks run in this process (embedded mode); None on a broker, whose
+    queue outlives any one process."""
+    return QUEUE_BORN if settings.TASKS_IN_PROCESS else None
 
 
 class _Pool:

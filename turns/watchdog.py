@@ -29,6 +29,7 @@ from django.utils import timezone
 from bots import realtime
 from bots.models import Message
 from bots.transitions import UNFINISHED, earlier_reply_unfinished, reply_interrupt
+from chat_platform import inprocess
 from turns import dispatch
 
 log = structlog.get_logger(__name__)
@@ -90,6 +91,11 @@ def replies_interrupt_dead(*, now=None) -> int:
     """Interrupt streaming replies whose turn stopped beating (its worker died)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS)
+    born = inprocess.queue_born()
+    if born is not None and now - born > timedelta(seconds=2 * settings.CHAT_HEARTBEAT_SECONDS):
+        # Embedded mode, after a restart: a turn running here has beaten since this process
+        # began, so one that last beat before it died with the process before.
+        cutoff = max(cutoff, born)
     # Rows claimed before heartbeats existed have none: their last write stands in for it.
     stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, updated_at__lt=cutoff)
     ids = list(
@@ -107,6 +113,11 @@ def replies_redispatch(*, now=None) -> int:
     lost = Q(
         dispatched_at__lt=now - timedelta(seconds=settings.CHAT_REDISPATCH_AFTER_SECONDS),
     )
+    born = inprocess.queue_born()
+    if born is not None:
+        # Embedded mode: what was dispatched before this process's queue was made was in the
+        # queue of one that is gone (a restart); it is lost now, not in two minutes.
+        lost |= Q(dispatched_at__lt=born)
     # A reply queued behind an unfinished one of its session is not lost: that one's end hands
     # it over (and if that hand-over fails, its stamp ages into ``lost`` here).
     ids = list(

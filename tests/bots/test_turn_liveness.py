@@ -849,3 +849,44 @@ def test_each_delta_frame_says_where_its_text_starts_in_browser_units(
     turn.turn_run(message_id=reply.pk)
     deltas = [(f["delta"], f["offset"]) for f in frames if f["type"] == "message.delta"]
     assert deltas == [("Hi ", 0), ("\U0001f600", 3), (" there!", 5)]  # the emoji counts 2
+
+
+# --- embedded mode: after a restart --------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_an_embedded_restart_the_first_watchdog_round_ends_and_resends_at_once(
+    fake_session, fake_openai, eager_tasks, settings, monkeypatch, frames
+):
+    """The queue of embedded mode dies with its process: a reply handed to it before a
+    restart waited two minutes to be handed over again (``CHAT_REDISPATCH_AFTER_SECONDS``), and
+    a reply cut off mid-stream 30 s. What was dispatched, or last beat, before this process's
+    queue was made belongs to the process that is gone; what came after is left alone."""
+    from chat_platform import inprocess
+
+    settings.TASKS_IN_PROCESS = settings.EMBEDDED = True
+    settings.CHAT_REDISPATCH_AFTER_SECONDS = 120
+    settings.CHAT_HEARTBEAT_SECONDS = 5
+    settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS = 30
+    monkeypatch.setattr(inprocess, "QUEUE_BORN", timezone.now() - timedelta(seconds=12))
+    cut_off = _streaming(fake_session, content="Half of it", heartbeat_age=15)
+    beating = _streaming(fake_session, content="Going on", heartbeat_age=4)
+    Message.objects.filter(pk__in=[cut_off.pk, beating.pk]).update(dispatched_at=timezone.now())
+    _, queued = turn_pending(fake_session, "asked just before the restart")
+    Message.objects.filter(pk=queued.pk).update(
+        dispatched_at=timezone.now() - timedelta(seconds=20),
+        created_at=timezone.now() - timedelta(seconds=20),
+    )
+    fake_openai.script(Reply(text="Answered after the restart."))
+
+    assert watchdog.replies_interrupt_dead() == 1
+    Message.objects.filter(pk=beating.pk).update(status="complete")  # it ended here
+    assert watchdog.replies_redispatch() == 1
+
+    cut_off.refresh_from_db()
+    queued.refresh_from_db()
+    assert (cut_off.status, cut_off.error_message) == ("interrupted", watchdog.DEAD_SERVER_TEXT)
+    assert (queued.status, queued.content) == ("complete", "Answered after the restart.")
+    # On a broker, whose queue outlives a process, the same rows wait their timeouts.
+    settings.TASKS_IN_PROCESS = False
+    assert inprocess.queue_born() is None
