@@ -243,7 +243,7 @@ def quota_reserve(
     subjects = [limit.subject for limit in limits]
     _ensure_rows(subjects, day)
     with transaction.atomic():
-        for limit in limits:
+        for limit in sorted(limits, key=_locked_first):
             own = mine if within is not None and limit.subject in within.subjects else 0
             claimed = TokenCounter.objects.filter(
                 Q(used__lte=Value(limit.limit - sends + own) - F("reserved")),
@@ -256,11 +256,28 @@ def quota_reserve(
     return Reservation(day=day, subjects=tuple(subjects), tokens=sends)
 
 
+def _locked_first(limit: Limit) -> str:
+    return limit.subject
+
+
+def counters_update(subjects: Sequence[str], day: dt.date, **values: Any) -> None:
+    """One update of several subjects' counters (a user's and a key's), row by row in the
+    order every writer locks them (by subject, as ``quota_reserve`` does): one UPDATE of them
+    all locked them in whatever order its plan read the rows, and two turns of one key and user,
+    one reserving while the other settled, deadlocked (tests/connections/
+    test_quota_lock_order.py). One statement per subject, in one transaction."""
+    with transaction.atomic():
+        for subject in sorted(subjects):
+            TokenCounter.objects.filter(subject=subject, day=day).update(**values)
+
+
 def quota_settle(reservation: Reservation | None, *, used: int) -> None:
     """Release the reservation and count what the turn spent (on the day it started)."""
     if reservation is None:
         return
-    TokenCounter.objects.filter(subject__in=reservation.subjects, day=reservation.day).update(
+    counters_update(
+        reservation.subjects,
+        reservation.day,
         reserved=Greatest(F("reserved") - reservation.tokens, Value(0)),
         used=F("used") + max(0, int(used)),
     )
@@ -348,15 +365,18 @@ class Meter:
         next call, so a limit checked then sees them (one statement; none without a hold)."""
         if self.reservation is None or self.settled or self.used <= self.counted:
             return
-        TokenCounter.objects.filter(
-            subject__in=self.reservation.subjects, day=self.reservation.day
-        ).update(used=F("used") + (self.used - self.counted))
+        counters_update(
+            self.reservation.subjects,
+            self.reservation.day,
+            used=F("used") + (self.used - self.counted),
+        )
         self.counted = self.used
 
     def settle(self) -> None:
+        """Once; a settle that failed (the database did not answer) may be tried again."""
         if not self.settled:
-            self.settled = True
             quota_settle(self.reservation, used=self.used - self.counted)
+            self.settled = True
 
 
 @contextmanager
