@@ -35,6 +35,8 @@ from bots.queries import session_get_for_user
 from chat_platform.api import api_errors
 from chat_platform.errors import ValidationFailed
 from chat_platform.heavy import heavy_request
+from connections import usage
+from openai_api.keys import request_key_limits
 from transfer import progress
 from transfer.exports import session_filename, session_markdown_chunks, user_zip_chunks
 from transfer.lossless import session_json_chunks
@@ -171,9 +173,18 @@ class ImportApi(APIView):
         # Storing the upload keeps a web thread busy for as long as the file takes to copy: one
         # user holds at most HEAVY_REQUESTS_PER_USER of them (docs/security.md, "Heavy
         # requests"), and as many unfinished jobs. The parse is the heavy task's.
+        # What the import sets off (summaries, embeddings) is charged to the user and to the key
+        # the POST came through: a spent limit refuses it before anything is stored.
+        quota = request_key_limits(request.auth)
+        usage.payer_check(user_id=request.user.pk, extra=quota)
         with heavy_request(user_id=request.user.pk, kind="import"):
             job = import_job_create(
-                user=request.user, bot_id=bot_id, upload=upload, size=upload.size, progress_key=key
+                user=request.user,
+                bot_id=bot_id,
+                upload=upload,
+                size=upload.size,
+                progress_key=key,
+                quota=usage.limits_pairs(quota),
             )
         body = import_job_as_dict(job)
         return Response(

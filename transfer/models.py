@@ -86,6 +86,10 @@ class ImportJob(models.Model):
     bytes_read = models.BigIntegerField(default=0)
     # The page's key for ``GET /api/v1/import/progress/?key=`` (empty: none).
     progress_key = models.CharField(max_length=64, blank=True, default="")
+    # The limits of the API key the POST came through, ``[[subject, limit]]``
+    # (``connections.usage.scope_pairs``): what the import sets off later (the embedding of what
+    # it wrote, each new chat's soft compaction) is charged to them too. Empty: the user's own.
+    quota = models.JSONField(default=list, blank=True)
     result = models.JSONField(null=True, blank=True)
     error_code = models.CharField(max_length=64, blank=True, default="")
     error_message = models.TextField(blank=True, default="")

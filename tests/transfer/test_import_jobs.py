@@ -295,3 +295,60 @@ def test_a_broker_that_is_down_fails_the_job_at_once_and_keeps_nothing(
     job = ImportJob.objects.get()
     assert (job.status, job.error_code) == ("failed", "service_unavailable")
     assert (_stored_counts(), ImportChunk.objects.count()) == (before, 0)
+
+
+# --- through an API key -----------------------------------------------------------------------
+
+
+def test_an_import_through_a_spent_key_is_refused_before_anything_is_stored(owner, bot):
+    """The key's limit bounds what its actions cost: the import's summaries and embeddings
+    too. It answered 202, and the job set off the provider calls the key had no room for."""
+    from tests.connections.test_quota_charges import key_client, spend
+
+    key, client = key_client(owner, daily_token_limit=50)
+    spend(f"key:{key.pk}", limit_used=50)
+
+    response = _import(client, bot, json.dumps(_good_lossless(bot.pk)).encode())
+
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "quota_exceeded"
+    assert response.json()["error"]["details"]["scope"] == "key"
+    assert ImportJob.objects.count() == 0 and ImportChunk.objects.count() == 0
+
+
+def _run_in_process(*, target, data, params, limits, on_line):
+    """The child's work in this process (where the test's stand-ins are)."""
+    assert target == "transfer.child:import_child"
+    return jobs.import_job_child_run(job_id=int(params["job_id"]), on_progress=lambda done: None)
+
+
+def test_what_an_import_through_a_key_sets_off_is_charged_to_the_key(owner, bot, monkeypatch):
+    """The job runs later, in a child process: it carries the key's limit to the embedding of
+    what it wrote and to each new chat's soft compaction."""
+    from memory import embeddings
+    from tests.connections.test_quota_charges import key_client
+
+    bot.embedding_model = "openai/fake-embedding"
+    bot.save()
+    key, client = key_client(owner, daily_token_limit=5000)
+    embedded, compacted = [], []
+    monkeypatch.setattr(
+        embeddings,
+        "messages_embed_dispatch",
+        lambda sid, ids=None, quota=None: embedded.append(quota),
+    )
+    monkeypatch.setattr(
+        "transfer.services.jobs.compact_soft_dispatch",
+        lambda sid, quota=(): compacted.append(list(quota)),
+    )
+    monkeypatch.setattr(jobs.sandbox, "run_limited", _run_in_process)
+
+    response = _import(client, bot, json.dumps(_good_lossless(bot.pk)).encode())
+    job = run_job(client, response.json()["id"])
+
+    assert job["status"] == "done"
+    assert ImportJob.objects.get().quota == [[f"key:{key.pk}", 5000]]
+    assert embedded == [[[f"key:{key.pk}", 5000]]]
+    from connections.usage import Limit
+
+    assert compacted == [[Limit(f"key:{key.pk}", 5000)]]

@@ -33,6 +33,7 @@ from chat_platform.dbconn import connection_release
 from chat_platform.errors import PlatformError, ServiceUnavailable
 from chat_platform.heavy import heavy_refusal
 from chat_platform.outage import BROKER_ERRORS
+from connections import usage
 from transfer import progress
 from transfer.models import ImportChunk, ImportJob
 from transfer.services.importing import chats_import, check_import_size
@@ -52,7 +53,13 @@ ACTIVE = (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
 
 
 def import_job_create(
-    *, user: AbstractBaseUser, bot_id: object, upload: IO[bytes], size: int, progress_key: str = ""
+    *,
+    user: AbstractBaseUser,
+    bot_id: object,
+    upload: IO[bytes],
+    size: int,
+    progress_key: str = "",
+    quota: list[list[Any]] | None = None,
 ) -> ImportJob:
     """Store ``upload`` as a queued job of ``user`` with the bot ``bot_id`` and queue its run.
     Refused before anything is stored: a file over ``IMPORT_MAX_BYTES``, a bot the user may not
@@ -66,7 +73,12 @@ def import_job_create(
     name = str(getattr(upload, "name", "") or "")[:255]
     with transaction.atomic():
         job = ImportJob.objects.create(
-            user=user, bot=bot, file_name=name, bytes_total=size, progress_key=progress_key
+            user=user,
+            bot=bot,
+            file_name=name,
+            bytes_total=size,
+            progress_key=progress_key,
+            quota=quota or [],
         )
         for position, data in enumerate(_pieces(upload)):
             ImportChunk.objects.create(job=job, position=position, data=data)
@@ -161,8 +173,12 @@ def import_job_run(*, job_id: int) -> str | None:
             error = {"code": "internal_error", "message": "The import failed.", "details": {}}
     status = _finish(job.pk, result=result, error=error)
     if status == ImportJob.Status.DONE and result is not None:
+        limits = usage.limits_from_pairs(job.quota)
         for entry in result.get("imported", []):
-            compact_soft_dispatch(entry["session"])
+            if limits:
+                compact_soft_dispatch(entry["session"], quota=limits)
+            else:
+                compact_soft_dispatch(entry["session"])
     return status
 
 
@@ -330,13 +346,15 @@ def import_job_child_run(*, job_id: int, on_progress: Any) -> dict[str, Any]:
     if job is None:
         return {"error": {"code": "not_found", "message": "Import not found.", "details": {}}}
     try:
-        result = chats_import(
-            user=job.user,
-            bot_id=job.bot_id,
-            raw=ChunkReader(job.pk),  # type: ignore[arg-type]
-            size=job.bytes_total,
-            on_progress=on_progress,
-        )
+        # What it writes is embedded after commit, charged to the key the POST came through.
+        with usage.quota_scope(extra=usage.limits_from_pairs(job.quota)):
+            result = chats_import(
+                user=job.user,
+                bot_id=job.bot_id,
+                raw=ChunkReader(job.pk),  # type: ignore[arg-type]
+                size=job.bytes_total,
+                on_progress=on_progress,
+            )
     except PlatformError as exc:
         return {"error": exc.as_dict()}
     except FILE_DATA_ERRORS as exc:
