@@ -18,11 +18,12 @@ thread), so a pool thread holds none between tasks. The threads are daemons: sto
 never waits for a reply; the watchdog ends what was cut off.
 """
 
+import collections
 import datetime as dt
-import queue
+import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from typing import Any
 
@@ -48,34 +49,76 @@ def queue_born() -> dt.datetime | None:
 
 
 class _Pool:
-    """A fixed number of daemon threads taking work from one queue, started when first used."""
+    """A fixed number of daemon threads taking work from per-user lanes, started when first
+    used. Work is queued in the lane of the user it serves (``fair_key``; None: one shared
+    lane) and a free thread takes the next piece of the lane with the least work running, of
+    those the one served longest ago: a user who queued twenty replies has one taken, then the
+    next user's, then their second — another user's reply waits for a thread to come free, never
+    behind the whole queue of the first (docs/operations.md "Embedded mode")."""
 
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+    def __init__(self, size: int | None = None) -> None:
+        self._size = size  # None: ``EMBEDDED_TASK_THREADS``, read at each submit
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._ready = threading.Condition(self._lock)
+        self._lanes: dict[Hashable, collections.deque[Callable[[], None]]] = {}
+        self._turns: collections.deque[Hashable] = collections.deque()  # lanes with work
+        self._running: dict[Hashable, int] = {}  # lane -> its work running now
+        # lane -> when its last work started (``_clock``): of lanes running as much, the one
+        # served longest ago goes first; a lane never served (or forgotten) first of all.
+        self._started: dict[Hashable, int] = {}
+        self._clock = itertools.count()
         self._threads: list[threading.Thread] = []
         self._unfinished = 0  # queued or running (timers not yet due are not counted)
 
-    def submit(self, work: Callable[[], None]) -> None:
+    def submit(self, work: Callable[[], None], fair_key: Hashable = None) -> None:
         with self._lock:
             self._unfinished += 1
-            size = max(1, int(settings.EMBEDDED_TASK_THREADS))
+            size = max(1, int(self._size or settings.EMBEDDED_TASK_THREADS))
             while len(self._threads) < size:
                 thread = threading.Thread(
                     target=self._work, name=f"task-{len(self._threads) + 1}", daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
-        self._queue.put(work)
+            lane = self._lanes.get(fair_key)
+            if lane is None:
+                lane = self._lanes[fair_key] = collections.deque()
+                self._turns.append(fair_key)
+            lane.append(work)
+            self._ready.notify()
+
+    def _next(self) -> tuple[Hashable, Callable[[], None]]:
+        """The first piece of work of the lane whose turn it is: of the lanes with work, those
+        with the fewest running now, of those the one served longest ago (then the first in
+        line). That lane goes to the back of the line (or leaves it, emptied). Caller holds the
+        lock."""
+        self._ready.wait_for(lambda: bool(self._turns))
+        key = min(self._turns, key=lambda k: (self._running.get(k, 0), self._started.get(k, -1)))
+        self._turns.remove(key)
+        lane = self._lanes[key]
+        work = lane.popleft()
+        if lane:
+            self._turns.append(key)
+        else:
+            del self._lanes[key]
+        self._running[key] = self._running.get(key, 0) + 1
+        self._started[key] = next(self._clock)
+        return key, work
 
     def _work(self) -> None:
         while True:
-            work = self._queue.get()
+            with self._lock:
+                key, work = self._next()
             try:
                 work()
             finally:
                 with self._lock:
+                    self._running[key] -= 1
+                    if not self._running[key]:
+                        del self._running[key]
+                        if key not in self._lanes:  # nothing of it left: forget it
+                            self._started.pop(key, None)
                     self._unfinished -= 1
                     if not self._unfinished:
                         self._idle.notify_all()
@@ -106,20 +149,26 @@ def _run(task: Task, args: tuple, kwargs: dict, task_id: str | None) -> None:
 
 
 def task_submit(
-    task: Task, args: tuple, kwargs: dict, *, task_id: str | None, countdown: float | None
+    task: Task,
+    args: tuple,
+    kwargs: dict,
+    *,
+    task_id: str | None,
+    countdown: float | None,
+    fair_key: Hashable = None,
 ) -> None:
-    """Queue one run of ``task``; ``countdown`` seconds from now if given (a soft compaction
-    yielding to a running reply)."""
+    """Queue one run of ``task`` in the lane of ``fair_key`` (the user it serves);
+    ``countdown`` seconds from now if given (a soft compaction yielding to a running reply)."""
 
     def work() -> None:
         _run(task, args, kwargs, task_id)
 
     if countdown and countdown > 0:
-        timer = threading.Timer(countdown, _pool.submit, args=(work,))
+        timer = threading.Timer(countdown, _pool.submit, args=(work, fair_key))
         timer.daemon = True
         timer.start()
     else:
-        _pool.submit(work)
+        _pool.submit(work, fair_key)
 
 
 def task_call(task: Task, args: tuple) -> Future:
@@ -163,6 +212,8 @@ class InProcessTask(Task):
     def apply_async(
         self, args: Any = None, kwargs: Any = None, task_id: Any = None, **options: Any
     ):  # type: ignore[override]  # noqa: E501
+        # ``fair_key``: the user the task serves, this pool's lane (a broker has no lanes).
+        fair_key = options.pop("fair_key", None)
         if not getattr(settings, "TASKS_IN_PROCESS", False) or self.app.conf.task_always_eager:
             return super().apply_async(args, kwargs, task_id, **options)
         from celery.utils import uuid
@@ -174,6 +225,7 @@ class InProcessTask(Task):
             dict(kwargs or {}),
             task_id=task_id,
             countdown=options.get("countdown"),
+            fair_key=fair_key,
         )
         return self.AsyncResult(task_id)
 

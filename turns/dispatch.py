@@ -11,6 +11,7 @@ twice is safe (its claim is a conditional update).
 from collections.abc import Sequence
 
 import structlog
+from django.conf import settings
 from django.db import DatabaseError
 
 from bots.models import Message
@@ -29,11 +30,25 @@ def _task(name: str):
     return task_named(name)
 
 
+def _lane(message_id: int) -> dict[str, int]:
+    """Embedded mode's task threads take their users in turn (``chat_platform.inprocess``):
+    the reply's lane is its chat's user (one statement, embedded mode only)."""
+    if not settings.TASKS_IN_PROCESS:
+        return {}
+    user_id = Message.objects.filter(pk=message_id).values_list("session__user_id", flat=True)
+    found = user_id.first()
+    return {} if found is None else {"fair_key": found}
+
+
 def turn_dispatch(message_id: int) -> bool:
     """Hand a pending reply to the ``chat`` queue. Returns False (and logs) if the broker is down:
     the reply stays an undispatched outbox row for the watchdog."""
     try:
-        _task(TURN_TASK).delay(message_id)
+        lane = _lane(message_id)
+        if lane:
+            _task(TURN_TASK).apply_async((message_id,), **lane)
+        else:
+            _task(TURN_TASK).delay(message_id)
     except BROKER_ERRORS:
         log.exception("turn_dispatch_failed", message_id=message_id)
         return False

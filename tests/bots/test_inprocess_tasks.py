@@ -174,3 +174,50 @@ def test_real_mode_sends_to_the_broker_not_the_pool(settings, monkeypatch):
     monkeypatch.setattr(inprocess, "task_submit", lambda *a, **k: sent.append("pool"))
     celery_app.tasks["bots.tasks.turn_run"].delay(41)
     assert sent == [("bots.tasks.turn_run", ((41,), {}, None), {})]
+
+
+# --- users in turn ------------------------------------------------------------------------------
+
+
+def test_the_task_threads_take_the_users_in_turn():
+    """One thread running alice's work, four more of hers queued before bob's one and one of
+    no one's: bob's ran sixth, behind her whole queue. Now a free thread takes the lane with
+    the least running, of those the one served longest ago (never: first): bob's, the shared
+    one, then hers in their order."""
+    from chat_platform.inprocess import _Pool
+
+    pool = _Pool(size=1)
+    started, gate = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def holds_the_thread() -> None:
+        started.set()
+        gate.wait(10)
+
+    pool.submit(holds_the_thread, "alice")
+    assert started.wait(10)
+    for n in range(1, 5):
+        pool.submit(lambda n=n: ran.append(f"alice-{n}"), "alice")
+    pool.submit(lambda: ran.append("bob-1"), "bob")
+    pool.submit(lambda: ran.append("shared"), None)
+    gate.set()
+
+    assert pool.wait_idle(10)
+    assert ran == ["bob-1", "shared", "alice-1", "alice-2", "alice-3", "alice-4"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_is_queued_in_its_users_lane(fake_session, settings, monkeypatch):
+    from chat_platform import inprocess
+    from tests.factories import turn_pending
+    from turns import dispatch
+
+    settings.TASKS_IN_PROCESS = True
+    lanes = []
+    monkeypatch.setattr(
+        inprocess._pool, "submit", lambda work, fair_key=None: lanes.append(fair_key)
+    )
+    _, reply = turn_pending(fake_session, "hello")
+
+    assert dispatch.turn_dispatch(reply.pk) is True
+    assert lanes == [fake_session.user_id]
