@@ -136,7 +136,10 @@ class Bot(models.Model):
                 condition=Q(memory_index_size__lte=200), name="bot_memory_index_size_le_200"
             ),
             models.UniqueConstraint(
-                fields=["owner", "slug"], condition=~Q(slug=""), name="bot_owner_slug_unique"
+                # A retired bot keeps its slug (its old messages still name it) but frees it.
+                fields=["owner", "slug"],
+                condition=~Q(slug="") & Q(retired_at__isnull=True),
+                name="bot_owner_slug_unique",
             ),
         ]
 
@@ -173,7 +176,7 @@ class Bot(models.Model):
 def bot_slug_free(*, owner_id: int, base: str, exclude_id: int | None = None) -> str:
     """``base``, or ``base-2``, ``base-3``… : the first slug none of the owner's bots has."""
     taken = set(
-        Bot.objects.filter(owner_id=owner_id, slug__startswith=base)
+        Bot.objects.filter(owner_id=owner_id, slug__startswith=base, retired_at__isnull=True)
         .exclude(pk=exclude_id)
         .values_list("slug", flat=True)
     )

@@ -445,7 +445,8 @@ def check_bot_slug(*, bot: Bot) -> None:
     database error. Its shape is the model's ``slug_validator``; blank is filled from the name."""
     if not bot.slug:
         return
-    taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug).exclude(pk=bot.pk)
+    taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug, retired_at__isnull=True)
+    taken = taken.exclude(pk=bot.pk)
     if taken.exists():
         raise slug_taken(bot.slug)
 

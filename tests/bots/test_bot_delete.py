@@ -38,7 +38,8 @@ def test_a_shared_bots_deletion_leaves_other_peoples_chats_and_rooms(
         "Where is the spare key?",
         "Under the blue pot.",
     ]
-    assert listed.json()[1]["bot"] == {"id": shared.pk, "slug": "", "name": "Helper"}
+    # It keeps its handle, as every bot answer shows one (it was "", which no slug may be).
+    assert listed.json()[1]["bot"] == {"id": shared.pk, "slug": "helper", "name": "Helper"}
     sent = other_client.post(
         f"/api/v1/sessions/{theirs.pk}/messages/", {"content": "And the car key?"}, format="json"
     )
@@ -63,7 +64,11 @@ def test_a_shared_bots_deletion_leaves_other_peoples_chats_and_rooms(
         (mine.pk, True, False),
     ]
     retired = Bot.objects.get(pk=shared.pk)
-    assert (retired.is_shared, retired.slug, retired.retired_at is not None) == (False, "", True)
+    assert (retired.is_shared, retired.slug, retired.retired_at is not None) == (
+        False,
+        "helper",
+        True,
+    )
 
 
 def test_a_bot_no_one_else_uses_is_deleted_outright(owner, owner_client):

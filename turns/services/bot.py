@@ -91,7 +91,9 @@ def _bot_saved(bot: Bot, **kwargs: Any) -> None:
             return
         except IntegrityError:
             # The constraint's name is in PostgreSQL's message, not in SQLite's: ask the rows.
-            taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug).exclude(pk=bot.pk)
+            taken = Bot.objects.filter(
+                owner_id=bot.owner_id, slug=bot.slug, retired_at__isnull=True
+            ).exclude(pk=bot.pk)
             if not taken.exists():
                 raise
             if not derived or attempt == SLUG_DERIVE_ATTEMPTS:
@@ -163,7 +165,8 @@ def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
     """Delete the bot and its owner's chats with it (``bot_chats_deleted``: what the bot's
     delete page counts). Other people's chats with it (a shared bot's, a room it joined), and
     rooms where another bot sits, are kept: while any exist, the bot is retired instead of
-    deleted (docs/bots.md "Deleting a bot") — shared no more, its slug freed, found and run by
+    deleted (docs/bots.md "Deleting a bot") — shared no more, its slug freed (kept, no longer
+    unique), found and run by
     no one, gone from every room it sat in (another bot the default where it was)."""
     bot = bot_get_for_edit(user=user, bot_id=bot_id)
     left: list[int] = []  # rooms the retired bot left; empty when it was deleted
@@ -179,7 +182,7 @@ def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
         if not others.exists() and not rooms_kept.exists():
             bot.delete()
             return
-        Bot.objects.filter(pk=bot.pk).update(retired_at=timezone.now(), is_shared=False, slug="")
+        Bot.objects.filter(pk=bot.pk).update(retired_at=timezone.now(), is_shared=False)
         left.append(participants_bot_retired(bot_id=bot.pk))
 
     chats_delete(lambda: bot_chats_deleted(bot), then=delete_or_retire)
