@@ -75,18 +75,22 @@ def _qualified(bot: Bot) -> str:
 
 def key_models(*, key: ApiKey) -> dict[str, Bot]:
     """Model id -> bot. The id is the bot's own slug (``Bot.slug``, the one a room mentions).
-    The key user's own bots keep it always; another owner's shared bot whose slug one of the
-    user's bots (or another shared bot) also has is listed as ``<owner>/<slug>``."""
-    bots = key_bots(key=key)
-    counts: dict[str, int] = {}
-    for bot in bots:
-        counts[bot.slug] = counts.get(bot.slug, 0) + 1
+    The key user's own bots keep it always; of other owners' shared bots with one slug, the one
+    shared with the user first keeps it (unless one of the user's bots has it), and the others
+    are listed as ``<owner>/<slug>``, which names any of them. So a client's model id does not
+    stop working because someone else later shared a bot with the same slug."""
+    bots = key_bots(key=key)  # oldest first
     own = {bot.slug for bot in bots if bot.owner_id == key.user_id}
+    plain_taken = set(own)
     models: dict[str, Bot] = {}
     for bot in bots:
-        mine = bot.owner_id == key.user_id
-        plain = mine or (counts[bot.slug] == 1 and bot.slug not in own)
-        models[bot.slug if plain else _qualified(bot)] = bot
+        if bot.owner_id == key.user_id:
+            models[bot.slug] = bot
+        elif bot.slug not in plain_taken:
+            plain_taken.add(bot.slug)
+            models[bot.slug] = bot
+        else:
+            models[_qualified(bot)] = bot
     return models
 
 

@@ -167,6 +167,29 @@ def test_model_ids_are_the_bots_own_slugs(owner, other_user):
         key_bot_for_model(key=key, model=f"{owner.username}/writer")  # own bots: the slug alone
 
 
+def test_a_shared_bots_model_id_stays_when_another_user_shares_one_with_its_slug(owner, other_user):
+    """The client used a shared bot by its slug; a third user then shared a bot with the same
+    slug, and both became ``<owner>/<slug>``: the working id answered model_not_found. The bot
+    shared first keeps the bare slug; the later one is ``<owner>/<slug>``; either is reachable
+    by ``<owner>/<slug>``."""
+    from openai_api.keys import key_bot_for_model, key_create, key_models
+    from tests.factories import UserFactory
+
+    first = BotFactory(owner=other_user, name="Poet", is_shared=True)
+    key, _ = key_create(user=owner, name="editor")
+    assert key_bot_for_model(key=key, model="poet").pk == first.pk
+    third = UserFactory(username="third")
+    later = BotFactory(owner=third, name="Poet", is_shared=True)
+
+    assert {mid: bot.pk for mid, bot in key_models(key=key).items()} == {
+        "poet": first.pk,
+        "third/poet": later.pk,
+    }
+    assert key_bot_for_model(key=key, model="poet").pk == first.pk
+    assert key_bot_for_model(key=key, model=f"{other_user.username}/poet").pk == first.pk
+    assert key_bot_for_model(key=key, model="third/poet").pk == later.pk
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("json_lines", [False, True])
 def test_a_key_never_reaches_a_log_line_not_even_in_a_traceback(
