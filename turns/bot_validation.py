@@ -439,7 +439,7 @@ def _check_tools_budget(*, bot: Bot) -> None:
         )
 
 
-def check_bot_slug(*, bot: Bot) -> None:
+def check_bot_slug(*, bot: Bot, user: AbstractBaseUser | None = None) -> None:
     """A slug is unique among its owner's bots (the model's ``bot_owner_slug_unique``, which
     ``full_clean`` skips while the owner is excluded): a taken one is a field error, not a
     database error. Its shape is the model's ``slug_validator``; blank is filled from the name."""
@@ -448,13 +448,14 @@ def check_bot_slug(*, bot: Bot) -> None:
     taken = Bot.objects.filter(owner_id=bot.owner_id, slug=bot.slug, retired_at__isnull=True)
     taken = taken.exclude(pk=bot.pk)
     if taken.exists():
-        raise slug_taken(bot.slug)
+        # Staff editing another user's bot: the clash is with the owner's bots, not theirs.
+        others = user is not None and user.pk != bot.owner_id
+        raise slug_taken(bot.slug, owner=bot.owner.get_username() if others else None)
 
 
-def slug_taken(slug: str) -> ValidationFailed:
-    return ValidationFailed(
-        details={"slug": [f"Another of your bots already has the slug {slug!r}."]}
-    )
+def slug_taken(slug: str, *, owner: str | None = None) -> ValidationFailed:
+    whose = "Another of your bots" if owner is None else f"Another bot of {owner}"
+    return ValidationFailed(details={"slug": [f"{whose} already has the slug {slug!r}."]})
 
 
 def check_bot_settings(
@@ -465,7 +466,7 @@ def check_bot_settings(
     changed: set[str] | None = None,
     previous_tools: list | None = None,
 ) -> None:
-    check_bot_slug(bot=bot)
+    check_bot_slug(bot=bot, user=user)
     check_bot_builtin_models(bot=bot)
     check_bot_embedding_model(bot=bot)
     if bot.connection_id is not None:

@@ -88,7 +88,7 @@ def test_a_slug_taken_between_the_check_and_the_save_is_the_same_field_error(
 
     BotFactory(owner=owner, name="Writer")
     bot = BotFactory(owner=owner, name="Helper")
-    monkeypatch.setattr(turns.bot_validation, "check_bot_slug", lambda *, bot: None)
+    monkeypatch.setattr(turns.bot_validation, "check_bot_slug", lambda *, bot, user=None: None)
     response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": "writer"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {
@@ -153,7 +153,7 @@ def test_a_slug_the_user_gave_that_another_save_took_is_still_their_error(
     from turns.services.bot import bot_create
 
     BotFactory(owner=owner, name="Zed", slug="zed")
-    monkeypatch.setattr(bot_validation, "check_bot_slug", lambda *, bot: None)  # the race
+    monkeypatch.setattr(bot_validation, "check_bot_slug", lambda *, bot, user=None: None)  # the race
     with pytest.raises(ValidationFailed) as refused:
         bot_create(owner=owner, name="Other", slug="zed")
     assert refused.value.details == {"slug": ["Another of your bots already has the slug 'zed'."]}
@@ -177,3 +177,20 @@ def test_a_form_encoded_create_keeps_the_switches_defaults(owner_client, body_fo
     assert (body["compaction_enabled"], body["compaction_fallback_extractive"]) == (True, True)
     assert body["recall_enabled"] is (body_format == "multipart")
     assert body["is_shared"] is False
+
+
+def test_staff_changing_another_users_slug_is_told_whose_bot_has_it(owner, staff):
+    """The clash is with the owner's bots: staff read "Another of your bots", which was not."""
+    from rest_framework.test import APIClient
+
+    BotFactory(owner=owner, name="Zed", slug="zed")
+    edited = BotFactory(owner=owner, name="Other", slug="other", is_shared=True)
+    client = APIClient()
+    client.force_authenticate(staff)
+
+    response = client.patch(f"/api/v1/bots/{edited.pk}/", {"slug": "zed"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "slug": ["Another bot of owner already has the slug 'zed'."]
+    }
