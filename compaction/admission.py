@@ -230,8 +230,14 @@ def admission_decide(
     index_block_tokens: int = 0,
     history_totals: HistoryTotals | None = None,
     recalled: Sequence[Entry] = (),
+    reserve_tokens: int = 0,
 ) -> Admission:
     """Decide what the next call sends.
+
+    ``reserve_tokens``: what goes with the call outside every measured part (the platform's own
+    memory tool schemas): the index and history keep out of it, so the call with it stays
+    within ``budget``; it never rejects (a fixed part that leaves no room for it makes the
+    caller send the call without it).
 
     ``history_newest_first`` holds the uncompacted, unpinned history, newest first; rows whose id
     is pinned or is the new message are skipped (never counted twice). It may be a lazy iterator:
@@ -266,7 +272,7 @@ def admission_decide(
     if fixed > budget:
         return _rejected(budget, fixed + index_full, history_totals)
 
-    room = budget - fixed
+    room = max(0, budget - fixed - max(0, reserve_tokens))
     kept_index_lines, room = _index_kept(index_lines, index_block_tokens, room)
     index_selected = sum(index_lines[:kept_index_lines]) + (
         index_block_tokens if kept_index_lines else 0

@@ -66,6 +66,10 @@ class Measure:
     # The seat's pending expansion as stored (first_seq, last_seq, claiming reply id or 0),
     # applied or not: the pipeline claims or drops it. Another bot's in a room is never here.
     expansion: tuple[int, int, int] | None = None
+    # What goes with the call outside every part (the platform's memory tool schemas while
+    # recall is offered to a bot without MCP tools): never in the pressure or the thresholds,
+    # but admission leaves room for it, so no request exceeds B (``admission_decide``).
+    reserve_tokens: int = 0
 
     @property
     def index_line_tokens(self) -> list[int]:
@@ -299,8 +303,10 @@ def context_measure(
     extra_system: str = "",
     tools_tokens: int = 0,
     expand_for: int | None = None,
+    reserve_tokens: int = 0,
 ) -> Measure:
     """Stored token counts of every part of the next call. Bounded queries, no message text.
+    ``reserve_tokens``: ``Measure.reserve_tokens``.
 
     ``with_index=False`` leaves the memory index out (one query fewer): enough to tell whether
     the fixed part fits (``compaction.pipeline.context_fixed_fits``), which the index, shortened
@@ -368,6 +374,7 @@ def context_measure(
         expanded=expanded,
         expanded_record=expanded_record,
         expansion=expansion,
+        reserve_tokens=reserve_tokens,
     )
 
 

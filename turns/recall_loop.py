@@ -120,14 +120,22 @@ def _calls_until_answer(
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         tools = [*(RECALL_TOOLS if may_recall else []), *tool_loop.schemas(), *options.tools]
+        counted = _counted_tools_tokens(tools, tool_loop, options, model=model)
+        # What goes with the call uncounted (the memory tools of a bot without MCP tools):
+        # admission leaves room for it, so the call stays within B.
+        reserve = max(0, count_tools_tokens(tools, model=model) - counted) if tools else 0
         context = _context_with_rounds(
             reply,
             rounds,
             recall_open=may_recall,
             extra_system=options.system,
-            tools_tokens=_counted_tools_tokens(tools, tool_loop, options, model=model),
+            tools_tokens=counted,
             exchange=options.exchange,
+            reserve_tokens=reserve,
         )
+        if reserve and context.admission.selected_tokens + reserve > context.measure.budget.budget:
+            # The fixed part leaves them no room: this call goes without the memory tools.
+            tools = [*tool_loop.schemas(), *options.tools]
         stream = stream_round(
             reply,
             handle,
@@ -315,6 +323,7 @@ def _context_with_rounds(
     extra_system: str = "",
     tools_tokens: int = 0,
     exchange: tuple[Message, ...] = (),
+    reserve_tokens: int = 0,
 ) -> BuiltContext:
     """The call's context with the turn's rounds (recall and tool rounds).
 
@@ -347,6 +356,7 @@ def _context_with_rounds(
                 extra_system=extra_system,
                 tools_tokens=tools_tokens,
                 compact_within=within,
+                reserve_tokens=reserve_tokens,
             )
         except ContextTooLarge:
             if not kept:

@@ -32,6 +32,7 @@ def _decide(measure: Measure, history: Iterable[HistoryRow]) -> Admission:
         history_newest_first=history,
         history_totals=measure.history_totals,
         recalled=measure.recalled,
+        reserve_tokens=measure.reserve_tokens,
     )
 
 

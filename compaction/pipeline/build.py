@@ -60,6 +60,7 @@ def context_build(
     extra_system: str = "",
     tools_tokens: int = 0,
     compact_within: tuple[int, int] | None = None,
+    reserve_tokens: int = 0,
 ) -> BuiltContext:
     """The messages for the model call that produces ``reply``.
 
@@ -69,7 +70,8 @@ def context_build(
 
     ``tools_tokens``: what the call's tool schemas cost (the platform's recall tools while
     recall is open, an API client's on every call; ``count_tools_tokens``): they go with the
-    call, so they count in the fixed part like ``extra_system``.
+    call, so they count in the fixed part like ``extra_system``. ``reserve_tokens``: tool
+    schemas that go with it uncounted (``Measure.reserve_tokens``): admission leaves room.
 
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:
@@ -97,6 +99,7 @@ def context_build(
         extra_system=extra_system,
         tools_tokens=tools_tokens,
         compact_within=compact_within,
+        reserve_tokens=reserve_tokens,
     )
     history_tokens: dict[int, int] = {}  # id -> tokens of every history row admission read
     admission, chosen = _admitted(
@@ -164,6 +167,7 @@ def _measured(
     extra_system: str,
     tools_tokens: int,
     compact_within: tuple[int, int] | None = None,
+    reserve_tokens: int = 0,
 ) -> tuple[Measure, dict[str, Any] | None]:
     """The call's measure, after a hard compaction it waited for (and what that was) and with
     the seat's pending expansion settled."""
@@ -177,6 +181,7 @@ def _measured(
         extra_system=extra_system,
         tools_tokens=tools_tokens,
         expand_for=expand_for,
+        reserve_tokens=reserve_tokens,
     )
     waited: dict[str, Any] | None = None
     if session.bot.compaction_enabled and measure.budget.hard_due(measure.pressure):
@@ -193,6 +198,7 @@ def _measured(
             extra_system=extra_system,
             tools_tokens=tools_tokens,
             expand_for=expand_for,
+            reserve_tokens=reserve_tokens,
         )
     if measure.expansion is not None:
         measure = _expansion_settle(
@@ -205,6 +211,7 @@ def _measured(
                 recalled=recalled,
                 extra_system=extra_system,
                 tools_tokens=tools_tokens,
+                reserve_tokens=reserve_tokens,
             ),
         )
     return measure, waited

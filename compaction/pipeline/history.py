@@ -81,7 +81,7 @@ CHOSEN_FIELDS = ("pk", "role", "content", "calls", "tool_call_id", "bot_id", "se
 def fits_whole(measure: Measure) -> bool:
     """Do the running totals say the whole history fits, with everything else? Then admission
     will take every candidate, so their text is read with their counts (one query)."""
-    return measure.pressure <= measure.budget.budget
+    return measure.pressure + measure.reserve_tokens <= measure.budget.budget
 
 
 def whole_history(
