@@ -170,6 +170,15 @@ def api_base_is_http(url: str) -> bool:
     return endpoint_parse(url) is not None
 
 
+def same_origin(old: str, new: str) -> bool:
+    """Whether two URLs reach the same server (scheme, host and port): a stored secret (a
+    connection's key, a tool server's headers) is sent only to the origin it was given for."""
+    a, b = endpoint_parse(old), endpoint_parse(new)
+    if a is None or b is None:
+        return old == new
+    return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
+
+
 def api_base_listed(url: str, *, listed: Iterable[str] | None = None) -> bool:
     """``url`` lies under an entry of ``PROVIDER_API_BASES`` (or of ``listed``): same scheme,
     host and port, and a path equal to the entry's or below it. Trailing slashes don't matter."""

@@ -207,6 +207,12 @@ def connection_create(*, user: AbstractBaseUser, **fields: Any) -> Connection:
     return connection
 
 
+KEY_AGAIN = (
+    "The server's address changed: send its key again, or the name of its variable "
+    "(a key is never sent to an address it was not given for)."
+)
+
+
 @transaction.atomic
 def connection_update(
     *, user: AbstractBaseUser, connection_id: object, **fields: Any
@@ -216,7 +222,14 @@ def connection_update(
         raise ValidationFailed(
             details={"kind": ["The built-in connection only changes who may use it."]}
         )
+    old_base = connection.base_url
     new_key, groups = check_connection_fields(fields=fields, connection=connection)
+    if connection.base_url != old_base:
+        moved = not provider_policy.same_origin(old_base, connection.base_url)
+        if moved and connection.api_key_encrypted and not {"api_key", "api_key_env"} & set(fields):
+            raise ValidationFailed(details={"api_key": [KEY_AGAIN]})
+        # Another server's models: listed again on the next refresh.
+        connection.model_list, connection.models_refreshed_at = [], None
     connection_key_store(connection, new_key)
     connection.save()
     if groups is not None:

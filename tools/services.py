@@ -169,10 +169,23 @@ def tool_server_create(*, user: AbstractBaseUser, **fields: Any) -> ToolServer:
     return server
 
 
+HEADERS_AGAIN = (
+    "The server's address changed: send its headers again, or {} to clear them "
+    "(they are never sent to an address they were not given for)."
+)
+
+
 @transaction.atomic
 def tool_server_update(*, user: AbstractBaseUser, server_id: object, **fields: Any) -> ToolServer:
     server = tool_server_get_for_staff(user=user, server_id=server_id)
+    old_url = server.url
     headers, groups = check_tool_server_fields(fields=fields, server=server)
+    if server.url != old_url:
+        moved = not provider_policy.same_origin(old_url, server.url)
+        if headers is None and server.headers_encrypted and moved:
+            raise ValidationFailed(details={"headers": [HEADERS_AGAIN]})
+        # Another server's tools: listed again on the next refresh.
+        server.tool_list, server.tools_refreshed_at, server.refresh_error = [], None, ""
     tool_server_headers_store(server, headers)
     server.save()
     if groups is not None:

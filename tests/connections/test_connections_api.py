@@ -195,3 +195,30 @@ def test_deleting_a_connection_in_use_is_refused(staff_client, staff, fake_conne
     assert Connection.objects.filter(pk=fake_connection.pk).exists()
     builtin = connection_builtin()
     assert staff_client.delete(f"{URL}{builtin.pk}/").status_code == 400
+
+
+def test_moving_a_connection_elsewhere_asks_for_its_key_again(staff_client):
+    """The key is write-only: a PATCH of ``base_url`` alone sent it to the new address with the
+    next model refresh. Another address is refused unless the key comes again (or a variable);
+    the old server's model list is cleared."""
+    from connections.models import Connection
+
+    made = _create(staff_client, base_url="http://127.0.0.1:9/v1", api_key=SECRET_API_KEY).json()
+    Connection.objects.filter(pk=made["id"]).update(model_list=[{"id": "m"}])
+    url = f"/api/v1/connections/{made['id']}/"
+
+    moved = staff_client.patch(url, {"base_url": "http://127.0.0.1:18107/v1"}, format="json")
+
+    assert moved.status_code == 400
+    assert moved.json()["error"]["details"] == {
+        "api_key": [
+            "The server's address changed: send its key again, or the name of its variable "
+            "(a key is never sent to an address it was not given for)."
+        ]
+    }
+    again = staff_client.patch(
+        url, {"base_url": "http://127.0.0.1:18107/v1", "api_key": "sk-new"}, format="json"
+    )
+    assert again.status_code == 200
+    stored = Connection.objects.get(pk=made["id"])
+    assert (stored.base_url, stored.model_list) == ("http://127.0.0.1:18107/v1", [])

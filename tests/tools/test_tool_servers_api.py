@@ -260,3 +260,48 @@ def test_a_listed_nul_is_dropped_not_a_500(staff_client, mcp_server):
     )
     stored = ToolServer.objects.get(pk=created.json()["id"]).tool_list
     assert [t["description"] for t in stored if t["name"] == "clock"] == ["The current time."]
+
+
+# --- a secret goes only where it was given ----------------------------------------------------
+
+
+def test_moving_a_server_elsewhere_asks_for_its_headers_again(staff_client):
+    """Its headers are write-only: a PATCH of the URL alone sent them to the new address on the
+    next refresh (a logging server got ``Authorization``). Another address (scheme, host or
+    port) is refused unless the same request sends the headers again (or ``{}``); its tool
+    list, the old server's, is cleared."""
+    made = staff_client.post(
+        "/api/v1/tool-servers/",
+        {
+            "name": "calc",
+            "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Authorization": SECRET_HEADER},
+        },
+        format="json",
+    ).json()
+    ToolServer.objects.filter(pk=made["id"]).update(tool_list=[{"name": "add"}])
+    url = f"/api/v1/tool-servers/{made['id']}/"
+
+    moved = staff_client.patch(url, {"url": "http://127.0.0.1:18107/mcp"}, format="json")
+
+    assert moved.status_code == 400
+    assert moved.json()["error"]["details"] == {
+        "headers": [
+            "The server's address changed: send its headers again, or {} to clear them "
+            "(they are never sent to an address they were not given for)."
+        ]
+    }
+    assert ToolServer.objects.get(pk=made["id"]).url == "http://127.0.0.1:9/mcp"
+    # The same address with another path keeps them; with the headers sent again, it moves.
+    same = staff_client.patch(url, {"url": "http://127.0.0.1:9/other/mcp"}, format="json")
+    assert same.status_code == 200
+    again = staff_client.patch(
+        url, {"url": "http://127.0.0.1:18107/mcp", "headers": {"X-Key": "new"}}, format="json"
+    )
+    assert again.status_code == 200
+    stored = ToolServer.objects.get(pk=made["id"])
+    assert (stored.url, stored.header_names, stored.tool_list) == (
+        "http://127.0.0.1:18107/mcp",
+        ["X-Key"],
+        [],
+    )
