@@ -5,7 +5,8 @@ A key means what it says (docs/openai-api.md, "Keys"): a ``read`` key may only r
 the chokepoints of ``bots.queries`` see the limit on the request's user, every path that names
 a session, message, summary, attachment or bot is checked here (another bot's is
 ``not_found``), and what spans all of a user's chats (search, compaction events of every chat,
-the export of everything) is refused to it.
+the export of everything) is refused to it, and so are writes that change the account beyond
+those bots' chats (a new bot, a provider connection, a tool server).
 """
 
 from typing import Any
@@ -31,6 +32,23 @@ from openai_api.models import ApiKey
 # bots. ``compaction-events`` is one only without ``?session=``.
 _ACROSS_CHATS = frozenset({"search", "export-all", "compaction-events"})
 SCOPE_MESSAGE = "This API key is limited to some bots; it cannot use what spans all of your chats."
+# Endpoints whose writes change the account beyond its bots' chats (new bots, provider
+# connections, tool servers, whose secrets it may hold): not for a key limited to some bots.
+_ACCOUNT_WRITES = frozenset(
+    {
+        "bot-list",
+        "connection-list",
+        "connection-detail",
+        "connection-refresh-models",
+        "tool-server-list",
+        "tool-server-detail",
+        "tool-server-refresh-tools",
+    }
+)
+ACCOUNT_MESSAGE = (
+    "This API key is limited to some bots; it cannot create bots or change connections or "
+    "tool servers."
+)
 
 
 class ApiKeyAuthentication(BaseAuthentication):
@@ -72,6 +90,8 @@ class ApiKeyAccess(BasePermission):
                 name == "compaction-events" and request.query_params.get("session")
             ):
                 raise PermissionDenied(SCOPE_MESSAGE)
+            if name in _ACCOUNT_WRITES and request.method not in SAFE_METHODS:
+                raise PermissionDenied(ACCOUNT_MESSAGE)
             kwargs = match.kwargs if match is not None else {}
             if not key_scope_holds(user=request.user, scope=scope, kwargs=kwargs):
                 raise NotFound("Not found.")

@@ -121,6 +121,45 @@ def test_a_bot_scoped_key_is_refused_what_spans_every_chat(two_bots):
         }
 
 
+def test_a_bot_scoped_key_cannot_make_bots_connections_or_tool_servers(owner, two_bots):
+    """It made a tool server (201), repointed one (200: its headers then went to the new
+    address), made a connection with a key and a bot: all beyond the bots it is limited to."""
+    from connections.models import Connection
+    from tools.models import ToolServer
+
+    owner.is_staff = True
+    owner.save()
+    client, mine, *_ = two_bots
+    server = ToolServer.objects.create(name="calc", url="http://127.0.0.1:9/mcp")
+    connection = Connection.objects.create(name="Local", kind="openai", base_url="http://x.test/v1")
+    writes = [
+        ("post", "/api/v1/bots/", {"name": "New"}),
+        ("post", "/api/v1/tool-servers/", {"name": "mine", "url": "http://127.0.0.1:9/mcp"}),
+        ("patch", f"/api/v1/tool-servers/{server.pk}/", {"url": "http://127.0.0.1:18107/mcp"}),
+        ("delete", f"/api/v1/tool-servers/{server.pk}/", None),
+        ("post", f"/api/v1/tool-servers/{server.pk}/refresh-tools/", None),
+        ("post", "/api/v1/connections/", {"name": "X", "kind": "openai", "api_key": "sk-1"}),
+        ("patch", f"/api/v1/connections/{connection.pk}/", {"base_url": "http://y.test/v1"}),
+        ("post", f"/api/v1/connections/{connection.pk}/refresh-models/", None),
+    ]
+    for method, path, body in writes:
+        response = getattr(client, method)(path, body, format="json")
+        assert response.status_code == 403, (method, path)
+        assert response.json()["error"]["message"] == (
+            "This API key is limited to some bots; it cannot create bots or change "
+            "connections or tool servers."
+        )
+    assert list(ToolServer.objects.values_list("name", "url")) == [
+        ("calc", "http://127.0.0.1:9/mcp")
+    ]
+    assert Connection.objects.filter(name="X").count() == 0
+    # Its own bot it may still change.
+    assert (
+        client.patch(f"/api/v1/bots/{mine.pk}/", {"name": "Alpha 2"}, format="json").status_code
+        == 200
+    )
+
+
 def test_a_key_for_all_bots_reaches_all_of_them(owner, two_bots):
     _client, _mine, _other, allowed, hidden, _secret = two_bots
     _key, raw = key_create(user=owner, name="everything")
