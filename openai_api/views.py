@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -243,8 +243,17 @@ async def chat_completions_view(request: HttpRequest) -> HttpResponse:
             await listener.close()
         raise
     if listener is not None:
+        try:
+            first, failed = await _first_news(started, listener)
+        except BaseException:
+            await listener.close()
+            raise
+        if failed is not None:
+            # Refused by its turn (too large for B, a day's limit): its status, as unstreamed.
+            await listener.close()
+            return _with_session(_error(openai_errors.reply_error(failed)), started)
         response = StreamingHttpResponse(
-            _stream(started, listener, include_usage=chat.include_usage),
+            _stream(started, listener, include_usage=chat.include_usage, first=first),
             content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
@@ -341,11 +350,37 @@ def _finished_reply(*, reply_id: int) -> Message | None:
     return reply if reply.is_finished else None
 
 
+async def _first_news(
+    started: Started, listener: FrameListener
+) -> tuple[list[str], Message | None]:
+    """Before the answer's headers: the reply's first text (the deltas heard so far), or its
+    end. A reply its turn refused before any text (``context_length_exceeded``, a day's limit)
+    is returned as failed, so it answers its own status rather than 200 and an error event;
+    the client waits for its first token either way. One that finished without text (the
+    client's tools) streams from the database."""
+    reply_id = started.reply.pk
+    while True:
+        frame = await listener.next(STREAM_RECHECK_SECONDS)
+        what = _frame_of(frame, reply_id) if frame is not None else None
+        if what == "delta":
+            assert frame is not None
+            delta = str(frame.get("delta") or "")
+            if delta:
+                return [delta], None
+            continue
+        if frame is None or what == "end":
+            reply = await _in_thread(_finished_reply)(reply_id=reply_id)
+            if reply is not None:
+                failed = reply.status == Message.Status.FAILED and not reply.content
+                return [], reply if failed else None
+
+
 async def _stream(
-    started: Started, listener: FrameListener, *, include_usage: bool
+    started: Started, listener: FrameListener, *, include_usage: bool, first: Sequence[str] = ()
 ) -> AsyncIterator[bytes]:
-    """OpenAI's chunk stream: the role first, the content as it comes, the finish reason, the
-    usage when asked, then ``[DONE]``. A reply that fails mid-way ends with an error event."""
+    """OpenAI's chunk stream: the role first, the content as it comes (``first``: what
+    ``_first_news`` heard), the finish reason, the usage when asked, then ``[DONE]``. A reply
+    that fails mid-way ends with an error event."""
     reply_id = started.reply.pk
     meta = {
         "completion_id": _completion_id(started.reply),
@@ -353,9 +388,11 @@ async def _stream(
         "model": started.model_id,
         "with_usage_field": include_usage,
     }
-    sent: list[str] = []
+    sent: list[str] = list(first)
     try:
         yield _sse(shapes.chunk(delta={"role": "assistant", "content": ""}, **meta))
+        for delta in sent:
+            yield _sse(shapes.chunk(delta={"content": delta}, **meta))
         reply: Message | None = None
         while reply is None:
             frame = await listener.next(STREAM_RECHECK_SECONDS)

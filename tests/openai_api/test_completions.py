@@ -386,6 +386,49 @@ def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):
     assert fake_openai.requests == []
 
 
+def test_a_streamed_call_refused_by_its_turn_answers_its_status_not_200(
+    stack, user, fake_openai
+):
+    """A client system message too big for B, a key whose day has too little left for the
+    context: refused by the turn, not at the send. Streamed, they answered 200 and then an
+    error event, which the SDK raised as a bare APIError mid-iteration; now the headers wait
+    for the turn's first text or its end, so the refusal is a 400 / 429 as unstreamed."""
+    BotFactory(
+        owner=user,
+        name="Tiny",
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        context_window=600,
+        max_output_tokens=100,
+    )
+    _, key = new_key(user)
+    with pytest.raises(openai.BadRequestError) as caught:
+        for _ in sdk(stack, key).chat.completions.create(
+            model="tiny",
+            stream=True,
+            messages=[
+                {"role": "system", "content": "rule " * 2000},
+                {"role": "user", "content": "short question"},
+            ],
+        ):
+            pass
+    assert caught.value.body["code"] == "context_length_exceeded"
+    _, small = new_key(user, daily_token_limit=30)
+    with pytest.raises(openai.RateLimitError) as limited:
+        for _ in sdk(stack, small).chat.completions.create(
+            model="tiny", stream=True, messages=[{"role": "user", "content": "word " * 60}]
+        ):
+            pass
+    assert limited.value.body["code"] == "rate_limit_exceeded"
+    assert fake_openai.requests == []
+    # And a streamed call that runs streams as before.
+    fake_openai.script(Reply(text="Fine.", chunks=["Fi", "ne."]))
+    chunks = sdk(stack, key).chat.completions.create(
+        model="tiny", stream=True, messages=[{"role": "user", "content": "hello"}]
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Fine."
+
+
 def test_a_client_that_leaves_mid_stream_still_finds_its_conversation(
     stack, user, fake_bot, fake_openai
 ):
