@@ -305,20 +305,17 @@ def context_measure(
     expand_for: int | None = None,
     reserve_tokens: int = 0,
 ) -> Measure:
-    """Stored token counts of every part of the next call. Bounded queries, no message text.
-    ``reserve_tokens``: ``Measure.reserve_tokens``.
-
-    ``with_index=False`` leaves the memory index out (one query fewer): enough to tell whether
-    the fixed part fits (``compaction.pipeline.context_fixed_fits``), which the index, shortened
-    first, never decides.
+    """Stored token counts of every part of the next call (``reserve_tokens``: see
+    ``Measure``). Bounded queries, no message text. ``with_index=False`` leaves the memory
+    index out (one query fewer): enough to tell whether the fixed part fits
+    (``context_fixed_fits``; the index, shortened first, never decides).
 
     ``extra_system``: a system part of this call only (an API client's own system message),
-    counted with the bot's system prompt: part of the fixed part, never history.
+    counted with the bot's system prompt (the fixed part).
 
     ``expand_for``: the reply this call produces. A pending expansion not yet claimed by
-    another reply is applied: its span's compacted messages are counted whole (``expanded``)
-    and the summaries inside it left out. Other callers see the expansion only as stored
-    (``Measure.expansion``)."""
+    another reply is applied: its span's compacted messages counted whole (``expanded``), the
+    summaries inside it left out; others see it only as stored (``Measure.expansion``)."""
     bot = session.bot
     room = room_view(session)
     if before_seq is None:

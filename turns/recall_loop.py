@@ -120,22 +120,7 @@ def _calls_until_answer(
     while True:
         may_recall = recall_on and recall_round < RECALL_MAX_ROUNDS
         tools = [*(RECALL_TOOLS if may_recall else []), *tool_loop.schemas(), *options.tools]
-        counted = _counted_tools_tokens(tools, tool_loop, options, model=model)
-        # What goes with the call uncounted (the memory tools of a bot without MCP tools):
-        # admission leaves room for it, so the call stays within B.
-        reserve = max(0, count_tools_tokens(tools, model=model) - counted) if tools else 0
-        context = _context_with_rounds(
-            reply,
-            rounds,
-            recall_open=may_recall,
-            extra_system=options.system,
-            tools_tokens=counted,
-            exchange=options.exchange,
-            reserve_tokens=reserve,
-        )
-        if reserve and context.admission.selected_tokens + reserve > context.measure.budget.budget:
-            # The fixed part leaves them no room: this call goes without the memory tools.
-            tools = [*tool_loop.schemas(), *options.tools]
+        context, tools = _call_context(reply, rounds, tools, tool_loop, options, model, may_recall)
         stream = stream_round(
             reply,
             handle,
@@ -219,6 +204,45 @@ def _tool_round(
     reply.refresh_from_db(fields=["seq"])
     state.parts.clear()  # the answer is what the model says after its tool calls
     return stored
+
+
+def _call_context(
+    reply: Message,
+    rounds: list[list[Message]],
+    tools: list[dict[str, Any]],
+    tool_loop: ToolLoop,
+    options: turn_hooks.TurnOptions,
+    model: str,
+    recall_open: bool,
+) -> tuple[BuiltContext, list[dict[str, Any]]]:
+    """The call's context and the tools it goes with: all of them, or, when the fixed part
+    leaves the uncounted memory tools no room in B, the others only."""
+    counted, reserve = _tools_tokens(tools, tool_loop, options, model=model)
+    context = _context_with_rounds(
+        reply,
+        rounds,
+        recall_open=recall_open,
+        extra_system=options.system,
+        tools_tokens=counted,
+        exchange=options.exchange,
+        reserve_tokens=reserve,
+    )
+    if reserve and context.admission.selected_tokens + reserve > context.measure.budget.budget:
+        tools = [*tool_loop.schemas(), *options.tools]
+    return context, tools
+
+
+def _tools_tokens(
+    tools: list[dict[str, Any]],
+    tool_loop: ToolLoop,
+    options: turn_hooks.TurnOptions,
+    *,
+    model: str,
+) -> tuple[int, int]:
+    """(counted in B, sent uncounted): what goes with the call uncounted (the memory tools of a
+    bot without MCP tools) is a reserve admission leaves room for, so the call stays within B."""
+    counted = _counted_tools_tokens(tools, tool_loop, options, model=model)
+    return counted, max(0, count_tools_tokens(tools, model=model) - counted) if tools else 0
 
 
 def _counted_tools_tokens(

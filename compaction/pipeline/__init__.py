@@ -26,6 +26,7 @@ from compaction.pipeline.admit import (
     context_admit,
     context_fixed_fits,
     context_precheck,
+    context_unshrinkable,
 )
 from compaction.pipeline.build import BuiltContext, context_build, still_in_context
 from compaction.pipeline.history import HISTORY_PAGE_SIZE
@@ -50,6 +51,7 @@ __all__ = [
     "context_admit",
     "context_build",
     "context_fixed_fits",
+    "context_unshrinkable",
     "context_measure",
     "context_precheck",
     "context_report",

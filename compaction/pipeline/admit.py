@@ -3,6 +3,7 @@ history rows), recorded as the session's ``last_admission``; refused with ``Cont
 when the fixed part alone exceeds the budget (docs/compaction.md)."""
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -34,6 +35,15 @@ def _decide(measure: Measure, history: Iterable[HistoryRow]) -> Admission:
         recalled=measure.recalled,
         reserve_tokens=measure.reserve_tokens,
     )
+
+
+def context_unshrinkable(measure: Measure) -> Measure:
+    """What no compaction can make smaller: with compaction on, the summaries are left out (the
+    turn's blocking compaction may fuse them to make room: the send refused a chat whose
+    summaries filled B before it could); the system prompt, the message and pins stay."""
+    if not measure.session.bot.compaction_enabled:
+        return measure
+    return replace(measure, summaries=[])
 
 
 def context_fixed_fits(measure: Measure) -> bool:

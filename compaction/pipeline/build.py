@@ -70,8 +70,8 @@ def context_build(
 
     ``tools_tokens``: what the call's tool schemas cost (the platform's recall tools while
     recall is open, an API client's on every call; ``count_tools_tokens``): they go with the
-    call, so they count in the fixed part like ``extra_system``. ``reserve_tokens``: tool
-    schemas that go with it uncounted (``Measure.reserve_tokens``): admission leaves room.
+    call, so they count in the fixed part like ``extra_system``; ``reserve_tokens``: those sent
+    uncounted (``Measure.reserve_tokens``).
 
     ``recalled`` is the turn's recall exchange so far (stored ``tool`` messages: the model's
     requests and the records it got back). It is the only way recalled material reaches a model:
@@ -81,15 +81,12 @@ def context_build(
     compaction before this call may take (trigger ``tool``; docs/tools.md, "Compaction inside
     a reply"). What it took leaves ``recalled``: its summary stands in for it.
 
-    ``recall_open`` says whether the model may still ask for records on this call: when not
-    (recall disabled, or its rounds used up) the index block carries no invitation to ask.
-
-    Raises ``ContextTooLarge`` when the system prompt, the new message, the recalled material,
-    pins and summaries alone exceed the budget: nothing is sent.
-
-    ``record=False``: the admission is decided but not yet logged or stored; the caller calls
-    ``record_admission()`` on the result. The chat turn does so once the provider has taken the
-    request, so that write is not on the way to the first token.
+    ``recall_open``: whether the model may still ask for records on this call (when not, the
+    index block carries no invitation to ask). Raises ``ContextTooLarge`` when the system
+    prompt, the new message, the recalled material, pins and summaries alone exceed the budget:
+    nothing is sent. ``record=False``: the admission is decided but not yet logged or stored;
+    the caller calls ``record_admission()`` on the result (the chat turn, once the provider has
+    taken the request: that write is not on the way to the first token).
     """
     new_message = reply.reply_to
     measure, waited = _measured(

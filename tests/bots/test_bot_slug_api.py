@@ -153,7 +153,8 @@ def test_a_slug_the_user_gave_that_another_save_took_is_still_their_error(
     from turns.services.bot import bot_create
 
     BotFactory(owner=owner, name="Zed", slug="zed")
-    monkeypatch.setattr(bot_validation, "check_bot_slug", lambda *, bot, user=None: None)  # the race
+    # the race
+    monkeypatch.setattr(bot_validation, "check_bot_slug", lambda *, bot, user=None: None)
     with pytest.raises(ValidationFailed) as refused:
         bot_create(owner=owner, name="Other", slug="zed")
     assert refused.value.details == {"slug": ["Another of your bots already has the slug 'zed'."]}

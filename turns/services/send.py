@@ -44,7 +44,13 @@ from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
-from compaction.pipeline import context_fixed_fits, context_measure, context_precheck, seat_key
+from compaction.pipeline import (
+    context_fixed_fits,
+    context_measure,
+    context_precheck,
+    context_unshrinkable,
+    seat_key,
+)
 from compaction.queries import manual_run_between
 from compaction.services import compaction_notice_text, context_notify
 from connections import usage
@@ -237,10 +243,10 @@ def _check_fits_seat(*, session: ChatSession, result: SendResult) -> Message | N
     measure = context_measure(
         session=session, new_message=result.user_message, before_seq=reply.seq, with_index=False
     )
-    if context_fixed_fits(measure):
+    if context_fixed_fits(context_unshrinkable(measure)):
         return None
-    measure = context_measure(
-        session=session, new_message=result.user_message, before_seq=reply.seq
+    measure = context_unshrinkable(
+        context_measure(session=session, new_message=result.user_message, before_seq=reply.seq)
     )
     try:
         context_precheck(measure, path="send")
