@@ -152,6 +152,29 @@ async def models_view(request: HttpRequest) -> HttpResponse:
     return JsonResponse(await _in_thread(_model_list)(request=request))
 
 
+def _model_one(*, request: HttpRequest, model_id: str) -> dict[str, Any]:
+    """One entry of ``/v1/models`` (``client.models.retrieve``), or ``model_not_found``."""
+    key = _authenticate(request)
+    bot = keys.key_models(key=key).get(model_id)
+    if bot is None:
+        raise OpenAIError(
+            f"The model {model_id!r} does not exist or this key may not use it.",
+            status=404,
+            code="model_not_found",
+            param="model",
+        )
+    (entry,) = shapes.model_list(
+        [(model_id, int(bot.created_at.timestamp()), bot.owner.get_username())]
+    )["data"]
+    return entry
+
+
+@_guarded
+async def model_view(request: HttpRequest, model_id: str) -> HttpResponse:
+    _method(request, "GET")
+    return JsonResponse(await _in_thread(_model_one)(request=request, model_id=model_id))
+
+
 # --- POST /v1/chat/completions ----------------------------------------------------------------
 
 

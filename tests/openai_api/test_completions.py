@@ -54,6 +54,12 @@ def test_models_lists_only_the_keys_bots(stack, user, fake_bot):
     ]
     assert listed.data[0].created == int(fake_bot.created_at.timestamp())
     assert [m.id for m in sdk(stack, scoped).models.list().data] == ["second-bot"]
+    # One of them, as the SDK's models.retrieve asks (it was a 404 "Unknown path").
+    one = sdk(stack, all_key).models.retrieve("second-bot")
+    assert (one.id, one.object, one.owned_by) == ("second-bot", "model", "apiuser")
+    with pytest.raises(openai.NotFoundError) as missing:
+        sdk(stack, scoped).models.retrieve("writer")
+    assert missing.value.body["code"] == "model_not_found"
 
 
 def test_completion_runs_the_bots_turn_and_answers_in_openai_json(
@@ -386,9 +392,7 @@ def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):
     assert fake_openai.requests == []
 
 
-def test_a_streamed_call_refused_by_its_turn_answers_its_status_not_200(
-    stack, user, fake_openai
-):
+def test_a_streamed_call_refused_by_its_turn_answers_its_status_not_200(stack, user, fake_openai):
     """A client system message too big for B, a key whose day has too little left for the
     context: refused by the turn, not at the send. Streamed, they answered 200 and then an
     error event, which the SDK raised as a bare APIError mid-iteration; now the headers wait
