@@ -44,6 +44,24 @@ HEADERS_MAX = 20
 HEADER_VALUE_MAX_CHARS = 4096
 # An HTTP header name (RFC 9110 token).
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}\Z")
+# Headers the HTTP client and the MCP SDK set themselves: given here they would break every
+# request to the server (a wrong length, another host) or its session.
+_RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "accept",
+        "mcp-session-id",
+        "mcp-protocol-version",
+    }
+)
 NAME_RULE = "Lowercase letters, digits and '-', 1 to 40 characters."
 _NAME = re.compile(r"^[a-z0-9-]{1,40}\Z")
 
@@ -66,6 +84,8 @@ def _check_headers(errors: dict, raw: object) -> dict[str, str] | None:
     for name, value in raw.items():
         if not isinstance(name, str) or not _HEADER_NAME.match(name):
             problems.append(f"{str(name)[:100]!r}: not a header name.")
+        elif name.lower() in _RESERVED_HEADERS:
+            problems.append(f"{name}: set by the client itself, it cannot be given here.")
         elif not isinstance(value, str) or not text_is_storable(value):
             problems.append(f"{name}: the value must be text.")
         elif len(value) > HEADER_VALUE_MAX_CHARS or "\r" in value or "\n" in value:

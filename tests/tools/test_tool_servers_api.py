@@ -305,3 +305,25 @@ def test_moving_a_server_elsewhere_asks_for_its_headers_again(staff_client):
         ["X-Key"],
         [],
     )
+
+
+def test_headers_the_client_sets_itself_are_refused(staff_client):
+    """``Host`` or ``Content-Length: 5`` were stored, and broke every request to the server."""
+    response = staff_client.post(
+        "/api/v1/tool-servers/",
+        {
+            "name": "calc",
+            "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Host": "evil.test", "Content-Length": "5", "X-Team": "a"},
+        },
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "headers": [
+            "Host: set by the client itself, it cannot be given here.",
+            "Content-Length: set by the client itself, it cannot be given here.",
+        ]
+    }
+    assert not ToolServer.objects.exists()
