@@ -238,3 +238,24 @@ async def test_async_completion_and_streaming_through_litellm():
     assert response.usage.completion_tokens == expected.completion_tokens
     assert "".join(deltas) == expected.text
     assert usage.completion_tokens == expected.completion_tokens
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_fixed_answer_keeps_to_max_tokens_and_stop(streamed):
+    """The built-in recall model's fixed answers (nothing matched, "Noted.") ignored the call's
+    ``max_tokens`` and ``stop``: 34 tokens for a cap of 3. They are held to both, as any
+    provider's text is."""
+    nothing = [{"role": "user", "content": "What is the capital of Peru?"}]
+
+    def call(config: ModelConfig) -> tuple[str, str, int]:
+        if streamed:
+            stream = gateway.stream(config, nothing)
+            text = "".join(stream)
+            return text, stream.completion.finish_reason, stream.completion.completion_tokens
+        done = gateway.complete(config, nothing)
+        return done.text, done.finish_reason, done.completion_tokens
+
+    capped = call(ModelConfig(model="builtin/recall", max_output_tokens=3))
+    assert capped == ("I am the", "length", 3)
+    stopped = call(ModelConfig(model="builtin/recall", stop=(", not",)))
+    assert stopped == ("I am the built-in recall model", "stop", 7)
