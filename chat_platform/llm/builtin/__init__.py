@@ -7,9 +7,12 @@ a litellm custom provider in ``provider`` so that they travel the same ``litellm
 model's runtime) at module level.
 """
 
+from dataclasses import replace
+
 from chat_platform.llm.builtin import embedding as embed_model
 from chat_platform.llm.builtin import extractive, recall
 from chat_platform.llm.builtin.result import BuiltinResult
+from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 
 PROVIDER = "builtin"
 MODELS = {"recall": recall.MODEL, "extractive": extractive.MODEL}
@@ -28,16 +31,46 @@ def generate(
     tools: list[dict] | None = None,
     tool_choice: object = None,
     max_tokens: int | None = None,
+    stop: object = None,
 ) -> BuiltinResult:
     """Run built-in model ``name`` (``"recall"`` / ``"extractive"``, with or without the
-    ``builtin/`` prefix)."""
+    ``builtin/`` prefix); its text keeps to ``stop`` and ``max_tokens`` (``_within_limits``)."""
     name = name.removeprefix(f"{PROVIDER}/")
     if name == "recall":
-        return recall.respond(messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens)
-    if name == "extractive":
-        return extractive.respond(messages, max_tokens=max_tokens)
-    raise UnknownBuiltinModel(
-        f"unknown built-in model {PROVIDER}/{name} (known: {', '.join(MODELS.values())})"
+        result = recall.respond(
+            messages, tools=tools, tool_choice=tool_choice, max_tokens=max_tokens
+        )
+    elif name == "extractive":
+        result = extractive.respond(messages, max_tokens=max_tokens)
+    else:
+        raise UnknownBuiltinModel(
+            f"unknown built-in model {PROVIDER}/{name} (known: {', '.join(MODELS.values())})"
+        )
+    return _within_limits(result, stop=stop, max_tokens=max_tokens)
+
+
+def _within_limits(result: BuiltinResult, *, stop: object, max_tokens: int | None) -> BuiltinResult:
+    """The text held to the call's ``stop`` and ``max_tokens`` as a provider holds its own:
+    cut before the first stop sequence (``stop``), or at the token cap (``length``). The
+    fixed answers ignored both (a ``max_tokens`` of 3 gave 34 tokens)."""
+    if result.tool_calls or not result.text:
+        return result
+    text, finish = result.text, result.finish_reason
+    stops = (
+        [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, list | tuple) else []
+    )
+    cuts = [text.find(s) for s in stops if isinstance(s, str) and s and s in text]
+    if cuts:
+        text, finish = text[: min(cuts)], "stop"
+    if max_tokens and count_tokens(text, model=recall.MODEL) > max_tokens:
+        text, finish = truncate_to_tokens(text, max_tokens, model=recall.MODEL), "length"
+    if (text, finish) == (result.text, result.finish_reason):
+        return result
+    return replace(
+        result,
+        text=text,
+        finish_reason=finish,
+        completion_tokens=count_tokens(text, model=recall.MODEL),
     )
 
 

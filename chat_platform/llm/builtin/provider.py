@@ -31,6 +31,7 @@ def _run(kwargs: dict[str, Any]) -> BuiltinResult:
             tools=params.get("tools"),
             tool_choice=params.get("tool_choice"),
             max_tokens=int(max_tokens) if max_tokens else None,
+            stop=params.get("stop"),
         )
     except UnknownBuiltinModel as exc:
         raise CustomLLMError(status_code=404, message=str(exc)) from exc

@@ -7,11 +7,9 @@ and a process that only ever calls built-in models no longer imports it to do so
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from chat_platform.llm.gateway.config import BUILTIN_PREFIX
-from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 
 
 class BuiltinModelNotFound(Exception):
@@ -36,33 +34,11 @@ def _result(kwargs: dict[str, Any]) -> Any:
             tools=kwargs.get("tools"),
             tool_choice=kwargs.get("tool_choice"),
             max_tokens=int(max_tokens) if max_tokens else None,
+            stop=kwargs.get("stop"),
         )
     except builtin.UnknownBuiltinModel as exc:
         raise BuiltinModelNotFound(str(exc)) from exc
-    return _within_limits(result, kwargs)
-
-
-def _within_limits(result: Any, kwargs: dict[str, Any]) -> Any:
-    """A built-in model's text held to the call's ``stop`` and ``max_tokens`` as a provider
-    holds its own: cut before the first stop sequence (``stop``), or at the token cap
-    (``length``). Its fixed answers ignored both (a ``max_tokens`` of 3 gave 34 tokens)."""
-    if result.tool_calls or not result.text:
-        return result
-    text, finish = result.text, result.finish_reason
-    stops = kwargs.get("stop")
-    stops = [stops] if isinstance(stops, str) else list(stops or [])
-    cuts = [text.find(s) for s in stops if isinstance(s, str) and s and s in text]
-    if cuts:
-        text, finish = text[: min(cuts)], "stop"
-    cap = kwargs.get("max_tokens")
-    model = kwargs["model"]
-    if cap and count_tokens(text, model=model) > int(cap):
-        text, finish = truncate_to_tokens(text, int(cap), model=model), "length"
-    if (text, finish) == (result.text, result.finish_reason):
-        return result
-    return replace(
-        result, text=text, finish_reason=finish, completion_tokens=count_tokens(text, model=model)
-    )
+    return result
 
 
 def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
