@@ -53,8 +53,9 @@ class _Pool:
     used. Work is queued in the lane of the user it serves (``fair_key``; None: one shared
     lane) and a free thread takes the next piece of the lane with the least work running, of
     those the one served longest ago: a user who queued twenty replies has one taken, then the
-    next user's, then their second — another user's reply waits for a thread to come free, never
-    behind the whole queue of the first (docs/operations.md "Embedded mode")."""
+    next user's, then their second. And one lane runs on all threads but one: another user's
+    work never waits behind the first user's, queued or running (docs/operations.md "Embedded
+    mode")."""
 
     def __init__(self, size: int | None = None) -> None:
         self._size = size  # None: ``EMBEDDED_TASK_THREADS``, read at each submit
@@ -93,8 +94,12 @@ class _Pool:
         with the fewest running now, of those the one served longest ago (then the first in
         line). That lane goes to the back of the line (or leaves it, emptied). Caller holds the
         lock."""
-        self._ready.wait_for(lambda: bool(self._turns))
-        key = min(self._turns, key=lambda k: (self._running.get(k, 0), self._started.get(k, -1)))
+        # One lane never holds every thread: another user's work always finds one free (a user's
+        # four replies waiting on a slow tool server held all four for a minute).
+        cap = max(1, len(self._threads) - 1)
+        self._ready.wait_for(lambda: any(self._running.get(k, 0) < cap for k in self._turns))
+        eligible = [k for k in self._turns if self._running.get(k, 0) < cap]
+        key = min(eligible, key=lambda k: (self._running.get(k, 0), self._started.get(k, -1)))
         self._turns.remove(key)
         lane = self._lanes[key]
         work = lane.popleft()
@@ -122,6 +127,7 @@ class _Pool:
                     self._unfinished -= 1
                     if not self._unfinished:
                         self._idle.notify_all()
+                    self._ready.notify()  # its lane may take a thread again
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing is queued or running (or ``timeout`` passes); whether it is."""

@@ -140,8 +140,8 @@ def test_the_pool_never_runs_more_threads_than_configured(settings):
     pool = inprocess._Pool()
     release = threading.Event()
     names: list[str] = []
-    for _ in range(5):
-        pool.submit(lambda: (names.append(threading.current_thread().name), release.wait(10)))
+    for n in range(5):  # five users' work: one lane alone may not take both threads
+        pool.submit(lambda: (names.append(threading.current_thread().name), release.wait(10)), n)
     assert pool.size == 2
     assert not pool.wait_idle(0.2)  # two run, three wait their turn
     release.set()
@@ -221,3 +221,28 @@ def test_a_reply_is_queued_in_its_users_lane(fake_session, settings, monkeypatch
 
     assert dispatch.turn_dispatch(reply.pk) is True
     assert lanes == [fake_session.user_id]
+
+
+def test_one_user_never_holds_every_thread():
+    """Two threads, alice's three pieces of work blocking (replies waiting on a slow tool
+    server): bob's runs at once on the thread she may not take, while her second and third
+    wait for her first."""
+    from chat_platform.inprocess import _Pool
+
+    pool = _Pool(size=2)
+    gate, bob_ran = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def alice(n: int) -> None:
+        ran.append(f"alice-{n}")
+        gate.wait(10)
+
+    for n in range(1, 4):
+        pool.submit(lambda n=n: alice(n), "alice")
+    pool.submit(bob_ran.set, "bob")
+
+    assert bob_ran.wait(10)
+    assert ran == ["alice-1"]
+    gate.set()
+    assert pool.wait_idle(10)
+    assert ran == ["alice-1", "alice-2", "alice-3"]
