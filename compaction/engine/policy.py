@@ -53,7 +53,8 @@ def compaction_blocked_until(session_id: int, *, hard: bool, bot_id: int | None 
     """When automatic compaction may call its summariser again (None = now).
 
     Soft compaction obeys the 5-minute cool-down; the hard path retries on its own back-off
-    schedule (30, 60, 120, 240, 270 s) and uses the extractive fallback in between. In a room
+    schedule (30, 60, 120, 240, 270 s), or, before any hard failure, waits out a soft failure's
+    cool-down, and uses the extractive fallback in between. In a room
     each bot has its own (``bot_id``): one bot's failures never hold back another's compaction.
     """
     seat = {} if bot_id is None else {"bot_id": bot_id}
@@ -86,6 +87,9 @@ def seat_blocked_until(session_id: int, *, hard: bool, room: RoomView | None) ->
 
 def blocked_moment(*, backoff_until: Any, cooldown_until: Any, hard: bool) -> Any:
     """``compaction_blocked_until`` from a state row already read (a room's seat row, read with
-    its totals by the measure)."""
-    moment = backoff_until if hard else cooldown_until
+    its totals by the measure). The hard path follows its back-off once a hard pass failed; with
+    none since the last success, a soft failure's cool-down holds it too (docs/compaction.md:
+    in cool-down or backing off, ``builtin/extractive``): the summariser that just failed is
+    not asked again, with its retries, on the turn's time."""
+    moment = backoff_until if hard and backoff_until is not None else cooldown_until
     return moment if moment is not None and moment > now() else None

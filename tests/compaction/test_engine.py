@@ -1007,6 +1007,31 @@ def test_hard_retry_waits_for_the_backoff_not_the_cooldown(session, small_bot, f
     assert (state.cooldown_until, state.backoff_until, state.backoff_step) == (None, None, 0)
 
 
+def test_hard_pressure_in_a_soft_failures_cool_down_goes_to_the_fallback(
+    session, fake_openai, clock
+):
+    """docs/compaction.md: under hard pressure, in cool-down or backing off, builtin/extractive.
+    A soft pass failed 10 s ago (cool-down, no back-off): the hard path asked the summariser
+    that had just failed (with its retries, seconds on the turn) before the fallback."""
+    reply = _hard_ready(session, real=True)
+    policy.arm_failure(session.pk, hard=False)
+    clock.advance(10)
+    fake_openai.script(Reply(text=GOOD))  # never asked
+
+    context_build(session=session, reply=reply)
+
+    assert summariser_requests(fake_openai) == []
+    last = CompactionEvent.objects.filter(session=session).order_by("-id").first()
+    assert (last.trigger, last.outcome, last.model) == (
+        "fallback",
+        "compacted",
+        "builtin/extractive",
+    )
+    # Past the cool-down the summariser is asked again.
+    clock.advance(300)
+    assert policy.compaction_blocked_until(session.pk, hard=True) is None
+
+
 def test_fallback_extractive_when_the_summariser_fails_under_hard_pressure(
     session, fake_openai, clock
 ):
