@@ -38,9 +38,11 @@ from chat_platform.llm.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     count_message_tokens,
     count_tokens,
+    count_tools_tokens,
     truncate_to_tokens,
 )
 from chat_platform.textcheck import text_made_storable
+from compaction.measure import bot_budget
 from connections.crypto import KeyUnavailable
 from memory.services import record_create
 from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint
@@ -67,7 +69,32 @@ def turn_tools(bot: Bot, *, taken: tuple[str, ...] = ()) -> list[OfferedTool]:
     if not bot.tools:
         return []
     servers = tool_servers_usable_named(user=bot.owner, names=entry_servers(bot.tools))
-    return tools_offered(bot.tools, servers, taken=taken)
+    return _within_share(bot, tools_offered(bot.tools, servers, taken=taken))
+
+
+def _within_share(bot: Bot, offered: list[OfferedTool]) -> list[OfferedTool]:
+    """The tools, in order, while their schemas fit in ``TOOL_SCHEMAS_MAX_PERCENT`` of B: the
+    bot's save checked that share, but a server refreshed since may list more (sixty large
+    tools made every message of a small bot ``context_too_large``). What is left out is
+    logged."""
+    if not offered:
+        return offered
+    share = bot_budget(bot).budget * settings.TOOL_SCHEMAS_MAX_PERCENT // 100
+    if count_tools_tokens([t.schema for t in offered], model=bot.model) <= share:
+        return offered
+    kept: list[OfferedTool] = []
+    for tool in offered:
+        if count_tools_tokens([*(t.schema for t in kept), tool.schema], model=bot.model) > share:
+            break
+        kept.append(tool)
+    log.warning(
+        "turn_tools_left_out",
+        bot_id=bot.pk,
+        offered=len(kept),
+        left_out=len(offered) - len(kept),
+        share_tokens=share,
+    )
+    return kept
 
 
 @dataclass

@@ -315,3 +315,47 @@ def test_a_server_closed_to_the_owner_offers_nothing(owner, staff, mcp_server):
     tool_server_create(user=staff, name="secret", url=mcp_server.url)
     bot = BotFactory(owner=owner, tools=["secret/*"])
     assert turn_tools(bot) == []
+
+
+def test_a_server_that_grew_offers_only_the_tools_that_fit_the_share_of_b(reply, caplog):
+    """The bot was saved with a server of nine tools; the server, refreshed, now lists sixty
+    large ones: every message of a small bot was refused (context_too_large, naming the system
+    prompt). A turn offers the tools in order while their schemas fit in
+    ``TOOL_SCHEMAS_MAX_PERCENT`` of B, and logs what it left out."""
+    from chat_platform.llm.tokens import count_tools_tokens
+    from tools.models import ToolServer
+
+    bot = reply.session.bot
+    bot.context_window, bot.max_output_tokens = 4000, 1000  # B 3000: 750 for the schemas
+    bot.save()
+    grown = [
+        {
+            "name": f"tool_{n}",
+            "description": "Looks a thing up in the company handbook. " * 6,
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        }
+        for n in range(60)
+    ]
+    ToolServer.objects.filter(name="calc").update(tool_list=grown)
+
+    offered = turn_tools(bot)
+
+    assert 0 < len(offered) < 60
+    assert [t.tool for t in offered] == [f"tool_{n}" for n in range(len(offered))]
+    kept = count_tools_tokens([t.schema for t in offered], model=bot.model)
+    more = count_tools_tokens([t.schema for t in turn_tools_all(bot)[: len(offered) + 1]])
+    assert kept <= 750 < more
+    [left] = [
+        r
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "turn_tools_left_out"
+    ]
+    assert left.msg["left_out"] == 60 - len(offered)
+
+
+def turn_tools_all(bot):
+    from tools.offer import entry_servers, tools_offered
+    from tools.queries import tool_servers_usable_named
+
+    servers = tool_servers_usable_named(user=bot.owner, names=entry_servers(bot.tools))
+    return tools_offered(bot.tools, servers)
