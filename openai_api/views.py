@@ -267,16 +267,16 @@ async def chat_completions_view(request: HttpRequest) -> HttpResponse:
         raise
     if listener is not None:
         try:
-            first, failed = await _first_news(started, listener)
+            first, ended = await _first_news(started, listener)
         except BaseException:
             await listener.close()
             raise
-        if failed is not None:
+        if ended is not None and ended.status == Message.Status.FAILED and not ended.content:
             # Refused by its turn (too large for B, a day's limit): its status, as unstreamed.
             await listener.close()
-            return _with_session(_error(openai_errors.reply_error(failed)), started)
+            return _with_session(_error(openai_errors.reply_error(ended)), started)
         response = StreamingHttpResponse(
-            _stream(started, listener, include_usage=chat.include_usage, first=first),
+            _stream(started, listener, include_usage=chat.include_usage, first=first, ended=ended),
             content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
@@ -376,11 +376,11 @@ def _finished_reply(*, reply_id: int) -> Message | None:
 async def _first_news(
     started: Started, listener: FrameListener
 ) -> tuple[list[str], Message | None]:
-    """Before the answer's headers: the reply's first text (the deltas heard so far), or its
-    end. A reply its turn refused before any text (``context_length_exceeded``, a day's limit)
-    is returned as failed, so it answers its own status rather than 200 and an error event;
-    the client waits for its first token either way. One that finished without text (the
-    client's tools) streams from the database."""
+    """Before the answer's headers: the reply's first text (the deltas heard so far), or the
+    reply itself once it has ended without any. A reply its turn refused before any text
+    (``context_length_exceeded``, a day's limit) then answers its own status rather than 200
+    and an error event; the client waits for its first token either way. One that ended
+    with no text (the client's tools) is streamed from it at once."""
     reply_id = started.reply.pk
     while True:
         frame = await listener.next(STREAM_RECHECK_SECONDS)
@@ -394,16 +394,21 @@ async def _first_news(
         if frame is None or what == "end":
             reply = await _in_thread(_finished_reply)(reply_id=reply_id)
             if reply is not None:
-                failed = reply.status == Message.Status.FAILED and not reply.content
-                return [], reply if failed else None
+                return [], reply
 
 
 async def _stream(
-    started: Started, listener: FrameListener, *, include_usage: bool, first: Sequence[str] = ()
+    started: Started,
+    listener: FrameListener,
+    *,
+    include_usage: bool,
+    first: Sequence[str] = (),
+    ended: Message | None = None,
 ) -> AsyncIterator[bytes]:
     """OpenAI's chunk stream: the role first, the content as it comes (``first``: what
-    ``_first_news`` heard), the finish reason, the usage when asked, then ``[DONE]``. A reply
-    that fails mid-way ends with an error event."""
+    ``_first_news`` heard; ``ended``: the reply, when it had ended then), the finish reason,
+    the usage when asked, then ``[DONE]``. A reply that fails mid-way ends with an error
+    event."""
     reply_id = started.reply.pk
     meta = {
         "completion_id": _completion_id(started.reply),
@@ -416,7 +421,7 @@ async def _stream(
         yield _sse(shapes.chunk(delta={"role": "assistant", "content": ""}, **meta))
         for delta in sent:
             yield _sse(shapes.chunk(delta={"content": delta}, **meta))
-        reply: Message | None = None
+        reply: Message | None = ended
         while reply is None:
             frame = await listener.next(STREAM_RECHECK_SECONDS)
             what = _frame_of(frame, reply_id) if frame is not None else None
