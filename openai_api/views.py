@@ -381,7 +381,13 @@ async def _first_news(
     (``context_length_exceeded``, a day's limit) then answers its own status rather than 200
     and an error event; the client waits for its first token either way. One that ended
     with no text (the client's tools) is streamed from it at once."""
-    reply_id = started.reply.pk
+    delta, reply = await _next_news(listener, started.reply.pk)
+    return ([delta] if delta else []), reply
+
+
+async def _next_news(listener: FrameListener, reply_id: int) -> tuple[str, Message | None]:
+    """The reply's next text (``(delta, None)``), or the reply once it has ended
+    (``("", reply)``)."""
     while True:
         frame = await listener.next(STREAM_RECHECK_SECONDS)
         what = _frame_of(frame, reply_id) if frame is not None else None
@@ -389,12 +395,13 @@ async def _first_news(
             assert frame is not None
             delta = str(frame.get("delta") or "")
             if delta:
-                return [delta], None
+                return delta, None
             continue
         if frame is None or what == "end":
+            # The database is the truth (frames are lossy): the finished reply, or wait on.
             reply = await _in_thread(_finished_reply)(reply_id=reply_id)
             if reply is not None:
-                return [], reply
+                return "", reply
 
 
 async def _stream(
@@ -423,18 +430,10 @@ async def _stream(
             yield _sse(shapes.chunk(delta={"content": delta}, **meta))
         reply: Message | None = ended
         while reply is None:
-            frame = await listener.next(STREAM_RECHECK_SECONDS)
-            what = _frame_of(frame, reply_id) if frame is not None else None
-            if what == "delta":
-                assert frame is not None
-                delta = str(frame.get("delta") or "")
-                if delta:
-                    sent.append(delta)
-                    yield _sse(shapes.chunk(delta={"content": delta}, **meta))
-                continue
-            if frame is None or what == "end":
-                # The database is the truth (frames are lossy): the finished reply, or wait on.
-                reply = await _in_thread(_finished_reply)(reply_id=reply_id)
+            delta, reply = await _next_news(listener, reply_id)
+            if delta:
+                sent.append(delta)
+                yield _sse(shapes.chunk(delta={"content": delta}, **meta))
         if reply.status != Message.Status.COMPLETE:
             exc = openai_errors.reply_error(reply)
             yield _sse(shapes.error_body(exc.message, type_=exc.type_, code=exc.code))
