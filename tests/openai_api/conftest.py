@@ -25,6 +25,20 @@ def new_key(user, **fields):
     return key_create(user=user, name=fields.pop("name", "editor"), **fields)
 
 
+def tiny_bot(user, fake_openai):
+    """A bot of B 500 (window 600, output 100) on the fake provider: model id ``tiny``."""
+    from tests.factories import BotFactory
+
+    return BotFactory(
+        owner=user,
+        name="Tiny",
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        context_window=600,
+        max_output_tokens=100,
+    )
+
+
 def tomorrow():
     from django.utils import timezone
 

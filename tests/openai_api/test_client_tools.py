@@ -10,7 +10,7 @@ from bots.models import ChatSession, Message
 from openai_api.models import ApiTurn
 from tests.factories import BotFactory, UserFactory
 from tests.fakeopenai import Reply
-from tests.openai_api.conftest import new_key, sdk
+from tests.openai_api.conftest import new_key, sdk, tiny_bot
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
@@ -263,14 +263,7 @@ def test_client_tools_count_in_the_budget_and_too_many_are_context_length_exceed
     short question with tools too big for a 500-token budget is refused before any call."""
     import openai
 
-    BotFactory(
-        owner=user,
-        name="Tiny",
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        context_window=600,
-        max_output_tokens=100,
-    )
+    tiny_bot(user, fake_openai)
     _, key = new_key(user)
     bulky = {
         **WEATHER,

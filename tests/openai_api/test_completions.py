@@ -14,7 +14,7 @@ from connections.models import TokenCounter, UserQuota
 from openai_api.models import ApiKey, ApiSession, ChainLink
 from tests.factories import BotFactory, UserFactory
 from tests.fakeopenai import Reply
-from tests.openai_api.conftest import new_key, sdk
+from tests.openai_api.conftest import new_key, sdk, tiny_bot
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
@@ -315,14 +315,7 @@ def test_bad_input_is_an_openai_shaped_400_and_stores_nothing(stack, user, fake_
 
 
 def test_a_message_bigger_than_the_budget_is_context_length_exceeded(stack, user, fake_openai):
-    BotFactory(
-        owner=user,
-        name="Tiny",
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        context_window=600,
-        max_output_tokens=100,
-    )
+    tiny_bot(user, fake_openai)
     _, key = new_key(user)
     with pytest.raises(openai.BadRequestError) as caught:
         sdk(stack, key).chat.completions.create(
@@ -371,14 +364,7 @@ def test_the_users_daily_limit_applies_to_the_api_too(stack, user, fake_bot, fak
 
 
 def test_a_client_system_message_counts_in_the_budget(stack, user, fake_openai):
-    BotFactory(
-        owner=user,
-        name="Tiny",
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        context_window=600,
-        max_output_tokens=100,
-    )
+    tiny_bot(user, fake_openai)
     _, key = new_key(user)
     with pytest.raises(openai.BadRequestError) as caught:
         sdk(stack, key).chat.completions.create(
@@ -397,14 +383,7 @@ def test_a_streamed_call_refused_by_its_turn_answers_its_status_not_200(stack, u
     context: refused by the turn, not at the send. Streamed, they answered 200 and then an
     error event, which the SDK raised as a bare APIError mid-iteration; now the headers wait
     for the turn's first text or its end, so the refusal is a 400 / 429 as unstreamed."""
-    BotFactory(
-        owner=user,
-        name="Tiny",
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        context_window=600,
-        max_output_tokens=100,
-    )
+    tiny_bot(user, fake_openai)
     _, key = new_key(user)
     with pytest.raises(openai.BadRequestError) as caught:
         for _ in sdk(stack, key).chat.completions.create(
