@@ -7,11 +7,11 @@ Prints both ratios (1M / 1k). Goal: time <= 1.2, peak memory <= 1.1. The session
 reused by later runs (the load takes minutes; ``--sizes 1000,100000`` for a quicker look).
 
 ``--compacted``: the history a long conversation really has — all but its newest ``LIVE``
-messages covered by one active summary (``Message.compacted_by_id``, as fusion leaves them), so
-the live history fits the window and the build takes all of it (``whole_history``). Its own
-sessions, kept beside the uncompacted ones. ``--room``: the same history in a room of two bots,
-covered for the measured bot by its own coverage rows (``SummaryCoverage``, with its seat's
-totals and covered floor), as a room records compaction.
+messages covered by one active summary (its bot's seat's coverage rows, ``SummaryCoverage``,
+with the seat's totals and covered floor, as fusion leaves them), so the live history fits the
+window and the build takes all of it (``whole_history``). Its own sessions, kept beside the
+uncompacted ones. ``--room``: the same history in a room of two bots, covered for the measured
+bot by its own coverage rows, as in any chat.
 
     .venv/bin/python bench/context_scaling.py [--compacted | --room]   # DATABASE_URL: chat_bench
 """
@@ -74,10 +74,11 @@ def build_session(user, bot, size: int, mode: str = "") -> Message:
         for role, texts in pool.items()
     }
     summary_id = _summary(session, bot, size - LIVE) if mode else None
-    on_messages = summary_id if mode == "compacted" else None
-    _copy_messages(session, size, rng, pool, counts, covered=(on_messages, size - LIVE))
+    _copy_messages(session, size, rng, pool, counts)
     if mode == "room":
-        _room(session, bot, summary_id, size - LIVE)
+        _room(session, bot)
+    if summary_id is not None:
+        _cover(session, bot, summary_id, size - LIVE)
     new = Message.objects.create(
         session=session,
         seq=size + 1,
@@ -114,11 +115,9 @@ def _summary(session, bot, last_seq: int) -> int:
     ).pk
 
 
-def _room(session, bot, summary_id: int, last_seq: int) -> None:
-    """The session as a room of ``bot`` and another bot, the summary covering messages
-    1..``last_seq`` for ``bot`` alone (coverage rows and its seat's totals)."""
+def _room(session, bot) -> None:
+    """The session as a room of ``bot`` and another bot."""
     from bots.models import SessionParticipant
-    from compaction.models import SeatState, SummaryCoverage
 
     other, _ = Bot.objects.get_or_create(
         owner=session.user, name="bench-room-other", defaults={"model": bot.model}
@@ -126,6 +125,13 @@ def _room(session, bot, summary_id: int, last_seq: int) -> None:
     SessionParticipant.objects.create(session=session, bot=bot, is_default=True)
     SessionParticipant.objects.create(session=session, bot=other)
     ChatSession.objects.filter(pk=session.pk).update(is_room=True)
+
+
+def _cover(session, bot, summary_id: int, last_seq: int) -> None:
+    """The summary covers messages 1..``last_seq`` for ``bot``'s seat (coverage rows, its
+    seat's totals and covered floor), as a compaction commits them in any chat."""
+    from compaction.models import SeatState, SummaryCoverage
+
     covered = Message.objects.filter(session=session, seq__lte=last_seq)
     meta = SummaryCoverage._meta
     with connection.cursor() as cursor:
@@ -155,11 +161,8 @@ def room_floor(session_id: int, bot_id: int, last_seq: int) -> None:
     seat.update(**seat_floor(session_id, bot_id, 1, floor=state, through_seq=last_seq))
 
 
-def _copy_messages(
-    session, size: int, rng: random.Random, pool: dict, counts: dict, covered: tuple
-) -> None:
-    """COPY ``size`` messages into the table: every column, as Django would have written it;
-    ``covered`` = (summary id or None, last seq it covers)."""
+def _copy_messages(session, size: int, rng: random.Random, pool: dict, counts: dict) -> None:
+    """COPY ``size`` messages into the table: every column, as Django would have written it."""
     from django.utils import timezone
 
     template = Message(session=session, seq=1, role="user", content="", created_at=timezone.now())
@@ -183,8 +186,6 @@ def _copy_messages(
             role = "user" if seq % 2 else "assistant"
             i = rng.randrange(300)
             row = dict(base, seq=seq, role=role, content=pool[role][i], token_count=counts[role][i])
-            if covered[0] is not None and seq <= covered[1]:
-                row["compacted_by_id"] = covered[0]
             copy.write_row([row[f.attname] for f in fields])
     print(f"  loaded {size:,} messages in {time.perf_counter() - started:.0f} s (COPY)")
 
@@ -232,7 +233,7 @@ def main() -> None:
             session__bot=bot, session__title=title(size, mode), status="pending"
         ).first()
         replies[size] = existing.pk if existing else build_session(user, bot, size, mode).pk
-        if mode == "room":
+        if mode:
             room_floor(Message.objects.get(pk=replies[size]).session_id, bot.pk, size - LIVE)
     # Fresh planner statistics, as autovacuum keeps them on a live table after a bulk load.
     with connection.cursor() as cursor:

@@ -15,7 +15,7 @@ Every session looks like one a compacting bot leaves behind:
   seeded random (Zipf-like word choice, so some words are in a large share of the messages and
   others in about one in a thousand; names, places, numbers and times said in passing), each
   dated;
-* all of them compacted (``Message.compacted_by``) by one ``compaction.Summary`` of the session;
+* all of them compacted by one ``compaction.Summary`` of the session (its bot's coverage rows);
 * one snapshot ``MemoryRecord`` per ``--per-snapshot`` (50) messages, its body the transcript
   of those messages (``[seq] stamp role: text``, as a compaction writes it; the record search
   trigger indexes it), each message indexed in ``MessageIndex`` with its ``memory.terms.terms``

@@ -26,7 +26,7 @@ def scale_only() -> None:
     from django.contrib.auth import get_user_model
 
     from bots.models import Bot, ChatSession, Message
-    from compaction.models import Summary
+    from compaction.models import Summary, SummaryCoverage
     from memory import embeddings
     from memory.models import MemoryRecord
 
@@ -39,7 +39,7 @@ def scale_only() -> None:
         session=session, level=1, text="s", token_count=1, first_seq=1, last_seq=1,
         source_tokens=1, model="builtin/extractive", trigger="manual", retention=1.0,
     )  # fmt: skip
-    Message.objects.filter(pk=message.pk).update(compacted_by_id=summary.pk)
+    SummaryCoverage.objects.create(summary=summary, bot=bot, message=message)
     record = MemoryRecord.objects.create(
         session=session, name="snapshot_1_1", kind="snapshot", description="d", body="b",
         first_seq=1, last_seq=1,

@@ -243,7 +243,6 @@ def _copy_messages(
 
     def message_rows():
         for session in sessions:
-            summary = summary_of[session.pk]
             for seq, (role, i, moment) in enumerate(plan[session.pk], start=1):
                 yield (
                     session.pk,
@@ -263,7 +262,6 @@ def _copy_messages(
                     "",
                     "",
                     False,
-                    summary,
                     moment,
                     moment,
                     0,
@@ -289,7 +287,6 @@ def _copy_messages(
             "error_code",
             "error_message",
             "stop_requested",
-            "compacted_by_id",
             "created_at",
             "updated_at",
             "hop",
@@ -301,6 +298,15 @@ def _copy_messages(
             "SELECT id, session_id, seq FROM bots_message WHERE session_id = ANY(%s)", [ids]
         )
         message_ids = cursor.fetchall()
+        # Each session's messages are covered by its summary, for the seat of the corpus's bot.
+        pairs = [(s.pk, summary_of[s.pk]) for s in sessions]
+        cursor.execute(
+            "INSERT INTO compaction_summarycoverage (summary_id, bot_id, message_id) "
+            "SELECT s.summary_id, %s, m.id FROM bots_message m JOIN (VALUES "
+            + ", ".join(["(CAST(%s AS BIGINT), CAST(%s AS BIGINT))"] * len(pairs))
+            + ") AS s(session_id, summary_id) ON m.session_id = s.session_id",
+            [corpus.bot.pk, *(v for pair in pairs for v in pair)],
+        )
     return message_ids
 
 
@@ -406,16 +412,14 @@ def tables_analyze() -> float:
 def row_counts(corpus: Corpus) -> dict[str, int]:
     """What the corpus holds, counted in the database (the smoke test checks these)."""
     from bots.models import ChatSession, Message
-    from compaction.models import Summary
+    from compaction.models import Summary, SummaryCoverage
     from memory.models import MemoryRecord, MessageIndex
 
     sessions = ChatSession.objects.filter(bot=corpus.bot)
     return {
         "sessions": sessions.count(),
         "messages": Message.objects.filter(session__bot=corpus.bot).count(),
-        "compacted": Message.objects.filter(
-            session__bot=corpus.bot, compacted_by_id__isnull=False
-        ).count(),
+        "compacted": SummaryCoverage.objects.filter(message__session__bot=corpus.bot).count(),
         "indexed": MessageIndex.objects.filter(session__bot=corpus.bot).count(),
         "indexed_with_record": MessageIndex.objects.filter(
             session__bot=corpus.bot, record__isnull=False

@@ -111,10 +111,10 @@ class BotAdmin(admin.ModelAdmin):
     ]
 
 
-# Counters, statuses and coverage are written by the services alone (seqs by one conditional
-# UPDATE, the running context totals with every message, status by compare-and-set claims,
-# compacted_by_id by the engine): an edit here would corrupt them, so they are read-only. Sessions
-# and messages are made by chatting, never added here.
+# Counters and statuses are written by the services alone (seqs by one conditional UPDATE, the
+# running context totals with every message, status by compare-and-set claims): an edit here
+# would corrupt them, so they are read-only. What a summary covers is compaction's (its admin).
+# Sessions and messages are made by chatting, never added here.
 
 
 @admin.register(ChatSession)
@@ -171,7 +171,6 @@ class MessageAdmin(admin.ModelAdmin):
         "status",
         "token_count",
         "pinned",
-        "compacted_by_id",
     ]
     list_filter = ["role", "kind", "status", "pinned"]
     list_select_related = ["session"]

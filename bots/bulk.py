@@ -26,8 +26,8 @@ def messages_copy_prefix(*, source_id: int, target: ChatSession, before_seq: int
     """Copy ``source_id``'s messages before ``before_seq`` into the empty chat ``target``, as
     they are (seqs, text, counts, timestamps, pins), in one INSERT … SELECT: no message text
     passes through Python, so a long history copies in one statement. A copy's ``reply_to``
-    points to the copied message; coverage (``compacted_by_id``) starts empty (the caller
-    carries over the summaries that cover only copied messages). The target's ``last_seq`` is
+    points to the copied message; nothing covers a copy yet (the caller carries over the
+    summaries that cover only copied messages, with their coverage). The target's ``last_seq`` is
     the last copied seq. Returns how many were copied."""
     copied = messages_copy_prefixes(source_id=source_id, targets=[(target.pk, before_seq)])
     target.last_seq = before_seq - 1 if copied else 0
@@ -48,7 +48,6 @@ def messages_copy_prefixes(*, source_id: int, targets: list[tuple[int, int]]) ->
         "session_id": "b.target_id",
         "client_id": "''",
         "charged_to": "''",
-        "compacted_by_id": "NULL",
         # One reply per message: the copy answers the copy, set below (and a room's reply
         # belongs to the copy of the message that prompted it).
         "reply_to_id": "NULL",

@@ -212,7 +212,8 @@ class ChatSession(models.Model):
     # Highest seq handed out; bumped by one UPDATE whose row lock keeps seqs gap-free.
     last_seq = models.PositiveIntegerField(default=0)
     # Running totals over the messages that count toward the context (see Message.in_context_q):
-    # pressure is read from here, so a turn's cost never grows with the length of the history.
+    # pressure is read from here, less what a seat's summaries cover (``SeatState``), so a
+    # turn's cost never grows with the length of the history.
     context_tokens = models.PositiveBigIntegerField(default=0)
     context_messages = models.PositiveIntegerField(default=0)
     # The fields of the last context_admission decision, for the context report.
@@ -307,7 +308,6 @@ def _in_context_q() -> Q:
         kind__in=["chat", "tool"],
         status__in=["complete", "interrupted"],
         token_count__gt=0,
-        compacted_by_id__isnull=True,
     )
 
 
@@ -385,13 +385,6 @@ class Message(models.Model):
     # streaming reply whose heartbeat went stale belongs to a dead worker: the watchdog marks it
     # interrupted, keeping its partial text.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # The id of the active summary that replaced this message in the model's context (one at
-    # most; NULL: the message is in context verbatim). The chat core only asks "compacted or
-    # not"; which summary it is belongs to compaction, which sits above the core: so this is a
-    # plain column here, and compaction's migration 0003 owns the foreign key that keeps it
-    # pointing at a real summary (deferred, like Django's own: a summary cannot vanish from under
-    # its messages, except with its session).
-    compacted_by_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -423,10 +416,10 @@ class Message(models.Model):
         indexes = [
             # Admission walks the newest messages of a session by seq, reading only counts.
             models.Index(fields=["session", "-seq"], name="message_session_seq_desc"),
-            # A session's messages in the context (``in_context_q``), by seq: a long chat's
-            # history is almost all compacted, and every build reads what is left of it
-            # (history, the range a compaction takes) without walking the rest
-            # (docs/performance.md "A long compacted history").
+            # A session's messages a model may see (``in_context_q``), by seq: every build reads
+            # them newest first down to its seat's covered floor (``compaction.seats.Seat``),
+            # never the commands, notices and failures among them (docs/performance.md "A long
+            # compacted history").
             models.Index(
                 fields=["session", "seq"], condition=_in_context_q(), name="message_in_context"
             ),
@@ -453,8 +446,9 @@ class Message(models.Model):
 
     @staticmethod
     def in_context_q() -> Q:
-        """Messages a model may see verbatim: uncompacted, finished chat/tool messages with
-        content (never commands, notices, failed or empty replies). Counted in
+        """Messages a model may see verbatim: finished chat/tool messages with content (never
+        commands, notices, failed or empty replies), whether a summary covers them or not: what
+        covers them is a seat's (``compaction.seats.Seat``). Counted in
         ChatSession.context_tokens; the ``message_in_context`` index holds exactly these."""
         return _in_context_q()
 

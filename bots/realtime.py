@@ -35,10 +35,11 @@ def message_speaker(message: Message) -> dict[str, Any] | None:
     return {"id": bot.pk, "slug": bot.slug, "name": bot.name}
 
 
-def message_payload(message: Message, *, compacted: bool | None = None) -> dict[str, Any]:
+def message_payload(message: Message, *, compacted: bool = False) -> dict[str, Any]:
     """The one public shape of a message (REST and websocket). ``compacted``: whether a summary
-    covers it, when the caller read that from a room seat's coverage (docs/rooms.md); else the
-    message's own ``compacted_by_id`` says (a one-bot chat's)."""
+    of the seat it is shown to covers it, as the caller read it from the seat's coverage
+    (``compaction.queries.seat_compacted_ids``, docs/rooms.md); a message just written or
+    changed is covered by none."""
     payload: dict[str, Any] = {
         "id": message.pk,
         "seq": message.seq,
@@ -48,11 +49,7 @@ def message_payload(message: Message, *, compacted: bool | None = None) -> dict[
         "status": message.status,
         "token_count": message.token_count,
         "pinned": message.pinned,
-        "compacted": (
-            getattr(message, "compacted_by_id", None) is not None
-            if compacted is None
-            else compacted
-        ),
+        "compacted": compacted,
         "created_at": iso_utc(message.created_at),
         "finish_reason": message.finish_reason,
         "bot": message_speaker(message),

@@ -3,10 +3,10 @@
 Every status, seq and stamp write of a message goes through here, like Zulip's ``do_*``
 functions are the only writers of their rows: the turn's claim and checkpoints, its finish,
 failure and interruption, seq allocation (a send's exchange), the outbox stamp, the heartbeat,
-stop requests and pins. Three siblings complete it: ``bots.coverage`` writes compaction coverage
-(``compacted_by_id``), ``bots.bulk`` the bulk copies and imports (a branch's prefix, an imported
-history, an API client's history), ``bots.exchanges`` a recall or tool exchange stored before
-its reply (moving the reply after its results).
+stop requests and pins. Two siblings complete it: ``bots.bulk`` the bulk copies and imports (a
+branch's prefix, an imported history, an API client's history), ``bots.exchanges`` a recall or
+tool exchange stored before its reply (moving the reply after its results). What a summary
+covers is compaction's alone (``compaction.engine.coverage``): no column of a message says it.
 Callers decide *when*; these modules know *how*: compare-and-set updates (a lost race returns
 None or 0, never overwrites). This module is the reference implementation, the plain ORM; on
 PostgreSQL the claim and a counted finish run as one statement each (``bots.fast_paths``, built
@@ -109,7 +109,7 @@ def session_context_recount(*, session_id: int) -> tuple[int, int]:
 
 
 def session_context_remove(*, session_id: int, tokens: int, messages: int) -> None:
-    """Take messages that left the context (compacted) out of the session's running totals."""
+    """Take messages that left the context out of the session's running totals."""
     ChatSession.objects.filter(pk=session_id).update(
         context_tokens=F("context_tokens") - tokens,
         context_messages=F("context_messages") - messages,
@@ -264,7 +264,7 @@ def reply_rerun(*, message_id: int, model: str, charged_to: str = "") -> bool:
                 status__in=[Message.Status.FAILED, Message.Status.INTERRUPTED],
                 kind=Message.Kind.CHAT,
             )
-            .values("session_id", "status", "token_count", "compacted_by_id")
+            .values("session_id", "status", "token_count")
             .first()
         )
         if row is None:
@@ -287,7 +287,7 @@ def reply_rerun(*, message_id: int, model: str, charged_to: str = "") -> bool:
             updated_at=timezone.now(),
         )
         counted = row["status"] == Message.Status.INTERRUPTED and row["token_count"] > 0
-        if updated and counted and row["compacted_by_id"] is None:
+        if updated and counted:
             session_context_remove(
                 session_id=row["session_id"], tokens=row["token_count"], messages=1
             )

@@ -1,8 +1,8 @@
 """Admins audit every summary: what it covers, what it kept, what it lost, how it was made.
 
 Everything here is read-only: summaries, events and the compaction state are written by the
-engine alone, and an edited row would contradict the messages' ``compacted_by_id`` and the
-session's running totals. Staff need only the *view* permission (``seed_demo`` gives the demo
+engine alone, and an edited row would contradict the seats' coverage and their running
+totals. Staff need only the *view* permission (``seed_demo`` gives the demo
 user exactly that in embedded mode).
 """
 

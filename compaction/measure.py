@@ -11,21 +11,22 @@ admission pulls (``compaction.pipeline.history``). A seat's view (a room as one 
 ``compaction.seats``.
 """
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from django.conf import settings
 from django.db.models import (
-    F,
     IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
+    TextField,
     Value,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Cast, Coalesce
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.compiled import CompiledValues
@@ -34,8 +35,8 @@ from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Entry, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
-from compaction.models import ContextExpansion, Summary, SummaryCoverage
-from compaction.seats import RoomView, in_context, room_view, seat_summaries
+from compaction.models import ContextExpansion, SeatState, Summary, SummaryCoverage
+from compaction.seats import RoomView, Seat, room_view, seat_covered, seat_summaries
 from memory.queries import IndexLine, memory_index_lines
 from memory.services import snapshot_name
 
@@ -54,6 +55,8 @@ class Measure:
     index_lines: list[IndexLine]  # newest first; admission drops from the end
     index_block_tokens: int  # the index block's header and message overhead
     history_totals: HistoryTotals  # unpinned history, excluding the new message and recalled
+    # Whose coverage the history is read against: the bot whose reply is built (``Seat``).
+    seat: Seat
     # This turn's recall exchange (the model's requests and what it got back): sent whole.
     recalled: list[Entry] = field(default_factory=list)
     # A room, as this bot sees it; None in a one-bot session.
@@ -147,7 +150,7 @@ def session_budget(session: ChatSession) -> Budget:
     return bot_budget(session.bot, model=session.chat_model)
 
 
-_PINNED, _SUMMARY, _EXPANSION = 0, 1, 2
+_PINNED, _SUMMARY, _EXPANSION, _SEAT = 0, 1, 2, 3
 
 
 def _pins_and_summaries_query(
@@ -158,25 +161,30 @@ def _pins_and_summaries_query(
     seat_bot_id: int,
     bot_id: int | None = None,
 ) -> QuerySet:
-    """The pinned messages, the seat's active summaries and the seat's pending expansion.
-    ``seat_bot_id`` is the bot whose reply the seat builds (the session's bot in a one-bot
-    session); ``bot_id`` keys a room seat's summaries (``seat_key``), None in a one-bot
-    session."""
+    """The pinned messages, the seat's active summaries, the seat's pending expansion and its
+    row (``SeatState``: what its summaries cover, its covered floor). ``seat_bot_id`` is the bot
+    whose reply the seat builds (the session's bot in a one-bot session); ``bot_id`` keys a room
+    seat's summaries (``seat_key``), None in a one-bot session. Every row has a fifth column,
+    the seat row's uncovered ids as JSON text ("" in the others)."""
     part = IntegerField()
+    none = Value("", output_field=TextField())
     pinned = (
-        in_context(session_id, before_seq)
-        .filter(pinned=True)
+        Message.objects.filter(
+            Message.in_context_q(), session_id=session_id, seq__lt=before_seq, pinned=True
+        )
         .exclude(pk=exclude_id)
-        .annotate(part=Value(_PINNED, output_field=part))
+        # A message this seat's summary covers is in the summary, not a pin as well.
+        .exclude(seat_covered(seat_bot_id))
+        .annotate(part=Value(_PINNED, output_field=part), listed=none)
         .order_by()
-        .values_list("part", "pk", "seq", "token_count")
+        .values_list("part", "pk", "seq", "token_count", "listed")
     )
     summaries = (
         seat_summaries(session_id, bot_id)
         .filter(status=Summary.Status.ACTIVE)
-        .annotate(part=Value(_SUMMARY, output_field=part))
+        .annotate(part=Value(_SUMMARY, output_field=part), listed=none)
         .order_by()
-        .values_list("part", "pk", "first_seq", "token_count")
+        .values_list("part", "pk", "first_seq", "token_count", "listed")
     )
     # The seat's pending expansion, if any (at most one row per (session, bot)): (2, claiming
     # reply or 0, first, last). An expansion is for one seat's next reply (docs/context-records.md):
@@ -186,11 +194,22 @@ def _pins_and_summaries_query(
         .annotate(
             part=Value(_EXPANSION, output_field=part),
             claimed=Coalesce("reply_id", 0, output_field=part),
+            listed=none,
         )
         .order_by()
-        .values_list("part", "claimed", "first_seq", "last_seq")
+        .values_list("part", "claimed", "first_seq", "last_seq", "listed")
     )
-    return pinned.union(summaries, expansion, all=True).order_by("part", "seq")
+    # The seat's row: (3, covered tokens, covered messages, covered floor, uncovered ids).
+    seat = (
+        SeatState.objects.filter(session_id=session_id, bot_id=seat_bot_id)
+        .annotate(
+            part=Value(_SEAT, output_field=part),
+            listed=Cast("uncovered_ids", output_field=TextField()),
+        )
+        .order_by()
+        .values_list("part", "covered_tokens", "covered_messages", "covered_through_seq", "listed")
+    )
+    return pinned.union(summaries, expansion, seat, all=True).order_by("part", "seq")
 
 
 # One compiled statement per shape: bind names key it, so a room's (with ``bot_id``) and a
@@ -198,25 +217,42 @@ def _pins_and_summaries_query(
 _PINS_AND_SUMMARIES = CompiledValues(_pins_and_summaries_query)
 
 
+@dataclass(frozen=True)
+class _Parts:
+    pins: list[PinnedEntry]
+    summaries: list[Entry]
+    expansion: tuple[int, int, int] | None
+    seat: Seat
+
+
 def _pins_and_summaries(
     session: ChatSession, before_seq: int, *, exclude_id: int | None, room: RoomView | None = None
-) -> tuple[list[PinnedEntry], list[Entry], tuple[int, int, int] | None]:
+) -> _Parts:
     """The pinned messages before ``before_seq`` and the active summaries, each in seq order,
-    in one query (a UNION ALL, compiled once): both are read before every model call and every
-    send."""
+    the pending expansion and the seat, in one query (a UNION ALL, compiled once): all are read
+    before every model call and every send."""
     pins: list[PinnedEntry] = []
     active: list[Entry] = []
     expansion: tuple[int, int, int] | None = None
+    seat = Seat(bot_id=session.bot_id)
     exclude = 0 if exclude_id is None else exclude_id  # no message has id 0
-    seat = {} if room is None else {"bot_id": room.bot_id}
     rows = _PINS_AND_SUMMARIES.rows(
         session_id=session.pk,
         before_seq=before_seq,
         exclude_id=exclude,
         seat_bot_id=session.bot_id,
-        **seat,
+        **({} if room is None else {"bot_id": room.bot_id}),
     )
-    for kind, pk, seq, tokens in rows:
+    for kind, pk, seq, tokens, listed in rows:
+        if kind == _SEAT:
+            seat = Seat(
+                bot_id=session.bot_id,
+                covered_tokens=pk,
+                covered_messages=seq,
+                covered_through_seq=tokens,
+                uncovered_ids=tuple(json.loads(listed or "[]")),
+            )
+            continue
         if kind == _EXPANSION:
             expansion = (seq, tokens, pk)  # (first_seq, last_seq, claiming reply or 0)
             continue
@@ -228,11 +264,11 @@ def _pins_and_summaries(
             pins.append(PinnedEntry(id=pk, seq=seq, tokens=tokens))
         else:
             active.append(Entry(id=pk, tokens=tokens))
-    return pins, active, expansion
+    return _Parts(pins, active, expansion, seat)
 
 
 def expanded_span(
-    session: ChatSession, first_seq: int, last_seq: int, room: RoomView | None
+    session: ChatSession, first_seq: int, last_seq: int, seat: Seat, room: RoomView | None
 ) -> tuple[list[PinnedEntry], set[int]]:
     """The compacted messages of an expanded span a model may see (stored counts, no text),
     and the active summaries lying wholly inside it, which they replace on this call."""
@@ -244,14 +280,12 @@ def expanded_span(
         status__in=[Message.Status.COMPLETE, Message.Status.INTERRUPTED],
         token_count__gt=0,
     )
-    if room is None:
-        rows = Message.objects.filter(where, compacted_by_id__isnull=False)
-        rows = rows.annotate(covering=F("compacted_by_id"))
-    else:
-        # In a room, what this bot's own summaries cover (its coverage rows), as it was shown.
-        mine = SummaryCoverage.objects.filter(bot_id=room.bot_id, message_id=OuterRef("pk"))
-        rows = Message.objects.filter(where & room.seen() & room.covered())
-        rows = rows.annotate(covering=Subquery(mine.values("summary_id")[:1]))
+    # What this seat's own summaries cover (its coverage rows), as it was shown (in a room).
+    if room is not None:
+        where &= room.seen()
+    mine = SummaryCoverage.objects.filter(bot_id=seat.bot_id, message_id=OuterRef("pk"))
+    rows = Message.objects.filter(where & seat.covered())
+    rows = rows.annotate(covering=Subquery(mine.values("summary_id")[:1]))
     entries: list[PinnedEntry] = []
     covering: set[int] = set()
     for pk, seq, tokens, role, bot_id, summary_id in rows.order_by("seq").values_list(
@@ -320,29 +354,21 @@ def context_measure(
     room = room_view(session)
     if before_seq is None:
         before_seq = new_message.seq + 1 if new_message else session.last_seq + 1
-    new_entry = (
-        Entry(
-            id=new_message.pk,
-            tokens=room.row_tokens(new_message.token_count, new_message.role, new_message.bot_id)
-            if room is not None
-            else new_message.token_count,
-        )
-        if new_message
-        else None
-    )
+    new_entry = _new_entry(new_message, room)
     recalled_entries = [Entry(id=m.pk, tokens=m.token_count) for m in recalled]
-    pinned, summaries, expansion = _pins_and_summaries(
+    parts = _pins_and_summaries(
         session, before_seq, exclude_id=new_entry.id if new_entry else None, room=room
     )
+    pinned, summaries, expansion, seat = parts.pins, parts.summaries, parts.expansion, parts.seat
     expanded: list[PinnedEntry] = []
     expanded_record = ""
     if expansion is not None and expand_for is not None and expansion[2] in (0, expand_for):
-        expanded, replaced = expanded_span(session, expansion[0], expansion[1], room)
+        expanded, replaced = expanded_span(session, expansion[0], expansion[1], seat, room)
         summaries = [s for s in summaries if s.id not in replaced]
         expanded_record = snapshot_name(
             expansion[0], expansion[1], room.bot_id if room is not None else None
         )
-    totals = _history_totals(session, room, pinned, new_entry, recalled_entries)
+    totals = _history_totals(session, seat, room, pinned, new_entry, recalled_entries)
     model = session.chat_model
     budget = session_budget(session)
     block_tokens = index_block_tokens(model)
@@ -366,6 +392,7 @@ def context_measure(
         else [],
         index_block_tokens=block_tokens,
         history_totals=totals,
+        seat=seat,
         recalled=recalled_entries,
         room=room,
         expanded=expanded,
@@ -375,27 +402,41 @@ def context_measure(
     )
 
 
+def _new_entry(new_message: Message | None, room: RoomView | None) -> Entry | None:
+    """The new message as sent (in a room, with its speaker's label)."""
+    if new_message is None:
+        return None
+    tokens = new_message.token_count
+    if room is not None:
+        tokens = room.row_tokens(tokens, new_message.role, new_message.bot_id)
+    return Entry(id=new_message.pk, tokens=tokens)
+
+
 def _history_totals(
     session: ChatSession,
+    seat: Seat,
     room: RoomView | None,
     pinned: list[PinnedEntry],
     new_entry: Entry | None,
     recalled_entries: list[Entry],
 ) -> HistoryTotals:
     """The unpinned history's count and tokens, from the session's running totals less what is
-    sent whole (pins, the new message, the recalled exchange) and, in a room, what this bot's
-    summaries cover and what it never saw."""
+    sent whole (pins, the new message, the recalled exchange), what the seat's summaries cover
+    and, in a room, what its bot never saw."""
     excluded_tokens = (
         sum(p.tokens for p in pinned)
         + (new_entry.tokens if new_entry else 0)
         + sum(r.tokens for r in recalled_entries)
     )
     excluded_count = len(pinned) + (1 if new_entry else 0) + len(recalled_entries)
+    # The session's totals count every message in context; the seat's exclude what its
+    # summaries cover and, in a room, what its bot never saw (before it joined; the others'
+    # rounds).
+    excluded_tokens += seat.covered_tokens
+    excluded_count += seat.covered_messages
     if room is not None:
-        # The room's totals count every message in context; this bot's own exclude what its
-        # summaries cover and what it never saw (before it joined; the others' rounds).
-        excluded_tokens += room.covered_tokens + room.hidden_tokens + room.others_rounds_tokens
-        excluded_count += room.covered_messages + room.hidden_messages + room.others_rounds_messages
+        excluded_tokens += room.hidden_tokens + room.others_rounds_tokens
+        excluded_count += room.hidden_messages + room.others_rounds_messages
     # Messages written after before_seq (a later send racing this turn) are in the running totals
     # too; they are few and only make the estimate cautious, never the selection larger.
     count = max(0, session.context_messages - excluded_count)

@@ -26,10 +26,9 @@ OUTCOMES = [
 class Summary(models.Model):
     """An audited distillation of a contiguous stretch of a session's history.
 
-    Coverage is recorded on the messages (``Message.compacted_by_id``, a column of the chat core
-    whose foreign key compaction's migration 0003 adds): a message row holds one
-    summary at most, so no message can be covered by two active summaries. Fusion re-points the
-    messages of its parents to the fused summary and marks the parents superseded, atomically.
+    What it covers is its seat's ``SummaryCoverage`` rows: one (bot, message) pair at most, so
+    no message is covered by two active summaries of one seat. Fusion re-points the rows of its
+    parents to the fused summary and marks the parents superseded, atomically.
     """
 
     class Status(models.TextChoices):
@@ -228,14 +227,12 @@ class ContextExpansion(models.Model):
 
 
 class SummaryCoverage(models.Model):
-    """In a room, which messages a bot's active summaries cover: one row per (bot, message).
-
-    ``Message.compacted_by_id`` holds one summary per message, which is enough for a one-bot
-    session (and keeps its queries as they are); in a room several bots may each have summarised
-    the same message from their own seat, so coverage is a row per bot here and a room's messages
-    keep ``compacted_by_id`` empty. The unique (bot, message) pair is the room's form of "the
-    database refuses two active summaries covering the same message": per bot. Fusion re-points
-    the rows of its parents to the fused summary, like ``messages_compaction_move``."""
+    """Which messages a seat's active summaries cover: one row per (bot, message), the one store
+    of "compacted" for every chat (docs/rooms.md "A seat's bounded read"). In a one-bot chat the
+    bot is the chat's; in a room several bots may each have summarised the same message from
+    their own seat. The unique (bot, message) pair is "the database refuses two active summaries
+    covering the same message", per seat. Fusion re-points the rows of its parents to the fused
+    summary (``compaction.engine.coverage``)."""
 
     summary = models.ForeignKey(Summary, on_delete=models.CASCADE, related_name="coverage")
     bot = models.ForeignKey("bots.Bot", on_delete=models.CASCADE, related_name="+")
@@ -252,13 +249,15 @@ class SummaryCoverage(models.Model):
 
 
 class SeatState(models.Model):
-    """A bot's own compaction state in a room (docs/rooms.md), keyed by (session, bot): its
-    failure policy (as ``CompactionState`` for a one-bot session) and its running totals.
+    """A seat's own state (docs/rooms.md), keyed by (session, bot): in every chat, what its
+    summaries cover (totals and covered floor); in a room also its failure policy (as
+    ``CompactionState`` for a one-bot session), its last admission and what its bot never sees.
 
-    The session's running totals count every message of the room in context (a room never sets
-    ``compacted_by_id``); a bot's own pressure is those minus what its summaries cover
-    (``covered_*``, moved in the transaction that writes the coverage) and what it never sees
-    (``hidden_*``: the history before it joined, when it sees from its join)."""
+    The session's running totals count every message in context, covered or not; a seat's
+    pressure is those minus what its summaries cover (``covered_*``, moved in the transaction
+    that writes the coverage) and, in a room, what its bot never sees (``hidden_*``: the history
+    before it joined, when it sees from its join). A one-bot chat's seat has a row from its
+    first compaction."""
 
     session = models.ForeignKey(
         "bots.ChatSession", on_delete=models.CASCADE, related_name="seat_states"

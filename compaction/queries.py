@@ -31,16 +31,22 @@ def summary_list_for_user(
     return summaries.prefetch_related("parents").order_by("-created_at", "-id")
 
 
-def seat_compacted_ids(seat: ChatSession, *, after_seq: int | None = None) -> set[int] | None:
-    """In a room, the ids of the messages (after ``after_seq``) that the seat's own summaries
-    cover: ``seat`` as ``session_seat_get`` reads it, the seat's bot as its ``bot``. None in a
-    one-bot chat, whose messages say it themselves (``compacted_by_id``). One statement."""
-    if not seat.is_room:
-        return None
+def seat_compacted_ids(seat: ChatSession, *, after_seq: int | None = None) -> set[int]:
+    """The ids of the messages (after ``after_seq``) that the seat's own summaries cover:
+    ``seat`` as ``session_seat_get`` reads it, the seat's bot as its ``bot`` (a one-bot chat's
+    own). One statement."""
     rows = SummaryCoverage.objects.filter(bot_id=seat.bot_id, summary__session_id=seat.pk)
     if after_seq is not None:
         rows = rows.filter(message__seq__gt=after_seq)
     return set(rows.values_list("message_id", flat=True))
+
+
+def message_compacted(message: Message) -> bool:
+    """Whether a summary of the seat of the message's chat (its bot's; a room's default bot's)
+    covers ``message``, its session read with it. One statement."""
+    return SummaryCoverage.objects.filter(
+        message_id=message.pk, bot_id=message.session.bot_id
+    ).exists()
 
 
 def manual_run_between(*, command: Message, notice: Message | None) -> RunResult | None:

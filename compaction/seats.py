@@ -1,7 +1,8 @@
 """A seat: whose compaction state a session is (docs/rooms.md). In a room, one bot's view of
-it — who speaks, what it is shown, what its own summaries cover (``RoomView``); the messages a
-seat's model may see (``in_context_before``); the keys and summaries of a seat. A one-bot
-session is a seat with no room: keyed by the session alone, exactly as before rooms."""
+it — who speaks, what it is shown (``RoomView``); what a seat's own summaries cover, in a room or
+a one-bot chat alike (``Seat``); the messages a seat's model may see (``in_context_before``);
+the keys and summaries of a seat. A one-bot session is its bot's seat with no room: its
+summaries, lease and cool-down are keyed by the session alone, exactly as before rooms."""
 
 import re
 from dataclasses import dataclass
@@ -16,45 +17,25 @@ from compaction.models import SeatState, Summary, SummaryCoverage
 
 
 @dataclass(frozen=True)
-class RoomView:
-    """A room as one participant sees it (docs/rooms.md): its own turns are ``assistant``, every
-    other speaker's arrive as ``user`` messages carrying the speaker (``name`` and a ``Name: ``
-    prefix); other bots' recall exchanges are never shown; with ``sees_from_join`` nothing
-    before it joined is. ``prefix_tokens``: what the speaker's label adds to a message, so
-    admission counts what is really sent."""
+class Seat:
+    """Whose coverage a context is built against (docs/rooms.md): the bot whose reply is built —
+    the chat's bot in a one-bot chat, the seat's bot in a room — and its seat's row
+    (``SeatState``): what its own summaries cover (``SummaryCoverage``, one store for every
+    chat) and its covered floor. Read with the pins and summaries, one statement
+    (``compaction.measure``); a seat no summary covered yet has no row and covers nothing."""
 
     bot_id: int
-    from_seq: int  # history, pins and summaries start at this seq (1: everything)
-    header: str  # who is present: a short system block after the bot's prompt
-    speakers: dict[int | None, tuple[str, str]]  # bot id (None: the user) -> (slug, name)
-    prefix_tokens: dict[int | None, int]
-    # This bot's own running totals (``SeatState``): what its summaries cover, and what it never
-    # sees (before it joined); the session's totals less these are its history.
+    # The session's running totals count every message in context; the seat's history is those
+    # less what its summaries cover.
     covered_tokens: int = 0
     covered_messages: int = 0
-    hidden_tokens: int = 0
-    hidden_messages: int = 0
-    # The rest of the seat's row, read with its totals (one statement): what the context report
-    # and the soft trigger ask of it after a turn (``compaction.pipeline.report.context_state``).
-    last_admission: Any = None
-    backoff_until: Any = None  # datetime | None
-    cooldown_until: Any = None  # datetime | None
     # The seat's covered floor (``SeatState.covered_through_seq``, 0: none): everything it sees
     # up to there is covered, but for ``uncovered_ids``.
     covered_through_seq: int = 0
     uncovered_ids: tuple[int, ...] = ()
-    # The other bots' recall and tool rounds since ``from_seq``: in the room's totals, never
-    # shown to this bot (``seen``), so never part of its history or pressure.
-    others_rounds_tokens: int = 0
-    others_rounds_messages: int = 0
-
-    def seen(self) -> Q:
-        """The room's messages this bot is shown: from its join (if it sees from there), and no
-        other bot's recall exchange."""
-        return seat_seen(self.bot_id, self.from_seq)
 
     def covered(self) -> Exists:
-        """The message is covered by one of this bot's own summaries (``SummaryCoverage``)."""
+        """The message is covered by one of this bot's own summaries."""
         return seat_covered(self.bot_id)
 
     def past_floor(self) -> Q:
@@ -67,8 +48,42 @@ class RoomView:
         return past | Q(pk__in=self.uncovered_ids) if self.uncovered_ids else past
 
     def where(self) -> Q:
-        """The room's in-context messages this bot sees and its own summaries do not cover."""
-        return self.seen() & self.past_floor() & ~self.covered()
+        """The in-context messages this seat's own summaries do not cover."""
+        return self.past_floor() & ~self.covered()
+
+
+@dataclass(frozen=True)
+class RoomView:
+    """A room as one participant sees it (docs/rooms.md): its own turns are ``assistant``, every
+    other speaker's arrive as ``user`` messages carrying the speaker (``name`` and a ``Name: ``
+    prefix); other bots' recall exchanges are never shown; with ``sees_from_join`` nothing
+    before it joined is. ``prefix_tokens``: what the speaker's label adds to a message, so
+    admission counts what is really sent. What its summaries cover is its ``Seat``'s, as in
+    any chat."""
+
+    bot_id: int
+    from_seq: int  # history, pins and summaries start at this seq (1: everything)
+    header: str  # who is present: a short system block after the bot's prompt
+    speakers: dict[int | None, tuple[str, str]]  # bot id (None: the user) -> (slug, name)
+    prefix_tokens: dict[int | None, int]
+    # What this bot never sees (before it joined, ``SeatState.hidden_*``): the session's totals
+    # less these and its seat's coverage are its history.
+    hidden_tokens: int = 0
+    hidden_messages: int = 0
+    # The rest of the seat's row, read with its totals (one statement): what the context report
+    # and the soft trigger ask of it after a turn (``compaction.pipeline.report.context_state``).
+    last_admission: Any = None
+    backoff_until: Any = None  # datetime | None
+    cooldown_until: Any = None  # datetime | None
+    # The other bots' recall and tool rounds since ``from_seq``: in the room's totals, never
+    # shown to this bot (``seen``), so never part of its history or pressure.
+    others_rounds_tokens: int = 0
+    others_rounds_messages: int = 0
+
+    def seen(self) -> Q:
+        """The room's messages this bot is shown: from its join (if it sees from there), and no
+        other bot's recall exchange."""
+        return seat_seen(self.bot_id, self.from_seq)
 
     def row_tokens(self, tokens: int, role: str, bot_id: int | None) -> int:
         if role == Message.Role.ASSISTANT and bot_id == self.bot_id:
@@ -92,7 +107,7 @@ def seat_seen(bot_id: int, from_seq: int) -> Q:
 
 
 def seat_covered(bot_id: int) -> Exists:
-    """The message is covered by one of the bot's own summaries (``RoomView.covered``)."""
+    """The message is covered by one of the bot's own summaries (``Seat.covered``)."""
     return Exists(SummaryCoverage.objects.filter(bot_id=bot_id, message_id=OuterRef("pk")))
 
 
@@ -153,15 +168,11 @@ def room_view(session: ChatSession) -> RoomView | None:
             rounds_messages=Subquery(rounds.annotate(n=Count("id")).values("n")),
         )
         .values_list(
-            "covered_tokens",
-            "covered_messages",
             "hidden_tokens",
             "hidden_messages",
             "last_admission",
             "backoff_until",
             "cooldown_until",
-            "covered_through_seq",
-            "uncovered_ids",
             "rounds_tokens",
             "rounds_messages",
         )
@@ -169,25 +180,34 @@ def room_view(session: ChatSession) -> RoomView | None:
     )
     if totals is None:
         alone = rounds.aggregate(tokens=Sum("token_count"), messages=Count("id"))
-        totals = (0, 0, 0, 0, None, None, None, 0, [], alone["tokens"], alone["messages"])
+        totals = (0, 0, None, None, None, alone["tokens"], alone["messages"])
     return RoomView(
         bot_id=bot.pk,
         from_seq=from_seq,
         header=header,
         speakers=speakers,
         prefix_tokens=prefix,
-        covered_tokens=totals[0],
-        covered_messages=totals[1],
-        hidden_tokens=totals[2] if from_seq > 1 else 0,
-        hidden_messages=totals[3] if from_seq > 1 else 0,
-        last_admission=totals[4],
-        backoff_until=totals[5],
-        cooldown_until=totals[6],
-        covered_through_seq=totals[7],
-        uncovered_ids=tuple(totals[8] or ()),
-        others_rounds_tokens=totals[9] or 0,
-        others_rounds_messages=totals[10] or 0,
+        hidden_tokens=totals[0] if from_seq > 1 else 0,
+        hidden_messages=totals[1] if from_seq > 1 else 0,
+        last_admission=totals[2],
+        backoff_until=totals[3],
+        cooldown_until=totals[4],
+        others_rounds_tokens=totals[5] or 0,
+        others_rounds_messages=totals[6] or 0,
     )
+
+
+def seat_read(session: ChatSession) -> Seat:
+    """The seat of ``session``'s bot as its row stands (the measure reads it with the pins and
+    summaries instead, ``compaction.measure``). One statement."""
+    row = (
+        SeatState.objects.filter(session_id=session.pk, bot_id=session.bot_id)
+        .values_list("covered_tokens", "covered_messages", "covered_through_seq", "uncovered_ids")
+        .first()
+    )
+    if row is None:
+        return Seat(bot_id=session.bot_id)
+    return Seat(session.bot_id, row[0], row[1], row[2], tuple(row[3] or ()))
 
 
 def seat_key(session: ChatSession) -> int | None:
@@ -220,13 +240,15 @@ def _name_slug(name: str) -> str:
 
 
 def in_context_before(
-    session: ChatSession | int, before_seq: int, room: RoomView | None = None
+    session: ChatSession | int, before_seq: int, seat: Seat, room: RoomView | None = None
 ) -> Q:
-    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq;
-    in a room, those its bot may see."""
-    where = Message.in_context_q() & Q(session=session, seq__lt=before_seq)
-    return where & room.where() if room is not None else where
+    """The messages a model may see (``Message.in_context_q``) of ``session`` before a seq that
+    ``seat``'s summaries do not cover; in a room, those its bot is shown."""
+    where = Message.in_context_q() & Q(session=session, seq__lt=before_seq) & seat.where()
+    return where & room.seen() if room is not None else where
 
 
-def in_context(session: ChatSession | int, before_seq: int, room: RoomView | None = None):
-    return Message.objects.filter(in_context_before(session, before_seq, room))
+def in_context(
+    session: ChatSession | int, before_seq: int, seat: Seat, room: RoomView | None = None
+) -> QuerySet[Message]:
+    return Message.objects.filter(in_context_before(session, before_seq, seat, room))

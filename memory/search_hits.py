@@ -300,6 +300,7 @@ def fill(
             session,
             [item for _, item in chunk if isinstance(item, search.MessageScore)],
             live_before=live_before,
+            records=names,
         )
         for score, item in chunk:
             if isinstance(item, SearchHit):
@@ -337,7 +338,11 @@ def _within(hits: list[SearchHit], room: int, *, model: str) -> tuple[list[Searc
 
 
 def _message_lines(
-    session: ChatSession, scored: list["search.MessageScore"], *, live_before: int | None
+    session: ChatSession,
+    scored: list["search.MessageScore"],
+    *,
+    live_before: int | None,
+    records: dict[int | None, MemoryRecord],
 ) -> tuple[dict[int, str], set[int]]:
     """Transcript lines (seq -> line) of ``scored`` and of the turn after each question among
     them, read in one query: compacted messages, and live ones below ``live_before`` that are
@@ -346,18 +351,21 @@ def _message_lines(
     if not scored:
         return {}, set()
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
-    # A room's messages never carry compacted_by_id (coverage is per bot, in compaction): the
-    # scored ones are indexed with a snapshot, so compacted by some bot of the room; a live one
-    # is one no snapshot holds.
-    if session.is_room:
-        live = {m.seq for m in scored if m.record_id is None}
-        visible = ~Q(seq__in=live, pinned=True)
-        if live_before:  # never the message the turn answers, or what came after it
-            visible &= Q(seq__lt=live_before)
-    else:
-        visible = Q(compacted_by_id__isnull=False)
-        if live_before:
-            visible |= Q(seq__lt=live_before, pinned=False)
+    # What a summary covers is its seat's (compaction's coverage rows, above this floor): a
+    # scored message held by a snapshot was compacted, and so was the turn after it inside
+    # that snapshot's span; both are shown. Any other line is live history: shown below
+    # ``live_before`` (never the message the turn answers, or what came after it), unpinned (a
+    # pin is in every request).
+    held = set()
+    for m in scored:
+        record = records.get(m.record_id) if m.record_id is not None else None
+        if record is not None:
+            held.add(m.seq)
+            if record.last_seq is not None and m.seq < record.last_seq:
+                held.add(m.seq + 1)
+    visible = Q(seq__in=sorted(held))
+    if live_before:
+        visible |= Q(seq__lt=live_before, pinned=False)
     rows = (
         Message.objects.filter(
             visible,

@@ -217,7 +217,7 @@ def messages_index_rows(
     first_seq: int,
     last_seq: int,
     record_id: int,
-    room: bool = False,
+    covered: Any = None,
 ) -> int:
     """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
     each held by the record ``record_id``; how many were indexed. The models are passed in, so
@@ -228,11 +228,12 @@ def messages_index_rows(
     Messages indexed when they were written (``record`` NULL: searchable across the user's
     chats, not yet recall material) are taken into the record, not indexed twice.
 
-    ``room``: a room's messages never carry ``compacted_by_id`` (each bot's coverage is its own
-    rows, in compaction); its compacted range is the finished, unpinned messages in it."""
-    compacted = (
-        {"status": "complete", "pinned": False} if room else {"compacted_by_id__isnull": False}
-    )
+    ``covered``: the ids of the messages the record's summary covers (compaction passes a
+    subquery of its coverage rows, which this floor does not read); None (a branch's copies,
+    the backfill): the finished, unpinned messages of the range."""
+    compacted: dict[str, Any] = {"status": "complete", "pinned": False}
+    if covered is not None:
+        compacted["pk__in"] = covered
     held = index_model.objects.filter(
         session_id=session_id,
         seq__gte=first_seq,

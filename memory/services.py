@@ -92,9 +92,11 @@ def snapshot_write(
     return MemoryRecord.objects.create(session=session, name=name, **fields)
 
 
-def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
+def snapshot_mark_indexed(*, snapshot: MemoryRecord, covered: Any = None) -> None:
     """The compaction succeeded: the snapshot joins the index, and open chats see it (after
-    commit, like every ``memory.updated``)."""
+    commit, like every ``memory.updated``). ``covered``: the ids of the messages its summary
+    covers (a subquery of compaction's coverage rows; None: every finished, unpinned message
+    of its span)."""
     MemoryRecord.objects.filter(pk=snapshot.pk).update(indexed=True, updated_at=timezone.now())
     assert snapshot.session_id is not None and snapshot.first_seq is not None
     assert snapshot.last_seq is not None
@@ -104,7 +106,7 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
         first_seq=snapshot.first_seq,
         last_seq=snapshot.last_seq,
         record_id=snapshot.pk,
-        room=session.is_room,
+        covered=covered,
     )
     transaction.on_commit(partial(realtime.notify_memory_updated, session=session))
     if session.bot.embedding_model:
@@ -120,7 +122,7 @@ def snapshot_mark_indexed(*, snapshot: MemoryRecord) -> None:
 
 
 def messages_index(
-    *, session_id: int, first_seq: int, last_seq: int, record_id: int, room: bool = False
+    *, session_id: int, first_seq: int, last_seq: int, record_id: int, covered: Any = None
 ) -> int:
     """Index the compacted messages ``first_seq``–``last_seq`` of a session not indexed yet,
     each held by the record ``record_id``; how many were indexed.
@@ -136,7 +138,7 @@ def messages_index(
         first_seq=first_seq,
         last_seq=last_seq,
         record_id=record_id,
-        room=room,
+        covered=covered,
     )
 
 

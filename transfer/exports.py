@@ -12,7 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from bots.models import ChatSession, Message
 from bots.queries import participants_of, session_list_for_user
 from chat_platform.isotime import iso_utc
-from transfer.lossless import EXPORT_CHUNK, session_json_chunks
+from transfer.lossless import EXPORT_CHUNK, messages_with_cover, session_json_chunks
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 _UNSAFE = re.compile(r"[^a-z0-9]+")
@@ -36,7 +36,7 @@ def session_markdown_chunks(session: ChatSession) -> Iterator[str]:
         yield f"Bots: {', '.join(f'{b.name} ({b.model})' for b in bots)} · started {started}\n"
     else:
         yield f"Bot: {session.bot.name} ({session.bot.model}) · started {started}\n"
-    messages = Message.objects.filter(session=session).order_by("seq")
+    messages = messages_with_cover(session)
     for m in messages.iterator(chunk_size=EXPORT_CHUNK):
         who = ROLE_NAMES.get(m.role, m.role)
         if names and m.role == Message.Role.ASSISTANT:
@@ -51,7 +51,7 @@ def session_markdown_chunks(session: ChatSession) -> Iterator[str]:
             notes.append(m.model)
         if m.pinned:
             notes.append("pinned")
-        if m.compacted_by_id:
+        if m.covering:
             notes.append("summarised")
         if m.status != Message.Status.COMPLETE:
             notes.append(m.status)

@@ -17,9 +17,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from django.db.models import BigIntegerField, OuterRef, QuerySet, Subquery, Value
+
 from bots.models import ChatSession, Message
 from chat_platform.isotime import iso_utc
-from compaction.models import CompactionEvent, Summary
+from compaction.models import CompactionEvent, Summary, SummaryCoverage
 from memory.models import MemoryRecord
 from transfer.models import ImportedBranch
 
@@ -141,15 +143,27 @@ def events_export(session: ChatSession, refs: dict[int, int]) -> Iterator[dict[s
         }
 
 
+def messages_with_cover(session: ChatSession) -> QuerySet[Message]:
+    """The chat's messages in seq order, each with the summary of the chat's bot that covers it
+    (``covering``, None: none), read from its seat's coverage as the rows stream. A room's stay
+    None: each of its bots covers the room from its own seat, which a chat of one bot, the
+    export's reader, cannot hold (docs/transfer.md)."""
+    messages = Message.objects.filter(session=session).order_by("seq")
+    if session.is_room:
+        return messages.annotate(covering=Value(None, output_field=BigIntegerField()))
+    mine = SummaryCoverage.objects.filter(bot_id=session.bot_id, message_id=OuterRef("pk"))
+    return messages.annotate(covering=Subquery(mine.values("summary_id")[:1]))
+
+
 def messages_export(session: ChatSession, refs: dict[int, int]) -> Iterator[dict[str, Any]]:
     seqs: dict[int, int] = {}
-    messages = Message.objects.filter(session=session).order_by("seq")
+    messages = messages_with_cover(session)
     for message in messages.iterator(chunk_size=EXPORT_CHUNK):
         seqs[message.pk] = message.seq
         yield {
             "id": message.pk,
             **{field: getattr(message, field) for field in MESSAGE_FIELDS},
-            "compacted_by": refs.get(message.compacted_by_id) if message.compacted_by_id else None,
+            "compacted_by": refs.get(message.covering) if message.covering else None,
             "reply_to": seqs.get(message.reply_to_id) if message.reply_to_id else None,
             "created_at": iso_utc(message.created_at),
             "updated_at": iso_utc(message.updated_at),

@@ -32,6 +32,7 @@ from chat_platform.errors import (
 )
 from chat_platform.foreground import foreground
 from chat_platform.llm.tokens import count_message_tokens
+from compaction.seats import seat_read
 from connections import usage
 from turns import hooks as turn_hooks
 from turns import liveness
@@ -233,9 +234,11 @@ def _turn_body(reply: Message, handle: TurnHandle, state: TurnState) -> None:
     # causes on the way (a hard compaction, a question's embedding) are charged to the same
     # limits and fit in the turn's own hold.
     limits = [*usage.user_limits(session.user_id), *options.quota]
+    # What the chat holds in context, less what the seat's summaries stand in for.
+    sends = session.context_tokens - seat_read(session).covered_tokens if limits else 0
     reservation = usage.quota_reserve(
         limits,
-        tokens=session.context_tokens + config.max_output_tokens,
+        tokens=sends + config.max_output_tokens,
         may_exceed=config.max_output_tokens,
     )
     spent = usage.Meter(reservation)

@@ -34,7 +34,7 @@ from chat_platform.api import api_errors, error_response
 from chat_platform.heavy import heavy_request
 from compaction.payloads import result_payload
 from compaction.pipeline import context_report
-from compaction.queries import seat_compacted_ids
+from compaction.queries import message_compacted, seat_compacted_ids
 from openai_api.keys import request_key_limits
 from turns.services import bot as bot_services
 from turns.services import branch as branch_services
@@ -166,8 +166,6 @@ class SessionMessagesApi(APIView):
                 ) from None
         messages = queries.message_list(session=session, after_seq=after_seq)
         covered = seat_compacted_ids(seat, after_seq=after_seq)
-        if covered is None:
-            return Response(MessageOutputSerializer(messages, many=True).data)
         return Response([message_payload(m, compacted=m.pk in covered) for m in messages])
 
     @extend_schema(
@@ -297,7 +295,7 @@ class MessagePinApi(APIView):
         message = message_services.message_pin_set(
             user=request.user, message_id=message_id, pinned=self.pinned
         )
-        return Response(MessageOutputSerializer(message).data)
+        return Response(message_payload(message, compacted=message_compacted(message)))
 
 
 class MessageUnpinApi(MessagePinApi):

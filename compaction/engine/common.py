@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 
 from django.db.models import Subquery
 
-from bots import coverage
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat, room_snapshot_carry, session_seat
 from chat_platform.errors import NotFound, ValidationFailed
@@ -65,18 +64,6 @@ class SessionGone(NotFound):
 
 def session_exists(session_id: int) -> bool:
     return ChatSession.objects.filter(pk=session_id).exists()
-
-
-def session_kind_held(session: ChatSession) -> None:
-    """First in a commit's transaction: raise ``Conflict`` when the session became a room since
-    the compaction read it (a bot joined while the summariser worked). Its coverage would be
-    written the one-bot way (``Message.compacted_by_id``), which no seat of a room reads: its
-    messages would leave every seat's context with no summary standing in. Nothing is written;
-    the next turn re-evaluates pressure. A one-bot session's row is locked for the rest of the
-    commit (``coverage.session_one_bot_hold``); a room stays a room (nothing turns it back),
-    so its commit needs no lock and no statement."""
-    if not session.is_room and not coverage.session_one_bot_hold(session_id=session.pk):
-        raise Conflict()
 
 
 def session_fresh(session: ChatSession) -> ChatSession:

@@ -1,9 +1,10 @@
-"""What a summary covers, and every write of it: in a one-bot session its messages'
-``compacted_by``, written through ``bots.coverage``; in a room the seat's ``SummaryCoverage``
-rows, ``SeatState`` totals and covered floor. Written by a pass (``coverage_cover``), moved to a
-fused or re-summarised summary, restored on undo, released on delete, carried to a branch
-(``summaries_copy_prefix``), turned into rows when a one-bot chat becomes a room
-(``room_seat_open``); always inside the caller's transaction."""
+"""What a summary covers, and every write of it: one store for every chat (docs/rooms.md "A
+seat's bounded read"), the seat's ``SummaryCoverage`` rows (summary, bot, message), its
+``SeatState`` totals and its covered floor. In a one-bot chat the seat is the chat's bot; in a
+room each bot's. Written by a pass (``seat_cover``), moved to a fused or re-summarised summary,
+restored on undo, released on delete, carried to a branch (``summaries_copy_prefix``); always
+inside the caller's transaction. The session's running totals count every message in context
+whatever covers it: a seat's pressure subtracts its own coverage (``compaction.measure``)."""
 
 from typing import Any
 
@@ -11,41 +12,19 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Min, Q, Sum, Value
 from django.db.models.functions import Least
 
-from bots import coverage
 from bots.models import ChatSession, Message, SessionParticipant
-from bots.transitions import session_context_remove
 from compaction.engine.common import Conflict
 from compaction.models import SEAT_FLOOR_NONE, SeatState, Summary, SummaryCoverage
 from compaction.seats import seat_covered, seat_first_seq, seat_seen
-
-# A one-bot session records coverage on its messages (``Message.compacted_by_id``, through
-# ``bots.coverage``); a room records it per bot (``SummaryCoverage``) with the seat's own totals
-# and covered floor (``SeatState``). Every writer below takes the session and chooses, so each
-# caller keeps one path whatever the session is.
-
-
-def coverage_cover(
-    session: ChatSession, summary: Summary, ids: list[int], *, tokens: int, seen_from: int
-) -> None:
-    """A pass's summary covers exactly ``ids`` (caller's transaction), which held ``tokens``: in
-    a one-bot session on the messages, out of the session's running totals; in a room for its
-    bot alone (``seat_cover``). A message pinned, covered or changed meanwhile is a
-    ``Conflict``."""
-    if session.is_room:
-        seat_cover(session, summary, ids, tokens=tokens, seen_from=seen_from)
-        return
-    if coverage.messages_compact(message_ids=ids, summary_id=summary.pk) != len(ids):
-        raise Conflict()
-    session_context_remove(session_id=session.pk, tokens=tokens, messages=len(ids))
 
 
 def seat_cover(
     session: ChatSession, summary: Summary, ids: list[int], *, tokens: int, seen_from: int
 ) -> None:
-    """In a room (caller's transaction): the bot's summary covers exactly these messages, for
-    this bot alone (``SummaryCoverage``), and the bot's own totals drop by what it replaced.
-    The same conditions as ``coverage.messages_compact``: a message pinned, changed or
-    covered for this bot meanwhile is a conflict.
+    """A pass's summary covers exactly ``ids`` (caller's transaction), which held ``tokens``,
+    for the seat's bot alone (``session.bot``: the chat's, or in a room the seat's), and the
+    seat's totals drop by what it replaced. A message pinned, changed or covered for this bot
+    meanwhile is a ``Conflict``.
 
     One statement writes the coverage of those of ``ids`` still complete and unpinned
     (``INSERT … SELECT``): fewer rows than ids is a conflict, and so is a message this bot
@@ -63,7 +42,7 @@ def seat_cover(
         raise Conflict()
     seat = SeatState.objects.filter(session_id=session.pk, bot_id=bot_id)
     state = seat.select_for_update().values_list("covered_through_seq", "uncovered_ids").first()
-    if state is None:  # the seat's row exists after its first turn; a pass before it makes it
+    if state is None:  # a room's seat has a row from its first turn; a one-bot chat's, from here
         SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
         state = (0, [])
     seat.update(
@@ -140,44 +119,27 @@ def coverage_insert(*, summary_id: int, bot_id: int, message_ids: list[int]) -> 
         return cursor.rowcount
 
 
-def coverage_move(session: ChatSession, *, from_summary_ids: list[int], to_summary_id: int) -> None:
+def coverage_move(*, from_summary_ids: list[int], to_summary_id: int) -> None:
     """Fusion, re-summary: what ``from_summary_ids`` covered is covered by ``to_summary_id``
     (caller's transaction). The totals do not move: the same messages stay covered."""
-    if session.is_room:
-        SummaryCoverage.objects.filter(summary_id__in=from_summary_ids).update(
-            summary_id=to_summary_id
-        )
-    else:
-        coverage.messages_compaction_move(
-            from_summary_ids=from_summary_ids, to_summary_id=to_summary_id
-        )
+    SummaryCoverage.objects.filter(summary_id__in=from_summary_ids).update(summary_id=to_summary_id)
 
 
 def coverage_restore(
-    session: ChatSession, *, from_summary_id: int, to_summary_id: int, first_seq: int, last_seq: int
+    *, from_summary_id: int, to_summary_id: int, first_seq: int, last_seq: int
 ) -> None:
     """Undo of a fusion: the fused summary's coverage in one parent's span is that parent's
     again (the reverse of ``coverage_move``; caller's transaction)."""
-    if session.is_room:
-        SummaryCoverage.objects.filter(
-            summary_id=from_summary_id, message__seq__gte=first_seq, message__seq__lte=last_seq
-        ).update(summary_id=to_summary_id)
-    else:
-        coverage.messages_compaction_restore(
-            from_summary_id=from_summary_id,
-            to_summary_id=to_summary_id,
-            first_seq=first_seq,
-            last_seq=last_seq,
-        )
+    SummaryCoverage.objects.filter(
+        summary_id=from_summary_id, message__seq__gte=first_seq, message__seq__lte=last_seq
+    ).update(summary_id=to_summary_id)
 
 
 def coverage_release(session: ChatSession, *, summary_id: int) -> tuple[int, int]:
-    """Undo: what ``summary_id`` covers is no longer covered and comes back into the context —
-    in a room, into its bot's context only: its coverage rows go and its seat's totals drop by
-    exactly what they held (the reverse of ``seat_cover``); other bots' seats are untouched.
-    Returns the (tokens, messages) that came back. Caller's transaction."""
-    if not session.is_room:
-        return coverage.messages_uncompact(summary_id=summary_id)
+    """Undo: what ``summary_id`` covers is no longer covered and comes back into the context
+    of its seat (``session.bot``) only: its coverage rows go and its seat's totals drop by
+    exactly what they held (the reverse of ``seat_cover``); in a room other bots' seats are
+    untouched. Returns the (tokens, messages) that came back. Caller's transaction."""
     rows = SummaryCoverage.objects.filter(summary_id=summary_id)
     held = rows.aggregate(
         tokens=Sum("message__token_count"), messages=Count("id"), first=Min("message__seq")
@@ -199,9 +161,10 @@ def coverage_release(session: ChatSession, *, summary_id: int) -> tuple[int, int
 
 def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
     """A branch carries over the active summaries that cover only messages before its branch
-    point (with the audit fields as they are), and they cover the copies of those messages. A
-    summary reaching the branch point or beyond is not carried: it speaks of messages the
-    branch does not have, so the branch sees those messages raw (compacted again as needed)."""
+    point (with the audit fields as they are), and they cover, for the same seats, the copies of
+    those messages. A summary reaching the branch point or beyond is not carried: it speaks of
+    messages the branch does not have, so the branch sees those messages raw (compacted again as
+    needed). Then the branch's seats are counted (``seats_count``)."""
     carried = 0
     kept = Summary.objects.filter(
         session=source, status=Summary.Status.ACTIVE, last_seq__lt=before_seq
@@ -213,52 +176,57 @@ def summaries_copy_prefix(*, source: ChatSession, target: ChatSession, before_se
         summary.session = target
         summary.save(force_insert=True)
         Summary.objects.filter(pk=summary.pk).update(created_at=created_at)
-        coverage.messages_coverage_copy(
-            source_id=source.pk,
-            target_id=target.pk,
-            from_summary_id=old_id,
-            to_summary_id=summary.pk,
-        )
-        if source.is_room:
-            _room_coverage_copy(target=target, from_summary_id=old_id, to_summary=summary)
+        _coverage_copy(target=target, from_summary_id=old_id, to_summary=summary)
         carried += 1
-    if source.is_room:
-        _room_seats_count(target=target)
+    seats_count(target=target)
     return carried
 
 
-def _room_coverage_copy(*, target: ChatSession, from_summary_id: int, to_summary: Summary) -> None:
-    """A room's carried-over summary covers, for its bot, the copies of what it covered."""
-    seqs = SummaryCoverage.objects.filter(summary_id=from_summary_id).values("message__seq")
-    copies = Message.objects.filter(session=target, seq__in=seqs).values_list("pk", flat=True)
+def _coverage_copy(*, target: ChatSession, from_summary_id: int, to_summary: Summary) -> None:
+    """A carried-over summary covers, for each seat it covered, the copies of what it covered."""
+    rows = SummaryCoverage.objects.filter(summary_id=from_summary_id).values_list(
+        "bot_id", "message__seq"
+    )
+    by_seq: dict[int, list[int]] = {}
+    for bot_id, seq in rows:
+        by_seq.setdefault(seq, []).append(bot_id)
+    copies = Message.objects.filter(session=target, seq__in=list(by_seq)).values_list("pk", "seq")
     SummaryCoverage.objects.bulk_create(
-        SummaryCoverage(summary=to_summary, bot_id=to_summary.bot_id, message_id=pk)
-        for pk in copies
-        if to_summary.bot_id is not None
+        SummaryCoverage(summary=to_summary, bot_id=bot_id, message_id=pk)
+        for pk, seq in copies
+        for bot_id in by_seq[seq]
     )
 
 
-def _room_seats_count(*, target: ChatSession) -> None:
-    """A room branch's seats: each bot's covered totals from its coverage rows, what a bot
-    that sees from its join does not see (the branch's in-context history up to its join), and
-    its covered floor at the last message its coverage reaches (``seat_floor``)."""
+def seats_count(*, target: ChatSession) -> None:
+    """A branch's or an imported chat's seats (its bot's in a one-bot chat, each participant's
+    in a room): each bot's covered totals from its coverage rows, what a bot that sees from its
+    join does not see (the chat's in-context history up to its join), and its covered floor at
+    the last message its coverage reaches (``seat_floor``). A one-bot chat no summary covers
+    has no seat row to write."""
     in_context = Message.objects.filter(Message.in_context_q(), session=target)
-    for participant in SessionParticipant.objects.filter(session=target):
-        covered = SummaryCoverage.objects.filter(
-            bot_id=participant.bot_id, message__session=target
-        ).aggregate(
+    seats = {
+        p.bot_id: (p.joined_seq, p.sees_from_join)
+        for p in SessionParticipant.objects.filter(session=target)
+    }
+    if not target.is_room:
+        seats = {target.bot_id: (0, False)}
+        if not SummaryCoverage.objects.filter(summary__session=target).exists():
+            return
+    for bot_id, (joined_seq, sees_from_join) in seats.items():
+        covered = SummaryCoverage.objects.filter(bot_id=bot_id, message__session=target).aggregate(
             tokens=Sum("message__token_count"), messages=Count("id"), last=Max("message__seq")
         )
         hidden = (
-            in_context.filter(seq__lte=participant.joined_seq).aggregate(
+            in_context.filter(seq__lte=joined_seq).aggregate(
                 tokens=Sum("token_count"), messages=Count("id")
             )
-            if participant.sees_from_join
+            if sees_from_join
             else {"tokens": 0, "messages": 0}
         )
         SeatState.objects.update_or_create(
             session=target,
-            bot_id=participant.bot_id,
+            bot_id=bot_id,
             defaults={
                 "covered_tokens": covered["tokens"] or 0,
                 "covered_messages": covered["messages"],
@@ -267,8 +235,8 @@ def _room_seats_count(*, target: ChatSession) -> None:
                 **SEAT_FLOOR_NONE,
                 **seat_floor(
                     target.pk,
-                    participant.bot_id,
-                    seat_first_seq(participant.joined_seq, participant.sees_from_join),
+                    bot_id,
+                    seat_first_seq(joined_seq, sees_from_join),
                     floor=(0, []),
                     through_seq=covered["last"] or 0,
                 ),
@@ -278,12 +246,9 @@ def _room_seats_count(*, target: ChatSession) -> None:
 
 def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -> None:
     """A bot takes its seat in a room (``participant_add``'s transaction, the session row
-    locked). The first time a session becomes a room, its summaries' coverage moves from
-    ``Message.compacted_by_id`` to rows per bot (``SummaryCoverage``: in a room several bots may
-    cover one message), and its running totals count every message again. A bot that sees from
-    its join never sees what is in context now: its own totals leave it out (``hidden_*``)."""
-    if Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).exists():
-        _coverage_to_rows(session)
+    locked). A bot that sees from its join never sees what is in context now: its own totals
+    leave it out (``hidden_*``). What the chat's summaries cover stays theirs: coverage is
+    per seat in every chat, so a one-bot chat becoming a room moves nothing."""
     tokens, messages = (
         ChatSession.objects.filter(pk=session.pk)
         .values_list("context_tokens", "context_messages")
@@ -298,37 +263,3 @@ def room_seat_open(*, session: ChatSession, bot_id: int, sees_from_join: bool) -
             **SEAT_FLOOR_NONE,  # what it is shown may start elsewhere now
         },
     )
-
-
-def _coverage_to_rows(session: ChatSession) -> None:
-    """A one-bot chat's coverage as rows per summary's bot, their seats' totals, and each
-    seat's covered floor at the last message its rows reach (``seat_floor``): the chat's bot
-    was shown everything."""
-    rows = list(
-        Message.objects.filter(session_id=session.pk, compacted_by_id__isnull=False).values_list(
-            "pk", "compacted_by_id", "token_count", "seq"
-        )
-    )
-    writers = dict(
-        Summary.objects.filter(pk__in={summary_id for _, summary_id, _, _ in rows}).values_list(
-            "pk", "bot_id"
-        )
-    )
-    covered: dict[int, list[int]] = {}
-    written = []
-    for pk, summary_id, tokens, seq in rows:
-        bot_id = writers.get(summary_id) or session.bot_id
-        written.append(SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk))
-        totals = covered.setdefault(bot_id, [0, 0, 0])
-        totals[0] += tokens
-        totals[1] += 1
-        totals[2] = max(totals[2], seq)
-    SummaryCoverage.objects.bulk_create(written)
-    for bot_id, (tokens, messages, last) in covered.items():
-        state, _ = SeatState.objects.get_or_create(session_id=session.pk, bot_id=bot_id)
-        SeatState.objects.filter(pk=state.pk).update(
-            covered_tokens=F("covered_tokens") + tokens,
-            covered_messages=F("covered_messages") + messages,
-            **seat_floor(session.pk, bot_id, 1, floor=(0, []), through_seq=last),
-        )
-    coverage.messages_room_uncompact(session_id=session.pk)

@@ -52,7 +52,7 @@ def session_expand(*, session: ChatSession, record: MemoryRecord) -> ExpandResul
     first_seq, last_seq = record.first_seq, record.last_seq
     session = session_fresh(session)
     measure = context_measure(session=session)
-    entries, replaced = expanded_span(session, first_seq, last_seq, measure.room)
+    entries, replaced = expanded_span(session, first_seq, last_seq, measure.seat, measure.room)
     if not entries:
         raise ValidationFailed(
             f"Messages {first_seq}–{last_seq} are not compacted: they are in the context already.",

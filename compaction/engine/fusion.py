@@ -17,7 +17,6 @@ from compaction.engine.common import (
     FUSION_SHARE_PERCENT,
     Conflict,
     Plan,
-    session_kind_held,
 )
 from compaction.engine.coverage import coverage_move
 from compaction.engine.events import event_write
@@ -137,7 +136,6 @@ def fuse_commit(
     replaced: int,
 ) -> tuple[Summary, int, CompactionEvent]:
     """Supersede the parents, create the fused summary, re-point coverage (caller's atomic)."""
-    session_kind_held(session)  # a bot joined meanwhile -> conflict
     parent_ids = [p.pk for p in parents]
     superseded = Summary.objects.filter(pk__in=parent_ids, status=Summary.Status.ACTIVE).update(
         status=Summary.Status.SUPERSEDED, superseded_at=timezone.now()
@@ -155,7 +153,7 @@ def fuse_commit(
         level=max(p.level for p in parents) + 1,
     )
     summary.parents.set(parents)
-    coverage_move(session, from_summary_ids=parent_ids, to_summary_id=summary.pk)
+    coverage_move(from_summary_ids=parent_ids, to_summary_id=summary.pk)
     tokens_after, event = record_success(
         session,
         "fusion",

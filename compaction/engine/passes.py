@@ -23,9 +23,8 @@ from compaction.engine.common import (
     SessionGone,
     session_exists,
     session_fresh,
-    session_kind_held,
 )
-from compaction.engine.coverage import coverage_cover
+from compaction.engine.coverage import seat_cover
 from compaction.engine.events import event_write, room_frame, unchanged
 from compaction.engine.range_choice import range_choose, source_tokens_to_take
 from compaction.engine.summariser import (
@@ -37,7 +36,7 @@ from compaction.engine.summariser import (
 )
 from compaction.facts import retention_score
 from compaction.measure import context_measure
-from compaction.models import CompactionEvent, Summary
+from compaction.models import CompactionEvent, Summary, SummaryCoverage
 from compaction.quality import GateResult, summary_gate
 from compaction.results import RunResult
 from compaction.seats import seat_key
@@ -272,7 +271,10 @@ def record_success(
     """Inside the committing transaction: index the snapshot, measure, write the event.
     ``must_lower`` (``/compact`` in chat): a context no smaller than before raises ``NotLower``
     before anything is recorded (the caller's transaction rolls the summary and claim back)."""
-    memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"])
+    # What the summary covers, as a subquery of its coverage rows (written before this): the
+    # messages its snapshot holds, not the others of its span (pinned, interrupted, held).
+    covered = SummaryCoverage.objects.filter(summary_id=summary.pk).values("message_id")
+    memory_services.snapshot_mark_indexed(snapshot=accepted["snapshot"], covered=covered)
     tokens_after = context_measure(session=session_fresh(session)).pressure
     if must_lower and tokens_after >= tokens_before:
         raise NotLower(tokens_after)
@@ -314,7 +316,9 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
             pressure=tokens_before,
         )
 
-    selection, transcript, sends = range_choose(session, plan, tokens_to_free, room=measure.room)
+    selection, transcript, sends = range_choose(
+        session, plan, tokens_to_free, seat=measure.seat, room=measure.room
+    )
     if not selection and not record_noop:
         return RunResult("noop", "nothing_to_compact", tokens_before, tokens_before)
     if not selection:
@@ -414,7 +418,6 @@ def _pass_commit(
     in a room, the first seq the seat is shown (``RoomView.from_seq``)."""
     try:
         with transaction.atomic():
-            session_kind_held(session)  # a bot joined meanwhile -> conflict
             summary = summary_create(
                 session,
                 plan,
@@ -425,7 +428,7 @@ def _pass_commit(
                 level=1,
             )
             # Conditional claim: a message pinned, compacted or changed meanwhile -> conflict.
-            coverage_cover(session, summary, ids, tokens=source_tokens, seen_from=seen_from)
+            seat_cover(session, summary, ids, tokens=source_tokens, seen_from=seen_from)
             tokens_after, event = record_success(
                 session,
                 plan.trigger,

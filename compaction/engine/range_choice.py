@@ -22,7 +22,7 @@ from compaction.engine.summariser import (
 from compaction.engine.transcript import transcript_line
 from compaction.models import CompactionEvent
 from compaction.ranges import RangeRow, range_select
-from compaction.seats import RoomView, seat_filter
+from compaction.seats import RoomView, Seat, seat_filter
 
 
 def range_rows(
@@ -30,17 +30,19 @@ def range_rows(
     *,
     before_seq: int | None,
     want_tokens: int,
+    seat: Seat,
     room: RoomView | None = None,
 ) -> list[RangeRow]:
-    """Uncompacted in-context rows, oldest first, in keyset pages until enough are in hand; in a
-    room, those the bot was shown and its own summaries do not cover yet (``RoomView.where``).
+    """In-context rows the seat's summaries do not cover yet (``Seat.where``), oldest first, in
+    keyset pages until enough are in hand; in a room, those its bot was shown.
 
     The spans of undone summaries that are still held are left out, as if not there: the scan
     goes on past them (a held span is not taken again until it is released)."""
     rows: list[RangeRow] = []
-    queryset = Message.objects.filter(Message.in_context_q(), session=session).order_by("seq")
+    queryset = Message.objects.filter(Message.in_context_q(), seat.where(), session=session)
+    queryset = queryset.order_by("seq")
     if room is not None:
-        queryset = queryset.filter(room.where())
+        queryset = queryset.filter(room.seen())
     for first, last in held_spans(session):
         queryset = queryset.exclude(seq__gte=first, seq__lte=last)
     if before_seq is not None:
@@ -77,14 +79,15 @@ def range_rows(
 
 
 def range_choose(
-    session: ChatSession, plan: Plan, tokens_to_free: int, *, room: RoomView | None
+    session: ChatSession, plan: Plan, tokens_to_free: int, *, seat: Seat, room: RoomView | None
 ) -> tuple[list[RangeRow], str, int]:
     """The range (from stored counts), its transcript and what its request costs as sent
     (``request_tokens``: the pass charges it without counting it again), which fits in 85 % of
     the summariser's window: speaker labels cost more than the stored per-message overhead, so
     an over-long transcript shrinks the range by its overflow and is measured again.
 
-    ``room``: the seat's view, as the pass's measure read it (None in a one-bot session)."""
+    ``seat`` and ``room``: the seat and its view of a room, as the pass's measure read them
+    (``room`` None in a one-bot session)."""
     config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
     limit = summariser_window(session.bot, config) * INPUT_SHARE_PERCENT // 100
     cap = max(0, limit - request_tokens("", plan.focus, config.model))
@@ -96,6 +99,7 @@ def range_choose(
         session,
         before_seq=within[1] + 1 if within is not None else current_turn,
         want_tokens=min(tokens_to_free, cap),
+        seat=seat,
         room=room,
     )
     loaded: dict[int, Message] = {}

@@ -21,7 +21,6 @@ from compaction.engine.common import (
     Conflict,
     Plan,
     session_fresh,
-    session_kind_held,
     summary_seat,
 )
 from compaction.engine.coverage import coverage_move
@@ -94,7 +93,6 @@ def _resummarise(
     assert accepted is not None
     try:
         with transaction.atomic():
-            session_kind_held(session)  # a bot joined meanwhile -> conflict
             superseded = Summary.objects.filter(pk=old.pk, status=Summary.Status.ACTIVE).update(
                 status=Summary.Status.SUPERSEDED, superseded_at=timezone.now()
             )
@@ -112,7 +110,7 @@ def _resummarise(
             if parents:
                 new.parents.set(parents)
             Summary.objects.filter(pk=old.pk).update(superseded_by=new)
-            coverage_move(session, from_summary_ids=[old.pk], to_summary_id=new.pk)
+            coverage_move(from_summary_ids=[old.pk], to_summary_id=new.pk)
             tokens_after, event = record_success(
                 session,
                 TRIGGER,

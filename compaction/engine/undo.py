@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, QuotaExceeded, ValidationFailed
-from compaction.engine.common import Conflict, session_fresh, session_kind_held, summary_seat
+from compaction.engine.common import session_fresh, summary_seat
 from compaction.engine.coverage import coverage_release, coverage_restore
 from compaction.engine.events import event_write
 from compaction.engine.runs import manual_passes
@@ -109,13 +109,6 @@ def summary_revert(*, summary: Summary, compact_rest: bool = False) -> RevertRes
         tokens_before = context_measure(session=session).pressure
         try:
             with transaction.atomic():
-                try:
-                    session_kind_held(session)
-                except Conflict:
-                    raise CompactionBusy(
-                        "A bot joined this chat while the compaction was being undone; nothing "
-                        "was changed. Try again."
-                    ) from None
                 result = _revert_commit(session, summary, tokens_before=tokens_before)
                 if result.tokens_after >= hard and not compact_rest:
                     raise _OverHard(result.tokens_after)
@@ -159,7 +152,6 @@ def _revert_commit(session: ChatSession, summary: Summary, *, tokens_before: int
     if parents:
         for parent in parents:
             coverage_restore(
-                session,
                 from_summary_id=summary.pk,
                 to_summary_id=parent.pk,
                 first_seq=parent.first_seq,

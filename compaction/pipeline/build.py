@@ -220,7 +220,7 @@ def still_in_context(measure: Measure, messages: Sequence[Message]) -> list[Mess
     if not messages:
         return []
     alive = set(
-        in_context(measure.session, measure.before_seq, measure.room)
+        in_context(measure.session, measure.before_seq, measure.seat, measure.room)
         .filter(pk__in=[m.pk for m in messages])
         .values_list("pk", flat=True)
     )

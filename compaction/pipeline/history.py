@@ -13,7 +13,7 @@ from bots.models import Message
 from chat_platform.compiled import CompiledValues
 from compaction.admission import Admission, HistoryRow
 from compaction.measure import Measure
-from compaction.seats import RoomView, in_context, in_context_before
+from compaction.seats import RoomView, Seat, in_context, in_context_before
 
 # Rows per keyset page when walking history newest-first (ids and counts only, no text).
 HISTORY_PAGE_SIZE = 500
@@ -58,7 +58,7 @@ def history_newest_first(measure: Measure) -> Iterator[HistoryRow]:
     """Unpinned history as (ids, counts), newest first, in keyset pages; stops when not pulled."""
     room = measure.room
     rows = (
-        in_context(measure.session, measure.before_seq, room)
+        in_context(measure.session, measure.before_seq, measure.seat, room)
         .filter(pinned=False)
         .annotate(calls=tool_calls_text())
         .order_by("-seq")
@@ -102,16 +102,23 @@ def whole_history(
     outside = _sent_whole_ids(measure, new_message)
     history: list[HistoryRow] = []
     texts: dict[int, tuple[Any, ...]] = {}
-    room = measure.room
+    room, seat = measure.room, measure.seat
     session_id, before_seq = measure.session.pk, measure.before_seq
     cursor = before_seq
     while True:
-        if room is None:  # a one-bot chat's, every turn: compiled once per process
-            page = _WHOLE_PAGE.rows(
-                session_id=session_id, before_seq=before_seq, cursor=cursor, limit=HISTORY_PAGE_SIZE
-            )
+        page_of = {
+            "session_id": session_id,
+            "before_seq": before_seq,
+            "cursor": cursor,
+            "limit": HISTORY_PAGE_SIZE,
+            "seat_bot_id": seat.bot_id,
+            "floor": seat.covered_through_seq,
+        }
+        if room is None and not seat.uncovered_ids:
+            # A one-bot chat's, nearly every turn: compiled once per process.
+            page = _WHOLE_PAGE.rows(**page_of)
         else:
-            page = list(_whole_page_query(session_id, before_seq, cursor, HISTORY_PAGE_SIZE, room))
+            page = list(_whole_page_query(**page_of, room=room, listed=seat.uncovered_ids))
         for pk, role, content, calls, tool_call_id, bot_id, seq, tokens, pinned in page:
             texts[pk] = (pk, role, content, calls, tool_call_id, bot_id, seq)
             if not pinned and pk not in outside:
@@ -135,12 +142,25 @@ def whole_history(
 
 
 def _whole_page_query(  # noqa: ANN202 (a queryset)
-    session_id: int, before_seq: int, cursor: int, limit: int, room: RoomView | None = None
+    session_id: int,
+    before_seq: int,
+    cursor: int,
+    limit: int,
+    seat_bot_id: int,
+    floor: int,
+    room: RoomView | None = None,
+    listed: tuple[int, ...] = (),
 ):
-    """One page of ``whole_history``: in-context messages before ``cursor``, newest first, with
-    their text (``CHOSEN_FIELDS``), count and pin."""
+    """One page of ``whole_history``: in-context messages of the seat (its bot, covered floor
+    and the ids listed below it) before ``cursor``, newest first, with their text
+    (``CHOSEN_FIELDS``), count and pin. The floor is compared even at 0 (every seq is above
+    it), so one compiled statement serves every seat without listed ids."""
+    seat = Seat(bot_id=seat_bot_id, covered_through_seq=floor, uncovered_ids=listed)
+    where = in_context_before(session_id, before_seq, seat, room)
+    if not floor:
+        where &= Q(seq__gt=floor)
     return (
-        Message.objects.filter(in_context_before(session_id, before_seq, room), seq__lt=cursor)
+        Message.objects.filter(where, seq__lt=cursor)
         .annotate(calls=tool_calls_text())
         .order_by("-seq")
         .values_list(*CHOSEN_FIELDS, "token_count", "pinned")[:limit]

@@ -4,11 +4,11 @@ branch being continued."""
 
 import pytest
 
-from bots.coverage import messages_compact
 from bots.models import ChatSession, Message
 from bots.transitions import session_context_recount
 from compaction.models import Summary
 from memory.models import MemoryRecord, MessageIndex
+from tests.coverage import cover, messages_covered
 from tests.factories import SessionFactory, UserFactory
 from tests.fakeopenai import Reply
 
@@ -60,7 +60,7 @@ def _summary(session, first, last, text):
             "pk", flat=True
         )
     )
-    assert messages_compact(message_ids=ids, summary_id=summary.pk) == len(ids)
+    assert cover(Message.objects.filter(pk__in=ids), summary.pk) == len(ids)
     session_context_recount(session_id=session.pk)
     return summary
 
@@ -230,7 +230,7 @@ def test_a_branch_carries_only_the_summaries_of_messages_it_has(chat, owner_clie
     assert (carried.first_seq, carried.last_seq, carried.text) == (1, 2, early.text)
     assert carried.pk != early.pk and carried.created_at == early.created_at
     assert list(
-        Message.objects.filter(session_id=branch_id)
+        messages_covered(ChatSession.objects.get(pk=branch_id))
         .order_by("seq")
         .values_list("seq", "compacted_by_id")
     ) == [(1, carried.pk), (2, carried.pk), (3, None), (4, None)]
@@ -302,7 +302,7 @@ def test_compaction_on_a_branch_leaves_the_original_alone(chat, owner_client, fa
         1 if response.json()["outcome"] == "compacted" else 0
     )
     assert not Summary.objects.filter(session=chat).exists()
-    assert Message.objects.filter(session=chat, compacted_by_id__isnull=False).count() == 0
+    assert messages_covered(chat).filter(compacted_by_id__isnull=False).count() == 0
 
 
 @pytest.mark.parametrize(

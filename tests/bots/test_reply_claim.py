@@ -242,7 +242,7 @@ def test_a_room_reply_costs_a_fixed_set_of_statements(owner, fake_bot, fake_open
         "SELECT",  # the room's participants with their bots and the user's name, once
         "SELECT",  # the user's daily token limit
         "SELECT",  # the seat's row: totals (with last admission and cool-down)
-        "(SELECT",  # pins and this bot's summaries
+        "(SELECT",  # pins, this bot's summaries and the seat's coverage
         "SELECT",  # memory index
         "SELECT",  # history with its text
         "UPDATE",  # the seat's last_admission, once the provider answered
@@ -257,7 +257,10 @@ def test_a_room_reply_costs_a_fixed_set_of_statements(owner, fake_bot, fake_open
     assert "bots_sessionparticipant" in sqls[1] and "auth_user" in sqls[1]
     assert sum("bots_sessionparticipant" in sql for sql in sqls) == 1
     assert not any(sql.startswith('SELECT "auth_user"') for sql in sqls)  # the name came along
-    assert sum("compaction_seatstate" in sql for sql in sqls) == 3
+    # the room's view of the seat twice, its last admission, and its coverage read in the two
+    # pins-and-summaries statements (a branch of their UNION, no statement of its own)
+    assert sum("compaction_seatstate" in sql for sql in sqls) == 5
+    assert sum(sql.startswith("(SELECT") and "compaction_seatstate" in sql for sql in sqls) == 2
     assert sqls[7].startswith('UPDATE "compaction_seatstate" SET "last_admission"')
     assert not any(sql.startswith('SELECT "bots_bot"') for sql in sqls)
     assert not any(

@@ -2,10 +2,15 @@
 
 import pytest
 
-from bots.models import Message
 from bots.transitions import session_context_recount
 from compaction.models import CompactionEvent, Summary
 from memory.models import MemoryRecord
+from tests.coverage import (
+    in_context_recount,
+    in_context_totals,
+    message_covering,
+    messages_covered,
+)
 from tests.factories import message_add, turn_pending
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,16 +56,15 @@ def test_compact_command_with_builtin_extractive(owner_client, chat_session, eag
         "tokens (messages 1–46)."
     )
     assert (body["notice"]["role"], body["notice"]["kind"]) == ("system", "notice")
-    covered = Message.objects.filter(session=chat_session, compacted_by_id=summary.pk)
+    covered = messages_covered(chat_session).filter(compacted_by_id=summary.pk)
     assert covered.count() == 46
     assert set(
-        Message.objects.filter(session=chat_session, seq__in=[47, 48]).values_list(
-            "compacted_by_id", flat=True
-        )
+        messages_covered(chat_session)
+        .filter(seq__in=[47, 48])
+        .values_list("compacted_by_id", flat=True)
     ) == {None}
-    chat_session.refresh_from_db()
-    remaining = session_context_recount(session_id=chat_session.pk)
-    assert chat_session.context_tokens == remaining[0] < before
+    remaining = in_context_recount(chat_session)
+    assert in_context_totals(chat_session) == remaining and remaining[0] < before
     snapshot = MemoryRecord.objects.get(session=chat_session, name="snapshot_1_46")
     assert snapshot.indexed is True
     assert snapshot.description.startswith("Pre-compaction snapshot of messages 1–46")
@@ -112,9 +116,7 @@ def test_compact_while_a_reply_runs_leaves_its_question_and_everything_after(
     summary = Summary.objects.get(session=chat_session)
     assert (summary.first_seq, summary.last_seq) == (1, 48)
     assert (
-        list(
-            Message.objects.filter(session=chat_session, seq__gte=49, compacted_by_id__isnull=False)
-        )
+        list(messages_covered(chat_session).filter(seq__gte=49, compacted_by_id__isnull=False))
         == []
     )
 
@@ -141,12 +143,14 @@ def test_a_message_longer_than_the_summariser_can_read_is_compacted_by_its_head(
     assert response.status_code == 200, response.json()
     assert response.json()["compaction"]["outcome"] == "compacted"
     first.refresh_from_db()
-    assert first.compacted_by_id is not None and first.content == huge
+    assert message_covering(first) is not None and first.content == huge
     snapshot = MemoryRecord.objects.get(session=chat_session, name="snapshot_1_1")
     assert "is longer than the summariser can read" in snapshot.body
     assert "PX-00000" in snapshot.body and "PX-01499" not in snapshot.body
     # the history behind it was compacted too: all but the latest exchange
-    left = Message.objects.filter(
-        session=chat_session, kind="chat", compacted_by_id__isnull=True
-    ).exclude(status="failed")
+    left = (
+        messages_covered(chat_session)
+        .filter(kind="chat", compacted_by_id__isnull=True)
+        .exclude(status="failed")
+    )
     assert sorted(left.values_list("seq", flat=True)) == [25, 26]

@@ -32,6 +32,7 @@ from tests.compaction.test_engine import (
     recount,
     summariser_requests,
 )
+from tests.coverage import messages_covered
 from tests.factories import SessionFactory
 from tests.fakeopenai import Reply
 from tests.integration.processes import celery_worker, process_env
@@ -52,15 +53,17 @@ def assert_coverage_consistent(session) -> None:
         for earlier, later in zip(group, group[1:], strict=False):
             assert earlier.last_seq < later.first_seq, (earlier, later)
     by_id = {s.pk: s for s in summaries}
-    covered = Message.objects.filter(session=session, compacted_by_id__isnull=False)
+    covered = messages_covered(session).filter(compacted_by_id__isnull=False)
     for seq, summary_id in covered.values_list("seq", "compacted_by_id"):
         owner = by_id[summary_id]
         assert owner.status == "active"
         assert owner.first_seq <= seq <= owner.last_seq
     for summary in level_one:
-        members = Message.objects.filter(
-            session=session, seq__gte=summary.first_seq, seq__lte=summary.last_seq
-        ).exclude(compacted_by_id=None)
+        members = (
+            messages_covered(session)
+            .filter(seq__gte=summary.first_seq, seq__lte=summary.last_seq)
+            .exclude(compacted_by_id=None)
+        )
         if summary.status == "active":
             assert sum(members.values_list("token_count", flat=True)) == summary.source_tokens
     assert counters(session) == recount(session)

@@ -14,16 +14,16 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
-from bots import coverage as bots_coverage
 from bots.models import Message
-from bots.transitions import session_context_recount
 from chat_platform.llm.tokens import count_message_tokens, count_tokens, truncate_to_tokens
 from chat_platform.transcript import stamp
 from compaction import engine
+from compaction.engine import coverage as compaction_coverage
 from compaction.engine import fusion, passes, policy
 from compaction.models import CompactionEvent, CompactionState, Summary
 from compaction.pipeline import context_build, context_measure
 from memory.models import MemoryRecord
+from tests.coverage import in_context_recount, in_context_totals, messages_covered
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from turns.dispatch import compact_soft_dispatch
@@ -96,9 +96,9 @@ def add_turn(session, content: str = "What should we do next?", *, tokens: int |
 
 
 def recount(session):
-    totals = session_context_recount(session_id=session.pk)
-    session.refresh_from_db()
-    return totals
+    """What the seat of the session's bot holds in context, counted from the messages (the
+    session's running totals repaired first)."""
+    return in_context_recount(session)
 
 
 def summariser_requests(fake) -> list[dict]:
@@ -133,7 +133,7 @@ def transcript_of(request: dict) -> str:
 
 def message_rows(session) -> list[tuple]:
     return list(
-        Message.objects.filter(session=session)
+        messages_covered(session)
         .order_by("seq")
         .values_list("seq", "role", "kind", "content", "status", "token_count", "compacted_by_id")
     )
@@ -141,15 +141,16 @@ def message_rows(session) -> list[tuple]:
 
 def compacted_seqs(session) -> list[int]:
     return list(
-        Message.objects.filter(session=session, compacted_by_id__isnull=False)
+        messages_covered(session)
+        .filter(compacted_by_id__isnull=False)
         .order_by("seq")
         .values_list("seq", flat=True)
     )
 
 
 def counters(session) -> tuple[int, int]:
-    session.refresh_from_db()
-    return session.context_tokens, session.context_messages
+    """What the running totals say the seat of the session's bot holds in context."""
+    return in_context_totals(session)
 
 
 class Clock:
@@ -520,7 +521,7 @@ def test_message_pinned_while_being_summarised_is_not_compacted(session, fake_op
 
     engine.compaction_manual(session=session)
 
-    pinned = Message.objects.get(session=session, seq=2)
+    pinned = messages_covered(session).get(seq=2)
     assert (pinned.pinned, pinned.compacted_by_id) == (True, None)
     assert counters(session) == recount(session)
     new, reply = add_turn(session, "What did I pin?", tokens=10)
@@ -600,8 +601,8 @@ def _tool_session(session, *, pin_result: bool):
 
 
 def _assert_no_orphaned_tool_result(session):
-    for result in Message.objects.filter(session=session, role="tool"):
-        call = Message.objects.get(session=session, tool_calls__contains=[{"id": "call_1"}])
+    for result in messages_covered(session).filter(role="tool"):
+        call = messages_covered(session).get(tool_calls__contains=[{"id": "call_1"}])
         assert result.compacted_by_id == call.compacted_by_id
 
 
@@ -906,7 +907,7 @@ def test_a_crash_after_the_summariser_rolls_back_and_is_on_record(
     def crash(**kwargs):
         raise RuntimeError("crash inside the pass commit")
 
-    monkeypatch.setattr(bots_coverage, "messages_compact", crash)
+    monkeypatch.setattr(compaction_coverage, "coverage_insert", crash)
     failed = engine.compaction_soft(session_id=session.pk)
     assert (failed.outcome, failed.reason) == ("failed", "internal_error")
     [event] = CompactionEvent.objects.filter(session=session)
@@ -1058,7 +1059,7 @@ def test_fallback_extractive_when_the_summariser_fails_under_hard_pressure(
         1,
         1,
     )
-    covered = Message.objects.filter(session=session, compacted_by_id=summary.pk)
+    covered = messages_covered(session).filter(compacted_by_id=summary.pk)
     assert list(covered.values_list("seq", flat=True)) == list(range(1, summary.last_seq + 1))
     assert summary.source_tokens == sum(covered.values_list("token_count", flat=True))
     assert count_tokens(summary.text, model="builtin/extractive") < summary.source_tokens
@@ -1157,9 +1158,7 @@ def test_fusion_of_active_summaries_above_20_percent_of_budget(session, fake_ope
         assert parent.superseded_at is not None
     assert compacted_seqs(session) == list(range(1, 11))
     assert set(
-        Message.objects.filter(session=session, seq__lte=10).values_list(
-            "compacted_by_id", flat=True
-        )
+        messages_covered(session).filter(seq__lte=10).values_list("compacted_by_id", flat=True)
     ) == {fused.pk}
     assert counters(session) == (600, 4) == recount(session)
     event = CompactionEvent.objects.get(session=session, trigger="fusion")
@@ -1206,14 +1205,12 @@ def test_fusion_is_atomic(session, fake_openai, monkeypatch):
         (b.pk, "active", 1),
     }
     assert set(
-        Message.objects.filter(session=session, seq__lte=4).values_list(
-            "compacted_by_id", flat=True
-        )
+        messages_covered(session).filter(seq__lte=4).values_list("compacted_by_id", flat=True)
     ) == {a.pk}
     assert set(
-        Message.objects.filter(session=session, seq__gte=5, seq__lte=10).values_list(
-            "compacted_by_id", flat=True
-        )
+        messages_covered(session)
+        .filter(seq__gte=5, seq__lte=10)
+        .values_list("compacted_by_id", flat=True)
     ) == {b.pk}
     event = CompactionEvent.objects.get(session=session, trigger="fusion")
     assert (event.outcome, event.reason, event.error, event.summary) == (

@@ -4,7 +4,6 @@ parents stay active; the built-in extractive summariser fuses to at most half it
 
 import pytest
 
-from bots.models import Message
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import engine
 from compaction.engine import fusion
@@ -15,6 +14,7 @@ from tests.compaction.test_engine import (
     summariser_requests,
     summary_text,
 )
+from tests.coverage import messages_covered
 from tests.factories import SessionFactory
 from tests.fakeopenai import Reply
 
@@ -48,9 +48,7 @@ def test_fusion_that_would_not_shrink_fails_and_the_parents_stay(session, fake_o
         (b.pk, "active", 1),
     }
     assert set(
-        Message.objects.filter(session=session, seq__lte=10).values_list(
-            "compacted_by_id", flat=True
-        )
+        messages_covered(session).filter(seq__lte=10).values_list("compacted_by_id", flat=True)
     ) == {a.pk, b.pk}
     assert compacted_seqs(session) == list(range(1, 11))
     assert list(

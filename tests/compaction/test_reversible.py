@@ -7,7 +7,6 @@ memory index, so pressure is history + active summaries exactly.
 
 import pytest
 
-from bots.models import Message
 from chat_platform import realtime
 from compaction import engine
 from compaction.lock import single_flight
@@ -27,6 +26,7 @@ from tests.compaction.test_engine import (
     summariser_requests,
     summary_text,
 )
+from tests.coverage import messages_covered
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from turns.turn import turn_run
@@ -196,7 +196,8 @@ def test_undo_of_a_fused_summary_restores_its_parents(owner_client, session, fak
     assert (fused.level, fused.first_seq, fused.last_seq) == (2, 1, 10)
     assert set(fused.parents.all()) == {a, b}
     covered = list(
-        Message.objects.filter(session=session, compacted_by_id__isnull=False)
+        messages_covered(session)
+        .filter(compacted_by_id__isnull=False)
         .order_by("seq")
         .values_list("seq", "compacted_by_id")
     )
@@ -218,7 +219,8 @@ def test_undo_of_a_fused_summary_restores_its_parents(owner_client, session, fak
     # each message points at its parent again, exactly as before the fusion
     assert [seq for seq, _ in covered] == list(range(1, 11))
     assert list(
-        Message.objects.filter(session=session, compacted_by_id__isnull=False)
+        messages_covered(session)
+        .filter(compacted_by_id__isnull=False)
         .order_by("seq")
         .values_list("seq", "compacted_by_id")
     ) == [(s, a.pk) for s in range(1, 5)] + [(s, b.pk) for s in range(5, 11)]
@@ -437,9 +439,7 @@ def test_resummarise_with_a_focus_keeps_the_focus_facts(owner_client, builtin_se
     assert answer["replaced"]["id"] == old.pk
     assert answer["replaced"]["superseded_by"] == new.pk
     assert set(
-        Message.objects.filter(session=session, seq__lte=21).values_list(
-            "compacted_by_id", flat=True
-        )
+        messages_covered(session).filter(seq__lte=21).values_list("compacted_by_id", flat=True)
     ) == {new.pk}
     assert counters(session) == totals == recount(session)
     event = CompactionEvent.objects.get(session=session, trigger="resummarise")

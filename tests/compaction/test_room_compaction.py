@@ -13,6 +13,7 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
 from bots.models import Bot, ChatSession, Message
+from bots.transitions import session_context_recount
 from chat_platform.llm.tokens import count_message_tokens
 from compaction import engine
 from compaction.lock import lock_key
@@ -20,6 +21,7 @@ from compaction.models import CompactionEvent, SeatState, Summary, SummaryCovera
 from compaction.pipeline import bot_budget
 from memory.models import MemoryRecord
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.coverage import messages_covered
 from tests.factories import BotFactory
 from tests.fakeopenai import Reply
 
@@ -150,8 +152,6 @@ def test_two_bots_compact_the_room_each_from_its_own_seat(
     assert mine[planner.pk] and mine[critic.pk]
     assert len(mine[planner.pk]) > len(mine[critic.pk])
     assert not Summary.objects.filter(session=session).exclude(bot__in=[planner, critic]).exists()
-    # a room never sets the single column: coverage is per bot
-    assert not Message.objects.filter(session=session, compacted_by_id__isnull=False).exists()
     names = ["owner", "Planner", "Critic"]
     for bot in (planner, critic):
         covered = SummaryCoverage.objects.filter(bot=bot, message__session=session)
@@ -245,21 +245,25 @@ def test_a_one_bot_chat_that_becomes_a_room_keeps_its_bots_summaries_and_shows_t
     assert compacted.json()["outcome"] == "compacted"
     summary = Summary.objects.get(session=session)
     assert (summary.bot_id, summary.first_seq, summary.last_seq) == (planner.pk, 1, 6)
-    covered_tokens = Message.objects.filter(session=session, compacted_by_id=summary.pk).aggregate(
-        t=Sum("token_count")
-    )["t"]
+    covered_tokens = (
+        messages_covered(session)
+        .filter(compacted_by_id=summary.pk)
+        .aggregate(t=Sum("token_count"))["t"]
+    )
+    # the chat's running totals count every message in context, covered or not
     before = ChatSession.objects.get(pk=session.pk).context_tokens
+    assert before == session_context_recount(session_id=session.pk)[0]
 
     critic = _bot(owner, fake_openai, "Critic", 8000)
     owner_client.post(
         f"/api/v1/sessions/{session.pk}/participants/", {"bot": critic.pk}, format="json"
     )
 
-    assert not Message.objects.filter(session=session, compacted_by_id__isnull=False).exists()
+    # the join moves nothing: the coverage was its bot's seat's from the start
     assert sorted(
         SummaryCoverage.objects.filter(summary=summary).values_list("bot_id", "message__seq")
     ) == [(planner.pk, seq) for seq in range(1, 7)]
-    assert ChatSession.objects.get(pk=session.pk).context_tokens == before + covered_tokens
+    assert ChatSession.objects.get(pk=session.pk).context_tokens == before
     seat = SeatState.objects.get(session=session, bot=planner)
     assert (seat.covered_tokens, seat.covered_messages) == (covered_tokens, 6)
     # its seat reads past its coverage at once (docs/rooms.md "A seat's bounded read"); the
@@ -1187,17 +1191,21 @@ def test_a_seats_soft_compaction_reads_the_room_once_and_covers_in_one_statement
     assert not any(sql.startswith('SELECT "auth_user"') for sql in sqls)
     writes = [sql for sql in sqls if sql.startswith('INSERT INTO "compaction_summarycoverage"')]
     assert len(writes) == 1 and " SELECT " in writes[0]
-    # the coverage is read only by the range's NOT EXISTS, never as the bot's whole list first
-    assert not any('"message_id" FROM "compaction_summarycoverage"' in sql for sql in sqls)
-    # the seat's row: read by each measure (with its cool-down), never again for the cool-down,
+    # the coverage is read only by the range's NOT EXISTS, never as the bot's whole list first;
+    # the index takes what the new summary covers as a subquery of its own rows
+    reads = [sql for sql in sqls if '"message_id" FROM "compaction_summarycoverage"' in sql]
+    assert all('WHERE U0."summary_id" = ' in sql for sql in reads)
+    assert not any('"compaction_summarycoverage"."bot_id" = ' in sql for sql in reads)
+    # the seat's row: read by each measure (the room's view with its cool-down; its coverage
+    # with the pins and summaries, a branch of their UNION), never again for the cool-down,
     # the range or a get_or_create; a pass starts from its round's measure (``Plan.measured``)
     assert [sql.split()[0] for sql in sqls if "compaction_seatstate" in sql] == [
-        "SELECT",  # the run's first measure, which its pass starts from
+        *("SELECT", "(SELECT"),  # the run's first measure, which its pass starts from
         "SELECT",  # the commit: the seat's covered floor, its row locked
         "UPDATE",  # the commit: the seat's covered totals and floor
-        "SELECT",  # the measure after the commit
+        *("SELECT", "(SELECT"),  # the measure after the commit
         "UPDATE",  # failures cleared
-        "SELECT",  # the second round's measure (still above T): nothing left to take
+        *("SELECT", "(SELECT"),  # the second round's measure (still above T): nothing left
     ]
     covered = SummaryCoverage.objects.filter(bot=critic)
     for summary in summaries:

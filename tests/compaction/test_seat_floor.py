@@ -14,7 +14,7 @@ from bots.models import ChatSession, Message, SessionParticipant
 from compaction.engine import coverage as coverage_module
 from compaction.engine.coverage import coverage_release, room_seat_open, seat_cover
 from compaction.models import SeatState, Summary, SummaryCoverage
-from compaction.seats import RoomView, in_context, room_view
+from compaction.seats import RoomView, Seat, in_context, room_view, seat_read
 from tests.factories import BotFactory, message_add
 
 pytestmark = pytest.mark.django_db
@@ -37,15 +37,23 @@ def _say(session, n: int, **fields) -> Message:
     return message_add(session, content=f"message {n}", token_count=10, **fields)
 
 
-def _read(session: ChatSession, view: RoomView) -> list[int]:
+View = tuple[Seat, RoomView | None]
+
+
+def _view(session: ChatSession) -> View:
+    """The seat of the session's bot and its view of the room."""
+    return seat_read(session), room_view(session)
+
+
+def _read(session: ChatSession, view: View) -> list[int]:
     """The seqs of the seat's in-context messages, as its history and range reads take them."""
-    rows = in_context(session.pk, 10**9, view).order_by("seq")
+    rows = in_context(session.pk, 10**9, *view).order_by("seq")
     return list(rows.values_list("seq", flat=True))
 
 
-def _unbounded(view: RoomView) -> RoomView:
+def _unbounded(view: View) -> View:
     """The same seat read against the bot's whole coverage: the reference."""
-    return dataclasses.replace(view, covered_through_seq=0, uncovered_ids=())
+    return dataclasses.replace(view[0], covered_through_seq=0, uncovered_ids=()), view[1]
 
 
 def _cover(session, messages: list[Message]) -> Summary:
@@ -96,8 +104,8 @@ def test_a_seats_coverage_raises_its_floor_and_lists_what_it_left_below(seats):
     # bot's recall exchange is never shown to this seat, so it is not listed
     assert _floor(session) == (12, [pinned.pk, interrupted.pk, pending.pk])
     assert critics_tool.pk not in _floor(session)[1]
-    view = room_view(session)
-    assert (view.covered_through_seq, view.uncovered_ids) == (
+    view = _view(session)
+    assert (view[0].covered_through_seq, view[0].uncovered_ids) == (
         12,
         (pinned.pk, interrupted.pk, pending.pk),
     )
@@ -121,8 +129,8 @@ def test_the_seats_read_does_not_look_below_its_floor(seats):
     _cover(session, said[:15])
     SummaryCoverage.objects.filter(message_id=said[4].pk).delete()
 
-    view = room_view(session)
-    assert view.covered_through_seq == 15
+    view = _view(session)
+    assert view[0].covered_through_seq == 15
     assert _read(session, view) == [16, 17, 18, 19, 20]
     assert _read(session, _unbounded(view)) == [5, 16, 17, 18, 19, 20]
 
@@ -138,7 +146,7 @@ def test_undo_lowers_the_floor_below_what_came_back(seats):
         assert coverage_release(session, summary_id=second.pk) == (70, 7)
 
     assert _floor(session) == (5, [])
-    assert _read(session, room_view(session)) == list(range(6, 21))
+    assert _read(session, _view(session)) == list(range(6, 21))
     seat = SeatState.objects.get(session=session, bot=session.bot)
     assert (seat.covered_tokens, seat.covered_messages) == (50, 5)
 
@@ -155,7 +163,7 @@ def test_taking_the_seat_again_starts_its_floor_again(seats):
         room_seat_open(session=session, bot_id=planner.pk, sees_from_join=False)
 
     assert _floor(session) == (0, [])
-    assert _read(session, room_view(session)) == [7, 8, 9, 10]
+    assert _read(session, _view(session)) == [7, 8, 9, 10]
 
 
 def test_a_floor_lists_at_most_its_maximum_and_stops_below_the_first_left_out(seats, monkeypatch):
@@ -170,7 +178,7 @@ def test_a_floor_lists_at_most_its_maximum_and_stops_below_the_first_left_out(se
     _cover(session, [m for m in said if m.status == "complete"])
 
     assert _floor(session) == (6, [said[2].pk, said[4].pk])
-    view = room_view(session)
+    view = _view(session)
     assert _read(session, view) == _read(session, _unbounded(view)) == []
     Message.objects.filter(pk__in=[said[2].pk, said[6].pk]).update(status="complete")
     assert _read(session, view) == _read(session, _unbounded(view)) == [3, 7]
@@ -215,9 +223,9 @@ def test_the_bounded_read_equals_the_unbounded_one_through_every_change(
             elif message.status in ("failed", "interrupted"):
                 transitions.reply_rerun(message_id=message.pk, model="m")
         elif step == "cover":
-            view = room_view(session)
+            view = _view(session)
             free = Message.objects.filter(
-                pk__in=in_context(session.pk, 10**9, _unbounded(view)),
+                pk__in=in_context(session.pk, 10**9, *_unbounded(view)),
                 status="complete",
                 pinned=False,
             ).order_by("seq")
@@ -236,8 +244,8 @@ def test_the_bounded_read_equals_the_unbounded_one_through_every_change(
             with transaction.atomic():
                 room_seat_open(session=session, bot_id=planner.pk, sees_from_join=sees)
         session.refresh_from_db()
-        view = room_view(session)
-        floors.add(view.covered_through_seq)
+        view = _view(session)
+        floors.add(view[0].covered_through_seq)
         assert _read(session, view) == _read(session, _unbounded(view)), step
     # the floor was in play: raised often, and lowered or reset on the way (held lower when at
     # most three ids may be listed)

@@ -13,9 +13,10 @@ from datetime import UTC, datetime, timedelta
 from bots.models import ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.transcript import transcript_line
-from compaction.models import Summary
+from compaction.models import Summary, SummaryCoverage
 from memory import services
 from memory.models import MemoryRecord
+from tests.coverage import cover
 
 # (day the talk happened, first message's time, [(role, text), ...]); one minute per message.
 TALKS = [
@@ -125,11 +126,12 @@ def compact(session: ChatSession, first_seq: int, last_seq: int) -> MemoryRecord
         trigger="manual",
         retention=1.0,
     )
-    Message.objects.filter(pk__in=[m.pk for m in messages]).update(compacted_by_id=summary.pk)
+    cover(Message.objects.filter(pk__in=[m.pk for m in messages]), summary.pk)
     snapshot = services.snapshot_write(
         session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
     )
-    services.snapshot_mark_indexed(snapshot=snapshot)
+    covered = SummaryCoverage.objects.filter(summary_id=summary.pk).values("message_id")
+    services.snapshot_mark_indexed(snapshot=snapshot, covered=covered)
     snapshot.refresh_from_db()
     return snapshot
 
@@ -163,13 +165,14 @@ def fuse(session: ChatSession, first_seq: int, last_seq: int) -> MemoryRecord:
         retention=1.0,
     )
     fused.parents.set(parents)
-    Message.objects.filter(compacted_by_id__in=[p.pk for p in parents]).update(
-        compacted_by_id=fused.pk
+    SummaryCoverage.objects.filter(summary_id__in=[p.pk for p in parents]).update(
+        summary_id=fused.pk
     )
     snapshot = services.snapshot_write(
         session=session, first_seq=first_seq, last_seq=last_seq, body=transcript
     )
-    services.snapshot_mark_indexed(snapshot=snapshot)
+    covered = SummaryCoverage.objects.filter(summary_id=fused.pk).values("message_id")
+    services.snapshot_mark_indexed(snapshot=snapshot, covered=covered)
     snapshot.refresh_from_db()
     return snapshot
 

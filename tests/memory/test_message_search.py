@@ -22,10 +22,11 @@ from bots.models import Message
 from bots.transitions import session_context_add
 from chat_platform.llm.tokens import count_tokens
 from compaction.engine import compaction_manual
-from compaction.models import Summary
+from compaction.models import Summary, SummaryCoverage
 from memory import queries, search, services
 from memory.models import MessageIndex
 from memory.terms import query_terms, terms
+from tests.coverage import cover
 from tests.factories import MemoryRecordFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tests.memory import message_search_data as data
@@ -419,13 +420,15 @@ def test_messages_index_takes_only_compacted_chat_turns_with_terms(chat_session)
         trigger="manual",
         retention=1.0,
     )
-    Message.objects.filter(session=chat_session).exclude(seq=9).update(compacted_by_id=summary.pk)
+    cover(Message.objects.filter(session=chat_session).exclude(seq=9), summary.pk)
     snapshot = services.snapshot_write(
         session=chat_session, first_seq=1, last_seq=9, body="[1] boat"
     )
 
+    # what the summary covers, as compaction passes it (its coverage rows)
+    covered = SummaryCoverage.objects.filter(summary=summary).values("message_id")
     count = services.messages_index(
-        session_id=chat_session.pk, first_seq=1, last_seq=9, record_id=snapshot.pk
+        session_id=chat_session.pk, first_seq=1, last_seq=9, record_id=snapshot.pk, covered=covered
     )
 
     assert count == 2
@@ -438,11 +441,15 @@ def test_messages_index_takes_only_compacted_chat_turns_with_terms(chat_session)
     # idempotent: a second call (or the compaction marking its snapshot) indexes nothing
     assert (
         services.messages_index(
-            session_id=chat_session.pk, first_seq=1, last_seq=9, record_id=snapshot.pk
+            session_id=chat_session.pk,
+            first_seq=1,
+            last_seq=9,
+            record_id=snapshot.pk,
+            covered=covered,
         )
         == 0
     )
-    services.snapshot_mark_indexed(snapshot=snapshot)
+    services.snapshot_mark_indexed(snapshot=snapshot, covered=covered)
     assert MessageIndex.objects.filter(session=chat_session).count() == 2
 
 

@@ -10,6 +10,7 @@ from memory.models import MessageIndex
 from memory.queries import messages_search_for_user, records_search
 from memory.search import message_excerpt
 from memory.services import messages_index_written
+from tests.coverage import messages_covered
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 
@@ -163,9 +164,7 @@ def test_compaction_takes_written_rows_into_its_snapshot_and_recall_sees_only_co
     result = session_compact(user=owner, session_id=session.pk)
     assert result.outcome == "compacted", result
     compacted = set(
-        Message.objects.filter(session=session, compacted_by_id__isnull=False).values_list(
-            "pk", flat=True
-        )
+        messages_covered(session).filter(compacted_by_id__isnull=False).values_list("pk", flat=True)
     )
     assert compacted
     rows = dict(MessageIndex.objects.filter(session=session).values_list("message_id", "record_id"))

@@ -9,6 +9,7 @@ from memory.models import MemoryRecord, MessageIndex
 from openai_api.identity import ClientMessage, conversation_resolve
 from openai_api.keys import key_create
 from openai_api.models import ApiSession, ChainLink
+from tests.coverage import cover, in_context_totals, messages_covered
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +28,7 @@ HISTORY = [
 
 def _rows(session):
     return list(
-        Message.objects.filter(session=session)
+        messages_covered(session)
         .order_by("seq")
         .values_list("seq", "role", "content", "compacted_by_id")
     )
@@ -80,8 +81,8 @@ def test_a_fork_carries_the_prefix_its_summaries_and_snapshots_and_leaves_the_so
         trigger="soft",
         retention=1.0,
     )
-    Message.objects.filter(session=session, seq__in=[1, 2]).update(compacted_by_id=inside.pk)
-    Message.objects.filter(session=session, seq__in=[3, 4]).update(compacted_by_id=crossing.pk)
+    cover(Message.objects.filter(session=session, seq__in=[1, 2]), inside.pk)
+    cover(Message.objects.filter(session=session, seq__in=[3, 4]), crossing.pk)
     MemoryRecord.objects.create(
         session=session,
         name="snapshot_1_2",
@@ -128,9 +129,11 @@ def test_a_fork_carries_the_prefix_its_summaries_and_snapshots_and_leaves_the_so
     forked = ChatSession.objects.get(pk=fork.session.pk)
     third, fourth = Message.objects.filter(session=forked, seq__in=[3, 4]).order_by("seq")
     assert forked.last_seq == 4
+    # its running totals count every message; its bot's seat, what the copied summary covers
+    assert in_context_totals(forked) == (third.token_count + fourth.token_count, 2)
     assert (forked.context_tokens, forked.context_messages) == (
-        third.token_count + fourth.token_count,
-        2,
+        sum(Message.objects.filter(session=forked).values_list("token_count", flat=True)),
+        4,
     )
     assert list(ChainLink.objects.filter(session=forked).values_list("position", flat=True)) == [
         1,

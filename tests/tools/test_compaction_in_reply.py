@@ -14,6 +14,7 @@ from compaction.measure import bot_budget
 from compaction.models import CompactionEvent, ContextRecord, Summary
 from memory.models import MemoryRecord
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.coverage import messages_covered
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tools import realtime as tool_realtime
@@ -105,11 +106,11 @@ def test_earlier_rounds_are_compacted_inside_the_reply_and_no_request_exceeds_b(
     summary = first.summary
     # The first compaction took step 1's round whole (the call and its result), nothing of the
     # current turn besides it: the user's message stays.
-    call_1 = Message.objects.get(session=session, tool_calls__contains=[{"id": "s1"}])
-    result_1 = Message.objects.get(session=session, tool_call_id="s1")
+    call_1 = messages_covered(session).get(tool_calls__contains=[{"id": "s1"}])
+    result_1 = messages_covered(session).get(tool_call_id="s1")
     assert (summary.first_seq, summary.trigger) == (call_1.seq, "tool")
     assert call_1.compacted_by_id == result_1.compacted_by_id is not None
-    assert Message.objects.get(session=session, role="user").compacted_by_id is None
+    assert messages_covered(session).get(role="user").compacted_by_id is None
     # The raw round is kept as the event's snapshot, readable by name.
     snapshot = first.snapshot
     assert snapshot.kind == MemoryRecord.Kind.SNAPSHOT
@@ -125,10 +126,8 @@ def test_earlier_rounds_are_compacted_inside_the_reply_and_no_request_exceeds_b(
         "s4"
     ]
     # No tool result was ever compacted without its call.
-    for result in Message.objects.filter(session=session, role="tool"):
-        call = Message.objects.get(
-            session=session, tool_calls__contains=[{"id": result.tool_call_id}]
-        )
+    for result in messages_covered(session).filter(role="tool"):
+        call = messages_covered(session).get(tool_calls__contains=[{"id": result.tool_call_id}])
         assert call.compacted_by_id == result.compacted_by_id
     # Every round stays in the transcript.
     assert Message.objects.filter(session=session, role="tool", tool_ok=True).count() == 4
@@ -138,7 +137,7 @@ def test_a_step_compacted_inside_the_reply_is_found_by_recall_after_the_task(tas
     fake_openai.script(*_steps(5), Reply(text="Done."))
     session = SessionFactory(user=task_bot.owner, bot=task_bot)
     turn.turn_run(message_id=_ask(session, "Run the five-step survey.").pk)
-    step_2 = Message.objects.get(session=session, tool_call_id="s2")
+    step_2 = messages_covered(session).get(tool_call_id="s2")
     # Compacted inside the reply (its summary may since be fused with a later one).
     assert step_2.compacted_by_id is not None
     assert Summary.objects.filter(session=session, trigger="tool").exists()
@@ -163,8 +162,8 @@ def test_each_call_of_the_loop_records_its_tool_rounds_as_tool_parts(task_bot, f
     calls = ContextRecord.objects.get(message_id=reply.pk).calls
     assert [c["round"] for c in calls] == [0, 1, 2]
     tool_parts = [[p for p in c["parts"] if p["kind"] == "tool"] for c in calls]
-    call_1 = Message.objects.get(session=session, tool_calls__contains=[{"id": "s1"}])
-    result_1 = Message.objects.get(session=session, tool_call_id="s1")
+    call_1 = messages_covered(session).get(tool_calls__contains=[{"id": "s1"}])
+    result_1 = messages_covered(session).get(tool_call_id="s1")
     call_2 = Message.objects.get(session=session, tool_calls__contains=[{"id": "s2"}])
     result_2 = Message.objects.get(session=session, tool_call_id="s2")
     assert tool_parts[0] == []

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from bots.models import Message
 from bots.transitions import session_context_add
 from compaction.models import CompactionEvent, Summary
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.coverage import messages_covered
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tools import realtime as tool_realtime
@@ -94,7 +94,7 @@ def test_actions_on_a_summary_made_inside_a_running_reply_wait_for_it_to_end(
         reply.refresh_from_db()
         assert reply.status in ("pending", "streaming")
         before = (
-            list(Message.objects.filter(session=session).values_list("pk", "compacted_by_id")),
+            list(messages_covered(session).values_list("pk", "compacted_by_id")),
             list(Summary.objects.filter(session=session).values_list("pk", "status", "text")),
         )
 
@@ -115,7 +115,7 @@ def test_actions_on_a_summary_made_inside_a_running_reply_wait_for_it_to_end(
         assert (expand.status_code, expand.json()) == (409, _refusal("expand", reply.pk))
         assert (by_name.status_code, by_name.json()) == (409, _refusal("expand", reply.pk))
         after = (
-            list(Message.objects.filter(session=session).values_list("pk", "compacted_by_id")),
+            list(messages_covered(session).values_list("pk", "compacted_by_id")),
             list(Summary.objects.filter(session=session).values_list("pk", "status", "text")),
         )
         assert after == before

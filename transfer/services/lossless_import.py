@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
-from compaction.models import TRIGGERS, CompactionEvent, Summary
+from compaction.engine.coverage import seats_count
+from compaction.models import TRIGGERS, CompactionEvent, Summary, SummaryCoverage
 from memory.models import MemoryRecord
 from transfer import fields as f
 from transfer.lossless import FORMAT, VERSION
@@ -35,6 +36,8 @@ TOKENS_MAX = 100_000_000
 # seats' summaries are imported undone), is imported again (docs/transfer.md).
 # The highest seq an imported message may have (``_Lossless.message``).
 SEQ_MAX = 1_000_000_000
+# Covered seqs looked up per statement (``_coverage_write``).
+COVERAGE_BATCH = 2_000
 SUMMARY_STATUSES = [s for s in Summary.Status.values if s in ("active", "superseded", "reverted")]
 LOSSLESS_KEYS = ("session", "summaries", "records", "compaction_events", "messages", "branches")
 
@@ -50,6 +53,9 @@ class _Lossless:
         self.records: dict[str, MemoryRecord] = {}
         self.last_seq = 0
         self.seqs: set[int] = set()
+        # The seqs each summary covers (``compacted_by``), by summary id: its seat's coverage
+        # rows once the messages are written (``_coverage_write``).
+        self.covering: dict[int, list[int]] = {}
         self.writer: MessageWriter | None = None
         self.branches = 0
         self.unfinished = 0
@@ -266,6 +272,8 @@ class _Lossless:
         created = f.when(raw.get("created_at"), f"{where}.created_at")
         updated = f.when(raw.get("updated_at"), f"{where}.updated_at", allow_null=True) or created
         self.seqs.add(seq)
+        if ref is not None:
+            self.covering.setdefault(self.summaries[ref].pk, []).append(seq)
         self.writer.add(
             Message(
                 session=session,
@@ -295,7 +303,6 @@ class _Lossless:
                 error_code=f.text(raw.get("error_code", ""), f"{where}.error_code", max_bytes=64),
                 error_message=f.text(raw.get("error_message", ""), f"{where}.error_message"),
                 client_id=f.text(raw.get("client_id", ""), f"{where}.client_id", max_bytes=100),
-                compacted_by_id=self.summaries[ref].pk if ref is not None else None,
                 created_at=created,
                 updated_at=updated,
             ),
@@ -332,6 +339,22 @@ def _tool_ok(raw: dict[str, Any], where: str) -> bool | None:
     return None if value is None else f.boolean(value, f"{where}.tool_ok")
 
 
+def _coverage_write(session: ChatSession, covering: dict[int, list[int]]) -> None:
+    """What each summary covers (``compacted_by``), as the chat's bot's seat's coverage rows
+    (the one store of "compacted", docs/rooms.md), then the seat's totals and covered floor."""
+    for summary_id, seqs in covering.items():
+        for start in range(0, len(seqs), COVERAGE_BATCH):
+            pks = Message.objects.filter(
+                session=session, seq__in=seqs[start : start + COVERAGE_BATCH]
+            ).values_list("pk", flat=True)
+            SummaryCoverage.objects.bulk_create(
+                SummaryCoverage(summary_id=summary_id, bot_id=session.bot_id, message_id=pk)
+                for pk in pks
+            )
+    if covering:
+        seats_count(target=session)
+
+
 def _summaries_of_nothing_undone(session: ChatSession) -> None:
     """An active summary that no message names (``compacted_by``) stands for nothing here: a
     room's export carries every bot's summaries, each over its own seat's coverage, which a chat
@@ -339,7 +362,7 @@ def _summaries_of_nothing_undone(session: ChatSession) -> None:
     one range stood in the context side by side and beside the very messages they summarise.
     They are kept, for the audit, as undone and not held: their messages are in the context,
     and compaction takes them again when it is due."""
-    covering = Message.objects.filter(session=session, compacted_by_id=OuterRef("pk"))
+    covering = SummaryCoverage.objects.filter(summary_id=OuterRef("pk"))
     Summary.objects.filter(session=session, status=Summary.Status.ACTIVE).exclude(
         Exists(covering)
     ).update(status=Summary.Status.REVERTED, reverted_at=timezone.now(), held=False)
@@ -362,6 +385,7 @@ def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportR
     session = state.need_session("the file")
     assert state.writer is not None
     state.writer.flush()
+    _coverage_write(session, state.covering)
     _summaries_of_nothing_undone(session)
     session_finish(session)
     digest = state.hasher.hexdigest()

@@ -94,7 +94,7 @@ def participant_add(
         else:
             row.removed_at, row.joined_seq, row.sees_from_join = None, last_seq, sees
             row.save(update_fields=["removed_at", "joined_seq", "sees_from_join"])
-        # Its own compaction seat (docs/rooms.md); a session's first room step moves coverage.
+        # Its own compaction seat (docs/rooms.md); what others' summaries cover stays theirs.
         room_seat_open(session=session, bot_id=bot.pk, sees_from_join=sees)
         if default:
             _default_set(session, rows, row)
