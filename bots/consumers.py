@@ -7,6 +7,7 @@ from typing import Any
 
 import structlog
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
@@ -117,6 +118,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.layer_lost = True
             log.exception("ws_channel_layer_unavailable", session_id=self.session_id)
             return {"type": "realtime.unavailable"}
+
+    async def dispatch(self, message: dict) -> None:
+        # channels' own dispatch first closes old database connections on the one
+        # thread-sensitive thread, a hop there and back for every frame relayed (a dozen a
+        # turn), though relaying one touches no database. Every database call of this consumer
+        # closes them itself, around the call (``database_sync_to_async``, ``_send_in_thread``):
+        # docs/performance.md "A turn's CPU, sixth pass".
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def realtime_unavailable(self, event: dict) -> None:
         # Before the handshake is answered, connect() sees layer_lost and refuses with 4503.

@@ -471,3 +471,34 @@ async def test_an_open_socket_already_receives_the_sessions_frames(fake_session,
     )
     assert json.loads(await communicator.receive_from(timeout=5)) == {"type": "probe", "n": 1}
     await communicator.disconnect()
+
+
+async def test_a_sockets_frames_take_no_thread_hop(fake_session, ws_token, monkeypatch):
+    # Relaying a frame touches no database: channels' dispatch would first hop to the one
+    # thread-sensitive thread to close old connections, once per frame (~14 a turn), on the way
+    # to the client. Every database call of the consumer closes them itself (docs/performance.md
+    # "A turn's CPU, sixth pass").
+    from asgiref import sync as asgiref_sync
+    from channels.layers import get_channel_layer
+
+    from chat_platform import realtime
+
+    communicator = await _connect(fake_session.pk, ws_token)
+    hops = []
+    real_call = asgiref_sync.SyncToAsync.__call__
+
+    async def counted(self, *args, **kwargs):
+        hops.append(getattr(self.func, "__name__", repr(self.func)))
+        return await real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(asgiref_sync.SyncToAsync, "__call__", counted)
+    for n in range(5):
+        await get_channel_layer().group_send(
+            realtime.session_group(fake_session.pk),
+            {"type": realtime.FRAME_EVENT, "frame": {"type": "probe", "n": n}},
+        )
+    received = [json.loads(await communicator.receive_from(timeout=5)) for _ in range(5)]
+    assert received == [{"type": "probe", "n": n} for n in range(5)]
+    assert hops == []
+    monkeypatch.undo()
+    await communicator.disconnect()
