@@ -367,11 +367,24 @@ def reply_claim(*, message_id: int) -> Message | None:
     return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)
 
 
+def checkpoint_update(message_id: int, content: str, now: Any) -> tuple[Any, dict[str, Any]]:
+    """The checkpoint's conditional update: a streaming reply's partial text (``bots.fast_paths``
+    builds it once per process)."""
+    queryset = Message.objects.filter(pk=message_id, status=Message.Status.STREAMING)
+    return queryset, {"content": content, "updated_at": now}
+
+
 def reply_checkpoint(*, message_id: int, content: str) -> None:
-    """Save a streaming reply's partial text: if the worker dies, the watchdog keeps it."""
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
-        content=content, updated_at=timezone.now()
-    )
+    """Save a streaming reply's partial text: if the worker dies, the watchdog keeps it. Every
+    ``CHECKPOINT_SECONDS`` of a stream (``turns.stream``)."""
+    now = timezone.now()
+    if fast_paths.enabled():
+        fast_paths.reply_checkpoint(
+            message_id=message_id, content=content, now=now, update=checkpoint_update
+        )
+        return
+    queryset, values = checkpoint_update(message_id, content, now)
+    queryset.update(**values)
 
 
 def replies_heartbeat(*, message_ids: list[int]) -> None:

@@ -303,3 +303,38 @@ def _turn_counted(monkeypatch, reply):
     with CaptureQueriesContext(connection) as queries:
         turn.turn_run(message_id=reply.pk)
     return before_the_call, queries
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="compiled on PostgreSQL")
+def test_a_checkpoint_s_statement_is_built_once_per_process(
+    exchange, monkeypatch, django_assert_num_queries
+):
+    """The partial text's checkpoint (twice a second of a stream) runs a statement Django built
+    once per process; it still saves only a streaming reply's text, with its own time."""
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+
+    from bots.transitions import reply_checkpoint
+
+    session, new, reply = exchange
+    reply_claim(message_id=reply.pk)
+    reply_checkpoint(message_id=new.pk, content="built here, if not yet")  # not streaming
+    builds = []
+    real_as_sql = SQLUpdateCompiler.as_sql
+    monkeypatch.setattr(
+        SQLUpdateCompiler, "as_sql", lambda self: builds.append(1) or real_as_sql(self)
+    )
+    before = Message.objects.get(pk=reply.pk).updated_at
+
+    with django_assert_num_queries(1):
+        reply_checkpoint(message_id=reply.pk, content="Once upon")
+    with django_assert_num_queries(1):
+        reply_checkpoint(message_id=new.pk, content="not a streaming reply")
+
+    assert builds == []
+    fresh = Message.objects.get(pk=reply.pk)
+    assert (fresh.content, fresh.status) == ("Once upon", "streaming")
+    assert fresh.updated_at > before
+    assert Message.objects.get(pk=new.pk).content == "hello"
+    Message.objects.filter(pk=reply.pk).update(status="complete")
+    reply_checkpoint(message_id=reply.pk, content="too late")
+    assert Message.objects.get(pk=reply.pk).content == "Once upon"
