@@ -125,10 +125,19 @@ class CompiledStatement:
 
 
 def raw_rows(queryset: QuerySet[M], sql: str, params: tuple) -> list[M]:
-    """Run ``sql`` (which returns whole rows of the queryset's model) as model instances."""
-    manager = queryset.model._default_manager.db_manager(queryset.db)
-    with transaction.mark_for_rollback_on_error(using=queryset.db):
-        return list(manager.raw(sql, params))
+    """Run ``sql`` (which returns whole rows of the queryset's model, its concrete fields in
+    order, as ``update_returning_sql``'s ``RETURNING``) as model instances, converted as the ORM
+    converts (``instance_from_row``). Not through ``Manager.raw``: its RawQuerySet matched the
+    columns by name and resolved their converters on every call, ~0.2 ms of CPU a turn's finish
+    (docs/performance.md "A turn's CPU, sixth pass")."""
+    using = queryset.db
+    with (
+        transaction.mark_for_rollback_on_error(using=using),
+        connections[using].cursor() as cursor,
+    ):
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [instance_from_row(queryset.model, row, using=using) for row in rows]
 
 
 def select_columns(model: type[Model], alias: str, *, using: str = "default") -> str:

@@ -100,3 +100,26 @@ def test_a_compiled_statement_is_built_once_and_run_with_each_call_s_values():
     assert statement.statement(n=3) == ("SELECT 3", [])
     assert statement.statement(n=4) == ("SELECT 4", [])
     assert built == [1_900_000_001, 1_800_000_003, 3, 4]  # built on every call
+
+
+def test_rows_come_back_without_a_raw_queryset(session, monkeypatch):
+    # A turn's finish returns its reply through ``raw_rows``: read off the cursor in column
+    # order with the ORM's converters (``instance_from_row``), not through Django's RawQuerySet,
+    # which resolves its columns by name and its converters on every call (~0.2 ms a turn,
+    # docs/performance.md "A turn's CPU, sixth pass").
+    from django.db.models.query import RawQuerySet
+
+    message = Message.objects.create(
+        session=session, seq=1, role="assistant", status="streaming", tool_calls=[{"id": "c1"}]
+    )
+    raw = []
+    real_iter = RawQuerySet.__iter__
+    monkeypatch.setattr(RawQuerySet, "__iter__", lambda self: raw.append(1) or real_iter(self))
+
+    (row,) = update_returning(Message.objects.filter(pk=message.pk), status="complete")
+
+    assert raw == []
+    fresh = Message.objects.get(pk=message.pk)
+    fields = [f.attname for f in Message._meta.concrete_fields]
+    assert [getattr(row, f) for f in fields] == [getattr(fresh, f) for f in fields]
+    assert (row._state.adding, row._state.db) == (False, "default")
