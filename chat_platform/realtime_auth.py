@@ -4,9 +4,10 @@ accounts the login page would let in (``chat_platform.account_gate``)."""
 from typing import Any
 from urllib.parse import urlsplit
 
-from channels.auth import AuthMiddlewareStack
+from channels.auth import AuthMiddleware
 from channels.db import database_sync_to_async
 from channels.security.websocket import WebsocketDenier
+from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http.request import split_domain_port, validate_host
@@ -33,16 +34,34 @@ def _gated(user: Any) -> Any:
     return user
 
 
+def _token_key(scope: dict) -> str | None:
+    """The key of an ``Authorization: Token <key>`` header, if the handshake has one."""
+    headers = dict(scope.get("headers") or [])
+    raw = headers.get(b"authorization", b"").decode("latin-1")
+    scheme, _, key = raw.partition(" ")
+    return key.strip() if scheme.lower() == "token" and key.strip() else None
+
+
+class _SessionAuthMiddleware(AuthMiddleware):
+    """channels' session auth, except for a handshake that names a token: the token's user wins
+    (``_TokenAuthMiddleware``), so the cookie session's user, a hop to the database thread and
+    back, was resolved for nothing (docs/performance.md "A turn's CPU, sixth pass")."""
+
+    async def resolve_scope(self, scope: dict) -> None:
+        if _token_key(scope) is None:
+            await super().resolve_scope(scope)
+        else:  # replaced by the token's user next
+            scope["user"]._wrapped = AnonymousUser()
+
+
 class _TokenAuthMiddleware:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
-        headers = dict(scope.get("headers") or [])
-        raw = headers.get(b"authorization", b"").decode("latin-1")
-        scheme, _, key = raw.partition(" ")
-        if scheme.lower() == "token" and key.strip():
-            scope = dict(scope, user=await _user_for_token(key.strip()))
+        key = _token_key(scope)
+        if key is not None:
+            scope = dict(scope, user=await _user_for_token(key))
         elif settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory" and "user" in scope:
             # A session's user is active (Django's session auth checks that); under mandatory
             # verification the address is asked for as well.
@@ -52,7 +71,8 @@ class _TokenAuthMiddleware:
 
 def TokenOrSessionAuthMiddleware(inner: Any) -> Any:  # noqa: N802 - reads like the Channels stacks
     # The session stack runs first and sets scope["user"]; a token header, if present, wins.
-    return AuthMiddlewareStack(_TokenAuthMiddleware(inner))
+    # channels' AuthMiddlewareStack, with its session auth skipped for a token.
+    return CookieMiddleware(SessionMiddleware(_SessionAuthMiddleware(_TokenAuthMiddleware(inner))))
 
 
 def _allowed_hosts() -> list[str]:

@@ -502,3 +502,26 @@ async def test_a_sockets_frames_take_no_thread_hop(fake_session, ws_token, monke
     assert hops == []
     monkeypatch.undo()
     await communicator.disconnect()
+
+
+async def test_a_token_handshake_does_not_resolve_the_cookie_session_s_user(
+    fake_session, ws_token, monkeypatch
+):
+    # The token's user wins over the session cookie's (chat_platform/realtime_auth.py): the
+    # handshake reads the token and the chat, one hop to the database thread each, and no longer
+    # first the cookie session's user, a hop of its own (docs/performance.md "A turn's CPU,
+    # sixth pass").
+    from asgiref import sync as asgiref_sync
+
+    hops = []
+    real_call = asgiref_sync.SyncToAsync.__call__
+
+    async def counted(self, *args, **kwargs):
+        hops.append(getattr(self.func, "__name__", repr(self.func)))
+        return await real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(asgiref_sync.SyncToAsync, "__call__", counted)
+    communicator = await _connect(fake_session.pk, ws_token)
+    monkeypatch.undo()
+    assert hops == ["_user_for_token", "session_get_for_user"]
+    await communicator.disconnect()
