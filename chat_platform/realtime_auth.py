@@ -13,17 +13,16 @@ from django.contrib.auth.models import AnonymousUser
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
-from chat_platform.account_gate import account_refusal
+from chat_platform.account_gate import account_refusal, token_user
 
 
 @database_sync_to_async
 def _user_for_token(key: str) -> Any:
-    from rest_framework.authtoken.models import Token
-
-    token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or account_refusal(token.user) is not None:
+    # The API's own token read, compiled once per process: every socket opens with it.
+    user = token_user(key)
+    if user is None or account_refusal(user) is not None:
         return AnonymousUser()
-    return token.user
+    return user
 
 
 @database_sync_to_async

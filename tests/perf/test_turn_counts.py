@@ -316,6 +316,34 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     }
 
 
+async def test_a_one_bot_websocket_turn_builds_few_reads_each_time(
+    owner, fake_bot, fake_openai, counting
+):
+    """As the REST turn's: the reads Django's query builder compiles each time. Web: none (the
+    handshake's token with its user is compiled once per process as the API's, was built on
+    every socket, 1; docs/performance.md "A turn's CPU, sixth pass")."""
+    from channels.db import database_sync_to_async
+
+    token = (await database_sync_to_async(Token.objects.get_or_create)(user=owner))[0].key
+    make = database_sync_to_async(lambda: SessionFactory(user=owner, bot=fake_bot).pk)
+    _script(fake_openai)
+    await _ws_turn(await make(), token)
+    while counting.turns_ended == 0:
+        await asyncio.sleep(0.01)
+    await _sends_done()
+    session_id = await make()
+
+    ended = counting.turns_ended
+    counting.on = True
+    await _ws_turn(session_id, token)
+    while counting.turns_ended == ended:
+        await asyncio.sleep(0.01)
+    await _sends_done()
+    counting.on = False
+
+    assert {part: len(sqls) for part, sqls in counting.built.items()} == {"web": 0, "worker": 0}
+
+
 def _room(owner, owner_client, fake_openai) -> ChatSession:
     from tests.conftest import FAKE_KEY_ENV
 
