@@ -35,6 +35,12 @@ SEND_UNAVAILABLE = (
     "Send it again in a moment."
 )
 
+# What a socket's received sends may hold in memory while they wait to be stored (their frames'
+# sizes): past it, the socket takes no more frames until the drain has stored some, so a
+# client's flood waits in the server's and the network's buffers, not in the web process
+# (docs/chat-turn.md, "One socket, one order"). Eight sends of the largest size.
+SENDS_WAITING_MAX_BYTES = 8 * 1024 * 1024
+
 
 def _send_in_thread(**kwargs: Any) -> None:
     """Store one send, off the consumer's thread. Its turn goes to the task queue after commit
@@ -138,7 +144,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         # The socket's sends, in the order received, handled one at a time by ``_drain``
         # (docs/chat-turn.md "One socket, one order"); ``None`` ends the drain.
-        self.sends: asyncio.Queue[dict | None] = asyncio.Queue()
+        self.sends: asyncio.Queue[tuple[dict, int] | None] = asyncio.Queue()
+        self.sends_waiting_bytes = 0
+        self.sends_stored = asyncio.Event()
         self.drain: asyncio.Task | None = None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -211,8 +219,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if self.session_id is None or self.closing:
             # Refused or closing: the close frame is already sent, and nothing may follow it.
             return
+        raw = text_data if text_data is not None else bytes_data or b""
         try:
-            frame = json_loads(text_data if text_data is not None else bytes_data or b"")
+            frame = json_loads(raw)
         except JSONTooDeep as exc:
             await self._send_error(ValidationFailed(f"The frame is not valid: {exc}"))
             return
@@ -224,7 +233,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         kind = frame["type"]
         if kind == "message.send":
-            self.sends.put_nowait(frame)
+            await self._queue_send(frame, len(raw))
         elif kind == "generation.stop":
             # Not queued: a stop acts at once, never behind sends waiting their turn.
             await self._call(message_services.generation_stop, session_id=self.session_id)
@@ -233,12 +242,28 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 ValidationFailed(f"Unknown frame type {kind!r}.", details={"type": kind})
             )
 
+    async def _queue_send(self, frame: dict, size: int) -> None:
+        """Queue a send for the drain once what already waits leaves room for its ``size``
+        (SENDS_WAITING_MAX_BYTES; a send alone always fits)."""
+        while self.sends_waiting_bytes and (
+            self.sends_waiting_bytes + size > SENDS_WAITING_MAX_BYTES
+        ):
+            self.sends_stored.clear()
+            await self.sends_stored.wait()
+        self.sends_waiting_bytes += size
+        self.sends.put_nowait((frame, size))
+
     async def _drain(self) -> None:
         """Hand the socket's sends to the service one at a time, in the order received: each is
         stored (its seq allocated) before the next starts; its turn runs elsewhere (a worker, or
         embedded mode's task threads), so the next send never waits for a reply."""
-        while (frame := await self.sends.get()) is not None:
-            await self._message_send(frame)
+        while (queued := await self.sends.get()) is not None:
+            frame, size = queued
+            try:
+                await self._message_send(frame)
+            finally:
+                self.sends_waiting_bytes -= size
+                self.sends_stored.set()
 
     async def _message_send(self, frame: dict) -> None:
         try:

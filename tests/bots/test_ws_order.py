@@ -158,3 +158,56 @@ async def test_a_stop_acts_at_once_while_a_send_waits_behind_a_running_turn(
         ("assistant", "Two."),
     ]
     assert rows[1][2] == "stopped"
+
+
+async def test_a_flood_of_large_sends_waits_for_the_drain_instead_of_filling_the_memory(
+    owner, fake_session, handed_over, monkeypatch
+):
+    # While the store is held, a client floods 40 sends of 900 KB (36 MB): the socket takes
+    # frames only while what waits to be stored stays within SENDS_WAITING_MAX_BYTES (8 MB; the rest
+    # wait in the server's and the network's buffers); once the store goes on, all are stored
+    # in order. Before, every frame went into the queue at once (36 MB, or 60 frames of 16 MB:
+    # +541 MB of the web process's memory, measured).
+    import threading
+
+    from bots import consumers
+
+    held = threading.Event()
+    store = consumers._send_in_thread
+
+    def held_store(**kwargs):
+        held.wait(60)
+        store(**kwargs)
+
+    monkeypatch.setattr(consumers, "_send_in_thread", held_store)
+    seen: list[consumers.SessionConsumer] = []
+    connect = consumers.SessionConsumer.connect
+
+    async def recorded_connect(self):
+        seen.append(self)
+        await connect(self)
+
+    monkeypatch.setattr(consumers.SessionConsumer, "connect", recorded_connect)
+    communicator = await _connect(fake_session.pk, owner)
+    texts = [f"{i:02d} " + "x" * 900_000 for i in range(40)]
+    for text in texts:
+        await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": text}))
+    # Let the socket take every frame it will take: until its input stops moving.
+    consumer, unchanged, left = seen[0], 0, -1
+    for _ in range(1000):
+        await asyncio.sleep(0.01)
+        now = communicator.input_queue.qsize()
+        unchanged = unchanged + 1 if now == left else 0
+        left = now
+        if unchanged >= 20:
+            break
+    waiting = consumer.sends.qsize()
+    waiting_bytes = getattr(consumer, "sends_waiting_bytes", None)
+    held.set()
+    stored = await _wait_for_stored(fake_session, 40)
+    await communicator.disconnect()
+    frame_bytes = len(json.dumps({"type": "message.send", "content": texts[0]}))
+    # 9 frames held (8 MB): the one being stored and 8 behind it; before, all 40 (39 queued).
+    assert waiting + 1 == 8 * 1024 * 1024 // frame_bytes
+    assert waiting_bytes == (waiting + 1) * frame_bytes
+    assert [t[:3] for t in stored] == [t[:3] for t in texts]
