@@ -2,7 +2,7 @@
 
 A heavy request keeps a web thread busy while it waits on a model, a compaction lease or a
 reply: manual compaction (REST, ``/compact`` typed in chat, the websocket), re-summarise, undo,
-model discovery, imports and ``wait: true`` sends. Each one
+model discovery, imports, ``wait: true`` sends and ``/v1`` calls that wait for their reply. Each one
 holds one of its user's ``HEAVY_REQUESTS_PER_USER`` slots while it runs; one more is refused at
 once, before anything is written, with 429 ``rate_limited`` and ``Retry-After``. One user
 repeating ``/compact`` can then occupy only that many threads, never every thread of the web
@@ -70,17 +70,29 @@ def heavy_request(*, user_id: int | None, kind: str) -> Iterator[None]:
     if user_id is None or user_id in held:
         yield
         return
-    limit = settings.HEAVY_REQUESTS_PER_USER
-    token = _take(user_id, limit)
-    if token is None:
-        log.info("heavy_request_refused", user_id=user_id, kind=kind, limit=limit)
-        raise heavy_refusal(limit)
+    token = slot_take(user_id=user_id, kind=kind)
     held.add(user_id)
     try:
         yield
     finally:
         held.discard(user_id)
         _give_back(user_id, token)
+
+
+def slot_take(*, user_id: int, kind: str) -> str:
+    """One of the user's slots, for a request whose steps run on several threads (an async
+    view, ``openai_api/views.py``): its token for ``slot_give_back``. ``RateLimited`` when all
+    are taken (nothing has run yet)."""
+    limit = settings.HEAVY_REQUESTS_PER_USER
+    token = _take(user_id, limit)
+    if token is None:
+        log.info("heavy_request_refused", user_id=user_id, kind=kind, limit=limit)
+        raise heavy_refusal(limit)
+    return token
+
+
+def slot_give_back(*, user_id: int, token: str) -> None:
+    _give_back(user_id, token)
 
 
 def heavy_refusal(limit: int) -> RateLimited:

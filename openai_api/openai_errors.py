@@ -16,8 +16,10 @@ class OpenAIError(Exception):
         type_: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
+        self.retry_after = retry_after
         self.message, self.status, self.type_, self.code, self.param = (
             message,
             status,
@@ -47,6 +49,14 @@ def from_platform(exc: errors.PlatformError) -> OpenAIError:
     if isinstance(exc, errors.ServiceUnavailable):
         return OpenAIError(
             exc.message, status=503, type_="server_error", code="service_unavailable"
+        )
+    if isinstance(exc, errors.RateLimited):  # the user's heavy requests (chat_platform/heavy.py)
+        return OpenAIError(
+            exc.message,
+            status=429,
+            type_="requests",
+            code="rate_limit_exceeded",
+            retry_after=exc.retry_after,
         )
     if isinstance(exc, errors.ModelUnavailable):
         return OpenAIError(exc.message, status=502, type_="server_error", code="model_unavailable")

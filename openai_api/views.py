@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 
 from bots.models import Message
-from chat_platform import errors
+from chat_platform import errors, heavy
 from chat_platform.jsontext import json_loads
 from chat_platform.outage import OUTAGE_ERRORS
 from chat_platform.realtime import frames_listen_here, session_group
@@ -47,6 +47,8 @@ def _error(exc: OpenAIError) -> JsonResponse:
     )
     if exc.status == 401:
         response["WWW-Authenticate"] = "Bearer"
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
     return response
 
 
@@ -191,7 +193,7 @@ def _body(request: HttpRequest) -> Any:
         raise openai_errors.invalid(f"The body is not valid JSON: {exc}", None) from None
 
 
-def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
+def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any, str | None]:
     key = _authenticate(request)
     # A completion writes (the call's messages, a session): a read key is refused before the
     # body is read, and nothing is stored.
@@ -204,8 +206,16 @@ def _prepare(*, request: HttpRequest) -> tuple[ApiKey, Any, Any, Any]:
         keys.key_budget_check(key=key)
     except errors.QuotaExceeded as exc:
         raise openai_errors.quota_error(exc.message) from None
-    conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
-    return key, bot, chat, conversation
+    # A call that waits for its reply holds a heavy-request slot, as a ``wait: true`` send does
+    # (docs/security.md), taken before resolving may store the history. A stream holds no thread.
+    slot = None if chat.stream else heavy.slot_take(user_id=key.user_id, kind="v1_wait")
+    try:
+        conversation = completions.completion_resolve(key=key, bot=bot, request=chat)
+    except BaseException:
+        if slot is not None:
+            heavy.slot_give_back(user_id=key.user_id, token=slot)
+        raise
+    return key, bot, chat, conversation, slot
 
 
 def _send(**kwargs: Any) -> Started:
@@ -249,7 +259,15 @@ def _with_session(response: HttpResponse, started: Started) -> HttpResponse:
 @_guarded
 async def chat_completions_view(request: HttpRequest) -> HttpResponse:
     _method(request, "POST")
-    key, bot, chat, conversation = await _in_thread(_prepare)(request=request)
+    key, bot, chat, conversation, slot = await _in_thread(_prepare)(request=request)
+    try:
+        return await _completion(key, bot, chat, conversation)
+    finally:
+        if slot is not None:
+            await _in_thread(heavy.slot_give_back)(user_id=key.user_id, token=slot)
+
+
+async def _completion(key: ApiKey, bot: Any, chat: Any, conversation: Any) -> HttpResponse:
     listener = FrameListener() if chat.stream else None
     if listener is not None:
         # Joined before the send: no delta of the reply can go by unheard.
