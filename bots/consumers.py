@@ -15,9 +15,16 @@ from django.db import close_old_connections
 from bots import queries
 from bots.command_check import check_send
 from chat_platform import realtime
-from chat_platform.errors import NotFound, PlatformError, ServiceUnavailable, ValidationFailed
+from chat_platform.errors import (
+    NotAuthenticated,
+    NotFound,
+    PlatformError,
+    ServiceUnavailable,
+    ValidationFailed,
+)
 from chat_platform.jsontext import JSONTooDeep, json_loads
 from chat_platform.outage import OUTAGE_ERRORS
+from chat_platform.realtime_auth import credential_valid
 from turns.services import message as message_services
 from turns.services import send as send_services
 
@@ -42,11 +49,14 @@ SEND_UNAVAILABLE = (
 SENDS_WAITING_MAX_BYTES = 8 * 1024 * 1024
 
 
-def _send_in_thread(**kwargs: Any) -> None:
+def _send_in_thread(scope: dict, **kwargs: Any) -> None:
     """Store one send, off the consumer's thread. Its turn goes to the task queue after commit
-    (in embedded mode, to the in-process pool: chat_platform/inprocess.py), never runs here."""
+    (in embedded mode, to the in-process pool: chat_platform/inprocess.py), never runs here.
+    ``NotAuthenticated`` when the socket's credential no longer signs its user in."""
     close_old_connections()
     try:
+        if not credential_valid(scope):
+            raise NotAuthenticated("Your sign-in has ended: sign in again.")
         check_send(content=kwargs["content"], client_id=kwargs["client_id"])
         send_services.session_message_send(**kwargs)
     finally:
@@ -268,6 +278,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def _message_send(self, frame: dict) -> None:
         try:
             await sync_to_async(_send_in_thread, thread_sensitive=False)(
+                self.scope,
                 user=self.scope["user"],
                 session_id=self.session_id,
                 content=frame.get("content"),
@@ -275,6 +286,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 # Rooms in manual mode: the participant that answers (as over REST).
                 reply_as=frame.get("reply_as"),
             )
+        except NotAuthenticated:
+            # Signed out, its password changed or reset, or the account closed: nothing is
+            # stored, and the socket ends as a handshake would now be refused.
+            if not (self.closing or self.gone):
+                await self._close(CLOSE_NOT_AUTHENTICATED)
         except PlatformError as exc:
             await self._send_error(exc)
         except OUTAGE_ERRORS:

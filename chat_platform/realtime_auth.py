@@ -1,6 +1,7 @@
 """Websocket handshake auth: the Django session cookie, or ``Authorization: Token <key>``, for
 accounts the login page would let in (``chat_platform.account_gate``)."""
 
+from importlib import import_module
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,6 +54,30 @@ class _SessionAuthMiddleware(AuthMiddleware):
             scope["user"]._wrapped = AnonymousUser()
 
 
+def credential_valid(scope: dict) -> bool:
+    """Whether an open socket's credential still signs its user in, as a new handshake would:
+    the token it showed still exists, or its session still holds the user with the same
+    password (Django's session auth hash), and the account may still act (account_gate).
+    A password reset deletes the token and changes the hash, so a socket opened before it
+    stops with it (docs/api.md, "WebSocket"). Synchronous: call it off the event loop."""
+    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.utils.crypto import constant_time_compare
+
+    if "auth_token" in scope:  # the token and its user in one statement, compiled once
+        owner = token_user(scope["auth_token"])
+        return owner is not None and owner.pk == scope["user"].pk and account_refusal(owner) is None
+    user = get_user_model().objects.filter(pk=scope["user"].pk).first()
+    if user is None or account_refusal(user) is not None:
+        return False
+    session_key = getattr(scope.get("session"), "session_key", None)
+    if not session_key:
+        return False
+    stored = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()
+    return str(stored.get(SESSION_KEY)) == str(user.pk) and constant_time_compare(
+        stored.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()
+    )
+
+
 class _TokenAuthMiddleware:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -60,7 +85,7 @@ class _TokenAuthMiddleware:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
         key = _token_key(scope)
         if key is not None:
-            scope = dict(scope, user=await _user_for_token(key))
+            scope = dict(scope, user=await _user_for_token(key), auth_token=key)
         elif settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory" and "user" in scope:
             # A session's user is active (Django's session auth checks that); under mandatory
             # verification the address is asked for as well.

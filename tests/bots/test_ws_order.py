@@ -175,9 +175,9 @@ async def test_a_flood_of_large_sends_waits_for_the_drain_instead_of_filling_the
     held = threading.Event()
     store = consumers._send_in_thread
 
-    def held_store(**kwargs):
+    def held_store(*args, **kwargs):
         held.wait(60)
-        store(**kwargs)
+        store(*args, **kwargs)
 
     monkeypatch.setattr(consumers, "_send_in_thread", held_store)
     seen: list[consumers.SessionConsumer] = []

@@ -1,0 +1,83 @@
+"""An open websocket acts only while its credential still signs its user in (docs/api.md,
+"WebSocket"): the token it showed still exists, or its session still holds the user with the
+same password, and the account may still sign in (chat_platform/account_gate.py). Before, a
+socket opened before a password reset (which deletes the token), a password change or a
+deactivation went on storing sends and running their replies: measured on a running server, a
+send after the account was deactivated and its token deleted was stored and answered."""
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from rest_framework.authtoken.models import Token
+
+from bots.consumers import CLOSE_NOT_AUTHENTICATED
+from bots.models import Message
+from chat_platform.asgi import application
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("inmemory_channel_layer"),
+]
+
+
+def _token_socket(session, user) -> WebsocketCommunicator:
+    key = Token.objects.get_or_create(user=user)[0].key
+    return WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[(b"authorization", f"Token {key}".encode())],
+    )
+
+
+def _cookie_socket(session, user, client) -> WebsocketCommunicator:
+    client.force_login(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    return WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session.pk}/",
+        headers=[(b"cookie", cookie), (b"origin", b"http://localhost"), (b"host", b"localhost")],
+    )
+
+
+def _deactivate(user) -> None:
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+
+
+def _password_changed(user) -> None:
+    user.set_password("a-new-password-1234")
+    user.save(update_fields=["password"])
+
+
+@pytest.mark.parametrize(
+    ("credential", "change"),
+    [
+        ("token", lambda user: Token.objects.filter(user=user).delete()),
+        ("token", _deactivate),
+        ("cookie", _password_changed),
+        ("cookie", _deactivate),
+    ],
+    ids=[
+        "token-deleted",
+        "token-account-deactivated",
+        "cookie-password-changed",
+        "cookie-deactivated",
+    ],
+)
+async def test_a_send_after_the_credential_ended_closes_the_socket_and_stores_nothing(
+    owner, fake_session, client, credential, change
+):
+    if credential == "token":
+        communicator = await database_sync_to_async(_token_socket)(fake_session, owner)
+    else:
+        communicator = await database_sync_to_async(_cookie_socket)(fake_session, owner, client)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    await database_sync_to_async(change)(owner)
+    await communicator.send_to(text_data=json.dumps({"type": "message.send", "content": "hi"}))
+    closed = await communicator.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": CLOSE_NOT_AUTHENTICATED}
+    stored = await database_sync_to_async(Message.objects.filter(session=fake_session).count)()
+    assert stored == 0
