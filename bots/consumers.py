@@ -3,6 +3,7 @@ call the same services as the REST API, relay the session group's frames."""
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import structlog
@@ -48,6 +49,11 @@ SEND_UNAVAILABLE = (
 # (docs/chat-turn.md, "One socket, one order"). Eight sends of the largest size.
 SENDS_WAITING_MAX_BYTES = 8 * 1024 * 1024
 
+# How often an open socket that only reads is checked again before it relays the chat's frames:
+# whether its credential still signs its user in (chat_platform.realtime_auth.credential_valid;
+# each send is checked anyway). One statement a minute while frames flow.
+CREDENTIAL_RECHECK_SECONDS = 60.0
+
 
 def _send_in_thread(scope: dict, **kwargs: Any) -> None:
     """Store one send, off the consumer's thread. Its turn goes to the task queue after commit
@@ -59,6 +65,14 @@ def _send_in_thread(scope: dict, **kwargs: Any) -> None:
             raise NotAuthenticated("Your sign-in has ended: sign in again.")
         check_send(content=kwargs["content"], client_id=kwargs["client_id"])
         send_services.session_message_send(**kwargs)
+    finally:
+        close_old_connections()
+
+
+def _credential_valid_in_thread(scope: dict) -> bool:
+    close_old_connections()
+    try:
+        return credential_valid(scope)
     finally:
         close_old_connections()
 
@@ -187,6 +201,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._refuse(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
             return
         self.session_id = session.pk
+        self.credential_checked_at = time.monotonic()
         # Accepted once subscribed: when the client sees the socket open, the session's frames
         # already reach it, and a message it sends at once is handled without waiting.
         self.answered = True
@@ -316,6 +331,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=json.dumps({"type": "error", "error": exc.as_dict()}))
 
     async def chat_frame(self, event: dict) -> None:
+        if self.closing or self.gone:
+            return
+        if time.monotonic() - self.credential_checked_at >= CREDENTIAL_RECHECK_SECONDS:
+            try:
+                valid = await sync_to_async(_credential_valid_in_thread, thread_sensitive=False)(
+                    self.scope
+                )
+            except OUTAGE_ERRORS:  # the database is down: relay, and check at the next frame
+                log.warning("ws_credential_check_unavailable", session_id=self.session_id)
+                valid = True
+            else:
+                self.credential_checked_at = time.monotonic()
+            if not valid:
+                await self._close(CLOSE_NOT_AUTHENTICATED)
+                return
         await self.send(text_data=json.dumps(event["frame"]))
 
 

@@ -81,3 +81,29 @@ async def test_a_send_after_the_credential_ended_closes_the_socket_and_stores_no
     assert closed == {"type": "websocket.close", "code": CLOSE_NOT_AUTHENTICATED}
     stored = await database_sync_to_async(Message.objects.filter(session=fake_session).count)()
     assert stored == 0
+
+
+async def test_a_socket_whose_credential_ended_is_closed_before_it_relays_more_frames(
+    owner, fake_session, monkeypatch
+):
+    # A socket that never sends (someone reading a chat with a token they should no longer
+    # have) is checked again before it relays frames, at most every CREDENTIAL_RECHECK_SECONDS;
+    # 0 here, so the next frame checks. Before, it relayed the chat's frames for as long as it
+    # stayed open.
+    from channels.layers import get_channel_layer
+
+    from bots import consumers
+    from chat_platform import realtime
+
+    monkeypatch.setattr(consumers, "CREDENTIAL_RECHECK_SECONDS", 0, raising=False)
+    communicator = await database_sync_to_async(_token_socket)(fake_session, owner)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    frame = {"type": realtime.FRAME_EVENT, "frame": {"type": "probe", "n": 1}}
+    group = realtime.session_group(fake_session.pk)
+    await get_channel_layer().group_send(group, frame)
+    assert json.loads(await communicator.receive_from(timeout=5)) == {"type": "probe", "n": 1}
+    await database_sync_to_async(_deactivate)(owner)
+    await get_channel_layer().group_send(group, {**frame, "frame": {"type": "probe", "n": 2}})
+    closed = await communicator.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": CLOSE_NOT_AUTHENTICATED}
