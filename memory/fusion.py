@@ -29,10 +29,15 @@ def fused(
         key = ("m", item.message_id) if isinstance(item, MessageScore) else ("r", id(item))
         scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
         items.setdefault(key, item)
+    # A message both rankings hold stays the lexical item: it knows the question's words it
+    # holds (``memory.search_hits.fill`` reads them).
+    lexical_items = {
+        ("m", item.message_id): item for _, item in lexical if isinstance(item, MessageScore)
+    }
     for rank, message in enumerate(vector, start=1):
         key = ("m", message.message_id)
         scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
-        items.setdefault(key, message)
+        items.setdefault(key, lexical_items.get(key, message))
     order = {key: position for position, key in enumerate(items)}
     ranked = sorted(scores, key=lambda key: (-scores[key], order[key]))
     fused_items = [(scores[key], items[key]) for key in ranked]

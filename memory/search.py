@@ -351,6 +351,10 @@ class MessageScore:
     record_id: int | None
     score: float
     session_id: int = 0
+    # The query terms the message holds and how many distinct terms it has (lexical rankings
+    # only: a message the vectors found alone holds none of the question's words).
+    holds: frozenset[str] = frozenset()
+    distinct_terms: int = 0
 
 
 @dataclass(frozen=True)
@@ -432,7 +436,15 @@ def messages_ranked(
         documents=int(documents), mean_length=float(mean_length), frequency=dict(frequency)
     )
     scored = [
-        MessageScore(pk, seq, record_id, collection.score(query, words), sid)
+        MessageScore(
+            pk,
+            seq,
+            record_id,
+            collection.score(query, words),
+            sid,
+            holds=frozenset(wanted.intersection(words)),
+            distinct_terms=len(set(words)),
+        )
         for pk, seq, record_id, words, sid in rows
     ]
     scored.sort(key=lambda s: (-s.score, -s.seq))

@@ -70,7 +70,9 @@ _QUESTION = "?"
 # sharing one word with the question, and a short message's vector is mostly its speaker's name
 # or a stock phrase, close to any question naming that speaker. Such a message is filled after
 # the ranking's fused messages that say more, still before the lexical ranking's tail (messages
-# that only share a word with the question) (docs/memory.md, "Messages that say little").
+# that only share a word with the question) (docs/memory.md, "Messages that say little") —
+# unless it holds a word of the question that no ranked message saying more holds: then it is
+# the evidence ("I'm on flight BA2490 tomorrow morning." for "What is the flight number?").
 LOW_INFORMATION_TERMS = 6
 
 
@@ -289,6 +291,7 @@ def fill(
     }
     names[None] = MemoryRecord(session=session, name=HISTORY_NAME, kind=MemoryRecord.Kind.SNAPSHOT)
     filler = _Filler(names, room=room, limit=limit, model=model)
+    covered = _words_said_more(ranked) if defer_low else frozenset()
     later: list[_Deferred] = []  # messages that say little, until the ranking's tail
     start, size = 0, _FILL_CHUNK
     while start < len(ranked):
@@ -309,7 +312,7 @@ def fill(
             assert isinstance(item, search.MessageScore)
             if score == 0.0:  # the lexical tail after a fusion (``memory.fusion.fused``)
                 _flush(filler, later)
-            if defer_low and item.seq in low:
+            if defer_low and item.seq in low and item.holds <= covered:
                 later.append((score, item, lines))
                 continue
             filler.add_message(score, item, lines)
@@ -317,6 +320,17 @@ def fill(
             break
     _flush(filler, later)
     return _within(filler.hits(), room, model=model)
+
+
+def _words_said_more(ranked: list[tuple[float, object]]) -> frozenset[str]:
+    """The question's words held by the ranked messages that say more (at least
+    ``LOW_INFORMATION_TERMS`` distinct terms): a message that says little and holds only these
+    waits for them."""
+    held: set[str] = set()
+    for _, item in ranked:
+        if isinstance(item, search.MessageScore) and item.distinct_terms >= LOW_INFORMATION_TERMS:
+            held |= item.holds
+    return frozenset(held)
 
 
 def _flush(filler: _Filler, later: list[_Deferred]) -> None:
