@@ -299,11 +299,9 @@ def fill(
         # Each round reads twice as many: a result a few tokens short of full goes on through
         # the whole ranking for something small enough, in a few queries instead of one per 60.
         start, size = start + size, size * 2
+        scored = [item for _, item in chunk if isinstance(item, search.MessageScore)]
         lines, low = _message_lines(
-            session,
-            [item for _, item in chunk if isinstance(item, search.MessageScore)],
-            live_before=live_before,
-            records=names,
+            session, scored, live_before=live_before, held=_held(scored, names)
         )
         for score, item in chunk:
             if isinstance(item, SearchHit):
@@ -351,33 +349,40 @@ def _within(hits: list[SearchHit], room: int, *, model: str) -> tuple[list[Searc
     return hits, 0
 
 
+def _held(scored: list["search.MessageScore"], names: dict[int | None, MemoryRecord]) -> set[int]:
+    """The seqs of ``scored`` and of the turn after each that the snapshot naming them holds:
+    an undone summary's messages are live again, yet its snapshot stays in the index
+    (docs/compaction.md, "Take a compaction back"), so they are still found in it."""
+    held = set()
+    for message in scored:
+        record = names.get(message.record_id) if message.record_id is not None else None
+        if record is None or record.first_seq is None or record.last_seq is None:
+            continue
+        held.update(
+            s for s in (message.seq, message.seq + 1) if record.first_seq <= s <= record.last_seq
+        )
+    return held
+
+
 def _message_lines(
     session: ChatSession,
     scored: list["search.MessageScore"],
     *,
     live_before: int | None,
-    records: dict[int | None, MemoryRecord],
+    held: set[int],
 ) -> tuple[dict[int, str], set[int]]:
     """Transcript lines (seq -> line) of ``scored`` and of the turn after each question among
-    them, read in one query: compacted messages, and live ones below ``live_before`` that are
-    not pinned (a pin is in every request); and the seqs of ``scored`` that say little (fewer
-    than ``LOW_INFORMATION_TERMS`` distinct search terms)."""
+    them, read in one query: compacted messages, those a snapshot holds (``held``), and live
+    ones below ``live_before`` that are not pinned (a pin is in every request); and the seqs of
+    ``scored`` that say little (fewer than ``LOW_INFORMATION_TERMS`` distinct search terms)."""
     if not scored:
         return {}, set()
     seqs = {m.seq for m in scored} | {m.seq + 1 for m in scored}
-    # What a summary covers is its seat's (compaction's coverage rows, above this floor): a
-    # scored message held by a snapshot was compacted, and so was the turn after it inside
-    # that snapshot's span; both are shown. Any other line is live history: shown below
-    # ``live_before`` (never the message the turn answers, or what came after it), unpinned (a
-    # pin is in every request).
-    held = set()
-    for m in scored:
-        record = records.get(m.record_id) if m.record_id is not None else None
-        if record is not None:
-            held.add(m.seq)
-            if record.last_seq is not None and m.seq < record.last_seq:
-                held.add(m.seq + 1)
-    visible = Q(seq__in=sorted(held))
+    # What a summary covers is its seat's (compaction's coverage rows, above this floor): the
+    # lines a snapshot holds (``held``: compacted, or undone since, its snapshot still in the
+    # index) are shown. Any other line is live history: shown below ``live_before`` (never the
+    # message the turn answers, or what came after it), unpinned (a pin is in every request).
+    visible = Q(seq__in=_seqs_in(held)) if held else Q(pk__in=[])
     if live_before:
         visible |= Q(seq__lt=live_before, pinned=False)
     rows = (

@@ -580,3 +580,21 @@ def test_filling_reads_the_ranking_in_doubling_chunks_with_the_same_hits(talked,
 
     assert _hits(talked, question) == expected
     assert (len(ranked), reads) == (14, [1, 2, 4, 7])  # four reads of 14, not fourteen
+
+
+def test_an_undone_summarys_messages_are_still_found_in_its_snapshot(talked, owner_client):
+    """Undo keeps the summary's snapshot in the index (docs/compaction.md, "Take a compaction
+    back"), so its messages, back in the context, are still found in it — by the records API,
+    which searches no live history, too. Measured before: ``?q=harmonica`` answered nothing once
+    the summary of 9–16 was undone, while the index still listed snapshot_9_16."""
+    question = "Who plays the harmonica?"
+    assert _hits(talked, question) == [("snapshot_9_16", (15, 16))]
+    summary = Summary.objects.get(session=talked, first_seq=9, last_seq=16)
+
+    answer = owner_client.post(f"/api/v1/summaries/{summary.pk}/revert/", {}, format="json")
+
+    assert answer.status_code == 200, answer.json()
+    assert Message.objects.get(session=talked, seq=15).compacted_by_id is None
+    assert _hits(talked, question) == [("snapshot_9_16", (15, 16))]
+    found = owner_client.get(f"/api/v1/sessions/{talked.pk}/records/", {"q": question}).json()
+    assert [(hit["name"], hit["seqs"]) for hit in found] == [("snapshot_9_16", [15, 16])]
