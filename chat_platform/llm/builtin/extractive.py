@@ -107,8 +107,8 @@ _DIGIT = re.compile(r"\d")
 # square of its length; every alternative is now linear in the text.
 _IDENTIFIER = re.compile(
     r"`[^`]+`|https?://\S+|[^\s@]{1,64}@[^\s@]{1,253}\.\w+|#\w+"
-    # letters and digits mixed: INV-2041, v2
-    r"|\b(?=[\w.-]{0,80}[A-Za-z])(?=[\w.-]{0,80}\d)[\w.-]{2,80}\b"
+    # letters and digits mixed: INV-2041, v2; not an ordinal ("3rd", "21st"), which is a number
+    r"|\b(?!\d+(?i:st|nd|rd|th)\b)(?=[\w.-]{0,80}[A-Za-z])(?=[\w.-]{0,80}\d)[\w.-]{2,80}\b"
     r"|\b\w+_\w+\b"  # snake_case
     r"|\b[a-z]+[A-Z]\w*\b"  # camelCase
     r"|\b[A-Z]{2,}\b"  # acronyms, codes
