@@ -23,6 +23,8 @@ triggers (an index row is never updated).
 
 from typing import Any
 
+from django.db import connection
+
 from chat_platform.compiled import CompiledValues
 from memory.terms import terms
 
@@ -348,3 +350,30 @@ def messages_index_written_rows(
             )
     index_model.objects.bulk_create(entries, batch_size=INDEX_BATCH, ignore_conflicts=True)
     return len(entries)
+
+
+def messages_index_copy_rows(
+    message_model: Any, index_model: Any, *, source_id: int, target_id: int, before_seq: int
+) -> int:
+    """A branch's copies (chat ``target_id``, made from ``source_id`` before ``before_seq``)
+    indexed as their originals are, terms and vector alike, in one INSERT … SELECT: the copies
+    not indexed yet (a copied snapshot's were, with it), ``record`` NULL (live in the branch
+    until its own compaction takes them). Search across the user's chats leaves a branch's
+    copies out while its original holds them; once the original is deleted they are the
+    branch's own, and recall in the branch finds them as live history. How many were indexed."""
+    quote = connection.ops.quote_name
+    index, message = quote(index_model._meta.db_table), quote(message_model._meta.db_table)
+    copied = ("terms", "length", "embedding", "embedding_model")
+    columns = ", ".join(quote(c) for c in ("message_id", "session_id", "seq", "record_id", *copied))
+    values = ", ".join(f"s.{quote(c)}" for c in copied)
+    with connection.cursor() as cursor:
+        # Identifiers from the models, values in params.
+        cursor.execute(
+            f"INSERT INTO {index} ({columns}) "  # noqa: S608
+            f"SELECT t.id, t.session_id, s.seq, NULL, {values} FROM {index} s "
+            f"JOIN {message} t ON t.session_id = %s AND t.seq = s.seq "
+            "WHERE s.session_id = %s AND s.seq < %s "
+            f"AND NOT EXISTS (SELECT 1 FROM {index} x WHERE x.message_id = t.id)",
+            [target_id, source_id, before_seq],
+        )
+        return max(cursor.rowcount, 0)

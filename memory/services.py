@@ -32,7 +32,11 @@ from memory import embed_after_turns, embeddings, realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex
 from memory.queries import record_get_for_session, records_for_session
-from memory.search_schema import messages_index_rows, messages_index_written_rows
+from memory.search_schema import (
+    messages_index_copy_rows,
+    messages_index_rows,
+    messages_index_written_rows,
+)
 
 # The other records a snapshot's description is measured against: the newest ones, each read
 # only as far as its first OTHERS_BODY_CHARS characters (one bounded query).
@@ -438,7 +442,8 @@ def record_delete(*, session: ChatSession, name: object) -> None:
 def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
     """A branch carries over the chat's own records: its notes (info records of the session),
     and the snapshots of compactions that covered only messages before the branch point, with
-    their copied messages indexed for search. Bot- and user-wide records are shared anyway."""
+    their copied messages indexed for search; the other copies are indexed as the original's
+    messages are (``messages_index_copy_rows``). Bot- and user-wide records are shared anyway."""
     records = MemoryRecord.objects.filter(session=source, scope=MemoryRecord.Scope.SESSION).filter(
         Q(kind=MemoryRecord.Kind.INFO) | Q(kind=MemoryRecord.Kind.SNAPSHOT, last_seq__lt=before_seq)
     )
@@ -458,6 +463,9 @@ def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq:
                 record_id=record.pk,
             )
         copied += 1
+    messages_index_copy_rows(
+        Message, MessageIndex, source_id=source.pk, target_id=target.pk, before_seq=before_seq
+    )
     if copied and target.bot.embedding_model:
         # The copies are the branch's own index rows: embedded like a compaction's.
         transaction.on_commit(

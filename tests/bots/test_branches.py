@@ -386,3 +386,26 @@ def test_search_of_all_chats_lists_a_branch_copy_once(chat, owner_client, fake_o
         (chat.pk, 3),
         (branch_id, 3),
     ]
+
+
+def test_a_branchs_copies_are_found_in_it_once_the_original_is_deleted(
+    chat, owner_client, fake_openai
+):
+    """Search all my chats leaves a branch's copies out while its original holds them; once the
+    original is deleted the branch's messages are its own (docs/transfer.md). Its live copies were
+    never indexed in the branch, so they were in no search at all (measured: after the delete,
+    ``?q=question`` listed only the branch's edited question, seq 3, not its copy of question
+    one, seq 1)."""
+    fake_openai.script(Reply(text="Edited answer."))
+    question_two = Message.objects.get(session=chat, seq=3)
+    branch_id = owner_client.post(
+        f"/api/v1/messages/{question_two.pk}/edit/", {"content": "Question two, edited"}, "json"
+    ).json()["session"]["id"]
+
+    assert owner_client.delete(f"/api/v1/sessions/{chat.pk}/").status_code == 204
+    hits = owner_client.get("/api/v1/search/", {"q": "question"}).json()["results"]
+
+    assert sorted((h["session"]["id"], h["message"]["seq"]) for h in hits) == [
+        (branch_id, 1),
+        (branch_id, 3),
+    ]

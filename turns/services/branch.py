@@ -110,8 +110,9 @@ def do_branch_copy(*, session: ChatSession, branch: ChatSession, at_seq: int) ->
     bulk.messages_copy_prefix(source_id=session.pk, target=branch, before_seq=at_seq)
     summaries_copy_prefix(source=session, target=branch, before_seq=at_seq)
     # The copies of compacted messages are indexed with their snapshot's copy (recall in the
-    # branch); the rest are not indexed again: search across the user's chats finds them in the
-    # original, and leaves a branch's copies out so a hit is listed once.
+    # branch), the rest as live history, with their originals' terms and vectors: search across
+    # the user's chats leaves a branch's copies out while the original holds them (a hit is
+    # listed once), and finds them in the branch once the original is deleted.
     records_copy_prefix(source=session, target=branch, before_seq=at_seq)
     tokens, messages = transitions.session_context_recount(session_id=branch.pk)
     branch.context_tokens, branch.context_messages = tokens, messages
