@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Substr
 from django.utils import timezone
 
@@ -143,6 +143,22 @@ def messages_index(
         last_seq=last_seq,
         record_id=record_id,
         covered=covered,
+    )
+
+
+def messages_index_snapshots(*, session_id: int) -> int:
+    """Take a session's compacted messages into the snapshots that hold them, narrowest first
+    (a pass's before a fusion's, as migration 0004's backfill did): what an import does once
+    its messages, summaries and records are written. How many were taken or indexed."""
+    snapshots = (
+        MemoryRecord.objects.filter(session_id=session_id, kind="snapshot", indexed=True)
+        .annotate(width=F("last_seq") - F("first_seq"))
+        .order_by("width", "id")
+        .values_list("pk", "first_seq", "last_seq")
+    )
+    return sum(
+        messages_index(session_id=session_id, first_seq=first, last_seq=last, record_id=pk)
+        for pk, first, last in snapshots
     )
 
 

@@ -14,7 +14,7 @@ from bots.models import ChatSession, Message
 from compaction.models import CompactionEvent, Summary
 from compaction.services import session_compact
 from memory.models import MemoryRecord, MessageIndex
-from memory.queries import messages_search_for_user
+from memory.queries import messages_search_for_user, records_search
 from memory.services import record_create
 from tests.factories import BotFactory, SessionFactory
 from tests.fakeopenai import Reply
@@ -745,3 +745,33 @@ def test_an_imported_failed_reply_is_retried_and_replies_name_their_bot(
     assert failed["status"] == "failed"
     retried = owner_client.post(f"/api/v1/messages/{failed['id']}/retry/")
     assert retried.status_code == 202, retried.json()
+
+
+def test_an_imported_chats_compacted_messages_are_found_in_their_snapshots(
+    owner, owner_client, lived_session
+):
+    """The import indexed every message as live (no record): the compacted ones were found in
+    no snapshot — the records API's ``?q=Aurelio`` gave the snapshot as a record hit with no
+    ``seqs``, and recall labelled them "chat history: not in a record yet" (measured on this
+    fixture's round trip). Now they are held by the snapshots that hold them, as in the
+    original."""
+    data = _body(owner_client.get(f"/api/v1/sessions/{lived_session.pk}/export/?format=json"))
+    new_id = _done(imported(owner_client, lived_session.bot, data))["imported"][0]["session"]
+
+    def found(session_id):  # noqa: ANN001, ANN202
+        url = f"/api/v1/sessions/{session_id}/records/"
+        hits = owner_client.get(url, {"q": "Aurelio ferry"}).json()
+        tool = records_search(
+            session=ChatSession.objects.get(pk=session_id), query="Aurelio ferry", live_before=99
+        )
+        return [(h["name"], h["seqs"]) for h in hits], sorted((h.name, h.seqs) for h in tool)
+
+    held = dict(
+        MessageIndex.objects.filter(session_id=lived_session.pk).values_list("seq", "record__name")
+    )
+    assert any(held.values())
+    assert found(new_id) == found(lived_session.pk)
+    assert (
+        dict(MessageIndex.objects.filter(session_id=new_id).values_list("seq", "record__name"))
+        == held
+    )

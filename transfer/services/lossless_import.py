@@ -16,6 +16,7 @@ from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.coverage import seats_count
 from compaction.models import TRIGGERS, CompactionEvent, Summary, SummaryCoverage
 from memory.models import MemoryRecord
+from memory.services import messages_index_snapshots
 from transfer import fields as f
 from transfer.lossless import FORMAT, VERSION
 from transfer.models import ImportedBranch, ImportedConversation
@@ -387,6 +388,8 @@ def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportR
     state.writer.flush()
     _coverage_write(session, state.covering)
     _summaries_of_nothing_undone(session)
+    # Written as live, the compacted messages are found in their snapshots, as in the original.
+    messages_index_snapshots(session_id=session.pk)
     session_finish(session)
     digest = state.hasher.hexdigest()
     clash = digest_claim(
