@@ -775,3 +775,19 @@ def test_an_imported_chats_compacted_messages_are_found_in_their_snapshots(
         dict(MessageIndex.objects.filter(session_id=new_id).values_list("seq", "record__name"))
         == held
     )
+
+
+def test_an_import_embeds_what_it_wrote(owner, owner_client, bot, eager_tasks):
+    """The import runs in a child process that ends with it: the embedding it dispatched after
+    commit never ran there (measured: 0 vectors of 7 index rows in the three chats of
+    ``chatgpt_conversation``), and a chat below its soft threshold was searched by words only
+    until some compaction. The job embeds each new chat once the child is done."""
+    assert bot.embedding_model == "builtin/embed"
+    data = json.dumps([chatgpt_conversation()]).encode()
+
+    _done(imported(owner_client, bot, data))
+
+    rows = MessageIndex.objects.filter(session__user=owner)
+    assert rows.count() == 7
+    assert set(rows.values_list("embedding_model", flat=True)) == {"builtin/embed"}
+    assert not rows.filter(embedding__isnull=True).exists()

@@ -26,6 +26,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from bots.models import ChatSession
 from bots.queries import bot_get_for_user
 from chat_platform import sandbox
 from chat_platform.celery_app import task_named
@@ -34,6 +35,7 @@ from chat_platform.errors import PlatformError, ServiceUnavailable
 from chat_platform.heavy import heavy_refusal
 from chat_platform.outage import BROKER_ERRORS
 from connections import usage
+from memory import embeddings
 from transfer import progress
 from transfer.models import ImportChunk, ImportJob
 from transfer.services.importing import chats_import, check_import_size
@@ -179,7 +181,20 @@ def import_job_run(*, job_id: int) -> str | None:
                 compact_soft_dispatch(entry["session"], quota=limits)
             else:
                 compact_soft_dispatch(entry["session"])
+        _embed_dispatch([entry["session"] for entry in result.get("imported", [])], job.quota)
     return status
+
+
+def _embed_dispatch(session_ids: list[int], quota: Any) -> None:
+    """Embed what the import wrote (each new chat and its branches), from here: the child's own
+    dispatch after its commit ran in a process that ended with the import, so nothing was
+    embedded and a chat below its soft threshold was searched by words only until a compaction
+    (docs/memory.md, "Hybrid search")."""
+    if not session_ids:
+        return
+    chats = ChatSession.objects.filter(Q(pk__in=session_ids) | Q(branch_of_id__in=session_ids))
+    for session_id in chats.exclude(bot__embedding_model="").values_list("pk", flat=True):
+        embeddings.messages_embed_dispatch(session_id, quota=quota or None)
 
 
 def _claim(job_id: int) -> ImportJob | None:
