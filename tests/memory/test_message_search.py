@@ -26,7 +26,7 @@ from compaction.models import Summary, SummaryCoverage
 from memory import queries, search, services
 from memory.models import MessageIndex
 from memory.terms import query_terms, terms
-from tests.coverage import cover
+from tests.coverage import cover, messages_covered
 from tests.factories import MemoryRecordFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tests.memory import message_search_data as data
@@ -594,7 +594,7 @@ def test_an_undone_summarys_messages_are_still_found_in_its_snapshot(talked, own
     answer = owner_client.post(f"/api/v1/summaries/{summary.pk}/revert/", {}, format="json")
 
     assert answer.status_code == 200, answer.json()
-    assert Message.objects.get(session=talked, seq=15).compacted_by_id is None
+    assert messages_covered(talked).get(seq=15).compacted_by_id is None
     assert _hits(talked, question) == [("snapshot_9_16", (15, 16))]
     found = owner_client.get(f"/api/v1/sessions/{talked.pk}/records/", {"q": question}).json()
     assert [(hit["name"], hit["seqs"]) for hit in found] == [("snapshot_9_16", [15, 16])]
