@@ -11,7 +11,8 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 
 from bots.models import ChatSession, Message
 from bots.transitions import session_context_recount
-from compaction.models import SeatState, SummaryCoverage
+from compaction.engine.coverage import seats_count
+from compaction.models import SummaryCoverage
 from compaction.seats import seat_covered, seat_read
 
 
@@ -38,7 +39,8 @@ def message_covering(message: Message, *, bot_id: int | None = None) -> int | No
 
 def cover(messages: QuerySet[Message], summary_id: int, *, bot_id: int | None = None) -> int:
     """``summary_id`` covers ``messages`` (one chat's) for the seat of ``bot_id`` (default: the
-    chat's bot), moving the seat's totals as a pass's commit does; how many it covers."""
+    chat's bot), the seats counted from their rows as a branch's are (``seats_count``: totals
+    and covered floor); how many it covers."""
     rows = list(messages.values_list("pk", "session_id", "token_count"))
     if not rows:
         return 0
@@ -48,28 +50,8 @@ def cover(messages: QuerySet[Message], summary_id: int, *, bot_id: int | None = 
     SummaryCoverage.objects.bulk_create(
         SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk) for pk, _, _ in rows
     )
-    _seat_state_recount(session_id, bot_id)
+    seats_count(target=ChatSession.objects.get(pk=session_id))
     return len(rows)
-
-
-def _seat_state_recount(session_id: int, bot_id: int) -> None:
-    """The seat's covered totals from its coverage rows (in-context messages only), its floor
-    left at 0 (which skips nothing)."""
-    covered = SummaryCoverage.objects.filter(
-        bot_id=bot_id,
-        message__session_id=session_id,
-        message__in=Message.objects.filter(Message.in_context_q(), session_id=session_id),
-    ).aggregate(tokens=Sum("message__token_count"), messages=Count("id"))
-    SeatState.objects.update_or_create(
-        session_id=session_id,
-        bot_id=bot_id,
-        defaults={
-            "covered_tokens": covered["tokens"] or 0,
-            "covered_messages": covered["messages"],
-            "covered_through_seq": 0,
-            "uncovered_ids": [],
-        },
-    )
 
 
 def in_context_totals(session: ChatSession) -> tuple[int, int]:
