@@ -3,7 +3,9 @@ until now on its messages (``Message.compacted_by_id``), becomes rows of its bot
 (``SummaryCoverage``), as a room's always were. The seat's totals count what they cover, the
 session's running totals count every message in context again (a seat's pressure subtracts
 its own coverage), and the seat's covered floor stops below its first message that is not
-covered. The foreign key of 0003 goes with the column (bots 0024)."""
+covered. A room that became one with coverage still on its messages (before rooms moved it)
+has it become its default bot's rows, beside those it has (a pair already there is kept). The
+foreign key of 0003 goes with the column (bots 0024)."""
 
 from django.db import migrations
 from django.db.models import Count, Max, Min, Sum
@@ -32,9 +34,9 @@ def rows_from_messages(apps, schema_editor):
             # since counts for the chat's bot, whose context it stands in).
             batch.append(SummaryCoverage(summary_id=summary_id, bot_id=bot_id, message_id=pk))
             if len(batch) >= 5000:
-                SummaryCoverage.objects.bulk_create(batch)
+                SummaryCoverage.objects.bulk_create(batch, ignore_conflicts=True)
                 batch = []
-        SummaryCoverage.objects.bulk_create(batch)
+        SummaryCoverage.objects.bulk_create(batch, ignore_conflicts=True)
         totals = mine.filter(**ELIGIBLE).aggregate(tokens=Sum("token_count"), messages=Count("id"))
         tokens, messages = totals["tokens"] or 0, totals["messages"]
         # The floor: below the first message the bot is shown that no summary covers.
