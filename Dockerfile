@@ -10,4 +10,4 @@ RUN pip install --no-cache-dir .
 COPY . .
 RUN DEBUG=true python manage.py collectstatic --noinput
 EXPOSE 8000
-CMD ["uvicorn", "chat_platform.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "5"]
+CMD ["uvicorn", "chat_platform.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "5", "--ws-max-size", "8388608"]

@@ -28,7 +28,7 @@ BEAT_SCHEDULE ?= var/celerybeat-schedule
 
 web: ## Real mode: collect static files, then the ASGI server on HOST:PORT (needs DATABASE_URL, REDIS_URL, SECRET_KEY)
 	$(PY) manage.py collectstatic --noinput -v 0
-	.venv/bin/uvicorn chat_platform.asgi:application --host $(HOST) --port $(PORT) --workers 2 --timeout-graceful-shutdown 5
+	.venv/bin/uvicorn chat_platform.asgi:application --host $(HOST) --port $(PORT) --workers 2 --timeout-graceful-shutdown 5 --ws-max-size 8388608
 
 worker: ## Real mode: Celery workers, one process per core x CELERY_WORKER_CONCURRENCY threads (chat + compaction + heavy)
 	bash scripts/worker.sh

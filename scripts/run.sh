@@ -35,4 +35,4 @@ fi
 .venv/bin/python manage.py seed_demo --migrate "${tools_url[@]}"
 echo "chat-platform running at http://127.0.0.1:${PORT:-8000}/  (sign in as demo / demo)"
 .venv/bin/python -m uvicorn chat_platform.asgi:application \
-  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}"
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}" --ws-max-size 8388608

@@ -2,6 +2,7 @@
 files and listens on HOST/PORT (defaults 0.0.0.0:8000), `make beat` keeps its schedule file in
 an ignored folder, and with DEBUG false whitenoise serves the collected files."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -24,7 +25,7 @@ def _make_n(*args: str) -> list[str]:
 def test_make_web_collects_static_then_listens_on_host_and_port():
     uvicorn = (
         ".venv/bin/uvicorn chat_platform.asgi:application --host {} --port {} --workers 2 "
-        "--timeout-graceful-shutdown 5"
+        "--timeout-graceful-shutdown 5 --ws-max-size 8388608"
     )
     collect = ".venv/bin/python manage.py collectstatic --noinput -v 0"
     assert _make_n("web") == [collect, uvicorn.format("0.0.0.0", "8000")]
@@ -73,3 +74,29 @@ def test_real_mode_passes_the_connection_encryption_key_as_the_readme_says():
     readme = (ROOT / "README.md").read_text()
     (export,) = [line for line in readme.splitlines() if line.startswith("export SECRET_KEY=")]
     assert "CONNECTION_ENCRYPTION_KEY=…" in export.split()
+
+
+def test_every_web_server_start_caps_a_websocket_frame():
+    """uvicorn's default frame cap is 16 MB; the largest legitimate frame is a send of
+    MESSAGE_MAX_BYTES escaped as JSON (at most six bytes a byte, docs/security.md). Every start
+    for users passes the cap the real-stack tests run with (tests/integration/processes.py)."""
+    import yaml
+
+    from tests.integration.processes import WS_MAX_SIZE
+    from tests.integration.test_ws_frame_limit import largest_send
+
+    assert len(largest_send()) <= WS_MAX_SIZE == 8 * 1024 * 1024
+    flag = ["--ws-max-size", str(WS_MAX_SIZE)]
+    (web,) = [line for line in _make_n("web") if "uvicorn" in line]
+    starts = {
+        "Makefile": web.split(),
+        "scripts/run.sh": (ROOT / "scripts/run.sh").read_text().split(),
+        "docker-compose.yml": yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"][
+            "web"
+        ]["command"],
+    }
+    (cmd,) = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if "CMD" in line]
+    starts["Dockerfile"] = json.loads(cmd.removeprefix("CMD "))
+    for name, words in starts.items():
+        at = words.index("--ws-max-size")
+        assert words[at : at + 2] == flag, name

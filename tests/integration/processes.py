@@ -38,6 +38,9 @@ def _stop(process: subprocess.Popen) -> None:
 # As the Makefile and docker-compose.yml start the web server: a SIGTERM gives in-flight
 # requests this long, then cancels what is left (open websockets included).
 GRACEFUL_SHUTDOWN_SECONDS = 5
+# As they cap a websocket frame (uvicorn --ws-max-size; docs/security.md): the largest legitimate
+# send fits, a larger frame closes the socket 1009.
+WS_MAX_SIZE = 8 * 1024 * 1024
 
 
 @contextmanager
@@ -67,6 +70,8 @@ def web_server_process(
                 "warning",
                 "--timeout-graceful-shutdown",
                 str(GRACEFUL_SHUTDOWN_SECONDS),
+                "--ws-max-size",
+                str(WS_MAX_SIZE),
             ],
             cwd=ROOT,
             env=env,
