@@ -55,6 +55,20 @@ SENDS_WAITING_MAX_BYTES = 8 * 1024 * 1024
 CREDENTIAL_RECHECK_SECONDS = 60.0
 
 
+# How much of an unknown frame type the error names: a client's 100 KB type came back whole,
+# twice (docs/api.md, the ``error`` frame).
+FRAME_TYPE_ECHO_CHARS = 100
+
+
+def _unknown_type(kind: str) -> ValidationFailed:
+    shown = kind[:FRAME_TYPE_ECHO_CHARS]
+    if len(kind) > FRAME_TYPE_ECHO_CHARS:
+        message = f"Unknown frame type {shown!r}… ({len(kind)} characters)."
+    else:
+        message = f"Unknown frame type {shown!r}."
+    return ValidationFailed(message, details={"type": shown})
+
+
 def _send_in_thread(scope: dict, **kwargs: Any) -> None:
     """Store one send, off the consumer's thread. Its turn goes to the task queue after commit
     (in embedded mode, to the in-process pool: chat_platform/inprocess.py), never runs here.
@@ -263,9 +277,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # Not queued: a stop acts at once, never behind sends waiting their turn.
             await self._call(message_services.generation_stop, session_id=self.session_id)
         else:
-            await self._send_error(
-                ValidationFailed(f"Unknown frame type {kind!r}.", details={"type": kind})
-            )
+            await self._send_error(_unknown_type(kind))
 
     async def _queue_send(self, frame: dict, size: int) -> None:
         """Queue a send for the drain once what already waits leaves room for its ``size``

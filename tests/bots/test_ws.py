@@ -99,6 +99,25 @@ async def test_full_turn_with_builtin_recall(chat_session, ws_token, eager_tasks
     assert "14 March" in completed["content"]
 
 
+async def test_an_unknown_frame_type_is_echoed_only_in_part(fake_session, ws_token):
+    """A frame type the server does not know is named in the error by its first 100 characters
+    and its length: a 100,000-character type came back whole, twice (message and details)."""
+    communicator = await _connect(fake_session.pk, ws_token)
+    kind = "é" * 100 + "x" * 99_900
+    await communicator.send_to(text_data=json.dumps({"type": kind}))
+    raw = await communicator.receive_from(timeout=5)
+    assert json.loads(raw) == {
+        "type": "error",
+        "error": {
+            "code": "validation_error",
+            "message": f"Unknown frame type {'é' * 100!r}… (100000 characters).",
+            "details": {"type": "é" * 100},
+        },
+    }
+    assert len(raw) < 2000  # was 200,000 and more
+    await communicator.disconnect()
+
+
 async def test_malformed_frames_get_error_and_socket_stays_usable(
     fake_session, fake_openai, ws_token, eager_tasks
 ):
