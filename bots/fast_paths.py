@@ -5,7 +5,8 @@ so both decide the same race the same way; ``tests/test_db_fast_paths.py`` runs 
 races through both and compares what they store and send.
 
 - ``reply_claim``: the claim's conditional update and the rows the turn reads (the reply, its
-  session, its bot, its user message), joined in a CTE — one round trip, the turn's first.
+  session, its bot, the session's user, its user message), joined in a CTE — one round trip, the
+  turn's first.
 - ``finish_counted``: a reply's finish and the session's running totals it moves — one round trip
   and one commit, the last write of a turn before its ``message.completed`` frame.
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.db.models.sql.subqueries import UpdateQuery
@@ -43,18 +45,24 @@ def _claim_sql(update: ClaimUpdate, message_id: int, now: Any) -> tuple[str, tup
     assert compiled is not None  # one pk: the filter can always match
     sql, params = compiled
     quote = connection.ops.quote_name
-    sessions, bots = ChatSession._meta.db_table, Bot._meta.db_table
+    sessions, bots, users = ChatSession._meta.db_table, Bot._meta.db_table, _user_table()
     # Identifiers from the models, values in ``params``: nothing here comes from a user.
     sql = (
         f"WITH claimed AS ({sql}) SELECT "  # noqa: S608
         f"{select_columns(Message, 'claimed')}, {select_columns(ChatSession, 's')}, "
-        f"{select_columns(Bot, 'b')}, {select_columns(Message, 'r')} FROM claimed "
+        f"{select_columns(Bot, 'b')}, {select_columns(get_user_model(), 'u')}, "
+        f"{select_columns(Message, 'r')} FROM claimed "
         f"JOIN {quote(sessions)} s ON s.{quote('id')} = claimed.{quote('session_id')} "
         f"JOIN {quote(bots)} b ON b.{quote('id')} = s.{quote('bot_id')} "
+        f"JOIN {quote(users)} u ON u.{quote('id')} = s.{quote('user_id')} "
         f"LEFT JOIN {quote(Message._meta.db_table)} r "
         f"ON r.{quote('id')} = claimed.{quote('reply_to_id')}"
     )
     return sql, params
+
+
+def _user_table() -> str:
+    return get_user_model()._meta.db_table
 
 
 # Built once per process (chat_platform/dbwrite.py, ``CompiledStatement``): ~0.45 ms a turn.
@@ -74,14 +82,17 @@ def reply_claim(*, message_id: int, now: Any, update: ClaimUpdate) -> Message | 
         row = cursor.fetchone()
     if row is None:
         return None
-    sizes = [len(model._meta.concrete_fields) for model in (Message, ChatSession, Bot)]
-    ends = [sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    models = (Message, ChatSession, Bot, get_user_model())
+    sizes = [len(model._meta.concrete_fields) for model in models]
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
     reply = instance_from_row(Message, row[: ends[0]])
     session = instance_from_row(ChatSession, row[ends[0] : ends[1]])
     session.bot = instance_from_row(Bot, row[ends[1] : ends[2]])
+    # The session's user: the turn checks it may still sign in (turns/turn.py).
+    session.user = instance_from_row(models[3], row[ends[2] : ends[3]])
     reply.session = session
     reply.reply_to = (
-        instance_from_row(Message, row[ends[2] :]) if reply.reply_to_id is not None else None
+        instance_from_row(Message, row[ends[3] :]) if reply.reply_to_id is not None else None
     )
     return reply
 

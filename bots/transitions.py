@@ -350,11 +350,11 @@ def claim_update(message_id: int, now: Any) -> tuple[Any, dict[str, Any]]:
 
 def reply_claim(*, message_id: int) -> Message | None:
     """Claim a pending reply for its turn (``pending -> streaming``, heartbeat stamped) and
-    return it with its session, bot and user message loaded; None if it is not pending (already
-    claimed by a duplicate delivery, finished, or gone) or if it is queued: an earlier reply of
-    its session is still pending or streaming (that one's end hands this one over,
-    ``turns.dispatch.turn_dispatch_next``). So a message sent while a reply streams is answered
-    after it, seeing it.
+    return it with its session, bot, the session's user and user message loaded; None if it is
+    not pending (already claimed by a duplicate delivery, finished, or gone) or if it is queued:
+    an earlier reply of its session is still pending or streaming (that one's end hands this one
+    over, ``turns.dispatch.turn_dispatch_next``). So a message sent while a reply streams is
+    answered after it, seeing it.
 
     On PostgreSQL this is one statement, the turn's first: the conditional update and the reads
     the turn needs, joined in a CTE. Elsewhere (SQLite) it is the update, then the read."""
@@ -364,7 +364,9 @@ def reply_claim(*, message_id: int) -> Message | None:
     queryset, values = claim_update(message_id, now)
     if not queryset.update(**values):
         return None
-    return Message.objects.select_related("session__bot", "reply_to").get(pk=message_id)
+    return Message.objects.select_related("session__bot", "session__user", "reply_to").get(
+        pk=message_id
+    )
 
 
 def checkpoint_update(message_id: int, content: str, now: Any) -> tuple[Any, dict[str, Any]]:

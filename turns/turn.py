@@ -24,8 +24,10 @@ from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession, Message
 from bots.queries import participant_seat, participants_of, room_snapshot_take, session_seat
 from bots.transitions import message_finish, reply_claim
+from chat_platform.account_gate import account_refusal
 from chat_platform.errors import (
     InternalError,
+    NotAuthenticated,
     NotFound,
     PlatformError,
     ServiceUnavailable,
@@ -203,7 +205,18 @@ def _speaker_seat(reply: Message) -> ChatSession:
     return seat
 
 
+def _check_account(session: ChatSession) -> None:
+    """The session's user may still sign in (``account_refusal``: active, approved, and verified
+    where verification is mandatory): a reply queued before the account was deactivated ends
+    failed instead of running (docs/chat-turn.md). The user came with the claim: no statement,
+    but one under mandatory verification (its email check)."""
+    refusal = account_refusal(session.user)
+    if refusal is not None:
+        raise NotAuthenticated(f"{refusal} The reply was not written.")
+
+
 def _turn_body(reply: Message, handle: TurnHandle, state: TurnState) -> None:
+    _check_account(reply.session)
     session = _speaker_seat(reply)
     bot = session.bot
     started = time.monotonic()

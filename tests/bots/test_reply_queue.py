@@ -234,3 +234,29 @@ def test_a_compact_commands_notice_follows_it_after_a_recall_exchange_moved_it(
     assert result.notice.seq == 7
     fake_session.refresh_from_db()
     assert fake_session.last_seq == 7
+
+
+@pytest.mark.parametrize("verification", ["optional", "mandatory"])
+def test_replies_queued_for_an_account_that_may_no_longer_sign_in_fail_without_a_call(
+    fake_session, fake_openai, eager_tasks, settings, verification
+):
+    """Sent while the account could sign in, claimed after it was deactivated (or, under
+    mandatory email verification, while its address is unverified): each reply ends failed
+    ``not_authenticated`` and hands the queue over, and no provider is called."""
+    settings.ACCOUNT_EMAIL_VERIFICATION = verification
+    _, first = _exchange(fake_session, "one")
+    _, second = _exchange(fake_session, "two")
+    user = fake_session.user
+    if verification == "optional":
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+        reason = "This account is inactive or waiting for approval."
+    else:
+        reason = "This account's email address is not verified yet: confirm it first."
+
+    turn.turn_run(message_id=first.pk)  # the second is handed over (and run) when it ends
+    ended = Message.objects.filter(pk__in=[first.pk, second.pk]).order_by("seq")
+    assert [(m.status, m.error_code, m.error_message, m.content) for m in ended] == [
+        ("failed", "not_authenticated", f"{reason} The reply was not written.", "")
+    ] * 2
+    assert fake_openai.requests == []

@@ -507,6 +507,36 @@ def test_a_reply_queued_for_a_bot_removed_before_it_ran_fails_saying_so(
     assert fake_openai.requests == []
 
 
+def test_replies_queued_in_a_room_for_an_account_deactivated_since_fail_without_a_call(
+    owner, room, fake_openai, eager_tasks
+):
+    """Both bots' replies to one message (`all` mode) were queued while the account was active;
+    it is deactivated before they run: the first ends failed `not_authenticated`, and so does
+    the one handed over to when it ends. No provider is called."""
+    from turns import turn
+
+    session, planner, critic = room
+    _, first = turn_pending(session, "Both of you, please.", bot=planner)
+    second = message_add(  # as a send in `all` mode stores it: only the first has reply_to
+        session,
+        role="assistant",
+        bot=critic,
+        content="",
+        status="pending",
+        token_count=0,
+    )
+    owner.is_active = False
+    owner.save(update_fields=["is_active"])
+    turn.turn_run(message_id=first.pk)
+    for reply in (first, second):
+        reply.refresh_from_db()
+    assert [(m.bot_id, m.status, m.error_code) for m in (first, second)] == [
+        (planner.pk, "failed", "not_authenticated"),
+        (critic.pk, "failed", "not_authenticated"),
+    ]
+    assert fake_openai.requests == []
+
+
 def test_two_messages_at_once_to_a_three_bot_room_are_answered_in_order(
     owner, room, fake_openai, eager_tasks, django_capture_on_commit_callbacks
 ):
