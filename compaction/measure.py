@@ -19,10 +19,8 @@ from functools import lru_cache
 from django.conf import settings
 from django.db.models import (
     IntegerField,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
     TextField,
     Value,
 )
@@ -35,8 +33,15 @@ from chat_platform.llm.recall_protocol import INDEX_HEADER, INDEX_HELP
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.admission import Entry, HistoryTotals, PinnedEntry
 from compaction.budget import Budget, budget_compute
-from compaction.models import ContextExpansion, SeatState, Summary, SummaryCoverage
-from compaction.seats import RoomView, Seat, room_view, seat_covered, seat_summaries
+from compaction.models import ContextExpansion, SeatState, Summary
+from compaction.seats import (
+    RoomView,
+    Seat,
+    room_view,
+    seat_covered,
+    seat_covering,
+    seat_summaries,
+)
 from memory.queries import IndexLine, memory_index_lines
 from memory.services import snapshot_name
 
@@ -283,9 +288,8 @@ def expanded_span(
     # What this seat's own summaries cover (its coverage rows), as it was shown (in a room).
     if room is not None:
         where &= room.seen()
-    mine = SummaryCoverage.objects.filter(bot_id=seat.bot_id, message_id=OuterRef("pk"))
     rows = Message.objects.filter(where & seat.covered())
-    rows = rows.annotate(covering=Subquery(mine.values("summary_id")[:1]))
+    rows = rows.annotate(covering=seat_covering(seat.bot_id))
     entries: list[PinnedEntry] = []
     covering: set[int] = set()
     for pk, seq, tokens, role, bot_id, summary_id in rows.order_by("seq").values_list(

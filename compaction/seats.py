@@ -111,6 +111,13 @@ def seat_covered(bot_id: int) -> Exists:
     return Exists(SummaryCoverage.objects.filter(bot_id=bot_id, message_id=OuterRef("pk")))
 
 
+def seat_covering(bot_id: int) -> Subquery:
+    """The id of the bot's own summary that covers the message (None: none): one at most, by
+    the unique (bot, message) pair."""
+    mine = SummaryCoverage.objects.filter(bot_id=bot_id, message_id=OuterRef("pk"))
+    return Subquery(mine.values("summary_id")[:1])
+
+
 _HEADER_TAIL = "Messages from the others start with the speaker's name."
 # The header as ``room_view`` writes it, whole or cut after its first sentence (a line quoting
 # it): a reply that repeats it names every participant, and that hands nobody the floor

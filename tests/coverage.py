@@ -7,22 +7,20 @@ the seat's bot that covers each (None: none), so a test asks "which summary cove
 place. ``cover`` writes coverage the way a compaction pass commits it, for tests that arrange a
 compacted history without running one."""
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, QuerySet, Sum
 
 from bots.models import ChatSession, Message
 from bots.transitions import session_context_recount
 from compaction.engine.coverage import seats_count
 from compaction.models import SummaryCoverage
-from compaction.seats import seat_covered, seat_read
+from compaction.seats import seat_covered, seat_covering, seat_read
 
 
 def messages_covered(session: ChatSession, *, bot_id: int | None = None) -> QuerySet[Message]:
     """The session's messages, each with ``compacted_by_id``: the summary of the seat of
     ``bot_id`` (default: the session's bot) that covers it."""
-    seat = SummaryCoverage.objects.filter(
-        bot_id=bot_id or session.bot_id, message_id=OuterRef("pk")
-    ).values("summary_id")[:1]
-    return Message.objects.filter(session=session).annotate(compacted_by_id=Subquery(seat))
+    covering = seat_covering(bot_id or session.bot_id)
+    return Message.objects.filter(session=session).annotate(compacted_by_id=covering)
 
 
 def message_covering(message: Message, *, bot_id: int | None = None) -> int | None:

@@ -17,11 +17,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import BigIntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models import BigIntegerField, QuerySet, Value
 
 from bots.models import ChatSession, Message
 from chat_platform.isotime import iso_utc
-from compaction.models import CompactionEvent, Summary, SummaryCoverage
+from compaction.models import CompactionEvent, Summary
+from compaction.seats import seat_covering
 from memory.models import MemoryRecord
 from transfer.models import ImportedBranch
 
@@ -151,8 +152,7 @@ def messages_with_cover(session: ChatSession) -> QuerySet[Message]:
     messages = Message.objects.filter(session=session).order_by("seq")
     if session.is_room:
         return messages.annotate(covering=Value(None, output_field=BigIntegerField()))
-    mine = SummaryCoverage.objects.filter(bot_id=session.bot_id, message_id=OuterRef("pk"))
-    return messages.annotate(covering=Subquery(mine.values("summary_id")[:1]))
+    return messages.annotate(covering=seat_covering(session.bot_id))
 
 
 def messages_export(session: ChatSession, refs: dict[int, int]) -> Iterator[dict[str, Any]]:
