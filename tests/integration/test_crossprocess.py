@@ -24,16 +24,22 @@ from turns.dispatch import TURN_TASK
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
 
-async def _ws_turn(ws_url: str, token: str, content: str) -> list[dict]:
+async def ws_frames(ws_url: str, token: str, text: str) -> list[dict]:
+    """Send one frame (``text``) over a real socket with an API token, and read the frames
+    until the reply ends (completed or failed) or the platform answers an error. No client-side
+    frame limit: a frame of the largest send comes back in its ``message.created``."""
     frames = []
     async with websockets.connect(
-        ws_url, additional_headers={"Authorization": f"Token {token}"}, open_timeout=10
+        ws_url,
+        additional_headers={"Authorization": f"Token {token}"},
+        open_timeout=10,
+        max_size=None,
     ) as ws:
-        await ws.send(json.dumps({"type": "message.send", "content": content}))
+        await ws.send(text)
         while True:
             frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
             frames.append(frame)
-            if frame["type"] == "message.failed" or (
+            if frame["type"] in {"error", "message.failed"} or (
                 frame["type"] == "message.completed" and frame["message"]["role"] == "assistant"
             ):
                 return frames
@@ -48,7 +54,8 @@ def test_turn_over_real_websocket_with_worker(real_stack, fake_openai):
     fake_openai.script(Reply(text="".join(chunks), chunks=chunks, delay_between_chunks=0.1))
 
     ws_url = real_stack.replace("http", "ws") + f"/ws/sessions/{session.pk}/"
-    frames = asyncio.run(_ws_turn(ws_url, token, "hello worker"))
+    send = json.dumps({"type": "message.send", "content": "hello worker"})
+    frames = asyncio.run(ws_frames(ws_url, token, send))
 
     created = [f["message"] for f in frames if f["type"] == "message.created"]
     assert [m["role"] for m in created] == ["user", "assistant"]

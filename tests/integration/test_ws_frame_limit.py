@@ -14,6 +14,7 @@ from bots.models import Message
 from tests.factories import BotFactory, SessionFactory, UserFactory
 from tests.fakeopenai import Reply
 from tests.integration.processes import WS_MAX_SIZE
+from tests.integration.test_crossprocess import ws_frames
 
 pytestmark = [pytest.mark.crossprocess, pytest.mark.django_db(transaction=True)]
 
@@ -31,24 +32,6 @@ def largest_send() -> str:
     )
 
 
-async def _send(ws_url: str, token: str, text: str) -> list[dict]:
-    frames = []
-    async with websockets.connect(
-        ws_url,
-        additional_headers={"Authorization": f"Token {token}"},
-        open_timeout=10,
-        max_size=None,
-    ) as ws:
-        await ws.send(text)
-        while True:
-            frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
-            frames.append(frame)
-            if frame["type"] in {"error", "message.failed"} or (
-                frame["type"] == "message.completed" and frame["message"]["role"] == "assistant"
-            ):
-                return frames
-
-
 def test_the_largest_send_fits_the_frame_cap_and_a_larger_frame_is_refused(real_stack, fake_openai):
     user = UserFactory()
     token = Token.objects.create(user=user).key
@@ -59,13 +42,13 @@ def test_the_largest_send_fits_the_frame_cap_and_a_larger_frame_is_refused(real_
 
     text = largest_send()
     assert 6 * settings.MESSAGE_MAX_BYTES < len(text) <= WS_MAX_SIZE
-    frames = asyncio.run(_send(ws_url, token, text))
+    frames = asyncio.run(ws_frames(ws_url, token, text))
     created = [f["message"] for f in frames if f["type"] == "message.created"]
     assert [m["role"] for m in created] == ["user", "assistant"]
     stored = Message.objects.get(session=session, role="user")
     assert len(stored.content) == settings.MESSAGE_MAX_BYTES
 
     with pytest.raises(websockets.ConnectionClosedError) as closed:
-        asyncio.run(_send(ws_url, token, " " * (WS_MAX_SIZE + 1)))
+        asyncio.run(ws_frames(ws_url, token, " " * (WS_MAX_SIZE + 1)))
     assert closed.value.rcvd.code == 1009
     assert Message.objects.filter(session=session).count() == 2
