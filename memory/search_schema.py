@@ -21,6 +21,7 @@ without diacritic folding, so a term is one token, as stored), synced by insert 
 triggers (an index row is never updated).
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
@@ -353,27 +354,37 @@ def messages_index_written_rows(
 
 
 def messages_index_copy_rows(
-    message_model: Any, index_model: Any, *, source_id: int, target_id: int, before_seq: int
+    message_model: Any,
+    index_model: Any,
+    *,
+    source_id: int,
+    targets: Sequence[tuple[int, int]],
 ) -> int:
-    """A branch's copies (chat ``target_id``, made from ``source_id`` before ``before_seq``)
-    indexed as their originals are, terms and vector alike, in one INSERT … SELECT: the copies
-    not indexed yet (a copied snapshot's were, with it), ``record`` NULL (live in the branch
-    until its own compaction takes them). Search across the user's chats leaves a branch's
-    copies out while its original holds them; once the original is deleted they are the
-    branch's own, and recall in the branch finds them as live history. How many were indexed."""
+    """Branches' copies (each ``(chat, before_seq)`` of ``targets`` made from ``source_id``
+    before its ``before_seq``) indexed as their originals are, terms and vector alike, in one
+    INSERT … SELECT however many branches: the copies not indexed yet (a copied snapshot's
+    were, with it), ``record`` NULL (live in the branch until its own compaction takes them).
+    Search across the user's chats leaves a branch's copies out while its original holds them;
+    once the original is deleted they are the branch's own, and recall in the branch finds them
+    as live history. How many were indexed."""
+    if not targets:
+        return 0
     quote = connection.ops.quote_name
     index, message = quote(index_model._meta.db_table), quote(message_model._meta.db_table)
     copied = ("terms", "length", "embedding", "embedding_model")
     columns = ", ".join(quote(c) for c in ("message_id", "session_id", "seq", "record_id", *copied))
     values = ", ".join(f"s.{quote(c)}" for c in copied)
+    # VALUES names its columns column1, column2 on PostgreSQL and SQLite alike.
+    branches = ", ".join(["(CAST(%s AS integer), CAST(%s AS integer))"] * len(targets))
     with connection.cursor() as cursor:
         # Identifiers from the models, values in params.
         cursor.execute(
             f"INSERT INTO {index} ({columns}) "  # noqa: S608
             f"SELECT t.id, t.session_id, s.seq, NULL, {values} FROM {index} s "
-            f"JOIN {message} t ON t.session_id = %s AND t.seq = s.seq "
-            "WHERE s.session_id = %s AND s.seq < %s "
+            f"JOIN (VALUES {branches}) b ON s.seq < b.column2 "
+            f"JOIN {message} t ON t.session_id = b.column1 AND t.seq = s.seq "
+            "WHERE s.session_id = %s "
             f"AND NOT EXISTS (SELECT 1 FROM {index} x WHERE x.message_id = t.id)",
-            [target_id, source_id, before_seq],
+            [*(n for target in targets for n in target), source_id],
         )
         return max(cursor.rowcount, 0)

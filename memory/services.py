@@ -455,6 +455,12 @@ def record_delete(*, session: ChatSession, name: object) -> None:
         _notify_on_commit(record=record, session=session)
 
 
+def messages_index_copy(*, source_id: int, targets: list[tuple[int, int]]) -> int:
+    """Branches of chat ``source_id`` (each ``(chat, before_seq)``) indexed for their copies
+    of its messages as their originals are (``messages_index_copy_rows``)."""
+    return messages_index_copy_rows(Message, MessageIndex, source_id=source_id, targets=targets)
+
+
 def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
     """A branch carries over the chat's own records: its notes (info records of the session),
     and the snapshots of compactions that covered only messages before the branch point, with
@@ -479,9 +485,7 @@ def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq:
                 record_id=record.pk,
             )
         copied += 1
-    messages_index_copy_rows(
-        Message, MessageIndex, source_id=source.pk, target_id=target.pk, before_seq=before_seq
-    )
+    messages_index_copy(source_id=source.pk, targets=[(target.pk, before_seq)])
     if copied and target.bot.embedding_model:
         # The copies are the branch's own index rows: embedded like a compaction's.
         transaction.on_commit(

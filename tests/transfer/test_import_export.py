@@ -434,6 +434,37 @@ def test_chatgpt_branches_are_versions_at_their_fork_that_can_be_flipped_to_and_
     assert Message.objects.filter(session_id=main).count() == 6  # the transcript is untouched
 
 
+def test_a_chatgpt_branchs_copies_of_the_prefix_are_found_once_the_original_is_deleted(
+    owner, owner_client, bot, monkeypatch
+):
+    """An import's branches copy the transcript's index rows for their prefix, as an edit's
+    branch does: while the imported chat exists its lines are found there only; deleted, the
+    branch that kept them finds them as its own."""
+    monkeypatch.setattr("transfer.services.jobs.compact_soft_dispatch", lambda session_id: True)
+    data = json.dumps([chatgpt_conversation()]).encode()
+    main = _done(imported(owner_client, bot, data, name="conversations.json"))["imported"][0]
+    regenerated, edited = ChatSession.objects.filter(branch_of_id=main["session"]).order_by("pk")
+
+    def found(query):
+        hits = messages_search_for_user(user_id=owner.pk, query=query)
+        return sorted((h.session.pk, h.seq) for h in hits)
+
+    assert found("ferry") == [(main["session"], 2), (main["session"], 4)]
+    # the regenerated branch copies the transcript's rows before its fork (seqs 2-4: the system
+    # line and "And back?" have no terms), the edited one has nothing to copy before seq 2
+    assert sorted(
+        MessageIndex.objects.filter(session__in=[regenerated, edited]).values_list(
+            "session_id", "seq", "record_id"
+        )
+    ) == sorted(
+        [(regenerated.pk, seq, None) for seq in (2, 3, 4, 6)]
+        + [(edited.pk, seq, None) for seq in (2, 3)]
+    )
+    assert owner_client.delete(f"/api/v1/sessions/{main['session']}/").status_code == 204
+    assert found("ferry") == [(regenerated.pk, 2), (regenerated.pk, 4)]
+    assert found("looking") == [(regenerated.pk, 3)]
+
+
 # --- bad files ----------------------------------------------------------------------------------
 
 
@@ -781,13 +812,22 @@ def test_an_import_embeds_what_it_wrote(owner, owner_client, bot, eager_tasks):
     """The import runs in a child process that ends with it: the embedding it dispatched after
     commit never ran there (measured: 0 vectors of 7 index rows in the three chats of
     ``chatgpt_conversation``), and a chat below its soft threshold was searched by words only
-    until some compaction. The job embeds each new chat once the child is done."""
+    until some compaction. The job embeds each new chat once the child is done, and its
+    branches' own messages; a branch's copies of the chat's lines (indexed with no vector yet)
+    wait for the branch's own compaction rather than being embedded twice."""
     assert bot.embedding_model == "builtin/embed"
     data = json.dumps([chatgpt_conversation()]).encode()
 
     _done(imported(owner_client, bot, data))
 
     rows = MessageIndex.objects.filter(session__user=owner)
-    assert rows.count() == 7
-    assert set(rows.values_list("embedding_model", flat=True)) == {"builtin/embed"}
-    assert not rows.filter(embedding__isnull=True).exists()
+    assert rows.count() == 10
+    embedded = rows.filter(embedding__isnull=False)
+    assert set(embedded.values_list("embedding_model", flat=True)) == {"builtin/embed"}
+    regenerated = ChatSession.objects.get(branch_seq=6)
+    assert sorted(rows.filter(embedding__isnull=True).values_list("session_id", "seq")) == [
+        (regenerated.pk, 2),
+        (regenerated.pk, 3),
+        (regenerated.pk, 4),
+    ]
+    assert embedded.count() == 7

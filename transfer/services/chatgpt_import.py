@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens
-from memory.services import messages_index_written
+from memory.services import messages_index_copy, messages_index_written
 from transfer.chatgpt import Conversation, Turn, conversation_parse
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.services.common import (
@@ -146,8 +146,9 @@ def _chatgpt_branches(*, session: ChatSession, bot: Bot, conversation: Conversat
     """Each other branch of the tree as a branch chat of ``session`` (a version ‹ i/n › of the
     message where it leaves the transcript, flipped to and continued like an edit's), written in
     bulk (``do_branches_import``: the shared prefixes copied inside the database, the branches'
-    own messages in one batched insert). Only their own messages are indexed for search (the
-    prefix is found in the original, as for any branch); a branch compacts when it is
+    own messages in one batched insert), indexed for search as an edit's branch is (their own
+    messages, and their copies of the prefix as the original's rows: found in the branch once
+    the original is deleted, ``docs/transfer.md``); a branch compacts when it is
     continued, like any chat, so the import's background work stays one compaction per
     conversation. The branches also stay in ``ImportedBranch``, which the lossless export
     carries."""
@@ -177,3 +178,7 @@ def _chatgpt_branches(*, session: ChatSession, bot: Bot, conversation: Conversat
         )
     own = do_branches_import(session=session, branches=branches)
     messages_index_written(message_ids=[m.pk for m in own])
+    starts: dict[int, int] = {}  # each branch chat's first own seq, where its copies end
+    for message in own:
+        starts[message.session_id] = min(message.seq, starts.get(message.session_id, message.seq))
+    messages_index_copy(source_id=session.pk, targets=list(starts.items()))

@@ -23,7 +23,7 @@ import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from bots.models import ChatSession
@@ -36,6 +36,7 @@ from chat_platform.heavy import heavy_refusal
 from chat_platform.outage import BROKER_ERRORS
 from connections import usage
 from memory import embeddings
+from memory.models import MessageIndex
 from transfer import progress
 from transfer.models import ImportChunk, ImportJob
 from transfer.services.importing import chats_import, check_import_size
@@ -186,15 +187,25 @@ def import_job_run(*, job_id: int) -> str | None:
 
 
 def _embed_dispatch(session_ids: list[int], quota: Any) -> None:
-    """Embed what the import wrote (each new chat and its branches), from here: the child's own
-    dispatch after its commit ran in a process that ended with the import, so nothing was
-    embedded and a chat below its soft threshold was searched by words only until a compaction
-    (docs/memory.md, "Hybrid search")."""
+    """Embed what the import wrote (each new chat and its branches' own messages), from here:
+    the child's own dispatch after its commit ran in a process that ended with the import, so
+    nothing was embedded and a chat below its soft threshold was searched by words only until a
+    compaction (docs/memory.md, "Hybrid search"). A branch's copies of its chat's lines were
+    indexed before any vector existed: they are not embedded a second time here, but by the
+    branch's own compaction, as the other pending rows of a chat are (docs/transfer.md)."""
     if not session_ids:
         return
-    chats = ChatSession.objects.filter(Q(pk__in=session_ids) | Q(branch_of_id__in=session_ids))
-    for session_id in chats.exclude(bot__embedding_model="").values_list("pk", flat=True):
+    chats = ChatSession.objects.filter(pk__in=session_ids).exclude(bot__embedding_model="")
+    for session_id in chats.values_list("pk", flat=True):
         embeddings.messages_embed_dispatch(session_id, quota=quota or None)
+    own: dict[int, list[int]] = {}
+    rows = MessageIndex.objects.filter(
+        session__branch_of_id__in=session_ids, seq__gte=F("session__branch_seq")
+    ).exclude(session__bot__embedding_model="")
+    for session_id, message_id in rows.values_list("session_id", "message_id"):
+        own.setdefault(session_id, []).append(message_id)
+    for session_id, message_ids in own.items():
+        embeddings.messages_embed_dispatch(session_id, message_ids, quota=quota or None)
 
 
 def _claim(job_id: int) -> ImportJob | None:
