@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import F
 
 from bots.models import Message
-from bots.transitions import allocate_seqs, session_context_add
+from bots.transitions import allocate_seqs
 
 
 def recall_exchange_store(
@@ -16,7 +16,8 @@ def recall_exchange_store(
 ) -> tuple[list[Message], list[Message]]:
     """Store a recall exchange before its reply (caller's transaction): the request (``call``:
     the assistant ``tool`` message's fields) takes the reply's seq, one ``tool`` message per
-    result follows, and the reply moves after them; the stored messages join the context.
+    result follows, and the reply moves after them (``reply.seq`` says where, without a read);
+    the stored messages join the context.
 
     Messages sent while the reply ran (queued exchanges, after it by seq) move up by as many
     seqs, so they stay after the reply they wait for: seqs stay gap-free and in the order the
@@ -24,8 +25,38 @@ def recall_exchange_store(
     """
     session = reply.session
     count = len(results) + 1
-    # The session row stays locked until the caller commits: no send slips in meanwhile.
-    allocate_seqs(session_id=session.pk, count=count)
+    rows = [
+        Message(
+            session=session,
+            seq=reply.seq,
+            role=Message.Role.ASSISTANT,
+            kind=Message.Kind.TOOL,
+            status=Message.Status.COMPLETE,
+            bot_id=reply.bot_id,
+            **call,
+        ),
+        *(
+            Message(
+                session=session,
+                seq=reply.seq + 1 + offset,
+                role=Message.Role.TOOL,
+                kind=Message.Kind.TOOL,
+                status=Message.Status.COMPLETE,
+                bot_id=reply.bot_id,
+                **result,
+            )
+            for offset, result in enumerate(results)
+        ),
+    ]
+    # The session row stays locked until the caller commits: no send slips in meanwhile. The
+    # stored messages join the running totals in the same statement.
+    tokens = sum(m.token_count for m in rows)
+    allocate_seqs(
+        session_id=session.pk,
+        count=count,
+        context_tokens=tokens,
+        context_messages=len(rows) if tokens > 0 else 0,
+    )
     old_seq = reply.seq
     later = list(
         Message.objects.filter(session_id=session.pk, seq__gt=old_seq)
@@ -37,33 +68,8 @@ def recall_exchange_store(
     for pk in later:
         Message.objects.filter(pk=pk).update(seq=F("seq") + count)
     Message.objects.filter(pk=reply.pk).update(seq=old_seq + count)
-    stored = [
-        Message.objects.create(
-            session=session,
-            seq=old_seq,
-            role=Message.Role.ASSISTANT,
-            kind=Message.Kind.TOOL,
-            status=Message.Status.COMPLETE,
-            bot_id=reply.bot_id,
-            **call,
-        )
-    ]
-    for offset, result in enumerate(results):
-        stored.append(
-            Message.objects.create(
-                session=session,
-                seq=old_seq + 1 + offset,
-                role=Message.Role.TOOL,
-                kind=Message.Kind.TOOL,
-                status=Message.Status.COMPLETE,
-                bot_id=reply.bot_id,
-                **result,
-            )
-        )
-    session_context_add(
-        session_id=session.pk,
-        tokens=sum(m.token_count for m in stored),
-        messages=len(stored),
-    )
+    reply.seq = old_seq + count  # where it now stands (the row is locked): no read back
+    # The call and its results, one INSERT (docs/performance.md, "The tool task, seventh pass").
+    stored = Message.objects.bulk_create(rows)
     moved = list(Message.objects.filter(pk__in=later).order_by("seq")) if later else []
     return stored, moved

@@ -168,7 +168,6 @@ def _calls_until_answer(
             _recall_round(reply, context, calls, recall_round=recall_round, text=completion.text)
         )
         _totals_add(reply.session, rounds[-1])
-        reply.refresh_from_db(fields=["seq"])
         state.parts.clear()  # the answer is what the model says after its lookups
     return Answered(stream=stream, context=context, asked=asked)
 
@@ -201,7 +200,7 @@ def _tool_round(
         alone=RECALL_NAMES,
         should_stop=partial(_stop_asked, reply, handle),
     )
-    reply.refresh_from_db(fields=["seq"])
+    # ``reply.seq`` is where the store moved it (``recall_exchange_store``): no read back.
     state.parts.clear()  # the answer is what the model says after its tool calls
     return stored
 

@@ -434,10 +434,12 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
         "assistant",
     ]
     # the recall round: the tool call and its result stored and announced (2 message.created);
-    # web as the REST turn's (was 11: the session read twice)
+    # web as the REST turn's (was 11: the session read twice). Worker 29, was 32: the round's
+    # totals ride on the seqs' UPDATE, its call and result are one INSERT, and the reply's new
+    # seq is not read back (docs/performance.md, "The tool task, seventh pass").
     assert counting.summary() == {
         "sql_web": 10,
-        "sql_worker": 32,
+        "sql_worker": 29,
         "sql_tasks": {EMBED: 3},
         "redis": 5,
         "frames": {

@@ -1,0 +1,86 @@
+"""What one step of a tool task costs in SQL statements, counted on the reply's thread: a
+100-step task makes a hundred of them (docs/performance.md, "The tool task, seventh pass")."""
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bots.transitions import session_context_add
+from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+from tests.factories import BotFactory, SessionFactory, message_add
+from tests.fakeopenai import Reply
+from tools import realtime as tool_realtime
+from turns import turn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_frames(monkeypatch):
+    monkeypatch.setattr(tool_realtime, "send_frame", lambda sid, frame: None)
+
+
+@pytest.fixture
+def tool_bot(owner, fake_openai, monkeypatch, tool_server):
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    return BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/add"],
+    )
+
+
+def _statements(bot, fake_openai, steps):
+    """The statements of one reply of ``steps`` tool rounds (no compaction: a wide window)."""
+    fake_openai.script(
+        *(
+            Reply(
+                text="",
+                tool_calls=[
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {
+                            "name": "calc__add",
+                            "arguments": json.dumps({"a": i, "b": 1}),
+                        },
+                    }
+                ],
+            )
+            for i in range(steps)
+        ),
+        Reply(text="Done."),
+    )
+    session = SessionFactory(user=bot.owner, bot=bot)
+    new = message_add(session, role="user", content="Add up.")
+    reply = message_add(
+        session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+    )
+    session_context_add(session_id=session.pk, tokens=new.token_count)
+    with CaptureQueriesContext(connection) as queries:
+        turn.turn_run(message_id=reply.pk)
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Done.")
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_tool_step_stores_its_round_without_reading_the_reply_back(
+    tool_bot, fake_openai, mcp_server
+):
+    _statements(tool_bot, fake_openai, 1)  # the first reply of a process compiles its reads
+    two = _statements(tool_bot, fake_openai, 2)
+    three = _statements(tool_bot, fake_openai, 3)
+    # A step without compaction: the daily limit, the measure (pins and summaries, the
+    # index), the history, the admission's row, the bot and its tool servers read again, and
+    # the round stored (BEGIN, the seqs and totals, the later messages, the reply's move, one
+    # INSERT, COMMIT). It was 16: the totals' own UPDATE, an INSERT per message, the reply's
+    # seq read back.
+    assert len(three) - len(two) == 13
+    reads_of_seq = [
+        s for s in three if s.startswith('SELECT "bots_message"."id", "bots_message"."seq" FROM')
+    ]
+    assert reads_of_seq == []
