@@ -409,6 +409,10 @@ def _earlier_rounds(rounds: list[list[Message]]) -> tuple[int, int] | None:
 
 def _rounds_settle(rounds: list[list[Message]], context: BuiltContext) -> None:
     """Drop from ``rounds`` those a compaction inside the reply took (a round goes whole: its
-    call and results share one summary)."""
-    alive = {m.pk for m in still_in_context(context.measure, [r[0] for r in rounds])}
+    call and results share one summary). The build read which of the rounds it sent are still
+    in context (``BuiltContext.recalled_alive``); only rounds it left out are asked about."""
+    known = context.recalled_alive
+    unknown = [r[0] for r in rounds if r[0].pk not in known]
+    alive = {pk for pk, kept in known.items() if kept}
+    alive.update(m.pk for m in still_in_context(context.measure, unknown))
     rounds[:] = [round_ for round_ in rounds if round_[0].pk in alive]

@@ -2,7 +2,7 @@
 pending expansion, admit, render (see the package doc)."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -33,6 +33,10 @@ class BuiltContext:
     admission_info: dict[str, Any] | None = None
     # The hard compaction this call waited for: {"event": id | None, "outcome"}; None if none.
     waited_for_compaction: dict[str, Any] | None = None
+    # After the hard compaction this call waited for: whether each ``recalled`` message is still
+    # in context (id -> bool), read once; the tool loop settles its rounds by it
+    # (``turns.recall_loop``) rather than asking again. Empty when nothing was compacted.
+    recalled_alive: dict[int, bool] = field(default_factory=dict)
 
     @property
     def recall_live_before(self) -> int:
@@ -89,7 +93,7 @@ def context_build(
     taken the request: that write is not on the way to the first token).
     """
     new_message = reply.reply_to
-    measure, waited = _measured(
+    measure, waited, recalled_alive = _measured(
         session=session,
         reply=reply,
         recalled=recalled,
@@ -112,8 +116,7 @@ def context_build(
         measure.history_totals.tokens
         - sum(history_tokens.get(i, 0) for i in admission.admitted_history_ids),
     )
-    trimmed = trimmed_history_part(admission, dropped_tokens=dropped_tokens)
-    if trimmed is not None:
+    if (trimmed := trimmed_history_part(admission, dropped_tokens=dropped_tokens)) is not None:
         parts.append(trimmed)
     parts.extend(
         row_parts(render.provenance_rows(measure, chosen, history_tokens, new_message, images))
@@ -128,6 +131,7 @@ def context_build(
             admission, index_lines=len(measure.index_lines), dropped_tokens=dropped_tokens
         ),
         waited_for_compaction=waited,
+        recalled_alive=recalled_alive,
     )
 
 
@@ -165,9 +169,9 @@ def _measured(
     tools_tokens: int,
     compact_within: tuple[int, int] | None = None,
     reserve_tokens: int = 0,
-) -> tuple[Measure, dict[str, Any] | None]:
-    """The call's measure, after a hard compaction it waited for (and what that was) and with
-    the seat's pending expansion settled."""
+) -> tuple[Measure, dict[str, Any] | None, dict[int, bool]]:
+    """The call's measure, after a hard compaction it waited for (and what that was, and which
+    of ``recalled`` it left in context) and with the seat's pending expansion settled."""
     new_message = reply.reply_to
     expand_for: int | None = reply.pk
     measure = context_measure(
@@ -181,12 +185,16 @@ def _measured(
         reserve_tokens=reserve_tokens,
     )
     waited: dict[str, Any] | None = None
+    recalled_alive: dict[int, bool] = {}
     if session.bot.compaction_enabled and measure.budget.hard_due(measure.pressure):
         result = compaction_hard(session=session, measure=measure, within=compact_within)
         waited = _waited(result)
         session.refresh_from_db(fields=["context_tokens", "context_messages"])
         if recalled and compact_within is not None:
-            recalled = still_in_context(measure, recalled)
+            alive = still_in_context(measure, recalled)
+            kept = {m.pk for m in alive}
+            recalled_alive = {m.pk: m.pk in kept for m in recalled}
+            recalled = alive
         measure = context_measure(
             session=session,
             new_message=new_message,
@@ -211,7 +219,7 @@ def _measured(
                 reserve_tokens=reserve_tokens,
             ),
         )
-    return measure, waited
+    return measure, waited, recalled_alive
 
 
 def still_in_context(measure: Measure, messages: Sequence[Message]) -> list[Message]:

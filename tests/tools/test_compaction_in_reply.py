@@ -182,3 +182,42 @@ def test_each_call_of_the_loop_records_its_tool_rounds_as_tool_parts(task_bot, f
     assert [p["ref"]["round"] for p in tool_parts[2]] == [1, 2]
     assert tool_parts[2][1]["ref"]["ids"] == [call_2.pk, result_2.pk]
     assert not any(p["kind"] == "recalled" for c in calls for p in c["parts"])
+
+
+def test_a_compaction_inside_the_reply_asks_once_which_rounds_it_left(
+    task_bot, fake_openai, monkeypatch
+):
+    """The build reads which of the rounds it sends a compaction left in context; the tool
+    loop settles its rounds by that answer, not by a second query (docs/performance.md, "The
+    tool task, seventh pass")."""
+    from compaction.pipeline import build
+    from turns import recall_loop
+
+    asked = []
+    original = build.still_in_context
+
+    def counted(measure, messages):
+        if messages:
+            asked.append(len(messages))
+        return original(measure, messages)
+
+    monkeypatch.setattr(build, "still_in_context", counted)
+    monkeypatch.setattr(recall_loop, "still_in_context", counted)
+    fake_openai.script(*_steps(6), Reply(text="All six steps done."))
+    session = SessionFactory(user=task_bot.owner, bot=task_bot)
+    reply = _ask(session, "Run the six-step survey.")
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "All six steps done.")
+    events = CompactionEvent.objects.filter(session=session).order_by("id")
+    assert list(events.values_list("trigger", "outcome")) == [
+        *[("tool", "compacted")] * 3,
+        ("fusion", "compacted"),
+        ("tool", "compacted"),
+    ]
+    # One query a compaction, about the rounds the build sent (it was two: the loop asked
+    # again about each round's call); then one about the round the last build left out (too
+    # large beside the newest), which the build did not send, so did not ask about.
+    assert asked == [4, 4, 4, 4, 4, 1]
