@@ -48,6 +48,10 @@ class Plan:
     # docs/performance.md). None: the pass measures. Only for a plan made for one attempt,
     # right after its measure: nothing may have changed the context in between.
     measured: Measure | None = field(default=None, compare=False, repr=False)
+    # The spans of undone summaries still held, as the caller knows them under the lease: ()
+    # after a hard compaction released them all (``holds_release_at_hard``), so the fusion
+    # check and the range need not read them again. None: they read them.
+    held: tuple[tuple[int, int], ...] | None = field(default=None, compare=False, repr=False)
 
 
 class Conflict(Exception):

@@ -41,17 +41,19 @@ from compaction.seats import seat_key, seat_summaries
 from memory import services as memory_services
 
 
-def fusion_due(session: ChatSession, budget: Budget) -> list[Summary]:
+def fusion_due(
+    session: ChatSession, budget: Budget, *, held: tuple[tuple[int, int], ...] | None = None
+) -> list[Summary]:
     """The active summaries to fuse now, or []: in a room, the seat's bot's only. Those inside a
     held span (the parents an undone fusion gave back) are not fused again until the hold is
-    released."""
-    held = held_spans(session)
+    released. ``held``: the held spans when the caller knows them (``Plan.held``)."""
+    spans = held_spans(session) if held is None else list(held)
     active = [
         s
         for s in seat_summaries(session, seat_key(session))
         .filter(status=Summary.Status.ACTIVE)
         .order_by("first_seq")
-        if not (in_spans(s.first_seq, held) and in_spans(s.last_seq, held))
+        if not (in_spans(s.first_seq, spans) and in_spans(s.last_seq, spans))
     ]
     total = sum(s.token_count for s in active)
     if len(active) >= 2 and total * 100 > budget.budget * FUSION_SHARE_PERCENT:
@@ -167,10 +169,14 @@ def fuse_commit(
 
 
 def pass_or_fuse(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
-    parents = fusion_due(session, budget)
+    parents = fusion_due(session, budget, held=plan.held)
     if parents:
         fusion = Plan(
-            trigger="fusion", target=plan.target, model=plan.model, measured=plan.measured
+            trigger="fusion",
+            target=plan.target,
+            model=plan.model,
+            measured=plan.measured,
+            held=plan.held,
         )
         return enveloped(session, fusion, partial(fuse, session, parents, fusion))
     return enveloped(session, plan, partial(run_pass, session, plan))

@@ -32,18 +32,20 @@ def range_rows(
     want_tokens: int,
     seat: Seat,
     room: RoomView | None = None,
+    held: tuple[tuple[int, int], ...] | None = None,
 ) -> list[RangeRow]:
     """In-context rows the seat's summaries do not cover yet (``Seat.where``), oldest first, in
     keyset pages until enough are in hand; in a room, those its bot was shown.
 
     The spans of undone summaries that are still held are left out, as if not there: the scan
-    goes on past them (a held span is not taken again until it is released)."""
+    goes on past them (a held span is not taken again until it is released). ``held``: those
+    spans when the caller knows them (``Plan.held``); None: read here."""
     rows: list[RangeRow] = []
     queryset = Message.objects.filter(Message.in_context_q(), seat.where(), session=session)
     queryset = queryset.order_by("seq")
     if room is not None:
         queryset = queryset.filter(room.seen())
-    for first, last in held_spans(session):
+    for first, last in held_spans(session) if held is None else held:
         queryset = queryset.exclude(seq__gte=first, seq__lte=last)
     if before_seq is not None:
         queryset = queryset.filter(seq__lt=before_seq)
@@ -101,6 +103,7 @@ def range_choose(
         want_tokens=min(tokens_to_free, cap),
         seat=seat,
         room=room,
+        held=plan.held,
     )
     loaded: dict[int, Message] = {}
     for _ in range(8):

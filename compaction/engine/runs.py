@@ -114,14 +114,21 @@ def compaction_hard(
         pressure = fresh.pressure
         if flight.waited and not budget.hard_due(pressure):
             return None  # the run we waited for did the work
-        if budget.hard_due(pressure):
-            holds_release_at_hard(session, pressure=pressure)  # undone spans may go again
+        # Undone spans may go again: none is held after this (``Plan.held``).
+        released = budget.hard_due(pressure)
+        if released:
+            holds_release_at_hard(session, pressure=pressure)
+        held = () if released else None
         result: RunResult | None = None
         blocked = seat_blocked_until(session.pk, hard=True, room=fresh.room)
         if blocked is None:
             trigger = "tool" if within is not None else "hard"
             plan = Plan(
-                trigger=trigger, target=budget.target_blocking, within=within, measured=fresh
+                trigger=trigger,
+                target=budget.target_blocking,
+                within=within,
+                measured=fresh,
+                held=held,
             )
             result = pass_or_fuse(session, plan, budget)
             if result.compacted:
@@ -141,6 +148,7 @@ def compaction_hard(
             target=budget.target_blocking,
             model=EXTRACTIVE_MODEL,
             within=within,
+            held=held,
         )
         return pass_or_fuse(session, plan, budget)
 

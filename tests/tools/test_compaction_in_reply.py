@@ -221,3 +221,31 @@ def test_a_compaction_inside_the_reply_asks_once_which_rounds_it_left(
     # again about each round's call); then one about the round the last build left out (too
     # large beside the newest), which the build did not send, so did not ask about.
     assert asked == [4, 4, 4, 4, 4, 1]
+
+
+def test_a_compaction_inside_the_reply_reads_the_held_spans_once(task_bot, fake_openai):
+    """Under hard pressure the compaction releases every held span (``holds_release_at_hard``,
+    one read): the fusion check and the range after it know none is held, and do not read
+    them again (docs/performance.md, "The tool task, seventh pass")."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fake_openai.script(*_steps(6), Reply(text="All six steps done."))
+    session = SessionFactory(user=task_bot.owner, bot=task_bot)
+    reply = _ask(session, "Run the six-step survey.")
+
+    with CaptureQueriesContext(connection) as queries:
+        turn.turn_run(message_id=reply.pk)
+
+    events = CompactionEvent.objects.filter(session=session, outcome="compacted")
+    assert events.count() == 5  # four passes and a fusion (above)
+    held_reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if '"compaction_summary"."held"' in q["sql"].partition(" WHERE ")[2]
+    ]
+    # Four compactions found the session past H when measured under the lease: one read each,
+    # the release's. The fifth (the session's own measure, without the reply's rounds, under
+    # H: nothing released) reads the held spans for its fusion check and its range. It was
+    # 13: the fusion check and the range read them again after every release.
+    assert len(held_reads) == 6
