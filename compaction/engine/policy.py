@@ -1,6 +1,7 @@
 """The failure policy, in the database so every process obeys it (docs/compaction.md): a 5-minute
 cool-down for automatic compaction, the hard path's 30/60/120/240/270 s back-off."""
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -78,11 +79,37 @@ def seat_blocked_until(session_id: int, *, hard: bool, room: RoomView | None) ->
     """``compaction_blocked_until`` of the seat just measured: in a room, from the seat's row
     that the measure read with its totals (``RoomView``: no second read of it); in a one-bot
     session, from the session's row."""
-    if room is None:
-        return compaction_blocked_until(session_id, hard=hard)
-    return blocked_moment(
-        backoff_until=room.backoff_until, cooldown_until=room.cooldown_until, hard=hard
-    )
+    return seat_failures(session_id, room=room).blocked(hard=hard)
+
+
+@dataclass(frozen=True)
+class Failures:
+    """A seat's failure state as read: when its back-off and cool-down end (None: never armed
+    since the last success)."""
+
+    backoff_until: Any = None
+    cooldown_until: Any = None
+
+    def blocked(self, *, hard: bool) -> Any:
+        return blocked_moment(
+            backoff_until=self.backoff_until, cooldown_until=self.cooldown_until, hard=hard
+        )
+
+    @property
+    def armed(self) -> bool:
+        """Whether a success has anything to clear: ``arm_failure`` always sets the cool-down,
+        ``clear_failures`` unsets both with the back-off step, so with neither set the row
+        is as a clear leaves it (or there is none)."""
+        return self.backoff_until is not None or self.cooldown_until is not None
+
+
+def seat_failures(session_id: int, *, room: RoomView | None) -> Failures:
+    """The failure state of the seat just measured (in a room, as the measure read it with
+    its totals; in a one-bot session, the session's row: one statement)."""
+    if room is not None:
+        return Failures(backoff_until=room.backoff_until, cooldown_until=room.cooldown_until)
+    rows = _BLOCKED.rows(session_id=session_id)
+    return Failures(*rows[0]) if rows else Failures()
 
 
 def blocked_moment(*, backoff_until: Any, cooldown_until: Any, hard: bool) -> Any:

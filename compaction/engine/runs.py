@@ -14,7 +14,12 @@ from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
 from compaction.engine.holds import holds_release_at_hard
 from compaction.engine.passes import enveloped, run_pass
-from compaction.engine.policy import arm_failure, clear_failures, seat_blocked_until
+from compaction.engine.policy import (
+    arm_failure,
+    clear_failures,
+    seat_blocked_until,
+    seat_failures,
+)
 from compaction.engine.summariser import EXTRACTIVE_MODEL, summariser_ready
 from compaction.lock import single_flight
 from compaction.measure import Measure, context_measure, session_budget
@@ -120,8 +125,8 @@ def compaction_hard(
             holds_release_at_hard(session, pressure=pressure)
         held = () if released else None
         result: RunResult | None = None
-        blocked = seat_blocked_until(session.pk, hard=True, room=fresh.room)
-        if blocked is None:
+        failures = seat_failures(session.pk, room=fresh.room)
+        if failures.blocked(hard=True) is None:
             trigger = "tool" if within is not None else "hard"
             plan = Plan(
                 trigger=trigger,
@@ -132,7 +137,8 @@ def compaction_hard(
             )
             result = pass_or_fuse(session, plan, budget)
             if result.compacted:
-                clear_failures(session.pk, key)
+                if failures.armed:  # else nothing to clear: one statement fewer a pass
+                    clear_failures(session.pk, key)
                 return result
             if result.outcome in ("failed", "rejected"):
                 arm_failure(session.pk, hard=True, bot_id=key)

@@ -249,3 +249,27 @@ def test_a_compaction_inside_the_reply_reads_the_held_spans_once(task_bot, fake_
     # H: nothing released) reads the held spans for its fusion check and its range. It was
     # 13: the fusion check and the range read them again after every release.
     assert len(held_reads) == 6
+
+
+def test_a_compaction_inside_the_reply_clears_no_failure_state_that_is_clear(task_bot, fake_openai):
+    """A success clears the seat's failures (cool-down, back-off) only when one is armed: the
+    hard compaction read that state anyway (``seat_failures``), and an UPDATE of a clear row a
+    pass was one statement a step of a long tool task (docs/performance.md, "The tool task,
+    seventh pass"). ``tests/compaction/test_engine.py`` clears an armed one."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fake_openai.script(*_steps(6), Reply(text="All six steps done."))
+    session = SessionFactory(user=task_bot.owner, bot=task_bot)
+    reply = _ask(session, "Run the six-step survey.")
+
+    with CaptureQueriesContext(connection) as queries:
+        turn.turn_run(message_id=reply.pk)
+
+    assert CompactionEvent.objects.filter(session=session, outcome="compacted").count() == 5
+    clears = [
+        q
+        for q in queries.captured_queries
+        if q["sql"].startswith('UPDATE "compaction_compactionstate"')
+    ]
+    assert clears == []  # it was one a compaction: 5
