@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import httpx
 from httpx_sse._decoders import SSEDecoder  # see SSEStream for why not EventSource
 
+from chat_platform.llm import sse_body
 from chat_platform.llm.retries import retry_after_seconds
 
 OPENAI_PREFIX = "openai/"
@@ -148,7 +149,8 @@ class SSEStream:
     """The chunks (dicts) of one streamed chat completion, read as server-sent events.
 
     The SSE rules (comments, ``event:``/``id:`` fields, an event's data over several lines, the
-    optional space after the colon) are httpx-sse's ``SSEDecoder``, fed with httpx's lines. Its
+    optional space after the colon) are httpx-sse's ``SSEDecoder``, fed with the body's lines
+    (``sse_body``: read off the connection itself, not through httpx's iterators). Its
     ``EventSource.iter_sse`` is not used: it refuses a response whose Content-Type is not
     ``text/event-stream`` and drops a last event that the server ended without its blank line,
     and OpenAI-compatible servers do both (this road has always read them)."""
@@ -159,7 +161,8 @@ class SSEStream:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         decoder = SSEDecoder()
-        lines = self.response.iter_lines()
+        parts = sse_body.body_parts(self.response)
+        lines = sse_body.lines(parts, self.response.encoding or "utf-8")
         # "": the end of the body ends a last event that had no blank line after it.
         for line in itertools.chain(lines, ("",)):
             event = decoder.decode(line)
@@ -167,7 +170,7 @@ class SSEStream:
                 continue
             if event.data == "[DONE]":
                 self.done = True
-                for _ in lines:  # read to the end: the connection goes back to the pool
+                for _ in parts:  # read to the end: the connection goes back to the pool
                     pass
                 return
             yield _chunk(event.data)

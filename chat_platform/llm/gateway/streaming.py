@@ -152,12 +152,17 @@ class ChatStream:
         except Exception:  # the caller's bookkeeping must not fail the model call
             log.exception("llm_stream_on_open_failed", model=self.config.model)
 
-    def _close_response(self) -> None:
+    def _close_response(self, *, wake_reader: bool = True) -> None:
+        """Close the attempt's response. ``wake_reader``: another thread may be blocked reading
+        its socket (a stop), so the socket is shut down first; the reading thread's own close
+        (the stream's end) leaves it whole: a body read to its end puts the connection back in
+        the pool (it was shut down after every call, and every call connected anew)."""
         with self._lock:
             response, self._response = self._response, None
         if response is not None:
             try:
-                direct_road.shutdown_socket(response)
+                if wake_reader:
+                    direct_road.shutdown_socket(response)
                 response.close()
             except Exception:  # best effort: the stream is being abandoned anyway
                 log.debug("llm_stream_close_failed", model=self.config.model, exc_info=True)
@@ -189,7 +194,7 @@ class ChatStream:
             log_failed(self.config, failure, started=started, streamed=True)
             raise failure from exc
         finally:
-            self._close_response()
+            self._close_response(wake_reader=False)
         assert read is not None  # tenacity makes at least one attempt
         yield from self._finish(read, started=started, attempts=attempts_of(state))
 
