@@ -170,6 +170,26 @@ def _pending(session_id: int, model: str, message_ids: list[int] | None = None):
     return rows.exclude(embedding_model=model, embedding__isnull=False).order_by("seq")
 
 
+def _pending_texts(*, session_id: int, model: str, count: int, limit: int, **ids: int) -> Any:
+    """``limit`` of ``_pending``'s ids with their texts; ``count`` ids ``id0``…, or -1: all."""
+    message_ids = None if count < 0 else [ids[f"id{k}"] for k in range(count)]
+    return _pending(session_id, model, message_ids).values_list("message_id", "message__content")[
+        :limit
+    ]
+
+
+# Compiled once per process and number of ids (chat_platform/compiled.py): a turn's embedding
+# reads its question's and reply's texts every turn. More ids than 8 (an import's) are built.
+_PENDING_TEXTS = CompiledValues(_pending_texts, shape=("count", "limit"))
+
+
+def _pending_batch(session_id: int, model: str, message_ids: list[int] | None) -> dict[int, str]:
+    ids = {f"id{k}": int(pk) for k, pk in enumerate(message_ids or ())}
+    count = -1 if message_ids is None else len(ids)
+    read: Any = _PENDING_TEXTS.rows if count == -1 or 0 < count <= 8 else _pending_texts
+    return dict(read(session_id=session_id, model=model, count=count, limit=EMBED_BATCH, **ids))
+
+
 def messages_embed_pending(
     *, session_id: int, message_ids: list[int] | None = None, quota: Quota = None
 ) -> int:
@@ -193,8 +213,7 @@ def _embed_pending(
     config = _builtin_config(model) if builtin else embedding_config(Bot.objects.get(pk=bot_id))
     done = 0
     for _ in range(EMBED_MAX_BATCHES):
-        pending = _pending(session_id, model, message_ids)  # the ids with their texts
-        texts = dict(pending.values_list("message_id", "message__content")[:EMBED_BATCH])
+        texts = _pending_batch(session_id, model, message_ids)  # the ids with their texts
         if not texts:
             break
         batch = list(texts)
