@@ -41,6 +41,10 @@ except ImportError:  # another httpcore: its streams are read by their own read(
 
 # What one read asks of the network stream (httpcore's own size).
 READ_BYTES = 64 * 1024
+# Bytes handed to h11 past which it parses what it holds (and drops it), so a body that goes
+# on and on (keep-alive comments no output cap counts) is never held whole; a reply's body is
+# far less, and h11 reads it once at its end (``_settled``).
+DRAIN_BYTES = 1024 * 1024
 # A chunk's size line or a trailer line longer than this is not HTTP.
 LINE_MAX_BYTES = 64 * 1024
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,20}")
@@ -190,17 +194,41 @@ def _read(
 ) -> Iterator[bytes]:
     data, _ = state.trailing_data  # what arrived with the headers, still in h11's buffer
     receive = _receiver(network, timeout)
+    unread, ended = len(data), False  # bytes h11 holds unparsed; h11 has seen the end
     while True:
         if data:
             yield from framing.feed(data)
+        if unread > DRAIN_BYTES:
+            # h11 and the framing have seen the same bytes: they end together or not at all.
+            ended, unread = _drained(state), 0
+            if ended is not framing.done:
+                raise _protocol_error("the response body's end is unclear")
         if framing.done:
             break
         data = receive()
         state.receive_data(data)
+        unread += len(data)
         if not data:
             framing.eof()
             break
-    _settled(state)
+    if not ended:
+        _settled(state)
+
+
+def _drained(state: h11.Connection) -> bool:
+    """h11 parses the body it holds (``DRAIN_BYTES``); whether it found the body's end."""
+    try:
+        while True:
+            event = state.next_event()
+            if event is h11.NEED_DATA:
+                return False
+            if type(event) is h11.EndOfMessage:
+                return True
+            if type(event) is not h11.Data:
+                break
+    except h11.RemoteProtocolError as exc:
+        raise _protocol_error(str(exc)) from exc
+    raise _protocol_error("the response body's end is unclear")
 
 
 def _receiver(network: Any, timeout: float | None) -> Callable[[], bytes]:

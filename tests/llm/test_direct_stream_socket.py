@@ -208,3 +208,37 @@ def test_a_stalled_body_times_out_as_it_did(server, road):
     assert seen == ["Hel"]
     assert str(caught.value) == "openai/fake-model: timed out after 0.5 s"
     assert caught.value.transient is True
+
+
+class _Pieces:
+    """A network stream that returns its pieces one read at a time, then the end."""
+
+    def __init__(self, pieces):
+        self._pieces = list(pieces)
+
+    def read(self, size, timeout=None):
+        return self._pieces.pop(0) if self._pieces else b""
+
+
+def test_a_long_body_is_not_held_whole_in_h11s_buffer():
+    """A stream that never ends (keep-alive comments a provider sends for as long as it likes,
+    which no output cap counts) is parsed by h11 as it goes past ``DRAIN_BYTES``, so its buffer
+    stays bounded; the body's end is still h11's to confirm."""
+    import h11
+
+    state = h11.Connection(our_role=h11.CLIENT)
+    state.send(h11.Request(method="POST", target="/", headers=[("host", "x")]))
+    state.send(h11.EndOfMessage())
+    state.receive_data(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    assert type(state.next_event()) is h11.Response
+    comment = b": keep-alive" + b"." * 4000 + b"\n\n"
+    chunk = b"%x\r\n%s\r\n" % (len(comment), comment)
+    pieces = [chunk * 16] * 200 + [b"%x\r\n%s\r\n0\r\n\r\n" % (len(EVENTS[1]), EVENTS[1])]
+    buffered = []
+    body = b""
+    for part in sse_body._read(_Pieces(pieces), state, sse_body._Chunked(), None):
+        body += part
+        buffered.append(len(state.trailing_data[0]))
+    assert len(body) == 200 * 16 * len(comment) + len(EVENTS[1])  # ~12.8 MB, read whole
+    assert max(buffered) <= sse_body.DRAIN_BYTES + len(chunk * 16)
+    assert state.their_state is h11.DONE
