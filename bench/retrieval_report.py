@@ -162,11 +162,12 @@ def report_hybrid(
     on the platform's hybrid run."""
     bm25 = BM25(corpus.turns)
     rows: dict[str, dict[str, list[bool]]] = {}
-    for plain, mixed in zip(lexical, hybrid, strict=True):
+    for position, (plain, mixed) in enumerate(zip(lexical, hybrid, strict=True)):
         evidence = set(plain.question.evidence)
         same, _ = bm25.within(plain.question.text, budget)
         around, _ = within_neighbours(bm25, plain.question.text, budget)
-        for kind in (plain.question.kind, "all"):
+        half = "odd half" if position % 2 else "even half"
+        for kind in (plain.question.kind, "all", f"{plain.question.kind} {half}", half):
             row = rows.setdefault(kind, {k: [] for k in ("lex", "hyb", "tool", "bm25", "nbr")})
             row["lex"].append(plain.found)
             row["hyb"].append(mixed.found)
@@ -183,7 +184,10 @@ def report_hybrid(
     )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
-    for kind in (*KINDS, "all"):
+    # The questions in two halves (odd and even position in the corpus): a change kept for what
+    # it does on one half should do it on the other too.
+    halves = [f"{kind} {half}" for half in ("odd half", "even half") for kind in (*KINDS, "")]
+    for kind in (*KINDS, "all", *(h.strip() for h in halves)):
         row = rows.get(kind)
         if not row:
             continue
