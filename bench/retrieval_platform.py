@@ -78,8 +78,16 @@ def request_text(body: dict) -> str:
 
 
 def tool_text(body: dict) -> str:
+    """The results of the request's last recall round: the ``tool`` messages after its last
+    assistant message that called tools. Older rounds in the history the request carries (the
+    feed's own recall) are not this question's result."""
+    messages = body.get("messages") or []
+    calls = [
+        i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("tool_calls")
+    ]
+    start = calls[-1] + 1 if calls else len(messages)
     return normalise(
-        "\n".join(message_text(m) for m in body.get("messages") or [] if m.get("role") == "tool")
+        "\n".join(message_text(m) for m in messages[start:] if m.get("role") == "tool")
     )
 
 

@@ -164,8 +164,12 @@ def report_hybrid(
     rows: dict[str, dict[str, list[bool]]] = {}
     for position, (plain, mixed) in enumerate(zip(lexical, hybrid, strict=True)):
         evidence = set(plain.question.evidence)
-        same, _ = bm25.within(plain.question.text, budget)
-        around, _ = within_neighbours(bm25, plain.question.text, budget)
+        # The same budget: what the platform's search filled for this question when that was
+        # more than ``budget`` (a recall search fills its share of the room left, up to
+        # SEARCH_RESULT_TOKENS_MAX: docs/memory.md, "Budget").
+        size = max(budget, mixed.tool_tokens)
+        same, _ = bm25.within(plain.question.text, size)
+        around, _ = within_neighbours(bm25, plain.question.text, size)
         half = "odd half" if position % 2 else "even half"
         for kind in (plain.question.kind, "all", f"{plain.question.kind} {half}", half):
             row = rows.setdefault(kind, {k: [] for k in ("lex", "hyb", "tool", "bm25", "nbr")})
@@ -177,6 +181,7 @@ def report_hybrid(
     print()
     print(
         f"Search by words and meaning (embedding model {model}, in-process, CPU), budget {budget}"
+        " (BM25 and BM25 + neighbours: each question at the platform's result size when larger)"
     )
     header = (
         f"| {'kind':<12} | {'n':>3} | {'words only':>10} | {'default: ' + model:>22} | "

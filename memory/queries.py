@@ -265,8 +265,9 @@ def records_search(
     with the messages (BM25 over their name, description and body against the same
     collection). Snapshots whose messages are not indexed (a fusion's, holding summaries) are
     searched as records and come after every message and info hit: a copy never outranks its
-    source. The hits fill at most ``budget`` tokens (``SEARCH_RESULT_TOKENS`` and no more), with
-    at most ``limit`` records. The query is always data: any text gives hits or none.
+    source. The hits fill at most ``budget`` tokens (``search_tokens_max()`` and no more; without
+    a budget ``SEARCH_RESULT_TOKENS``: recall passes ``search_room``), with at most ``limit``
+    records. The query is always data: any text gives hits or none.
 
     ``live_before`` (recall, from the turn: the seq of the message it answers): the session's
     uncompacted messages older than that are searched with the compacted ones and come as one
@@ -282,11 +283,7 @@ def records_search(
         return []
     text = search.clean_query(query)
     wanted = query_terms(text, search.QUERY_MAX_TERMS)
-    room = (
-        settings.SEARCH_RESULT_TOKENS
-        if budget is None
-        else min(budget, settings.SEARCH_RESULT_TOKENS)
-    )
+    room = settings.SEARCH_RESULT_TOKENS if budget is None else min(budget, search_tokens_max())
     if not text or room <= 0:
         return []
     records = _readable(session, kind, scope)
@@ -320,9 +317,24 @@ def records_search(
     )
     if len(hits) < limit and (kind in (None, snapshot)):
         uncovered = partial(_any_uncovered, session, kind, scope)
-        left = {"room": room - used, "limit": limit - len(hits), "any_uncovered": uncovered}
-        hits += snapshot_hits(session, records, text, **left)
+        more = partial(snapshot_hits, session, records, text, any_uncovered=uncovered)
+        hits += more(room=room - used, limit=limit - len(hits))
     return hits
+
+
+def search_tokens_max() -> int:
+    """The most one search may fill: ``SEARCH_RESULT_TOKENS_MAX``, never below
+    ``SEARCH_RESULT_TOKENS``."""
+    return int(max(settings.SEARCH_RESULT_TOKENS, settings.SEARCH_RESULT_TOKENS_MAX))
+
+
+def search_room(room: int) -> int:
+    """What a recall search fills of ``room`` (what is left of B for recall): half of it, so a
+    second round and the request's history keep the rest, at least ``SEARCH_RESULT_TOKENS`` and
+    at most ``search_tokens_max()``, never more than ``room`` (docs/memory.md, "Budget"). An
+    8,192-token window leaves ~6,000: a search fills ~3,000 where it filled 2,000."""
+    share = max(settings.SEARCH_RESULT_TOKENS, min(search_tokens_max(), room // 2))
+    return max(0, min(room, share))
 
 
 def _readable(

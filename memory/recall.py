@@ -55,7 +55,7 @@ from chat_platform.llm.recall_protocol import (
 )
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from memory import recall_events, services
-from memory.queries import records_read, records_search
+from memory.queries import records_read, records_search, search_room
 from memory.recall_calls import (
     NOT_RUN_TEXT,
     RECALL_MAX_CALLS,
@@ -106,13 +106,14 @@ def _read(session: ChatSession, call: ToolCall, *, model: str) -> tuple[str, lis
 def _search(
     session: ChatSession, call: ToolCall, *, room: int, model: str, live_before: int | None
 ) -> tuple[str, list[str]]:
-    """Whole messages (and info records) that fit what is left of B: the search fills ``room``
-    itself, so a hit is never cut mid-message to fit it. History older than ``live_before``
-    (the message the turn answers) is searched too, compacted or not."""
+    """Whole messages (and info records) that fit what is left of B: the search fills its share
+    of ``room`` itself (``search_room``: half, at least ``SEARCH_RESULT_TOKENS`` and at most
+    ``SEARCH_RESULT_TOKENS_MAX``), so a hit is never cut mid-message to fit it. History older
+    than ``live_before`` (the message the turn answers) is searched too, compacted or not."""
     hits = records_search(
         session=session,
         query=call.arguments["query"],
-        budget=room,
+        budget=search_room(room),
         model=model,
         live_before=live_before,
     )

@@ -25,6 +25,7 @@ from compaction.engine import compaction_manual
 from compaction.models import Summary, SummaryCoverage
 from memory import queries, search, services
 from memory.models import MessageIndex
+from memory.recall import ToolCall, recall_execute
 from memory.terms import query_terms, terms
 from tests.coverage import cover, messages_covered
 from tests.factories import MemoryRecordFactory, SessionFactory, message_add
@@ -274,10 +275,56 @@ def test_a_small_budget_keeps_the_best_messages_first(talked):
     # 2 + its answer cost 67 tokens with the header; 4 + 5 would not fit next to them in 90
     assert _hits(talked, QUERY, budget=70) == [("snapshot_1_8", (2, 3))]
     assert _hits(talked, QUERY, budget=2000) == FULL
-    # the budget never exceeds SEARCH_RESULT_TOKENS
-    with override_settings(SEARCH_RESULT_TOKENS=70):
+    # the budget never exceeds SEARCH_RESULT_TOKENS_MAX, nor SEARCH_RESULT_TOKENS when it is more
+    with override_settings(SEARCH_RESULT_TOKENS=70, SEARCH_RESULT_TOKENS_MAX=70):
+        assert _hits(talked, QUERY, budget=5000) == [("snapshot_1_8", (2, 3))]
+    with override_settings(SEARCH_RESULT_TOKENS=70, SEARCH_RESULT_TOKENS_MAX=0):
         assert _hits(talked, QUERY, budget=5000) == [("snapshot_1_8", (2, 3))]
     assert _hits(talked, QUERY, budget=0) == []
+
+
+def test_a_budget_above_search_result_tokens_is_filled_up_to_the_max(talked):
+    """Recall passes what its request has room for (``queries.search_room``): more than
+    ``SEARCH_RESULT_TOKENS`` is filled, up to ``SEARCH_RESULT_TOKENS_MAX``; without a budget
+    (the records API) a search fills ``SEARCH_RESULT_TOKENS``."""
+    with override_settings(SEARCH_RESULT_TOKENS=70, SEARCH_RESULT_TOKENS_MAX=2000):
+        assert _hits(talked, QUERY, budget=5000) == FULL
+        assert _hits(talked, QUERY) == [("snapshot_1_8", (2, 3))]
+    with override_settings(SEARCH_RESULT_TOKENS=70, SEARCH_RESULT_TOKENS_MAX=200):
+        assert _hits(talked, QUERY, budget=5000) == _hits(talked, QUERY, budget=200)
+
+
+@pytest.mark.parametrize(
+    ("room", "filled"),
+    [(-5, 0), (0, 0), (1500, 1500), (3000, 2000), (4000, 2000), (6287, 3143), (9000, 4000)],
+)
+def test_a_recall_search_fills_half_its_room_within_the_bounds(room, filled):
+    with override_settings(SEARCH_RESULT_TOKENS=2000, SEARCH_RESULT_TOKENS_MAX=4000):
+        assert queries.search_room(room) == filled
+    with override_settings(SEARCH_RESULT_TOKENS=2000, SEARCH_RESULT_TOKENS_MAX=1000):
+        assert queries.search_room(room) == max(0, min(room, 2000))
+
+
+def test_the_search_tool_fills_its_share_of_the_room_left(talked):
+    """Through recall: a round with 5,000 tokens of room searches with 2,500 of them (half), not
+    the 70 of ``SEARCH_RESULT_TOKENS``."""
+    reply = message_add(talked, role="assistant", content="", status="pending", token_count=0)
+    call = ToolCall(id="c1", name="search_records", arguments={"query": QUERY})
+    with override_settings(SEARCH_RESULT_TOKENS=70, SEARCH_RESULT_TOKENS_MAX=4000):
+        (wide,) = recall_execute(
+            session=talked, reply=reply, recall_round=1, calls=[call], room_tokens=5000, model=""
+        )
+        (narrow,) = recall_execute(
+            session=talked, reply=reply, recall_round=1, calls=[call], room_tokens=100, model=""
+        )
+    full = "\n\n".join(
+        f"{h.header}\n{h.excerpt}"
+        for h in queries.records_search(session=talked, query=QUERY, budget=2500)
+    )
+    assert wide.content == full
+    assert [line for line in narrow.content.splitlines() if line.startswith("[record")] == [
+        "[record snapshot_1_8]"
+    ]
 
 
 def test_the_best_message_is_cut_not_dropped_when_it_alone_does_not_fit(talked):
