@@ -75,8 +75,11 @@ EMBED_TEXT_MAX_CHARS = 2000
 # (``usage.scope_pairs``); None: the user's own alone.
 Quota = list[list[Any]] | None
 # The vector side of a search: the best this many messages take part in the fusion, out of the
-# newest VECTOR_SCAN_MAX vectors of the session, read VECTOR_CHUNK rows at a time.
-VECTOR_CANDIDATES = 100
+# newest VECTOR_SCAN_MAX vectors of the session, read VECTOR_CHUNK rows at a time. Past the
+# fused head the fill goes on with the lexical tail (messages sharing one word, often a
+# speaker's name): the next messages by meaning are better evidence, so 200, not 100
+# (docs/performance.md, "Recall: more turns in the same budget").
+VECTOR_CANDIDATES = 200
 VECTOR_SCAN_MAX = 100_000
 VECTOR_CHUNK = 4096
 # A message takes part only when it is at least this share as similar as the best one (and more

@@ -60,10 +60,10 @@ HISTORY_HEADER = "[chat history: not in a record yet, nothing to read]"
 
 # Candidates whose text is read in the first round of filling the result budget (each next
 # round reads twice as many); neighbours come along. A hybrid ranking (the lexical candidates
-# and up to VECTOR_CANDIDATES by meaning, ~140 at 1,000 messages a session) is read in one
+# and up to VECTOR_CANDIDATES by meaning, ~240 at 1,000 messages a session) is read in one
 # query: a result that is not full goes on through the whole ranking, and a second read cost
 # more than the rows the first reads in vain when the room fills early (docs/performance.md).
-_FILL_CHUNK = 200
+_FILL_CHUNK = 300
 # A message hit ending in a question brings the next turn (its answer) along, when compacted.
 _QUESTION = "?"
 # A message of fewer distinct search terms than this says little ("Mei: Best feeling in the

@@ -112,7 +112,7 @@ def test_every_miss_is_explained_with_what_would_have_found_it():
     )
     assert fix(True, False, 300, 250) == (
         "stronger embedding model",
-        "a stronger embedding model: ranked 250 by meaning (the first 100 are candidates) and "
+        "a stronger embedding model: ranked 250 by meaning (the first 200 are candidates) and "
         "shares no word but a name; or a result budget of about 12,500 tokens (rank 250, 40 fit)",
     )
     # Ranked by meaning within the candidates, or by words: the budget or the fusion's order.

@@ -470,3 +470,31 @@ def test_a_room_bot_that_sees_from_its_join_finds_nothing_earlier_by_meaning(hyb
     # 5 by its thread's share of the boat club (7), the user's next message; never the kayak (3)
     assert data.hits(hybrid, "When did we go out on the boat?") == [["snapshot_5_8", [5, 7]]]
     assert data.hits(hybrid, "Which instrument is she learning?") == [["snapshot_5_8", [5]]]
+
+
+def test_two_hundred_messages_take_part_by_meaning(chat_session):
+    """The vector side brings its best ``VECTOR_CANDIDATES`` (200) into the fusion: past the
+    fused head the fill would otherwise go on with the lexical tail (messages sharing one word
+    of the question), and the next messages by meaning are better evidence (docs/performance.md,
+    "Recall: more turns in the same budget")."""
+    from memory.services import messages_index_written
+
+    said = [message_add(chat_session, role="user", content=f"note {n}") for n in range(250)]
+    messages_index_written(message_ids=[m.pk for m in said])
+    # message n points ever further from the query, all within VECTOR_MIN_SHARE of the best
+    query = np.zeros(8, dtype="<f4")
+    query[0] = 1.0
+    for n, message in enumerate(said):
+        angle = 0.9 * n / len(said)
+        vector = [np.cos(angle), np.sin(angle), 0, 0, 0, 0, 0, 0]
+        MessageIndex.objects.filter(message_id=message.pk).update(
+            embedding=embeddings.vector_bytes(vector), embedding_model="m"
+        )
+    live_before = said[-1].seq + 1
+
+    ranked = embeddings.vector_ranked(
+        session_id=chat_session.pk, model="m", query=query, live_before=live_before
+    )
+
+    assert embeddings.VECTOR_CANDIDATES == 200
+    assert [m.seq for m in ranked] == [m.seq for m in said[:200]]
