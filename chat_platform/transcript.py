@@ -2,9 +2,8 @@
 
 A line is ``[12] 2024-03-08 13:56Z user: text``: the message's seq, when it was said, its
 speaker. The one transcript the summariser is given is also the snapshot's body, so the same
-line is what ``read_records`` brings back, and "when" questions can be answered from it.
-Summaries and ``search_records``' hits keep the date alone (``[12] 2024-03-08 user: …``,
-``date_only``): a search fills a token budget, and the time of day is a third of a label.
+line is what ``read_records`` and ``search_records`` bring back, and "when" questions can be
+answered from it. Summaries keep the date alone (``[12] 2024-03-08 user: …``).
 
 Time zone: UTC. There is no per-user time-zone setting (``TIME_ZONE = "UTC"``, no user or bot
 field), so times are UTC, and every line says so with ``Z`` rather than a header saying ``UTC``

@@ -12,7 +12,6 @@ from django.db.models.expressions import RawSQL
 from bots.models import ChatSession, Message
 from bots.queries import participant_seat
 from chat_platform.llm.tokens import count_tokens, tokens_at_least, truncate_to_tokens
-from chat_platform.transcript import date_only
 from chat_platform.transcript import line as transcript_line
 from memory import embeddings, query_embedding, search
 from memory.fusion import fused
@@ -408,9 +407,7 @@ def _message_lines(
         speaker = role
         if labels is not None and not (role == Message.Role.ASSISTANT and bot_id == session.bot_id):
             speaker = labels.get(None if role == Message.Role.USER else bot_id, role)
-        # Dated to the day (the label's first stamp): the time of day is ~5 of a label's ~18
-        # tokens, and a budget of shorter lines holds more turns (docs/memory.md, "Hits").
-        lines[seq] = date_only(transcript_line(seq, created_at, speaker, text))
+        lines[seq] = transcript_line(seq, created_at, speaker, text)
         if seq in asked and not has_distinct_terms(text, LOW_INFORMATION_TERMS):
             low.add(seq)
     return lines, low

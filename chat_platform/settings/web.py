@@ -11,9 +11,10 @@ MESSAGE_MAX_BYTES = 1024 * 1024
 # The tokens one search_records result (and one records-API ?q= answer) fills; a turn never
 # gives it more than what is left of its budget B (docs/memory.md).
 SEARCH_RESULT_TOKENS = env.int("SEARCH_RESULT_TOKENS", default=2000)
-# A recall search whose request has room for more fills half of what is left of B, up to this
-# (never less than SEARCH_RESULT_TOKENS when the room allows): docs/memory.md, "Budget".
-SEARCH_RESULT_TOKENS_MAX = env.int("SEARCH_RESULT_TOKENS_MAX", default=4000)
+# Set above SEARCH_RESULT_TOKENS, a recall search whose request has room for more fills half of
+# what is left of B, up to this; by default it is SEARCH_RESULT_TOKENS, the most any search
+# fills (docs/memory.md, "Budget").
+SEARCH_RESULT_TOKENS_MAX = env.int("SEARCH_RESULT_TOKENS_MAX", default=SEARCH_RESULT_TOKENS)
 # Each embedding call (a bot's embedding_model: messages after a compaction, a question when it
 # searches) waits at most this long; a search whose call fails goes on with word search alone.
 EMBEDDING_TIMEOUT_SECONDS = env.float("EMBEDDING_TIMEOUT_SECONDS", default=10.0)

@@ -193,14 +193,13 @@ def conversation(session: ChatSession, talks=TALKS) -> list[MemoryRecord]:
 
 
 def line(seq: int) -> str:
-    """The transcript line of message ``seq`` of ``TALKS`` as a hit shows it: dated, without
-    the time of day (docs/memory.md, "Hits")."""
+    """The transcript line of message ``seq`` of ``TALKS`` as a hit shows it."""
     for start, turns in TALKS:
         first = 1 + sum(len(t) for _, t in TALKS[: TALKS.index((start, turns))])
         if first <= seq < first + len(turns):
             role, text = turns[seq - first]
             moment = start + timedelta(minutes=seq - first)
-            return f"[{seq}] {moment:%Y-%m-%d} {role}: {text}"
+            return f"[{seq}] {moment:%Y-%m-%d %H:%M}Z {role}: {text}"
     raise KeyError(seq)
 
 

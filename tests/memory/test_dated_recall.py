@@ -120,7 +120,7 @@ def test_search_records_hit_carries_the_date_of_the_matched_line(
     assert result.startswith(f"[record {name}]\n")
     # the excerpt is a ts_headline fragment around the match: the matched line is in it whole,
     # with the date its label carries (highlight markers aside)
-    assert "[1] 2024-03-08 user: My sister" in result.replace("**", "")
+    assert "[1] 2024-03-08 13:56Z user: My sister" in result.replace("**", "")
 
 
 def test_extractive_keeps_the_date_of_a_kept_fact_line():

@@ -20,7 +20,6 @@ import pytest
 
 from bots.models import Message
 from bots.transitions import session_context_add
-from chat_platform.transcript import date_only
 from chat_platform.transcript import line as transcript_line
 from memory import queries, search_hits, services
 from memory.models import RecallEvent
@@ -43,9 +42,7 @@ def _said(session, role, content, when=WHEN, **fields):
 
 
 def _line(message):
-    """A hit's line: dated to the day (docs/memory.md, "Hits")."""
-    line = transcript_line(message.seq, message.created_at, message.role, message.content)
-    return date_only(line)
+    return transcript_line(message.seq, message.created_at, message.role, message.content)
 
 
 def _filler(session, exchanges):
@@ -241,7 +238,7 @@ def test_a_rooms_search_result_names_each_speaker_as_the_searching_seat_does(liv
         return hit.excerpt
 
     user_name = owner.get_username()
-    stamp = "2024-03-08"  # a hit's line keeps the day (docs/memory.md, "Hits")
+    stamp = "2024-03-08 18:00Z"
     assert excerpt(live) == (
         f"[{asked.seq}] {stamp} {user_name}: Which lighthouse keeper rang about the zanzibar "
         f"lamp?\n[{answered.seq}] {stamp} «Tool»: Morwenna rang about the zanzibar lamp."

@@ -97,7 +97,7 @@ def test_a_message_that_says_little_still_comes_before_a_fusions_lexical_tail(ta
 
 def data_line(session, seq):  # noqa: ANN001, ANN201
     message = session.messages.get(seq=seq)
-    return f"[{seq}] {message.created_at:%Y-%m-%d} {message.role}: {message.content}"
+    return f"[{seq}] {message.created_at:%Y-%m-%d %H:%M}Z {message.role}: {message.content}"
 
 
 # A short message can be the only one holding the question's distinctive word: "flight" is in

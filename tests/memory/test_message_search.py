@@ -36,8 +36,7 @@ from turns import turn
 
 pytestmark = pytest.mark.django_db
 
-# A hit's line: dated, without the time of day (docs/memory.md, "Hits").
-LINE = re.compile(r"^\[(\d+)\] \d{4}-\d{2}-\d{2} (user|assistant): \S")
+LINE = re.compile(r"^\[(\d+)\] \d{4}-\d{2}-\d{2} \d{2}:\d{2}Z (user|assistant): \S")
 
 
 def _hits(session, query, **kwargs):
@@ -94,7 +93,7 @@ def test_a_question_with_one_evidence_turn_finds_exactly_it(talked):
 
     assert (hit.name, hit.seqs, hit.record.kind) == ("snapshot_9_16", (9,), "snapshot")
     assert hit.excerpt == (
-        "[9] 2024-04-19 user: I started a new job as a nurse at St Mary's hospital in Leeds."
+        "[9] 2024-04-19 09:30Z user: I started a new job as a nurse at St Mary's hospital in Leeds."
     )
     assert hit.excerpt == data.line(9)
 
@@ -125,7 +124,7 @@ def test_a_when_question_finds_the_turn_with_its_date(talked):
         ("snapshot_17_22", (21,)),
     ]
     assert hits[0].excerpt == (
-        "[1] 2024-03-08 user: Last Friday we finally took the boat out to the lake."
+        "[1] 2024-03-08 18:00Z user: Last Friday we finally took the boat out to the lake."
     )
     assert hits[0].rank > hits[1].rank > hits[2].rank
 
@@ -147,7 +146,7 @@ def test_one_rare_word_beats_a_name_in_every_other_message(chat_session):
         ("snapshot_9_10", (9, 10)),
     ]
     assert hits[0].excerpt.splitlines()[1] == (
-        "[6] 2024-06-09 assistant: He has been practising the harmonica every evening."
+        "[6] 2024-06-09 10:01Z assistant: He has been practising the harmonica every evening."
     )
 
 
@@ -165,8 +164,8 @@ def test_a_hit_is_whole_dated_attributed_lines_in_seq_order(talked):
 
     assert hit.seqs == (5, 6)
     assert hit.excerpt.splitlines() == [
-        "[5] 2024-03-08 user: We grilled it with lemon that evening.",
-        "[6] 2024-03-08 assistant: Grilled trout with lemon is a classic.",
+        "[5] 2024-03-08 18:04Z user: We grilled it with lemon that evening.",
+        "[6] 2024-03-08 18:05Z assistant: Grilled trout with lemon is a classic.",
     ]
     assert all(LINE.match(text) for text in hit.excerpt.splitlines())
     assert "**" not in hit.excerpt
@@ -194,8 +193,7 @@ def test_a_message_that_is_a_hit_and_a_neighbour_appears_once(talked):
 def test_a_fusion_snapshot_never_outranks_the_messages_it_copies(talked):
     fusion = data.fuse(talked, 1, 16)
     assert (fusion.name, fusion.indexed) == ("snapshot_1_16", True)
-    # the fusion holds a copy of the evidence line (a transcript line: with its time of day)
-    assert data.line(1).replace("2024-03-08", "2024-03-08 18:00Z") in fusion.body
+    assert data.line(1) in fusion.body  # the fusion holds a copy of the evidence line
 
     hits = queries.records_search(session=talked, query="boat lake")
 
@@ -328,16 +326,16 @@ def test_the_search_tool_fills_its_share_of_the_room_left(talked):
 
 
 def test_the_best_message_is_cut_not_dropped_when_it_alone_does_not_fit(talked):
-    # "[record snapshot_1_8]\n" + line 2 + "\n\n" is 32 tokens
+    # "[record snapshot_1_8]\n" + line 2 + "\n\n" is 37 tokens
     (hit,) = queries.records_search(session=talked, query="lovely trip", budget=30)
 
     assert hit.seqs == (2,)
-    assert hit.excerpt == "[2] 2024-03-08 assistant: That sounds like a lovely trip. Who …"
+    assert hit.excerpt == "[2] 2024-03-08 18:01Z assistant: That sounds like …"
     assert _rendered_tokens([hit]) <= 30
 
 
 def test_the_best_message_whole_when_only_its_answer_does_not_fit(talked):
-    # line 2 alone costs 32 tokens, with its answer 57: in 50 it fits whole, without the answer
+    # line 2 alone costs 37 tokens, with its answer 67: in 50 it fits whole, without the answer
     hits = queries.records_search(session=talked, query="lovely trip", budget=50)
 
     assert [(h.name, h.seqs, h.excerpt) for h in hits] == [("snapshot_1_8", (2,), data.line(2))]
@@ -541,7 +539,7 @@ def test_a_real_compaction_indexes_its_messages(chat_session):
     assert indexed == [(seq, name) for seq in range(1, result.last_seq + 1)]
     (hit,) = queries.records_search(session=chat_session, query="Where did Clara move?")
     assert (hit.name, hit.seqs) == (name, (1,))
-    assert hit.excerpt == "[1] 2024-03-08 user: My sister Clara moved to Porto."
+    assert hit.excerpt == "[1] 2024-03-08 18:00Z user: My sister Clara moved to Porto."
 
 
 def test_the_migration_backfill_uses_the_narrowest_succeeded_snapshot(chat_session, monkeypatch):
