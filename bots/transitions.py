@@ -16,7 +16,7 @@ Part of the chat core: it imports only the models and the platform, so compactio
 ask it too.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.db import transaction
@@ -128,14 +128,18 @@ def exchange_open(
     tokens: int,
     existing: Callable[[], T | None],
     replies: int = 1,
-) -> Message | T:
+    answers: Sequence[tuple[Bot, str]] = (),
+    charged_to: str = "",
+) -> tuple[Message, list[Message]] | T:
     """In the caller's transaction: reserve seqs n and n+1 and write the user's message at n
     (its answer takes n+1). A chat message joins the context: the session's running totals (on
     ``session`` too, as the same statement returns them) count it. A repeated client_id returns
     what ``existing()`` finds instead, and gives the two seqs back (seqs stay gap-free).
 
     ``replies``: how many answers to reserve (a room where several bots answer): seqs n+1 to
-    n+replies."""
+    n+replies. ``answers``: the pending replies to write with the message, ``(bot, model)`` in
+    answer order from n+1 (``reply_pending``), in one statement with it on PostgreSQL
+    (``exchange_insert``). Returns the message and those replies."""
     counted = tokens if kind == Message.Kind.CHAT else 0
     row = allocate_seqs(
         session_id=session.pk, count=1 + replies, context_tokens=counted, context_messages=1
@@ -147,7 +151,7 @@ def exchange_open(
             return found
     session.last_seq = row.last_seq
     session.context_tokens, session.context_messages = row.context_tokens, row.context_messages
-    return Message.objects.create(
+    question = Message(
         session=session,
         seq=row.last_seq - replies,
         role=Message.Role.USER,
@@ -157,20 +161,38 @@ def exchange_open(
         token_count=tokens,
         client_id=client_id or "",
     )
+    pending = [
+        reply_pending(question, model=model, bot=bot, offset=offset, charged_to=charged_to)
+        for offset, (bot, model) in enumerate(answers, start=1)
+    ]
+    exchange_insert(question, pending)
+    return question, pending
 
 
-def reply_pending_create(
-    *,
+def exchange_insert(question: Message, replies: Sequence[Message]) -> None:
+    """Write a user message and the pending replies answering it (unsaved instances built with
+    it, ``reply_pending``): on PostgreSQL one statement (``bots.fast_paths.exchange_insert``),
+    else one ``INSERT`` each, as ``save()`` writes them. Either way the ids follow the order
+    given, the question's first."""
+    if replies and fast_paths.enabled() and fast_paths.exchange_insert(question, replies):
+        return
+    question.save(force_insert=True)
+    for reply in replies:
+        reply.save(force_insert=True)
+
+
+def reply_pending(
     user_message: Message,
+    *,
     model: str,
     bot: Bot | None = None,
     offset: int = 1,
     charged_to: str = "",
 ) -> Message:
     """The pending reply at the seq its user message reserved (the outbox row of the turn),
-    spoken by ``bot`` (default: the session's). In a room where several bots answer, the first
-    (``offset`` 1) is *the* reply to the message; the others follow it at the next reserved
-    seqs, answering the same message with the replies before them in view.
+    spoken by ``bot`` (default: the session's), unsaved. In a room where several bots answer,
+    the first (``offset`` 1) is *the* reply to the message; the others follow it at the next
+    reserved seqs, answering the same message with the replies before them in view.
 
     ``charged_to``: the daily-limit subject of the API key the reply was asked for with
     (``Message.charged_to``), charged by its turn beside the user's own."""
@@ -187,6 +209,19 @@ def reply_pending_create(
         charged_to=charged_to,
     )
     reply.bot = bot if bot is not None else session.bot
+    return reply
+
+
+def reply_pending_create(
+    *,
+    user_message: Message,
+    model: str,
+    bot: Bot | None = None,
+    offset: int = 1,
+    charged_to: str = "",
+) -> Message:
+    """``reply_pending``, written (a reply asked for again: ``reply_again_open``)."""
+    reply = reply_pending(user_message, model=model, bot=bot, offset=offset, charged_to=charged_to)
     reply.save(force_insert=True)
     return reply
 

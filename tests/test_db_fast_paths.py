@@ -113,3 +113,107 @@ def test_the_plain_update_returning_returns_the_updated_rows_or_none(fake_sessio
     assert [(m.pk, m.pinned) for m in rows] == [(first.pk, True), (second.pk, True)]
     assert update_returning(Message.objects.filter(pk=first.pk, pinned=False), pinned=False) == []
     assert Message.objects.get(pk=first.pk).pinned is True
+
+
+def _columns(message: Message) -> dict:
+    """What a message row stores, but the columns that differ between any two writes."""
+    row = Message.objects.filter(pk=message.pk).values().get()
+    return {k: v for k, v in row.items() if k not in ("id", "created_at", "updated_at")}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_send_writes_its_question_and_reply_in_one_statement_storing_the_same(
+    fast, fake_session, settings
+):
+    """A send's question and its pending reply (the outbox row, ``reply_to`` the question): one
+    ``INSERT`` on PostgreSQL (the question's in a CTE, the reply selecting its id), one each
+    through the plain ORM; the same rows either way (docs/performance.md "A turn's CPU and
+    latency, seventh pass (web)")."""
+    settings.DB_FAST_PATHS = fast
+    with CaptureQueriesContext(connection) as queries:
+        exchange = do_message_pair_create(
+            session=fake_session, content="A question", client_id="c1"
+        )
+    question, reply = exchange.user_message, exchange.assistant_message
+
+    inserts = [q["sql"] for q in queries.captured_queries if "INSERT" in q["sql"]]
+    one = fast and connection.vendor == "postgresql"
+    assert len(inserts) == (1 if one else 2)
+    assert question.pk < reply.pk  # the question's id first, as two inserts give it
+    assert (reply.reply_to_id, reply.prompted_by_id) == (question.pk, question.pk)
+    assert reply.reply_to is question and reply.bot == fake_session.bot
+    assert not question._state.adding and not reply._state.adding
+    stored_question, stored_reply = (
+        Message.objects.get(pk=question.pk),
+        Message.objects.get(pk=reply.pk),
+    )
+    assert stored_question.created_at == question.created_at
+    assert stored_reply.created_at == reply.created_at
+    assert _columns(question) == {
+        **_columns(question),
+        "session_id": fake_session.pk,
+        "seq": 1,
+        "role": "user",
+        "kind": "chat",
+        "content": "A question",
+        "status": "complete",
+        "client_id": "c1",
+        "reply_to_id": None,
+        "prompted_by_id": None,
+        "bot_id": None,
+        "tool_calls": [],
+        "charged_to": "",
+        "dispatched_at": None,
+    }
+    assert _columns(reply) == {
+        **_columns(reply),
+        "session_id": fake_session.pk,
+        "seq": 2,
+        "role": "assistant",
+        "kind": "chat",
+        "content": "",
+        "status": "pending",
+        "token_count": 0,
+        "client_id": "",
+        "reply_to_id": question.pk,
+        "prompted_by_id": question.pk,
+        "bot_id": fake_session.bot_id,
+        "model": fake_session.bot.model,
+        "tool_calls": [],
+        "charged_to": "",
+        "dispatched_at": None,
+    }
+    assert _columns(question)["token_count"] > 0
+
+
+def test_a_room_send_writes_the_question_and_every_reply_in_one_statement(
+    owner, fake_session, settings
+):
+    """In a room, every answering bot's pending reply with the question, in answer order: the
+    first answers it (``reply_to``), each was prompted by it."""
+    from tests.factories import BotFactory
+
+    settings.DB_FAST_PATHS = True
+    second = BotFactory(owner=owner, name="Critic")
+    with CaptureQueriesContext(connection) as queries:
+        exchange = do_message_pair_create(
+            session=fake_session,
+            content="Both of you",
+            client_id=None,
+            answering=[fake_session.bot, second],
+        )
+    inserts = [q["sql"] for q in queries.captured_queries if "INSERT" in q["sql"]]
+    assert len(inserts) == (1 if connection.vendor == "postgresql" else 3)
+    question = exchange.user_message
+    rows = list(
+        Message.objects.filter(session=fake_session)
+        .order_by("seq")
+        .values_list("seq", "role", "bot_id", "reply_to_id", "prompted_by_id", "model")
+    )
+    assert rows == [
+        (1, "user", None, None, None, ""),
+        (2, "assistant", fake_session.bot_id, question.pk, question.pk, fake_session.bot.model),
+        (3, "assistant", second.pk, None, question.pk, second.model),
+    ]
+    assert [r.pk for r in exchange.replies] == sorted(r.pk for r in exchange.replies)
+    assert question.pk < exchange.replies[0].pk

@@ -223,8 +223,9 @@ def test_malformed_json_body(owner_client, chat_session):
     [
         # the session; the user's daily token limit (connections.usage, one read); the chat's
         # last question (a Retry sends it again: turns/services/retry.py); the exchange's seqs
-        # and totals in one UPDATE … RETURNING; the two rows; pins and summaries (one UNION ALL)
-        # for the fixed-part check (not the memory index)
+        # and totals in one UPDATE … RETURNING; the two rows in one INSERT (the question's in a
+        # CTE, bots.fast_paths.exchange_insert; two INSERTs before); pins and summaries (one
+        # UNION ALL) for the fixed-part check (not the memory index)
         (
             None,
             [
@@ -233,8 +234,7 @@ def test_malformed_json_body(owner_client, chat_session):
                 "SELECT",
                 "SAVEPOINT",
                 "UPDATE",
-                "INSERT",
-                "INSERT",
+                "WITH",
                 "(SELECT",
                 "RELEASE",
             ],
@@ -250,8 +250,7 @@ def test_malformed_json_body(owner_client, chat_session):
                 "SAVEPOINT",
                 "UPDATE",
                 "SELECT",
-                "INSERT",
-                "INSERT",
+                "WITH",
                 "RELEASE",
                 "(SELECT",
                 "RELEASE",

@@ -201,8 +201,9 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     counting.on = False
 
     assert body["assistant_message"]["content"] == "One two three."
-    # web: the send's 10 statements (the 10th: the Retry check reads the chat's last question;
-    # the view's access check reads the session once for the send too, was 11); worker: the
+    # web: the send's 9 statements (the Retry check reads the chat's last question; the view's
+    # access check reads the session once for the send too, was 11; the question and its
+    # pending reply are one INSERT, bots.fast_paths.exchange_insert, was 10); worker: the
     # turn's 15 (claim, quota, context, admission, finish, index, record, gauge, compaction
     # check; the index's read of the rows to embed goes with its read of the messages when both
     # are indexed now, was 16); the task it queues, the written messages' embedding with
@@ -213,7 +214,7 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     # (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the waiter's
     # SUBSCRIBE.
     assert counting.summary() == {
-        "sql_web": 10,
+        "sql_web": 9,
         "sql_worker": 15,
         "sql_tasks": {EMBED: 3},
         "redis": 5,
@@ -302,9 +303,10 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     assert frames[-1]["message"]["content"] == "One two three."
     # Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no waiter). SQL: the
     # worker's and the task's as the REST turn's; the web's include the check that the socket's
-    # token still signs its user in (chat_platform.realtime_auth.credential_valid).
+    # token still signs its user in (chat_platform.realtime_auth.credential_valid); the question
+    # and its pending reply are one INSERT (was 11).
     assert counting.summary() == {
-        "sql_web": 11,
+        "sql_web": 10,
         "sql_worker": 15,
         "sql_tasks": {EMBED: 3},
         "redis": 2,
@@ -395,9 +397,10 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     # not: 46 -> 45). +1 web, +1 worker: a seat with no row yet (the send's check of
     # Planner's, Critic's first turn) reads the other bots' recall and tool rounds, which it is
     # never shown, in a statement of its own; a seat with its row reads them with it
-    # (compaction/seats.py: they counted in its pressure before).
+    # (compaction/seats.py: they counted in its pressure before). -1 web: the question and
+    # Planner's pending reply are one INSERT (was 15).
     assert counting.summary() == {
-        "sql_web": 15,
+        "sql_web": 14,
         "sql_worker": 46,
         "sql_tasks": {EMBED: 3},
         "redis": 7,
@@ -434,11 +437,12 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
         "assistant",
     ]
     # the recall round: the tool call and its result stored and announced (2 message.created);
-    # web as the REST turn's (was 11: the session read twice). Worker 29, was 32: the round's
-    # totals ride on the seqs' UPDATE, its call and result are one INSERT, and the reply's new
-    # seq is not read back (docs/performance.md, "The tool task, seventh pass").
+    # web as the REST turn's (was 11: the session read twice; 10: two INSERTs for the pair).
+    # Worker 29, was 32: the round's totals ride on the seqs' UPDATE, its call and result are
+    # one INSERT, and the reply's new seq is not read back (docs/performance.md, "The tool
+    # task, seventh pass").
     assert counting.summary() == {
-        "sql_web": 10,
+        "sql_web": 9,
         "sql_worker": 29,
         "sql_tasks": {EMBED: 3},
         "redis": 5,
@@ -483,17 +487,17 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
 
     assert body.endswith("data: [DONE]\n\n")
     assert '"content": "three."' in body.replace('":"', '": "')
-    # web, 26: the key, its user, the bot, the quota; a failed opening of the same message to
+    # web, 25: the key, its user, the bot, the quota; a failed opening of the same message to
     # run again (openai_api/identity.py, +1: a retried first call made a new chat per try),
-    # else the new session and its API session; the
-    # send (session, quota again, the chat's last message, two savepoints, seqs, the pair
-    # written, title, gauge, the API turn, dispatched_at); the finished reply read when its last
-    # frame came, its API turn and the call's chain written. worker, 18: the REST turn's 15,
-    # +1 the API turn's options, +2 the chain read and written at the finish. The embedding
-    # task's 4, apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
+    # else the new session and its API session; the send (session, quota again, the chat's
+    # last message, two savepoints, seqs, the pair written in one INSERT (was two: 26),
+    # title, gauge, the API turn, dispatched_at); the finished reply read when its last frame
+    # came, its API turn and the call's chain written. worker, 18: the REST turn's 15, +1 the
+    # API turn's options, +2 the chain read and written at the finish. The embedding task's 4,
+    # apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
     # heavy-request slot on /v1, no REST waiter).
     assert counting.summary() == {
-        "sql_web": 26,
+        "sql_web": 25,
         "sql_worker": 18,
         "sql_tasks": {EMBED: 3},
         "redis": 2,

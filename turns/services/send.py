@@ -128,10 +128,13 @@ def _exchange_open(
     client_id: str | None,
     replies: int = 1,
     extra_tokens: int = 0,
-) -> Message | SendResult:
-    """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer
-    (``transitions.exchange_open``); a repeated client_id returns the first result instead.
-    ``extra_tokens``: what the message's images add to its text's count."""
+    answers: Sequence[tuple[Bot, str]] = (),
+    charged_to: str = "",
+) -> tuple[Message, list[Message]] | SendResult:
+    """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer,
+    and the pending ``answers`` written with it (``transitions.exchange_open``); a repeated
+    client_id returns the first result instead. ``extra_tokens``: what the message's images add
+    to its text's count."""
     return transitions.exchange_open(
         session=session,
         content=content,
@@ -140,6 +143,8 @@ def _exchange_open(
         tokens=count_message_tokens(content, model=session.chat_model) + extra_tokens,
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
         replies=replies,
+        answers=answers,
+        charged_to=charged_to,
     )
 
 
@@ -153,7 +158,8 @@ def do_message_pair_create(
     charged_to: str = "",
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
-    room, one pending reply per answering bot (seqs n+1…, the order they answer in).
+    room, one pending reply per answering bot (seqs n+1…, the order they answer in). On
+    PostgreSQL the message and its replies are one statement (``transitions.exchange_insert``).
     ``charged_to``: see ``connections.usage.charge_subject``.
 
     ``attachments`` (checked, unsent files of the session) become part of the message: their
@@ -171,22 +177,16 @@ def do_message_pair_create(
             client_id=client_id,
             replies=len(bots),
             extra_tokens=attachments_extra_tokens(attachments),
+            # The chat's own model choice (per-chat settings) is its default bot's.
+            answers=[
+                (bot, session.chat_model if bot.pk == session.bot_id else bot.model) for bot in bots
+            ],
+            charged_to=charged_to,
         )
         if isinstance(opened, SendResult):
             return opened
-        user_message = opened
+        user_message, replies = opened
         do_attachments_claim(attachments=attachments, message=user_message)
-        replies = [
-            transitions.reply_pending_create(
-                user_message=user_message,
-                # The chat's own model choice (per-chat settings) is its default bot's.
-                model=session.chat_model if bot.pk == session.bot_id else bot.model,
-                bot=bot,
-                offset=offset,
-                charged_to=charged_to,
-            )
-            for offset, bot in enumerate(bots, start=1)
-        ]
     return SendResult(
         user_message=user_message,
         assistant_message=replies[0],
@@ -467,7 +467,7 @@ def session_compact_command(
         )
         if isinstance(opened, SendResult):
             return opened
-        command = opened
+        command, _ = opened
         transaction.on_commit(partial(realtime.notify_message_created, command))
     try:
         if seat is None:
