@@ -129,6 +129,34 @@ def reply_checkpoint(
         cursor.execute(sql, params)
 
 
+# ``bots.transitions.allocate_seqs``'s statement, without and with the running totals.
+_seqs: dict[bool, CompiledStatement] = {}
+
+
+def seqs_allocate(update: Callable[..., tuple[QuerySet, dict[str, Any]]], **binds: Any) -> Any:
+    """``bots.transitions.allocate_seqs``'s ``UPDATE … RETURNING`` (``update(**binds)``: its
+    queryset and values), built once per process: Django built it on every send. The session
+    row as the statement returns it."""
+    counted = binds["tokens"] > 0
+    if not counted:
+        binds = {k: v for k, v in binds.items() if k not in ("tokens", "messages")}
+    statement = _seqs.get(counted)
+    if statement is None:
+        statement = _seqs.setdefault(
+            counted,
+            CompiledStatement(partial(_returning_sql, update), name=f"allocate_seqs_{counted}"),
+        )
+    (row,) = raw_rows(ChatSession.objects.all(), *statement.statement(**binds))
+    return row
+
+
+def _returning_sql(update: Callable[..., tuple[QuerySet, dict[str, Any]]], **binds: Any) -> tuple:
+    queryset, values = update(**binds)
+    compiled = update_returning_sql(queryset, **values)
+    assert compiled is not None  # one pk: the filter can always match
+    return compiled
+
+
 def finish_counted(queryset: QuerySet, values: dict[str, Any]) -> list[Message]:
     """``bots.transitions.message_finish`` of a counted message as one statement: the
     conditional update (``queryset``, set to ``values``) and, if it won with tokens, the

@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.db import transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from bots import fast_paths
 from bots.models import Bot, ChatSession, Message
 from chat_platform.compiled import CompiledValues
+from chat_platform.dbwrite import fast_paths as fast_paths_on
 from chat_platform.dbwrite import update_returning
 from chat_platform.llm.tokens import count_message_tokens
 
@@ -78,12 +79,25 @@ def allocate_seqs(
     returned (the UPDATE's row lock serialises concurrent senders). What the new messages add to
     the context goes into the running totals in the same statement. Returns the session row as
     it now stands, read back by that statement (no second query)."""
-    values: dict[str, Any] = {"last_seq": F("last_seq") + count, "updated_at": timezone.now()}
-    if context_tokens > 0:
-        values["context_tokens"] = F("context_tokens") + context_tokens
-        values["context_messages"] = F("context_messages") + context_messages
-    (row,) = update_returning(ChatSession.objects.filter(pk=session_id), **values)
+    now = timezone.now()
+    if fast_paths_on():  # the statement built once per process (~0.4 ms of CPU a send)
+        return fast_paths.seqs_allocate(
+            _seqs_update, session_id=session_id, count=count, now=now,
+            tokens=context_tokens, messages=context_messages,
+        )  # fmt: skip
+    queryset, values = _seqs_update(session_id, count, now, context_tokens, context_messages)
+    (row,) = update_returning(queryset, **values)
     return row
+
+
+def _seqs_update(
+    session_id: int, count: int, now: Any, tokens: int = 0, messages: int = 0
+) -> tuple[QuerySet, dict[str, Any]]:
+    values: dict[str, Any] = {"last_seq": F("last_seq") + count, "updated_at": now}
+    if tokens > 0:
+        values["context_tokens"] = F("context_tokens") + tokens
+        values["context_messages"] = F("context_messages") + messages
+    return ChatSession.objects.filter(pk=session_id), values
 
 
 def session_context_add(*, session_id: int, tokens: int, messages: int = 1) -> None:

@@ -308,3 +308,40 @@ def test_the_send_loads_the_model_map_before_its_transaction(
     assert response.status_code == 202
     # first before the transaction (where an import would run), then the fit check inside it
     assert in_transaction == [False, True]
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_send_s_seq_reservation_is_built_once_per_process(owner, fake_session, monkeypatch):
+    """Django builds the send's ``UPDATE … RETURNING`` of the session's seqs and running totals
+    once per process (chat_platform/dbwrite.py, ``CompiledStatement``), not on every send
+    (docs/performance.md "A turn's CPU and latency, seventh pass (web)"); each reservation
+    still moves only its own session, by its own counts."""
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+
+    from bots.transitions import allocate_seqs
+    from tests.factories import SessionFactory
+
+    other = SessionFactory(user=owner, bot=fake_session.bot)
+    allocate_seqs(session_id=other.pk, count=1)  # built here, if not yet
+    allocate_seqs(session_id=other.pk, count=2, context_tokens=5, context_messages=1)
+    builds = []
+    real_as_sql = SQLUpdateCompiler.as_sql
+    monkeypatch.setattr(
+        SQLUpdateCompiler, "as_sql", lambda self: builds.append(1) or real_as_sql(self)
+    )
+
+    row = allocate_seqs(session_id=fake_session.pk, count=2, context_tokens=7, context_messages=1)
+    plain = allocate_seqs(session_id=fake_session.pk, count=1)
+
+    assert builds == []
+    assert (row.pk, row.last_seq, row.context_tokens, row.context_messages) == (
+        fake_session.pk,
+        2,
+        7,
+        1,
+    )
+    assert (plain.last_seq, plain.context_tokens, plain.context_messages) == (3, 7, 1)
+    other.refresh_from_db()
+    assert (other.last_seq, other.context_tokens, other.context_messages) == (3, 5, 1)
+    fake_session.refresh_from_db()
+    assert fake_session.updated_at == plain.updated_at
