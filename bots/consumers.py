@@ -15,6 +15,7 @@ from django.db import close_old_connections
 
 from bots import queries
 from bots.command_check import check_send
+from bots.models import ChatSession
 from chat_platform import realtime
 from chat_platform.errors import (
     NotAuthenticated,
@@ -75,12 +76,28 @@ def _send_in_thread(scope: dict, **kwargs: Any) -> None:
     ``NotAuthenticated`` when the socket's credential no longer signs its user in."""
     close_old_connections()
     try:
-        if not credential_valid(scope):
-            raise NotAuthenticated("Your sign-in has ended: sign in again.")
+        session = _credential_checked(scope, kwargs["session_id"])
         check_send(content=kwargs["content"], client_id=kwargs["client_id"])
-        send_services.session_message_send(**kwargs)
+        send_services.session_message_send(**kwargs, session=session)
     finally:
         close_old_connections()
+
+
+def _credential_checked(scope: dict, session_id: int) -> ChatSession | None:
+    """``NotAuthenticated`` unless the socket's credential still signs its user in. A token's
+    socket reads its chat with its token, one statement (``queries.token_user_and_session``):
+    the chat, handed to the send, which reads it only when this found none; else None."""
+    session = None
+    if "auth_token" in scope and queries.user_bot_scope(scope["user"]) is None:
+        owner, session = queries.token_user_and_session(
+            key=scope["auth_token"], session_id=session_id
+        )
+        valid = credential_valid(scope, token_owner=owner)
+    else:
+        valid = credential_valid(scope)
+    if not valid:
+        raise NotAuthenticated("Your sign-in has ended: sign in again.")
+    return session
 
 
 def _credential_valid_in_thread(scope: dict) -> bool:

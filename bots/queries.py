@@ -6,10 +6,11 @@ belongs to someone else, so the API never reveals what exists.
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, FilteredRelation, Q, QuerySet
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from chat_platform.compiled import CompiledValues, instances_from, model_fields
@@ -110,6 +111,36 @@ _SESSION_WITH_BOT = CompiledValues(
     ).values_list(*model_fields(ChatSession), *model_fields(Bot, "bot__"))[:1],
     name="session_with_bot",
 )
+
+
+def _token_user_session(key: str, session_id: int) -> QuerySet:
+    user = get_user_model()
+    return (
+        user.objects.filter(auth_token__key=key)
+        .annotate(s=FilteredRelation("chat_sessions", condition=Q(chat_sessions__pk=session_id)))
+        .values_list(
+            *model_fields(user), *model_fields(ChatSession, "s__"), *model_fields(Bot, "s__bot__")
+        )[:1]
+    )
+
+
+_TOKEN_USER_SESSION = CompiledValues(_token_user_session, name="token_user_session")
+
+
+def token_user_and_session(*, key: str, session_id: object) -> tuple[Any, ChatSession | None]:
+    """The user of the API token ``key`` (None: no such token) and that user's session
+    ``session_id`` with its bot, as ``session_get_for_user`` reads it (None: they have none of
+    that id), in one statement compiled once per process: a websocket's send checks its token
+    and reads its chat at once (docs/performance.md "A turn's CPU and latency, seventh pass
+    (web)")."""
+    rows = _TOKEN_USER_SESSION.rows(key=key, session_id=_as_id(session_id))
+    if not rows:
+        return None, None
+    user, session, bot = instances_from(rows[0], get_user_model(), ChatSession, Bot)
+    if session.pk is None:
+        return user, None
+    session.bot = bot
+    return user, session
 
 
 BOT_UNAVAILABLE = "This chat's bot is no longer available to you."

@@ -54,17 +54,23 @@ class _SessionAuthMiddleware(AuthMiddleware):
             scope["user"]._wrapped = AnonymousUser()
 
 
-def credential_valid(scope: dict) -> bool:
+# ``credential_valid``'s token owner when the caller has not read it.
+_UNREAD: Any = object()
+
+
+def credential_valid(scope: dict, *, token_owner: Any = _UNREAD) -> bool:
     """Whether an open socket's credential still signs its user in, as a new handshake would:
     the token it showed still exists, or its session still holds the user with the same
     password (Django's session auth hash), and the account may still act (account_gate).
     A password reset deletes the token and changes the hash, so a socket opened before it
-    stops with it (docs/api.md, "WebSocket"). Synchronous: call it off the event loop."""
+    stops with it (docs/api.md, "WebSocket"). Synchronous: call it off the event loop.
+    ``token_owner``: the user of the socket's token (None: no such token) as the caller read
+    it just now (``bots.queries.token_user_and_session``), not read again."""
     from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
     from django.utils.crypto import constant_time_compare
 
     if "auth_token" in scope:  # the token and its user in one statement, compiled once
-        owner = token_user(scope["auth_token"])
+        owner = token_user(scope["auth_token"]) if token_owner is _UNREAD else token_owner
         return owner is not None and owner.pk == scope["user"].pk and account_refusal(owner) is None
     user = get_user_model().objects.filter(pk=scope["user"].pk).first()
     if user is None or account_refusal(user) is not None:

@@ -303,10 +303,11 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     assert frames[-1]["message"]["content"] == "One two three."
     # Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no waiter). SQL: the
     # worker's and the task's as the REST turn's; the web's include the check that the socket's
-    # token still signs its user in (chat_platform.realtime_auth.credential_valid); the question
-    # and its pending reply are one INSERT (was 11).
+    # token still signs its user in (chat_platform.realtime_auth.credential_valid), read with the
+    # send's chat and its bot in one statement (bots.queries.token_user_and_session, was two:
+    # 10); the question and its pending reply are one INSERT (was 11).
     assert counting.summary() == {
-        "sql_web": 10,
+        "sql_web": 9,
         "sql_worker": 15,
         "sql_tasks": {EMBED: 3},
         "redis": 2,
