@@ -9,6 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 # Django must be set up before anything imports models (routing -> consumers -> services).
 django_asgi_app = get_asgi_application()
 
+from chat_platform import serverloop  # noqa: E402
 from chat_platform.startup import startup_checks_run  # noqa: E402
 from chat_platform.warmup import is_web_server  # noqa: E402
 
@@ -16,6 +17,8 @@ from chat_platform.warmup import is_web_server  # noqa: E402
 # opened; a test or a script importing this module checks nothing.
 if is_web_server(sys.argv, os.environ):
     startup_checks_run()
+    # uvicorn's main loop ticks once a second, not ten times (idle CPU; docs/performance.md).
+    serverloop.install()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
