@@ -110,6 +110,24 @@ def _update_sql(update: Callable[..., tuple[QuerySet, dict[str, Any]]], **binds:
     return sql, tuple(params)
 
 
+_updates: dict[Callable[..., Any], CompiledStatement] = {}
+
+
+def update_run(
+    update: Callable[..., tuple[QuerySet, dict[str, Any]]], *, name: str, **binds: Any
+) -> None:
+    """The plain ``UPDATE`` of ``update(**binds)`` (its queryset and values), built once per
+    process (``CompiledStatement``): a write every send makes (the outbox stamp)."""
+    statement = _updates.get(update)
+    if statement is None:
+        statement = _updates.setdefault(
+            update, CompiledStatement(partial(_update_sql, update), name=name)
+        )
+    sql, params = statement.statement(**binds)
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
 _checkpoints: dict[Callable[..., Any], CompiledStatement] = {}
 
 

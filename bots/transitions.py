@@ -296,7 +296,16 @@ def notice_create(*, command: Message, content: str) -> Message:
 
 def reply_dispatched(*, message_id: int) -> None:
     """The outbox stamp: the reply's turn reached the task queue."""
-    Message.objects.filter(pk=message_id).update(dispatched_at=timezone.now())
+    now = timezone.now()
+    if fast_paths.enabled():  # built once per process (every send's last statement)
+        fast_paths.update_run(_dispatched, name="reply_dispatched", message_id=message_id, now=now)
+        return
+    queryset, values = _dispatched(message_id, now)
+    queryset.update(**values)
+
+
+def _dispatched(message_id: int, now: Any) -> tuple[QuerySet, dict[str, Any]]:
+    return Message.objects.filter(pk=message_id), {"dispatched_at": now}
 
 
 def reply_rerun(*, message_id: int, model: str, charged_to: str = "") -> bool:

@@ -345,3 +345,35 @@ def test_the_send_s_seq_reservation_is_built_once_per_process(owner, fake_sessio
     assert (other.last_seq, other.context_tokens, other.context_messages) == (3, 5, 1)
     fake_session.refresh_from_db()
     assert fake_session.updated_at == plain.updated_at
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_outbox_stamp_is_built_once_per_process(owner, fake_session, monkeypatch):
+    """A send's hand-over stamps its reply ``dispatched_at`` with a statement Django built once
+    per process (``CompiledStatement``), not on every send; it stamps only that reply."""
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+
+    from bots.transitions import reply_dispatched
+    from turns.services.send import do_message_pair_create
+
+    first = do_message_pair_create(session=fake_session, content="one", client_id=None)
+    second = do_message_pair_create(session=fake_session, content="two", client_id=None)
+    reply_dispatched(message_id=first.assistant_message.pk)  # built here, if not yet
+    builds = []
+    real_as_sql = SQLUpdateCompiler.as_sql
+    monkeypatch.setattr(
+        SQLUpdateCompiler, "as_sql", lambda self: builds.append(1) or real_as_sql(self)
+    )
+
+    reply_dispatched(message_id=second.assistant_message.pk)
+
+    assert builds == []
+    stamped = dict(
+        Message.objects.filter(session=fake_session, role="assistant").values_list(
+            "pk", "dispatched_at"
+        )
+    )
+    assert stamped[second.assistant_message.pk] > stamped[first.assistant_message.pk]
+    assert (
+        Message.objects.filter(session=fake_session, role="user", dispatched_at=None).count() == 2
+    )
