@@ -5,10 +5,15 @@ child process with hard limits, so a "bomb" can only ever kill that child (docs/
 The child is a fresh interpreter (``python chat_platform/sandbox.py <module:function>``: run by
 path, so it imports neither Django nor Celery), never a fork of the caller: a fork of a worker
 process running ``-P threads`` would copy locks other threads hold. Before the work starts the
-child caps its own address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent
-kills it when the wall-clock time runs out. The function receives the input bytes and a JSON
-``params`` object and returns a JSON-able value; it may raise ``Refused`` (a plain refusal the
-user reads). What comes back is JSON, never pickle: the child handled hostile input.
+child caps its own CPU time (``RLIMIT_CPU``) and address space; the parent kills it when the
+wall-clock time runs out, or when its address space passes the memory limit (read from
+``/proc`` a few times a second). The child's own cap (``RLIMIT_AS``) is a backstop half again
+as large: a process that meets ``RLIMIT_AS`` itself may spin in ``malloc`` for as long as its CPU
+limit allows (seen in one import of four run side by side), so the parent's kill is what stops
+it, at once, and the backstop only bounds what it can take before then. The function receives
+the input bytes and a JSON ``params`` object and returns a JSON-able value; it may raise
+``Refused`` (a plain refusal the user reads). What comes back is JSON, never pickle: the child
+handled hostile input.
 
 The child's environment holds none of the server's secrets; a target that must write to the
 database (an import, ``transfer/child.py``) receives its connection in ``params``, on stdin.
@@ -37,6 +42,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 _HEADER = struct.Struct(">Q")
 # All of the parent's environment the child gets: nothing secret.
 _PASSED_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR"})
+# How often the parent reads the child's address space (seconds).
+MEMORY_POLL_SECONDS = 0.05
 
 
 class Refused(ValueError):
@@ -82,13 +89,13 @@ def run_limited(
         # server's secrets (SECRET_KEY, provider keys, database URL) are in its environment.
         env={
             **{k: v for k, v in os.environ.items() if k in _PASSED_ENV},
-            "SANDBOX_MEMORY_BYTES": str(limits.memory_bytes),
+            "SANDBOX_MEMORY_BYTES": str(limits.memory_bytes * 3 // 2),  # the backstop
             # A second over the wall clock: the parent's timeout is what normally stops it.
             "SANDBOX_CPU_SECONDS": str(_cpu_seconds(limits)),
         },
     )
     lines, err = _exchange(
-        child, _HEADER.pack(len(blob)) + blob + data, seconds=limits.seconds, on_line=on_line
+        child, _HEADER.pack(len(blob)) + blob + data, limits=limits, on_line=on_line
     )
     answer: dict[str, Any] | None = None
     for value in lines:
@@ -99,24 +106,43 @@ def run_limited(
     if answer is not None and answer.get("refused") is not None:
         raise Refused(str(answer["refused"]))
     if (answer is not None and answer.get("limit") == "memory") or b"MemoryError" in err:
-        raise LimitExceeded("memory", f"over {limits.memory_bytes // (1024 * 1024):,} MB of memory")
+        raise _over_memory(limits)
     if child.returncode in (-24, -9):  # SIGXCPU at the soft CPU limit, SIGKILL at the hard one
         raise LimitExceeded("cpu", f"over {_cpu_seconds(limits)} s of CPU time")
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
     raise SandboxFailed(f"the child process ended with status {child.returncode}: {tail[0]}")
 
 
+def _over_memory(limits: Limits) -> LimitExceeded:
+    return LimitExceeded("memory", f"over {limits.memory_bytes // (1024 * 1024):,} MB of memory")
+
+
+def _address_space(pid: int) -> int | None:
+    """The process's address space in bytes (``RLIMIT_AS``'s measure), None where ``/proc``
+    does not tell (another system: the child's own cap is all there is)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split(maxsplit=1)[0]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def _exchange(
     child: "subprocess.Popen[bytes]",
     payload: bytes,
     *,
-    seconds: float,
+    limits: Limits,
     on_line: Callable[[dict[str, Any]], None] | None,
 ) -> tuple[list[Any], bytes]:
     """Feed ``payload`` to the child and read its stdout line by line as it comes: a progress
     line (a JSON object with ``progress``) goes to ``on_line`` at once, in this thread; the
     other JSON lines are returned (the last object is the answer), with all of stderr. Past
-    ``seconds`` the child is killed: ``LimitExceeded("time")``."""
+    ``limits.seconds`` the child is killed: ``LimitExceeded("time")``; past the memory limit,
+    ``LimitExceeded("memory")``."""
+    seconds = limits.seconds
     assert child.stdin is not None and child.stdout is not None and child.stderr is not None
     stdin, stdout, stderr = child.stdin, child.stdout, child.stderr
     received: queue.Queue[bytes | None] = queue.Queue()
@@ -147,9 +173,15 @@ def _exchange(
     try:
         while True:
             try:
-                raw = received.get(timeout=max(0.0, deadline - time.monotonic()))
+                left = deadline - time.monotonic()
+                raw = received.get(timeout=max(0.0, min(left, MEMORY_POLL_SECONDS)))
             except queue.Empty:
-                raise LimitExceeded("time", f"over {_seconds(seconds)} s") from None
+                size = _address_space(child.pid)
+                if size is not None and size > limits.memory_bytes:
+                    raise _over_memory(limits) from None
+                if left <= MEMORY_POLL_SECONDS:
+                    raise LimitExceeded("time", f"over {_seconds(seconds)} s") from None
+                continue
             if raw is None:
                 break
             try:
@@ -162,11 +194,13 @@ def _exchange(
             else:
                 lines.append(value)
         child.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except (LimitExceeded, subprocess.TimeoutExpired):
+    except (LimitExceeded, subprocess.TimeoutExpired) as exc:
         child.kill()
         child.wait()
         for worker in workers:
             worker.join()
+        if isinstance(exc, LimitExceeded) and exc.limit == "memory":
+            raise
         raise LimitExceeded("time", f"over {_seconds(seconds)} s") from None
     except BaseException:
         child.kill()

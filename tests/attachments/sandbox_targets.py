@@ -24,3 +24,18 @@ def progress_then_wait(data: bytes, params: dict[str, object]) -> str:
     while not os.path.exists(path):
         time.sleep(0.01)
     return "seen"
+
+
+def grow_then_stall(data: bytes, params: dict[str, object]) -> str:
+    """Take memory 16 MB at a time until none is left, then stall without answering, as a child
+    that met its address-space cap was seen to (spinning in ``malloc`` until its CPU limit)."""
+    import time
+
+    held = []
+    try:
+        while True:
+            held.append(bytearray(16 * 1024 * 1024))
+    except MemoryError:
+        pass
+    while True:
+        time.sleep(1)

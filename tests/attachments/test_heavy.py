@@ -193,3 +193,20 @@ def test_progress_lines_reach_on_line_while_the_child_runs(tmp_path):
         on_line=on_line,
     )
     assert (answer, lines) == ("seen", [{"progress": "reading", "bytes_read": 1}])
+
+
+def test_a_child_stalled_past_its_memory_limit_is_stopped_for_memory_not_the_clock():
+    """A child that meets its address-space cap may stall rather than fail (an import past its
+    memory limit was seen spinning in ``malloc`` until its 900 s wall limit). The parent reads
+    the child's address space and stops it for memory at once; before, it waited out the clock
+    and named the time limit."""
+    from chat_platform import sandbox
+
+    with pytest.raises(sandbox.LimitExceeded) as stopped:
+        sandbox.run_limited(
+            target="tests.attachments.sandbox_targets:grow_then_stall",
+            data=b"",
+            params={},
+            limits=sandbox.Limits(seconds=20, memory_bytes=256 * 1024 * 1024),
+        )
+    assert (stopped.value.limit, str(stopped.value)) == ("memory", "over 256 MB of memory")
