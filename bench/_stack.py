@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from _ports import free_port
 from _procfs import cpu_seconds, descendants, rss_bytes
 
 # The tree whose stack runs: this checkout, or another commit's worktree (``--against``, which runs
@@ -96,11 +97,7 @@ class Stack:
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 def _start(
