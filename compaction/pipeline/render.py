@@ -194,7 +194,12 @@ def system_parts(
 def summary_parts(
     measure: Measure, messages: list[dict[str, Any]], parts: list[dict[str, Any]]
 ) -> None:
-    """Summaries are labelled system blocks naming what they cover, never user messages."""
+    """Summaries are labelled system blocks naming what they cover, never user messages.
+    A context with none (most turns) builds no query: Django builds and compiles even a
+    ``pk__in=[]`` filter before finding it matches nothing (docs/performance.md, "A turn's CPU,
+    eighth pass")."""
+    if not measure.summaries:
+        return
     summary_tokens = {s.id: s.tokens for s in measure.summaries}
     summaries = Summary.objects.filter(pk__in=list(summary_tokens)).order_by("first_seq")
     for summary in summaries:

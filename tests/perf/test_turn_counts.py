@@ -27,6 +27,7 @@ import pytest
 import redis
 import redis.client
 from channels.testing import WebsocketCommunicator
+from django.core.exceptions import EmptyResultSet
 from django.db.backends import utils as db_utils
 from django.db.models.sql.compiler import SQLCompiler
 from rest_framework.authtoken.models import Token
@@ -101,13 +102,20 @@ def counting(monkeypatch, settings):
     def as_sql(self, *args, **kwargs):
         depth = getattr(local, "compiling", 0)
         local.compiling = depth + 1
+        watched = threading.current_thread().name != "turn-watcher"
+        counted = counts.on and watched and depth == 0 and getattr(local, "task", None) is None
+        part = "worker" if getattr(local, "in_turn", False) else "web"
         try:
             sql, params = real_as_sql(self, *args, **kwargs)
+        except EmptyResultSet:
+            # Built and compiled all the same, though no statement is sent (``pk__in=[]``).
+            if counted:
+                counts.built[part].append("<matches nothing>")
+            raise
         finally:
             local.compiling = depth
-        watched = threading.current_thread().name != "turn-watcher"
-        if counts.on and watched and depth == 0 and getattr(local, "task", None) is None:
-            counts.built["worker" if getattr(local, "in_turn", False) else "web"].append(sql)
+        if counted:
+            counts.built[part].append(sql)
         return sql, params
 
     monkeypatch.setattr(SQLCompiler, "as_sql", as_sql)
@@ -244,7 +252,9 @@ def test_a_rest_wait_turn_builds_few_reads_each_time(
 
     # web: none (the token with its user, the session with its bot and the finished reply with
     # its bot are compiled once per process, were built on every request, 3; the Retry check's
-    # read of the chat's last question too, was built on every send). Worker: none. Built once
+    # read of the chat's last question too, was built on every send). Worker: none (a context
+    # without summaries built their read, ``pk__in=[]``, which Django compiles before finding it
+    # matches nothing, was 1: docs/performance.md "A turn's CPU, eighth pass"). Built once
     # per process: the history with its text, the index's read of the question and reply, the
     # gauge's session totals and compaction state (were built every turn, 4), the hand-over's
     # read of the session's next reply, the claim's statement and its "no earlier reply
