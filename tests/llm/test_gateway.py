@@ -685,6 +685,37 @@ def test_model_max_input_tokens():
     assert gateway.model_max_input_tokens("") is None
 
 
+def test_a_model_litellm_does_not_know_is_looked_up_once(monkeypatch):
+    """A bot without a context_window on a model litellm's map does not know asks for its window
+    three times a turn: litellm is asked once per process (docs/performance.md "A turn's CPU,
+    eighth pass"); a server that could not say is asked again."""
+    from chat_platform.llm.gateway import model_info
+
+    litellm = lazy_litellm.get()
+    asked: list[str] = []
+    real = litellm.get_model_info
+
+    def get_model_info(model, **kwargs):
+        asked.append(model)
+        if model == "openai/down-server-model":
+            raise ConnectionError("the server could not say")
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(litellm, "get_model_info", get_model_info)
+    monkeypatch.setattr(model_info, "_max_input_cache", {})
+    for _ in range(3):
+        assert gateway.model_max_input_tokens("openai/never-mapped-model") is None
+        assert gateway.model_max_input_tokens("openai/gpt-4o") == 128000
+        assert gateway.model_max_input_tokens("openai/down-server-model") is None
+    assert asked == [
+        "openai/never-mapped-model",
+        "openai/gpt-4o",
+        "openai/down-server-model",
+        "openai/down-server-model",
+        "openai/down-server-model",
+    ]
+
+
 def test_litellm_is_configured_offline_and_knows_builtin():
     litellm = lazy_litellm.get()
 

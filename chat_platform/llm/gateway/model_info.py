@@ -8,7 +8,8 @@ from chat_platform import outbound, provider_policy
 from chat_platform.llm.gateway import lazy_litellm
 from chat_platform.llm.gateway.config import BUILTIN_PREFIX
 
-_max_input_cache: dict[tuple[str, str], int] = {}
+# (model, api_base) -> its input window; None: a model litellm's map does not know.
+_max_input_cache: dict[tuple[str, str], int | None] = {}
 
 
 def model_info_load(models: Iterable[str]) -> None:
@@ -27,9 +28,13 @@ def model_max_input_tokens(
 ) -> int | None:
     """litellm's ``max_input_tokens`` for ``model``; ``None`` when unknown (and for builtin/*).
 
-    Known answers are cached per process. For providers that ask the server (Ollama), pass the
-    bot's ``api_base``: it is asked only when staff approved it or it is listed, under the same
-    outbound policy as a model call.
+    Known answers are cached per process, and so is a model litellm's map does not know
+    (``ModelNotMappedError``: its map is read once per process, and a turn of a bot without a
+    ``context_window`` asks three times; litellm looked it up and raised each time,
+    docs/performance.md "A turn's CPU, eighth pass"). For providers that ask the server
+    (Ollama), pass the bot's ``api_base``: it is asked only when staff approved it or it is
+    listed, under the same outbound policy as a model call; a server that could not say is
+    asked again next time.
     """
     if not model or model.startswith(BUILTIN_PREFIX):
         return None
@@ -42,7 +47,9 @@ def model_max_input_tokens(
         with outbound.scope(outbound.policy_for(approved_bases=[api_base])):
             info = lazy_litellm.get().get_model_info(model, api_base=api_base or None)
         value = info.get("max_input_tokens")
-    except Exception:  # unknown to litellm's map, or the server could not say
+    except Exception as exc:  # unknown to litellm's map, or the server could not say
+        if type(exc).__name__ == "ModelNotMappedError":
+            _max_input_cache[key] = None
         return None
     if not isinstance(value, int) or value <= 0:
         return None
