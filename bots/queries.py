@@ -10,10 +10,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import connection
 from django.db.models import F, FilteredRelation, Q, QuerySet
 
 from bots.models import Bot, ChatSession, Message, SessionParticipant
 from chat_platform.compiled import CompiledValues, instances_from, model_fields
+from chat_platform.dbwrite import fast_paths
 from chat_platform.errors import NotFound, PermissionDenied
 
 
@@ -322,3 +324,32 @@ def reply_running_over(*, session_id: int, first_seq: int, last_seq: int) -> int
         if asked is not None and first_seq < seq and last_seq > asked:
             return pk
     return None
+
+
+def _watched_sql() -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(c) for c in ("id", "stop_requested", "status"))
+    # Identifiers from the model, the ids a bound array: nothing here comes from a user.
+    return f"SELECT {columns} FROM {quote(Message._meta.db_table)} WHERE {quote('id')} = ANY(%s)"  # noqa: S608
+
+
+_watched: list[str] = []  # the statement, built once per process (PostgreSQL)
+
+
+def replies_watched(message_ids: list[int]) -> list[tuple[int, bool, str]]:
+    """(id, stop_requested, status) of the replies a process's turn watcher watches, read every
+    half second while turns run (``turns.liveness``). On PostgreSQL one statement built once per
+    process, the ids bound as one array: Django built ``pk IN (…)`` anew at every tick, its
+    length changing with the turns (docs/performance.md "A turn's CPU, eighth pass")."""
+    if connection.vendor != "postgresql" or not fast_paths():
+        return [
+            (pk, stop, status)
+            for pk, stop, status in Message.objects.filter(pk__in=message_ids).values_list(
+                "pk", "stop_requested", "status"
+            )
+        ]
+    if not _watched:
+        _watched.append(_watched_sql())
+    with connection.cursor() as cursor:
+        cursor.execute(_watched[0], [list(message_ids)])
+        return [(int(pk), bool(stop), str(status)) for pk, stop, status in cursor.fetchall()]

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection
 
 from bots.models import Message
+from bots.queries import replies_watched
 from bots.transitions import replies_heartbeat, reply_checkpoint
 from chat_platform.llm import gateway
 
@@ -135,9 +136,7 @@ class TurnWatcher:
                     # away). A row no check has seen yet (not yet committed) is left.
                     rows = {
                         pk: stop or status == Message.Status.INTERRUPTED
-                        for pk, stop, status in Message.objects.filter(
-                            pk__in=list(handles)
-                        ).values_list("pk", "stop_requested", "status")
+                        for pk, stop, status in replies_watched(list(handles))
                     }
                     for message_id, handle in handles.items():
                         if rows.get(message_id) or (message_id not in rows and message_id in seen):

@@ -733,6 +733,44 @@ def test_the_watcher_holds_no_database_connection_while_no_turn_runs(monkeypatch
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_watchers_stop_check_builds_no_query(fake_session, settings, monkeypatch):
+    """The watcher reads its turns' stop flags every half second while turns run: a statement
+    built once per process (``bots.queries.replies_watched``), not ``pk IN (…)`` built by
+    Django at every tick (docs/performance.md "A turn's CPU, eighth pass"). It still finds a
+    stop and an interrupted reply."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    settings.CHAT_HEARTBEAT_SECONDS = 3600  # no heartbeat UPDATE in the window
+    monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.01)
+    monkeypatch.setattr(liveness, "IDLE_EXIT_SECONDS", 0)
+    _, stopped = turn_pending(fake_session, "first")
+    _, ended = turn_pending(fake_session, "second", status="streaming")
+    _, running = turn_pending(fake_session, "third", status="streaming")
+    built: list[str] = []
+    real_as_sql = SQLCompiler.as_sql
+
+    def as_sql(self, *args, **kwargs):
+        if threading.current_thread().name == "turn-watcher":
+            built.append(self.query.model.__name__)
+        return real_as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", as_sql)
+    watcher = liveness.TurnWatcher()
+    handles = [watcher.register(reply.pk) for reply in (stopped, ended, running)]
+    Message.objects.filter(pk=stopped.pk).update(stop_requested=True)
+    Message.objects.filter(pk=ended.pk).update(status="interrupted")
+    assert handles[0].stopped.wait(30)
+    assert handles[1].stopped.wait(30)
+    time.sleep(0.1)  # a few more ticks
+    assert not handles[2].stopped.is_set()
+    thread = watcher._thread
+    for handle in handles:
+        watcher.unregister(handle)
+    thread.join(30)
+    assert built == []
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_providers_context_window_refusal_fails_the_reply_as_context_too_large(
     fake_session, fake_openai, settings
 ):
