@@ -330,7 +330,8 @@ def _watched_sql() -> str:
     quote = connection.ops.quote_name
     columns = ", ".join(quote(c) for c in ("id", "stop_requested", "status"))
     # Identifiers from the model, the ids a bound array: nothing here comes from a user.
-    return f"SELECT {columns} FROM {quote(Message._meta.db_table)} WHERE {quote('id')} = ANY(%s)"  # noqa: S608
+    table = quote(Message._meta.db_table)
+    return f"SELECT {columns} FROM {table} WHERE {quote('id')} = ANY(%s::bigint[])"  # noqa: S608
 
 
 _watched: list[str] = []  # the statement, built once per process (PostgreSQL)
