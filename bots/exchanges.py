@@ -9,6 +9,7 @@ from django.db.models import F
 
 from bots.models import Message
 from bots.transitions import allocate_seqs
+from chat_platform.compiled import CompiledValues
 
 
 def recall_exchange_store(
@@ -58,11 +59,7 @@ def recall_exchange_store(
         context_messages=len(rows) if tokens > 0 else 0,
     )
     old_seq = reply.seq
-    later = list(
-        Message.objects.filter(session_id=session.pk, seq__gt=old_seq)
-        .order_by("-seq")
-        .values_list("pk", flat=True)
-    )
+    later = [row[0] for row in _LATER.rows(session_id=session.pk, seq=old_seq)]
     # Highest first, one row at a time: each move lands on a seq already free, so the unique
     # (session, seq) constraint holds after every statement.
     for pk in later:
@@ -73,3 +70,15 @@ def recall_exchange_store(
     stored = Message.objects.bulk_create(rows)
     moved = list(Message.objects.filter(pk__in=later).order_by("seq")) if later else []
     return stored, moved
+
+
+# Every round's store reads them: compiled once per process (docs/performance.md, "The tool
+# task, eighth pass").
+_LATER = CompiledValues(
+    lambda session_id, seq: (
+        Message.objects.filter(session_id=session_id, seq__gt=seq)
+        .order_by("-seq")
+        .values_list("pk")
+    ),
+    name="messages_after_reply",
+)

@@ -286,11 +286,33 @@ def session_seat(session: ChatSession, bot: Bot) -> ChatSession:
     return seat
 
 
+# A compaction re-reads its session with its bot several times a pass (its totals move as it
+# works): compiled once per process (docs/performance.md, "The tool task, eighth pass").
+_SESSION_BY_ID = CompiledValues(
+    lambda session_id: ChatSession.objects.filter(pk=session_id).values_list(
+        *model_fields(ChatSession), *model_fields(Bot, "bot__")
+    )[:1],
+    name="session_with_bot_by_id",
+)
+
+
+def session_with_bot(session_id: int) -> ChatSession | None:
+    """The session with its bot, as ``select_related("bot")`` reads it; None when it is gone."""
+    rows = _SESSION_BY_ID.rows(session_id=session_id)
+    if not rows:
+        return None
+    session, bot = instances_from(rows[0], ChatSession, Bot)
+    session.bot = bot
+    return session
+
+
 def session_seat_read(*, session_id: int, bot_id: int | None) -> ChatSession:
     """The session, with its bot, as the bot ``bot_id`` sits in it (``session_seat``): in a
     room, a record or compaction of another seat than the default's is that seat's. One read
     more only when the bot is not the session's."""
-    session = ChatSession.objects.select_related("bot").get(pk=session_id)
+    session = session_with_bot(session_id)
+    if session is None:
+        raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
     if not session.is_room or bot_id is None or bot_id == session.bot_id:
         return session
     return session_seat(session, Bot.objects.get(pk=bot_id))

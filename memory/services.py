@@ -19,7 +19,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
-from django.db.models.functions import Substr
 from django.utils import timezone
 
 from bots.models import ChatSession, Message
@@ -32,6 +31,7 @@ from memory import embed_after_turns, embeddings, realtime
 from memory.descriptions import snapshot_description
 from memory.models import MemoryRecord, MessageIndex
 from memory.queries import record_get_for_session, records_for_session
+from memory.record_heads import other_record_heads
 from memory.search_schema import (
     messages_index_copy_rows,
     messages_index_rows,
@@ -55,12 +55,7 @@ def snapshot_name(first_seq: int, last_seq: int, seat_bot_id: int | None = None)
 
 def _other_bodies(*, session: ChatSession, name: str) -> list[str]:
     """The bodies (heads) of the records the index may list beside ``name`` (no failed pass's)."""
-    return list(
-        records_for_session(session=session)
-        .exclude(Q(name=name) | Q(kind=MemoryRecord.Kind.SNAPSHOT, indexed=False))
-        .annotate(head=Substr("body", 1, OTHERS_BODY_CHARS))
-        .values_list("head", flat=True)[:OTHERS_MAX]
-    )
+    return other_record_heads(session=session, name=name, chars=OTHERS_BODY_CHARS, limit=OTHERS_MAX)
 
 
 def snapshot_write(

@@ -19,6 +19,7 @@ from bots import realtime
 from bots.exchanges import recall_exchange_store
 from bots.models import Bot, ChatSession, Message
 from bots.queries import BOT_UNAVAILABLE, bot_usable_in
+from chat_platform.compiled import CompiledValues
 from chat_platform.errors import ContextTooLarge, NotFound
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import (
@@ -271,10 +272,26 @@ def _totals_add(session: ChatSession, stored: list[Message]) -> None:
 def check_bot_usable(session: ChatSession, *, fresh: bool = False) -> None:
     """The session's user may still run its bot (owner, or shared): checked when the turn starts
     (a send queued before the owner un-shared it) and before each recall round."""
-    fields = ("owner_id", "is_shared", "retired_at")
-    bot = Bot.objects.only(*fields).get(pk=session.bot_id) if fresh else None
+    bot = _bot_usable_read(session.bot_id) if fresh else None
     if not bot_usable_in(session=session, bot=bot):
         raise NotFound(BOT_UNAVAILABLE)
+
+
+_USABLE_FIELDS = ("owner_id", "is_shared", "retired_at")
+# Before every tool round: compiled once per process (docs/performance.md, "The tool task,
+# eighth pass").
+_BOT_USABLE = CompiledValues(
+    lambda bot_id: Bot.objects.filter(pk=bot_id).values_list(*_USABLE_FIELDS),
+    name="bot_usable",
+)
+
+
+def _bot_usable_read(bot_id: int) -> Bot:
+    """The bot's owner, sharing and retirement, as ``Bot.objects.only(...).get(pk=bot_id)``."""
+    rows = _BOT_USABLE.rows(bot_id=bot_id)
+    if not rows:
+        raise Bot.DoesNotExist("Bot matching query does not exist.")
+    return Bot(pk=bot_id, **dict(zip(_USABLE_FIELDS, rows[0], strict=True)))
 
 
 def _recall_round(

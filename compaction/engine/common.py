@@ -3,10 +3,16 @@ and the current turn (which no pass takes)."""
 
 from dataclasses import dataclass, field
 
-from django.db.models import Subquery
+from django.db.models import QuerySet, Subquery
 
 from bots.models import ChatSession, Message
-from bots.queries import participant_seat, room_snapshot_carry, session_seat
+from bots.queries import (
+    participant_seat,
+    room_snapshot_carry,
+    session_seat,
+    session_with_bot,
+)
+from chat_platform.compiled import CompiledValues
 from chat_platform.errors import NotFound, ValidationFailed
 from compaction.measure import Measure
 
@@ -75,21 +81,16 @@ def session_fresh(session: ChatSession) -> ChatSession:
     room, a compaction runs as the bot whose seat it is (``bots.queries.session_seat``), with
     the room's participants and user name as the run first read them
     (``bots.queries.room_snapshot_carry``: not once more per measure)."""
-    try:
-        fresh = ChatSession.objects.select_related("bot").get(pk=session.pk)
-    except ChatSession.DoesNotExist as exc:
-        raise SessionGone() from exc
+    fresh = session_with_bot(session.pk)  # compiled once per process
+    if fresh is None:
+        raise SessionGone()
     return session_seat(room_snapshot_carry(source=session, target=fresh), session.bot)
 
 
-def current_turn_seq(session: ChatSession) -> int | None:
-    """Where the current turn begins: it and what follows are never taken. The newest user
-    message opens it — or, while an earlier reply still runs or waits (a `/compact` sent during
-    a reply, a message queued behind one), the message that reply answers: taking that question
-    and not its reply would send a reply with no question before it. One statement."""
+def _current_turn_query(session_id: int) -> QuerySet:
     unfinished = (
         Message.objects.filter(
-            session_id=session.pk,
+            session_id=session_id,
             role=Message.Role.ASSISTANT,
             status__in=[Message.Status.PENDING, Message.Status.STREAMING],
             reply_to__isnull=False,
@@ -97,16 +98,29 @@ def current_turn_seq(session: ChatSession) -> int | None:
         .order_by("seq")
         .values("reply_to__seq")[:1]
     )
-    row = (
-        Message.objects.filter(session=session, role=Message.Role.USER, kind=Message.Kind.CHAT)
+    return (
+        Message.objects.filter(
+            session_id=session_id, role=Message.Role.USER, kind=Message.Kind.CHAT
+        )
         .order_by("-seq")
         .annotate(running_from=Subquery(unfinished))
-        .values_list("seq", "running_from")
-        .first()
+        .values_list("seq", "running_from")[:1]
     )
-    if row is None:
+
+
+# Every pass asks: compiled once per process (docs/performance.md, "The tool task, eighth pass").
+_CURRENT_TURN = CompiledValues(_current_turn_query, name="current_turn_seq")
+
+
+def current_turn_seq(session: ChatSession) -> int | None:
+    """Where the current turn begins: it and what follows are never taken. The newest user
+    message opens it — or, while an earlier reply still runs or waits (a `/compact` sent during
+    a reply, a message queued behind one), the message that reply answers: taking that question
+    and not its reply would send a reply with no question before it. One statement."""
+    rows = _CURRENT_TURN.rows(session_id=session.pk)
+    if not rows:
         return None
-    newest, running_from = row
+    newest, running_from = rows[0]
     return newest if running_from is None else min(newest, running_from)
 
 

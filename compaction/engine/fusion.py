@@ -20,7 +20,7 @@ from compaction.engine.common import (
 )
 from compaction.engine.coverage import coverage_move
 from compaction.engine.events import event_write
-from compaction.engine.holds import held_spans, in_spans
+from compaction.engine.holds import held_spans, in_spans, summaries_of_seat
 from compaction.engine.passes import (
     enveloped,
     record_success,
@@ -37,7 +37,7 @@ from compaction.engine.summariser import (
 from compaction.measure import context_measure
 from compaction.models import CompactionEvent, Summary
 from compaction.results import RunResult
-from compaction.seats import seat_key, seat_summaries
+from compaction.seats import seat_key
 from memory import services as memory_services
 
 
@@ -50,9 +50,7 @@ def fusion_due(
     spans = held_spans(session) if held is None else list(held)
     active = [
         s
-        for s in seat_summaries(session, seat_key(session))
-        .filter(status=Summary.Status.ACTIVE)
-        .order_by("first_seq")
+        for s in summaries_of_seat(session, Summary.Status.ACTIVE, by_seq=True)
         if not (in_spans(s.first_seq, spans) and in_spans(s.last_seq, spans))
     ]
     total = sum(s.token_count for s in active)

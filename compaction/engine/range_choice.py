@@ -4,7 +4,10 @@ should take."""
 
 import math
 
+from django.db.models import QuerySet
+
 from bots.models import ChatSession, Message
+from chat_platform.compiled import CompiledValues
 from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
 from compaction.engine.common import (
     DEFAULT_SUMMARY_RATIO,
@@ -164,16 +167,27 @@ def source_tokens_to_take(session: ChatSession, excess: int) -> int:
     """
     if excess <= 0:
         return 0
-    last = (
-        CompactionEvent.objects.filter(
-            session=session, outcome=CompactionEvent.Outcome.COMPACTED, source_tokens__gt=0
-        )
-        .filter(**seat_filter(session))
-        .exclude(trigger="fusion")
-        .order_by("-id")
-        .values_list("summary_tokens", "source_tokens")
-        .first()
-    )
+    rows = _LAST_RATIO.rows(session_id=session.pk, **seat_filter(session))
+    last = rows[0] if rows else None
     ratio = last[0] / last[1] if last else DEFAULT_SUMMARY_RATIO
     ratio = min(max(ratio, 0.05), 0.9)
     return math.ceil(excess / (1 - ratio))
+
+
+def _last_ratio_query(session_id: int, bot_id: int | None = None) -> QuerySet:
+    """The seat's last pass's (summary, source) tokens (``bot_id``: a room's seat)."""
+    events = CompactionEvent.objects.filter(
+        session_id=session_id, outcome=CompactionEvent.Outcome.COMPACTED, source_tokens__gt=0
+    )
+    if bot_id is not None:
+        events = events.filter(bot_id=bot_id)
+    return (
+        events.exclude(trigger="fusion")
+        .order_by("-id")
+        .values_list("summary_tokens", "source_tokens")[:1]
+    )
+
+
+# Every pass reads it: compiled once per process, a room's seat (with ``bot_id``) apart
+# (docs/performance.md, "The tool task, eighth pass").
+_LAST_RATIO = CompiledValues(_last_ratio_query, name="last_compression_ratio")

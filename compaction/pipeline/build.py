@@ -8,6 +8,7 @@ from typing import Any
 import structlog
 
 from bots.models import ChatSession, Message
+from chat_platform.compiled import CompiledValues
 from compaction.admission import Admission
 from compaction.engine import compaction_hard
 from compaction.measure import Measure, context_measure
@@ -189,7 +190,7 @@ def _measured(
     if session.bot.compaction_enabled and measure.budget.hard_due(measure.pressure):
         result = compaction_hard(session=session, measure=measure, within=compact_within)
         waited = _waited(result)
-        session.refresh_from_db(fields=["context_tokens", "context_messages"])
+        _totals_refresh(session)
         if recalled and compact_within is not None:
             alive = still_in_context(measure, recalled)
             kept = {m.pk for m in alive}
@@ -220,6 +221,24 @@ def _measured(
             ),
         )
     return measure, waited, recalled_alive
+
+
+# After every hard compaction a call waited for: compiled once per process (docs/performance.md,
+# "The tool task, eighth pass").
+_TOTALS = CompiledValues(
+    lambda session_id: ChatSession.objects.filter(pk=session_id).values_list(
+        "context_tokens", "context_messages"
+    ),
+    name="session_context_totals",
+)
+
+
+def _totals_refresh(session: ChatSession) -> None:
+    """``session.refresh_from_db(fields=["context_tokens", "context_messages"])``."""
+    rows = _TOTALS.rows(session_id=session.pk)
+    if not rows:
+        raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
+    session.context_tokens, session.context_messages = rows[0]
 
 
 def still_in_context(measure: Measure, messages: Sequence[Message]) -> list[Message]:

@@ -273,3 +273,31 @@ def test_a_compaction_inside_the_reply_clears_no_failure_state_that_is_clear(tas
         if q["sql"].startswith('UPDATE "compaction_compactionstate"')
     ]
     assert clears == []  # it was one a compaction: 5
+
+
+def test_a_compaction_inside_the_reply_builds_few_reads_each_time(
+    task_bot, fake_openai, monkeypatch
+):
+    """The reads of a compaction inside a reply that Django's query builder compiles each time,
+    not once per process (chat_platform/compiled.py): a change that builds one more on a pass's
+    way changes this number (docs/performance.md, "The tool task, eighth pass")."""
+    from tests.built import built_reads
+
+    for asked in ("Warm up.", "Run the six-step survey."):
+        fake_openai.script(*_steps(6), Reply(text="All six steps done."))
+        session = SessionFactory(user=task_bot.owner, bot=task_bot)
+        reply = _ask(session, asked)
+        with built_reads(monkeypatch) as built:
+            turn.turn_run(message_id=reply.pk)
+
+    events = CompactionEvent.objects.filter(session=session).order_by("id")
+    assert list(events.values_list("trigger", "outcome")) == [
+        *[("tool", "compacted")] * 3,
+        ("fusion", "compacted"),
+        ("tool", "compacted"),
+    ]
+    # Compiled once per process: the session re-read with its bot (twice a pass, and the
+    # snapshot's index), its totals after the compaction, the current turn, the last pass's
+    # ratio, the other records' heads, the held spans and the active summaries (were built
+    # every time: 56 more).
+    assert len(built) == 63

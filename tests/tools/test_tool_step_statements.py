@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from bots.transitions import session_context_add
+from tests.built import built_reads
 from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
@@ -84,3 +85,16 @@ def test_a_tool_step_stores_its_round_without_reading_the_reply_back(
         s for s in three if s.startswith('SELECT "bots_message"."id", "bots_message"."seq" FROM')
     ]
     assert reads_of_seq == []
+
+
+def test_a_tool_step_builds_few_reads_each_time(tool_bot, fake_openai, mcp_server, monkeypatch):
+    _statements(tool_bot, fake_openai, 1)  # the first reply of a process compiles its reads
+    with built_reads(monkeypatch) as two:
+        _statements(tool_bot, fake_openai, 2)
+    with built_reads(monkeypatch) as three:
+        _statements(tool_bot, fake_openai, 3)
+    # A step builds one read: the bot's tool servers, by name (a list: IN (…)). Compiled once
+    # per process: the bot's owner, sharing and retirement before the round, and the messages
+    # after the reply in the round's store (docs/performance.md, "The tool task, eighth
+    # pass"); it built 3.
+    assert len(three) - len(two) == 1
