@@ -34,7 +34,10 @@ def seat_cover(
     the seat is shown)."""
     bot_id = session.bot_id
     try:
-        with transaction.atomic():
+        # No savepoint of its own: a conflict ends the caller's transaction (``_pass_commit``
+        # rolls back the summary with it), so nothing is written after a refused INSERT. Two
+        # statements fewer a pass (docs/performance.md, "The tool task, eighth pass").
+        with transaction.atomic(savepoint=False):
             written = coverage_insert(summary_id=summary.pk, bot_id=bot_id, message_ids=ids)
     except IntegrityError as exc:
         raise Conflict() from exc

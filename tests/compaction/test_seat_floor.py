@@ -250,3 +250,42 @@ def test_the_bounded_read_equals_the_unbounded_one_through_every_change(
     # the floor was in play: raised often, and lowered or reset on the way (held lower when at
     # most three ids may be listed)
     assert len(floors) > (20 if listed_max == 500 else 10)
+
+
+def test_a_message_the_seat_covers_already_ends_the_pass_without_a_savepoint(seats):
+    """The unique (bot, message) pair refuses a second coverage: a ``Conflict`` that ends the
+    caller's transaction (the pass's summary goes with it), with no savepoint of its own
+    (docs/performance.md, "The tool task, eighth pass"): it was two statements a pass."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from compaction.engine.common import Conflict
+
+    session, _, _ = seats
+    first, second = _say(session, 1), _say(session, 2)
+    _cover(session, [first])
+    tokens = SeatState.objects.get(session=session, bot=session.bot).covered_tokens
+    with (
+        CaptureQueriesContext(connection) as queries,
+        pytest.raises(Conflict),
+        transaction.atomic(),
+    ):
+        again = Summary.objects.create(
+            session=session,
+            bot=session.bot,
+            text="again",
+            token_count=5,
+            first_seq=first.seq,
+            last_seq=second.seq,
+            source_tokens=20,
+            model="builtin/extractive",
+            trigger=Summary.Trigger.SOFT,
+            retention=1.0,
+        )
+        seat_cover(session, again, [first.pk, second.pk], tokens=20, seen_from=1)
+    # Inside the test's transaction the block above is itself a savepoint; seat_cover adds none.
+    savepoints = [q for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(savepoints) == 1
+    assert not Summary.objects.filter(pk=again.pk).exists()
+    assert not SummaryCoverage.objects.filter(message=second).exists()
+    assert SeatState.objects.get(session=session, bot=session.bot).covered_tokens == tokens
