@@ -120,3 +120,27 @@ def truncate_to_tokens(text: str, max_tokens: int, *, model: str = "") -> str:
     prefix = encoding.decode(ids[:max_tokens])
     # A cut inside a multi-byte character decodes to U+FFFD; drop the broken tail.
     return prefix.rstrip("\ufffd")
+
+
+def tokens_and_head(text: str, max_tokens: int, *, model: str = "") -> tuple[int, str]:
+    """``(count_tokens(text), truncate_to_tokens(text, max_tokens))`` with one encoding of
+    ``text`` where the two took two (none when its count is known and within ``max_tokens``): a
+    tool result's head in a summary counted its long first sentence, then cut it
+    (docs/performance.md, "The tool task, eighth pass")."""
+    if not text or max_tokens <= 0:
+        return count_tokens(text, model=model), ""
+    name = encoding_name_for_model(model)
+    key: tuple[str, bytes] | None = None
+    if len(text) >= COUNT_CACHE_MIN_CHARS:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        key = (name, digest)
+        count = _COUNTS.get(key)
+        if count is not None and count <= max_tokens:
+            return count, text
+    encoding = _encoding(name)
+    ids = encoding.encode(text, disallowed_special=())
+    if key is not None:
+        _COUNTS.put(key, len(ids))
+    if len(ids) <= max_tokens:
+        return len(ids), text
+    return len(ids), encoding.decode(ids[:max_tokens]).rstrip("\ufffd")

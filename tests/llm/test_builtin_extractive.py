@@ -568,3 +568,26 @@ def test_an_ordinal_is_a_number_not_an_identifier():
     assert _score("We met for the 21st time on the 2nd floor.", set()) == 2  # a number
     assert "3rd" in fact_units("for the 3rd time")  # still a number a summary can tell
     assert _score("Gate B22, seat 4th row.", set()) == 4  # B22 is an identifier
+
+
+def test_a_tool_result_s_head_encodes_its_long_sentence_once(monkeypatch):
+    """The head of a tool result is cut from its long sentence in one encoding, not a count and
+    then a cut (docs/performance.md, "The tool task, eighth pass"): the same summary, as the
+    test above checks."""
+    import tiktoken.core
+
+    sentence = f"Step 1 report: serial S7919 {FILLER}"
+    transcript = f"[3] 2026-12-05 tool (notes__report): {sentence}"
+    encoded = []
+    real = tiktoken.core.Encoding.encode
+
+    def encode(self, text, *args, **kwargs):
+        encoded.append(text)
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(tiktoken.core.Encoding, "encode", encode)
+    text = summarise(transcript)
+
+    assert text.startswith("[3] 2026-12-05 tool (notes__report): Step 1 report: serial S7919 w0 ")
+    assert text.endswith(" …")
+    assert encoded.count(sentence) == 1  # it was 2

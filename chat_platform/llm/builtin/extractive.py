@@ -28,7 +28,7 @@ from chat_platform.llm.builtin.recall_context import is_echo
 from chat_platform.llm.builtin.result import BuiltinResult, content_text, prompt_tokens
 from chat_platform.llm.builtin.text import sentences as split_sentences
 from chat_platform.llm.builtin.text import terms
-from chat_platform.llm.tokens import count_tokens, truncate_to_tokens
+from chat_platform.llm.tokens import count_tokens, tokens_and_head, truncate_to_tokens
 from chat_platform.transcript import (
     HEADER,
     NAME,
@@ -412,9 +412,9 @@ def _turn_sentences(turn: Turn) -> list[str]:
     head: list[str] = []
     room = TOOL_RESULT_TOKENS
     for text in texts:
-        tokens = count_tokens(text, model=MODEL)
+        tokens, within = tokens_and_head(text, room, model=MODEL)  # one encoding, not two
         if tokens > room:
-            cut = truncate_to_tokens(text, room, model=MODEL).rstrip()
+            cut = within.rstrip()
             if cut:
                 head.append(cut + " …")
             break
