@@ -130,9 +130,11 @@ run_pytest() {
 # Test processes (pytest-xdist), each with a Redis db of its own: the suite uses about half of two
 # cores in two processes (it waits on servers, workers, Chromium and the fake provider), so it
 # runs in four (the browser tests in three: each process has its own platform and Chromium).
+# The files go out longest first, as tests/file_times.json has them (tests/file_order.py), not
+# reordered by their number of tests: the few-test files that start servers came last.
 xdist() {  # xdist N: N processes on Redis dbs 15, 10, 13, 12 (not 14 and 11: the bench smoke's)
   local dbs=(15 10 13 12) i
-  XDIST=(--dist loadfile)
+  XDIST=(--dist loadfile --no-loadscope-reorder)
   for ((i = 0; i < $1; i++)); do XDIST+=(--tx "popen//env:TEST_REDIS_DB=${dbs[i]}"); done
 }
 # No timing is asserted in the smoke; a turn that failed, got stuck, was lost or sent its deltas

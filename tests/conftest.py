@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from chat_platform.celery_app import app as celery_app
 from tests.factories import BotFactory, SessionFactory, UserFactory
 
-pytest_plugins = ["tests.fakeopenai", "tests.mcpserver", "tests.realstack"]
+pytest_plugins = ["tests.fakeopenai", "tests.file_order", "tests.mcpserver", "tests.realstack"]
 
 # Rows that migrate's post_migrate handlers create (content types, permissions, the default
 # site) and nothing in a test changes.
