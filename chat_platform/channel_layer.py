@@ -9,12 +9,13 @@ delta, or the final frame, of a reply another socket of the process is streaming
 opening and closing all the time that happened under load (in one CI run's bench smoke, 1 of
 50 turns at a steady 10 turns/s lost a delta).
 
-Here a cancelled receive is not interrupted: it is ended by a message of its own. The read it
-started goes on, delivers whatever it pops to its owner, and ends when the end marker addressed
-to the departing channel comes back; the cancelled receive waits for that (one round trip to
-Redis) and then ends as cancelled. Only when that cannot happen (Redis gone, no answer for
-``END_TIMEOUT_SECONDS``, or a second cancellation as the event loop closes) is the read cancelled
-after all.
+Here no socket's receive pops: one read per process and event loop (``_read``) pops the queue
+and puts each message in the buffer of the channel it is for, and a socket's receive only waits
+on its own buffer. Cancelling a receive cancels that wait, never a pop. (Before, the departing
+socket's read went on until an end marker addressed to it came back through the queue, and was
+cancelled after all when that took more than 5 s: in a burst of 500 the queue ran that far
+behind, and a frame the read had popped for another socket went with it —
+docs/performance.md, "A delta lost in a burst".)
 
 So the process's shared read is one round trip a message: ``BZPOPMIN``. channels-redis guards
 each read against cancellation with a backup queue (a script that restores it, the pop, a copy
@@ -37,12 +38,6 @@ from channels_redis.core import RedisChannelLayer
 from redis.exceptions import NoScriptError
 
 log = structlog.get_logger(__name__)
-
-# The message that ends a departing channel's read; no socket ever handles it.
-RECEIVE_END = "layer.receive_end"
-# A round trip to Redis ends a read; past this, Redis is taken for gone (channels-redis blocks
-# its reads for 5 s at most).
-END_TIMEOUT_SECONDS = 5.0
 
 # A group send in one round trip (docs/performance.md, "A turn's CPU, fourth pass"): what
 # channels-redis does in four (drop expired members, read the members, drop expired messages,
@@ -96,6 +91,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         self._last_score = 0.0
         self._score_lock = threading.Lock()
         self._blocking: tuple[int, redis.Redis] | None = None  # (pid, client) for send_now
+        self._reader: asyncio.Task | None = None  # the process's one read of its list
 
     async def group_send(self, group: str, message: dict) -> None:
         await self.group_send_many(group, [message])
@@ -215,40 +211,86 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
             return await connection.eval(_GROUP_SEND, len(keys), *keys, *argv)
 
     async def receive(self, channel: str) -> Any:
+        """The next message for ``channel``. A ``!`` channel (a socket's, a ``/v1`` stream's)
+        waits on its buffer, which the process's one read (``_read``) fills: cancelling it (the
+        socket closing) cancels a wait, never a pop, so no other socket's frame goes with it."""
         if "!" not in channel:  # a plain channel: no shared read, nothing to lose
             return await super().receive(channel)
-        read = asyncio.ensure_future(super().receive(channel))
+        assert self.require_valid_channel_name(channel)
+        real_channel = self.non_local_name(channel)
+        assert real_channel.endswith(self.client_prefix + "!"), "Wrong client prefix"
+        self.receive_count += 1
+        getter: asyncio.Future | None = None
         try:
-            return await asyncio.shield(read)
+            while self.receive_buffer[channel].empty():
+                reader = self._reader_running(real_channel)
+                getter = asyncio.ensure_future(self.receive_buffer[channel].get())
+                await asyncio.wait([getter, reader], return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    message = getter.result()
+                    getter = None
+                    break
+                getter.cancel()
+                getter = None
+                if not reader.cancelled():
+                    reader.result()  # Redis failed it: the caller hears why
+                # It was stopped (its pools closed): the next turn of the loop starts another.
+            else:
+                message = self.receive_buffer[channel].get_nowait()
         except asyncio.CancelledError:
-            if not read.done():
-                await self._read_end(channel, read)
+            # The socket is leaving: what waits for it goes with it, nothing else does.
+            if getter is not None:
+                getter.cancel()
+            self.receive_buffer.pop(channel, None)
             raise
+        finally:
+            self.receive_count -= 1
+        if self.receive_buffer[channel].empty():
+            del self.receive_buffer[channel]
+        return message
 
-    async def _brpop_with_clean(self, index: int, channel: str, timeout: int) -> Any:
-        if not channel.endswith("!"):
-            return await super()._brpop_with_clean(index, channel, timeout)
-        result = await self.connection(index).bzpopmin(channel, timeout=timeout)
-        return None if result is None else result[1]
+    def _reader_running(self, real_channel: str) -> asyncio.Task:
+        """The process's one read of its list, on this event loop, started if none runs."""
+        loop = asyncio.get_running_loop()
+        reader = self._reader
+        if reader is not None and not reader.done():
+            if reader.get_loop() is loop:
+                return reader
+            if not reader.get_loop().is_closed():
+                raise RuntimeError(
+                    "Two event loops are trying to receive() on one channel layer at once!"
+                )
+        reader = self._reader = loop.create_task(self._read(real_channel))
+        return reader
 
-    async def _clean_receive_backup(self, index: int, channel: str) -> None:
-        if not channel.endswith("!"):  # the shared read keeps no backup (above)
-            await super()._clean_receive_backup(index, channel)
+    async def _read(self, real_channel: str) -> None:
+        """Pop the process's list and hand each message to the buffer of the channel it is
+        for, one ``BZPOPMIN`` a message. Nothing ever cancels this while a socket listens, so a
+        message Redis has popped is always delivered. It ends between pops, when a wait of
+        ``brpop_timeout`` brought nothing and nobody is receiving; or is cancelled when the
+        layer's pools close, or with its event loop."""
+        key = self.prefix + real_channel
+        connection = self.connection(self.consistent_hash(real_channel))
+        while True:
+            popped = await connection.bzpopmin(key, timeout=self.brpop_timeout)
+            if popped is None:
+                if self.receive_count == 0:
+                    return
+                continue
+            message = self.deserialize(popped[1])
+            channels = message.pop("__asgi_channel__", None)
+            for channel in channels if isinstance(channels, list) else [channels]:
+                if channel is not None:
+                    self.receive_buffer[channel].put_nowait(message)
 
-    async def _read_end(self, channel: str, read: asyncio.Future) -> None:
-        """End ``read`` (a receive on ``channel``, whose owner is leaving) by sending it the end
-        marker; a message for the departing channel that comes first is dropped with it. A
-        second cancellation (the event loop closing) cancels the read outright."""
-        try:
-            await asyncio.wait_for(self.send(channel, {"type": RECEIVE_END}), END_TIMEOUT_SECONDS)
-            message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
-            while message.get("type") != RECEIVE_END:
-                read = asyncio.ensure_future(super().receive(channel))
-                message = await asyncio.wait_for(asyncio.shield(read), END_TIMEOUT_SECONDS)
-        except BaseException as exc:
-            if not isinstance(exc, asyncio.CancelledError):
-                # Redis unreachable or silent: nothing can be delivered now anyway.
-                log.warning("channel_layer_read_end_failed", channel=channel, exc_info=True)
-            read.cancel()
+    async def close_pools(self) -> None:
+        reader = self._reader
+        if (
+            reader is not None
+            and not reader.done()
+            and reader.get_loop() is asyncio.get_running_loop()
+        ):
+            reader.cancel()  # its connection is about to close
             with contextlib.suppress(BaseException):
-                await read
+                await reader
+        await super().close_pools()
