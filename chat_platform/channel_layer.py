@@ -92,6 +92,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         self._score_lock = threading.Lock()
         self._blocking: tuple[int, redis.Redis] | None = None  # (pid, client) for send_now
         self._reader: asyncio.Task | None = None  # the process's one read of its list
+        self._departed: dict[str, float] = {}  # channel -> when its socket left (monotonic)
 
     async def group_send(self, group: str, message: dict) -> None:
         await self.group_send_many(group, [message])
@@ -220,6 +221,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         real_channel = self.non_local_name(channel)
         assert real_channel.endswith(self.client_prefix + "!"), "Wrong client prefix"
         self.receive_count += 1
+        self._departed.pop(channel, None)  # receiving again (a receive that timed out)
         getter: asyncio.Future | None = None
         try:
             while self.receive_buffer[channel].empty():
@@ -242,6 +244,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
             if getter is not None:
                 getter.cancel()
             self.receive_buffer.pop(channel, None)
+            self._departed_add(channel)
             raise
         finally:
             self.receive_count -= 1
@@ -261,6 +264,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
                     "Two event loops are trying to receive() on one channel layer at once!"
                 )
         reader = self._reader = loop.create_task(self._read(real_channel))
+        reader.add_done_callback(_read_ended)
         return reader
 
     async def _read(self, real_channel: str) -> None:
@@ -283,6 +287,19 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
                 if channel is not None:
                     self.receive_buffer[channel].put_nowait(message)
 
+    def _departed_add(self, channel: str) -> None:
+        """A channel whose socket left (its receive cancelled): what still comes for it is
+        kept for a receive that comes back (a receive that timed out), for ``expiry`` at most,
+        then dropped with its buffer, which nobody reads otherwise (one per closed socket that
+        a frame was still on its way to: a chat's last frames after its reply completed)."""
+        now = time.monotonic()
+        self._departed.pop(channel, None)
+        self._departed[channel] = now  # the dict keeps them oldest first
+        while self._departed and now - next(iter(self._departed.values())) >= self.expiry:
+            name = next(iter(self._departed))
+            del self._departed[name]
+            self.receive_buffer.pop(name, None)
+
     async def close_pools(self) -> None:
         reader = self._reader
         if (
@@ -294,3 +311,8 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
             with contextlib.suppress(BaseException):
                 await reader
         await super().close_pools()
+
+
+def _read_ended(reader: asyncio.Task) -> None:
+    if not reader.cancelled() and reader.exception() is not None:
+        log.warning("channel_layer_read_failed", exc_info=reader.exception())

@@ -4,6 +4,7 @@
 import asyncio
 import threading
 
+import pytest
 from django.conf import settings
 
 from chat_platform.channel_layer import CancelSafeRedisChannelLayer
@@ -222,4 +223,34 @@ async def test_a_closing_socket_never_loses_another_socket_s_frame_under_a_backl
         assert got == [0, 1, 2]
     finally:
         monkeypatch.undo()
+        await layer.flush()
+
+
+async def test_a_frame_on_its_way_to_a_socket_that_left_is_not_kept_for_ever(monkeypatch):
+    """A socket closes while a frame for it is still in Redis (a chat's last frames after its
+    reply completed): the process's read keeps it for a receive that comes back (a receive that
+    timed out gets its frames as before), for ``expiry`` at most, and then drops its buffer,
+    which nobody would read for the rest of the process's life."""
+    layer = CancelSafeRedisChannelLayer(**_layer_config())
+    try:
+        a, b = await layer.new_channel(), await layer.new_channel()
+        read_a = asyncio.ensure_future(layer.receive(a))
+        await asyncio.sleep(0.05)
+        read_a.cancel()  # A's socket closes
+        await asyncio.wait([read_a], timeout=10)
+        await layer.send(a, {"type": "chat.frame", "n": 0})  # on its way to A
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(layer.receive(b), 0.05)
+        await layer.send(b, {"type": "chat.frame", "n": 1})
+        assert (await asyncio.wait_for(layer.receive(b), 5))["n"] == 1
+        assert list(layer.receive_buffer) == [a]
+
+        monkeypatch.setattr(layer, "expiry", 0)  # another socket leaves, past A's expiry
+        read_c = asyncio.ensure_future(layer.receive(await layer.new_channel()))
+        await asyncio.sleep(0.05)
+        read_c.cancel()
+        await asyncio.wait([read_c], timeout=10)
+        assert dict(layer.receive_buffer) == {}
+        assert layer._departed == {}
+    finally:
         await layer.flush()
