@@ -5,8 +5,6 @@ cookies, hence no CSRF). Every error is OpenAI's shape; every 500 is logged with
 and a key's text is never logged.
 """
 
-import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -15,7 +13,6 @@ from typing import Any
 
 import structlog
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import close_old_connections
@@ -26,9 +23,9 @@ from bots.models import Message
 from chat_platform import errors, heavy
 from chat_platform.jsontext import json_loads
 from chat_platform.outage import OUTAGE_ERRORS
-from chat_platform.realtime import frames_listen_here, session_group
 from openai_api import completions, keys, openai_errors, request_check, shapes
 from openai_api.completions import Started
+from openai_api.frame_listener import FrameListener
 from openai_api.models import ApiKey
 from openai_api.openai_errors import OpenAIError
 from turns.services.message import message_wait_finished
@@ -324,53 +321,6 @@ async def _completion(key: ApiKey, bot: Any, chat: Any, conversation: Any) -> Ht
     return _with_session(JsonResponse(body), started)
 
 
-class FrameListener:
-    """The session group's frames (the chat's own realtime path): from the workers through
-    Redis, or in embedded mode from the in-process task threads through the in-memory layer.
-    Frames are lossy: without news for a while the stream reads the reply from the database."""
-
-    def __init__(self) -> None:
-        self.layer: Any = None
-        self.channel = ""
-        self.group = ""
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.task: asyncio.Task[None] | None = None
-
-    async def open(self, session_id: int) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        frames_listen_here()
-        self.layer, self.group = layer, session_group(session_id)
-        self.channel = await layer.new_channel()
-        await layer.group_add(self.group, self.channel)
-        self.task = asyncio.create_task(self._pump())
-
-    async def _pump(self) -> None:
-        while True:
-            message = await self.layer.receive(self.channel)
-            frame = message.get("frame")
-            if isinstance(frame, dict):
-                await self.queue.put(frame)
-
-    async def next(self, timeout: float) -> dict[str, Any] | None:
-        try:
-            return await asyncio.wait_for(self.queue.get(), timeout)
-        except TimeoutError:
-            return None
-
-    async def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(BaseException):
-                await self.task
-            self.task = None
-        if self.layer is not None:
-            with contextlib.suppress(Exception):
-                await self.layer.group_discard(self.group, self.channel)
-            self.layer = None
-
-
 def _sse(data: Any) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
@@ -403,16 +353,20 @@ async def _first_news(
     return ([delta] if delta else []), reply
 
 
-async def _next_news(listener: FrameListener, reply_id: int) -> tuple[str, Message | None]:
+async def _next_news(
+    listener: FrameListener, reply_id: int, *, have: int = 0
+) -> tuple[str, Message | None]:
     """The reply's next text (``(delta, None)``), or the reply once it has ended
-    (``("", reply)``)."""
+    (``("", reply)``). ``have``: the length of the text relayed so far, in UTF-16 units as a
+    frame's ``offset`` counts. A delta that starts past it follows a frame lost on the way: it
+    is not relayed, nor is any after it, and the rest comes from the stored reply at its end."""
     while True:
         frame = await listener.next(STREAM_RECHECK_SECONDS)
         what = _frame_of(frame, reply_id) if frame is not None else None
         if what == "delta":
             assert frame is not None
-            delta = str(frame.get("delta") or "")
-            if delta:
+            delta, offset = str(frame.get("delta") or ""), frame.get("offset")
+            if delta and not (isinstance(offset, int) and offset > have):
                 return delta, None
             continue
         if frame is None or what == "end":
@@ -448,7 +402,8 @@ async def _stream(
             yield _sse(shapes.chunk(delta={"content": delta}, **meta))
         reply: Message | None = ended
         while reply is None:
-            delta, reply = await _next_news(listener, reply_id)
+            have = len("".join(sent).encode("utf-16-le")) // 2
+            delta, reply = await _next_news(listener, reply_id, have=have)
             if delta:
                 sent.append(delta)
                 yield _sse(shapes.chunk(delta={"content": delta}, **meta))

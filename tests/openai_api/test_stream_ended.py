@@ -57,3 +57,53 @@ async def test_a_reply_that_ended_without_text_streams_at_once(owner):
     assert bodies[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert any(b["choices"][0]["delta"].get("tool_calls") for b in bodies)
     assert listener.closed
+
+
+class Frames:
+    """The frames a stream hears, then silence (``next`` times out)."""
+
+    closed = False
+
+    def __init__(self, frames: list[dict]) -> None:
+        self.frames = list(frames)
+
+    async def next(self, timeout: float):
+        return self.frames.pop(0) if self.frames else None
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_stream_that_missed_a_delta_ends_with_the_stored_text_not_a_gap(owner):
+    """A delta frame lost on the way (the channel layer is lossy transport): the deltas after it
+    start past the text relayed (``offset``), so none of them is relayed, and the client gets the
+    rest from the stored reply once it has ended: the whole text, once, in order. It got
+    "w00 w01 w04 " and then nothing (the stored text did not start with what it had)."""
+    text = "w00 w01 w02 w03 w04"
+
+    def stored():
+        session = SessionFactory(user=owner)
+        question = message_add(session, role="user", content="count")
+        return message_add(session, role="assistant", content=text, reply_to=question)
+
+    reply = await sync_to_async(stored)()
+    started = SimpleNamespace(reply=reply, model_id="writer")
+    delta = {"type": "message.delta", "message_id": reply.pk}
+    listener = Frames(
+        [
+            {**delta, "delta": "w01 ", "offset": 4},  # follows "w00 "
+            {**delta, "delta": "w04", "offset": 16},  # "w02 w03 " (offset 8) was lost
+            {"type": "message.completed", "message": {"id": reply.pk}},
+        ]
+    )
+
+    chunks = [
+        chunk
+        async for chunk in views._stream(started, listener, include_usage=False, first=["w00 "])
+    ]
+
+    events = [c.decode().removeprefix("data: ").strip() for c in chunks]
+    bodies = [json.loads(e) for e in events[:-1]]
+    content = [b["choices"][0]["delta"].get("content") for b in bodies]
+    assert [c for c in content if c] == ["w00 ", "w01 ", "w02 w03 w04"]
+    assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
