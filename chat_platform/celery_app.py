@@ -13,7 +13,7 @@ from celery.signals import (
 from django.conf import settings
 
 from chat_platform.log_config import configure_logging
-from chat_platform.warmup import warm_in_background
+from chat_platform.warmup import warm_in_background, warm_worker_first_turn
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_platform.settings")
 
@@ -107,8 +107,9 @@ def _use_platform_logging(**kwargs: Any) -> None:
 def _warm_gateway_on_ready(**kwargs: Any) -> None:
     """The worker's first turn should not pay litellm's import (seconds): pay it at start, in the
     background. With the thread pool (the Makefile's ``-P threads``) the tasks run in this very
-    process; prefork children are warmed by ``worker_process_init`` below."""
-    warm_in_background("worker")
+    process; prefork children are warmed by ``worker_process_init`` below. Its first turn's
+    token encoding too (``warm_worker_first_turn``)."""
+    warm_in_background("worker", then=warm_worker_first_turn)
 
 
 # The queues this process's worker consumes (``worker_init``); None outside a worker.
@@ -144,7 +145,7 @@ def _startup_checks(sender: Any = None, **kwargs: Any) -> None:
 
 @worker_process_init.connect
 def _warm_gateway_in_child(**kwargs: Any) -> None:
-    warm_in_background("worker_child")
+    warm_in_background("worker_child", then=warm_worker_first_turn)
 
 
 @worker_shutting_down.connect

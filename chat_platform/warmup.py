@@ -103,6 +103,16 @@ def warm_first_turn() -> None:
     log.info("first_turn_warmed_up")
 
 
+def warm_worker_first_turn() -> None:
+    """What a worker process's first turn paid once: the default token encoding (tiktoken's
+    tables, ~130 ms of CPU with the GIL held, so every turn thread of the process stood still
+    while one of the first turns of a burst loaded it: docs/performance.md "A delta lost in a
+    burst"). Paid after litellm's import, in the warm-up thread, and frozen with the rest."""
+    from chat_platform.llm.tokens import count_tokens
+
+    count_tokens("warm")
+
+
 def freeze_start_up_objects() -> None:
     """After the warm-up, what the process has built (modules, classes, litellm's tables: about
     500,000 objects) lives as long as the process, and the cyclic garbage collector's full passes

@@ -44,6 +44,14 @@ def run(code: str, *, then: str = "", **env: str | None) -> subprocess.Completed
     return done
 
 
+# A worker's first turn does not load the token encoding either (the web's warm-up did already).
+CHECK_TOKENS = """
+import tiktoken.registry
+assert "cl100k_base" in tiktoken.registry.ENCODINGS, "the token encoding was not loaded"
+print("TOKENS")
+"""
+
+
 def test_celery_worker_ready_signal_warms_the_gateway():
     done = run(
         """
@@ -56,9 +64,9 @@ def test_celery_worker_ready_signal_warms_the_gateway():
             if thread.name == "gateway-warm-up":
                 thread.join(60)
         """,
-        then=CHECK_WARM,
+        then=CHECK_WARM + CHECK_TOKENS,
     )
-    assert done.stdout.strip().endswith("WARM")
+    assert done.stdout.split()[-2:] == ["WARM", "TOKENS"]
 
 
 def test_prefork_child_init_signal_warms_the_gateway():
@@ -72,9 +80,9 @@ def test_prefork_child_init_signal_warms_the_gateway():
             if thread.name == "gateway-warm-up":
                 thread.join(60)
         """,
-        then=CHECK_WARM,
+        then=CHECK_WARM + CHECK_TOKENS,
     )
-    assert done.stdout.strip().endswith("WARM")
+    assert done.stdout.split()[-2:] == ["WARM", "TOKENS"]
 
 
 def test_embedded_web_server_warms_from_app_ready():
