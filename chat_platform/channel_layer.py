@@ -35,7 +35,7 @@ from typing import Any
 import redis
 import structlog
 from channels_redis.core import RedisChannelLayer
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +80,10 @@ _GROUP_SEND_TRIES = 3
 _MEMBERS_KEPT = 4096
 
 
+# The most messages the process's read takes off its list in one round trip (docs/performance.md,
+# "A delta lost in a burst": under a burst the list runs behind).
+READ_BATCH = 100
+
 # A send from a sync thread waits this long for Redis before it counts as failed.
 SEND_NOW_TIMEOUT_SECONDS = 10.0
 
@@ -93,6 +97,7 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
         self._blocking: tuple[int, redis.Redis] | None = None  # (pid, client) for send_now
         self._reader: asyncio.Task | None = None  # the process's one read of its list
         self._departed: dict[str, float] = {}  # channel -> when its socket left (monotonic)
+        self._batch_pops = True  # until a Redis older than 7 says it has no BZMPOP
 
     async def group_send(self, group: str, message: dict) -> None:
         await self.group_send_many(group, [message])
@@ -269,23 +274,42 @@ class CancelSafeRedisChannelLayer(RedisChannelLayer):
 
     async def _read(self, real_channel: str) -> None:
         """Pop the process's list and hand each message to the buffer of the channel it is
-        for, one ``BZPOPMIN`` a message. Nothing ever cancels this while a socket listens, so a
-        message Redis has popped is always delivered. It ends between pops, when a wait of
-        ``brpop_timeout`` brought nothing and nobody is receiving; or is cancelled when the
-        layer's pools close, or with its event loop."""
+        for (``_pop``: what waits, in one round trip). Nothing ever cancels this while a socket
+        listens, so a message Redis has popped is always delivered. It ends between pops, when a
+        wait of ``brpop_timeout`` brought nothing and nobody is receiving; or is cancelled when
+        the layer's pools close, or with its event loop."""
         key = self.prefix + real_channel
         connection = self.connection(self.consistent_hash(real_channel))
         while True:
-            popped = await connection.bzpopmin(key, timeout=self.brpop_timeout)
-            if popped is None:
+            bodies = await self._pop(connection, key)
+            if not bodies:
                 if self.receive_count == 0:
                     return
                 continue
-            message = self.deserialize(popped[1])
-            channels = message.pop("__asgi_channel__", None)
-            for channel in channels if isinstance(channels, list) else [channels]:
-                if channel is not None:
-                    self.receive_buffer[channel].put_nowait(message)
+            for body in bodies:
+                message = self.deserialize(body)
+                channels = message.pop("__asgi_channel__", None)
+                for channel in channels if isinstance(channels, list) else [channels]:
+                    if channel is not None:
+                        self.receive_buffer[channel].put_nowait(message)
+
+    async def _pop(self, connection: Any, key: str) -> list[bytes]:
+        """The messages waiting, oldest first, up to ``READ_BATCH`` in one round trip
+        (``BZMPOP``, Redis 7); waits ``brpop_timeout`` for one when none is. On a Redis without
+        it, one a round trip (``BZPOPMIN``)."""
+        if self._batch_pops:
+            try:
+                popped = await connection.bzmpop(
+                    self.brpop_timeout, 1, [key], min=True, count=READ_BATCH
+                )
+            except ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                self._batch_pops = False
+            else:
+                return [] if popped is None else [body for body, _ in popped[1]]
+        popped = await connection.bzpopmin(key, timeout=self.brpop_timeout)
+        return [] if popped is None else [popped[1]]
 
     def _departed_add(self, channel: str) -> None:
         """A channel whose socket left (its receive cancelled): what still comes for it is
