@@ -87,6 +87,15 @@ function applyDelta(messageId, delta, offset) {
     // copy (up to half a second behind), so a delta may overlap it (keep what follows) or
     // start past it (a gap: the text stays as it is until the completed frame brings it whole).
     var have = (m.content || "").length;
+    if (offset === 0 && have > 0) {
+      // A new model call of the reply (after a tool or recall round): what the call before it
+      // said went with its tool calls, and the reply's text starts again, as its stored copy
+      // does; a gap in the call before it is behind us.
+      m = Object.assign({}, m, { content: "", _streamGap: false });
+      messages.set(id, m);
+      if (typeof m.seq === "number") bySeq.set(m.seq, m);
+      have = 0;
+    }
     if (m._streamGap || offset > have) {
       m._streamGap = true;
       return;
