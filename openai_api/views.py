@@ -349,31 +349,33 @@ async def _first_news(
     (``context_length_exceeded``, a day's limit) then answers its own status rather than 200
     and an error event; the client waits for its first token either way. One that ended
     with no text (the client's tools) is streamed from it at once."""
-    delta, reply = await _next_news(listener, started.reply.pk)
+    delta, _, reply = await _next_news(listener, started.reply.pk)
     return ([delta] if delta else []), reply
 
 
 async def _next_news(
     listener: FrameListener, reply_id: int, *, have: int = 0
-) -> tuple[str, Message | None]:
-    """The reply's next text (``(delta, None)``), or the reply once it has ended
-    (``("", reply)``). ``have``: the length of the text relayed so far, in UTF-16 units as a
-    frame's ``offset`` counts. A delta that starts past it follows a frame lost on the way: it
-    is not relayed, nor is any after it, and the rest comes from the stored reply at its end."""
+) -> tuple[str, int | None, Message | None]:
+    """The reply's next text with its offset (``(delta, offset, None)``), or the reply once it
+    has ended (``("", None, reply)``). ``have``: the length of the model call's text relayed so
+    far, in UTF-16 units as a frame's ``offset`` counts. A delta that starts past it follows a
+    frame lost on the way: it is not relayed, nor is any after it in that call, and the rest
+    comes from the stored reply at its end."""
     while True:
         frame = await listener.next(STREAM_RECHECK_SECONDS)
         what = _frame_of(frame, reply_id) if frame is not None else None
         if what == "delta":
             assert frame is not None
             delta, offset = str(frame.get("delta") or ""), frame.get("offset")
-            if delta and not (isinstance(offset, int) and offset > have):
-                return delta, None
+            offset = offset if isinstance(offset, int) else None
+            if delta and not (offset is not None and offset > have):
+                return delta, offset, None
             continue
         if frame is None or what == "end":
             # The database is the truth (frames are lossy): the finished reply, or wait on.
             reply = await _in_thread(_finished_reply)(reply_id=reply_id)
             if reply is not None:
-                return "", reply
+                return "", None, reply
 
 
 async def _stream(
@@ -401,10 +403,15 @@ async def _stream(
         for delta in sent:
             yield _sse(shapes.chunk(delta={"content": delta}, **meta))
         reply: Message | None = ended
+        call = 0  # where the current model call's text begins in ``sent``
         while reply is None:
-            have = len("".join(sent).encode("utf-16-le")) // 2
-            delta, reply = await _next_news(listener, reply_id, have=have)
+            have = len("".join(sent[call:]).encode("utf-16-le")) // 2
+            delta, offset, reply = await _next_news(listener, reply_id, have=have)
             if delta:
+                if offset == 0 and have:
+                    # The reply's next model call (after a round of its tools): its offsets
+                    # count from 0, and its text is what the reply stores (docs/api.md).
+                    call = len(sent)
                 sent.append(delta)
                 yield _sse(shapes.chunk(delta={"content": delta}, **meta))
         if reply.status != Message.Status.COMPLETE:
@@ -412,7 +419,7 @@ async def _stream(
             yield _sse(shapes.error_body(exc.message, type_=exc.type_, code=exc.code))
             yield b"data: [DONE]\n\n"
             return
-        text = "".join(sent)
+        text = "".join(sent[call:])
         if reply.content != text:
             if reply.content.startswith(text):
                 rest = reply.content[len(text) :]

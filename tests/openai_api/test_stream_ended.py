@@ -107,3 +107,41 @@ async def test_a_stream_that_missed_a_delta_ends_with_the_stored_text_not_a_gap(
     content = [b["choices"][0]["delta"].get("content") for b in bodies]
     assert [c for c in content if c] == ["w00 ", "w01 ", "w02 w03 w04"]
     assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_a_reply_s_second_model_call_is_checked_and_completed_on_its_own(owner):
+    """After a round of the bot's tools the reply's next model call counts its offsets from 0
+    (what the first call said went with its tool calls; the reply stores the second call's
+    text). A delta lost in that call was not noticed (its offsets were compared with both
+    calls' text), and the stored text, not starting with both, was never sent: the client got
+    "Let me look.The answer 42." and no " is"."""
+    text = "The answer is 42."
+
+    def stored():
+        session = SessionFactory(user=owner)
+        question = message_add(session, role="user", content="what is it?")
+        return message_add(session, role="assistant", content=text, reply_to=question)
+
+    reply = await sync_to_async(stored)()
+    started = SimpleNamespace(reply=reply, model_id="writer")
+    delta = {"type": "message.delta", "message_id": reply.pk}
+    listener = Frames(
+        [
+            {**delta, "delta": "The answer", "offset": 0},  # the second call begins
+            {**delta, "delta": " 42.", "offset": 13},  # " is" (offset 10) was lost
+            {"type": "message.completed", "message": {"id": reply.pk}},
+        ]
+    )
+
+    chunks = [
+        chunk
+        async for chunk in views._stream(
+            started, listener, include_usage=False, first=["Let me look."]
+        )
+    ]
+
+    events = [c.decode().removeprefix("data: ").strip() for c in chunks]
+    bodies = [json.loads(e) for e in events[:-1]]
+    content = [b["choices"][0]["delta"].get("content") for b in bodies]
+    assert [c for c in content if c] == ["Let me look.", "The answer", " is 42."]
+    assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
