@@ -74,39 +74,42 @@ class Frames:
         self.closed = True
 
 
+async def _streamed(owner, text: str, deltas: list[tuple[str, int]], first: list[str]):
+    """What ``_stream`` sends for a stored reply of ``text`` that heard ``first``, then
+    ``deltas`` (text, offset) and its completed frame: the content chunks' texts, and the
+    finish reason."""
+
+    def stored():
+        session = SessionFactory(user=owner)
+        question = message_add(session, role="user", content="ask")
+        return message_add(session, role="assistant", content=text, reply_to=question)
+
+    reply = await sync_to_async(stored)()
+    started = SimpleNamespace(reply=reply, model_id="writer")
+    frame = {"type": "message.delta", "message_id": reply.pk}
+    listener = Frames(
+        [{**frame, "delta": d, "offset": offset} for d, offset in deltas]
+        + [{"type": "message.completed", "message": {"id": reply.pk}}]
+    )
+    chunks = [
+        chunk async for chunk in views._stream(started, listener, include_usage=False, first=first)
+    ]
+    events = [c.decode().removeprefix("data: ").strip() for c in chunks]
+    bodies = [json.loads(e) for e in events[:-1]]
+    content = [b["choices"][0]["delta"].get("content") for b in bodies]
+    return [c for c in content if c], bodies[-1]["choices"][0]["finish_reason"]
+
+
 async def test_a_stream_that_missed_a_delta_ends_with_the_stored_text_not_a_gap(owner):
     """A delta frame lost on the way (the channel layer is lossy transport): the deltas after it
     start past the text relayed (``offset``), so none of them is relayed, and the client gets the
     rest from the stored reply once it has ended: the whole text, once, in order. It got
     "w00 w01 w04 " and then nothing (the stored text did not start with what it had)."""
-    text = "w00 w01 w02 w03 w04"
-
-    def stored():
-        session = SessionFactory(user=owner)
-        question = message_add(session, role="user", content="count")
-        return message_add(session, role="assistant", content=text, reply_to=question)
-
-    reply = await sync_to_async(stored)()
-    started = SimpleNamespace(reply=reply, model_id="writer")
-    delta = {"type": "message.delta", "message_id": reply.pk}
-    listener = Frames(
-        [
-            {**delta, "delta": "w01 ", "offset": 4},  # follows "w00 "
-            {**delta, "delta": "w04", "offset": 16},  # "w02 w03 " (offset 8) was lost
-            {"type": "message.completed", "message": {"id": reply.pk}},
-        ]
+    deltas = [("w01 ", 4), ("w04", 16)]  # "w02 w03 " (offset 8) was lost
+    assert await _streamed(owner, "w00 w01 w02 w03 w04", deltas, first=["w00 "]) == (
+        ["w00 ", "w01 ", "w02 w03 w04"],
+        "stop",
     )
-
-    chunks = [
-        chunk
-        async for chunk in views._stream(started, listener, include_usage=False, first=["w00 "])
-    ]
-
-    events = [c.decode().removeprefix("data: ").strip() for c in chunks]
-    bodies = [json.loads(e) for e in events[:-1]]
-    content = [b["choices"][0]["delta"].get("content") for b in bodies]
-    assert [c for c in content if c] == ["w00 ", "w01 ", "w02 w03 w04"]
-    assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 async def test_a_reply_s_second_model_call_is_checked_and_completed_on_its_own(owner):
@@ -115,33 +118,8 @@ async def test_a_reply_s_second_model_call_is_checked_and_completed_on_its_own(o
     text). A delta lost in that call was not noticed (its offsets were compared with both
     calls' text), and the stored text, not starting with both, was never sent: the client got
     "Let me look.The answer 42." and no " is"."""
-    text = "The answer is 42."
-
-    def stored():
-        session = SessionFactory(user=owner)
-        question = message_add(session, role="user", content="what is it?")
-        return message_add(session, role="assistant", content=text, reply_to=question)
-
-    reply = await sync_to_async(stored)()
-    started = SimpleNamespace(reply=reply, model_id="writer")
-    delta = {"type": "message.delta", "message_id": reply.pk}
-    listener = Frames(
-        [
-            {**delta, "delta": "The answer", "offset": 0},  # the second call begins
-            {**delta, "delta": " 42.", "offset": 13},  # " is" (offset 10) was lost
-            {"type": "message.completed", "message": {"id": reply.pk}},
-        ]
+    deltas = [("The answer", 0), (" 42.", 13)]  # the second call; " is" (offset 10) was lost
+    assert await _streamed(owner, "The answer is 42.", deltas, first=["Let me look."]) == (
+        ["Let me look.", "The answer", " is 42."],
+        "stop",
     )
-
-    chunks = [
-        chunk
-        async for chunk in views._stream(
-            started, listener, include_usage=False, first=["Let me look."]
-        )
-    ]
-
-    events = [c.decode().removeprefix("data: ").strip() for c in chunks]
-    bodies = [json.loads(e) for e in events[:-1]]
-    content = [b["choices"][0]["delta"].get("content") for b in bodies]
-    assert [c for c in content if c] == ["Let me look.", "The answer", " is 42."]
-    assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
