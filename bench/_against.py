@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _ports import free_port  # BENCH_PORTS: the ports a shared machine allows
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".bench-cache"
 SAY = "@@side "  # a child's protocol lines on stdout start with this (the rest is its log)
@@ -87,16 +89,10 @@ def virtualenv(tree: Path, venv: Path, *, label: str) -> Path:
     return python
 
 
-def _free_port() -> int:
-    from _ports import free_port  # BENCH_PORTS: the ports a shared machine allows
-
-    return free_port()
-
-
 @contextlib.contextmanager
 def private_redis() -> Iterator[str]:
     """A ``redis-server`` of its own (no persistence), stopped on exit; yields its URL."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

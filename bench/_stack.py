@@ -96,10 +96,6 @@ class Stack:
         return self.base.replace("http", "ws", 1)
 
 
-def _free_port() -> int:
-    return free_port()
-
-
 def _start(
     name: str, argv: list[str], env: dict[str, str], logdir: Path, wrap: tuple[str, ...] = ()
 ) -> Proc:
@@ -143,7 +139,7 @@ def _start_provider(
     wrap: tuple[str, ...] = (),
 ) -> tuple[Proc, str]:
     """The fake provider, up; (its process, its base URL)."""
-    port, script = port or _free_port(), str(BENCH / "_fake_provider.py")
+    port, script = port or free_port(), str(BENCH / "_fake_provider.py")
     argv = [sys.executable, script, "--host", host, "--port", str(port)]
     provider = _start("provider", argv, env, logdir, wrap)
     procs.append(provider)
@@ -204,7 +200,7 @@ def _start_web(
     wrap: tuple[str, ...] = (),
 ) -> tuple[Proc, str]:
     """uvicorn with ``web_workers`` processes, up; (its process, its base URL)."""
-    port = port or _free_port()
+    port = port or free_port()
     web = _start(
         name,
         [

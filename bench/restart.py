@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,15 +25,10 @@ import time
 from pathlib import Path
 
 import httpx
+from _ports import free_port  # BENCH_PORTS: the ports a shared machine allows
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _serve_time(command: list[str], env: dict[str, str], log: Path, timeout: float) -> float:
@@ -77,12 +71,12 @@ def main() -> None:
     log = work / "run.log"
 
     def run_sh() -> float:
-        port = {"PORT": str(_free_port()), "DEMO_MCP_PORT": str(_free_port())}
+        port = {"PORT": str(free_port()), "DEMO_MCP_PORT": str(free_port())}
         return _serve_time(["bash", "scripts/run.sh"], {**env, **port}, log, timeout=900)
 
     def uvicorn_alone() -> float:
         command = [sys.executable, "-m", "uvicorn", "chat_platform.asgi:application"]
-        port = str(_free_port())
+        port = str(free_port())
         return _serve_time([*command, "--port", port], {**env, "PORT": port}, log, timeout=300)
 
     first = run_sh()
