@@ -50,15 +50,12 @@ def django_setup() -> None:
     """Django in this process (rows, pg_stat_activity), migrated database, flushed Redis."""
     sys.path.insert(0, str(ROOT))
     configure_env()
-    from _django import _ensure_database
-
-    _ensure_database(os.environ["DATABASE_URL"])
     import django
     import redis
-    from django.core.management import call_command
+    from _django import database_migrated
 
     django.setup()
-    call_command("migrate", verbosity=0)
+    database_migrated()
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
 
 

@@ -45,14 +45,12 @@ def _setup() -> None:
     os.environ.setdefault("DEBUG", "false")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ["DJANGO_SETTINGS_MODULE"] = "chat_platform.settings"
-    from bench._django import _ensure_database
-
-    _ensure_database(os.environ["DATABASE_URL"])
     import django
-    from django.core.management import call_command
+
+    from bench._django import database_migrated
 
     django.setup()
-    call_command("migrate", verbosity=0)
+    database_migrated()
 
 
 def _history(size: int) -> list[dict]:

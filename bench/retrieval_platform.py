@@ -44,14 +44,11 @@ def setup(sqlite: bool) -> None:
         os.environ.setdefault(
             "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chat_bench_retrieval"
         )
-        from _django import _ensure_database
-
-        _ensure_database(os.environ["DATABASE_URL"])
     import django
-    from django.core.management import call_command
+    from _django import database_migrated
 
     django.setup()
-    call_command("migrate", verbosity=0)
+    database_migrated()
     from chat_platform.celery_app import app as celery_app
 
     # Each turn ends before the next is sent, as the bench reads what it stored (embedded mode
