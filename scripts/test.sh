@@ -36,7 +36,7 @@ report_phases() {
   local entry pid name log
   for entry in "${background[@]}"; do
     read -r pid name log <<<"$entry"
-    kill_tree "$pid"
+    kill "$pid" 2>/dev/null || true
     echo "== $name (stopped: the run failed before it was waited for)"
     tail -n 40 "$log" 2>/dev/null || true
   done
@@ -44,11 +44,6 @@ report_phases() {
   printf '%s\n' "${phases[@]}"
   children_cpu
   printf '%6ds %6ds  whole run (exit %d)\n' $((SECONDS - run_start)) "$cpu" "$status"
-}
-kill_tree() {  # a side job and everything it started (pytest's workers, their servers)
-  local child
-  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-  kill "$1" 2>/dev/null || true
 }
 background=()  # "pid name log" of each side job (side_job below)
 trap report_phases EXIT
@@ -137,24 +132,10 @@ run_pytest() {
 # runs in four (the browser tests in three: each process has its own platform and Chromium).
 # The files go out longest first, as tests/file_times.json has them (tests/file_order.py), not
 # reordered by their number of tests: the few-test files that start servers came last.
-xdist() {  # xdist N DB...: N processes on the Redis dbs given
-  local n="$1" i
-  shift
-  local dbs=("$@")
+xdist() {  # xdist N: N processes on Redis dbs 15, 10, 13, 12 (not 14 and 11: the bench smoke's)
+  local dbs=(15 10 13 12) i
   XDIST=(--dist loadfile --no-loadscope-reorder)
-  for ((i = 0; i < n; i++)); do XDIST+=(--tx "popen//env:TEST_REDIS_DB=${dbs[i]}"); done
-}
-# The browser tests run beside the rest, not after them: the rest keep two cores busy, the
-# browser tests barely one (they wait on Chromium, the page and the fake provider), so together
-# they finish sooner than one after the other. The two sessions share nothing: the browser's
-# test databases are named after its own DATABASE_URL (test_test_browser_gw0 …), its Redis dbs
-# are 1-3 (the rest's 15, 10, 13, 12; the bench smoke's 14, 11), and each pytest session has a
-# temporary folder of its own (pytest numbers them).
-browser_tests() {
-  set -e
-  local base="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
-  xdist 3 1 2 3
-  DATABASE_URL="${base}_browser" run_pytest -m browser --durations=10 "${XDIST[@]}"
+  for ((i = 0; i < $1; i++)); do XDIST+=(--tx "popen//env:TEST_REDIS_DB=${dbs[i]}"); done
 }
 # No timing is asserted in the smoke; a turn that failed, got stuck, was lost or sent its deltas
 # twice fails it. The two benches run side by side, each on a database and a Redis db of its own:
@@ -181,20 +162,24 @@ bench_smoke() {
 }
 if [ $# -eq 0 ]; then
   # The browser tests drive Chromium through Playwright's sync API (greenlets and an event loop
-  # of its own); they run in processes of their own, apart from the async/threaded suites.
+  # of its own); they run in a process of their own, apart from the async/threaded suites.
   # --durations: the slowest tests are in the log, for whoever shortens the run next.
   # A module's tests run in one test process (--dist loadfile: a module's stack or server
   # starts once); each process has a test database of its own (pytest-django names them
   # test_test_gw0, _gw1, …) and a Redis db of its own (TEST_REDIS_DB, pyproject.toml).
   side_job static-checks checks
-  side_job browser-tests browser_tests
-  phase "pytest (everything but the browser), the static checks and the browser tests beside it"
-  xdist 4 15 10 13 12
+  phase "pytest (everything but the browser), the static checks beside it"
+  xdist 4
   run_pytest -m "not browser" --durations=25 "${XDIST[@]}"
+  phase "the static checks' end"
+  side_jobs_wait
   if [ -z "${SKIP_BENCH_SMOKE:-}" ]; then
     side_job bench-smoke bench_smoke  # the whole stack: a few turns, a burst of 20 sessions
   fi
-  phase "the browser tests' end, the bench smoke beside them"
+  phase "pytest (headless Chromium end-to-end), the bench smoke beside it"
+  xdist 3
+  run_pytest -m browser --durations=10 "${XDIST[@]}"
+  phase "the bench smoke's end"
   side_jobs_wait
 else
   phase "static checks"
