@@ -12,8 +12,8 @@ sign-in throttle for the stack's processes too, and results are keyed by task id
 
 import os
 
-from chat_platform.settings import *  # noqa: F403
-from chat_platform.settings import CELERY_BROKER_TRANSPORT_OPTIONS, CHANNEL_LAYERS
+from tests.settings import *  # noqa: F403
+from tests.settings import CELERY_BROKER_TRANSPORT_OPTIONS, CHANNEL_LAYERS
 
 REAL_STACK_KEY_PREFIX = os.environ["REAL_STACK_KEY_PREFIX"]
 
