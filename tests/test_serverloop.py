@@ -3,6 +3,7 @@ ten, and a stop still wakes it at once. Counted on a simulated clock, never time
 
 import asyncio
 import signal
+import threading
 
 import pytest
 import uvicorn
@@ -22,11 +23,19 @@ def _ticks_in(server, monkeypatch, seconds: float) -> list[float]:
     """Run ``server.main_loop`` over ``seconds`` of a simulated clock: every wait returns at
     once, its length counted; the waits it made, one per tick."""
     waits: list[float] = []
+    # Only this thread's clock is simulated: another thread of the process (a test server's
+    # own event loop) that sleeps meanwhile sleeps for real, and its waits are not counted.
+    here = threading.get_ident()
+    real_sleep, real_wait_for = asyncio.sleep, asyncio.wait_for
 
     async def sleep(delay, *args, **kwargs):
+        if threading.get_ident() != here:
+            return await real_sleep(delay, *args, **kwargs)
         waits.append(delay)
 
     async def wait_for(awaitable, timeout):
+        if threading.get_ident() != here:
+            return await real_wait_for(awaitable, timeout)
         awaitable.close()
         waits.append(timeout)
         raise TimeoutError
@@ -54,6 +63,38 @@ def test_an_idle_web_process_wakes_once_a_second(server, monkeypatch):
 
     # uvicorn's own loop: 50 waits of 0.1 s for the same 5 s
     assert waits == [1.0] * 5
+
+
+def test_another_thread_s_sleeps_are_not_the_loop_s(server, monkeypatch):
+    """A test server's event loop on another thread of the process sleeps meanwhile (the suite
+    runs several): its waits were counted as the loop's, thousands of them on a loaded CI."""
+    monkeypatch.setattr(Server, "main_loop", Server.main_loop)
+    monkeypatch.setattr(Server, "handle_exit", Server.handle_exit)
+    serverloop.install()
+    slept, done = threading.Event(), threading.Event()
+
+    async def other() -> None:
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            slept.set()
+
+    thread = threading.Thread(target=asyncio.run, args=(other(),), daemon=True)
+    thread.start()
+    real_on_tick = server.on_tick
+
+    async def on_tick(counter):
+        slept.clear()
+        assert slept.wait(10)  # the other thread slept during this tick
+        return await real_on_tick(counter)
+
+    monkeypatch.setattr(server, "on_tick", on_tick)
+    try:
+        waits = _ticks_in(server, monkeypatch, seconds=3)
+    finally:
+        done.set()
+        thread.join(10)
+
+    assert waits == [1.0] * 3
 
 
 def test_a_tick_still_does_uvicorn_s_once_a_second_work(server, monkeypatch):

@@ -16,3 +16,14 @@ def tool_server(staff, mcp_server):
 
     server = tool_server_create(user=staff, name="calc", url=mcp_server.url, public=True)
     return tool_server_tools_refresh(user=staff, server_id=server.pk)
+
+
+@pytest.fixture
+def no_stop_polls(monkeypatch):
+    """A tool round asks whether the reply was stopped each ``STOP_POLL_SECONDS`` its calls
+    run (one statement each time): a count of a round's statements counts those only when its
+    calls take longer than that, as on a loaded machine. Tests that count statements wait for
+    the calls without polling, so the count is the same on any machine."""
+    from tools import mcp_sessions
+
+    monkeypatch.setattr(mcp_sessions, "STOP_POLL_SECONDS", 3600.0)

@@ -20,7 +20,7 @@ from tests.fakeopenai import Reply
 from tools import realtime as tool_realtime
 from turns import turn
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_stop_polls")]
 
 MODEL = "openai/fake-model"
 

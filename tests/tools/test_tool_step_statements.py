@@ -15,7 +15,7 @@ from tests.fakeopenai import Reply
 from tools import realtime as tool_realtime
 from turns import turn
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_stop_polls")]
 
 
 @pytest.fixture(autouse=True)
@@ -98,3 +98,50 @@ def test_a_tool_step_builds_few_reads_each_time(tool_bot, fake_openai, mcp_serve
     # after the reply in the round's store (docs/performance.md, "The tool task, eighth
     # pass"); it built 3.
     assert len(three) - len(two) == 1
+
+
+def test_a_slow_call_counts_the_same_statements_as_a_quick_one(
+    owner, fake_openai, mcp_server, tool_server, monkeypatch
+):
+    """The counts above do not depend on how long a call runs: a round asks whether the reply
+    was stopped each ``STOP_POLL_SECONDS`` while its calls run, and on a loaded CI a quick call
+    took long enough for one such statement more (the fixture ``no_stop_polls``)."""
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    bot = BotFactory(
+        owner=owner,
+        model="openai/fake-model",
+        api_base=fake_openai.url,
+        api_key_env=FAKE_KEY_ENV,
+        tools=["calc/add", "calc/slow"],
+    )
+
+    def one_call(name, arguments):
+        fake_openai.script(
+            Reply(
+                text="",
+                tool_calls=[
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(arguments)},
+                    }
+                ],
+            ),
+            Reply(text="Done."),
+        )
+        session = SessionFactory(user=bot.owner, bot=bot)
+        new = message_add(session, role="user", content="Add up.")
+        reply = message_add(
+            session, role="assistant", content="", status="pending", token_count=0, reply_to=new
+        )
+        session_context_add(session_id=session.pk, tokens=new.token_count)
+        with CaptureQueriesContext(connection) as queries:
+            turn.turn_run(message_id=reply.pk)
+        return [q["sql"] for q in queries.captured_queries]
+
+    one_call("calc__add", {"a": 1, "b": 1})  # the first reply of a process compiles its reads
+    quick = one_call("calc__add", {"a": 1, "b": 1})
+    slow = one_call("calc__slow", {"seconds": 0.8})
+
+    assert len(slow) == len(quick)
+    assert not [s for s in slow if '"bots_message"."stop_requested"' in s]
