@@ -44,6 +44,7 @@ report_phases() {
   printf '%s\n' "${phases[@]}"
   children_cpu
   printf '%6ds %6ds  whole run (exit %d)\n' $((SECONDS - run_start)) "$cpu" "$status"
+  [ -z "${TEST_TEMPLATES_DIR:-}" ] || rm -rf "$TEST_TEMPLATES_DIR"
 }
 background=()  # "pid name log" of each side job (side_job below)
 trap report_phases EXIT
@@ -94,6 +95,10 @@ checks() {
   step "checks done"
 }
 logs="$(mktemp -d)"
+# The migrated SQLite templates the embedded platforms start from: made by the first pytest
+# session of this run, copied by the browser session too (tests/integration/processes.py).
+export TEST_TEMPLATES_DIR="$logs/templates"
+mkdir -p "$TEST_TEMPLATES_DIR"
 side_job() {  # side_job NAME FUNCTION: FUNCTION in the background, its output to NAME.log (no spaces)
   local name="$1"
   shift

@@ -1,6 +1,7 @@
 """Start the platform's real processes (ASGI web server, Celery worker) as subprocesses."""
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -171,11 +172,35 @@ def _sqlite_template(base_temp: Path, *, seed: bool) -> Path:
     """A migrated (and, with ``seed``, ``seed_demo``'d) SQLite database, made once per run:
     every embedded platform and SQLite script starts from a copy instead of migrating again
     (~10 s of CPU each). Under pytest-xdist the workers' temporary folders share a parent; the
-    first worker to need a template makes it there, under a file lock, for all of them."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    first worker to need a template makes it there, under a file lock, for all of them.
+    ``TEST_TEMPLATES_DIR`` names a folder that outlives one pytest session: `make test` sets
+    it for its run, so its browser session copies the templates its first session made. The
+    seeded template is a copy of the plain one, seeded: one migration a run, not two."""
+    folder = os.environ.get("TEST_TEMPLATES_DIR")
+    if folder:
+        base_temp = Path(folder)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
         base_temp = base_temp.parent
-    path = base_temp / ("template-seeded.sqlite3" if seed else "template.sqlite3")
-    with _templates_lock, open(base_temp / "templates.lock", "w") as lock:
+    # The migrations' digest in the name: a folder kept across a change of migrations never
+    # hands out a template made for others.
+    name = f"template-{_migrations_digest()}"
+    plain = _template_made(
+        base_temp / f"{name}.sqlite3", lambda _building, env: manage(env, "migrate", "--noinput")
+    )
+    if not seed:
+        return plain
+
+    def seeded(building: Path, env: dict[str, str]) -> None:
+        shutil.copyfile(plain, building)
+        manage(env, "seed_demo")
+
+    return _template_made(base_temp / f"{name}-seeded.sqlite3", seeded)
+
+
+def _template_made(path: Path, make: Callable[[Path, dict[str, str]], None]) -> Path:
+    """``path``, made by ``make(building, env)`` (``env``'s database is ``building``) unless it
+    exists; one process and thread at a time, renamed into place when complete."""
+    with _templates_lock, open(path.parent / "templates.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not path.exists():
             building = path.with_suffix(".building")
@@ -183,13 +208,12 @@ def _sqlite_template(base_temp: Path, *, seed: bool) -> Path:
             env = process_env(
                 REDIS_URL=None, SECRET_KEY=None, DEBUG="true", DATABASE_URL=f"sqlite:///{building}"
             )
-            manage(env, "migrate", "--noinput")
-            if seed:
-                manage(env, "seed_demo")
+            make(building, env)
             building.rename(path)
     return path
 
 
+@functools.cache
 def _migrations_digest() -> str:
     """A digest of every installed app's migration files: a template made for other migrations
     (another branch, a new migration) is never used."""
