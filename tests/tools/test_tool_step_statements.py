@@ -35,27 +35,25 @@ def tool_bot(owner, fake_openai, monkeypatch, tool_server):
     )
 
 
-def _statements(bot, fake_openai, steps):
-    """The statements of one reply of ``steps`` tool rounds (no compaction: a wide window)."""
-    fake_openai.script(
-        *(
-            Reply(
-                text="",
-                tool_calls=[
-                    {
-                        "id": f"c{i}",
-                        "type": "function",
-                        "function": {
-                            "name": "calc__add",
-                            "arguments": json.dumps({"a": i, "b": 1}),
-                        },
-                    }
-                ],
-            )
-            for i in range(steps)
-        ),
-        Reply(text="Done."),
+def _call(name, arguments, call_id):
+    return Reply(
+        text="",
+        tool_calls=[
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
     )
+
+
+def _statements(bot, fake_openai, steps, *, calls=None):
+    """The statements of one reply of ``steps`` rounds of ``calc__add`` (or of ``calls``, a
+    model reply each), then "Done." (no compaction: a wide window)."""
+    if calls is None:
+        calls = [_call("calc__add", {"a": i, "b": 1}, f"c{i}") for i in range(steps)]
+    fake_openai.script(*calls, Reply(text="Done."))
     session = SessionFactory(user=bot.owner, bot=bot)
     new = message_add(session, role="user", content="Add up.")
     reply = message_add(
@@ -116,28 +114,7 @@ def test_a_slow_call_counts_the_same_statements_as_a_quick_one(
     )
 
     def one_call(name, arguments):
-        fake_openai.script(
-            Reply(
-                text="",
-                tool_calls=[
-                    {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(arguments)},
-                    }
-                ],
-            ),
-            Reply(text="Done."),
-        )
-        session = SessionFactory(user=bot.owner, bot=bot)
-        new = message_add(session, role="user", content="Add up.")
-        reply = message_add(
-            session, role="assistant", content="", status="pending", token_count=0, reply_to=new
-        )
-        session_context_add(session_id=session.pk, tokens=new.token_count)
-        with CaptureQueriesContext(connection) as queries:
-            turn.turn_run(message_id=reply.pk)
-        return [q["sql"] for q in queries.captured_queries]
+        return _statements(bot, fake_openai, 1, calls=[_call(name, arguments, "c1")])
 
     one_call("calc__add", {"a": 1, "b": 1})  # the first reply of a process compiles its reads
     quick = one_call("calc__add", {"a": 1, "b": 1})
