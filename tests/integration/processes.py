@@ -200,6 +200,7 @@ def _sqlite_template(base_temp: Path, *, seed: bool) -> Path:
 def _template_made(path: Path, make: Callable[[Path, dict[str, str]], None]) -> Path:
     """``path``, made by ``make(building, env)`` (``env``'s database is ``building``) unless it
     exists; one process and thread at a time, renamed into place when complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)  # a TEST_TEMPLATES_DIR not made yet
     with _templates_lock, open(path.parent / "templates.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not path.exists():
