@@ -123,6 +123,25 @@ def test_counting_works_with_the_network_blocked():
     assert result.stdout.split("\n")[:2] == ["4 3", "False"]
 
 
+def _encoded_texts(monkeypatch) -> list[str]:
+    """The texts ``chat_platform.llm.tokens`` hands its encoders from now on (in order)."""
+    from chat_platform.llm import tokens
+
+    encoded: list[str] = []
+    real = tokens._encoding
+
+    class Recording:
+        def __init__(self, name: str) -> None:
+            self.encoding = real(name)
+
+        def encode(self, text: str, **kwargs):
+            encoded.append(text)
+            return self.encoding.encode(text, **kwargs)
+
+    monkeypatch.setattr(tokens, "_encoding", Recording)
+    return encoded
+
+
 def test_a_longer_text_is_encoded_once_and_the_kept_counts_stay_within_their_cap(monkeypatch):
     """``count_tokens`` keeps the counts of texts of 200 characters or more (a compaction counts
     one transcript several times), per encoding, by the text's digest (no text is kept), least
@@ -132,18 +151,7 @@ def test_a_longer_text_is_encoded_once_and_the_kept_counts_stay_within_their_cap
 
     counts = LRU(2)  # tokens.COUNT_CACHE_ENTRIES of them, two here
     monkeypatch.setattr(tokens, "_COUNTS", counts)
-    encoded: list[str] = []
-    real = tokens._encoding
-
-    class Counting:
-        def __init__(self, name: str) -> None:
-            self.encoding = real(name)
-
-        def encode(self, text: str, **kwargs):
-            encoded.append(text)
-            return self.encoding.encode(text, **kwargs)
-
-    monkeypatch.setattr(tokens, "_encoding", Counting)
+    encoded = _encoded_texts(monkeypatch)
     long_text = "the quick brown fox " * 20  # 400 characters
     short_text = "the quick brown fox"
     first = count_tokens(long_text)
@@ -194,23 +202,13 @@ def test_a_huge_run_without_spaces_is_encoded_in_bounded_pieces(monkeypatch):
     ``SEGMENT_CHARS``, and the count of such a run is still its whole encoding's."""
     from chat_platform.llm import tokens
 
-    lengths: list[int] = []
     real = tokens._encoding
-
-    class Measuring:
-        def __init__(self, name: str) -> None:
-            self.encoding = real(name)
-
-        def encode(self, text: str, **kwargs):
-            lengths.append(len(text))
-            return self.encoding.encode(text, **kwargs)
-
-    monkeypatch.setattr(tokens, "_encoding", Measuring)
+    encoded = _encoded_texts(monkeypatch)
     for text in ("x" * 900_000, " " * 900_000, "!" * 900_000):
-        lengths.clear()
+        encoded.clear()
         count_tokens(text)
-        assert max(lengths) == tokens.SEGMENT_CHARS
-        assert sum(lengths) == 900_000
+        assert max(map(len, encoded)) == tokens.SEGMENT_CHARS
+        assert sum(map(len, encoded)) == 900_000
     monkeypatch.setattr(tokens, "_encoding", real)
     for text in ("x" * 900_000, "y" * 900_000):
         assert count_tokens(text) == len(real("cl100k_base").encode(text))

@@ -9,8 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bots.transitions import session_context_add
 from tests.built import built_reads
-from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
-from tests.factories import BotFactory, SessionFactory, message_add
+from tests.factories import SessionFactory, message_add
 from tests.fakeopenai import Reply
 from tools import realtime as tool_realtime
 from turns import turn
@@ -23,16 +22,16 @@ def _quiet_frames(monkeypatch):
     monkeypatch.setattr(tool_realtime, "send_frame", lambda sid, frame: None)
 
 
+def _with_tools(bot, tools):
+    """The fake provider's bot (``fake_bot``) offering ``tools`` of the test's MCP server."""
+    bot.tools = tools
+    bot.save(update_fields=["tools"])
+    return bot
+
+
 @pytest.fixture
-def tool_bot(owner, fake_openai, monkeypatch, tool_server):
-    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
-    return BotFactory(
-        owner=owner,
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        api_key_env=FAKE_KEY_ENV,
-        tools=["calc/add"],
-    )
+def tool_bot(fake_bot, tool_server):
+    return _with_tools(fake_bot, ["calc/add"])
 
 
 def _call(name, arguments, call_id):
@@ -99,19 +98,12 @@ def test_a_tool_step_builds_few_reads_each_time(tool_bot, fake_openai, mcp_serve
 
 
 def test_a_slow_call_counts_the_same_statements_as_a_quick_one(
-    owner, fake_openai, mcp_server, tool_server, monkeypatch
+    fake_bot, fake_openai, mcp_server, tool_server
 ):
     """The counts above do not depend on how long a call runs: a round asks whether the reply
     was stopped each ``STOP_POLL_SECONDS`` while its calls run, and on a loaded CI a quick call
     took long enough for one such statement more (the fixture ``no_stop_polls``)."""
-    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
-    bot = BotFactory(
-        owner=owner,
-        model="openai/fake-model",
-        api_base=fake_openai.url,
-        api_key_env=FAKE_KEY_ENV,
-        tools=["calc/add", "calc/slow"],
-    )
+    bot = _with_tools(fake_bot, ["calc/add", "calc/slow"])
 
     def one_call(name, arguments):
         return _statements(bot, fake_openai, 1, calls=[_call(name, arguments, "c1")])
