@@ -22,6 +22,12 @@ def _ensure_database(url: str) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         if conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
             return
+        if not _apps_of_this_tree():
+            # ``--against REV``'s side: the template would be migrated by this tree's
+            # ``manage.py``, not REV's. An empty database, which the ``migrate`` after this
+            # fills with REV's own migrations.
+            conn.execute(f'create database "{name}"')
+            return
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from tests.integration.processes import postgres_template
@@ -29,6 +35,16 @@ def _ensure_database(url: str) -> None:
     template = postgres_template()
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'create database "{name}" template "{template}"')
+
+
+def _apps_of_this_tree() -> bool:
+    """Whether the apps Django loaded are this tree's. ``bench/_against.py`` runs this
+    checkout's bench scripts over REV's code (``PYTHONPATH``): the apps are then REV's, and
+    this tree's ``tests/integration/processes.py`` would migrate a template named for REV's
+    migrations with this tree's (a bot without REV's columns then failed to save)."""
+    import chat_platform
+
+    return Path(chat_platform.__file__).resolve().parents[1] == ROOT
 
 
 def database_migrated() -> None:
