@@ -83,7 +83,7 @@ def completion_send(
         turn = {
             "session": conversation.session,
             "key": key,
-            "options": request.options,
+            "options": {**request.options, **_streamed(request, result.user_message)},
             "base_position": conversation.base_position,
             "base_hash": conversation.base_hash,
             "pending": [[result.user_message.pk, user_message.fingerprint]],
@@ -104,6 +104,12 @@ def completion_send(
         )
         transaction.on_commit(lambda: setattr(started, "dispatched", result.dispatched))
     return started
+
+
+def _streamed(request: ChatRequest, last: Message) -> dict[str, int]:
+    """A streamed call's turn notes where the call's own messages end: its reply's links then
+    cover what the stream sent before the reply's text (``identity._said_before``)."""
+    return {"streamed_after_seq": last.seq} if request.stream else {}
 
 
 def _answered_call(*, conversation: Conversation, request: ChatRequest) -> Message:
@@ -174,7 +180,11 @@ def _tool_results_send(*, key: ApiKey, request: ChatRequest, conversation: Conve
             reply=reply,
             session=session,
             key=key,
-            options={**request.options, "exchange": [call.pk, *(m.pk for m in stored[:-1])]},
+            options={
+                **request.options,
+                "exchange": [call.pk, *(m.pk for m in stored[:-1])],
+                **_streamed(request, stored[-1]),
+            },
             base_position=conversation.base_position,
             base_hash=conversation.base_hash,
             pending=[

@@ -85,9 +85,33 @@ class ClientMessage:
         return message_fingerprint(self.role, self.content, extra)
 
 
-def reply_fingerprint(reply: Message) -> str:
-    """A stored reply as the client sees it: its text and its calls to the client's tools."""
-    return message_fingerprint("assistant", reply.content, calls_key(reply.tool_calls or []))
+def reply_fingerprint(reply: Message, *, said_before: str = "") -> str:
+    """A stored reply as the client sees it: its text and its calls to the client's tools.
+    ``said_before``: what the reply's earlier model calls said before their tool calls, which a
+    streamed call sends ahead of the reply's own text (``_said_before``)."""
+    return message_fingerprint(
+        "assistant", said_before + reply.content, calls_key(reply.tool_calls or [])
+    )
+
+
+def _said_before(turn: ApiTurn, reply: Message) -> str:
+    """What a streamed call sent before its reply's own text: each earlier model call of the
+    reply streams what it says before its tool calls (docs/openai-api.md), and the client
+    resends all of it as the assistant's turn. Stored as the text of the reply's tool-call
+    messages, between the call's last message (``streamed_after_seq``, written with the turn)
+    and the reply; a recall request written as text is stored empty, as it is never streamed.
+    Empty, with no statement, for an unstreamed call and for a reply without such rounds."""
+    after = turn.options.get("streamed_after_seq")
+    if after is None or reply.seq <= after + 1:
+        return ""
+    said = Message.objects.filter(
+        session_id=turn.session_id,
+        seq__gt=after,
+        seq__lt=reply.seq,
+        role=Message.Role.ASSISTANT,
+        kind=Message.Kind.TOOL,
+    ).order_by("seq")
+    return "".join(said.values_list("content", flat=True))
 
 
 @dataclass
@@ -447,7 +471,8 @@ def links_write(*, turn: ApiTurn, reply: Message) -> None:
             )
         )
     position += 1
-    chain_hash = chain_next(chain_hash, reply_fingerprint(reply))
+    said_before = _said_before(turn, reply)
+    chain_hash = chain_next(chain_hash, reply_fingerprint(reply, said_before=said_before))
     links.append(
         ChainLink(
             session_id=turn.session_id,

@@ -123,3 +123,55 @@ def test_server_tools_run_on_v1_and_client_tools_still_end_the_loop(
     assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
     assert ChatSession.objects.filter(user=user).count() == 1
     assert len(fake_openai.requests) == 3
+
+
+SAID_FIRST = "Let me add those. "
+ANSWER = "It is 42."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_resends_what_it_got_stays_in_its_chat(
+    stack, user, tool_bot, fake_openai, mcp_server, stream
+):
+    """A call with the bot's own tools streams each model call's text, what the model said before
+    its tool call included (docs/openai-api.md); unstreamed, the answer is the last call's text.
+    A client resends what it got as the assistant turn of its history: either way, its next call
+    continues the same chat, with the same tool round in the model's context."""
+    _, key = new_key(user)
+    fake_openai.script(
+        Reply(text=SAID_FIRST, tool_calls=[ADD_CALL]),
+        Reply(text=ANSWER),
+        Reply(text="You are welcome."),
+    )
+    client = sdk(stack, key)
+    first = {"role": "user", "content": "Add 2 and 40."}
+    if stream:
+        events = client.chat.completions.create(model="agent", messages=[first], stream=True)
+        got = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+        assert got == SAID_FIRST + ANSWER
+    else:
+        got = client.chat.completions.create(model="agent", messages=[first])
+        got = got.choices[0].message.content
+        assert got == ANSWER
+    session = ChatSession.objects.get(user=user)
+
+    raw = client.chat.completions.with_raw_response.create(
+        model="agent",
+        messages=[
+            first,
+            {"role": "assistant", "content": got},
+            {"role": "user", "content": "Thanks"},
+        ],
+    )
+
+    assert raw.parse().choices[0].message.content == "You are welcome."
+    assert raw.headers["x-session-id"] == str(session.pk)
+    assert ChatSession.objects.filter(user=user).count() == 1
+    # The model's context for the thanks holds the tool round as it happened, once.
+    assert fake_openai.requests[2]["messages"][-4:] == [
+        {"role": "assistant", "content": SAID_FIRST, "tool_calls": [ADD_CALL]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
+        {"role": "assistant", "content": ANSWER},
+        {"role": "user", "content": "Thanks"},
+    ]
+    assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
