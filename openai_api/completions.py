@@ -83,7 +83,7 @@ def completion_send(
         turn = {
             "session": conversation.session,
             "key": key,
-            "options": {**request.options, **_streamed(request, result.user_message)},
+            "options": {**request.options, **_streamed(request, reply)},
             "base_position": conversation.base_position,
             "base_hash": conversation.base_hash,
             "pending": [[result.user_message.pk, user_message.fingerprint]],
@@ -106,10 +106,12 @@ def completion_send(
     return started
 
 
-def _streamed(request: ChatRequest, last: Message) -> dict[str, int]:
-    """A streamed call's turn notes where the call's own messages end: its reply's links then
-    cover what the stream sent before the reply's text (``identity._said_before``)."""
-    return {"streamed_after_seq": last.seq} if request.stream else {}
+def _streamed(request: ChatRequest, reply: Message) -> dict[str, int]:
+    """A streamed call's turn notes the seq before its pending ``reply``: the rounds this run
+    stores take the reply's seq and after (``bots.exchanges``), and the reply's links cover what
+    the stream sent before the reply's text (``identity._said_before``). A retried reply's
+    earlier run's rounds stand before it and were not streamed by this call."""
+    return {"streamed_after_seq": reply.seq - 1} if request.stream else {}
 
 
 def _answered_call(*, conversation: Conversation, request: ChatRequest) -> Message:
@@ -183,7 +185,7 @@ def _tool_results_send(*, key: ApiKey, request: ChatRequest, conversation: Conve
             options={
                 **request.options,
                 "exchange": [call.pk, *(m.pk for m in stored[:-1])],
-                **_streamed(request, stored[-1]),
+                **_streamed(request, reply),
             },
             base_position=conversation.base_position,
             base_hash=conversation.base_hash,

@@ -97,9 +97,9 @@ def reply_fingerprint(reply: Message, *, said_before: str = "") -> str:
 def _said_before(turn: ApiTurn, reply: Message) -> str:
     """What a streamed call sent before its reply's own text: each earlier model call of the
     reply streams what it says before its tool calls (docs/openai-api.md), and the client
-    resends all of it as the assistant's turn. Stored as the text of the reply's tool-call
-    messages, between the call's last message (``streamed_after_seq``, written with the turn)
-    and the reply; a recall request written as text is stored empty, as it is never streamed.
+    resends all of it as the assistant's turn. Stored as the text of the tool-call messages this
+    run of the reply stored, after ``streamed_after_seq`` (written with the turn) and before the
+    reply; a recall request written as text is stored empty, as it is never streamed.
     Empty, with no statement, for an unstreamed call and for a reply without such rounds."""
     after = turn.options.get("streamed_after_seq")
     if after is None or reply.seq <= after + 1:
@@ -228,9 +228,10 @@ def _session_new(*, user: Any, bot: Bot, key: ApiKey) -> ChatSession:
 
 def _failed_opening(*, key: ApiKey, bot: Bot, content: str) -> ChatSession | None:
     """The key's newest chat with ``bot`` that holds only this opening message and its failed
-    reply: a call with no history that failed (a provider down, a limit), sent again by the
-    client or its SDK's retries, continues there (the send re-runs that reply,
-    ``turns.services.retry``) instead of leaving one more chat behind per try."""
+    reply (with the tool rounds that reply stored before it failed): a call with no history
+    that failed (a provider down, a limit), sent again by the client or its SDK's retries,
+    continues there (the send re-runs that reply, ``turns.services.retry``) instead of leaving
+    one more chat behind per try."""
     if not content:
         return None
     opening = Message.objects.filter(
@@ -238,13 +239,18 @@ def _failed_opening(*, key: ApiKey, bot: Bot, content: str) -> ChatSession | Non
     )
     failed = Message.objects.filter(
         session_id=OuterRef("pk"),
-        seq=2,
+        seq=OuterRef("last_seq"),
         role=Message.Role.ASSISTANT,
+        kind=Message.Kind.CHAT,
         status__in=(Message.Status.FAILED, Message.Status.INTERRUPTED),
     )
+    between = Message.objects.filter(
+        session_id=OuterRef("pk"), seq__gt=1, seq__lt=OuterRef("last_seq")
+    ).exclude(kind=Message.Kind.TOOL)
     return (
-        ChatSession.objects.filter(api_origin__key=key, bot=bot, last_seq=2)
+        ChatSession.objects.filter(api_origin__key=key, bot=bot, last_seq__gte=2)
         .filter(Exists(opening), Exists(failed))
+        .exclude(Exists(between))
         .exclude(Exists(ChainLink.objects.filter(session_id=OuterRef("pk"))))
         .order_by("-pk")
         .first()

@@ -5,6 +5,7 @@ the local fake provider, its tools the real test MCP server (``tests/mcpserver.p
 
 import json
 
+import openai
 import pytest
 
 from bots.models import ChatSession, Message
@@ -127,6 +128,37 @@ def test_server_tools_run_on_v1_and_client_tools_still_end_the_loop(
 
 SAID_FIRST = "Let me add those. "
 ANSWER = "It is 42."
+FIRST = {"role": "user", "content": "Add 2 and 40."}
+# The model's context for the client's "Thanks": the tool round as it happened, once, then the
+# answer and the thanks.
+THANKS_CONTEXT = [
+    {"role": "assistant", "content": SAID_FIRST, "tool_calls": [ADD_CALL]},
+    {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
+    {"role": "assistant", "content": ANSWER},
+    {"role": "user", "content": "Thanks"},
+]
+
+
+def _streamed(client) -> str:
+    events = client.chat.completions.create(model="agent", messages=[FIRST], stream=True)
+    return "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+
+
+def _thanks_stays_in(client, user, got: str) -> None:
+    """The client's next call, its history holding ``got`` as the assistant's turn, continues
+    the user's one chat."""
+    session = ChatSession.objects.get(user=user)
+    raw = client.chat.completions.with_raw_response.create(
+        model="agent",
+        messages=[
+            FIRST,
+            {"role": "assistant", "content": got},
+            {"role": "user", "content": "Thanks"},
+        ],
+    )
+    assert raw.parse().choices[0].message.content == "You are welcome."
+    assert raw.headers["x-session-id"] == str(session.pk)
+    assert ChatSession.objects.filter(user=user).count() == 1
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -144,34 +176,41 @@ def test_a_client_that_resends_what_it_got_stays_in_its_chat(
         Reply(text="You are welcome."),
     )
     client = sdk(stack, key)
-    first = {"role": "user", "content": "Add 2 and 40."}
     if stream:
-        events = client.chat.completions.create(model="agent", messages=[first], stream=True)
-        got = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+        got = _streamed(client)
         assert got == SAID_FIRST + ANSWER
     else:
-        got = client.chat.completions.create(model="agent", messages=[first])
+        got = client.chat.completions.create(model="agent", messages=[FIRST])
         got = got.choices[0].message.content
         assert got == ANSWER
-    session = ChatSession.objects.get(user=user)
 
-    raw = client.chat.completions.with_raw_response.create(
-        model="agent",
-        messages=[
-            first,
-            {"role": "assistant", "content": got},
-            {"role": "user", "content": "Thanks"},
-        ],
+    _thanks_stays_in(client, user, got)
+
+    assert fake_openai.requests[2]["messages"][-4:] == THANKS_CONTEXT
+    assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
+
+
+def test_a_retried_streamed_call_is_linked_by_what_its_own_run_streamed(
+    stack, user, tool_bot, fake_openai, mcp_server
+):
+    """A streamed first call whose reply failed after a tool round, sent again: it continues in
+    its chat (not a new one), the reply runs again with that round in its context and streams
+    only its own text. The client resends that text, and its next call stays in the chat (the
+    failed run's round was never part of the stream that answered)."""
+    _, key = new_key(user)
+    fake_openai.script(
+        Reply(text=SAID_FIRST, tool_calls=[ADD_CALL]),
+        Reply(status=400, error_message="bad request"),
+        Reply(text=ANSWER),
+        Reply(text="You are welcome."),
     )
+    client = sdk(stack, key)
+    with pytest.raises(openai.APIError):
+        _streamed(client)
+    got = _streamed(client)
+    assert got == ANSWER
 
-    assert raw.parse().choices[0].message.content == "You are welcome."
-    assert raw.headers["x-session-id"] == str(session.pk)
-    assert ChatSession.objects.filter(user=user).count() == 1
-    # The model's context for the thanks holds the tool round as it happened, once.
-    assert fake_openai.requests[2]["messages"][-4:] == [
-        {"role": "assistant", "content": SAID_FIRST, "tool_calls": [ADD_CALL]},
-        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
-        {"role": "assistant", "content": ANSWER},
-        {"role": "user", "content": "Thanks"},
-    ]
+    _thanks_stays_in(client, user, got)
+
+    assert fake_openai.requests[3]["messages"][-4:] == THANKS_CONTEXT
     assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
