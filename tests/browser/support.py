@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -176,3 +177,13 @@ def shoot(page, name: str, **kwargs) -> None:
     if os.environ.get("UPDATE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **kwargs)
+
+
+def sign_out(page: Any) -> None:
+    """Sign out and land on the login page. The logout's own navigation may be overtaken by the
+    page's: once the session is gone, the chat page's open socket closes with 4401 and the page
+    goes to the login page itself (static/chat/transport/socket.js), aborting the navigation a
+    ``expect_navigation`` waits for (net::ERR_ABORTED, seen once in a loaded CI run). Either
+    way the page ends on the login page, which only a signed-out session is sent to."""
+    page.click(".logout-form button[type=submit]")
+    page.wait_for_url("**/accounts/login/**")

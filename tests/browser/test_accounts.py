@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.support import ARTIFACTS, embedded_platform
+from tests.browser.support import ARTIFACTS, embedded_platform, sign_out
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
 
@@ -78,9 +78,7 @@ def test_sign_up_with_an_invitation_then_sign_in(server_url, chromium):
     page.wait_for_selector(".app-user-name")
     assert page.locator(".app-user-name").inner_text() == "Signed in as ann"
 
-    with page.expect_navigation():
-        page.click(".logout-form button[type=submit]")
-    page.wait_for_url("**/accounts/login/**")
+    sign_out(page)
     _sign_in(page, base, "ann", NEW_PASSWORD)
     assert page.locator(".app-user-name").inner_text() == "Signed in as ann"
     context.close()

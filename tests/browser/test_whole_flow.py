@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.browser.conftest import _new_page
-from tests.browser.support import assistant, embedded_platform, open_new_chat, send
+from tests.browser.support import assistant, embedded_platform, open_new_chat, send, sign_out
 from tests.fakeopenai import Reply
 
 pytestmark = [pytest.mark.browser, pytest.mark.crossprocess]
@@ -73,8 +73,7 @@ def test_invite_sign_up_connection_model_chat_and_usage(site, chromium, fake):
             person.click("main form button[type=submit]")
         person.wait_for_selector(".app-user-name")
         assert person.locator(".app-user-name").inner_text() == "Signed in as ann"
-        with person.expect_navigation():
-            person.click(".logout-form button[type=submit]")
+        sign_out(person)
         _sign_in(person, base, "ann", NEW_PASSWORD)
         boss.goto(f"{base}/accounts/invitations/")
         row = boss.locator(".invitations-table tbody tr", has_text="for Ann")
