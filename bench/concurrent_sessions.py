@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -176,15 +177,18 @@ def embeddings_caught_up(sids: list[int], timeout: float = 300.0) -> tuple[float
         connection.close()
 
 
-async def burst(stack: _stack.Stack, token: str, sids: list[int]) -> tuple[list[Turn], float]:
-    return await burst_turns(stack, token, [Turn(s) for s in sids])
+async def burst(
+    stack: _stack.Stack, token: str, sids: list[int], at_send=None
+) -> tuple[list[Turn], float]:
+    return await burst_turns(stack, token, [Turn(s) for s in sids], at_send=at_send)
 
 
 async def burst_turns(
-    stack: _stack.Stack, token: str, turns: list[Turn], during=None
+    stack: _stack.Stack, token: str, turns: list[Turn], during=None, at_send=None
 ) -> tuple[list[Turn], float]:
     """All ``turns`` connect, then send at once; ``during`` (a coroutine function, e.g.
-    bench/multihost.py's worker-host kill) runs beside them from the moment they send."""
+    bench/multihost.py's worker-host kill) runs beside them from the moment they send;
+    ``at_send`` is called once, when the wall starts (all connected)."""
     go = asyncio.Event()
     opened: list[int] = []
     tasks = [asyncio.create_task(one_turn(stack, token, t, go, opened)) for t in turns]
@@ -193,6 +197,8 @@ async def burst_turns(
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
+    if at_send is not None:
+        at_send()
     started = time.perf_counter()
     go.set()
     await asyncio.gather(*tasks, *([during()] if during else []))
@@ -216,6 +222,31 @@ async def steady(
 
 def servers_cpu() -> dict[str, float]:
     return {key: _procfs.cpu_seconds_named(name) for key, name in SERVERS.items()}
+
+
+def cpu_now(stack: _stack.Stack) -> dict[str, float]:
+    """CPU-s so far of every process a turn runs through: the stack's, the servers', the fake
+    provider's and this process's (the clients)."""
+    own = os.times()
+    return {
+        "worker": stack.worker.cpu(),
+        "web": stack.web.cpu(),
+        **servers_cpu(),
+        "provider": stack.provider.cpu(),
+        "clients": own.user + own.system,
+    }
+
+
+def wall_cpu_line(cpu: dict[str, float], wall: float, done: int) -> str:
+    """Where the machine's CPU went while the turns ran (the embedding catch-up after them is
+    not in it): ms per completed turn by process, and their sum against what the cores had."""
+    parts = ", ".join(f"{k} {v / done * 1000:.1f}" for k, v in cpu.items())
+    total = sum(cpu.values())
+    cores = os.cpu_count() or 1
+    return (
+        f"    during the wall, CPU ms per completed turn: {parts}; all {total / done * 1000:.1f} "
+        f"ms ({total:.1f} CPU-s of the {cores} cores' {cores * wall:.1f})"
+    )
 
 
 def report(
@@ -299,8 +330,17 @@ def main() -> None:
             f"worker processes x {args.threads} threads; direct TTFT {ttft_direct * 1000:.0f} ms"
         )
         failed = 0
+        at_wall: dict[str, float] = {}
+
+        def mark_wall() -> None:
+            at_wall.update(cpu_now(stack))
+
         for name, run, count in (
-            (f"(a) burst of {args.burst}", lambda s: burst(stack, fix.token, s), args.burst),
+            (
+                f"(a) burst of {args.burst}",
+                lambda s: burst(stack, fix.token, s, at_send=mark_wall),
+                args.burst,
+            ),
             (
                 f"(b) steady {args.rate:g} turns/s for {args.seconds:g} s",
                 lambda s: steady(stack, fix.token, s, args.rate),
@@ -310,17 +350,21 @@ def main() -> None:
             batch, sids = sids[:count], sids[count:]
             sampler = Sampler(stack)
             sampler.start()
-            cpu0 = {"worker": stack.worker.cpu(), "web": stack.web.cpu(), **servers_cpu()}
+            cpu0 = cpu_now(stack)
+            at_wall.update(cpu0)  # the burst's connects come before its wall: not in it
             turns, wall = asyncio.run(run(batch))
+            at_end = cpu_now(stack)
             time.sleep(0.3)
             caught_up = embeddings_caught_up(batch) if args.embedding != "" else None
-            now = {"worker": stack.worker.cpu(), "web": stack.web.cpu(), **servers_cpu()}
+            now = cpu_now(stack)
             cpu = {k: now[k] - v for k, v in cpu0.items()}
+            in_wall = {k: at_end[k] - v for k, v in at_wall.items()}
             sampler.stop.set()
             sampler.join()
             classify_stuck(turns)
             connection.close()
             completed = report(name, turns, wall, ttft_direct, cpu, sampler)
+            print(wall_cpu_line(in_wall, wall, max(1, completed)))
             if caught_up is not None:
                 seconds, left = caught_up
                 said = f"{left} still not embedded after" if left else "caught up"
