@@ -290,7 +290,7 @@ def report(
     return counts["completed"]
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0)
@@ -306,7 +306,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.burst, args.seconds = min(args.burst, 20), min(args.seconds, 5.0)
+    return args
 
+
+def main() -> None:
+    args = _args()
     _stack.django_setup()
     from django.db import connection
 
