@@ -1,5 +1,5 @@
-"""PostgreSQL parses and plans a statement once per connection, not at every run: parameters
-are bound by the server and a statement is prepared on a connection from its third run there
+"""PostgreSQL parses a statement once per connection, not at every run: parameters are bound by
+the server and a statement is prepared on a connection at its first run there
 (``DATABASE_SERVER_SIDE_BINDING``, ``DATABASE_PREPARE_THRESHOLD``; docs/operations.md)."""
 
 import os
@@ -30,22 +30,53 @@ def _prepared(marker: str) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_a_statement_is_prepared_at_its_third_run_on_a_connection_and_once():
+def _runs_prepared(probe: str) -> list[int]:
+    """Run ``probe`` five times on the test's connection: after each run, how many prepared
+    statements on it hold its text."""
+    marker = probe.rsplit(" ", 1)[1]
     seen = []
     with connection.cursor() as cursor:
         for run in (1, 2, 3, 4, 5):
-            cursor.execute(PROBE, [run])
+            cursor.execute(probe, [run])
             assert cursor.fetchone() == (run + 1,)
-            seen.append(len(_prepared("prepared_probe_c41")))
-    assert seen == [0, 0, 1, 1, 1]
+            seen.append(len(_prepared(marker)))
+    return seen
+
+
+def test_a_statement_is_prepared_at_its_first_run_on_a_connection_and_once():
+    assert _runs_prepared(PROBE) == [1, 1, 1, 1, 1]
     # the parameter went apart from the text: one statement serves every value
     assert _prepared("prepared_probe_c41") == ["SELECT $1::int + 1 AS prepared_probe_c41"]
 
 
+def test_a_threshold_of_two_prepares_at_the_third_run():
+    connection.ensure_connection()
+    threshold, connection.connection.prepare_threshold = connection.connection.prepare_threshold, 2
+    try:
+        seen = _runs_prepared("SELECT %s::int + 1 AS prepared_probe_d52")
+    finally:
+        connection.connection.prepare_threshold = threshold
+    assert seen == [0, 0, 1, 1, 1]
+
+
+def test_a_statement_without_parameters_is_never_prepared_so_a_script_runs():
+    # The default threshold (0) would prepare it at once, and a prepared statement holds one
+    # statement: "cannot insert multiple commands into a prepared statement" (chat_platform/
+    # pgcursor.py). tests/conftest.py empties the tables with such a script.
+    with connection.cursor() as cursor:
+        for _ in range(3):
+            cursor.execute("SELECT 1 AS prepared_probe_e63; SELECT 2 AS prepared_probe_e63")
+            assert cursor.fetchone() == (1,)
+        cursor.execute("SELECT 3 AS prepared_probe_f74")
+        assert cursor.fetchone() == (3,)
+    assert _prepared("prepared_probe_e63") == []
+    assert _prepared("prepared_probe_f74") == []
+
+
 def test_scripts_of_several_statements_run_even_when_every_statement_is_prepared():
-    # psycopg leaves a script unprepared after its first run, but with a threshold of 0
-    # (DATABASE_PREPARE_THRESHOLD=0) it would prepare it at once and fail: "cannot insert
-    # multiple commands into a prepared statement". The installs never ask for it.
+    # psycopg leaves a script unprepared after its first run, but with a threshold of 0 (the
+    # default) it would prepare it at once and fail: "cannot insert multiple commands into a
+    # prepared statement". The installs never ask for it.
     connection.ensure_connection()
     threshold, connection.connection.prepare_threshold = connection.connection.prepare_threshold, 0
     try:
@@ -61,7 +92,8 @@ def _options(**env: str) -> str:
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
         "o = s.DATABASES['default']['OPTIONS']; "
-        "print(o.get('server_side_binding'), o.get('prepare_threshold', 'unset'))"
+        "print(o.get('server_side_binding'), o.get('prepare_threshold', 'unset'), "
+        "getattr(o.get('cursor_factory'), '__name__', 'unset'))"
     )
     merged = {
         **os.environ,
@@ -79,10 +111,10 @@ def _options(**env: str) -> str:
 
 
 def test_the_settings_and_a_bad_threshold():
-    assert _options() == "True 2"
-    assert _options(DATABASE_PREPARE_THRESHOLD="0") == "True 0"
+    assert _options() == "True 0 PreparingCursor"
+    assert _options(DATABASE_PREPARE_THRESHOLD="2") == "True 2 PreparingCursor"
     assert _options(DATABASE_PREPARE_THRESHOLD="off", DATABASE_SERVER_SIDE_BINDING="false") == (
-        "False unset"
+        "False unset unset"
     )
     assert _options(DATABASE_PREPARE_THRESHOLD="soon") == (
         "django.core.exceptions.ImproperlyConfigured: DATABASE_PREPARE_THRESHOLD: a whole number "

@@ -192,23 +192,30 @@ elif env.bool("DATABASE_POOL", default=True):
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=0))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Parameters bound by the server, and a statement prepared on a connection from its
-    # DATABASE_PREPARE_THRESHOLD-th run there: PostgreSQL then parses and plans a turn's
-    # statements once per pooled connection instead of at every run, a third of its CPU a turn
-    # (docs/performance.md "PostgreSQL's share of a turn"). A pooler in front of PostgreSQL that
-    # cannot keep prepared statements (PgBouncer in transaction mode before 1.21) needs
-    # DATABASE_PREPARE_THRESHOLD=off. Django's own default is neither.
+    # Parameters bound by the server, and a statement prepared on a connection once it has run
+    # there DATABASE_PREPARE_THRESHOLD times (0: at its first run): PostgreSQL then parses a
+    # turn's statements once per pooled connection instead of at every run, a third of its CPU
+    # a turn (docs/performance.md "PostgreSQL's share of a turn"). The pool hands its idle
+    # connections out in turn, so each is warmed on its own: prepared at the first run, a
+    # statement is parsed once per connection ("Prepared from the first run"); one sent without
+    # parameters (a script, DDL) never is (chat_platform/pgcursor.py). A pooler in front of
+    # PostgreSQL that cannot keep prepared statements (PgBouncer in transaction mode before
+    # 1.21) needs DATABASE_PREPARE_THRESHOLD=off. Django's own default is neither.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options.setdefault(
         "server_side_binding", env.bool("DATABASE_SERVER_SIDE_BINDING", default=True)
     )
-    _threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="2").strip().lower()
+    _threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="0").strip().lower()
     if _threshold not in ("off", "none", ""):
         if not _threshold.isdigit():
             raise ImproperlyConfigured(
                 "DATABASE_PREPARE_THRESHOLD: a whole number of runs (0 or more), or off"
             )
         _options.setdefault("prepare_threshold", int(_threshold))
+        if _options["server_side_binding"] is True:
+            from chat_platform.pgcursor import PreparingCursor
+
+            _options.setdefault("cursor_factory", PreparingCursor)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
