@@ -212,10 +212,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
                 "DATABASE_PREPARE_THRESHOLD: a whole number of runs (0 or more), or off"
             )
         _options.setdefault("prepare_threshold", int(_threshold))
-        if _options["server_side_binding"] is True:
-            from chat_platform.pgcursor import PreparingCursor
-
-            _options.setdefault("cursor_factory", PreparingCursor)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
