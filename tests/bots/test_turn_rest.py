@@ -221,15 +221,15 @@ def test_malformed_json_body(owner_client, chat_session):
 @pytest.mark.parametrize(
     ("client_id", "statements"),
     [
-        # the session; the user's daily token limit (connections.usage, one read); the chat's
-        # last question (a Retry sends it again: turns/services/retry.py); the exchange's seqs
+        # the session; the user's daily token limit (connections.usage, one read); (the chat's
+        # last question, a Retry sending it again, from its second send on: below); the
+        # exchange's seqs
         # and totals in one UPDATE … RETURNING; the two rows in one INSERT (the question's in a
         # CTE, bots.fast_paths.exchange_insert; two INSERTs before); pins and summaries (one
         # UNION ALL) for the fixed-part check (not the memory index)
         (
             None,
             [
-                "SELECT",
                 "SELECT",
                 "SELECT",
                 "SAVEPOINT",
@@ -243,7 +243,6 @@ def test_malformed_json_body(owner_client, chat_session):
         (
             "c-1",
             [
-                "SELECT",
                 "SELECT",
                 "SELECT",
                 "SAVEPOINT",
@@ -282,6 +281,37 @@ def test_a_send_costs_a_fixed_set_of_statements(
         1,
     )
     assert (result.user_message.seq, result.assistant_message.seq) == (1, 2)
+
+
+# turns/services/retry.py's read of the chat's last question (its id, kind and text)
+LAST_QUESTION_READ = (
+    'SELECT "bots_message"."id" AS "pk", "bots_message"."kind" AS "kind", '
+    '"bots_message"."content" AS "content" FROM "bots_message"'
+)
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_chats_second_send_reads_its_last_question_and_its_first_does_not(
+    owner, fake_session, django_capture_on_commit_callbacks
+):
+    # A send whose text is the chat's last question while its reply failed is a Retry
+    # (turns/services/retry.py): that takes a read of the last question, which a chat with no
+    # message yet does not have.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from turns.services.send import session_message_send
+
+    reads = []
+    for text in ("hi", "hi again"):
+        with (
+            django_capture_on_commit_callbacks(execute=False),
+            CaptureQueriesContext(connection) as queries,
+        ):
+            session_message_send(user=owner, session_id=fake_session.pk, content=text)
+        reads.append(sum(LAST_QUESTION_READ in q["sql"] for q in queries))
+        fake_session.refresh_from_db()
+    assert reads == [0, 1]
 
 
 def test_the_send_loads_the_model_map_before_its_transaction(

@@ -220,9 +220,10 @@ def test_a_rest_wait_turn(owner, owner_client, fake_bot, fake_openai, counting):
     # followed by a read of what is left, was 5): a task
     # body apart, on a worker of its own in a deployment. Redis: the send's heavy-request slot
     # (EVALSHA, ZREM), the reply-finished PUBLISH, the compaction lease's EXISTS, the waiter's
-    # SUBSCRIBE.
+    # SUBSCRIBE. -1 web: the chat's first send reads no last question to retry (there is none:
+    # turns/services/retry.py; was 9).
     assert counting.summary() == {
-        "sql_web": 9,
+        "sql_web": 8,
         "sql_worker": 15,
         "sql_tasks": {EMBED: 3},
         "redis": 5,
@@ -315,9 +316,10 @@ async def test_a_one_bot_websocket_turn(owner, fake_bot, fake_openai, counting):
     # worker's and the task's as the REST turn's; the web's include the check that the socket's
     # token still signs its user in (chat_platform.realtime_auth.credential_valid), read with the
     # send's chat and its bot in one statement (bots.queries.token_user_and_session, was two:
-    # 10); the question and its pending reply are one INSERT (was 11).
+    # 10); the question and its pending reply are one INSERT (was 11); the chat's first send
+    # reads no last question to retry (was 9).
     assert counting.summary() == {
-        "sql_web": 9,
+        "sql_web": 8,
         "sql_worker": 15,
         "sql_tasks": {EMBED: 3},
         "redis": 2,
@@ -409,9 +411,10 @@ def test_a_room_hand_over(owner, owner_client, fake_bot, fake_openai, counting):
     # Planner's, Critic's first turn) reads the other bots' recall and tool rounds, which it is
     # never shown, in a statement of its own; a seat with its row reads them with it
     # (compaction/seats.py: they counted in its pressure before). -1 web: the question and
-    # Planner's pending reply are one INSERT (was 15).
+    # Planner's pending reply are one INSERT (was 15). -1 web: the room's first send reads no
+    # last question to retry (was 14).
     assert counting.summary() == {
-        "sql_web": 14,
+        "sql_web": 13,
         "sql_worker": 46,
         "sql_tasks": {EMBED: 3},
         "redis": 7,
@@ -451,9 +454,9 @@ def test_a_turn_with_a_recall(owner, owner_client, fake_bot, fake_openai, counti
     # web as the REST turn's (was 11: the session read twice; 10: two INSERTs for the pair).
     # Worker 29, was 32: the round's totals ride on the seqs' UPDATE, its call and result are
     # one INSERT, and the reply's new seq is not read back (docs/performance.md, "The tool
-    # task, seventh pass").
+    # task, seventh pass"). Web 8: the chat's first send reads no last question to retry (was 9).
     assert counting.summary() == {
-        "sql_web": 9,
+        "sql_web": 8,
         "sql_worker": 29,
         "sql_tasks": {EMBED: 3},
         "redis": 5,
@@ -501,14 +504,15 @@ async def test_a_v1_streamed_turn(owner, fake_bot, fake_openai, counting):
     # web, 25: the key, its user, the bot, the quota; a failed opening of the same message to
     # run again (openai_api/identity.py, +1: a retried first call made a new chat per try),
     # else the new session and its API session; the send (session, quota again, the chat's
-    # last message, two savepoints, seqs, the pair written in one INSERT (was two: 26),
+    # last message unless the chat is new (a new chat here: 24, was 25), two savepoints, seqs,
+    # the pair written in one INSERT (was two: 26),
     # title, gauge, the API turn, dispatched_at); the finished reply read when its last frame
     # came, its API turn and the call's chain written. worker, 18: the REST turn's 15, +1 the
     # API turn's options, +2 the chain read and written at the finish. The embedding task's 4,
     # apart. Redis: the reply-finished PUBLISH, the compaction lease's EXISTS (no
     # heavy-request slot on /v1, no REST waiter).
     assert counting.summary() == {
-        "sql_web": 25,
+        "sql_web": 24,
         "sql_worker": 18,
         "sql_tasks": {EMBED: 3},
         "redis": 2,

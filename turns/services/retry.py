@@ -88,7 +88,10 @@ def send_is_retry(
     reply failed. Re-runs that reply (one transaction), gives the question the send's
     ``client_id`` (its repeat finds this exchange) and returns ``(question, replies)``; None for
     an ordinary send. A concurrent Retry that already re-ran it returns the same exchange with
-    nothing re-run."""
+    nothing re-run. A chat with no message yet (its ``last_seq`` as the send read it) has no
+    question to retry: no statement."""
+    if not session.last_seq:
+        return None
     last = _LAST_QUESTION.rows(session_id=session.pk)
     if not last or last[0][1] != Message.Kind.CHAT or last[0][2] != text:
         return None
