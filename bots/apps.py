@@ -10,12 +10,14 @@ class BotsConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
-        from django.db.backends.signals import connection_created
 
-        from chat_platform.pgcursor import use_preparing_cursor
+        if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+            from django.db.backends.signals import connection_created
 
-        # A statement without parameters (a script, DDL) is never prepared: docs/operations.md.
-        connection_created.connect(use_preparing_cursor, dispatch_uid="use_preparing_cursor")
+            from chat_platform.pgcursor import use_preparing_cursor
+
+            # A statement without parameters (a script, DDL) is never prepared: docs/operations.md.
+            connection_created.connect(use_preparing_cursor, dispatch_uid="use_preparing_cursor")
 
         from chat_platform.warmup import is_web_server, warm_web_process
 
