@@ -221,12 +221,12 @@ def test_malformed_json_body(owner_client, chat_session):
 @pytest.mark.parametrize(
     ("client_id", "statements"),
     [
-        # the session; the user's daily token limit (connections.usage, one read); (the chat's
-        # last question, a Retry sending it again, from its second send on: below); the
-        # exchange's seqs
-        # and totals in one UPDATE … RETURNING; the two rows in one INSERT (the question's in a
-        # CTE, bots.fast_paths.exchange_insert; two INSERTs before); pins and summaries (one
-        # UNION ALL) for the fixed-part check (not the memory index)
+        # a chat's first send: the session; the user's daily token limit (connections.usage,
+        # one read); the exchange's seqs and totals in one UPDATE … RETURNING; the two rows in
+        # one INSERT (the question's in a CTE, bots.fast_paths.exchange_insert; two INSERTs
+        # before); pins and summaries (one UNION ALL) for the fixed-part check (not the memory
+        # index). From the second send on, the chat's last question too (a Retry sends it
+        # again: turns/services/retry.py; the test below)
         (
             None,
             [
