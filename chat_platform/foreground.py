@@ -11,11 +11,16 @@ process's own: a worker process whose turns are done works while its neighbour s
 
 The queue is the process's memory: what is queued when the process stops is not done (its
 owner says how that loses nothing). A worker's warm shutdown stops the thread (``stop``);
-``chat_platform.inprocess.tasks_wait_idle`` waits for it to be drained too.
+``chat_platform.inprocess.tasks_wait_idle`` waits for it to be drained too. When the interpreter
+exits, the piece being done is waited for (``EXIT_WAIT_SECONDS`` at most; the embedding stops
+between batches once ``stopping``): the thread is a daemon, and a piece left running in ONNX
+Runtime's native code while the interpreter tore its modules down ended the process with a
+segfault or an abort (exit 139 or 134) after its work was done.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -34,6 +39,8 @@ _queue: dict[Hashable, tuple[float, Callable[[], None]]] = {}
 _busy = False  # the thread is doing a piece of work now
 _thread: threading.Thread | None = None
 _stopping = False
+# How long an exiting interpreter waits for the piece of work being done (an embedding batch).
+EXIT_WAIT_SECONDS = 10.0
 
 
 @contextmanager
@@ -89,6 +96,23 @@ def stop() -> None:
     with _cond:
         _stopping = True
         _cond.notify_all()
+
+
+def stopping() -> bool:
+    """Whether the process is stopping (``stop``): a long piece of work ends at its next step
+    (the embedding, between batches: ``memory.embeddings``)."""
+    return _stopping
+
+
+def exit_wait() -> bool:
+    """The interpreter is exiting (``atexit``): start nothing more, and let the piece being
+    done end first (``EXIT_WAIT_SECONDS`` at most); whether it did."""
+    stop()
+    with _cond:
+        return _cond.wait_for(lambda: not _busy, timeout=EXIT_WAIT_SECONDS)
+
+
+atexit.register(exit_wait)
 
 
 def _next() -> tuple[Hashable, Callable[[], None]] | None:

@@ -48,6 +48,7 @@ from django.db.models import Q
 
 from bots.model_config import bot_model_config
 from bots.models import Bot, ChatSession
+from chat_platform import foreground
 from chat_platform.celery_app import task_named
 from chat_platform.compiled import CompiledValues
 from chat_platform.dbwrite import rows_update
@@ -65,8 +66,7 @@ from memory.search import MessageScore
 log = structlog.get_logger(__name__)
 
 EMBED_TASK = "memory.tasks.messages_embed"
-# Texts per embedding request, and requests per run (a run stops there; the next compaction of
-# the session goes on where it stopped).
+# Texts per embedding request, requests per run (the session's next run goes on from there).
 EMBED_BATCH = 64
 EMBED_MAX_BATCHES = 50
 # What of a message is embedded: embedding models read a few hundred tokens at most.
@@ -216,8 +216,8 @@ def _embed_pending(
     config = _builtin_config(model) if builtin else embedding_config(Bot.objects.get(pk=bot_id))
     done = 0
     for _ in range(EMBED_MAX_BATCHES):
-        texts = _pending_batch(session_id, model, message_ids)  # the ids with their texts
-        if not texts:
+        texts = {} if foreground.stopping() else _pending_batch(session_id, model, message_ids)
+        if not texts:  # none left, or the process stops (the rest stays pending for later)
             break
         batch = list(texts)
         ids = [pk for pk in batch if (texts[pk] or "").strip()]

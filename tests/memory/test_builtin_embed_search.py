@@ -31,6 +31,21 @@ def default_bot(owner):
     return bot
 
 
+def test_a_stopping_process_embeds_no_further_batch_and_leaves_the_rows_pending(
+    owner, default_bot, monkeypatch
+):
+    # The process is stopping (a worker's warm shutdown, the interpreter's exit): the embedding
+    # ends before its next batch, so no ONNX run is left going while the interpreter exits
+    # (chat_platform/foreground.py); the rows stay pending for a later run.
+    from chat_platform import foreground
+
+    session = data.build(owner, default_bot)
+    monkeypatch.setattr(foreground, "_stopping", True)
+    assert embeddings.messages_embed_pending(session_id=session.pk) == 0
+    monkeypatch.setattr(foreground, "_stopping", False)
+    assert embeddings.messages_embed_pending(session_id=session.pk) == 8
+
+
 def test_hybrid_search_finds_the_paraphrase_word_search_misses(owner, default_bot):
     session = data.build(owner, default_bot)
     assert embeddings.messages_embed_pending(session_id=session.pk) == 8

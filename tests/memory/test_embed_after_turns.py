@@ -112,6 +112,39 @@ def test_a_stopping_worker_starts_nothing_more(embedded):
         embed_after_turns._queued.clear()
 
 
+def test_an_exiting_interpreter_waits_for_the_piece_being_done_and_starts_no_other(monkeypatch):
+    # The background thread is a daemon: a piece still in native code (ONNX Runtime) while the
+    # interpreter tears its modules down ended the process with a segfault (bench/tool_task.py:
+    # 2 exits of 21 with status 139). foreground.exit_wait runs at exit (atexit).
+    import threading
+
+    started, release, done = threading.Event(), threading.Event(), []
+
+    def piece(name):
+        def work():
+            started.set()
+            release.wait(WAIT)
+            done.append(name)
+
+        return work
+
+    monkeypatch.setattr(foreground.connections, "close_all", lambda: None)
+    try:
+        foreground.after_foreground("first", piece("first"), max_wait=0)
+        assert started.wait(WAIT)
+        foreground.after_foreground("second", piece("second"), max_wait=0)
+        threading.Timer(0.2, release.set).start()
+        assert foreground.exit_wait() is True
+        assert done == ["first"]  # waited for, and nothing after it began
+        assert foreground.queued() == 1
+    finally:  # the process would end here; the test process goes on
+        release.set()
+        if foreground._thread is not None:
+            foreground._thread.join(WAIT)
+        foreground._stopping = False
+        foreground._queue.clear()
+
+
 def test_tasks_wait_idle_waits_for_the_work_after_the_turns(embedded):
     calls, _ = embedded
     with foreground.foreground():
