@@ -77,7 +77,8 @@ def test_a_statement_without_parameters_is_never_prepared_so_a_script_runs():
 def test_scripts_of_several_statements_run_even_when_every_statement_is_prepared():
     # psycopg leaves a script unprepared after its first run, but with a threshold of 0 (the
     # default) it would prepare it at once and fail: "cannot insert multiple commands into a
-    # prepared statement". The installs never ask for it.
+    # prepared statement". The installs ask for it unprepared, and the connection's cursor
+    # leaves a statement without parameters unprepared too (the test above).
     connection.ensure_connection()
     threshold, connection.connection.prepare_threshold = connection.connection.prepare_threshold, 0
     try:
