@@ -8,7 +8,7 @@ the chat page, which uses them) call ``check_send`` first.
 
 from chat_platform.errors import ValidationFailed
 from compaction.models import Summary
-from turns.services.send import COMPACT_COMMAND, check_message_content
+from turns.services.content import COMPACT_COMMAND, check_message_content
 
 FOCUS_MAX_CHARS: int = Summary._meta.get_field("focus").max_length or 500
 

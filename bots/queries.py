@@ -37,11 +37,22 @@ ID_MAX = 2**63 - 1
 # A request made with an API key limited to some bots carries their ids on its user
 # (``openai_api.auth``): every chokepoint below sees only those bots and their sessions.
 _BOT_SCOPE = "_api_key_bot_scope"
+_SCOPE_KEY = "_api_key_scope_subject"
 
 
-def user_bot_scope_set(user: AbstractBaseUser, bot_ids: frozenset[int]) -> None:
-    """Limit what this request's ``user`` reaches here to ``bot_ids`` (docs/openai-api.md)."""
+def user_bot_scope_set(user: AbstractBaseUser, bot_ids: frozenset[int], *, key_id: int) -> None:
+    """Limit what this request's ``user`` reaches here to ``bot_ids``, as the API key
+    ``key_id`` is (docs/openai-api.md)."""
     setattr(user, _BOT_SCOPE, bot_ids)
+    setattr(user, _SCOPE_KEY, f"key:{key_id}")
+
+
+def user_scope_subject(user: AbstractBaseUser) -> str:
+    """``key:<id>`` of the bot-limited API key this request came through, else blank: a reply
+    it asks for carries it (``Message.charged_to``), so the turn's hand-overs in a room keep to
+    the key's bots (``turns.hooks.TurnOptions.bots``)."""
+    subject = getattr(user, _SCOPE_KEY, "")
+    return subject if user_bot_scope(user) is not None and isinstance(subject, str) else ""
 
 
 def user_bot_scope(user: AbstractBaseUser) -> frozenset[int] | None:
@@ -318,13 +329,23 @@ def session_seat_read(*, session_id: int, bot_id: int | None) -> ChatSession:
     return session_seat(session, Bot.objects.get(pk=bot_id))
 
 
-def session_seat_get(*, session: ChatSession, bot_id: object) -> ChatSession:
+def session_seat_get(
+    *, user: AbstractBaseUser, session: ChatSession, bot_id: object
+) -> ChatSession:
     """``?bot=`` (docs/rooms.md): the session from that participant's seat (a removed one's too:
     its view stays readable); none given, the session as it is (its default bot). A bot that
-    never took part is not found, whoever it belongs to."""
+    never took part is not found, whoever it belongs to, and so is one outside the bots the
+    request's API key is limited to (``user_bot_scope``): its seat holds its bot-scoped records
+    from its other chats, its context and its compactions."""
     if bot_id in (None, ""):
         return session
-    seat = participant_seat(session=session, bot_id=_as_id(bot_id))
+    number = _as_id(bot_id)
+    scope = user_bot_scope(user)
+    seat = (
+        None
+        if scope is not None and number not in scope
+        else participant_seat(session=session, bot_id=number)
+    )
     if seat is None:
         raise NotFound("This bot is not in the chat.")
     return session_seat(session, seat.bot)

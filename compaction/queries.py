@@ -22,11 +22,13 @@ def summary_list_for_user(
     room's default bot). A one-bot session's are all its bot's."""
     session = session_get_for_user(user=user, session_id=session_id)
     if session.is_room:
-        seat = session_seat_get(session=session, bot_id=bot_id)
+        seat = session_seat_get(user=user, session=session, bot_id=bot_id)
         summaries = seat_summaries(session, seat.bot_id)
     else:
         if bot_id not in (None, ""):
-            session_seat_get(session=session, bot_id=bot_id)  # not the chat's bot: not found
+            session_seat_get(
+                user=user, session=session, bot_id=bot_id
+            )  # not the chat's bot: not found
         summaries = seat_summaries(session, None)
     return summaries.prefetch_related("parents").order_by("-created_at", "-id")
 
@@ -100,9 +102,11 @@ def event_list_for_user(
         session = session_get_for_user(user=user, session_id=session_id)
         events = events.filter(session=session)
         if session.is_room:
-            events = events.filter(bot_id=session_seat_get(session=session, bot_id=bot_id).bot_id)
+            events = events.filter(
+                bot_id=session_seat_get(user=user, session=session, bot_id=bot_id).bot_id
+            )
         elif bot_id not in (None, ""):
-            session_seat_get(session=session, bot_id=bot_id)
+            session_seat_get(user=user, session=session, bot_id=bot_id)
     elif bot_id not in (None, ""):
         raise ValidationFailed(details={"bot": ["Name the session too (?session=)."]})
     return events.select_related("snapshot").order_by("-created_at", "-id")

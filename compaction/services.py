@@ -49,6 +49,7 @@ REASON_TEXT = {
     "too_short": "the summary was too short to be useful",
     "not_shorter": "the summary was not shorter than the messages it would replace",
     "not_lower": "with the summary in place the context would not be smaller",
+    "over_budget": "the summary would not fit beside what every call sends",
     "tool_syntax": "the summary contained tool-call syntax",
     "conflict": "the messages changed while they were being summarised",
     "busy": "another compaction of this session did not finish in time",
@@ -71,7 +72,7 @@ def session_compact(
     one refuses (``quota_exceeded``) before any summariser call, and every call counts on them
     (docs/connections.md "Daily token limits")."""
     session = session_get_for_use(user=user, session_id=session_id)
-    session = session_seat_get(session=session, bot_id=bot_id)
+    session = session_seat_get(user=user, session=session, bot_id=bot_id)
     if not bot_usable_in(session=session):
         raise NotFound(BOT_UNAVAILABLE)
     if not text_is_storable(focus):  # the focus is stored on the summary
@@ -220,9 +221,9 @@ def session_expand_for_user(
         if summary.session_id != session.pk:
             raise NotFound("Summary not found.")
         seat = summary_seat(session, summary.bot_id)
-        if bot_id not in (None, "") and session_seat_get(session=session, bot_id=bot_id).bot_id != (
-            seat.bot_id
-        ):
+        if bot_id not in (None, "") and session_seat_get(
+            user=user, session=session, bot_id=bot_id
+        ).bot_id != (seat.bot_id):
             raise ValidationFailed(
                 "This summary is another bot's: it can be expanded for its own bot only.",
                 details={"bot": [f"Summary {summary.pk} belongs to bot {summary.bot_id}."]},
@@ -234,7 +235,7 @@ def session_expand_for_user(
             else snapshot_name(summary.first_seq, summary.last_seq)
         )
     elif bot_id not in (None, ""):
-        seat = session_seat_get(session=session, bot_id=bot_id)
+        seat = session_seat_get(user=user, session=session, bot_id=bot_id)
     else:
         seat = _record_seat(session, record)
     found = record_get_for_session(session=seat, name=record)

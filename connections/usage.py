@@ -108,13 +108,20 @@ def key_limit(*, key_id: object, limit: int | None) -> list[Limit]:
     return [] if limit is None else [Limit(f"key:{key_id}", int(limit))]
 
 
-def charge_subject(limits: Sequence[Limit]) -> str:
+def charge_subject(limits: Sequence[Limit], *, scope: str = "") -> str:
     """What a reply asked for through an API key is charged to beside its user's own limit:
     the subject of the key's limit, kept on the pending reply (``Message.charged_to``) for the
     turn, which runs later in a worker that does not know the request. The turn's options hook
     (``openai_api``) reads the key's limit again from it (docs/openai-api.md "Keys"). Blank
-    without a key: the turn costs what it always did."""
-    return " ".join(limit.subject for limit in limits)
+    without a key: the turn costs what it always did.
+
+    ``scope``: the subject of a key limited to some bots (``bots.queries.user_scope_subject``),
+    kept there even when the key has no daily limit: the hook reads the key's bots from it too,
+    and a room's hand-overs keep to them."""
+    subjects = [limit.subject for limit in limits]
+    if scope and scope not in subjects:
+        subjects.append(scope)
+    return " ".join(subjects)
 
 
 def _refusal(

@@ -9,7 +9,7 @@ class OpenaiApiConfig(AppConfig):
     def ready(self) -> None:
         # The turn asks its registered hooks (turns.hooks) for a reply's per-call options
         # and tells them when it completed: the API sits above the turn, so it registers itself.
-        from openai_api import identity
+        from openai_api import identity, turn_options
         from turns import hooks as turn_hooks
 
-        turn_hooks.register(options=identity.turn_options, completed=identity.turn_completed)
+        turn_hooks.register(options=turn_options.turn_options, completed=identity.turn_completed)

@@ -66,7 +66,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         user = key.user
         scope = key_bot_scope(key=key)
         if scope is not None:
-            user_bot_scope_set(user, scope)
+            user_bot_scope_set(user, scope, key_id=key.pk)
         return user, key
 
     def authenticate_header(self, request: Request) -> str:

@@ -32,10 +32,8 @@ from bots.models import Bot, ChatSession, Message
 from bots.queries import session_get_for_use
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
-from connections import usage
 from openai_api.client_tools import calls_key
 from openai_api.models import ApiKey, ApiSession, ApiTurn, ChainLink
-from turns.hooks import TurnOptions
 from turns.services.branch import branch_origin, do_branch_copy
 
 log = structlog.get_logger(__name__)
@@ -390,63 +388,6 @@ API_CLIENT_ID_PREFIX = "openai-"
 
 def is_api_turn(user_message: Message | None) -> bool:
     return user_message is not None and user_message.client_id.startswith(API_CLIENT_ID_PREFIX)
-
-
-def turn_options(reply: Message) -> TurnOptions | None:
-    if reply.charged_to:
-        return key_charge_options(reply.charged_to)
-    if not is_api_turn(reply.reply_to):
-        return None
-    row = (
-        ApiTurn.objects.filter(reply_id=reply.pk)
-        .values_list("options", "key_id", "key__daily_token_limit")
-        .first()
-    )
-    if row is None:
-        return None
-    options, key_id, key_limit = row
-    stop = options.get("stop") or ()
-    exchange = options.get("exchange") or []
-    # The client tool exchange a continuation sends whole (ids and counts are what it takes).
-    messages = (
-        tuple(Message.objects.filter(pk__in=exchange).only("pk", "token_count").order_by("seq"))
-        if exchange
-        else ()
-    )
-    return TurnOptions(
-        temperature=options.get("temperature"),
-        max_tokens=options.get("max_tokens"),
-        stop=tuple(stop),
-        system=options.get("system") or "",
-        # The key's daily limit counts this turn too (the user's own is the turn's to add).
-        quota=tuple(usage.key_limit(key_id=key_id, limit=key_limit)) if key_id else (),
-        tools=tuple(options.get("tools") or ()),
-        exchange=messages,
-    )
-
-
-def key_charge_options(charged_to: str) -> TurnOptions:
-    """A reply asked for through an API key on ``/api/v1/`` (``connections.usage
-    .charge_subject``): the key's daily limit as it stands now counts this turn too, as on
-    ``/v1/`` (docs/openai-api.md "Keys"). One statement, for such replies only;
-    a key that was deleted meanwhile (or whose limit was lifted) charges nothing more.
-
-    Why a column on the reply and not the ``client_id`` marker ``/v1/`` uses: a REST client
-    chooses its own ``client_id`` (idempotency), so a marker there could be spoofed or collide;
-    ``Message.charged_to`` is written by the send alone, and the claim loads it with the reply
-    at no extra statement, so a turn without a key costs exactly what it did."""
-    key_ids = [
-        subject.removeprefix("key:") for subject in charged_to.split() if subject.startswith("key:")
-    ]
-    rows = (
-        ApiKey.objects.filter(pk__in=key_ids, daily_token_limit__isnull=False)
-        .order_by("pk")
-        .values_list("pk", "daily_token_limit")
-        if key_ids
-        else []
-    )
-    limits = [limit for pk, cap in rows for limit in usage.key_limit(key_id=pk, limit=cap)]
-    return TurnOptions(quota=tuple(limits))
 
 
 def turn_completed(reply: Message, user_message: Message | None) -> None:

@@ -12,7 +12,7 @@ from chat_platform.textcheck import text_is_storable
 from openai_api import client_tools
 from openai_api.identity import ClientMessage
 from openai_api.openai_errors import OpenAIError, invalid
-from turns.services.send import COMPACT_COMMAND
+from turns.services.content import COMPACT_COMMAND
 
 MAX_MESSAGES = 10_000
 

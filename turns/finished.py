@@ -95,6 +95,8 @@ class TurnFinished:
     # The limits of the API key the turn came through (``TurnOptions.quota``): its soft
     # compaction is charged to them too.
     quota: tuple[Any, ...] = ()
+    # The bots that key is limited to (``TurnOptions.bots``): the only ones handed the floor.
+    bots: frozenset[int] | None = None
 
     def context_record(self) -> None:
         """Write the turn's context record (once; nothing if it made no call)."""
@@ -127,7 +129,7 @@ class TurnFinished:
             envelope("room_hand_over_failed", message_id=reply.pk, session_id=reply.session_id),
             transaction.atomic(),
         ):
-            _room_hand_over_write(reply, speaker=speaker)
+            _room_hand_over_write(reply, speaker=speaker, scope=self.bots)
 
     def gauge(
         self, session_id: int, *, bot_id: int | None = None, seat: ChatSession | None = None
@@ -152,14 +154,16 @@ class TurnFinished:
             )
 
 
-def _room_hand_over_write(reply: Message, *, speaker: Bot) -> None:
+def _room_hand_over_write(
+    reply: Message, *, speaker: Bot, scope: frozenset[int] | None = None
+) -> None:
     root_id = reply.prompted_by_id or reply.reply_to_id
     if root_id is None:
         return
     participants = [
         p
         for p in participants_of(session=reply.session)
-        if bot_usable_in(session=reply.session, bot=p.bot)
+        if bot_usable_in(session=reply.session, bot=p.bot) and (scope is None or p.bot_id in scope)
     ]
     chain = list(
         Message.objects.filter(

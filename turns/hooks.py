@@ -50,6 +50,9 @@ class TurnOptions:
     # A client tool exchange this turn continues (stored messages, oldest first): counted and
     # sent whole after the new message, like the turn's own recall exchange.
     exchange: tuple[Message, ...] = ()
+    # The bots the API key that asked for this reply is limited to (None: no such limit): a
+    # room's reply hands the floor over to these only, as the key's message reached only them.
+    bots: frozenset[int] | None = None
 
 
 OptionsProvider = Callable[[Message], TurnOptions | None]

@@ -258,11 +258,16 @@ def _stop_notice(speaker: str, cycles: list[str], over: list[str], limit: int) -
     return None
 
 
-def compact_seat(session: ChatSession, focus: str) -> tuple[ChatSession | None, str]:
+def compact_seat(
+    session: ChatSession, focus: str, *, scope: frozenset[int] | None = None
+) -> tuple[ChatSession | None, str]:
     """``/compact @slug rest``: the seat of the participant the leading mention names (slug or
-    name, as mentions are matched), and the rest as the focus; None if it names nobody here."""
+    name, as mentions are matched), and the rest as the focus; None if it names nobody here.
+    ``scope``: the bots the request's API key is limited to; another bot is nobody here."""
     participants = [
-        p for p in participants_of(session=session) if bot_usable_in(session=session, bot=p.bot)
+        p
+        for p in participants_of(session=session)
+        if bot_usable_in(session=session, bot=p.bot) and (scope is None or p.bot_id in scope)
     ]
     folded = focus.casefold()
     for participant in sorted(participants, key=lambda p: -len(p.bot.name)):

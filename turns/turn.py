@@ -237,7 +237,7 @@ def _turn_body(reply: Message, handle: TurnHandle, state: TurnState) -> None:
     # Per-call overrides an interface registered for this reply (the OpenAI-compatible API's
     # temperature / max_tokens / stop); a reply nobody registered runs on the bot's settings.
     options = turn_hooks.options_for(reply)
-    state.finished.quota = options.quota
+    state.finished.quota, state.finished.bots = options.quota, options.bots
     # The chat's model (its per-chat override, among the bot's chat_models, else the bot's).
     model = session.chat_model
     config = turn_hooks.config_with(bot_model_config(bot, model=model), options)

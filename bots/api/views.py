@@ -154,7 +154,9 @@ class SessionMessagesApi(APIView):
     )
     def get(self, request: Request, session_id: int) -> Response:
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
-        seat = queries.session_seat_get(session=session, bot_id=request.query_params.get("bot"))
+        seat = queries.session_seat_get(
+            user=request.user, session=session, bot_id=request.query_params.get("bot")
+        )
         raw = request.query_params.get("after_seq")
         after_seq = None
         if raw not in (None, ""):
@@ -379,7 +381,7 @@ class SessionContextApi(APIView):
         session = queries.session_get_for_user(user=request.user, session_id=session_id)
         # Rooms: ``?bot=`` the report from that participant's seat (its budget, its view).
         bot = participant_services.participant_bot(
-            session=session, bot_id=request.query_params.get("bot")
+            user=request.user, session=session, bot_id=request.query_params.get("bot")
         )
         return Response(context_report(session=queries.session_seat(session, bot)))
 

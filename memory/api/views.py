@@ -30,6 +30,10 @@ from openai_api.keys import request_key_limits
 LIST_MAX = 500
 SEARCH_MAX = 50
 PATCH_FIELDS = ("description", "body")
+CREATE_FIELDS = ("name", "description", "body", "scope")
+SNAPSHOT_MADE_BY_COMPACTION = (
+    'Only "info" records can be made here: snapshots are written by compaction, read-only.'
+)
 IMMUTABLE_FIELDS = ("name", "scope", "kind", "first_seq", "last_seq", "token_count")
 
 
@@ -37,7 +41,9 @@ def _seat(request: Request, session_id: int) -> ChatSession:
     """The session, from the seat ``?bot=`` names in a room (its bot-scoped records, its
     snapshots); a bot that is not a participant is not found."""
     session = session_get_for_user(user=request.user, session_id=session_id)
-    return session_seat_get(session=session, bot_id=request.query_params.get("bot"))
+    return session_seat_get(
+        user=request.user, session=session, bot_id=request.query_params.get("bot")
+    )
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
@@ -110,6 +116,17 @@ class SessionRecordListApi(APIView):
     )
     def post(self, request: Request, session_id: int) -> Response:
         session = _seat(request, session_id)
+        if isinstance(request.data, dict):
+            # An info record only: a snapshot is compaction's (and read-only), and a field this
+            # call does not take is refused, not dropped (as a PATCH's is).
+            refused = {
+                field: ([SNAPSHOT_MADE_BY_COMPACTION] if field == "kind" else ["Unknown field."])
+                for field in sorted(request.data)
+                if field not in CREATE_FIELDS
+                and not (field == "kind" and request.data[field] == "info")
+            }
+            if refused:
+                raise ValidationFailed(details=refused)
         data = _valid(RecordCreateSerializer, request.data)
         record = services.record_create(session=session, **data)
         return Response(RecordDetailSerializer(record).data, status=status.HTTP_201_CREATED)

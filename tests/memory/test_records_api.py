@@ -148,6 +148,12 @@ def test_post_creates_an_info_record(owner_client, chat_session, sibling_session
         _url(sibling_session), {"name": "n", "description": "d", "body": "b"}, format="json"
     )
     assert (default.status_code, default.json()["scope"]) == (201, "session")
+    said = owner_client.post(
+        _url(sibling_session),
+        {"name": "k", "description": "d", "body": "b", "kind": "info"},
+        format="json",
+    )
+    assert (said.status_code, said.json()["kind"]) == (201, "info")
 
 
 @pytest.mark.parametrize(
@@ -173,6 +179,20 @@ def test_post_creates_an_info_record(owner_client, chat_session, sibling_session
             {"name": ["Names starting with 'snapshot_' are reserved for snapshots."]},
         ),
         ({"name": "car"}, {"name": ["A record named 'car' already exists in this chat."]}),
+        # Made an info record and answered 201 before: the field was dropped, not refused.
+        (
+            {"kind": "snapshot"},
+            {
+                "kind": [
+                    'Only "info" records can be made here: snapshots are written by '
+                    "compaction, read-only."
+                ]
+            },
+        ),
+        (
+            {"first_seq": 1, "colour": "red"},
+            {"colour": ["Unknown field."], "first_seq": ["Unknown field."]},
+        ),
     ],
 )
 def test_post_bad_input_is_400_and_nothing_is_stored(

@@ -254,3 +254,86 @@ def test_a_non_streaming_call_waits_on_threads_of_its_own(
     assert response.status_code == 200, response.content
     assert response.json()["choices"][0]["message"]["content"] == "Pooled."
     assert len(waited_on) == 1 and waited_on[0].startswith("v1-wait")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bot_scoped_key_never_reaches_another_bots_seat_of_a_room(
+    scoped_room, owner_client, fake_openai
+):
+    """``?bot=`` names a room's seat: through a key limited to Planner, Critic's seat is
+    not found, whatever reads or writes it (its bot-scoped records come from Critic's other
+    chats; its context, compactions and summaries are Critic's); Planner's still answers."""
+    client, session, planner, critic = scoped_room
+    elsewhere = SessionFactory(user=session.user, bot=critic)
+    kept = owner_client.post(
+        f"/api/v1/sessions/{elsewhere.pk}/records/",
+        {
+            "name": "vault",
+            "description": "Vault",
+            "body": "The vault code is 4471.",
+            "scope": "bot",
+        },
+        format="json",
+    )
+    assert kept.status_code == 201
+    base = f"/api/v1/sessions/{session.pk}"
+    reached = {
+        "records": client.get(f"{base}/records/?bot={critic.pk}"),
+        "record": client.get(f"{base}/records/vault/?bot={critic.pk}"),
+        "edit": client.patch(
+            f"{base}/records/vault/?bot={critic.pk}", {"body": "overwritten"}, format="json"
+        ),
+        "context": client.get(f"{base}/context/?bot={critic.pk}"),
+        "compact": client.post(f"{base}/compact/?bot={critic.pk}", {}, format="json"),
+        "summaries": client.get(f"/api/v1/summaries/?session={session.pk}&bot={critic.pk}"),
+        "events": client.get(f"/api/v1/compaction-events/?session={session.pk}&bot={critic.pk}"),
+        "messages": client.get(f"{base}/messages/?bot={critic.pk}"),
+    }
+    assert {name: r.status_code for name, r in reached.items()} == dict.fromkeys(reached, 404)
+    assert {r.json()["error"]["code"] for r in reached.values()} == {"not_found"}
+    record = owner_client.get(f"/api/v1/sessions/{elsewhere.pk}/records/vault/").json()
+    assert record["body"] == "The vault code is 4471."
+    assert not session.compaction_events.exists()
+    # The key's own bot's seat, named or not, answers as before.
+    assert client.get(f"{base}/records/?bot={planner.pk}").status_code == 200
+    assert client.get(f"{base}/context/?bot={planner.pk}").status_code == 200
+    assert client.get(f"{base}/context/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bot_scoped_keys_compact_command_never_compacts_another_bots_seat(
+    scoped_room, fake_openai, eager_tasks
+):
+    client, session, planner, critic = scoped_room
+    sent = client.post(
+        f"/api/v1/sessions/{session.pk}/messages/", {"content": "/compact @critic"}, format="json"
+    )
+    assert sent.status_code in (200, 201)
+    assert not session.compaction_events.filter(bot=critic).exists()
+    notice = session.messages.order_by("seq").last()
+    assert (notice.role, notice.kind, notice.content) == (
+        "system",
+        "notice",
+        "Nothing was compacted: @critic is not a bot in this chat.",
+    )
+    assert fake_openai.requests == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bot_scoped_keys_message_hands_the_floor_only_to_the_keys_bots(
+    scoped_room, fake_openai, eager_tasks
+):
+    """Planner's reply mentions @critic: in a chain a key limited to Planner started, Critic
+    does not answer (it would answer with its own prompt, tools and memory, on the key's
+    message); the owner's own message still hands the floor over."""
+    client, session, planner, critic = scoped_room
+    fake_openai.script(Reply(text="Good question. @critic what do you think?"))
+    sent = client.post(
+        f"/api/v1/sessions/{session.pk}/messages/", {"content": "hi", "wait": True}, format="json"
+    )
+    assert sent.status_code == 201
+    assert [(m.role, m.bot_id, m.status) for m in session.messages.order_by("seq")] == [
+        ("user", None, "complete"),
+        ("assistant", planner.pk, "complete"),
+    ]
+    assert len(fake_openai.requests) == 1

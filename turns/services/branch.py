@@ -24,18 +24,18 @@ from django.db import transaction
 
 from bots import bulk, transitions
 from bots.models import ChatSession, Message, SessionParticipant
-from bots.queries import message_get_for_user, session_get_for_use, session_get_for_user
+from bots.queries import (
+    message_get_for_user,
+    session_get_for_use,
+    session_get_for_user,
+    user_scope_subject,
+)
 from chat_platform.errors import ValidationFailed
 from compaction.engine.coverage import summaries_copy_prefix
 from connections import usage
 from memory.services import records_copy_prefix
-from turns.services.send import (
-    COMPACT_COMMAND,
-    SendResult,
-    check_message_content,
-    reply_again_open,
-    session_message_send,
-)
+from turns.services.content import COMPACT_COMMAND, check_message_content
+from turns.services.send import SendResult, reply_again_open, session_message_send
 
 log = structlog.get_logger(__name__)
 
@@ -234,7 +234,13 @@ def reply_regenerate(
     with transaction.atomic():
         branch = do_branch_create(session=session, at_seq=at_seq)
         copied = Message.objects.get(session=branch, seq=question.seq)
-        result = reply_again_open(session=branch, user_message=copied, bot=reply.bot, quota=quota)
+        result = reply_again_open(
+            session=branch,
+            user_message=copied,
+            bot=reply.bot,
+            quota=quota,
+            scope=user_scope_subject(user),
+        )
     pending = result.assistant_message
     assert pending is not None
     log.info("reply_regenerated", session_id=session.pk, branch_id=branch.pk, seq=pending.seq)

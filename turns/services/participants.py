@@ -14,6 +14,7 @@ from bots.queries import (
     bot_usable_in,
     participants_of,
     session_get_for_user,
+    user_bot_scope,
 )
 from chat_platform.errors import NotFound, ValidationFailed
 from compaction.engine.coverage import room_seat_open
@@ -192,13 +193,17 @@ def reply_as_bot(*, session: ChatSession, bot_id: object):
     raise ValidationFailed(details={"reply_as": ["Must be the id of a bot in this chat."]})
 
 
-def participant_bot(*, session: ChatSession, bot_id: object):
+def participant_bot(*, user: AbstractBaseUser, session: ChatSession, bot_id: object):
     """``?bot=``: a participant of the session (removed ones too: their view stays readable);
-    none given, the default bot; anything else is not found."""
+    none given, the default bot; anything else is not found, and so is a bot outside those the
+    request's API key is limited to (``user_bot_scope``)."""
     if bot_id in (None, ""):
         return session.bot
     number = _as_id(bot_id)
+    scope = user_bot_scope(user)
     for participant in participants_of(session=session, include_removed=True):
+        if scope is not None and participant.bot_id not in scope:
+            continue
         if participant.bot_id == number:
             return participant.bot
     raise NotFound("This bot is not in the chat.")

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from bots import realtime, transitions
 from bots.models import ChatSession, Message
-from bots.queries import message_get_for_user, session_get_for_use
+from bots.queries import message_get_for_user, session_get_for_use, user_scope_subject
 from chat_platform.compiled import CompiledValues
 from chat_platform.errors import ValidationFailed
 from compaction.records import context_record_discard
@@ -133,6 +133,11 @@ def reply_retry(
                     ]
                 }
             )
-        _rerun(session, question, failed, charged_to=usage.charge_subject(quota))
+        _rerun(
+            session,
+            question,
+            failed,
+            charged_to=usage.charge_subject(quota, scope=user_scope_subject(user)),
+        )
     reply.refresh_from_db()
     return reply

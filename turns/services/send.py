@@ -2,14 +2,12 @@
 ``/compact`` command. Pins, stop requests and waiting for a reply are ``turns.services.message``.
 Every message write goes through ``bots.transitions``."""
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import structlog
-from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
@@ -30,11 +28,11 @@ from bots.queries import (
     session_seat,
     session_usable,
     user_bot_scope,
+    user_scope_subject,
 )
 from chat_platform.errors import (
     CompactionBusy,
     ContextTooLarge,
-    PayloadTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
     ValidationFailed,
@@ -42,7 +40,6 @@ from chat_platform.errors import (
 from chat_platform.heavy import heavy_request
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
-from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import RunResult, compaction_manual
 from compaction.pipeline import (
     context_fixed_fits,
@@ -56,6 +53,7 @@ from compaction.services import compaction_notice_text, context_notify
 from connections import usage
 from turns import dispatch
 from turns.room import answering_bots, compact_seat
+from turns.services.content import COMPACT_COMMAND, check_message_content
 from turns.services.participants import reply_as_bot
 from turns.services.retry import send_is_retry
 from turns.services.session import do_session_title_default
@@ -82,31 +80,6 @@ class SendResult:
     @property
     def is_command(self) -> bool:
         return self.user_message.kind == Message.Kind.COMMAND
-
-
-COMPACT_COMMAND = re.compile(r"^/compact(?:\s+(?P<focus>.*))?$", re.DOTALL)
-
-
-def check_message_content(
-    *, content: object, client_id: object = None, allow_blank: bool = False
-) -> tuple[str, str | None]:
-    """``allow_blank``: a message that carries attachments may have no text of its own."""
-    if not isinstance(content, str):
-        raise ValidationFailed(details={"content": ["This field is required and must be text."]})
-    # Before measuring: a lone surrogate cannot even be encoded to count its bytes.
-    if not text_is_storable(content):
-        raise ValidationFailed(details={"content": [UNSTORABLE_MESSAGE]})
-    if len(content.encode("utf-8")) > settings.MESSAGE_MAX_BYTES:
-        raise PayloadTooLarge(details={"max_bytes": settings.MESSAGE_MAX_BYTES})
-    if not content.strip() and not allow_blank:
-        raise ValidationFailed(details={"content": ["This field may not be blank."]})
-    if client_id is not None and client_id != "":
-        if not isinstance(client_id, str) or len(client_id) > 100:
-            raise ValidationFailed(details={"client_id": ["Must be a string of ≤ 100 chars."]})
-        if not text_is_storable(client_id):
-            raise ValidationFailed(details={"client_id": [UNSTORABLE_MESSAGE]})
-        return content, client_id
-    return content, None
 
 
 def _existing_send(*, session: ChatSession, client_id: str) -> SendResult | None:
@@ -298,6 +271,8 @@ def session_message_send(
     if command and files:
         raise ValidationFailed(details={"attachments": ["/compact takes no attachments."]})
     limits = [*usage.user_limits(user.pk), *quota]
+    # What its replies are charged to: the key's limit, and a bot-limited key's bots.
+    charged_to = usage.charge_subject(quota, scope=user_scope_subject(user))
     if command:
         if not (cid and _existing_send(session=session, client_id=cid)):
             # /compact calls the summariser: a spent limit refuses it before the command is
@@ -305,23 +280,25 @@ def session_message_send(
             usage.quota_check(limits)
         with heavy_request(user_id=user.pk, kind="compact"), usage.quota_scope(extra=quota):
             return session_compact_command(
-                session=session, text=text, client_id=cid, focus=command["focus"] or ""
+                session=session,
+                text=text,
+                client_id=cid,
+                focus=command["focus"] or "",
+                scope=user_bot_scope(user),
             )
     if limits and not (cid and _existing_send(session=session, client_id=cid)):
         # A spent daily limit refuses before anything is stored (a retry of a message already
         # sent still gets its first result).
         usage.quota_check(limits)
     if not files and (
-        retried := send_is_retry(
-            session=session, text=text, client_id=cid, charged_to=usage.charge_subject(quota)
-        )
+        retried := send_is_retry(session=session, text=text, client_id=cid, charged_to=charged_to)
     ):
         # A Retry sending the question again: its failed reply runs again, nothing is stored.
         question, replies = retried
         return SendResult(question, replies[0], False, replies=replies if replies[1:] else [])
     answering = _answering(user=user, session=session, text=text, reply_as=reply_as)
     result = _send_write(
-        session=session, text=text, cid=cid, answering=answering, files=files, quota=quota
+        session=session, text=text, cid=cid, answering=answering, files=files, charged_to=charged_to
     )
     if not result.created:
         result = _redispatch_if_undelivered(result)
@@ -341,7 +318,7 @@ def _send_write(
     cid: str | None,
     answering: list[Bot] | None,
     files: list[Attachment],
-    quota: Sequence[usage.Limit],
+    charged_to: str,
 ) -> SendResult:
     """The send's one transaction: the user message and its pending replies (or the first
     result of a concurrent send with the same ``client_id``), a default title, the fit check;
@@ -357,7 +334,7 @@ def _send_write(
                 client_id=cid,
                 answering=answering,
                 attachments=files,
-                charged_to=usage.charge_subject(quota),
+                charged_to=charged_to,
             )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
@@ -399,6 +376,7 @@ def reply_again_open(
     user_message: Message,
     bot: Bot | None = None,
     quota: Sequence[usage.Limit] = (),
+    scope: str = "",
 ) -> SendResult:
     """In the caller's transaction: a new pending reply to ``user_message`` by ``bot`` (default:
     the chat's), after the last message of ``session`` (a regenerated reply, on its branch);
@@ -414,7 +392,7 @@ def reply_again_open(
         model=session.chat_model if speaker.pk == session.bot_id else speaker.model,
         bot=speaker,
         offset=row.last_seq - user_message.seq,
-        charged_to=usage.charge_subject(quota),
+        charged_to=usage.charge_subject(quota, scope=scope),
     )
     result = SendResult(user_message=user_message, assistant_message=reply, created=True)
     rejected = _check_fits(session=session, result=result)
@@ -449,7 +427,12 @@ def _redispatch_if_undelivered(result: SendResult) -> SendResult:
 
 
 def session_compact_command(
-    *, session: ChatSession, text: str, client_id: str | None, focus: str
+    *,
+    session: ChatSession,
+    text: str,
+    client_id: str | None,
+    focus: str,
+    scope: frozenset[int] | None = None,
 ) -> SendResult:
     """``/compact [focus]`` typed in chat: no bot turn. Compact now, answer with a notice.
 
@@ -460,7 +443,7 @@ def session_compact_command(
     """
     seat: ChatSession | None = session
     if session.is_room and focus.lstrip().startswith("@"):
-        seat, focus = compact_seat(session, focus.strip())
+        seat, focus = compact_seat(session, focus.strip(), scope=scope)
     with transaction.atomic():
         opened = _exchange_open(
             session=session, content=text, kind=Message.Kind.COMMAND, client_id=client_id
