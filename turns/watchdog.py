@@ -143,10 +143,14 @@ def turns_watchdog(*, now=None) -> WatchdogResult:
 
 
 def messages_sweep_orphans(*, older_than_seconds: int | None = None) -> int:
-    """Mark replies stuck in pending/streaming for too long as interrupted, keeping text."""
+    """Mark replies stuck in pending/streaming for too long as interrupted, keeping text.
+
+    Stuck: neither written nor beating for that long. A long tool task writes no text for
+    minutes on end (its rounds move the reply, they do not rewrite it), while its turn's
+    heartbeat says it runs: it is not stuck."""
     age = settings.CHAT_ORPHAN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
     cutoff = timezone.now() - timedelta(seconds=age)
-    old = Q(updated_at__lt=cutoff)
+    old = Q(updated_at__lt=cutoff) & (Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=cutoff))
     # A reply queued behind a running one waits as long as that one runs (which ends visibly,
     # by its turn or the watchdog, and then hands it over): it is not stuck.
     stuck = list(

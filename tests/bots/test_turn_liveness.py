@@ -317,6 +317,24 @@ def test_embedded_beat_thread_ends_a_dead_turn_and_sweeps_an_old_orphan(chat_ses
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_orphan_sweep_leaves_a_long_reply_whose_turn_still_beats(chat_session, settings):
+    """A long tool task writes no text for many minutes (its rounds move the reply, they do not
+    rewrite it), so its row's last write ages past ``CHAT_ORPHAN_AFTER_SECONDS``; its turn's
+    heartbeat says it runs, and the sweep leaves it. One whose heartbeat aged too is swept."""
+    settings.CHAT_ORPHAN_AFTER_SECONDS = 600
+    alive = _streaming(chat_session, content="", heartbeat_age=601)
+    Message.objects.filter(pk=alive.pk).update(heartbeat_at=timezone.now())
+    other = SessionFactory(user=chat_session.user, bot=chat_session.bot)
+    stuck = _streaming(other, content="Half", heartbeat_age=601)
+
+    assert watchdog.messages_sweep_orphans() == 1
+
+    alive.refresh_from_db()
+    stuck.refresh_from_db()
+    assert (alive.status, stuck.status) == ("streaming", "interrupted")
+
+
 BEAT_RUNS: list[str] = []
 
 
