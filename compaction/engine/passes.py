@@ -26,7 +26,7 @@ from compaction.engine.common import (
 )
 from compaction.engine.coverage import seat_cover
 from compaction.engine.events import event_write, room_frame, unchanged
-from compaction.engine.range_choice import range_choose, source_tokens_to_take
+from compaction.engine.range_choice import Room, pass_room, range_choose, source_tokens_to_take
 from compaction.engine.summariser import (
     MAX_SUMMARY_TOKENS,
     compaction_model_config,
@@ -80,16 +80,25 @@ EXTRACTIVE_SHARE_PERCENT = 50
 
 
 def _summary_max_tokens(
-    session: ChatSession, config: gateway.ModelConfig, replaced_tokens: int
+    session: ChatSession,
+    config: gateway.ModelConfig,
+    replaced_tokens: int,
+    *,
+    room: Room | None,
+    span: tuple[int, int],
 ) -> int:
     """The summary's output budget: a tenth of the summariser's window, at most
     ``MAX_SUMMARY_TOKENS``. builtin/extractive keeps what fits its budget, and its labelled
     lines ("[12] 2024-03-08 13:57Z user:") outweigh short messages' stored counts: it gets at
     most a share of the tokens it replaces, or a chat of short facts got summaries no shorter
-    than their source (not_shorter, pass after pass; docs/models.md)."""
+    than their source (not_shorter, pass after pass; docs/models.md). Within a pass's ``room``
+    (``Room.aim``), its label over ``span`` off."""
     max_tokens = min(MAX_SUMMARY_TOKENS, max(1, summariser_window(session.bot, config) // 10))
     if config.model == EXTRACTIVE_MODEL:
         max_tokens = min(max_tokens, max(1, replaced_tokens * EXTRACTIVE_SHARE_PERCENT // 100))
+    if room is not None:
+        label = count_message_tokens(Summary(first_seq=span[0], last_seq=span[1]).block)
+        max_tokens = min(max_tokens, max(1, room.aim - label))
     return max_tokens
 
 
@@ -105,6 +114,7 @@ def summarise(
     source_tokens: int,
     snapshot: MemoryRecord | None = None,
     sends: int | None = None,  # request_tokens of this request, when the caller counted it
+    room: Room | None = None,
 ) -> tuple[dict[str, Any] | None, RunResult | None]:
     """Snapshot, call the summariser and gate its answer: (accepted summary fields, or failure).
 
@@ -113,9 +123,14 @@ def summarise(
 
     The call is charged to the session's user (and the API key of the scope) before anything
     is written: a limit it does not fit raises ``QuotaExceeded``, no snapshot, no event, no call
-    (docs/connections.md "Daily token limits")."""
+    (docs/connections.md "Daily token limits").
+
+    ``room``: where the summary must fit (a pass's, ``pass_room``); None: anywhere (a fusion
+    replaces what it summarises, and must be shorter than it)."""
     config = compaction_model_config(session.bot, model=plan.model, chat_model=session.chat_model)
-    max_tokens = _summary_max_tokens(session, config, replaced_tokens)
+    max_tokens = _summary_max_tokens(
+        session, config, replaced_tokens, room=room, span=(first_seq, last_seq)
+    )
     with usage.quota_charge(
         user_id=session.user_id,
         sends=request_tokens(transcript, plan.focus, config.model) if sends is None else sends,
@@ -159,20 +174,28 @@ def summarise(
     )
     duration_ms = int((time.monotonic() - started) * 1000)
     if gate.ok:
+        limit = None if room is None else room.limit
         gate = _cheaper_than_source(
-            gate, first_seq=first_seq, last_seq=last_seq, model=bot.model, source=replaced_tokens
+            gate, span=(first_seq, last_seq), model=bot.model, source=replaced_tokens, limit=limit
         )
     if not gate.ok:
         return None, _rejected(session, plan, gate, completion.text, duration_ms, common)
+    return _accepted(gate, transcript, model=config.model, snapshot=snapshot, ms=duration_ms), None
+
+
+def _accepted(
+    gate: GateResult, transcript: str, *, model: str, snapshot: MemoryRecord, ms: int
+) -> dict[str, Any]:
+    """An accepted summary's fields, with what it retains of its transcript."""
     retention, missing = retention_score(transcript, gate.text)
     return {
         "text": gate.text,
-        "model": config.model,
+        "model": model,
         "retention": retention,
         "missing_facts": missing,
         "snapshot": snapshot,
-        "duration_ms": duration_ms,
-    }, None
+        "duration_ms": ms,
+    }
 
 
 def _summariser_failed(
@@ -217,13 +240,17 @@ def _rejected(
 
 
 def _cheaper_than_source(
-    gate: GateResult, *, first_seq: int, last_seq: int, model: str, source: int
+    gate: GateResult, *, span: tuple[int, int], model: str, source: int, limit: int | None = None
 ) -> GateResult:
     """What counts is what the summary will cost in the context: its labelled block, by the
-    counter every stored count uses. A summary no cheaper than its source is rejected."""
-    block = Summary(first_seq=first_seq, last_seq=last_seq, text=gate.text).block
-    if count_message_tokens(block, model=model) >= source:
+    counter every stored count uses. A summary no cheaper than its source is rejected, and one
+    over ``limit`` (``Room.limit``) as ``over_budget``."""
+    block = Summary(first_seq=span[0], last_seq=span[1], text=gate.text).block
+    tokens = count_message_tokens(block, model=model)
+    if tokens >= source:
         return replace(gate, ok=False, reason="not_shorter")
+    if limit is not None and tokens > limit:
+        return replace(gate, ok=False, reason="over_budget")
     return gate
 
 
@@ -343,6 +370,7 @@ def run_pass(session: ChatSession, plan: Plan, *, record_noop: bool = True) -> R
         tokens_before=tokens_before,
         source_tokens=source_tokens,
         sends=sends,
+        room=pass_room(measure, plan, selection),
     )
     if failure is not None:
         return failure

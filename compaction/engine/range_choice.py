@@ -3,6 +3,7 @@ counts in keyset pages (``compaction.ranges.range_select`` decides), and how muc
 should take."""
 
 import math
+from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
@@ -23,6 +24,7 @@ from compaction.engine.summariser import (
     summariser_window,
 )
 from compaction.engine.transcript import transcript_line
+from compaction.measure import Measure
 from compaction.models import CompactionEvent
 from compaction.ranges import RangeRow, range_select
 from compaction.seats import RoomView, Seat, seat_filter
@@ -191,3 +193,26 @@ def _last_ratio_query(session_id: int, bot_id: int | None = None) -> QuerySet:
 # Every pass reads it: compiled once per process, a room's seat (with ``bot_id``) apart
 # (docs/performance.md, "The tool task, eighth pass").
 _LAST_RATIO = CompiledValues(_last_ratio_query, name="last_compression_ratio")
+
+
+@dataclass(frozen=True)
+class Room:
+    """Where a pass's summary must fit, in tokens of its block beside what every call sends
+    once the pass is done (system prompt, pins, the other summaries, the new message, the
+    reply's rounds it leaves): ``aim``, its length as asked for, lands the context at the
+    plan's target beside all but the other summaries (fusion merges those); ``limit`` fits it
+    in B at all (a longer one is refused, ``over_budget``: kept, no message could be sent)."""
+
+    aim: int
+    limit: int
+
+
+def pass_room(measure: Measure, plan: Plan, rows: list[RangeRow]) -> Room:
+    """The room a pass over ``rows`` leaves its summary (``Room``)."""
+    within = plan.within
+    taken = sum(r.tokens for r in rows if within is not None and within[0] <= r.seq <= within[1])
+    fixed = measure.fixed_tokens - taken  # a reply's rounds it takes leave what is sent
+    # ``/compact`` aims at nothing (target 0): it lands where blocking compaction does.
+    target = plan.target or measure.budget.target_blocking
+    others = measure.parts["summaries"]
+    return Room(aim=target - (fixed - others), limit=measure.budget.budget - fixed)

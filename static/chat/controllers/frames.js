@@ -148,6 +148,7 @@ var COMPACTION_REASONS = {
   finish_reason: "the summary was cut off before it finished",
   too_short: "the summary was too short to be useful",
   tool_syntax: "the summary contained tool-call syntax",
+  over_budget: "the summary would not fit beside what every call sends",
   conflict: "the messages changed while they were being summarised",
   busy: "another compaction of this session did not finish in time",
   internal_error: "an internal error stopped it",
