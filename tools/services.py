@@ -24,7 +24,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from chat_platform import provider_policy, redaction
@@ -63,7 +63,9 @@ _RESERVED_HEADERS = frozenset(
     }
 )
 NAME_RULE = "Lowercase letters, digits and '-', 1 to 40 characters."
+NAME_TAKEN = "A tool server with this name exists."
 _NAME = re.compile(r"^[a-z0-9-]{1,40}\Z")
+_HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*\Z")
 
 
 def _staff(user: AbstractBaseUser) -> None:
@@ -90,6 +92,10 @@ def _check_headers(errors: dict, raw: object) -> dict[str, str] | None:
             problems.append(f"{name}: the value must be text.")
         elif len(value) > HEADER_VALUE_MAX_CHARS or "\r" in value or "\n" in value:
             problems.append(f"{name}: one line of at most {HEADER_VALUE_MAX_CHARS} characters.")
+        elif not _HEADER_VALUE.match(value):
+            # An HTTP client sends header values as ASCII: another character fails every
+            # listing and call of the server later, with an encoding error.
+            problems.append(f"{name}: printable ASCII characters only.")
     if problems:
         errors["headers"] = problems
         return None
@@ -109,7 +115,7 @@ def _check_text(errors: dict, server: ToolServer, fields: dict[str, Any]) -> Non
             server.name = name
             clash = ToolServer.objects.filter(name=name).exclude(pk=server.pk).exists()
             if clash:
-                errors["name"] = ["A tool server with this name exists."]
+                errors["name"] = [NAME_TAKEN]
     if "url" in fields:
         url = fields["url"]
         if not isinstance(url, str) or not text_is_storable(url):
@@ -182,11 +188,23 @@ def tool_server_create(*, user: AbstractBaseUser, **fields: Any) -> ToolServer:
     server = ToolServer(created_by=user)  # type: ignore[misc]
     headers, groups = check_tool_server_fields(fields=fields, server=server)
     tool_server_headers_store(server, headers)
-    server.save()
+    _saved(server)
     if groups is not None:
         server.groups.set(groups)
     log.info("tool_server_created", server_id=server.pk, transport=server.transport)
     return server
+
+
+def _saved(server: ToolServer) -> None:
+    """Save; a name another request took between the check and the write (two staff saving
+    the same name at once) is the check's ``validation_error``, not a 500."""
+    try:
+        with transaction.atomic():
+            server.save()
+    except IntegrityError:
+        if not ToolServer.objects.filter(name=server.name).exclude(pk=server.pk).exists():
+            raise
+        raise ValidationFailed(details={"name": [NAME_TAKEN]}) from None
 
 
 HEADERS_AGAIN = (
@@ -207,7 +225,7 @@ def tool_server_update(*, user: AbstractBaseUser, server_id: object, **fields: A
         # Another server's tools: listed again on the next refresh.
         server.tool_list, server.tools_refreshed_at, server.refresh_error = [], None, ""
     tool_server_headers_store(server, headers)
-    server.save()
+    _saved(server)
     if groups is not None:
         server.groups.set(groups)
     log.info("tool_server_updated", server_id=server.pk, fields=sorted(fields))
@@ -235,12 +253,43 @@ def tool_server_tools_read(server: ToolServer) -> list[dict[str, Any]]:
     """The server's tools as it lists them now; ``ValidationFailed`` with the reason."""
     try:
         endpoint = tool_server_endpoint(server)
-        return tools_list(endpoint, timeout=settings.TOOL_LIST_TIMEOUT_SECONDS)
+        found = tools_list(endpoint, timeout=settings.TOOL_LIST_TIMEOUT_SECONDS)
     except crypto.KeyUnavailable as exc:
         raise ValidationFailed(str(exc), details={"headers": [str(exc)]}) from None
     except ToolServerError as exc:
         message = f"Could not list the tools of {server.name}: {exc}."
         raise ValidationFailed(message, details={"url": [str(exc)]}) from None
+    return _within_limits(server, found)
+
+
+# What a server's list may hold (as a /v1 client's tools may): every signed-in user may read it,
+# and every turn of a bot that uses the server offers from it.
+LISTED_TOOLS_MAX = 128
+LISTED_DESCRIPTION_MAX_CHARS = 4_000
+LISTED_SCHEMA_MAX_BYTES = 64_000
+
+
+def _within_limits(server: ToolServer, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The list, each description cut to ``LISTED_DESCRIPTION_MAX_CHARS``; a list of more than
+    ``LISTED_TOOLS_MAX`` tools, or a tool whose input schema is over
+    ``LISTED_SCHEMA_MAX_BYTES``, is refused (the last good list stays)."""
+    if len(found) > LISTED_TOOLS_MAX:
+        reason = f"it lists {len(found)} tools, more than the {LISTED_TOOLS_MAX} kept"
+        raise ValidationFailed(
+            f"Could not list the tools of {server.name}: {reason}.", details={"url": [reason]}
+        )
+    for tool in found:
+        tool["description"] = str(tool.get("description") or "")[:LISTED_DESCRIPTION_MAX_CHARS]
+        size = len(json.dumps(tool.get("input_schema")).encode())
+        if size > LISTED_SCHEMA_MAX_BYTES:
+            reason = (
+                f"the input schema of {str(tool.get('name'))[:100]} is {size:,} bytes, more "
+                f"than the {LISTED_SCHEMA_MAX_BYTES:,} kept"
+            )
+            raise ValidationFailed(
+                f"Could not list the tools of {server.name}: {reason}.", details={"url": [reason]}
+            )
+    return found
 
 
 def tool_server_tools_refresh(*, user: AbstractBaseUser, server_id: object) -> ToolServer:

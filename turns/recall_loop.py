@@ -134,10 +134,11 @@ def _calls_until_answer(
             recall_round=recall_round + tool_loop.rounds,
         )
         completion = stream.completion
-        if completion is not None:
-            _call_counted(completion, spent, state)
-            asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
-        if asked or completion is None or handle.stopped.is_set():
+        if completion is None:
+            break
+        _call_counted(completion, spent, state)
+        asked = turn_hooks.client_calls(options, completion.tool_calls, reply_id=reply.pk)
+        if handle.stopped.is_set():
             break
         own_calls = turn_hooks.platform_calls(options, completion.tool_calls)
         if tool_loop.wanted(own_calls):
@@ -149,6 +150,10 @@ def _calls_until_answer(
             _totals_add(reply.session, rounds[-1])
             if handle.stopped.is_set():
                 return Answered(stream=stream, context=context, asked=[], stopped_in_tools=True)
+            if asked:
+                # The same answer called the client's tools too: the bot's ran first, as a
+                # round of their own, and the client's end the turn (docs/tools.md).
+                break
             # Each call of a long tool loop sends the whole context again: what the calls so
             # far spent is counted, and a limit they spent refuses the next call
             # (``quota_exceeded``: the rounds stay stored). The turn's hold covered its first
@@ -156,7 +161,7 @@ def _calls_until_answer(
             spent.count_so_far()
             usage.payer_check(user_id=session.user_id)
             continue
-        if not may_recall:
+        if asked or not may_recall:
             break
         calls = calls_from_completion(own_calls) or calls_from_text(
             completion.text, call_id=f"recall-{reply.pk}-{recall_round + 1}"
@@ -383,6 +388,8 @@ def _context_with_rounds(
     room = budget - tools_tokens - sum(m.token_count for m in exchange)
     while kept and sum(m.token_count for round_ in kept for m in round_) > room:
         kept = kept[1:]
+    if len(kept) < len(rounds):
+        _left_out(reply, rounds, kept)
     while True:
         try:
             context = context_build(
@@ -402,19 +409,23 @@ def _context_with_rounds(
             if not kept:
                 raise
             kept = kept[1:]
-            log.warning(
-                "turn_recall_round_left_out",
-                message_id=reply.pk,
-                session_id=reply.session_id,
-                rounds=len(rounds),
-                kept=len(kept),
-            )
+            _left_out(reply, rounds, kept)
             continue
         if within is not None and (context.waited_for_compaction or {}).get("outcome") == (
             "compacted"
         ):
             _rounds_settle(rounds, context)
         return context
+
+
+def _left_out(reply: Message, rounds: list[list[Message]], kept: list[list[Message]]) -> None:
+    log.warning(
+        "turn_recall_round_left_out",
+        message_id=reply.pk,
+        session_id=reply.session_id,
+        rounds=len(rounds),
+        kept=len(kept),
+    )
 
 
 def _earlier_rounds(rounds: list[list[Message]]) -> tuple[int, int] | None:

@@ -48,7 +48,7 @@ from memory.services import record_create
 from tools.mcp_client import STOPPED, Call, CallOutcome, Endpoint
 from tools.mcp_sessions import ToolSessions
 from tools.offer import OfferedTool, entry_servers, tools_offered
-from tools.queries import tool_servers_named, tool_servers_usable_named
+from tools.queries import tool_servers_usable_named
 from tools.realtime import notify_tool_finished, notify_tool_started
 from tools.services import tool_server_endpoint
 
@@ -57,6 +57,10 @@ log = structlog.get_logger(__name__)
 ARGUMENTS_MAX_CHARS = 20_000
 # Room for the note that follows a cut result's head.
 NOTE_TOKENS = 80
+# A round's results may take this share of B beside the rest of the call; a result's head is
+# never cut below RESULT_MIN_TOKENS (its note alone takes NOTE_TOKENS).
+TOOL_ROUND_MAX_PERCENT = 50
+RESULT_MIN_TOKENS = 200
 
 
 def tool_failed(reason: str) -> str:
@@ -114,15 +118,18 @@ def _arguments(raw: object) -> tuple[str, dict[str, Any] | None]:
     text = text[:ARGUMENTS_MAX_CHARS]
     try:
         value = json.loads(text or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's stack: not an object either
         return text, None
     return text, value if isinstance(value, dict) else None
 
 
-def _endpoints(offered: list[OfferedTool]) -> dict[str, Endpoint | str]:
-    """Each server's endpoint, or why it cannot be reached (its headers cannot be opened)."""
+def _endpoints(offered: list[OfferedTool], owner: Any) -> dict[str, Endpoint | str]:
+    """Each server's endpoint, or why it cannot be reached (its headers cannot be opened). Read
+    every round, as the bot's ``owner`` may use them now: a server closed to the owner (or
+    removed) since the reply began offers nothing more (docs/tools.md)."""
     found: dict[str, Endpoint | str] = {}
-    for name, server in tool_servers_named({t.server for t in offered}).items():
+    names = {t.server for t in offered}
+    for name, server in tool_servers_usable_named(user=owner, names=names).items():
         try:
             found[name] = tool_server_endpoint(server)
         except (KeyUnavailable, ValueError):
@@ -130,14 +137,22 @@ def _endpoints(offered: list[OfferedTool]) -> dict[str, Endpoint | str]:
     return found
 
 
+def result_limit(bot: Bot, *, model: str, calls: int) -> int:
+    """The most of one result the model gets as is (the rest is a record): at most
+    ``TOOL_RESULT_MAX_TOKENS``, and at most its share of ``TOOL_ROUND_MAX_PERCENT`` of the bot's
+    budget B among the round's calls: in a small window a 4,000-token head left the newest round
+    no room beside the fixed part, and the model never saw its call or result."""
+    share = bot_budget(bot, model=model).budget * TOOL_ROUND_MAX_PERCENT // 100 // max(1, calls)
+    return max(RESULT_MIN_TOKENS, min(settings.TOOL_RESULT_MAX_TOKENS, share))
+
+
 def _result_for_model(
-    *, reply: Message, outcome: CallOutcome, label: str, seq: int, model: str
+    *, reply: Message, outcome: CallOutcome, label: str, seq: int, model: str, limit: int
 ) -> tuple[str, str, int | None]:
     """The text the model gets for a call that succeeded, the record holding the whole result
     when it is longer than ``TOOL_RESULT_MAX_TOKENS`` (else ""), and what that text costs as a
     message when it is the whole result (else None: the head and its note are counted by the
     frame). A result is tokenised once, not once more for its frame (docs/performance.md)."""
-    limit = settings.TOOL_RESULT_MAX_TOKENS
     text = outcome.text
     total = count_tokens(text, model=model)
     if total <= limit:
@@ -189,6 +204,26 @@ def _result_record(reply: Message, *, seq: int, body: str, description: str) -> 
 RESULT_RECORD_NAMES = 5
 
 
+def _refusal(
+    name: str,
+    tool: OfferedTool | None,
+    arguments: dict[str, Any] | None,
+    endpoint: Endpoint | str | None,
+    *,
+    alone: frozenset[str],
+) -> str:
+    """Why a call is answered without being run ("" when it runs)."""
+    if name in alone:
+        return f"{name} runs on its own: call it again without other tools"
+    if tool is None:
+        return f"no tool named {name[:100]}"
+    if arguments is None:
+        return "the arguments are not a JSON object"
+    if not isinstance(endpoint, Endpoint):
+        return endpoint or f"the tool server {tool.server} is no longer available to this bot"
+    return ""
+
+
 def tool_round_run(
     *,
     reply: Message,
@@ -199,14 +234,18 @@ def tool_round_run(
     should_stop: Callable[[], bool] | None = None,
     alone: frozenset[str] = frozenset(),
     sessions: ToolSessions | None = None,
+    bot: Bot | None = None,
 ) -> list[ToolOutcome]:
     """Run the model's ``calls`` (OpenAI shape) to the bot's ``offered`` tools: one outcome per
     call, in the calls' order. Frames go out as the round starts and as each call ends.
     ``alone``: functions that run only in a round of their own (the memory tools): asked for
     beside the bot's tools, they are answered with a failure saying so. ``sessions``: the
-    reply's open sessions (``ToolLoop``); without them the round opens and closes its own."""
+    reply's open sessions (``ToolLoop``); without them the round opens and closes its own.
+    ``bot``: the bot whose tools they are (default: the reply's)."""
     by_function = {t.function: t for t in offered}
-    endpoints = _endpoints([by_function[f] for f in by_function])
+    bot = bot or reply.bot or reply.session.bot
+    endpoints = _endpoints([by_function[f] for f in by_function], bot.owner)
+    limit = result_limit(bot, model=model, calls=len(calls))
     outcomes: list[ToolOutcome] = []
     runnable: list[tuple[int, Call]] = []
     for index, raw in enumerate(calls):
@@ -226,17 +265,11 @@ def tool_round_run(
         )
         tool = by_function.get(name)
         endpoint = endpoints.get(tool.server) if tool is not None else None
-        if name in alone:
-            outcome.content = tool_failed(
-                f"{name} runs on its own: call it again without other tools"
-            )
-        elif tool is None:
-            outcome.content = tool_failed(f"no tool named {name[:100]}")
-        elif arguments is None:
-            outcome.content = tool_failed("the arguments are not a JSON object")
-        elif not isinstance(endpoint, Endpoint):
-            outcome.content = tool_failed(endpoint or f"the tool server {tool.server} is gone")
+        refused = _refusal(name, tool, arguments, endpoint, alone=alone)
+        if refused:
+            outcome.content = tool_failed(refused)
         else:
+            assert tool is not None and isinstance(endpoint, Endpoint) and arguments is not None
             runnable.append((index, Call(endpoint=endpoint, tool=tool.tool, arguments=arguments)))
     base_seq = reply.seq + 1  # the results' seqs once stored (recall_exchange_store)
 
@@ -244,7 +277,13 @@ def tool_round_run(
         index = runnable[position][0]
         label = by_function[outcomes[index].name].label
         _call_finished(
-            reply, outcomes[index], result, label=label, seq=base_seq + index, model=model
+            reply,
+            outcomes[index],
+            result,
+            label=label,
+            seq=base_seq + index,
+            model=model,
+            limit=limit,
         )
 
     with ToolSessions() if sessions is None else nullcontext(sessions) as runner:
@@ -258,19 +297,30 @@ def tool_round_run(
     for index, outcome in enumerate(outcomes):
         if index not in ran:
             _finished_frame(reply, outcome, model=model)
+    _round_logged(reply, outcomes, tool_round=tool_round)
+    return outcomes
+
+
+def _round_logged(reply: Message, outcomes: list[ToolOutcome], *, tool_round: int) -> None:
     log.info(
         "tool_round_ran",
         message_id=reply.pk,
         round=tool_round,
-        calls=len(calls),
+        calls=len(outcomes),
         failed=sum(1 for o in outcomes if not o.ok),
         stopped=sum(1 for o in outcomes if o.content == tool_failed(STOPPED)),
     )
-    return outcomes
 
 
 def _call_finished(
-    reply: Message, outcome: ToolOutcome, result: CallOutcome, *, label: str, seq: int, model: str
+    reply: Message,
+    outcome: ToolOutcome,
+    result: CallOutcome,
+    *,
+    label: str,
+    seq: int,
+    model: str,
+    limit: int,
 ) -> None:
     """A call ended: what the model gets (the result, or its failure), then its frame. A
     server's text is made storable first (no NUL, no lone surrogate): it is stored as the
@@ -280,7 +330,7 @@ def _call_finished(
     tokens: int | None = None
     if result.ok:
         outcome.content, outcome.record, tokens = _result_for_model(
-            reply=reply, outcome=result, label=label, seq=seq, model=model
+            reply=reply, outcome=result, label=label, seq=seq, model=model, limit=limit
         )
     else:
         outcome.content = tool_failed(result.text)
@@ -355,6 +405,7 @@ class ToolLoop:
 
     def __init__(self, *, bot: Bot, taken: tuple[str, ...] = ()) -> None:
         self.offered = turn_tools(bot, taken=taken)
+        self.bot = bot  # its owner is read when a round runs: a turn without one reads nothing
         self.functions = frozenset(t.function for t in self.offered)
         self.rounds = 0
         self.sessions = ToolSessions()
@@ -405,5 +456,6 @@ class ToolLoop:
             should_stop=should_stop,
             alone=alone,
             sessions=self.sessions,
+            bot=self.bot,
         )
         return tool_round_store(reply=reply, text=text, outcomes=outcomes, model=model)

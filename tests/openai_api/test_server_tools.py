@@ -45,6 +45,19 @@ def tool_bot(user, staff, fake_openai, mcp_server):
     )
 
 
+def _weather_answered(client):
+    """The client's next call: its own tool's call answered."""
+    return client.chat.completions.with_raw_response.create(
+        model="agent",
+        messages=[
+            QUESTION,
+            {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]},
+            {"role": "tool", "tool_call_id": "call_w1", "content": "sunny, 24 C"},
+        ],
+        tools=[WEATHER],
+    )
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_server_tools_run_on_v1_and_client_tools_still_end_the_loop(
     stack, user, tool_bot, fake_openai, mcp_server, stream
@@ -98,15 +111,7 @@ def test_server_tools_run_on_v1_and_client_tools_still_end_the_loop(
     assert (reply.finish_reason, [c["id"] for c in reply.tool_calls]) == ("tool_calls", ["call_w1"])
 
     # The client answers its own call: the same session goes on to the answer.
-    raw = client.chat.completions.with_raw_response.create(
-        model="agent",
-        messages=[
-            QUESTION,
-            {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]},
-            {"role": "tool", "tool_call_id": "call_w1", "content": "sunny, 24 C"},
-        ],
-        tools=[WEATHER],
-    )
+    raw = _weather_answered(client)
     assert raw.headers["x-session-id"] == str(session.pk)
     answer = raw.parse().choices[0]
     assert (answer.message.content, answer.finish_reason) == (
@@ -214,3 +219,46 @@ def test_a_retried_streamed_call_is_linked_by_what_its_own_run_streamed(
 
     assert fake_openai.requests[3]["messages"][-4:] == THANKS_CONTEXT
     assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
+
+
+def test_an_answer_calling_the_bots_and_the_clients_tools_runs_the_bots_first(
+    stack, user, tool_bot, fake_openai, mcp_server
+):
+    """One answer calls both: the bot's tool runs on the server as a round of its own (it was
+    dropped, never run nor told), then the client's call ends the turn and comes back to it."""
+    _, key = new_key(user)
+    fake_openai.script(
+        Reply(text="", tool_calls=[ADD_CALL, WEATHER_CALL]),
+        Reply(text="42, and it is sunny in Paris."),
+    )
+    client = sdk(stack, key)
+    choice = client.chat.completions.create(
+        model="agent", messages=[QUESTION], tools=[WEATHER]
+    ).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [c.model_dump() for c in choice.message.tool_calls] == [WEATHER_CALL]
+    assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
+    session = ChatSession.objects.get(user=user)
+    rows = list(
+        Message.objects.filter(session=session)
+        .order_by("seq")
+        .values_list("role", "kind", "tool_call_id", "tool_ok", "content")
+    )
+    assert rows == [
+        ("user", "chat", "", None, QUESTION["content"]),
+        ("assistant", "tool", "", None, ""),
+        ("tool", "tool", "call_a1", True, "42"),
+        ("assistant", "chat", "", None, ""),
+    ]
+
+    raw = _weather_answered(client)
+    assert raw.headers["x-session-id"] == str(session.pk)
+    assert raw.parse().choices[0].message.content == "42, and it is sunny in Paris."
+    assert fake_openai.requests[1]["messages"][-4:] == [
+        {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
+        {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
+        {"role": "tool", "content": "sunny, 24 C", "tool_call_id": "call_w1"},
+    ]
+    assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
+    assert len(fake_openai.requests) == 2

@@ -123,6 +123,52 @@ def test_a_failing_tool_is_a_result_and_the_reply_completes(
     assert (reply.status, reply.content) == ("complete", "The tool failed, sorry.")
 
 
+@pytest.mark.parametrize("nested", ['{"a":' * 3000 + "1" + "}" * 3000, "[" * 5000 + "]" * 5000])
+def test_arguments_nested_past_any_reason_are_a_failed_call_not_a_failed_reply(
+    tool_bot, fake_openai, mcp_server, frames, nested
+):
+    """Arguments so deeply nested that parsing them runs out of stack (``RecursionError``, not
+    a ``ValueError``) are arguments that are not a JSON object: the tool is not called."""
+    call = {"id": "d1", "type": "function", "function": {"name": "calc__add", "arguments": nested}}
+    fake_openai.script(Reply(text="", tool_calls=[call]), Reply(text="Those were not arguments."))
+    session, reply = _ask(tool_bot, "deep")
+    turn.turn_run(message_id=reply.pk)
+    result = Message.objects.get(session=session, seq=3)
+    assert (result.tool_ok, result.content) == (
+        False,
+        "[tool failed: the arguments are not a JSON object]",
+    )
+    assert mcp_server.calls == []
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Those were not arguments.")
+
+
+def test_a_long_result_in_a_small_window_reaches_the_model_as_a_head_that_fits(
+    tool_bot, fake_openai, mcp_server, frames
+):
+    """B 4,000: a 4,000-token head (``TOOL_RESULT_MAX_TOKENS``) left the round no room beside
+    the rest of the call, the whole round was left out, and the model saw neither its call nor
+    its result. The head is the round's share of half of B (2,000), the rest a record."""
+    tool_bot.tools = ["calc/big"]
+    tool_bot.context_window, tool_bot.max_output_tokens = 5000, 1000
+    tool_bot.save()
+    fake_openai.script(
+        Reply(text="", tool_calls=[_call("calc__big", {"words": 6000}, "c1")]),
+        Reply(text="Read its head."),
+    )
+    session, reply = _ask(tool_bot, "Fetch the big list.")
+    turn.turn_run(message_id=reply.pk)
+
+    sent = fake_openai.requests[1]["messages"]
+    [result] = [m for m in sent if m["role"] == "tool"]
+    assert result["tool_call_id"] == "c1"
+    assert "the result is" in result["content"] and "read_records" in result["content"]
+    stored = Message.objects.get(session=session, role="tool")
+    assert stored.token_count <= 2000
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Read its head.")
+
+
 def test_after_tool_max_rounds_the_model_must_answer(
     tool_bot, fake_openai, mcp_server, frames, settings
 ):
@@ -187,6 +233,39 @@ def test_stop_during_a_tool_call_ends_the_reply_stopped(
     result = Message.objects.get(session=session, seq=3)
     assert (result.tool_ok, result.content) == (False, "[tool failed: stopped by the user]")
     assert len(fake_openai.requests) == 1
+
+
+def test_a_server_closed_to_the_owner_during_a_reply_is_not_called_again(
+    tool_bot, tool_server, fake_openai, mcp_server, monkeypatch
+):
+    """Staff close the server after the first round: the rounds that follow are told it is no
+    longer available, and it is not called again (the offer was read as the reply began)."""
+    from tools.models import ToolServer
+
+    def closed_after_the_first(session_id, frame):
+        if frame["type"] == "tool.finished" and frame["call_id"] == "r1":
+            ToolServer.objects.filter(pk=tool_server.pk).update(public=False)
+
+    monkeypatch.setattr(tool_realtime, "send_frame", closed_after_the_first)
+    fake_openai.script(
+        *(
+            Reply(text="", tool_calls=[_call("calc__add", {"a": n, "b": n}, f"r{n}")])
+            for n in (1, 2, 3)
+        ),
+        Reply(text="Done."),
+    )
+    session, reply = _ask(tool_bot, "Add three times")
+    turn.turn_run(message_id=reply.pk)
+
+    assert mcp_server.calls == [("add", {"a": 1, "b": 1})]
+    results = Message.objects.filter(session=session, role="tool").order_by("seq")
+    assert [(m.tool_ok, m.content) for m in results] == [
+        (True, "2"),
+        (False, "[tool failed: the tool server calc is no longer available to this bot]"),
+        (False, "[tool failed: the tool server calc is no longer available to this bot]"),
+    ]
+    reply.refresh_from_db()
+    assert (reply.status, reply.content) == ("complete", "Done.")
 
 
 def test_tools_of_a_server_closed_to_the_owner_are_never_offered(

@@ -327,3 +327,118 @@ def test_headers_the_client_sets_itself_are_refused(staff_client):
         ]
     }
     assert not ToolServer.objects.exists()
+
+
+def test_a_header_value_an_http_client_cannot_send_is_refused(staff_client):
+    """``X-Key: café`` was stored, then every listing and call of the server failed
+    (``UnicodeEncodeError``): header values are sent as ASCII."""
+    response = staff_client.post(
+        URL,
+        {
+            "name": "calc",
+            "url": "http://127.0.0.1:9/mcp",
+            "headers": {"X-Key": "café", "X-Bell": "a\x07b", "X-Team": "a\tb ~"},
+        },
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "headers": [
+            "X-Key: printable ASCII characters only.",
+            "X-Bell: printable ASCII characters only.",
+        ]
+    }
+    assert not ToolServer.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_staff_saving_one_name_at_once_get_a_validation_error_not_a_500(staff, monkeypatch):
+    """Both pass the name check before either writes: the second write is refused as the
+    check refuses it."""
+    import threading
+
+    from rest_framework.test import APIClient
+
+    from tools import services
+
+    checked = threading.Barrier(2, timeout=10)
+    real_check = services.check_tool_server_fields
+
+    def check_then_wait(**kwargs):
+        found = real_check(**kwargs)
+        checked.wait()
+        return found
+
+    monkeypatch.setattr(services, "check_tool_server_fields", check_then_wait)
+    results = []
+
+    def create():
+        from django.db import connection
+
+        client = APIClient()
+        client.force_authenticate(staff)
+        body = {"name": "calc", "url": "http://127.0.0.1:9/mcp"}
+        results.append(client.post(URL, body, format="json"))
+        connection.close()
+
+    threads = [threading.Thread(target=create) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+
+    assert sorted(r.status_code for r in results) == [201, 400]
+    refused = next(r for r in results if r.status_code == 400)
+    assert refused.json()["error"] == {
+        "code": "validation_error",
+        "message": refused.json()["error"]["message"],
+        "details": {"name": ["A tool server with this name exists."]},
+    }
+    assert ToolServer.objects.filter(name="calc").count() == 1
+
+
+def test_a_listing_past_the_limits_is_refused_and_a_long_description_cut(
+    staff_client, mcp_server, monkeypatch
+):
+    """A server's list is read by every signed-in user and offered on every turn of its bots:
+    2,000 tools of 5,000-character descriptions were kept whole (10 MB on each GET). It holds
+    what a /v1 client may send: 128 tools, descriptions cut at 4,000 characters, input schemas
+    of 64,000 bytes at most; a list past them is refused and the last good one stays."""
+    from tools import services
+
+    created = staff_client.post(URL, {"name": "calc", "url": mcp_server.url}, format="json").json()
+    clock = mcp_server.app._tool_manager._tools["clock"]
+    description = clock.description
+    clock.description = "x" * 5_000
+    try:
+        refreshed = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    finally:
+        clock.description = description
+    assert refreshed.status_code == 200
+    [listed] = [t for t in refreshed.json()["tools"] if t["name"] == "clock"]
+    assert listed["description"] == "x" * 4_000
+
+    def many(endpoint, *, timeout):
+        tool = {"name": "t", "description": "", "input_schema": {"type": "object"}}
+        return [{**tool, "name": f"t{i}"} for i in range(129)]
+
+    monkeypatch.setattr(services, "tools_list", many)
+    refused = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {
+        "url": ["it lists 129 tools, more than the 128 kept"]
+    }
+
+    def wide(endpoint, *, timeout):
+        schema = {"type": "object", "description": "y" * 70_000}
+        return [{"name": "wide", "description": "", "input_schema": schema}]
+
+    monkeypatch.setattr(services, "tools_list", wide)
+    refused = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    assert refused.json()["error"]["details"] == {
+        "url": ["the input schema of wide is 70,037 bytes, more than the 64,000 kept"]
+    }
+    stored = ToolServer.objects.get(pk=created["id"])
+    assert [t["name"] for t in stored.tool_list] == TOOL_NAMES
+    assert stored.refresh_error.startswith("Could not list the tools of calc: the input schema")
