@@ -5,19 +5,25 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.urls import reverse
 
+from bots.queries import user_bot_scope
 from chat_platform.errors import NotFound
 from transfer import progress
 from transfer.models import ImportJob
 
 
 def import_job_get_for_user(*, user: AbstractBaseUser, job_id: object) -> ImportJob:
-    """The user's import job; any other (another user's, none) is the one not-found."""
+    """The user's import job; any other (another user's, none, or one into a bot outside those
+    the request's API key is limited to) is the one not-found."""
     try:
         number = int(str(job_id))
     except ValueError:
         number = 0
     in_range = 0 < number < 2**63  # a bigint: a larger id is no row, never a database error
-    job = ImportJob.objects.filter(pk=number, user_id=user.pk).first() if in_range else None
+    jobs = ImportJob.objects.filter(pk=number, user_id=user.pk)
+    scope = user_bot_scope(user)
+    if scope is not None:
+        jobs = jobs.filter(bot_id__in=scope)
+    job = jobs.first() if in_range else None
     if job is None:
         raise NotFound("Import not found.")
     return job

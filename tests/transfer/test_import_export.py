@@ -538,6 +538,40 @@ def _good_lossless(bot_id: int) -> dict:
             ),
             "conversations[0].mapping[a].message.content.parts: holds int, not text.",
         ),
+        # Imported before, and every later turn of the chat failed reading the calls.
+        (
+            lambda d: json.dumps(
+                {**d, "messages": [d["messages"][0], {**d["messages"][1], "tool_calls": [1]}]}
+            ),
+            'messages[1].tool_calls[0]: must be {"id", "type": "function", "function": {...}}.',
+        ),
+        (
+            lambda d: json.dumps(
+                {
+                    **d,
+                    "messages": [
+                        d["messages"][0],
+                        {**d["messages"][1], "tool_calls": [{"id": "c", "function": {"name": 5}}]},
+                    ],
+                }
+            ),
+            "messages[1].tool_calls[0].function.name: must be text, not a number.",
+        ),
+        (
+            lambda d: json.dumps(
+                {
+                    **d,
+                    "messages": [
+                        {**d["messages"][0], "tool_calls": [{"function": {"name": "f"}}]},
+                        d["messages"][1],
+                    ],
+                }
+            ),
+            "messages[0].tool_calls: only an assistant message calls tools.",
+        ),
+        # A NUL in a key the refusal quotes: storing the refusal failed, and the job stayed
+        # running with its chunks and its user's slot.
+        (lambda d: json.dumps({**d, "k\u0000": 1}), "k: not a part of"),
     ],
 )
 def test_bad_files_fail_cleanly_with_nothing_stored(owner, owner_client, bot, mutate, message):

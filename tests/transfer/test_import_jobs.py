@@ -354,3 +354,50 @@ def test_what_an_import_through_a_key_sets_off_is_charged_to_the_key(owner, bot,
     from connections.usage import Limit
 
     assert compacted == [[Limit(f"key:{key.pk}", 5000)]]
+
+
+def test_a_progress_cache_that_does_not_answer_never_fails_the_import(
+    owner_client, bot, monkeypatch
+):
+    """Lost progress stalls a bar: a Redis that refused the progress write failed a good file
+    (the child's progress line raised), or left its job running with its chunks."""
+    import redis
+    from django.core.cache import caches
+
+    def down(*args, **kwargs):
+        raise redis.ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(caches["progress"], "set", down)
+    monkeypatch.setattr(caches["progress"], "get", down)
+    upload = SimpleUploadedFile("chats.json", _conversations(3), content_type="application/json")
+    posted = owner_client.post(
+        "/api/v1/import/",
+        {"file": upload, "bot": bot.pk, "progress": "bar-1"},
+        format="multipart",
+    )
+    assert posted.status_code == 202, posted.content
+    job = run_job(owner_client, posted.json()["id"])
+    assert (job["status"], len(job["result"]["imported"])) == ("done", 3)
+    assert not ImportChunk.objects.exists()
+
+
+def test_a_key_limited_to_some_bots_reads_only_their_import_jobs(owner, owner_client, bot):
+    """An Alpha-only key read the job of an import into another bot, and with it the titles
+    and ids of that bot's chats."""
+    from rest_framework.test import APIClient
+
+    from openai_api.keys import key_create
+    from tests.factories import BotFactory
+
+    alpha = BotFactory(owner=owner, name="Alpha")
+    posted = _import(owner_client, bot, _conversations(1))
+    job = run_job(owner_client, posted.json()["id"])
+    assert job["status"] == "done"
+    _key, raw = key_create(user=owner, name="alpha only", bots=[alpha.pk])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    refused = client.get(f"/api/v1/import/jobs/{job['id']}/")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (404, "not_found")
+    _key, raw = key_create(user=owner, name="both", bots=[alpha.pk, bot.pk])
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get(f"/api/v1/import/jobs/{job['id']}/").status_code == 200

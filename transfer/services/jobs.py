@@ -34,6 +34,7 @@ from chat_platform.dbconn import connection_release
 from chat_platform.errors import PlatformError, ServiceUnavailable
 from chat_platform.heavy import heavy_refusal
 from chat_platform.outage import BROKER_ERRORS
+from chat_platform.textcheck import text_made_storable
 from connections import usage
 from memory import embeddings
 from memory.models import MessageIndex
@@ -261,6 +262,17 @@ def _progress(job: ImportJob, *, phase: str, bytes_read: int) -> None:
         )
 
 
+def _storable(value: Any) -> Any:
+    """``value`` (JSON) with every string made storable (no NUL, no lone surrogate)."""
+    if isinstance(value, str):
+        return text_made_storable(value)
+    if isinstance(value, dict):
+        return {_storable(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
+
+
 def _finish(
     job_id: int, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
 ) -> str | None:
@@ -269,10 +281,12 @@ def _finish(
     status = ImportJob.Status.FAILED if error is not None else ImportJob.Status.DONE
     values: dict[str, Any] = {"status": status, "finished_at": timezone.now()}
     if error is not None:
+        # A refusal may quote the file (a key, a node id): what the database cannot store (a
+        # NUL) made this write fail, and the job stayed running with its chunks.
         values.update(
             error_code=str(error.get("code", "")),
-            error_message=str(error.get("message", "")),
-            error_details=error.get("details") or {},
+            error_message=_storable(str(error.get("message", ""))),
+            error_details=_storable(error.get("details") or {}),
         )
     else:
         job = ImportJob.objects.filter(pk=job_id).only("bytes_total").first()

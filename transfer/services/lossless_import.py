@@ -268,8 +268,7 @@ class _Lossless:
         reply_to = f.integer(raw.get("reply_to"), f"{where}.reply_to", minimum=1, allow_null=True)
         if reply_to is not None and reply_to not in self.seqs:
             raise refused(f"{where}.reply_to: names no earlier message.")
-        tool_calls = f.listing(raw.get("tool_calls", []), f"{where}.tool_calls", max_items=100)
-        f.text(json.dumps(tool_calls), f"{where}.tool_calls")
+        tool_calls = _tool_calls(raw.get("tool_calls", []), f"{where}.tool_calls", role=role)
         created = f.when(raw.get("created_at"), f"{where}.created_at")
         updated = f.when(raw.get("updated_at"), f"{where}.updated_at", allow_null=True) or created
         self.seqs.add(seq)
@@ -409,3 +408,24 @@ def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportR
         }
     )
     return result
+
+
+def _tool_calls(value: Any, where: str, *, role: str) -> list[Any]:
+    """A message's calls, each ``{id, type: "function", function: {name, arguments}}``, on an
+    assistant message only: a call of another shape was imported, and every later
+    turn of the chat failed reading it (``'int' object has no attribute 'get'``)."""
+    calls = f.listing(value, where, max_items=100)
+    if calls and role != Message.Role.ASSISTANT:
+        raise refused(f"{where}: only an assistant message calls tools.")
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or call.get("type", "function") != "function":
+            raise refused(f'{at}: must be {{"id", "type": "function", "function": {{...}}}}.')
+        f.text(call.get("id", ""), f"{at}.id", max_bytes=100)
+        if not f.text(function.get("name"), f"{at}.function.name", max_bytes=200):
+            raise refused(f"{at}.function.name: must not be blank.")
+        if not isinstance(function.get("arguments", ""), str | dict):
+            raise refused(f"{at}.function.arguments: must be text (JSON) or an object.")
+    f.text(json.dumps(calls), where)
+    return calls
