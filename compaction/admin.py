@@ -28,6 +28,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A summary deleted here left its messages covered by nothing: they dropped out of the
+        # model's context while the seat's totals still counted them.
+        return False
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in self.model._meta.fields] + [
             f.name for f in self.model._meta.many_to_many

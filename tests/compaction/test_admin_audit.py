@@ -160,6 +160,21 @@ def test_summaries_events_and_records_cannot_be_changed_by_post(admin_web, audit
     for url, data in posts:
         assert admin_web.post(url, data).status_code == 403
     assert admin_web.post(f"/admin/memory/memoryrecord/{snapshot.pk}/delete/").status_code == 403
+    # A superuser deleted a summary here (302): its messages left the model's context while
+    # the seat still counted them covered.
+    for url in (
+        f"/admin/compaction/summary/{summary.pk}/delete/",
+        f"/admin/compaction/compactionevent/{event.pk}/delete/",
+    ):
+        assert admin_web.get(url).status_code == 403
+        assert admin_web.post(url, {"post": "yes"}).status_code == 403
+    bulk = admin_web.post(
+        "/admin/compaction/compactionevent/",
+        {"action": "delete_selected", "_selected_action": [event.pk], "post": "yes"},
+    )
+    assert bulk.status_code in (200, 302)
+    assert Summary.objects.filter(pk=summary.pk).exists()
+    assert CompactionEvent.objects.filter(pk=event.pk).exists()
     summary.refresh_from_db()
     snapshot.refresh_from_db()
     event.refresh_from_db()
@@ -254,6 +269,8 @@ def test_seed_demo_makes_demo_read_only_staff_in_embedded_mode(settings, audited
     assert 'id="audit-side-by-side"' in detail.content.decode()
     assert client.get("/admin/compaction/compactionevent/").status_code == 200
     assert client.get("/admin/memory/recallevent/").status_code == 200
+    # The audit's links to the replies made from a summary open (they answered 403).
+    assert client.get("/admin/compaction/contextrecord/").status_code == 200
     # View only: nothing to change, not even bots or users.
     assert client.get("/admin/bots/bot/add/").status_code == 403
     assert client.get("/admin/auth/user/").status_code == 403

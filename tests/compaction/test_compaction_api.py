@@ -496,6 +496,13 @@ def test_compact_session_command(session, fake_openai):
 
     with pytest.raises(CommandError, match="No session 999999"):
         call_command("compact_session", "999999", stdout=StringIO())
+    # Bytes the shell could not decode arrive as lone surrogates: refused before anything runs
+    # (two tracebacks and a failed event of internal_error before).
+    events = CompactionEvent.objects.count()
+    for focus in ("x\udcfe", "a\x00b"):
+        with pytest.raises(CommandError, match="--focus: Text may not contain NUL characters"):
+            call_command("compact_session", str(session.pk), "--focus", focus, stdout=StringIO())
+    assert CompactionEvent.objects.count() == events
 
     add_history(session, [300, 300, 300, 300], tag="later")
     recount(session)

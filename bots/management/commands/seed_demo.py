@@ -50,6 +50,7 @@ DEMO_VIEW_PERMISSIONS = [
     ("compaction", "view_compactionevent"),
     ("compaction", "view_compactionstate"),
     ("compaction", "view_seatstate"),
+    ("compaction", "view_contextrecord"),
     ("memory", "view_memoryrecord"),
     ("memory", "view_recallevent"),
 ]

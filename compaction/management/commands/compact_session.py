@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bots.models import ChatSession
 from chat_platform.errors import CompactionBusy, QuotaExceeded
+from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.engine import compaction_manual
 from compaction.services import compaction_notice_text
 
@@ -17,6 +18,8 @@ class Command(BaseCommand):
         session = ChatSession.objects.select_related("bot").filter(pk=options["session_id"]).first()
         if session is None:
             raise CommandError(f"No session {options['session_id']}.")
+        if not text_is_storable(options["focus"]):  # bytes the shell did not decode, a NUL
+            raise CommandError(f"--focus: {UNSTORABLE_MESSAGE}")
         try:
             result = compaction_manual(session=session, focus=options["focus"])
         except (CompactionBusy, QuotaExceeded) as exc:
