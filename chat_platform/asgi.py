@@ -23,6 +23,7 @@ if is_web_server(sys.argv, os.environ):
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from bots.routing import websocket_urlpatterns  # noqa: E402
+from chat_platform.body_limit import BodyLimit  # noqa: E402
 from chat_platform.realtime_auth import (  # noqa: E402
     TokenOrSessionAuthMiddleware,
     origin_validated,
@@ -30,7 +31,8 @@ from chat_platform.realtime_auth import (  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Bodies are bounded before Django copies them (chat_platform/body_limit.py).
+        "http": BodyLimit(django_asgi_app),
         "websocket": origin_validated(
             TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))
         ),
