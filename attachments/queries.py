@@ -59,12 +59,28 @@ def _too_big(found: Attachment) -> str:
 IMAGE_ID = re.compile(r"\[Attached image #(\d+): ")
 
 
+def image_ids_named(text: str) -> list[int]:
+    """The images a message's text names, each once, in order, ``ATTACHMENT_MESSAGE_MAX_FILES``
+    at most: what it sends and what its stored count holds (``image_tokens_named``). Markers
+    typed by hand sent one image fifty times, none of them counted."""
+    ids = list(dict.fromkeys(int(i) for i in IMAGE_ID.findall(text) if len(i) < 19))
+    return ids[: settings.ATTACHMENT_MESSAGE_MAX_FILES]
+
+
+def image_tokens_named(text: str) -> int:
+    """What the images ``text`` names add to its count, ``ATTACHMENT_IMAGE_TOKENS`` each (a
+    marker naming no file of its user's counts too: never less than what is sent)."""
+    if "[Attached image #" not in text:
+        return 0
+    return len(image_ids_named(text)) * settings.ATTACHMENT_IMAGE_TOKENS
+
+
 def images_for_messages(*, user_id: int, contents: dict[int, str]) -> dict[int, list[str]]:
-    """The images the messages name (``[Attached image #<id>: …]`` lines), as data URLs, per
-    message id in the order named. Found by the id in the text, so a branch's or an import's
-    copy of a message carries its images too; only ``user_id``'s own files are ever read (a
-    marker typed by hand naming someone else's file finds nothing)."""
-    wanted = {mid: [int(i) for i in IMAGE_ID.findall(text)] for mid, text in contents.items()}
+    """The images the messages name (``[Attached image #<id>: …]`` lines: ``image_ids_named``),
+    as data URLs, per message id in the order named. Found by the id in the text, so a branch's
+    or an import's copy of a message carries its images too; only ``user_id``'s own files are
+    ever read (a marker typed by hand naming someone else's file finds nothing)."""
+    wanted = {mid: image_ids_named(text) for mid, text in contents.items()}
     ids = {i for named in wanted.values() for i in named}
     if not ids:
         return {}

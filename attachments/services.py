@@ -263,12 +263,6 @@ def message_text_with(content: str, attachments: Sequence[Attachment]) -> str:
     return "\n\n".join(parts)
 
 
-def attachments_extra_tokens(attachments: Sequence[Attachment]) -> int:
-    """What the images add to the message's count (their text is counted with the message)."""
-    images = sum(1 for a in attachments if a.kind == Attachment.Kind.IMAGE)
-    return images * settings.ATTACHMENT_IMAGE_TOKENS
-
-
 def do_attachments_claim(*, attachments: Sequence[Attachment], message: Message) -> None:
     """In the send's transaction: the files now belong to ``message``. A concurrent send that
     claimed one first makes this one fail whole (its transaction rolls back)."""

@@ -373,6 +373,37 @@ def test_a_typed_marker_naming_someone_elses_image_sends_no_image(
     assert fake_openai.requests[0]["messages"][-1] == {"role": "user", "content": forged}
 
 
+def test_typed_markers_send_each_image_once_ten_at_most_and_count_them(
+    owner_client, owner, fake_openai, eager_tasks, monkeypatch, settings
+):
+    """Markers typed by hand named one of the user's images fifty times: fifty image parts went
+    out (each encoded again), and the message's count held none of them (admission admitted
+    151 tokens of a request carrying 150,000 by the images' own estimate). Each image is sent
+    once, ``ATTACHMENT_MESSAGE_MAX_FILES`` at most, and counted as an attached one is."""
+    from tests.conftest import FAKE_KEY, FAKE_KEY_ENV
+
+    monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
+    settings.ATTACHMENT_MESSAGE_MAX_FILES = 3
+    bot = BotFactory(
+        owner=owner, model="openai/gpt-4o-mini", api_base=fake_openai.url, api_key_env=FAKE_KEY_ENV
+    )
+    session = SessionFactory(user=owner, bot=bot)
+    ids = [_upload(owner_client, session, f"p{i}.png", PNG).json()["id"] for i in range(4)]
+    typed = " ".join(f"[Attached image #{i}: p.png]" for i in [ids[0]] * 50 + ids)
+    fake_openai.script(Reply(text="Pictures."))
+    sent = _send(owner_client, session, content=typed, wait=True)
+    assert sent.status_code == 201, sent.json()
+    assert sent.json()["user_message"]["token_count"] == (
+        count_message_tokens(typed, model=bot.model) + 3 * 1000
+    )
+    parts = fake_openai.requests[0]["messages"][-1]["content"]
+    import base64
+
+    url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    assert [p["type"] for p in parts] == ["text", "image_url", "image_url", "image_url"]
+    assert {p["image_url"]["url"] for p in parts[1:]} == {url}
+
+
 def test_a_retried_send_with_the_same_client_id_returns_the_first_result(
     owner_client, chat_session, eager_tasks
 ):

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
+from attachments.queries import image_tokens_named
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens
 from memory.services import messages_index_copy, messages_index_written
@@ -131,7 +132,8 @@ def _chatgpt_messages(
             kind=Message.Kind.CHAT,
             content=turn.content,
             status=Message.Status.COMPLETE,
-            token_count=count_message_tokens(turn.content, model=bot.model),
+            token_count=count_message_tokens(turn.content, model=bot.model)
+            + (image_tokens_named(turn.content) if turn.role == "user" else 0),
             pinned=turn.pinned,
             model=turn.model,
             finish_reason="stop" if turn.role == "assistant" else "",

@@ -11,6 +11,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from attachments.queries import image_tokens_named
 from bots.models import Bot, ChatSession, Message
 from chat_platform.llm.tokens import count_message_tokens, count_tokens
 from compaction.engine.coverage import seats_count
@@ -259,7 +260,12 @@ class _Lossless:
         # What reaches a model is counted here, never taken on trust (a file claiming 0 tokens
         # would slip past admission); commands and notices never reach one and keep theirs.
         in_context = kind in (Message.Kind.CHAT, Message.Kind.TOOL) and content
-        counted = count_message_tokens(content, model=model or self.bot.model) if in_context else 0
+        counted = (
+            count_message_tokens(content, model=model or self.bot.model)
+            + (image_tokens_named(content) if role == Message.Role.USER else 0)
+            if in_context
+            else 0
+        )
         ref = f.integer(
             raw.get("compacted_by"), f"{where}.compacted_by", minimum=1, allow_null=True
         )

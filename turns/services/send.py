@@ -12,8 +12,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from attachments.models import Attachment
+from attachments.queries import image_tokens_named
 from attachments.services import (
-    attachments_extra_tokens,
     check_attachments_for_send,
     do_attachments_claim,
     message_text_with,
@@ -100,20 +100,20 @@ def _exchange_open(
     kind: str,
     client_id: str | None,
     replies: int = 1,
-    extra_tokens: int = 0,
     answers: Sequence[tuple[Bot, str]] = (),
     charged_to: str = "",
 ) -> tuple[Message, list[Message]] | SendResult:
     """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer,
     and the pending ``answers`` written with it (``transitions.exchange_open``); a repeated
-    client_id returns the first result instead. ``extra_tokens``: what the message's images add
-    to its text's count."""
+    client_id returns the first result instead. Its count holds the images it names
+    (``image_tokens_named``: those it sends, whether attached now or typed)."""
     return transitions.exchange_open(
         session=session,
         content=content,
         kind=kind,
         client_id=client_id,
-        tokens=count_message_tokens(content, model=session.chat_model) + extra_tokens,
+        tokens=count_message_tokens(content, model=session.chat_model)
+        + (image_tokens_named(content) if kind == Message.Kind.CHAT else 0),
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
         replies=replies,
         answers=answers,
@@ -149,7 +149,6 @@ def do_message_pair_create(
             kind=Message.Kind.CHAT,
             client_id=client_id,
             replies=len(bots),
-            extra_tokens=attachments_extra_tokens(attachments),
             # The chat's own model choice (per-chat settings) is its default bot's.
             answers=[
                 (bot, session.chat_model if bot.pk == session.bot_id else bot.model) for bot in bots
