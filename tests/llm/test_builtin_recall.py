@@ -333,6 +333,46 @@ def test_index_match_asks_for_the_record_with_the_tool_when_offered():
     assert reply.completion_tokens == count_tokens('read_records{"names": ["diet"]}')
 
 
+def test_a_half_matching_sentence_does_not_stop_the_read_of_the_record_it_lacks():
+    """"What is the Aurora project locker code?" with "The Libra project locker code is 1999."
+    in context (three of its four words) and a record of the Aurora locker in the index: the
+    sentence counted as the answer and the Libra code was quoted. The word no statement here
+    says ("aurora") is in a listed record: it is read first, then its line quoted."""
+    index = {
+        "role": "system",
+        "content": f"{INDEX_HEADER}\n{INDEX_HELP}\n"
+        "- aurora_project_locker (info): The Aurora project locker code is 4471.",
+    }
+    libra = [
+        {"role": "user", "content": "The Libra project locker code is 1999."},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    question = "What is the Aurora project locker code?"
+    reply = ask(question, BOT, index, *libra, tools=RECALL_TOOLS)
+    assert reply.tool_calls[0]["function"] == {
+        "name": "read_records",
+        "arguments": '{"names": ["aurora_project_locker"]}',
+    }
+    answer = generate(
+        "recall",
+        [
+            BOT,
+            index,
+            *libra,
+            {"role": "user", "content": question},
+            call("read_records", {"names": ["aurora_project_locker"]}),
+            result("[record aurora_project_locker]\nThe Aurora project locker code is 4471."),
+        ],
+        tools=RECALL_TOOLS,
+    )
+    assert "> The Aurora project locker code is 4471." in answer.text
+    # With the Aurora code in context already, nothing is read.
+    known = [{"role": "user", "content": "The Aurora project locker code is 4471."}]
+    direct = ask(question, BOT, index, *known, *libra, tools=RECALL_TOOLS)
+    assert direct.tool_calls == []
+    assert "> The Aurora project locker code is 4471." in direct.text
+
+
 def test_index_match_asks_with_read_files_json_when_no_tool_is_offered():
     reply = ask("Do I have food allergies?", BOT, SUMMARY, INDEX, *HISTORY)
 

@@ -212,15 +212,21 @@ def _choose_quotes(units: list[Unit], question_terms: set[str]) -> tuple[list[Un
     return sorted(chosen, key=lambda u: u.position), coverage
 
 
+def _stated(units: list[Unit]) -> set[str]:
+    """The words the statements in context say (questions are not answers)."""
+    said: set[str] = set()
+    for unit in units:
+        if not _is_question(unit.text):
+            said.update(terms(unit.text))
+    return said
+
+
 def _unsaid(units: list[Unit], index: list[IndexEntry], question_terms: set[str]) -> set[str]:
     """The question's words that neither a statement in context nor the memory index says
     ("flight" of "What is the flight number?" when what was read says only "the invoice number
     is INV-30017" and its index line only "The invoice number and due date"). A word the index
     line of what was read says ("food" of "Food allergies and diet") was read for."""
-    said: set[str] = set()
-    for unit in units:
-        if not _is_question(unit.text):
-            said.update(terms(unit.text))
+    said = _stated(units)
     for entry in index:
         said.update(terms(re.sub(r"[_-]", " ", entry.name) + " " + entry.description))
     return question_terms - said
@@ -444,6 +450,12 @@ def respond(
     enough = ANSWERED_AFTER_READ_SHARE if "read" in done.kinds else ANSWERED_SHARE
     if "read" in done.kinds and _unsaid(units, index_entries(messages), question_terms):
         enough = math.inf  # what was read half-matches: the words it lacks may be elsewhere
+    elif coverage >= enough and may_call and "read" not in done.kinds:
+        # A sentence holds most of the question's words ("the Libra project locker code") and a
+        # record the index lists holds one no statement here says ("aurora"): read it first.
+        absent = question_terms - _stated(units)
+        if absent and records_to_request(messages, question, absent):
+            enough = math.inf
     if coverage < enough and may_call:
         if "read" not in done.kinds:
             names = records_to_request(messages, question, question_terms)
