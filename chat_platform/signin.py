@@ -18,7 +18,10 @@ the pages a 429 page saying how long to wait.
 """
 
 import hashlib
-from collections.abc import Callable
+import threading
+import unicodedata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any
 
@@ -80,7 +83,9 @@ class SignInAccountThrottle(_FailureThrottle):
     rate_setting = "LOGIN_RATE_PER_ACCOUNT"
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
-        name = self.username.strip().casefold()
+        # As the sign-in form reads it (Django's UsernameField: NFKC): a full-width "ｏwner"
+        # signs in as "owner", and counted in a bucket of its own.
+        name = unicodedata.normalize("NFKC", self.username).strip().casefold()
         if not name:
             return None
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
@@ -107,23 +112,48 @@ class SignInAttempt:
 
     def __init__(self, request: HttpRequest, username: object) -> None:
         name = username if isinstance(username, str) else ""
-        self.throttles = [
-            SignInAccountThrottle(request, name),
-            SignInAddressThrottle(request, name),
-        ]
-        waits = [t.wait() or 0 for t in self.throttles if not t.allowed]
-        self.refused = bool(waits)
-        self.wait = max(waits, default=0)
-        if not self.refused:
-            for throttle in self.throttles:
-                throttle.take()
+        # Counted and taken as one step (``_one_at_a_time``): twelve concurrent guesses read
+        # the same empty history, and seven were checked against a limit of three.
+        with _one_at_a_time():
+            self.throttles = [
+                SignInAccountThrottle(request, name),
+                SignInAddressThrottle(request, name),
+            ]
+            waits = [t.wait() or 0 for t in self.throttles if not t.allowed]
+            self.refused = bool(waits)
+            self.wait = max(waits, default=0)
+            if not self.refused:
+                for throttle in self.throttles:
+                    throttle.take()
 
     def succeeded(self) -> None:
-        for throttle in self.throttles:
-            throttle.give_back()
+        with _one_at_a_time():
+            for throttle in self.throttles:
+                throttle.give_back()
 
     def exception(self) -> SignInThrottled:
         return SignInThrottled(wait=self.wait)
+
+
+_local_lock = threading.Lock()
+LOCK_SECONDS = 5
+
+
+@contextmanager
+def _one_at_a_time() -> Iterator[None]:
+    """The sign-in counts are read and written by one attempt at a time: across processes by a
+    lock in the throttle cache's Redis, within one process (the in-memory cache) by a lock."""
+    cache = caches[THROTTLE_CACHE]
+    client = getattr(cache, "_cache", None)
+    if client is None or not hasattr(client, "get_client"):
+        with _local_lock:
+            yield
+        return
+    redis = client.get_client(write=True)
+    with redis.lock(
+        cache.make_key("sign-in-lock"), timeout=LOCK_SECONDS, blocking_timeout=LOCK_SECONDS
+    ):
+        yield
 
 
 def sign_in_throttle_clear() -> None:

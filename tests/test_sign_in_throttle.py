@@ -180,3 +180,38 @@ def test_clear_lifts_every_lockout(owner):
     _assert_rate_limited(_token("owner", PASSWORD))
     signin.sign_in_throttle_clear()
     assert _token("owner", PASSWORD).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_wrong_passwords_are_counted_one_at_a_time(owner):
+    """Twelve wrong passwords at once, from twelve addresses: each read the same empty history
+    and seven were checked against a limit of three ([400] x 7, [429] x 5)."""
+    import threading
+
+    from django.db import connection
+
+    start = threading.Barrier(12, timeout=10)
+    codes: list[int] = []
+
+    def guess(i):
+        start.wait()
+        codes.append(_token("owner", f"wrong{i}", address=f"10.8.0.{i}").status_code)
+        connection.close()
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(codes) == [400] * 3 + [429] * 9
+
+
+@pytest.mark.parametrize("spelling", ["\uff4fwner", "o\uff57ner", "\uff4f\uff57\uff4e\uff45\uff52"])
+def test_a_look_alike_spelling_of_the_username_counts_for_its_account(owner, spelling):
+    """The sign-in form reads a username as NFKC (Django's UsernameField): "ｏwner" signs in
+    as owner. It counted in a bucket of its own, and signed in past owner's lockout."""
+    for _ in range(3):
+        assert _login("/accounts/login/", "owner", "wrong")[1].status_code == 200
+    client, refused = _login("/accounts/login/", spelling, PASSWORD, address="10.0.0.9")
+    assert refused.status_code == 429
+    assert "_auth_user_id" not in client.session
