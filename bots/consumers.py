@@ -291,7 +291,19 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if kind == "message.send":
             await self._queue_send(frame, len(raw))
         elif kind == "generation.stop":
-            # Not queued: a stop acts at once, never behind sends waiting their turn.
+            # Not queued: a stop acts at once, never behind sends waiting their turn. Only while
+            # the socket's credential still signs its user in, as a send: a revoked token's
+            # socket stopped the owner's replies.
+            try:
+                valid = await sync_to_async(_credential_valid_in_thread, thread_sensitive=False)(
+                    self.scope
+                )
+            except OUTAGE_ERRORS:
+                await self._send_error(ServiceUnavailable(SEND_UNAVAILABLE))
+                return
+            if not valid:
+                await self._close(CLOSE_NOT_AUTHENTICATED)
+                return
             await self._call(message_services.generation_stop, session_id=self.session_id)
         else:
             await self._send_error(_unknown_type(kind))

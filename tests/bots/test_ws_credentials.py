@@ -83,6 +83,27 @@ async def test_a_send_after_the_credential_ended_closes_the_socket_and_stores_no
     assert stored == 0
 
 
+async def test_a_stop_after_the_credential_ended_closes_the_socket_and_stops_nothing(
+    owner, fake_session, monkeypatch
+):
+    """A socket whose token was deleted still stopped the owner's replies: the stop did not
+    check the credential as a send does."""
+    from bots import consumers
+
+    stopped = []
+    monkeypatch.setattr(
+        consumers.message_services, "generation_stop", lambda **kw: stopped.append(kw) or 0
+    )
+    communicator = await database_sync_to_async(_token_socket)(fake_session, owner)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    await database_sync_to_async(lambda: Token.objects.filter(user=owner).delete())()
+    await communicator.send_to(text_data=json.dumps({"type": "generation.stop"}))
+    closed = await communicator.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": CLOSE_NOT_AUTHENTICATED}
+    assert stopped == []
+
+
 async def test_a_socket_whose_credential_ended_is_closed_before_it_relays_more_frames(
     owner, fake_session, monkeypatch
 ):
