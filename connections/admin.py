@@ -49,10 +49,16 @@ class ConnectionAdminForm(forms.ModelForm):
             fields["api_key"] = self.cleaned_data["api_key"]
         elif self.cleaned_data.get("clear_api_key"):
             fields["api_key"] = None
+        stored = Connection.objects.filter(pk=self.instance.pk).values_list("base_url", flat=True)
+        old_base = (stored.first() or self.instance.base_url) if self.instance.pk else None
         try:
             self.new_key, _ = services.check_connection_fields(
                 fields=fields, connection=self.instance
             )
+            if old_base is not None:
+                services.connection_moved_check(
+                    self.instance, old_base=old_base, new_key=self.new_key
+                )
         except ValidationFailed as exc:
             for field, errors in exc.details.items():
                 target = field if field in self.fields else None

@@ -213,6 +213,20 @@ KEY_AGAIN = (
 )
 
 
+def connection_moved_check(connection: Connection, *, old_base: str, new_key: str | None) -> None:
+    """A connection whose ``base_url`` moved from ``old_base`` to another scheme, host or port
+    keeps no stored key (``new_key`` None: unchanged) unless it is given again, or a variable
+    named, or the key cleared; and its listed models go (another server's, listed again on the
+    next refresh). The API and the admin both check here: a blank ``api_key_env`` sent with the
+    move, or the admin's form, kept the key and sent it to the new server."""
+    if connection.base_url == old_base:
+        return
+    moved = not provider_policy.same_origin(old_base, connection.base_url)
+    if moved and connection.api_key_encrypted and new_key is None:
+        raise ValidationFailed(details={"api_key": [KEY_AGAIN]})
+    connection.model_list, connection.models_refreshed_at = [], None
+
+
 @transaction.atomic
 def connection_update(
     *, user: AbstractBaseUser, connection_id: object, **fields: Any
@@ -224,12 +238,7 @@ def connection_update(
         )
     old_base = connection.base_url
     new_key, groups = check_connection_fields(fields=fields, connection=connection)
-    if connection.base_url != old_base:
-        moved = not provider_policy.same_origin(old_base, connection.base_url)
-        if moved and connection.api_key_encrypted and not {"api_key", "api_key_env"} & set(fields):
-            raise ValidationFailed(details={"api_key": [KEY_AGAIN]})
-        # Another server's models: listed again on the next refresh.
-        connection.model_list, connection.models_refreshed_at = [], None
+    connection_moved_check(connection, old_base=old_base, new_key=new_key)
     connection_key_store(connection, new_key)
     connection.save()
     if groups is not None:

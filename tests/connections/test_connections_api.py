@@ -208,6 +208,12 @@ def test_moving_a_connection_elsewhere_asks_for_its_key_again(staff_client):
     url = f"/api/v1/connections/{made['id']}/"
 
     moved = staff_client.patch(url, {"base_url": "http://127.0.0.1:18107/v1"}, format="json")
+    # A blank variable name is no key either: sent with the move, it kept the stored key
+    # (200, has_key true) and the next refresh sent it to the new server.
+    blank = staff_client.patch(
+        url, {"base_url": "http://127.0.0.1:18107/v1", "api_key_env": ""}, format="json"
+    )
+    assert blank.json() == moved.json()
 
     assert moved.status_code == 400
     assert moved.json()["error"]["details"] == {
@@ -222,3 +228,37 @@ def test_moving_a_connection_elsewhere_asks_for_its_key_again(staff_client):
     assert again.status_code == 200
     stored = Connection.objects.get(pk=made["id"])
     assert (stored.base_url, stored.model_list) == ("http://127.0.0.1:18107/v1", [])
+
+
+def test_the_admin_asks_for_the_key_again_when_the_address_moves(staff, fake_connection):
+    """The admin's form checked the fields but not the move: a new base_url with the key field
+    left blank was saved with the stored key (302), and the next refresh sent it there."""
+    from django.test import Client
+
+    from connections.models import Connection
+
+    staff.is_superuser = True
+    staff.save()
+    Connection.objects.filter(pk=fake_connection.pk).update(model_list=[{"id": "m"}])
+    stored = Connection.objects.get(pk=fake_connection.pk)
+    assert stored.has_key
+    client = Client()
+    client.force_login(staff)
+    url = f"/admin/connections/connection/{stored.pk}/change/"
+    form = {
+        "name": stored.name,
+        "kind": stored.kind,
+        "provider": stored.provider,
+        "base_url": "http://127.0.0.1:18107/v1",
+        "api_key_env": "",
+        "api_key": "",
+        "public": "on" if stored.public else "",
+    }
+    refused = client.post(url, form)
+    assert refused.status_code == 200  # the form again, with the error
+    assert "send its key again" in refused.content.decode()
+    assert Connection.objects.get(pk=stored.pk).base_url == stored.base_url
+    moved = client.post(url, {**form, "api_key": "sk-new"})
+    assert moved.status_code == 302
+    after = Connection.objects.get(pk=stored.pk)
+    assert (after.base_url, after.model_list) == ("http://127.0.0.1:18107/v1", [])
