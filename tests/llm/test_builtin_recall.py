@@ -334,7 +334,7 @@ def test_index_match_asks_for_the_record_with_the_tool_when_offered():
 
 
 def test_a_half_matching_sentence_does_not_stop_the_read_of_the_record_it_lacks():
-    """"What is the Aurora project locker code?" with "The Libra project locker code is 1999."
+    """ "What is the Aurora project locker code?" with "The Libra project locker code is 1999."
     in context (three of its four words) and a record of the Aurora locker in the index: the
     sentence counted as the answer and the Libra code was quoted. The word no statement here
     says ("aurora") is in a listed record: it is read first, then its line quoted."""
