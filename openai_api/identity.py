@@ -134,10 +134,12 @@ def _tip_link(session: ChatSession) -> ChainLink | None:
 
 def _find_tip(*, user_id: int, bot_id: int, chain_hash: str, content: str) -> ChainLink | None:
     """The session whose newest link is ``chain_hash`` (the newest such session if several),
-    with ``moved_on``: a question other than ``content`` was asked in it after that link (its
-    exchange still running, or ended without a link) — this call continues the conversation
-    from before it, and forks there (two calls sent at once from one history, each its own
-    continuation, went into one session, each request carrying the other's question)."""
+    with ``moved_on``: another call's question other than ``content`` was asked in it after
+    that link (its exchange still running, or ended without a link) — this call continues the
+    conversation from before it, and forks there (two calls sent at once from one history, each
+    its own continuation, went into one session, each request carrying the other's question).
+    A question typed on the chat page is no call's: the client's resend continues the chat
+    (docs/openai-api.md; it forked, leaving the page's turn behind)."""
     later = ChainLink.objects.filter(session=OuterRef("session"), position__gt=OuterRef("position"))
     asked_since = (
         Message.objects.filter(
@@ -145,6 +147,7 @@ def _find_tip(*, user_id: int, bot_id: int, chain_hash: str, content: str) -> Ch
             seq__gt=OuterRef("message__seq"),
             role=Message.Role.USER,
             kind=Message.Kind.CHAT,
+            client_id__startswith=API_CLIENT_ID_PREFIX,
         )
         .exclude(content=content)
         .order_by()

@@ -154,14 +154,10 @@ async def models_view(request: HttpRequest) -> HttpResponse:
 def _model_one(*, request: HttpRequest, model_id: str) -> dict[str, Any]:
     """One entry of ``/v1/models`` (``client.models.retrieve``), or ``model_not_found``."""
     key = _authenticate(request)
-    bot = keys.key_models(key=key).get(model_id)
-    if bot is None:
-        raise OpenAIError(
-            f"The model {model_id!r} does not exist or this key may not use it.",
-            status=404,
-            code="model_not_found",
-            param="model",
-        )
+    try:  # as a completion finds it: ``<owner>/<slug>`` names a shared bot listed by its slug
+        bot = keys.key_bot_for_model(key=key, model=model_id)
+    except errors.NotFound as exc:
+        raise OpenAIError(exc.message, status=404, code="model_not_found", param="model") from None
     (entry,) = shapes.model_list(
         [(model_id, int(bot.created_at.timestamp()), bot.owner.get_username())]
     )["data"]
@@ -300,12 +296,18 @@ async def _completion(key: ApiKey, bot: Any, chat: Any, conversation: Any) -> Ht
 
     reply = await _in_thread(_wait, _WAITS)(started=started)
     if not reply.is_finished:
-        raise OpenAIError(
-            "The reply is taking too long; it is still being written.",
-            status=504,
-            type_="server_error",
-            code="timeout",
+        # The reply goes on being written in its chat (X-Session-Id): a client reads it there.
+        # The SDK retries a 5xx unless told not to, and its retry stored the question again.
+        timeout = _error(
+            OpenAIError(
+                "The reply is taking too long; it is still being written.",
+                status=504,
+                type_="server_error",
+                code="timeout",
+            )
         )
+        timeout["x-should-retry"] = "false"
+        return _with_session(timeout, started)
     if reply.status != Message.Status.COMPLETE:
         return _with_session(_error(openai_errors.reply_error(reply)), started)
     body = shapes.completion(

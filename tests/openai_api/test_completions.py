@@ -191,6 +191,45 @@ def test_resent_history_continues_one_session_and_an_edit_forks(stack, user, fak
     ]
 
 
+def test_chatting_on_the_page_in_an_api_chat_does_not_fork_the_clients_next_call(
+    stack, user, fake_bot, fake_openai
+):
+    """docs/openai-api.md: a client's resend still continues a chat its user went on with on
+    the chat page. The page's question, after the client's newest link, counted as another
+    call's question in flight, and the resend went into a new chat without the page's turn."""
+    from rest_framework.authtoken.models import Token
+
+    _, key = new_key(user)
+    client = sdk(stack, key)
+    fake_openai.script("Answer one.", "Answer on the page.", "Answer two.")
+    history = [{"role": "user", "content": "First question"}]
+    first = client.chat.completions.with_raw_response.create(model="writer", messages=history)
+    session_id = int(first.headers["X-Session-Id"])
+    token = Token.objects.get_or_create(user=user)[0].key
+    typed = httpx.post(  # as the page sends it, through the running server
+        f"{stack}/api/v1/sessions/{session_id}/messages/",
+        json={"content": "Typed on the page", "wait": True},
+        headers={"Authorization": f"Token {token}"},
+        timeout=60,
+    )
+    assert typed.status_code == 201, typed.json()
+    history += [
+        {"role": "assistant", "content": "Answer one."},
+        {"role": "user", "content": "Second question"},
+    ]
+    second = client.chat.completions.with_raw_response.create(model="writer", messages=history)
+    assert int(second.headers["X-Session-Id"]) == session_id
+    assert _transcript(ChatSession.objects.get(pk=session_id)) == [
+        ("user", "First question"),
+        ("assistant", "Answer one."),
+        ("user", "Typed on the page"),
+        ("assistant", "Answer on the page."),
+        ("user", "Second question"),
+        ("assistant", "Answer two."),
+    ]
+    assert ChatSession.objects.filter(user=user).count() == 1
+
+
 def test_explicit_session_continues_with_only_the_latest_message(
     stack, user, fake_bot, fake_openai
 ):

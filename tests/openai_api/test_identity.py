@@ -168,7 +168,9 @@ def test_a_call_from_a_history_the_session_moved_on_from_forks_there(owner, bot)
         key=key, bot=bot, history=HISTORY, explicit_session_id=None, content="ALPHA?"
     )
     session = first.session
-    alpha = message_add(session, role="user", content="ALPHA?")
+    # As a call stores its question: marked as the API's (a question typed on the chat page is
+    # no call's, and never makes a resend fork: test_completions).
+    alpha = message_add(session, role="user", content="ALPHA?", client_id="openai-first")
     message_add(session, role="assistant", content="", status="streaming", reply_to=alpha)
 
     retry = conversation_resolve(

@@ -191,6 +191,24 @@ def test_a_shared_bots_model_id_stays_when_another_user_shares_one_with_its_slug
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_model_is_retrieved_by_any_id_a_completion_takes(owner, other_user):
+    """/v1/models/{id} finds what a completion finds: ``<owner>/<slug>`` of a shared bot listed
+    by its bare slug answered model_not_found, while completions took it."""
+    from django.test import Client
+
+    from openai_api.keys import key_create
+
+    BotFactory(owner=other_user, name="Poet", is_shared=True)
+    _, raw = key_create(user=owner, name="reader")
+    qualified = f"{other_user.username}/poet"
+    got = Client().get(f"/v1/models/{qualified}", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert (got.status_code, got.json()["id"]) == (200, qualified)
+    assert Client().get("/v1/models/poet", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
+    missing = Client().get("/v1/models/nobody/poet", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "model_not_found")
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("json_lines", [False, True])
 def test_a_key_never_reaches_a_log_line_not_even_in_a_traceback(
     capsys, owner, settings, json_lines
@@ -228,3 +246,35 @@ def test_a_key_never_reaches_a_log_line_not_even_in_a_traceback(
     assert "openai_api_service_unavailable" in logged and "database is down" in logged
     assert "Traceback" in logged or "traceback" in logged.lower()
     assert raw not in logged and raw.split(".", 1)[1] not in logged
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_that_outwaits_its_reply_names_its_chat_and_asks_not_to_be_retried(
+    owner, settings, monkeypatch
+):
+    """A 504 carried no X-Session-Id, and the SDK's automatic retry of a 5xx stored the
+    question a second time (two pending replies). It names the chat the reply is still being
+    written in, and says ``x-should-retry: false``, which the SDK honours."""
+    from django.test import Client
+
+    from bots.models import ChatSession, Message
+    from openai_api.keys import key_create
+    from turns import dispatch
+
+    settings.CHAT_WAIT_TIMEOUT_SECONDS = 0.2
+    monkeypatch.setattr(dispatch, "turn_dispatch", lambda message_id: True)  # never runs
+    BotFactory(owner=owner, name="Slow", model="openai/fake-model")
+    _, raw = key_create(user=owner, name="slow")
+    body = {"model": "slow", "messages": [{"role": "user", "content": "Take your time."}]}
+    late = Client().post(
+        "/v1/chat/completions",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    )
+    assert late.status_code == 504
+    assert late["x-should-retry"] == "false"
+    session = ChatSession.objects.get(user=owner)
+    assert late["X-Session-Id"] == str(session.pk)
+    assert late.json()["error"]["code"] == "timeout"
+    assert Message.objects.filter(session=session, status="pending").count() == 1
