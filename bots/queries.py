@@ -40,7 +40,7 @@ _BOT_SCOPE = "_api_key_bot_scope"
 _SCOPE_KEY = "_api_key_scope_subject"
 
 
-def user_bot_scope_set(user: AbstractBaseUser, bot_ids: frozenset[int], *, key_id: int) -> None:
+def user_bot_scope_set(user: AbstractBaseUser, bot_ids: frozenset[int], *, key_id: object) -> None:
     """Limit what this request's ``user`` reaches here to ``bot_ids``, as the API key
     ``key_id`` is (docs/openai-api.md)."""
     setattr(user, _BOT_SCOPE, bot_ids)

@@ -46,8 +46,9 @@ def turn_options(reply: Message) -> TurnOptions | None:
 def key_charge_options(charged_to: str) -> TurnOptions:
     """A reply asked for through an API key on ``/api/v1/`` (``connections.usage
     .charge_subject``): the key's daily limit as it stands now counts this turn too, as on
-    ``/v1/`` (docs/openai-api.md "Keys"). One statement, for such replies only;
-    a key that was deleted meanwhile (or whose limit was lifted) charges nothing more.
+    ``/v1/`` (docs/openai-api.md "Keys"), and a key limited to some bots keeps the reply's
+    hand-overs to them. One statement for such replies, two for a bot-limited key's; a key that
+    was deleted meanwhile (or whose limit was lifted) charges nothing more.
 
     Why a column on the reply and not the ``client_id`` marker ``/v1/`` uses: a REST client
     chooses its own ``client_id`` (idempotency), so a marker there could be spoofed or collide;

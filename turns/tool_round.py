@@ -150,7 +150,7 @@ def _result_for_model(
     *, reply: Message, outcome: CallOutcome, label: str, seq: int, model: str, limit: int
 ) -> tuple[str, str, int | None]:
     """The text the model gets for a call that succeeded, the record holding the whole result
-    when it is longer than ``TOOL_RESULT_MAX_TOKENS`` (else ""), and what that text costs as a
+    when it is longer than ``limit`` (``result_limit``; else ""), and what that text costs as a
     message when it is the whole result (else None: the head and its note are counted by the
     frame). A result is tokenised once, not once more for its frame (docs/performance.md)."""
     text = outcome.text
