@@ -403,9 +403,11 @@ def turn_completed(reply: Message, user_message: Message | None) -> None:
 
 
 def links_write(*, turn: ApiTurn, reply: Message) -> None:
-    """The links of the call's own messages and its completed reply. Idempotent (the worker
-    and the view both call it); a reply that did not complete writes nothing."""
-    if reply.status != Message.Status.COMPLETE or not (reply.content or reply.tool_calls):
+    """The links of the call's own messages and its completed reply, with no text too (the
+    client got it, and sends it back: unlinked, its next call started a chat of its own).
+    Idempotent (the worker and the view both call it); a reply that did not complete writes
+    nothing."""
+    if reply.status != Message.Status.COMPLETE:
         return
     position, chain_hash = turn.base_position, turn.base_hash
     links = []

@@ -278,3 +278,37 @@ def test_a_call_that_outwaits_its_reply_names_its_chat_and_asks_not_to_be_retrie
     assert late["X-Session-Id"] == str(session.pk)
     assert late.json()["error"]["code"] == "timeout"
     assert Message.objects.filter(session=session, status="pending").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_empty_reply_is_linked_and_its_conversation_goes_on(owner, fake_openai, eager_tasks):
+    """A reply that completed with no text wrote no links (nor its question's), so the client's
+    next call, resending it, started a chat of its own."""
+    from django.test import Client
+
+    from bots.models import ChatSession
+    from openai_api.keys import key_create
+    from tests.fakeopenai import Reply
+
+    BotFactory(owner=owner, name="Quiet", model="openai/fake-model", api_base=fake_openai.url)
+    _, raw = key_create(user=owner, name="quiet")
+    fake_openai.script(Reply(text=""), Reply(text="Now I speak."))
+
+    def call(messages):
+        return Client().post(
+            "/v1/chat/completions",
+            {"model": "quiet", "messages": messages},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {raw}",
+        )
+
+    question = {"role": "user", "content": "Say nothing."}
+    first = call([question])
+    assert first.status_code == 200, first.json()
+    assert first.json()["choices"][0]["message"]["content"] == ""
+    second = call(
+        [question, {"role": "assistant", "content": ""}, {"role": "user", "content": "Now?"}]
+    )
+    assert second.status_code == 200, second.json()
+    assert second["X-Session-Id"] == first["X-Session-Id"]
+    assert ChatSession.objects.filter(user=owner).count() == 1
