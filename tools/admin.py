@@ -47,10 +47,16 @@ class ToolServerAdminForm(forms.ModelForm):
                 return
         elif self.cleaned_data.get("clear_headers"):
             fields["headers"] = None
+        stored = ToolServer.objects.filter(pk=self.instance.pk).values_list("url", flat=True)
+        old_url = (stored.first() or self.instance.url) if self.instance.pk else None
         try:
             self.new_headers, _ = services.check_tool_server_fields(
                 fields=fields, server=self.instance
             )
+            if old_url is not None:
+                services.tool_server_moved_check(
+                    self.instance, old_url=old_url, headers=self.new_headers
+                )
         except ValidationFailed as exc:
             for field, errors in exc.details.items():
                 target = field if field in self.fields else None

@@ -213,17 +213,27 @@ HEADERS_AGAIN = (
 )
 
 
+def tool_server_moved_check(
+    server: ToolServer, *, old_url: str, headers: dict[str, str] | None
+) -> None:
+    """A server whose ``url`` moved from ``old_url`` to another scheme, host or port keeps no
+    stored headers (``headers`` None: unchanged) unless they are sent again or cleared; its
+    listed tools go (another server's, listed again on the next refresh). The API and the admin
+    both check here (as ``connections.services.connection_moved_check``)."""
+    if server.url == old_url:
+        return
+    moved = not provider_policy.same_origin(old_url, server.url)
+    if headers is None and server.headers_encrypted and moved:
+        raise ValidationFailed(details={"headers": [HEADERS_AGAIN]})
+    server.tool_list, server.tools_refreshed_at, server.refresh_error = [], None, ""
+
+
 @transaction.atomic
 def tool_server_update(*, user: AbstractBaseUser, server_id: object, **fields: Any) -> ToolServer:
     server = tool_server_get_for_staff(user=user, server_id=server_id)
     old_url = server.url
     headers, groups = check_tool_server_fields(fields=fields, server=server)
-    if server.url != old_url:
-        moved = not provider_policy.same_origin(old_url, server.url)
-        if headers is None and server.headers_encrypted and moved:
-            raise ValidationFailed(details={"headers": [HEADERS_AGAIN]})
-        # Another server's tools: listed again on the next refresh.
-        server.tool_list, server.tools_refreshed_at, server.refresh_error = [], None, ""
+    tool_server_moved_check(server, old_url=old_url, headers=headers)
     tool_server_headers_store(server, headers)
     _saved(server)
     if groups is not None:

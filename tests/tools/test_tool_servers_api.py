@@ -442,3 +442,37 @@ def test_a_listing_past_the_limits_is_refused_and_a_long_description_cut(
     stored = ToolServer.objects.get(pk=created["id"])
     assert [t["name"] for t in stored.tool_list] == TOOL_NAMES
     assert stored.refresh_error.startswith("Could not list the tools of calc: the input schema")
+
+
+def test_the_admin_asks_for_the_headers_again_when_the_address_moves(staff, tool_server):
+    """As the API does (and the connections' admin): the admin's form checked the fields but
+    not the move, so a new URL with the headers left blank kept them for the new server."""
+    from django.test import Client
+
+    from tools.services import tool_server_update
+
+    staff.is_superuser = True
+    staff.save()
+    tool_server_update(user=staff, server_id=tool_server.pk, headers={"X-Key": "k"})
+    client = Client()
+    client.force_login(staff)
+    url = f"/admin/tools/toolserver/{tool_server.pk}/change/"
+    form = {
+        "name": tool_server.name,
+        "url": "http://127.0.0.1:18107/mcp",
+        "transport": tool_server.transport,
+        "public": "on",
+        "headers": "",
+    }
+    refused = client.post(url, form)
+    assert refused.status_code == 200  # the form again, with the error
+    assert "send its headers again" in refused.content.decode()
+    assert ToolServer.objects.get(pk=tool_server.pk).url == tool_server.url
+    moved = client.post(url, {**form, "clear_headers": "on"})
+    assert moved.status_code == 302
+    after = ToolServer.objects.get(pk=tool_server.pk)
+    assert (after.url, after.header_names, after.tool_list) == (
+        "http://127.0.0.1:18107/mcp",
+        [],
+        [],
+    )
