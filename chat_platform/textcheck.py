@@ -31,3 +31,15 @@ def text_made_storable(value: str) -> str:
     if _UNSTORABLE.search(value) is None:
         return value
     return _SURROGATE.sub("\ufffd", value.replace("\x00", ""))
+
+
+def json_made_storable(value: Any) -> Any:
+    """``value`` (JSON) with every string, keys too, made storable (``text_made_storable``):
+    a NUL or a lone surrogate anywhere made the database refuse the whole value."""
+    if isinstance(value, str):
+        return text_made_storable(value)
+    if isinstance(value, dict):
+        return {json_made_storable(str(k)): json_made_storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_made_storable(v) for v in value]
+    return value

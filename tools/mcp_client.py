@@ -33,7 +33,7 @@ import anyio
 import httpx2
 import structlog
 
-from chat_platform.textcheck import text_made_storable
+from chat_platform.textcheck import json_made_storable, text_made_storable
 
 if TYPE_CHECKING:
     # The SDK costs 1.3 s to import: every Django process imports this module (the tool admin
@@ -187,7 +187,7 @@ def tools_list(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
                 for _ in range(20):  # pages
                     page = await client.list_tools(cursor=cursor)
                     found.extend(
-                        storable_json(
+                        json_made_storable(
                             {
                                 "name": tool.name,
                                 "description": tool.description or "",
@@ -207,18 +207,6 @@ def tools_list(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
         reason = failure_reason(exc, endpoint=endpoint, timeout=timeout)
         log.info("tool_server_list_failed", server=endpoint.name, reason=reason)
         raise ToolServerError(reason) from None
-
-
-def storable_json(value: Any) -> Any:
-    """``value`` (JSON: what a server listed) with every string made storable: a NUL or a lone
-    surrogate in a description or a schema would make the database refuse the whole list."""
-    if isinstance(value, str):
-        return text_made_storable(value)
-    if isinstance(value, dict):
-        return {storable_json(k): storable_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [storable_json(v) for v in value]
-    return value
 
 
 def result_text(result: Any) -> str:

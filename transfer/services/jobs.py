@@ -34,7 +34,7 @@ from chat_platform.dbconn import connection_release
 from chat_platform.errors import PlatformError, ServiceUnavailable
 from chat_platform.heavy import heavy_refusal
 from chat_platform.outage import BROKER_ERRORS
-from chat_platform.textcheck import text_made_storable
+from chat_platform.textcheck import json_made_storable, text_made_storable
 from connections import usage
 from memory import embeddings
 from memory.models import MessageIndex
@@ -262,17 +262,6 @@ def _progress(job: ImportJob, *, phase: str, bytes_read: int) -> None:
         )
 
 
-def _storable(value: Any) -> Any:
-    """``value`` (JSON) with every string made storable (no NUL, no lone surrogate)."""
-    if isinstance(value, str):
-        return text_made_storable(value)
-    if isinstance(value, dict):
-        return {_storable(str(k)): _storable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_storable(v) for v in value]
-    return value
-
-
 def _finish(
     job_id: int, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
 ) -> str | None:
@@ -285,8 +274,8 @@ def _finish(
         # NUL) made this write fail, and the job stayed running with its chunks.
         values.update(
             error_code=str(error.get("code", "")),
-            error_message=_storable(str(error.get("message", ""))),
-            error_details=_storable(error.get("details") or {}),
+            error_message=text_made_storable(str(error.get("message", ""))),
+            error_details=json_made_storable(error.get("details") or {}),
         )
     else:
         job = ImportJob.objects.filter(pk=job_id).only("bytes_total").first()
