@@ -267,9 +267,14 @@ def tool_server_tools_read(server: ToolServer) -> list[dict[str, Any]]:
     except crypto.KeyUnavailable as exc:
         raise ValidationFailed(str(exc), details={"headers": [str(exc)]}) from None
     except ToolServerError as exc:
-        message = f"Could not list the tools of {server.name}: {exc}."
-        raise ValidationFailed(message, details={"url": [str(exc)]}) from None
+        raise _not_listed(server, str(exc)) from None
     return _within_limits(server, found)
+
+
+def _not_listed(server: ToolServer, reason: str) -> ValidationFailed:
+    return ValidationFailed(
+        f"Could not list the tools of {server.name}: {reason}.", details={"url": [reason]}
+    )
 
 
 # What a server's list may hold (as a /v1 client's tools may): every signed-in user may read it,
@@ -284,20 +289,17 @@ def _within_limits(server: ToolServer, found: list[dict[str, Any]]) -> list[dict
     ``LISTED_TOOLS_MAX`` tools, or a tool whose input schema is over
     ``LISTED_SCHEMA_MAX_BYTES``, is refused (the last good list stays)."""
     if len(found) > LISTED_TOOLS_MAX:
-        reason = f"it lists {len(found)} tools, more than the {LISTED_TOOLS_MAX} kept"
-        raise ValidationFailed(
-            f"Could not list the tools of {server.name}: {reason}.", details={"url": [reason]}
+        raise _not_listed(
+            server, f"it lists {len(found)} tools, more than the {LISTED_TOOLS_MAX} kept"
         )
     for tool in found:
         tool["description"] = str(tool.get("description") or "")[:LISTED_DESCRIPTION_MAX_CHARS]
         size = len(json.dumps(tool.get("input_schema")).encode())
         if size > LISTED_SCHEMA_MAX_BYTES:
-            reason = (
+            raise _not_listed(
+                server,
                 f"the input schema of {str(tool.get('name'))[:100]} is {size:,} bytes, more "
-                f"than the {LISTED_SCHEMA_MAX_BYTES:,} kept"
-            )
-            raise ValidationFailed(
-                f"Could not list the tools of {server.name}: {reason}.", details={"url": [reason]}
+                f"than the {LISTED_SCHEMA_MAX_BYTES:,} kept",
             )
     return found
 
