@@ -45,6 +45,15 @@ def tool_bot(user, staff, fake_openai, mcp_server):
     )
 
 
+# The model's context once the client answered its call: the bot's round, then the client's.
+BOTH_ROUNDS = [
+    {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
+    {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
+    {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
+    {"role": "tool", "content": "sunny, 24 C", "tool_call_id": "call_w1"},
+]
+
+
 def _weather_answered(client):
     """The client's next call: its own tool's call answered."""
     return client.chat.completions.with_raw_response.create(
@@ -119,12 +128,7 @@ def test_server_tools_run_on_v1_and_client_tools_still_end_the_loop(
         "stop",
     )
     # The model sees the server's round, then the client's call and its result.
-    assert fake_openai.requests[2]["messages"][-4:] == [
-        {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
-        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
-        {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
-        {"role": "tool", "content": "sunny, 24 C", "tool_call_id": "call_w1"},
-    ]
+    assert fake_openai.requests[2]["messages"][-4:] == BOTH_ROUNDS
     # Nothing ran twice, nothing was stored twice.
     assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
     assert ChatSession.objects.filter(user=user).count() == 1
@@ -254,11 +258,6 @@ def test_an_answer_calling_the_bots_and_the_clients_tools_runs_the_bots_first(
     raw = _weather_answered(client)
     assert raw.headers["x-session-id"] == str(session.pk)
     assert raw.parse().choices[0].message.content == "42, and it is sunny in Paris."
-    assert fake_openai.requests[1]["messages"][-4:] == [
-        {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
-        {"role": "tool", "content": "42", "tool_call_id": "call_a1"},
-        {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
-        {"role": "tool", "content": "sunny, 24 C", "tool_call_id": "call_w1"},
-    ]
+    assert fake_openai.requests[1]["messages"][-4:] == BOTH_ROUNDS
     assert mcp_server.calls == [("add", {"a": 2, "b": 40})]
     assert len(fake_openai.requests) == 2
