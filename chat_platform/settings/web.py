@@ -142,7 +142,14 @@ else:
         "LOCATION": "throttle",
     }
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Django's own cache, which allauth uses for its rate limits and to mark a TOTP code used:
+    # shared by every web process in real mode, or a code used on one could be replayed on
+    # another (docs/accounts.md).
+    "default": (
+        {**_throttle_cache, "KEY_PREFIX": "default"}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    ),
     "throttle": _throttle_cache,
     # An import's progress, which the page polls while the upload is processed: shared by every
     # web process in real mode (Redis), in-process in embedded mode (one process).

@@ -357,3 +357,23 @@ def test_an_address_added_while_mail_is_down_says_the_mail_was_not_sent(mail_dow
         ("dave@example.com", False)
     ]
     assert any("account_email_send_failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_used_code_is_refused_by_another_web_process(totp_user, settings):
+    """allauth marks a TOTP code used in Django's default cache. In real mode that cache is
+    Redis, shared by every web process: replayed against another process (one whose memory
+    holds nothing of this one's: the in-process caches emptied) the code is still refused."""
+    from django.core.cache.backends import locmem
+
+    _user, secret = totp_user
+    code = _code(secret)
+    sign_in = {"username": "ann", "password": PASSWORD, "code": code}
+    first = APIClient().post("/api/v1/auth/token/", sign_in, format="json")
+    assert first.status_code == 200
+    assert settings.REDIS_URL  # the suite runs in real mode
+    assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    for memory in (*locmem._caches.values(), *locmem._expire_info.values()):
+        memory.clear()
+    replay = APIClient().post("/api/v1/auth/token/", sign_in, format="json")
+    assert replay.status_code == 401
+    assert replay.json()["error"]["code"] == "mfa_invalid"
