@@ -1,10 +1,14 @@
-"""Staff make invitation links and decide the approval queue here."""
+"""Staff make invitation links and decide the approval queue here; a password staff set ends
+the account's API token and keys."""
 
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from accounts import services
@@ -67,3 +71,32 @@ class AccountApprovalAdmin(admin.ModelAdmin):
             approval_ids=list(queryset.values_list("pk", flat=True)), approve=False, by=request.user
         )
         self.message_user(request, f"{count} account(s) rejected.")
+
+
+STAFF_SET_MESSAGE = (
+    "The password of {user} was changed. The account's API token and API keys were revoked "
+    "({count} ended)."
+)
+
+User = get_user_model()
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class AccountAdmin(UserAdmin):
+    """Django's user admin, but a password staff set (a lost or leaked one) ends what was made
+    with the old one, as the person's own change does (docs/accounts.md, "Who keeps access")."""
+
+    def user_change_password(
+        self,
+        request: HttpRequest,
+        id: str,  # noqa: A002 (Django's name for it)
+        form_url: str = "",
+    ) -> HttpResponse:
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:  # the form was saved
+            user = self.get_object(request, unquote(id))
+            count = services.credentials_revoke(user=user)
+            message = STAFF_SET_MESSAGE.format(user=user, count=count)
+            self.message_user(request, message, messages.WARNING)
+        return response

@@ -296,6 +296,52 @@ def test_a_changed_password_revokes_the_accounts_token_and_keys_and_says_so():
     _ended(token, key, raw)
 
 
+def test_a_password_staff_set_in_the_admin_revokes_the_accounts_token_and_keys_and_says_so():
+    """Staff setting a person's password in the admin (a lost or leaked one) left the token and
+    keys made with the old one working."""
+    from openai_api.keys import key_create
+
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    user = UserFactory(username="bob", email="bob@example.com")
+    token = Token.objects.create(user=user)
+    key, raw = key_create(user=user, name="laptop")
+    admin = Client()
+    admin.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    new = "a-brand-new-pass-78"
+    done = admin.post(
+        f"/admin/auth/user/{user.pk}/password/",
+        {"password1": new, "password2": new, "usable_password": "true"},
+        follow=True,
+    )
+    assert done.status_code == 200
+    assert (
+        "The password of bob was changed. The account&#x27;s API token and API keys were revoked "
+        "(2 ended)."
+    ) in done.content.decode()
+    _ended(token, key, raw)
+    user.refresh_from_db()
+    assert user.check_password(new)
+
+
+def test_a_refused_password_in_the_admin_revokes_nothing():
+    from openai_api.keys import key_create
+
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    user = UserFactory(username="bob", email="bob@example.com")
+    token = Token.objects.create(user=user)
+    key, _raw = key_create(user=user, name="laptop")
+    admin = Client()
+    admin.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    refused = admin.post(
+        f"/admin/auth/user/{user.pk}/password/",
+        {"password1": "a-brand-new-pass-78", "password2": "another", "usable_password": "true"},
+    )
+    assert refused.status_code == 200  # the form again, with its error
+    assert Token.objects.filter(pk=token.pk).exists()
+    key.refresh_from_db()
+    assert key.revoked is False
+
+
 def _ended(token, key, raw):
     """The token is gone, the key revoked, and neither reaches the API any more."""
     assert not Token.objects.filter(pk=token.pk).exists()
