@@ -387,7 +387,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if not valid:
                 await self._close(CLOSE_NOT_AUTHENTICATED)
                 return
-        await self.send(text_data=json.dumps(event["frame"]))
+        frame = event["frame"]
+        if frame["type"] == realtime.CHAT_DELETED:
+            await self._close(CLOSE_NOT_FOUND)
+            return
+        await self.send(text_data=json.dumps(frame))
 
 
 class NoSuchPathConsumer(AsyncWebsocketConsumer):

@@ -143,6 +143,16 @@ def send_frame(session_id: int, frame: dict[str, Any]) -> None:
     send_frames(session_id, [frame])
 
 
+# Not relayed: a socket that gets it closes 4404, as a handshake to the deleted chat would be.
+CHAT_DELETED = "chat.deleted"
+
+
+def sockets_close_deleted(session_ids: list[int]) -> None:
+    """The chats were deleted: their open sockets end (``bots.consumers``), best-effort."""
+    for session_id in session_ids:
+        send_frames(session_id, [{"type": CHAT_DELETED}], wait=False)
+
+
 def frames_heard(session_id: int) -> bool:
     """Whether a frame for this chat can reach anyone: False only where that is known, with the
     in-memory layer (embedded mode) when no socket of this process listens to the chat. A frame

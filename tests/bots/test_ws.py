@@ -198,6 +198,34 @@ async def test_unknown_session_is_closed_4404(ws_token):
     await communicator.disconnect()
 
 
+async def test_a_chat_deleted_while_its_socket_is_open_closes_it_4404(fake_session, ws_token):
+    """The chat is deleted from another tab or the API: its open socket ends with the code a
+    handshake to a deleted chat gets (the page says the chat is gone) instead of staying open
+    and answering every send "not found"."""
+    from turns.services.session import session_delete
+
+    communicator = await _connect(fake_session.pk, ws_token)
+    owner = await database_sync_to_async(lambda: fake_session.user)()
+    await database_sync_to_async(session_delete)(user=owner, session_id=fake_session.pk)
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    await communicator.disconnect()
+
+
+async def test_another_chats_delete_leaves_the_socket_open(fake_session, ws_token):
+    from bots.models import ChatSession
+    from turns.services.session import session_delete
+
+    other = await database_sync_to_async(ChatSession.objects.create)(
+        user=await database_sync_to_async(lambda: fake_session.user)(), bot=fake_session.bot
+    )
+    communicator = await _connect(fake_session.pk, ws_token)
+    await database_sync_to_async(session_delete)(user=other.user, session_id=other.pk)
+    assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.send_json_to({"type": "nonsense"})
+    assert (await communicator.receive_json_from(timeout=5))["type"] == "error"
+    await communicator.disconnect()
+
+
 @pytest.mark.parametrize(
     "path",
     ["/ws/sessions/abc/", "/ws/sessions/-1/", "/ws/nope/", "/ws/sessions/" + "9" * 30 + "/"],

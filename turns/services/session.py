@@ -2,6 +2,7 @@
 (model, extra instruction), delete."""
 
 from collections.abc import Callable
+from functools import partial
 
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -12,6 +13,7 @@ from bots.models import ChatSession, SessionParticipant
 from bots.queries import bot_get_for_user, session_get_for_user
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.tokens import count_message_tokens
+from chat_platform.realtime import sockets_close_deleted
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 from compaction.measure import bot_budget
 from turns.services.checks import full_clean
@@ -181,6 +183,9 @@ def chats_delete(
                 ChatSession.objects.filter(pk__in=ids).delete()
                 if then is not None:
                     then()
+                # Their open sockets close once the delete holds (after an outer transaction's
+                # commit, when there is one).
+                transaction.on_commit(partial(sockets_close_deleted, ids))
             return
         except (IntegrityError, OperationalError):
             if attempt == DELETE_ATTEMPTS:
