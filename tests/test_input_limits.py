@@ -123,7 +123,9 @@ def test_a_deep_message_body_stores_nothing(owner_client, chat_session):
 def test_64_levels_are_still_parsed(owner_client):
     body = '{"name": "ok", "ignored": ' + _nested(63) + "}"  # 64 with the outer object
     response = owner_client.generic("POST", "/api/v1/bots/", body, content_type="application/json")
-    assert response.status_code == 201, response.json()
+    # Parsed: the body's fields are read, and the one a bot does not have is named.
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["details"] == {"ignored": ["Unknown field."]}
 
 
 # --- /compact focus over REST -------------------------------------------------------------------
