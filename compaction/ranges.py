@@ -102,11 +102,11 @@ def range_select(
 ) -> list[RangeRow]:
     """The rows one compaction pass takes, oldest first (``[]``: nothing worth taking).
 
-    Units are taken oldest first until their tokens reach ``tokens_to_free``. With ``max_tokens``
-    the selection stops before the first unit that would push it past the cap (a prefix, never a
-    later smaller unit) — unless that unit is the first: one unit over the cap on its own is
-    taken alone (its text is cut to fit by the caller). A selection below ``min_tokens`` is not
-    worth a summary: ``[]``.
+    Units are taken oldest first until their tokens reach both ``tokens_to_free`` and
+    ``min_tokens``. With ``max_tokens`` the selection stops before the first unit that would push
+    it past the cap (a prefix, never a later smaller unit) — unless that unit is the first: one
+    unit over the cap on its own is taken alone (its text is cut to fit by the caller). A
+    selection below ``min_tokens`` is not worth a summary: ``[]``.
     ``open_span`` (first, last seq): rows of the current turn that may be taken all the same (a
     reply's earlier tool rounds, compacted inside the reply).
     """
@@ -134,8 +134,11 @@ def range_select(
             calls_by_id.setdefault(call_id, []).append(index)
     taken: set[int] = set()
     total = 0
+    # A span short of the minimum goes on to it, when the history holds it: stopping at what
+    # the target asks for made a pass that needs less than the minimum a noop.
+    wanted = max(tokens_to_free, min_tokens)
     for index in range(len(rows)):
-        if total >= tokens_to_free:
+        if total >= wanted:
             break
         if index in taken:
             continue

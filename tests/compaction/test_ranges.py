@@ -366,7 +366,10 @@ def test_max_tokens_and_min_tokens_together() -> None:
     ("rows", "free", "expected"),
     [
         ([row(1), row(2)], 150, []),  # 200 < 256 (the automatic-path default)
-        ([row(1, 200), row(2, 100)], 150, []),  # 200 taken, target met, still < 256
+        # 150 wanted: the span goes on to the minimum, which the history holds (until
+        # 2026-12-07 it stopped at 200 and the pass was a noop, pressure left over its target)
+        ([row(1, 200), row(2, 100)], 150, [1, 2]),
+        ([row(1, 100), row(2, 100), row(3, 100), row(4, 100)], 150, [1, 2, 3]),
         ([row(1, 200), row(2, 56)], EVERYTHING, [1, 2]),  # exactly 256
         ([row(1, 200), row(2, 55)], EVERYTHING, []),  # 255
         ([row(1), row(2), row(3)], 250, [1, 2, 3]),  # 300
