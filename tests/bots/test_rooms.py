@@ -103,6 +103,27 @@ def test_participants_add_refuses_others_private_bots_duplicates_and_bad_input(
     assert ChatSession.objects.get(pk=chat_session.pk).is_room is True
 
 
+def test_a_bot_whose_handle_another_bot_in_the_chat_has_is_refused(owner, owner_client, other_user):
+    """Two bots answering to one @handle could not be told apart: a mention reached only the
+    first, the other never (a shared bot keeps its owner's slug, which may be one of yours)."""
+    mine = BotFactory(owner=owner, name="Helper")
+    theirs = BotFactory(owner=other_user, name="Helper", is_shared=True)
+    session = SessionFactory(user=owner, bot=mine)
+    url = f"/api/v1/sessions/{session.pk}/participants/"
+    refused = owner_client.post(url, {"bot": theirs.pk}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {
+        "bot": [
+            "Another bot in this chat already answers to @helper (Helper): two bots with one "
+            "handle could not be told apart. Change one of the handles first."
+        ]
+    }
+    assert SessionParticipant.objects.filter(session=session, bot=theirs).count() == 0
+    assert ChatSession.objects.get(pk=session.pk).is_room is False
+    mine.slug = "my-helper"
+    mine.save(update_fields=["slug"])
+    assert owner_client.post(url, {"bot": theirs.pk}, format="json").status_code == 201
+
 def test_someone_elses_room_is_not_found(other_client, chat_session):
     url = f"/api/v1/sessions/{chat_session.pk}/participants/"
     assert other_client.get(url).status_code == 404

@@ -7,7 +7,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from bots.models import ChatSession, SessionParticipant
+from bots.models import Bot, ChatSession, SessionParticipant
 from bots.queries import (
     _as_id,
     bot_get_for_user,
@@ -42,6 +42,22 @@ def _rows_locked(session: ChatSession) -> list[SessionParticipant]:
             )
         ]
     return rows
+
+
+def _handle_free(rows: list[SessionParticipant], bot: Bot) -> None:
+    """A bot joins only if no other bot of the chat answers to its ``@slug``: a mention reaches
+    one of two such bots, the other never (a shared bot keeps its owner's slug, docs/rooms.md)."""
+    for other in rows:
+        if other.removed_at is None and other.bot_id != bot.pk and other.bot.slug == bot.slug:
+            raise ValidationFailed(
+                details={
+                    "bot": [
+                        f"Another bot in this chat already answers to @{bot.slug} "
+                        f"({other.bot.name}): two bots with one handle could not be told apart. "
+                        "Change one of the handles first."
+                    ]
+                }
+            )
 
 
 def _bool(name: str, value: object) -> bool:
@@ -84,6 +100,7 @@ def participant_add(
         row = next((r for r in rows if r.bot_id == bot.pk), None)
         if row is not None and row.removed_at is None:
             raise ValidationFailed(details={"bot": ["This bot is already in the chat."]})
+        _handle_free(rows, bot)
         if row is None:
             row = SessionParticipant.objects.create(
                 session=session, bot=bot, joined_seq=last_seq, sees_from_join=sees
