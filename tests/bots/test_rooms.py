@@ -124,6 +124,7 @@ def test_a_bot_whose_handle_another_bot_in_the_chat_has_is_refused(owner, owner_
     mine.save(update_fields=["slug"])
     assert owner_client.post(url, {"bot": theirs.pk}, format="json").status_code == 201
 
+
 def test_someone_elses_room_is_not_found(other_client, chat_session):
     url = f"/api/v1/sessions/{chat_session.pk}/participants/"
     assert other_client.get(url).status_code == 404
