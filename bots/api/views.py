@@ -358,14 +358,15 @@ class MessageRegenerateApi(APIView):
 
 class MessageRetryApi(APIView):
     """Retry a failed or interrupted reply: it runs again, in place, for the same question
-    (202 ``{assistant_message}``, the reply as it now stands: pending, its turn handed over);
-    nothing new is stored."""
+    (202 ``{assistant_message}``, the reply as it now stands: pending, its turn handed over;
+    422 ``context_too_large`` when its question can never fit, no turn run); nothing new is
+    stored."""
 
     @extend_schema(
         request=None,
         responses={
             202: inline_serializer("RetryResult", {"assistant_message": MessageOutputSerializer()}),
-            **api_errors(400, 404, 429),
+            **api_errors(400, 404, 422, 429),
         },
     )
     def post(self, request: Request, message_id: int) -> Response:
@@ -373,6 +374,14 @@ class MessageRetryApi(APIView):
             user=request.user, message_id=message_id, quota=request_key_limits(request.auth)
         )
         body = {"assistant_message": MessageOutputSerializer(reply).data}
+        if reply.status == Message.Status.FAILED:  # refused at once: it can never fit (422)
+            details = {**message_error(reply).get("details", {}), **body}
+            return error_response(
+                reply.error_code,
+                reply.error_message,
+                details,
+                REPLY_ERRORS.get(reply.error_code, errors.ModelUnavailable).http_status,
+            )
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 

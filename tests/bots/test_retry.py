@@ -213,3 +213,43 @@ def test_a_retry_through_an_api_key_is_charged_to_the_key_and_refused_once_it_is
     assert (reply.status, reply.content, reply.charged_to) == ("complete", "Lima.", subject)
     counter = TokenCounter.objects.get(subject=subject, day=usage.today())
     assert (counter.used, counter.reserved) == (50, 0)
+
+
+@pytest.fixture
+def too_large_exchange(owner, owner_client, eager_tasks):
+    """A chat whose first question can never fit its bot's budget (B 100): refused with 422."""
+    from tests.factories import BotFactory, SessionFactory
+
+    bot = BotFactory(owner=owner, context_window=300, max_output_tokens=200)
+    session = SessionFactory(user=owner, bot=bot)
+    first = _send(owner_client, session, "word " * 400)
+    assert first.status_code == 422
+    return session, first.json()["error"]["details"]
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_the_same_oversized_question_sent_again_is_refused_again_at_once(
+    owner_client, too_large_exchange, wait
+):
+    """It was taken for a Retry and answered 202 without ``wait``: its reply went back to
+    pending, a turn ran, and it failed again later for the same reason."""
+    session, first = too_large_exchange
+    again = _send(owner_client, session, "word " * 400, wait=wait)
+    assert again.status_code == 422
+    error = again.json()["error"]
+    assert error["code"] == "context_too_large"
+    assert error["details"]["user_message"]["id"] == first["user_message"]["id"]
+    assert error["details"]["assistant_message"]["id"] == first["assistant_message"]["id"]
+    assert error["details"]["assistant_message"]["status"] == "failed"
+    assert [row[3] for row in _transcript(session)] == ["complete", "failed"]
+
+
+def test_the_retry_endpoint_refuses_an_oversized_question_at_once(owner_client, too_large_exchange):
+    session, first = too_large_exchange
+    reply_id = first["assistant_message"]["id"]
+    again = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
+    assert again.status_code == 422
+    assert again.json()["error"]["code"] == "context_too_large"
+    assert again.json()["error"]["details"]["assistant_message"]["id"] == reply_id
+    reply = Message.objects.get(pk=reply_id)
+    assert (reply.status, reply.error_code) == ("failed", "context_too_large")

@@ -24,6 +24,7 @@ from chat_platform.errors import ValidationFailed
 from compaction.records import context_record_discard
 from connections import usage
 from turns import dispatch
+from turns.services.fits import reply_refused_if_too_large
 
 log = structlog.get_logger(__name__)
 
@@ -58,8 +59,19 @@ def _rerun(
     # The failed run's record of what the model saw goes with it; the rerun writes its own.
     context_record_discard(message_ids=again)
     rows = list(Message.objects.filter(pk__in=again).order_by("seq"))
+    # A question that can never fit is refused again at once, as its send was: no turn runs
+    # (the bot's window may have grown since, or the chat been compacted: then it runs).
+    refused = {
+        row.pk: failed_row
+        for row in rows
+        if (failed_row := reply_refused_if_too_large(session=session, question=question, reply=row))
+    }
+    rows = [refused.get(row.pk, row) for row in rows]
     if rows:
-        transaction.on_commit(partial(realtime.notify_exchange_created, rows))
+        # A refusal's message.failed must follow its message.created (``wait``).
+        transaction.on_commit(partial(realtime.notify_exchange_created, rows, wait=bool(refused)))
+        for failed_row in refused.values():
+            transaction.on_commit(partial(realtime.notify_message_failed, failed_row))
         transaction.on_commit(partial(dispatch.turn_dispatch_next, session.pk))
         log.info("reply_retried", session_id=session.pk, message_ids=again, question=question.pk)
     return rows

@@ -25,14 +25,12 @@ from bots.queries import (
     participants_of,
     room_snapshot_take,
     session_get_for_use,
-    session_seat,
     session_usable,
     user_bot_scope,
     user_scope_subject,
 )
 from chat_platform.errors import (
     CompactionBusy,
-    ContextTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
     ValidationFailed,
@@ -41,19 +39,14 @@ from chat_platform.heavy import heavy_request
 from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.engine import RunResult, compaction_manual
-from compaction.pipeline import (
-    context_fixed_fits,
-    context_measure,
-    context_precheck,
-    context_unshrinkable,
-    seat_key,
-)
+from compaction.pipeline import seat_key
 from compaction.queries import manual_run_between
 from compaction.services import compaction_notice_text, context_notify
 from connections import usage
 from turns import dispatch
 from turns.room import answering_bots, compact_seat
 from turns.services.content import COMPACT_COMMAND, check_message_content
+from turns.services.fits import reply_refused_if_too_large
 from turns.services.participants import reply_as_bot
 from turns.services.retry import send_is_retry
 from turns.services.session import do_session_title_default
@@ -195,38 +188,10 @@ def _answering(
 
 
 def _check_fits(*, session: ChatSession, result: SendResult) -> Message | None:
-    reply = result.assistant_message
-    assert reply is not None
-    if reply.bot_id not in (None, session.bot_id):
-        session = session_seat(session, reply.bot)
-    return _check_fits_seat(session=session, result=result)
-
-
-def _check_fits_seat(*, session: ChatSession, result: SendResult) -> Message | None:
-    """Fail the reply at once, without a model call, if the new message can never fit.
-
-    The user message stays stored. Returns the failed reply, or None when the turn may run.
-    """
-    reply = result.assistant_message
-    assert reply is not None
-    # ``session`` carries the running totals the exchange's own statement returned. Whether the
-    # fixed part fits is told without the memory index; a refusal, rare, is measured whole for
-    # its record (log, ``last_admission``).
-    measure = context_measure(
-        session=session, new_message=result.user_message, before_seq=reply.seq, with_index=False
+    assert result.assistant_message is not None
+    return reply_refused_if_too_large(
+        session=session, question=result.user_message, reply=result.assistant_message
     )
-    if context_fixed_fits(context_unshrinkable(measure)):
-        return None
-    measure = context_unshrinkable(
-        context_measure(session=session, new_message=result.user_message, before_seq=reply.seq)
-    )
-    try:
-        context_precheck(measure, path="send")
-    except ContextTooLarge as exc:
-        transitions.reply_refuse(message_id=reply.pk, code=exc.code, message=exc.message)
-        reply.refresh_from_db()
-        return reply
-    return None
 
 
 def session_message_send(
