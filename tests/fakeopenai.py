@@ -66,6 +66,10 @@ class Reply:
     echo_authorization: bool = False
     # Extra headers of an error answer (e.g. a 429's ``Retry-After``).
     error_headers: dict[str, str] | None = None
+    # A provider that bends the format: these deltas as sent (streamed) instead of ``text`` and
+    # ``tool_calls``; unstreamed, ``content`` is the first delta's (a list of parts, a number…)
+    # and ``tool_calls`` as given.
+    raw_deltas: list[dict] | None = None
 
     def deltas(self) -> list[str]:
         if self.chunks is not None:
@@ -436,6 +440,8 @@ class _Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             return self._stream(body, reply)
         message: dict = {"role": "assistant", "content": reply.text or None}
+        if reply.raw_deltas:
+            message["content"] = reply.raw_deltas[0].get("content")
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
         self._json(
@@ -468,6 +474,9 @@ class _Handler(BaseHTTPRequestHandler):
             return {**base, "choices": [choice]}
 
         events: list[dict] = [chunk({"role": "assistant", "content": ""})]
+        if reply.raw_deltas is not None:
+            events += [chunk(delta) for delta in reply.raw_deltas]
+            reply = dataclasses.replace(reply, text="", chunks=[], tool_calls=None)
         events += [chunk({"content": piece}) for piece in reply.deltas()]
         # Index of the event before which the stall happens (role chunk + stall_after deltas).
         stall_at = 1 + reply.stall_after if reply.stall_after is not None else None

@@ -17,7 +17,9 @@ from chat_platform.llm.gateway.request import call_kwargs, outbound_policy
 from chat_platform.llm.gateway.results import (
     OutputCap,
     clean_tool_call,
+    content_text,
     field_of,
+    finish_reason_of,
     log_done,
     log_failed,
     log_retry,
@@ -65,7 +67,9 @@ def complete(
         clean_tool_call(tool_call_dict(c)) for c in (field_of(message, "tool_calls") or [])
     ]
     cap = OutputCap(kwargs["max_tokens"], model=config.model, counted=False)
-    text = cap.take(redaction.redact(text_made_storable(str(field_of(message, "content") or ""))))
+    text = cap.take(
+        redaction.redact(text_made_storable(content_text(field_of(message, "content") or "")))
+    )
     prompt_tokens, completion_tokens = usage_tokens(
         field_of(response, "usage"), config, messages, text, tool_calls
     )
@@ -73,7 +77,8 @@ def complete(
         text=text,
         finish_reason="length"
         if cap.reached
-        else field_of(choice, "finish_reason") or ("tool_calls" if tool_calls else "stop"),
+        else finish_reason_of(field_of(choice, "finish_reason"))
+        or ("tool_calls" if tool_calls else "stop"),
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         model=config.model,

@@ -3,6 +3,7 @@ one log line of each call."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -57,6 +58,55 @@ class OutputCap:
         return text
 
 
+# --- what a provider bends: read as well as it can be, never a crash --------------------------
+# Each of these failed a turn after its text had reached the user (an internal error, or "the
+# database is unreachable" when a negative count broke a check constraint).
+
+# The most a stored count holds; a count over it, negative, fractional or not a number is read
+# as absent (counted here instead).
+USAGE_COUNT_MAX = 2**31 - 1
+FINISH_REASON_MAX_CHARS = 32
+
+
+def usage_count(value: Any) -> int | None:
+    """A usage count the provider reported, if it is one."""
+    if value.__class__ is int:
+        return value if 0 <= value <= USAGE_COUNT_MAX else None
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= USAGE_COUNT_MAX:
+        return int(value)
+    return None
+
+
+def content_text(content: Any) -> str:
+    """A message's or delta's content as text: a list of parts (the request's own shape, which
+    some providers answer in) is its text parts joined; anything else not text, its JSON."""
+    if content.__class__ is str:
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"] if isinstance(part, dict) and isinstance(part.get("text"), str) else ""
+            for part in content
+        )
+    if isinstance(content, (dict, int, float)) and not isinstance(content, bool):
+        return json.dumps(content)
+    return str(content)
+
+
+def arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as the JSON text the format has them in (an object is sent as
+    such by some providers)."""
+    if arguments.__class__ is str:
+        return arguments
+    return json.dumps(arguments) if isinstance(arguments, (dict, list)) else str(arguments)
+
+
+def finish_reason_of(value: Any) -> str | None:
+    """The provider's finish reason, if it can be one (else as if it sent none)."""
+    if value.__class__ is str and len(value) <= FINISH_REASON_MAX_CHARS:
+        return value
+    return None
+
+
 def clean_tool_call(call: dict) -> dict:
     function = call["function"]
     return {
@@ -64,7 +114,7 @@ def clean_tool_call(call: dict) -> dict:
         "id": text_made_storable(str(call.get("id") or "")),
         "function": {
             "name": text_made_storable(str(function.get("name") or "")),
-            "arguments": text_made_storable(str(function.get("arguments") or "")),
+            "arguments": text_made_storable(arguments_text(function.get("arguments") or "")),
         },
     }
 
@@ -101,8 +151,8 @@ def _estimated_prompt_tokens(config: ModelConfig, messages: list[dict]) -> int:
 def usage_tokens(
     usage: Any, config: ModelConfig, messages: list[dict], text: str, tool_calls: list[dict]
 ) -> tuple[int, int]:
-    prompt = field_of(usage, "prompt_tokens")
-    completion = field_of(usage, "completion_tokens")
+    prompt = usage_count(field_of(usage, "prompt_tokens"))
+    completion = usage_count(field_of(usage, "completion_tokens"))
     if not prompt:
         prompt = _estimated_prompt_tokens(config, messages)
     if completion is None or (completion == 0 and (text or tool_calls)):

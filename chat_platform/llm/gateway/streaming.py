@@ -25,8 +25,11 @@ from chat_platform.llm.gateway.errors import MODEL_CALL_RETRY, attempts_of, unav
 from chat_platform.llm.gateway.request import call_kwargs, outbound_policy, setting
 from chat_platform.llm.gateway.results import (
     OutputCap,
+    arguments_text,
     clean_tool_call,
+    content_text,
     field_of,
+    finish_reason_of,
     log_done,
     log_failed,
     log_retry,
@@ -298,14 +301,16 @@ class ChatStream:
             if not choices:
                 continue
             choice = choices[0]
-            read.finish_reason = field_of(choice, "finish_reason") or read.finish_reason
+            read.finish_reason = finish_reason_of(field_of(choice, "finish_reason")) or (
+                read.finish_reason
+            )
             delta = field_of(choice, "delta")
             if field_of(delta, "tool_calls"):
                 for tool_call in field_of(delta, "tool_calls"):
                     merge_tool_call_delta(read.calls, tool_call)
             content = field_of(delta, "content")
             if content:
-                content = read.cap.take(text_made_storable(str(content)))
+                content = read.cap.take(text_made_storable(content_text(content)))
                 shown = read.redactor.feed(content)
                 if shown:
                     self._parts.append(shown)
@@ -356,7 +361,7 @@ def merge_tool_call_delta(calls: dict[int, dict], delta: Any) -> None:
     if field_of(function, "name"):
         call["function"]["name"] = field_of(function, "name")
     if arguments := field_of(function, "arguments"):
-        call["function"]["arguments"].append(arguments)
+        call["function"]["arguments"].append(arguments_text(arguments))
 
 
 def call_joined(call: dict) -> dict:
