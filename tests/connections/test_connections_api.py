@@ -262,3 +262,30 @@ def test_the_admin_asks_for_the_key_again_when_the_address_moves(staff, fake_con
     assert moved.status_code == 302
     after = Connection.objects.get(pk=stored.pk)
     assert (after.base_url, after.model_list) == ("http://127.0.0.1:18107/v1", [])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("way", ["create", "rename"])
+def test_a_name_taken_between_the_check_and_the_write_is_a_validation_error(
+    staff_client, monkeypatch, way
+):
+    """Two staff saving one name at once: the second passed the name check before the first
+    wrote, and its write was an IntegrityError, a 500. (The check is skipped here, as the race
+    skips it.)"""
+    from django.db.models import Model
+
+    assert _create(staff_client, name="conn", base_url="http://x.test/v1").status_code == 201
+    other = _create(staff_client, name="other", base_url="http://x.test/v1").json()
+    monkeypatch.setattr(Model, "validate_unique", lambda self, exclude=None: None)
+    if way == "create":
+        answer = _create(staff_client, name="conn", base_url="http://x.test/v1")
+    else:
+        answer = staff_client.patch(
+            f"/api/v1/connections/{other['id']}/", {"name": "conn"}, format="json"
+        )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["details"] == {
+        "name": ["Connection with this Name already exists."]
+    }
+    names = Connection.objects.exclude(kind="builtin").values_list("name", flat=True)
+    assert sorted(names) == ["conn", "other"]
