@@ -44,6 +44,7 @@ from memory.services import snapshot_name
 
 REASON_TEXT = {
     "summariser_error": "the summariser did not answer",
+    "stopped": "the reply it ran for was stopped",
     "empty": "the summary came back empty",
     "finish_reason": "the summary was cut off before it finished",
     "too_short": "the summary was too short to be useful",

@@ -33,6 +33,7 @@ from chat_platform.errors import (
     ServiceUnavailable,
 )
 from chat_platform.foreground import foreground
+from chat_platform.llm import gateway
 from chat_platform.llm.tokens import count_message_tokens
 from compaction.seats import seat_read
 from connections import usage
@@ -131,7 +132,10 @@ def _turn_run(message_id: int) -> None:
     state = TurnState(finished=TurnFinished(reply))
     handle = liveness.watcher.register(reply.pk)
     try:
-        _turn_body(reply, handle, state)
+        # A Stop also ends the wait on an unstreamed call made for the reply (its blocking
+        # compaction's summariser): docs/chat-turn.md.
+        with gateway.stop_on(handle.stopped):
+            _turn_body(reply, handle, state)
     except PlatformError as exc:  # an expected refusal (context_too_large, model_unavailable…)
         state.finished.context_record()
         _safe_fail(reply, exc, state)

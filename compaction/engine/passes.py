@@ -204,17 +204,19 @@ def _summariser_failed(
     """Whatever the summariser raised, as a failed attempt on record."""
     if not isinstance(exc, gateway.ModelCallFailed):
         log.exception("compaction_summariser_crashed", session_id=session.pk)
+    # The reply it ran for was stopped (``gateway.stop_on``): not the summariser's failure.
+    reason = "stopped" if gateway.stop_requested() else "summariser_error"
     event = event_write(
         session,
         trigger=plan.trigger,
         outcome=CompactionEvent.Outcome.FAILED,
-        reason="summariser_error",
+        reason=reason,
         error=str(exc)[:2000],
         duration_ms=int((time.monotonic() - started) * 1000),
         **common,
     )
     tokens_before = common["tokens_before"]
-    return RunResult("failed", "summariser_error", tokens_before, tokens_before, None, event)
+    return RunResult("failed", reason, tokens_before, tokens_before, None, event)
 
 
 def _rejected(

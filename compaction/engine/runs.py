@@ -9,6 +9,7 @@ from django.db.models import Max
 from bots.models import ChatSession
 from bots.queries import bot_usable_in, participant_seat, room_snapshot_take, session_seat
 from chat_platform.errors import CompactionBusy, QuotaExceeded
+from chat_platform.llm import gateway
 from compaction.engine.common import MANUAL_MAX_PASSES, Plan, SessionGone, session_fresh
 from compaction.engine.events import skipped
 from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
@@ -139,6 +140,10 @@ def compaction_hard(
             if result.compacted:
                 if failures.armed:  # else nothing to clear: one statement fewer a pass
                     clear_failures(session.pk, key)
+                return result
+            if gateway.stop_requested():
+                # The reply's Stop ended the summariser's call: nothing failed, nothing more
+                # runs (no back-off armed, no fallback) for a reply that is over.
                 return result
             if result.outcome in ("failed", "rejected"):
                 arm_failure(session.pk, hard=True, bot_id=key)

@@ -940,3 +940,51 @@ def test_after_an_embedded_restart_the_first_watchdog_round_ends_and_resends_at_
     # On a broker, whose queue outlives a process, the same rows wait their timeouts.
     settings.TASKS_IN_PROCESS = False
     assert inprocess.queue_born() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_ends_a_reply_waiting_on_its_hard_compaction(fake_session, fake_openai, monkeypatch):
+    """The summariser of the blocking compaction before the reply's call does not answer: Stop
+    ends the reply at once. It waited for the summariser's timeout (each of three attempts),
+    then ran the extractive fallback all the same, and armed the chat's back-off."""
+    from compaction.engine.policy import seat_failures
+    from compaction.models import CompactionEvent
+    from turns.services.message import generation_stop
+
+    monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.05)
+    monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
+    bot = fake_session.bot
+    bot.context_window, bot.max_output_tokens = 2000, 200  # B 1800, H 1350
+    bot.save(update_fields=["context_window", "max_output_tokens"])
+    fact = "Ana booked the Lisbon flight TP-{} for {} May at {} euros, seat {}C, gate {}. " * 3
+    for i in range(22):  # ~1,650 tokens: past H
+        role = "user" if i % 2 == 0 else "assistant"
+        message_add(fake_session, role=role, content=fact.format(*[i * 7 + k for k in range(15)]))
+    session_context_recount(session_id=fake_session.pk)
+    release = threading.Event()
+    _, reply = turn_pending(fake_session)
+    fake_openai.script(Reply(text="A summary.", hang=60.0, until=release))
+
+    runner = turn_thread(reply)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not fake_openai.served:
+            time.sleep(0.02)
+        assert fake_openai.served  # the summariser's call, held
+        assert fake_openai.requests[0].get("stream") is not True
+        assert generation_stop(user=fake_session.user, session_id=fake_session.pk) == 1
+        runner.join(20)
+        assert not runner.is_alive()  # ended before the summariser let go of the request
+    finally:
+        release.set()
+        runner.join(30)
+    reply.refresh_from_db()
+    assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")
+    events = list(
+        CompactionEvent.objects.filter(session=fake_session).values_list(
+            "trigger", "outcome", "reason"
+        )
+    )
+    assert events == [("hard", "failed", "stopped")]
+    assert len(fake_openai.requests) == 1  # no retry of the summariser, no call of the reply
+    assert seat_failures(fake_session.pk, room=None).blocked(hard=True) is None

@@ -38,7 +38,8 @@ Rules kept here:
 Its modules, by subject: ``config`` (what a call is given and gives back), ``lazy_litellm``
 (litellm, imported once), ``request`` (building a call: policy, key, timeout), ``errors`` (the one
 failure classifier and retry policy), ``results`` (output cap, tool calls, usage, log lines),
-``call`` (``complete``), ``streaming`` (``stream`` / ``ChatStream``), ``direct`` (the direct
+``call`` (``complete``), ``stop`` (a caller's Stop for unstreamed calls), ``streaming``
+(``stream`` / ``ChatStream``), ``direct`` (the direct
 road), ``embeddings`` (``embed``) and ``model_info`` (a model's window, whether it takes images).
 Callers import the names below from ``chat_platform.llm.gateway``.
 """
@@ -58,6 +59,7 @@ from chat_platform.llm.gateway.model_info import (
     model_max_input_tokens,
     model_supports_images,
 )
+from chat_platform.llm.gateway.stop import stop_on, stop_requested
 from chat_platform.llm.gateway.streaming import ChatStream, stream
 
 __all__ = [
@@ -74,6 +76,8 @@ __all__ = [
     "model_info_load",
     "model_max_input_tokens",
     "model_supports_images",
+    "stop_on",
+    "stop_requested",
     "stream",
     "warm_up",
 ]

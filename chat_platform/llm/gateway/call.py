@@ -26,6 +26,7 @@ from chat_platform.llm.gateway.results import (
     tool_call_dict,
     usage_tokens,
 )
+from chat_platform.llm.gateway.stop import stoppable
 from chat_platform.textcheck import text_made_storable
 
 
@@ -43,18 +44,17 @@ def complete(
     except ModelCallFailed as error:
         log_failed(config, error, started=started, streamed=False)
         raise
-    call = (
-        builtin_road.complete
-        if builtin_road.is_builtin(config.model)
-        else partial(_litellm_completion, lazy_litellm.get())
-    )
+    builtin = builtin_road.is_builtin(config.model)
+    call = builtin_road.complete if builtin else partial(_litellm_completion, lazy_litellm.get())
     policy = outbound_policy(config, kwargs)
     state: tenacity.RetryCallState | None = None
     try:
         for attempt in MODEL_CALL_RETRY.attempts(on_retry=partial(log_retry, config)):
             state = attempt.retry_state
             with attempt, outbound.scope(policy):
-                response = call(kwargs)
+                # A built-in model answers in-process at once; a provider's call stops
+                # waiting on the caller's Stop (``stop``).
+                response = call(kwargs) if builtin else stoppable(partial(call, kwargs))
     except Exception as exc:
         failure = unavailable(config, exc, attempts=attempts_of(state), kwargs=kwargs)
         log_failed(config, failure, started=started, streamed=False)

@@ -13,6 +13,7 @@ from chat_platform.llm import openai_compat, retries
 from chat_platform.llm.gateway import lazy_litellm
 from chat_platform.llm.gateway.config import KEY_FAILED, ModelCallFailed, ModelConfig
 from chat_platform.llm.gateway.request import setting
+from chat_platform.llm.gateway.stop import CallStopped
 
 _LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+(?:Error|Exception)\s*[:-]\s*)*")
 
@@ -58,6 +59,8 @@ def classify(exc: BaseException) -> tuple[bool, int | None, str]:
     both by the HTTP status. The first arm that matches decides."""
     import httpx
 
+    if isinstance(exc, CallStopped):  # the caller's Stop: not the provider's failure
+        return False, None, "stopped"
     refused = outbound.refusal_in(exc)
     if refused is not None:
         return False, refused.status_code, str(refused)
