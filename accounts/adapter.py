@@ -77,6 +77,10 @@ class AccountAdapter(DefaultAccountAdapter):
             "email_confirmation_sent.txt"
         ):
             return  # ``send_mail`` said it was not sent
+        if message_template == "account/messages/logged_in.txt":
+            # The chat a sign-in lands on shows no notices: "Successfully signed in as …" waited
+            # for the next page that does, long after. The header says who is signed in.
+            return
         super().add_message(request, level, message_template, message_context, extra_tags, message)
 
     def is_open_for_signup(self, request: HttpRequest) -> bool:

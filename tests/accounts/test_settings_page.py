@@ -52,6 +52,18 @@ def test_the_page_shows_the_profile_the_account_links_and_is_in_the_header(owner
         )
 
 
+def test_no_stale_signed_in_notice_waits_for_a_later_page(owner):
+    """The chat page a sign-in lands on shows no notices, so "Successfully signed in as …"
+    waited for the next page that does (the settings, a bot's page) and appeared there."""
+    client = Client()
+    signed_in = client.post(
+        "/accounts/login/", {"username": owner.username, "password": "pw-123456"}
+    )
+    assert signed_in.status_code == 302
+    for path in ("/settings/", "/bots/"):
+        assert "Successfully signed in" not in client.get(path).content.decode()
+
+
 def test_the_profile_changes_the_users_name_and_refuses_bad_text(owner):
     """The profile section edits the name (it was shown only); bad text changes nothing."""
     client = _signed_in(owner)
