@@ -591,3 +591,23 @@ def test_a_tool_result_s_head_encodes_its_long_sentence_once(monkeypatch):
     assert text.startswith("[3] 2026-12-05 tool (notes__report): Step 1 report: serial S7919 w0 ")
     assert text.endswith(" …")
     assert encoded.count(sentence) == 1  # it was 2
+
+
+def test_a_near_repeat_waits_behind_a_short_sentence_with_a_fact_of_its_own():
+    """Eight notes, each the same long paragraph of facts after its own number, then its own
+    code word: the paragraphs, each adding only its note's number, took the room and every code
+    word was dropped (0 of 8 kept in 400 tokens); now each paragraph after the first waits until
+    the sentences that tell something new are in."""
+    paragraph = (
+        "We discussed the quarterly budget in detail, including the marketing spend of 42,000 "
+        "euros, the hiring plan for two engineers named Priya and Tomas, the office move to "
+        "Porto on 3 April, and the decision to drop the legacy billing system. "
+    )
+    lines = []
+    for i in range(8):
+        note = f"Note {i}: {paragraph * 2}The code word for item {i} is ALPHA{i}{i}."
+        lines += [f"[{2 * i + 1}] 2026-12-07 user: {note}", f"[{2 * i + 2}] 2026-12-07 bot: Noted."]
+    summary = summarise("\n".join(lines), max_tokens=400)
+    assert [f"ALPHA{i}{i}" in summary for i in range(8)] == [True] * 8
+    assert "42,000 euros" in summary and "Porto on 3 April" in summary
+    assert count_tokens(summary) <= 400

@@ -313,6 +313,16 @@ def _limit(body: str, max_tokens: int | None, summaries: int) -> int:
     return limit
 
 
+# A sentence is a near-repeat when at most this share of its fact units is new.
+NEAR_REPEAT_NEW_SHARE = 0.25
+
+
+def _adds_little(units: frozenset[str], covered: set[str]) -> bool:
+    """Whether a sentence with these fact units adds (next to) nothing to the kept ones."""
+    new = len(units - covered)
+    return new == 0 or (len(units) >= 4 and new <= len(units) * NEAR_REPEAT_NEW_SHARE)
+
+
 def _key_of(sentence: Sentence) -> str:
     return _SAME.sub(" ", sentence.text.lower()).strip()
 
@@ -368,8 +378,10 @@ class _Picker:
             ):  # a fact repeated word for word is kept once (newest)
                 continue
             units = fact_units(sentence.text)
-            if deferred is not None and units and units <= self.covered:
-                deferred.append(sentence)  # tells nothing a kept sentence did not: if room is left
+            if deferred is not None and units and _adds_little(units, self.covered):
+                # Tells nothing, or next to nothing, a kept sentence did not ("Note 4: <the
+                # paragraph of Note 3>"): if room is left, after the sentences that tell more.
+                deferred.append(sentence)
                 continue
             needed = self.cost(sentence, self.opened)
             answer = self.answer_of.get(sentence.position)
