@@ -7,8 +7,7 @@ Input (what the compaction engine sends; docs/compaction.md):
   optionally preceded by instructions, optionally with a ``Focus: <text>`` line. Transcript lines
   start with a speaker label (``user: …``, ``assistant: …``, ``[12] user: …``,
   ``assistant (#13): …``, a room's ``[12] 2024-03-08 13:56Z Dana: …``, or a capitalised name
-  such as ``Alice: …``); unlabelled lines continue
-  the previous speaker. A whole-line ``[…]`` header (e.g. ``[Summary of messages 1–40]``) starts
+  such as ``Alice: …``); unlabelled lines continue the previous speaker. A whole-line ``[…]`` header (e.g. ``[Summary of messages 1–40]``) starts
   a section whose unlabelled lines stand alone (earlier summaries being fused). Text before the
   first label or header is treated as instructions and not summarised.
 
@@ -313,14 +312,11 @@ def _limit(body: str, max_tokens: int | None, summaries: int) -> int:
     return limit
 
 
-# A sentence is a near-repeat when at most this share of its fact units is new.
-NEAR_REPEAT_NEW_SHARE = 0.25
-
-
 def _adds_little(units: frozenset[str], covered: set[str]) -> bool:
-    """Whether a sentence with these fact units adds (next to) nothing to the kept ones."""
+    """Whether a sentence with these fact units adds nothing, or next to nothing (at most a
+    quarter of four or more units new), to those of the kept sentences."""
     new = len(units - covered)
-    return new == 0 or (len(units) >= 4 and new <= len(units) * NEAR_REPEAT_NEW_SHARE)
+    return new == 0 or (len(units) >= 4 and new * 4 <= len(units))
 
 
 def _key_of(sentence: Sentence) -> str:
@@ -373,15 +369,11 @@ class _Picker:
         for sentence in candidates:
             if self.used >= stop_at:
                 return
-            if (
-                _key_of(sentence) in self.said
-            ):  # a fact repeated word for word is kept once (newest)
+            if _key_of(sentence) in self.said:  # a fact said word for word: once (the newest)
                 continue
             units = fact_units(sentence.text)
             if deferred is not None and units and _adds_little(units, self.covered):
-                # Tells nothing, or next to nothing, a kept sentence did not ("Note 4: <the
-                # paragraph of Note 3>"): if room is left, after the sentences that tell more.
-                deferred.append(sentence)
+                deferred.append(sentence)  # "Note 4: <Note 3's paragraph>": if room is left
                 continue
             needed = self.cost(sentence, self.opened)
             answer = self.answer_of.get(sentence.position)
@@ -465,9 +457,7 @@ def summarise(transcript: str, *, focus: str = "", max_tokens: int | None = None
     repeats: list[Sentence] = []
     picker.take(facts, limit, repeats)
     picker.take(repeats, limit, None)
-    if picker.used < MIN_OUTPUT_TOKENS and len(picker.chosen) == len(
-        facts
-    ):  # short for want of facts
+    if picker.used < MIN_OUTPUT_TOKENS and len(picker.chosen) == len(facts):  # no more facts
         rest = sorted((s for s in sentences if s.score == 0), key=lambda s: -s.position)
         picker.take(rest, MIN_OUTPUT_TOKENS, None)
 
