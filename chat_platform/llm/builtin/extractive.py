@@ -7,9 +7,9 @@ Input (what the compaction engine sends; docs/compaction.md):
   optionally preceded by instructions, optionally with a ``Focus: <text>`` line. Transcript lines
   start with a speaker label (``user: …``, ``assistant: …``, ``[12] user: …``,
   ``assistant (#13): …``, a room's ``[12] 2024-03-08 13:56Z Dana: …``, or a capitalised name
-  such as ``Alice: …``); unlabelled lines continue the previous speaker. A whole-line ``[…]`` header (e.g. ``[Summary of messages 1–40]``) starts
-  a section whose unlabelled lines stand alone (earlier summaries being fused). Text before the
-  first label or header is treated as instructions and not summarised.
+  such as ``Alice: …``); unlabelled lines continue the previous speaker. A whole-line ``[…]``
+  header (``[Summary of messages 1–40]``) starts a section whose unlabelled lines stand alone
+  (earlier summaries being fused). Text before the first label or header is instructions.
 
 Output: the sentences that carry facts — numbers, dates, identifiers, names, decisions,
 preferences, requests, and the focus words — each turn's kept sentences on one line behind the
