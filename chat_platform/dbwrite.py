@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
 from chat_platform.compiled import STANDIN_TYPES, instances_from, placeholders, standins
+from chat_platform.errors import ValidationFailed
 
 M = TypeVar("M", bound=Model)
 
@@ -219,3 +220,19 @@ def rows_update(model: type[Model], objs: Sequence[Model], fields: Sequence[str]
                     for field in targets
                 ],
             )
+
+
+def saved_unless_taken(instance: Model, *, field: str, message: str = "") -> None:
+    """Save ``instance``. A value of its unique ``field`` that another request took between the
+    caller's check and this write (two staff saving one name at once) is the check's
+    ``validation_error`` on ``field`` (``message``, else the model's own words), not a 500."""
+    try:
+        with transaction.atomic():
+            instance.save()
+    except IntegrityError:
+        model = type(instance)
+        others = model._default_manager.filter(**{field: getattr(instance, field)})
+        if not others.exclude(pk=instance.pk).exists():
+            raise
+        words = [message] if message else list(instance.unique_error_message(model, (field,)))
+        raise ValidationFailed(details={field: words}) from None

@@ -19,12 +19,13 @@ import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
 from chat_platform import provider_policy
 from chat_platform.dbconn import connection_release
+from chat_platform.dbwrite import saved_unless_taken
 from chat_platform.errors import PermissionDenied, ValidationFailed
 from chat_platform.heavy import heavy_request
 from chat_platform.llm import discovery
@@ -200,26 +201,11 @@ def connection_create(*, user: AbstractBaseUser, **fields: Any) -> Connection:
     connection = Connection(created_by=user)  # type: ignore[misc]
     new_key, groups = check_connection_fields(fields=fields, connection=connection)
     connection_key_store(connection, new_key)
-    _saved(connection)
+    saved_unless_taken(connection, field="name")
     if groups is not None:
         connection.groups.set(groups)
     log.info("connection_created", connection_id=connection.pk, kind=connection.kind)
     return connection
-
-
-def _saved(connection: Connection) -> None:
-    """Save; a name another request took between the check and the write (two staff saving
-    the same name at once) is the check's ``validation_error``, not a 500."""
-    try:
-        with transaction.atomic():
-            connection.save()
-    except IntegrityError:
-        taken = Connection.objects.filter(name=connection.name).exclude(pk=connection.pk)
-        if not taken.exists():
-            raise
-        # The words of the model's own unique check, which a request not racing gets.
-        taken_error = connection.unique_error_message(Connection, ("name",))
-        raise ValidationFailed(details={"name": list(taken_error)}) from None
 
 
 KEY_AGAIN = (
@@ -255,7 +241,7 @@ def connection_update(
     new_key, groups = check_connection_fields(fields=fields, connection=connection)
     connection_moved_check(connection, old_base=old_base, new_key=new_key)
     connection_key_store(connection, new_key)
-    _saved(connection)
+    saved_unless_taken(connection, field="name")
     if groups is not None:
         connection.groups.set(groups)
     log.info("connection_updated", connection_id=connection.pk, fields=sorted(fields))

@@ -24,11 +24,12 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from chat_platform import provider_policy, redaction
 from chat_platform.dbconn import connection_release
+from chat_platform.dbwrite import saved_unless_taken
 from chat_platform.errors import PermissionDenied, ValidationFailed
 from chat_platform.heavy import heavy_request
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
@@ -188,23 +189,11 @@ def tool_server_create(*, user: AbstractBaseUser, **fields: Any) -> ToolServer:
     server = ToolServer(created_by=user)  # type: ignore[misc]
     headers, groups = check_tool_server_fields(fields=fields, server=server)
     tool_server_headers_store(server, headers)
-    _saved(server)
+    saved_unless_taken(server, field="name", message=NAME_TAKEN)
     if groups is not None:
         server.groups.set(groups)
     log.info("tool_server_created", server_id=server.pk, transport=server.transport)
     return server
-
-
-def _saved(server: ToolServer) -> None:
-    """Save; a name another request took between the check and the write (two staff saving
-    the same name at once) is the check's ``validation_error``, not a 500."""
-    try:
-        with transaction.atomic():
-            server.save()
-    except IntegrityError:
-        if not ToolServer.objects.filter(name=server.name).exclude(pk=server.pk).exists():
-            raise
-        raise ValidationFailed(details={"name": [NAME_TAKEN]}) from None
 
 
 HEADERS_AGAIN = (
@@ -235,7 +224,7 @@ def tool_server_update(*, user: AbstractBaseUser, server_id: object, **fields: A
     headers, groups = check_tool_server_fields(fields=fields, server=server)
     tool_server_moved_check(server, old_url=old_url, headers=headers)
     tool_server_headers_store(server, headers)
-    _saved(server)
+    saved_unless_taken(server, field="name", message=NAME_TAKEN)
     if groups is not None:
         server.groups.set(groups)
     log.info("tool_server_updated", server_id=server.pk, fields=sorted(fields))
