@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from bots.models import ChatSession
+from chat_platform.compiled import CompiledValues
 from chat_platform.llm.tokens import count_tokens
 from chat_platform.transcript import raw_header
 from compaction.budget import Budget
@@ -35,10 +36,19 @@ from compaction.engine.summariser import (
     summariser_window,
 )
 from compaction.measure import context_measure
-from compaction.models import CompactionEvent, Summary
+from compaction.models import CompactionEvent, ContextExpansion, Summary
 from compaction.results import RunResult
 from compaction.seats import seat_key
 from memory import services as memory_services
+
+# Every pass reads it: compiled once per process (docs/performance.md, "The tool task, eighth
+# pass").
+_EXPANDED = CompiledValues(
+    lambda session_id, bot_id: ContextExpansion.objects.filter(
+        session_id=session_id, bot_id=bot_id
+    ).values_list("first_seq", "last_seq"),
+    name="pending_expansion_span",
+)
 
 
 def fusion_due(
@@ -46,8 +56,12 @@ def fusion_due(
 ) -> list[Summary]:
     """The active summaries to fuse now, or []: in a room, the seat's bot's only. Those inside a
     held span (the parents an undone fusion gave back) are not fused again until the hold is
-    released. ``held``: the held spans when the caller knows them (``Plan.held``)."""
+    released. ``held``: the held spans when the caller knows them (``Plan.held``). Nor those
+    inside the seat's pending expansion: its reply is sent their span verbatim in their place,
+    and a fused summary reaching past the span would be sent beside it (docs/context-records.md).
+    """
     spans = held_spans(session) if held is None else list(held)
+    spans += _EXPANDED.rows(session_id=session.pk, bot_id=session.bot_id)
     active = [
         s
         for s in summaries_of_seat(session, Summary.Status.ACTIVE, by_seq=True)

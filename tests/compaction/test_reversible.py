@@ -713,3 +713,34 @@ def test_compact_in_chat_says_which_held_messages_it_passed_over(
         "“Let automatic compaction take it again” on their summary to compact them."
     )
     assert statuses(session) == [(summary.pk, "reverted", True)]
+
+
+def test_a_fusion_leaves_the_summaries_of_a_pending_expansion_alone(
+    owner_client, session, fake_openai
+):
+    """Reported in a room: a span expanded for the next reply, then a blocking compaction before
+    one of that reply's calls fused its summary with a later one. The call was sent the span
+    verbatim *and* the fused summary over it (the expansion replaces only the summaries lying
+    wholly inside its span), and real history was trimmed to make room for the copy."""
+    from compaction.engine.fusion import fusion_due
+    from compaction.measure import session_budget
+
+    long_summary = " ".join([GOOD] * 12)  # ~300 tokens: two of them pass 20 % of B (400)
+    first = compacted(session, fake_openai, [300, 300, 300, 300], text=long_summary)
+    second = compacted(session, fake_openai, [300, 300, 300, 300], text=long_summary, tag="n")
+    budget = session_budget(session)
+    assert [s.pk for s in fusion_due(session, budget)] == [first.pk, second.pk]
+
+    assert expand(owner_client, session, summary=first.pk).status_code == 200
+    assert fusion_due(session, budget) == []  # the other one alone is no fusion
+    # The reply's build is past H (1,500): its blocking compaction takes history, and fuses
+    # nothing over the expanded span.
+    add_history(session, [200, 200], tag="o")
+    _, reply = add_turn(session, "Quote it all.", tokens=20)
+    recount(session)
+    fake_openai.script(Reply(text=GOOD))
+    built = context_build(session=session, reply=reply, record=False)
+    assert {e.seq for e in built.measure.expanded} == {1, 2, 3, 4}
+    summaries = Summary.objects.filter(pk__in=[s.id for s in built.measure.summaries])
+    assert [(s.first_seq > 4, s.status) for s in summaries] == [(True, "active")] * len(summaries)
+    assert not CompactionEvent.objects.filter(session=session, trigger="fusion").exists()
