@@ -181,14 +181,22 @@ def fuse_commit(
 
 
 def pass_or_fuse(session: ChatSession, plan: Plan, budget: Budget) -> RunResult:
+    """The fusion if one is due, else a pass."""
+    return fusion_if_due(session, plan, budget) or enveloped(
+        session, plan, partial(run_pass, session, plan)
+    )
+
+
+def fusion_if_due(session: ChatSession, plan: Plan, budget: Budget) -> RunResult | None:
+    """The fusion of the seat's active summaries if one is due (``fusion_due``), else None."""
     parents = fusion_due(session, budget, held=plan.held)
-    if parents:
-        fusion = Plan(
-            trigger="fusion",
-            target=plan.target,
-            model=plan.model,
-            measured=plan.measured,
-            held=plan.held,
-        )
-        return enveloped(session, fusion, partial(fuse, session, parents, fusion))
-    return enveloped(session, plan, partial(run_pass, session, plan))
+    if not parents:
+        return None
+    fusion = Plan(
+        trigger="fusion",
+        target=plan.target,
+        model=plan.model,
+        measured=plan.measured,
+        held=plan.held,
+    )
+    return enveloped(session, fusion, partial(fuse, session, parents, fusion))

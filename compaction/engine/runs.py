@@ -1,6 +1,7 @@
 """The entry points: soft (Celery, after a turn), hard (in the context pipeline, before a model
 call) and manual (/compact, the API, the command), each behind the session's single flight."""
 
+from dataclasses import replace
 from functools import partial
 
 from django.conf import settings
@@ -10,9 +11,10 @@ from bots.models import ChatSession
 from bots.queries import bot_usable_in, participant_seat, room_snapshot_take, session_seat
 from chat_platform.errors import CompactionBusy, QuotaExceeded
 from chat_platform.llm import gateway
+from compaction.budget import Budget
 from compaction.engine.common import MANUAL_MAX_PASSES, Plan, SessionGone, session_fresh
 from compaction.engine.events import skipped
-from compaction.engine.fusion import fuse, fusion_due, pass_or_fuse
+from compaction.engine.fusion import fuse, fusion_due, fusion_if_due, pass_or_fuse
 from compaction.engine.holds import holds_release_at_hard
 from compaction.engine.passes import enveloped, run_pass
 from compaction.engine.policy import (
@@ -140,7 +142,7 @@ def compaction_hard(
             if result.compacted:
                 if failures.armed:  # else nothing to clear: one statement fewer a pass
                     clear_failures(session.pk, key)
-                return result
+                return _hard_rest(session, plan, budget, result)
             if gateway.stop_requested():
                 # The reply's Stop ended the summariser's call: nothing failed, nothing more
                 # runs (no back-off armed, no fallback) for a reply that is over.
@@ -162,6 +164,17 @@ def compaction_hard(
             held=held,
         )
         return pass_or_fuse(session, plan, budget)
+
+
+def _hard_rest(session: ChatSession, plan: Plan, budget: Budget, result: RunResult) -> RunResult:
+    """After a blocking pass that compacted, the context still past the hard threshold: the
+    fusion that pass made due, if one is, in the same run; the last result. A call whose fixed
+    part a pass left over B (its second summary beside a recall round) lost the round, though the
+    fusion the next build ran made it fit."""
+    if not budget.hard_due(result.tokens_after):
+        return result
+    fused = fusion_if_due(session_fresh(session), replace(plan, measured=None), budget)
+    return fused if fused is not None and fused.compacted else result
 
 
 def compaction_manual(

@@ -744,3 +744,30 @@ def test_a_fusion_leaves_the_summaries_of_a_pending_expansion_alone(
     summaries = Summary.objects.filter(pk__in=[s.id for s in built.measure.summaries])
     assert [(s.first_seq > 4, s.status) for s in summaries] == [(True, "active")] * len(summaries)
     assert not CompactionEvent.objects.filter(session=session, trigger="fusion").exists()
+
+
+def test_a_blocking_pass_that_leaves_the_context_past_h_fuses_in_the_same_run(session, fake_openai):
+    """A blocking pass left a second summary and the context still past H (the current turn is
+    not compactable): the call waited for one pass and, its fixed part over B, lost its recall
+    round, though the fusion the next build ran would have made it fit. The fusion now comes in
+    the same run."""
+    long_summary = " ".join([GOOD] * 8)
+    compacted(session, fake_openai, [300, 300, 300, 300], text=long_summary)
+    add_history(session, [300, 300], tag="n")
+    new, reply = add_turn(session, "the new question", tokens=1150)
+    recount(session)
+    measure = context_measure(session=session, new_message=new, before_seq=reply.seq)
+    assert measure.pressure >= measure.budget.hard
+    fake_openai.script(Reply(text=long_summary), Reply(text=GOOD))
+
+    result = engine.compaction_hard(session=session, measure=measure)
+
+    events = CompactionEvent.objects.filter(session=session).order_by("id")
+    assert list(events.values_list("trigger", "outcome")) == [
+        ("manual", "compacted"),
+        ("hard", "compacted"),
+        ("fusion", "compacted"),
+    ]
+    assert result.event == events.last()
+    assert result.tokens_after < measure.budget.hard
+    assert Summary.objects.filter(session=session, status="active").count() == 1
