@@ -54,7 +54,7 @@ def _valid(serializer_class, data, **kwargs):
 def _bot_fields_known(data: object) -> None:
     """A field a bot does not have (a misspelt setting) is refused, not dropped: the answer
     would look like success. What a bot answer carries (``id``, ``owner``…) may come back as
-    read; it is not set from here (docs/api.md)."""
+    read; it is not set from here (docs/bots.md, "No unknown fields")."""
     if not hasattr(data, "keys"):
         return  # not an object: the serializer says so
     unknown = sorted(set(data.keys()) - set(BotOutputSerializer.Meta.fields))
