@@ -252,11 +252,7 @@ def test_the_issuer_must_be_https_unless_debug(issuer, debug, ok):
 
 
 def test_a_password_reset_revokes_the_accounts_token_and_keys_and_says_so():
-    from openai_api.keys import key_create
-
-    user = UserFactory(username="bob", email="bob@example.com")
-    token = Token.objects.create(user=user)
-    key, raw = key_create(user=user, name="laptop")
+    user, token, key, raw = _bob_with_credentials()
     client = Client()
     client.post("/accounts/password/reset/", {"email": "bob@example.com"})
     link = re.search(r"http://testserver(/accounts/password/reset/key/\S+/)", mail.outbox[0].body)
@@ -275,11 +271,7 @@ def test_a_password_reset_revokes_the_accounts_token_and_keys_and_says_so():
 
 def test_a_changed_password_revokes_the_accounts_token_and_keys_and_says_so():
     """A person changing a leaked password kept the token and keys made with it working."""
-    from openai_api.keys import key_create
-
-    user = UserFactory(username="bob", email="bob@example.com")
-    token = Token.objects.create(user=user)
-    key, raw = key_create(user=user, name="laptop")
+    user, token, key, raw = _bob_with_credentials()
     client = Client()
     client.post("/accounts/login/", {"username": "bob", "password": PASSWORD})
     new = "a-brand-new-pass-78"
@@ -299,14 +291,8 @@ def test_a_changed_password_revokes_the_accounts_token_and_keys_and_says_so():
 def test_a_password_staff_set_in_the_admin_revokes_the_accounts_token_and_keys_and_says_so():
     """Staff setting a person's password in the admin (a lost or leaked one) left the token and
     keys made with the old one working."""
-    from openai_api.keys import key_create
-
-    UserFactory(username="root", is_staff=True, is_superuser=True)
-    user = UserFactory(username="bob", email="bob@example.com")
-    token = Token.objects.create(user=user)
-    key, raw = key_create(user=user, name="laptop")
-    admin = Client()
-    admin.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    user, token, key, raw = _bob_with_credentials()
+    admin = _admin_signed_in()
     new = "a-brand-new-pass-78"
     done = admin.post(
         f"/admin/auth/user/{user.pk}/password/",
@@ -324,14 +310,8 @@ def test_a_password_staff_set_in_the_admin_revokes_the_accounts_token_and_keys_a
 
 
 def test_a_refused_password_in_the_admin_revokes_nothing():
-    from openai_api.keys import key_create
-
-    UserFactory(username="root", is_staff=True, is_superuser=True)
-    user = UserFactory(username="bob", email="bob@example.com")
-    token = Token.objects.create(user=user)
-    key, _raw = key_create(user=user, name="laptop")
-    admin = Client()
-    admin.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    user, token, key, _raw = _bob_with_credentials()
+    admin = _admin_signed_in()
     refused = admin.post(
         f"/admin/auth/user/{user.pk}/password/",
         {"password1": "a-brand-new-pass-78", "password2": "another", "usable_password": "true"},
@@ -340,6 +320,23 @@ def test_a_refused_password_in_the_admin_revokes_nothing():
     assert Token.objects.filter(pk=token.pk).exists()
     key.refresh_from_db()
     assert key.revoked is False
+
+
+def _bob_with_credentials():
+    """Bob, with a DRF token and an API key made before the change: (user, token, key, raw)."""
+    from openai_api.keys import key_create
+
+    user = UserFactory(username="bob", email="bob@example.com")
+    token = Token.objects.create(user=user)
+    key, raw = key_create(user=user, name="laptop")
+    return user, token, key, raw
+
+
+def _admin_signed_in() -> Client:
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    admin = Client()
+    admin.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    return admin
 
 
 def _ended(token, key, raw):
