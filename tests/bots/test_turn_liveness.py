@@ -832,7 +832,6 @@ def test_stop_ends_a_reply_whose_provider_has_not_answered_yet(
     """A provider that holds the request before sending its headers: Stop ends the reply at
     once (it waited for the read timeout, two minutes by default: there was no socket to shut
     while the request was being sent)."""
-    from turns.services.message import generation_stop
 
     monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.05)
     monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
@@ -840,17 +839,7 @@ def test_stop_ends_a_reply_whose_provider_has_not_answered_yet(
     _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="Too late.", hang=60.0, until=release))
 
-    runner = turn_thread(reply)
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not fake_openai.served:
-            time.sleep(0.02)
-        assert generation_stop(user=fake_session.user, session_id=fake_session.pk) == 1
-        runner.join(20)
-        assert not runner.is_alive()  # ended before the provider let go of the request
-    finally:
-        release.set()
-        runner.join(30)
+    _stop_while_held(fake_session, fake_openai, reply, release)
     reply.refresh_from_db()
     assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")
 
@@ -949,7 +938,6 @@ def test_stop_ends_a_reply_waiting_on_its_hard_compaction(fake_session, fake_ope
     then ran the extractive fallback all the same, and armed the chat's back-off."""
     from compaction.engine.policy import seat_failures
     from compaction.models import CompactionEvent
-    from turns.services.message import generation_stop
 
     monkeypatch.setattr(liveness, "CHECKPOINT_SECONDS", 0.05)
     monkeypatch.setattr(liveness, "watcher", liveness.TurnWatcher())
@@ -965,19 +953,11 @@ def test_stop_ends_a_reply_waiting_on_its_hard_compaction(fake_session, fake_ope
     _, reply = turn_pending(fake_session)
     fake_openai.script(Reply(text="A summary.", hang=60.0, until=release))
 
-    runner = turn_thread(reply)
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not fake_openai.served:
-            time.sleep(0.02)
+    def summariser_held():
         assert fake_openai.served  # the summariser's call, held
         assert fake_openai.requests[0].get("stream") is not True
-        assert generation_stop(user=fake_session.user, session_id=fake_session.pk) == 1
-        runner.join(20)
-        assert not runner.is_alive()  # ended before the summariser let go of the request
-    finally:
-        release.set()
-        runner.join(30)
+
+    _stop_while_held(fake_session, fake_openai, reply, release, held=summariser_held)
     reply.refresh_from_db()
     assert (reply.status, reply.finish_reason, reply.content) == ("complete", "stopped", "")
     events = list(
@@ -988,3 +968,22 @@ def test_stop_ends_a_reply_waiting_on_its_hard_compaction(fake_session, fake_ope
     assert events == [("hard", "failed", "stopped")]
     assert len(fake_openai.requests) == 1  # no retry of the summariser, no call of the reply
     assert seat_failures(fake_session.pk, room=None).blocked(hard=True) is None
+
+
+def _stop_while_held(fake_session, fake_openai, reply, release, *, held=lambda: None):
+    """Run the reply's turn; once the provider holds its first request (``held`` checks it),
+    press Stop: the turn ends before the provider lets go (``release``, set on the way out)."""
+    from turns.services.message import generation_stop
+
+    runner = turn_thread(reply)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not fake_openai.served:
+            time.sleep(0.02)
+        held()
+        assert generation_stop(user=fake_session.user, session_id=fake_session.pk) == 1
+        runner.join(20)
+        assert not runner.is_alive()  # ended before the provider let go of the request
+    finally:
+        release.set()
+        runner.join(30)
