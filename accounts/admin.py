@@ -1,17 +1,21 @@
 """Staff make invitation links and decide the approval queue here; a password staff set ends
-the account's API token and keys."""
+the account's API token and keys. Staff who are not superusers change no rights, their own
+included, and no account with more rights than an ordinary one (docs/security.md, "The
+admin")."""
 
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from accounts import services
+from accounts.admin_credentials import may_manage
 from accounts.models import AccountApproval, Invitation
 
 
@@ -78,14 +82,40 @@ STAFF_SET_MESSAGE = (
     "({count} ended)."
 )
 
+# What gives an account rights: set by superusers alone.
+RIGHTS_FIELDS = ["is_staff", "is_superuser", "groups", "user_permissions"]
+
 User = get_user_model()
 admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(Group)
+class RightsGroupAdmin(GroupAdmin):
+    """A group's permissions are every member's: set by superusers alone."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.is_superuser else [*fields, "permissions"]
 
 
 @admin.register(User)
 class AccountAdmin(UserAdmin):
     """Django's user admin, but a password staff set (a lost or leaked one) ends what was made
-    with the old one, as the person's own change does (docs/accounts.md, "Who keeps access")."""
+    with the old one, as the person's own change does (docs/accounts.md, "Who keeps access");
+    and only superusers give rights or change the account of another staff member."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += RIGHTS_FIELDS
+        return fields
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and may_manage(request.user, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and may_manage(request.user, obj)
 
     def user_change_password(
         self,

@@ -17,7 +17,10 @@ from turns.services.bot import (
     BOT_FIELDS,
     BOT_MEMORY_FIELDS,
     BOT_TOOLS_FIELDS,
+    bot_chats_deleted,
+    bot_remove,
 )
+from turns.services.session import chats_delete
 
 
 class ModelListInput(forms.TextInput):
@@ -110,6 +113,31 @@ class BotAdmin(admin.ModelAdmin):
         ("Advanced: Tools", {"classes": ["collapse"], "fields": [*BOT_TOOLS_FIELDS]}),
     ]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # A bot's owner is who made it: moving it would leave the owner's chats with it behind
+        # (the API has no such change either).
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if obj is None else [*fields, "owner"]
+
+    # Deleting goes the API's way (docs/bots.md, "Deleting a bot"): the owner's chats with it go,
+    # other people's stay and the bot is retired; the page lists what goes.
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        listed: list[Any] = []
+        chats = 0
+        for bot in objs:
+            going = list(bot_chats_deleted(bot))
+            chats += len(going)
+            listed += [str(bot), [f"Chat: {chat}" for chat in going]]
+        counts = {"bots": len(objs), "chats": chats}
+        return listed, counts, set(), []
+
+    def delete_model(self, request: HttpRequest, obj: Bot) -> None:
+        bot_remove(obj, by=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for bot in queryset:
+            bot_remove(bot, by=request.user)
+
 
 # Counters and statuses are written by the services alone (seqs by one conditional UPDATE, the
 # running context totals with every message, status by compare-and-set claims): an edit here
@@ -157,6 +185,17 @@ class ChatSessionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    # As the API deletes a chat (``chats_delete``: its rows locked first, its sockets closed).
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        return [f"Chat: {chat}" for chat in objs], {"chats": len(objs)}, set(), []
+
+    def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
+        chats_delete(lambda: ChatSession.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        chats_delete(lambda: ChatSession.objects.filter(pk__in=ids))
+
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
@@ -188,4 +227,9 @@ class MessageAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # One message gone leaves its chat's running totals and the summaries over it wrong;
+        # a chat is deleted whole.
         return False

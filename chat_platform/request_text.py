@@ -1,6 +1,7 @@
 """Text in the URL that cannot be stored (NUL, lone surrogates; ``chat_platform.textcheck``) is
-refused before any view runs, for every path parameter and, under ``/api/``, every query value:
-a ``validation_error`` naming it (docs/security.md), never a database error (PostgreSQL text
+refused before any view runs, for every path parameter and, under ``/api/`` and ``/admin/``
+(its filters and searches), every query value — a page reads its own, as an invitation link
+that says it is not valid: under /api/ a ``validation_error`` naming it (docs/security.md), never a database error (PostgreSQL text
 refuses NUL) and never a lookup that cannot match.
 
 One check for every URL pattern, whatever its converter (``<str:prefix>``, ``<str:name>``, …),
@@ -15,18 +16,20 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonR
 from chat_platform.textcheck import UNSTORABLE_MESSAGE, text_is_storable
 
 API_PREFIX = "/api/"
+ADMIN_PREFIX = "/admin/"
 # The OpenAI-compatible API answers every unknown path itself, in its own error shape.
 OPENAI_PREFIX = "/v1/"
 
 
 def unstorable_url_fields(request: HttpRequest, view_kwargs: dict[str, Any]) -> list[str]:
-    """The path parameters (and, under /api/, query parameters) holding unstorable text."""
+    """The path parameters (and, under /api/ and /admin/, query parameters) holding unstorable
+    text."""
     fields = [
         name
         for name, value in view_kwargs.items()
         if isinstance(value, str) and not text_is_storable(value)
     ]
-    if request.path.startswith(API_PREFIX):
+    if request.path.startswith((API_PREFIX, ADMIN_PREFIX)):
         for name, values in request.GET.lists():
             if not text_is_storable(name) or not all(text_is_storable(v) for v in values):
                 fields.append(name if text_is_storable(name) else "query")

@@ -1,11 +1,18 @@
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 from rest_framework_api_key.admin import APIKeyModelAdmin
 
+from accounts.admin_credentials import OrdinaryAccountsOnly
 from openai_api.models import ApiKey, ApiSession, ApiTurn
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(APIKeyModelAdmin):
+class ApiKeyAdmin(OrdinaryAccountsOnly, APIKeyModelAdmin):
+    """Keys are made by their owners (the settings page, the API), never here: a key made for
+    somebody is a way into their account. Staff revoke one, name it, limit it."""
+
     list_display = [
         *APIKeyModelAdmin.list_display,
         "user",
@@ -15,8 +22,13 @@ class ApiKeyAdmin(APIKeyModelAdmin):
     ]
     list_filter = ["access", "revoked"]
     search_fields = ["name", "prefix", "user__username"]
-    raw_id_fields = ["user"]
     filter_horizontal = ["bots"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [*super().get_readonly_fields(request, obj), "user", "last_used_at"]
 
 
 @admin.register(ApiSession)

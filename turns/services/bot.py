@@ -168,7 +168,13 @@ def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
     deleted (docs/bots.md "Deleting a bot") — shared no more, its slug freed (kept, no longer
     unique), found and run by
     no one, gone from every room it sat in (another bot the default where it was)."""
-    bot = bot_get_for_edit(user=user, bot_id=bot_id)
+    bot_remove(bot_get_for_edit(user=user, bot_id=bot_id), by=user)
+
+
+def bot_remove(bot: Bot, *, by: AbstractBaseUser) -> None:
+    """``bot_delete`` for a bot ``by`` may change (the API's owner or staff; the admin's staff
+    with the delete permission): deleted, or retired while other people's chats keep it."""
+    user = by
     left: list[int] = []  # rooms the retired bot left; empty when it was deleted
 
     def delete_or_retire() -> None:
