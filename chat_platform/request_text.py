@@ -1,8 +1,8 @@
 """Text in the URL that cannot be stored (NUL, lone surrogates; ``chat_platform.textcheck``) is
 refused before any view runs, for every path parameter and, under ``/api/`` and ``/admin/``
 (its filters and searches), every query value — a page reads its own, as an invitation link
-that says it is not valid: under /api/ a ``validation_error`` naming it (docs/security.md), never a database error (PostgreSQL text
-refuses NUL) and never a lookup that cannot match.
+that says it is not valid: under /api/ a ``validation_error`` naming it (docs/security.md),
+never a database error (PostgreSQL text refuses NUL) and never a lookup that cannot match.
 
 One check for every URL pattern, whatever its converter (``<str:prefix>``, ``<str:name>``, …),
 so a view added tomorrow is covered without naming it here.
