@@ -175,6 +175,10 @@ elif env.bool("DATABASE_POOL", default=True):
     # Budget (docs/operations.md): sum over processes of max_size <= max_connections - reserve.
     # Django requires CONN_MAX_AGE = 0 with a pool: the pool keeps connections open.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # Each connection is checked (one empty query) before it is lent: one the server ended (a
+    # restart, a failover, pg_terminate_backend) is replaced, not handed to a request or a turn
+    # that then fails while PostgreSQL is up (tests/test_pool_health.py).
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASE_POOL_MIN_SIZE = env.int("DATABASE_POOL_MIN_SIZE", default=1)
     DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=10)
     DATABASE_POOL_TIMEOUT = env.float("DATABASE_POOL_TIMEOUT", default=10.0)
