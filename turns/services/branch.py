@@ -30,7 +30,7 @@ from bots.queries import (
     session_get_for_user,
     user_scope_subject,
 )
-from chat_platform.errors import ValidationFailed
+from chat_platform.errors import NotFound, ValidationFailed
 from compaction.engine.coverage import summaries_copy_prefix
 from connections import usage
 from memory.services import records_copy_prefix
@@ -72,6 +72,19 @@ def do_branch_create(*, session: ChatSession, at_seq: int) -> ChatSession:
     """A new chat holding ``session``'s messages before ``at_seq`` (and what covers only them),
     made a branch of the origin of the message at ``at_seq``."""
     origin = branch_origin(session, at_seq)
+    # The chat (and the one the branch hangs off) locked first: a delete that got there before
+    # has taken its row (not found, nothing written); one that comes after waits for the branch
+    # (``chats_delete`` locks the rows it deletes). On SQLite the write lock is the
+    # transaction's own.
+    locked = set(
+        ChatSession.objects.select_for_update()
+        .filter(pk__in={session.pk, origin.pk})
+        .values_list("pk", flat=True)
+    )
+    if session.pk not in locked:
+        raise NotFound("Session not found.")
+    if origin.pk not in locked:  # the original went: the oldest version left is the origin
+        origin = branch_origin(session, at_seq)
     branch = ChatSession.objects.create(
         user=session.user,
         bot=session.bot,

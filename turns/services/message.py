@@ -9,6 +9,10 @@ from bots.models import Bot, Message
 from bots.queries import message_get_for_user, session_get_for_user
 from chat_platform.compiled import CompiledValues, instances_from, model_fields
 from chat_platform.dbconn import connection_release
+from chat_platform.errors import NotFound
+
+# A reply waited for (REST ``wait``, ``/v1``) whose chat another request deleted.
+REPLY_GONE = "The chat was deleted while its reply was being written."
 
 
 def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:
@@ -54,7 +58,7 @@ _REPLY_WITH_BOT = CompiledValues(
 def _reply_with_bot(message_id: int) -> Message:
     rows = _REPLY_WITH_BOT.rows(message_id=message_id)
     if not rows:
-        raise Message.DoesNotExist(f"message {message_id} does not exist")
+        raise NotFound(REPLY_GONE)
     size = len(Message._meta.concrete_fields)
     (message,) = instances_from(rows[0][:size], Message)
     message.bot = None if message.bot_id is None else instances_from(rows[0][size:], Bot)[0]
