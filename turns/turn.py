@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 import structlog
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from bots import realtime
@@ -166,6 +166,9 @@ def _crashed(reply: Message, exc: Exception, state: TurnState) -> None:
         # Saturated or unreachable database (e.g. no pooled connection within its timeout):
         # fail fast with a clear error rather than leave the reply waiting.
         log.exception("turn_database_error", message_id=reply.pk, session_id=reply.session_id)
+        # A connection the server ended (a restart, a failover) is unusable: the failure is
+        # written on a fresh one (the pool checks what it lends; docs/operations.md).
+        connection.close_if_unusable_or_obsolete()
         error: PlatformError = ServiceUnavailable(
             "The database is overloaded or unreachable, so this reply could not be written. "
             "Please try again in a moment."

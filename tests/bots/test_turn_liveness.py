@@ -987,3 +987,27 @@ def _stop_while_held(fake_session, fake_openai, reply, release, *, held=lambda: 
     finally:
         release.set()
         runner.join(30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_the_server_ended_mid_turn_is_replaced_to_fail_the_reply(
+    fake_session, fake_openai, frames, monkeypatch
+):
+    """PostgreSQL ended the turn's connection (a restart, a failover): the failure is written on
+    a new one, so the reply fails at once and says why, instead of streaming until the watchdog
+    calls its worker dead."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL ends the connection")
+    _, reply = turn_pending(fake_session)
+
+    def connection_ended(**kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    monkeypatch.setattr(recall_loop, "context_build", connection_ended)
+
+    turn.turn_run(message_id=reply.pk)
+
+    reply.refresh_from_db()
+    assert (reply.status, reply.error_code) == ("failed", "service_unavailable")
+    assert len(_failed_frames(frames, reply)) == 1
