@@ -457,12 +457,22 @@ def messages_index_copy(*, source_id: int, targets: list[tuple[int, int]]) -> in
 
 
 def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq: int) -> int:
-    """A branch carries over the chat's own records: its notes (info records of the session),
-    and the snapshots of compactions that covered only messages before the branch point, with
-    their copied messages indexed for search; the other copies are indexed as the original's
-    messages are (``messages_index_copy_rows``). Bot- and user-wide records are shared anyway."""
+    """A branch carries over the chat's own records as they stood at the branch point: its notes
+    (info records of the session) made before the first message it leaves out — one saved
+    later belongs to the version left behind — and the snapshots of compactions that covered
+    only messages before the branch point, with their copied messages indexed for search; the
+    other copies are indexed as the original's messages are (``messages_index_copy_rows``).
+    Bot- and user-wide records are shared anyway."""
+    cut = (
+        Message.objects.filter(session=source, seq=before_seq)
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    notes = Q(kind=MemoryRecord.Kind.INFO)
+    if cut is not None:
+        notes &= Q(created_at__lt=cut)
     records = MemoryRecord.objects.filter(session=source, scope=MemoryRecord.Scope.SESSION).filter(
-        Q(kind=MemoryRecord.Kind.INFO) | Q(kind=MemoryRecord.Kind.SNAPSHOT, last_seq__lt=before_seq)
+        notes | Q(kind=MemoryRecord.Kind.SNAPSHOT, last_seq__lt=before_seq)
     )
     copied = 0
     for record in records.order_by("pk"):

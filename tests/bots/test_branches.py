@@ -2,6 +2,8 @@
 its reply stay as the other version; the context, totals, compaction and memory follow the
 branch being continued."""
 
+from datetime import timedelta
+
 import pytest
 
 from bots.models import ChatSession, Message
@@ -214,12 +216,21 @@ def test_a_branch_carries_only_the_summaries_of_messages_it_has(chat, owner_clie
         session=chat, name="snapshot_3_4", kind="snapshot", description="later", body="x",
         token_count=1, first_seq=3, last_seq=4, indexed=True,
     )  # fmt: skip
+    question_two = Message.objects.get(session=chat, seq=3)
+    # A note made before the edited message goes with the branch; one saved after it belongs to
+    # the version left behind.
     MemoryRecord.objects.create(
         session=chat, name="locker-code", kind="info", description="The locker code",
         body="4711", token_count=2,
     )  # fmt: skip
+    MemoryRecord.objects.filter(name="locker-code").update(
+        created_at=question_two.created_at - timedelta(seconds=1)
+    )
+    MemoryRecord.objects.create(
+        session=chat, name="launch-plan", kind="info", description="The launch plan",
+        body="BLUEHERON-77", token_count=4,
+    )  # fmt: skip
     fake_openai.script(Reply(text="Edited answer."))
-    question_two = Message.objects.get(session=chat, seq=3)
 
     body = owner_client.post(
         f"/api/v1/messages/{question_two.pk}/edit/", {"content": "Question two, edited"}, "json"
