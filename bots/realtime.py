@@ -5,10 +5,12 @@ Groups and the send path are the platform's (``chat_platform.realtime``); this m
 what a message frame holds.
 """
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 import structlog
 from django.conf import settings
 
@@ -164,11 +166,12 @@ def wait_reply_finished(
     """Block until ``is_finished()`` or ``timeout``: woken by ``publish_reply_finished``, not by
     polling. The database stays the truth: it is checked after subscribing (so a finish that
     lands in between is not missed) and again at least every few seconds in case a wake-up was
-    lost. Without Redis (embedded mode) it falls back to a short poll."""
+    lost. Without Redis (embedded mode) it falls back to a short poll; so does a wait whose
+    Redis stops answering (the reply, stored, goes on in its worker: the waiter must not answer
+    that nothing was done)."""
     deadline = time.monotonic() + timeout
     if not settings.REDIS_URL:
-        while not is_finished() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _poll(is_finished, deadline, 0.1)
         return
     pubsub = transport.redis_client().pubsub()
     try:
@@ -181,8 +184,19 @@ def wait_reply_finished(
             if remaining <= 0:
                 return
             pubsub.get_message(timeout=min(remaining, WAIT_RECHECK_SECONDS))
+    except redis.RedisError:
+        log.warning("reply_wait_polls", message_id=message_id, exc_info=True)
+        _poll(is_finished, deadline, WAIT_POLL_SECONDS)
     finally:
-        pubsub.close()
+        with contextlib.suppress(redis.RedisError):
+            pubsub.close()
+
+
+def _poll(is_finished: Callable[[], bool], deadline: float, every: float) -> None:
+    while not is_finished() and time.monotonic() < deadline:
+        time.sleep(every)
 
 
 WAIT_RECHECK_SECONDS = 5.0
+# How often a wait whose Redis went away reads the reply instead.
+WAIT_POLL_SECONDS = 0.5
