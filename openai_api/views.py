@@ -271,7 +271,12 @@ async def _completion(key: ApiKey, bot: Any, chat: Any, conversation: Any) -> Ht
         )
         refused = await _in_thread(_refused_at_send)(started=started)
         if refused is not None:
-            return _with_session(_error(refused), started)
+            answer = _error(refused)
+            if refused.code == "service_unavailable":
+                # Stored, and started by itself once the queue is back: the SDK's retry would
+                # store the question again, in a new chat (its request matches none).
+                answer["x-should-retry"] = "false"
+            return _with_session(answer, started)
     except BaseException:
         if listener is not None:
             await listener.close()
