@@ -255,3 +255,21 @@ def test_a_blank_slug_keeps_the_bots_own_slug(owner_client, owner):
         response = owner_client.patch(f"/api/v1/bots/{bot.pk}/", {"slug": ""}, format="json")
         assert response.status_code == 200
         assert response.json()["slug"] == "zed"
+
+
+def test_what_is_never_sent_to_the_bot_cannot_be_pinned(owner_client, chat_session):
+    command = message_add(chat_session, role="user", content="/compact", kind="command")
+    notice = message_add(chat_session, role="system", content="Nothing to compact.", kind="notice")
+    failed = message_add(chat_session, role="assistant", content="", status="failed")
+    for message in (command, notice, failed):
+        refused = owner_client.post(f"/api/v1/messages/{message.pk}/pin/")
+        assert refused.status_code == 400
+        assert refused.json()["error"]["details"] == {
+            "message": [
+                "Only a message the bot is sent can be pinned: a command, a notice or a failed "
+                "reply never is."
+            ]
+        }
+        # One pinned before the rule is unpinned as ever.
+        Message.objects.filter(pk=message.pk).update(pinned=True)
+        assert owner_client.post(f"/api/v1/messages/{message.pk}/unpin/").json()["pinned"] is False

@@ -9,14 +9,25 @@ from bots.models import Bot, Message
 from bots.queries import message_get_for_user, session_get_for_user
 from chat_platform.compiled import CompiledValues, instances_from, model_fields
 from chat_platform.dbconn import connection_release
-from chat_platform.errors import NotFound
+from chat_platform.errors import NotFound, ValidationFailed
 
 # A reply waited for (REST ``wait``, ``/v1``) whose chat another request deleted.
 REPLY_GONE = "The chat was deleted while its reply was being written."
 
 
+# What a pin cannot keep in the model's context: what is never sent to it (docs/api.md).
+NOT_PINNABLE = (
+    "Only a message the bot is sent can be pinned: a command, a notice or a failed reply never is."
+)
+
+
 def message_pin_set(*, user: AbstractBaseUser, message_id: object, pinned: bool) -> Message:
     message = message_get_for_user(user=user, message_id=message_id)
+    never_sent = message.kind in (Message.Kind.COMMAND, Message.Kind.NOTICE) or (
+        message.status == Message.Status.FAILED
+    )
+    if pinned and never_sent:
+        raise ValidationFailed(NOT_PINNABLE, details={"message": [NOT_PINNABLE]})
     if message.pinned != pinned:
         transitions.message_pinned_set(message_id=message.pk, pinned=pinned)
         message.refresh_from_db()
