@@ -317,20 +317,31 @@ class MessageUnpinApi(MessagePinApi):
     pinned = False
 
 
-def _branch_body(result: branch_services.BranchResult) -> dict:
+def _branch_answer(result: branch_services.BranchResult) -> Response:
+    """201 with the branch, its question and its pending reply; a reply refused at once because
+    the question can never fit is 422 ``context_too_large`` with the same in ``details``, as a
+    send of it answers (the branch and its question stay, as a sent question does)."""
     reply = result.send.assistant_message
-    return {
+    body = {
         "session": SessionOutputSerializer(result.session).data,
         "user_message": MessageOutputSerializer(result.send.user_message).data,
         "assistant_message": MessageOutputSerializer(reply).data if reply else None,
     }
+    if reply is not None and reply.error_code == errors.ContextTooLarge.code:
+        return error_response(
+            errors.ContextTooLarge.code,
+            reply.error_message,
+            body,
+            errors.ContextTooLarge.http_status,
+        )
+    return Response(body, status=status.HTTP_201_CREATED)
 
 
 class MessageEditApi(APIView):
     """Edit a sent message: a new branch (201) with the new text and its pending reply."""
 
     @extend_schema(
-        request=MessageEditSerializer, responses={201: None, **api_errors(400, 404, 429)}
+        request=MessageEditSerializer, responses={201: None, **api_errors(400, 404, 422, 429)}
     )
     def post(self, request: Request, message_id: int) -> Response:
         queries.message_get_for_user(user=request.user, message_id=message_id)
@@ -342,18 +353,18 @@ class MessageEditApi(APIView):
             content=data["content"],
             quota=request_key_limits(request.auth),
         )
-        return Response(_branch_body(result), status=status.HTTP_201_CREATED)
+        return _branch_answer(result)
 
 
 class MessageRegenerateApi(APIView):
     """Regenerate a reply: a new branch (201) with a new pending reply to the same message."""
 
-    @extend_schema(request=None, responses={201: None, **api_errors(400, 404, 429)})
+    @extend_schema(request=None, responses={201: None, **api_errors(400, 404, 422, 429)})
     def post(self, request: Request, message_id: int) -> Response:
         result = branch_services.reply_regenerate(
             user=request.user, message_id=message_id, quota=request_key_limits(request.auth)
         )
-        return Response(_branch_body(result), status=status.HTTP_201_CREATED)
+        return _branch_answer(result)
 
 
 class MessageRetryApi(APIView):

@@ -5,7 +5,7 @@ the question twice, whichever way the client asks."""
 import pytest
 from rest_framework.test import APIClient
 
-from bots.models import Message
+from bots.models import ChatSession, Message
 from compaction.models import ContextRecord
 from connections import usage
 from connections.models import TokenCounter
@@ -253,3 +253,30 @@ def test_the_retry_endpoint_refuses_an_oversized_question_at_once(owner_client, 
     assert again.json()["error"]["details"]["assistant_message"]["id"] == reply_id
     reply = Message.objects.get(pk=reply_id)
     assert (reply.status, reply.error_code) == ("failed", "context_too_large")
+
+
+def test_an_edit_that_can_never_fit_is_refused_as_its_send_would_be(
+    owner, owner_client, eager_tasks
+):
+    """An edit's new text over the budget: 422 context_too_large, as a send of it is, with the
+    branch, its stored question and its failed reply in ``details`` (it answered 201)."""
+    from tests.factories import BotFactory, SessionFactory, message_add
+
+    bot = BotFactory(owner=owner, context_window=300, max_output_tokens=200)
+    session = SessionFactory(user=owner, bot=bot)
+    question = message_add(session, role="user", content="Short question")
+    message_add(session, role="assistant", content="Short answer.", reply_to=question, bot=bot)
+    edited = owner_client.post(
+        f"/api/v1/messages/{question.pk}/edit/", {"content": "word " * 400}, format="json"
+    )
+    assert edited.status_code == 422, edited.json()
+    error = edited.json()["error"]
+    assert error["code"] == "context_too_large"
+    branch_id = error["details"]["session"]["id"]
+    assert branch_id != session.pk
+    assert error["details"]["user_message"]["content"] == "word " * 400
+    assert error["details"]["assistant_message"]["status"] == "failed"
+    assert [row[3] for row in _transcript(ChatSession.objects.get(pk=branch_id))] == [
+        "complete",
+        "failed",
+    ]

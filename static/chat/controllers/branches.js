@@ -26,6 +26,17 @@ function opened(body) {
   hooks.openSession(body.session.id);
 }
 
+// A refusal that still made the branch (an edit too long for the bot: 422 context_too_large,
+// the branch with its failed reply in details, as a send keeps its question): open it, where
+// the reply says why; any other error is shown.
+function openedOrShown(button) {
+  return function (err) {
+    if (err && err.details && err.details.session) return opened(err.details);
+    button.disabled = false;
+    showError(err);
+  };
+}
+
 // Edit a sent message in place: a text box with Save and Cancel; Save makes the new branch.
 export function startEdit(node, m) {
   var text = node.querySelector(".msg-text");
@@ -64,19 +75,13 @@ export function startEdit(node, m) {
   save.onclick = function () {
     if (!edited().trim() || edited() === m.content) return close();
     save.disabled = true;
-    api("POST", "messages/" + encodeURIComponent(m.id) + "/edit/", { content: edited() }).then(opened, function (err) {
-      save.disabled = false;
-      showError(err);
-    });
+    api("POST", "messages/" + encodeURIComponent(m.id) + "/edit/", { content: edited() }).then(opened, openedOrShown(save));
   };
 }
 
 export function regenerate(m, button) {
   button.disabled = true;
-  api("POST", "messages/" + encodeURIComponent(m.id) + "/regenerate/", {}).then(opened, function (err) {
-    button.disabled = false;
-    showError(err);
-  });
+  api("POST", "messages/" + encodeURIComponent(m.id) + "/regenerate/", {}).then(opened, openedOrShown(button));
 }
 
 // The versions of the open chat's messages, read after its messages.
