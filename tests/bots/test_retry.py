@@ -280,3 +280,27 @@ def test_an_edit_that_can_never_fit_is_refused_as_its_send_would_be(
         "complete",
         "failed",
     ]
+
+
+def test_a_retry_of_a_reply_another_retry_just_reran_answers_it_as_it_runs(
+    owner_client, fake_session, fake_openai, failed_exchange
+):
+    """Two Retries at once (a double click, two tabs): the second finds the reply running again
+    and answers 202 with it, nothing run twice; it answered 400 'Only a failed or interrupted
+    reply can be retried', as if the reply could not be retried at all."""
+    from bots import transitions
+
+    reply_id = failed_exchange["assistant_message"]["id"]
+    served = len(fake_openai.requests)
+    assert transitions.reply_rerun(message_id=reply_id, model="openai/fake-model")  # the first
+    second = owner_client.post(f"/api/v1/messages/{reply_id}/retry/")
+    assert second.status_code == 202, second.json()
+    assert (
+        second.json()["assistant_message"]["id"],
+        second.json()["assistant_message"]["status"],
+    ) == (
+        reply_id,
+        "pending",
+    )
+    assert len(fake_openai.requests) == served
+    assert len(_transcript(fake_session)) == 2

@@ -29,6 +29,7 @@ from turns.services.fits import reply_refused_if_too_large
 log = structlog.get_logger(__name__)
 
 RETRYABLE = [Message.Status.FAILED, Message.Status.INTERRUPTED]
+RUNNING = [Message.Status.PENDING, Message.Status.STREAMING]
 NOT_RETRYABLE = "Only a failed or interrupted reply can be retried."
 
 
@@ -122,8 +123,9 @@ def send_is_retry(
 def reply_retry(
     *, user: AbstractBaseUser, message_id: object, quota: Sequence[usage.Limit] = ()
 ) -> Message:
-    """``POST messages/{id}/retry/``: re-run a failed or interrupted reply for the same question.
-    Only the chat's last exchange can be retried (a later message would be answered out of
+    """``POST messages/{id}/retry/``: re-run a failed or interrupted reply for the same question;
+    a reply running already (a concurrent Retry re-ran it) is answered as it stands, nothing run
+    twice. Only the chat's last exchange can be retried (a later message would be answered out of
     order); an earlier reply is regenerated instead (a branch). ``quota``: the limit of the API
     key the Retry came through: spent, it refuses the Retry; else the re-run is charged to it,
     as a send through that key is (docs/connections.md "Daily token limits")."""
@@ -133,11 +135,16 @@ def reply_retry(
         raise ValidationFailed(details={"message": [NOT_RETRYABLE]})
     session = session_get_for_use(user=user, session_id=reply.session_id)
     question = reply.prompted_by
+    if reply.status in RUNNING and question is not None:
+        return reply  # running again already (a concurrent Retry won): nothing to run twice
     if reply.status not in RETRYABLE or question is None:
         raise ValidationFailed(details={"message": [NOT_RETRYABLE]})
     with transaction.atomic():
         failed = _exchange_after(session, question)
         if failed is None or reply.pk not in [m.pk for m in failed]:
+            reply.refresh_from_db()
+            if reply.status in RUNNING:
+                return reply
             raise ValidationFailed(
                 details={
                     "message": [
