@@ -112,19 +112,21 @@ def attachment_upload(
         status=attachment.status,
     )
     if extracted.deferred:
-        transaction.on_commit(partial(attachment_extract_dispatch, attachment.pk))
+        transaction.on_commit(partial(attachment_extract_dispatch, attachment.pk, user_id=user.pk))
     return attachment
 
 
 EXTRACT_TASK = "attachments.tasks.extract"
 
 
-def attachment_extract_dispatch(attachment_id: int) -> bool:
+def attachment_extract_dispatch(attachment_id: int, *, user_id: int | None = None) -> bool:
     """Hand a ``processing`` file to the ``heavy`` queue (by task name: the domain never imports
-    its task module). A broker that is down leaves it ``processing``: the send refuses it until
-    it is ready, and the unsent sweep removes it after the retention."""
+    its task module); in embedded mode, to the lane of the user who sent it (``user_id``), so
+    one user's files take their turn with that user's replies, never every task thread
+    (docs/operations.md). A broker that is down leaves it ``processing``: the send refuses it
+    until it is ready, and the unsent sweep removes it after the retention."""
     try:
-        task_named(EXTRACT_TASK).delay(attachment_id)
+        task_named(EXTRACT_TASK).apply_async((attachment_id,), fair_key=user_id)
     except BROKER_ERRORS:
         log.exception("attachment_extract_dispatch_failed", attachment_id=attachment_id)
         return False

@@ -246,3 +246,22 @@ def test_one_user_never_holds_every_thread():
     gate.set()
     assert pool.wait_idle(10)
     assert ran == ["alice-1", "alice-2", "alice-3"]
+
+
+def test_a_users_files_and_imports_are_queued_in_their_lane(settings, monkeypatch):
+    """A PDF's reading and an import run in the lane of the user who sent them: twelve of one
+    user's PDFs took three of the four task threads in the shared lane, and another user's
+    reply waited 15 s for the fourth (docs/operations.md, "Embedded mode")."""
+    from attachments.services import attachment_extract_dispatch
+    from chat_platform import inprocess
+    from transfer.services.jobs import import_job_dispatch
+
+    settings.TASKS_IN_PROCESS = True
+    lanes = []
+    monkeypatch.setattr(
+        inprocess._pool, "submit", lambda work, fair_key=None: lanes.append(fair_key)
+    )
+
+    assert attachment_extract_dispatch(5, user_id=7) is True
+    assert import_job_dispatch(9, user_id=7) is True
+    assert lanes == [7, 7]

@@ -287,7 +287,7 @@ def test_a_broker_that_is_down_fails_the_job_at_once_and_keeps_nothing(
     def down(*args, **kwargs):
         raise RedisConnectionError("Connection refused")
 
-    monkeypatch.setattr(import_run, "delay", down)
+    monkeypatch.setattr(import_run, "apply_async", down)
     before = _stored_counts()
     response = _import(owner_client, bot, json.dumps(_good_lossless(bot.pk)).encode())
     assert response.status_code == 503

@@ -87,7 +87,7 @@ def import_job_create(
         for position, data in enumerate(_pieces(upload)):
             ImportChunk.objects.create(job=job, position=position, data=data)
     _progress(job, phase="queued", bytes_read=0)
-    if not import_job_dispatch(job.pk):
+    if not import_job_dispatch(job.pk, user_id=user.pk):
         _finish(
             job.pk,
             error={
@@ -118,11 +118,12 @@ def _pieces(upload: IO[bytes]) -> Iterator[bytes]:
         yield pending
 
 
-def import_job_dispatch(job_id: int) -> bool:
+def import_job_dispatch(job_id: int, *, user_id: int | None = None) -> bool:
     """Hand the job to the ``heavy`` queue by task name (the domain never imports its task
-    module). In embedded mode the task runs here and now, as every task does."""
+    module); in embedded mode, to a task thread in the lane of the user importing
+    (``user_id``): their imports take turns with their own replies, never every thread."""
     try:
-        task_named(RUN_TASK).delay(job_id)
+        task_named(RUN_TASK).apply_async((job_id,), fair_key=user_id)
     except BROKER_ERRORS:
         log.exception("import_job_dispatch_failed", job_id=job_id)
         return False
