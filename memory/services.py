@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, Q
 from django.utils import timezone
 
 from bots.models import ChatSession, Message
@@ -463,14 +463,8 @@ def records_copy_prefix(*, source: ChatSession, target: ChatSession, before_seq:
     only messages before the branch point, with their copied messages indexed for search; the
     other copies are indexed as the original's messages are (``messages_index_copy_rows``).
     Bot- and user-wide records are shared anyway."""
-    cut = (
-        Message.objects.filter(session=source, seq=before_seq)
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    notes = Q(kind=MemoryRecord.Kind.INFO)
-    if cut is not None:
-        notes &= Q(created_at__lt=cut)
+    cut = Message.objects.filter(session=source, seq=before_seq).values("created_at")[:1]
+    notes = Q(kind=MemoryRecord.Kind.INFO) & (Q(created_at__lt=cut) | ~Exists(cut))
     records = MemoryRecord.objects.filter(session=source, scope=MemoryRecord.Scope.SESSION).filter(
         notes | Q(kind=MemoryRecord.Kind.SNAPSHOT, last_seq__lt=before_seq)
     )

@@ -5,6 +5,7 @@ from django.db.models import BooleanField, IntegerField, Value
 
 from bots.models import Message
 from chat_platform.compiled import CompiledValues
+from chat_platform.errors import NotFound
 from tests.factories import SessionFactory, message_add
 
 pytestmark = pytest.mark.django_db
@@ -146,7 +147,8 @@ def test_whole_rows_build_the_instances_the_orm_builds(owner, sessions):
 
 def test_a_waited_reply_is_read_with_its_bot_or_none(sessions):
     """The REST wait's read (compiled once): the reply with every field the ORM gives it, its
-    bot built when it has one, None when it has none, and DoesNotExist for a missing id."""
+    bot built when it has one, None when it has none, and not found for a missing id (its chat
+    was deleted while it was waited for)."""
     from bots.models import Message
     from turns.services.message import _reply_with_bot
 
@@ -159,5 +161,5 @@ def test_a_waited_reply_is_read_with_its_bot_or_none(sessions):
     assert _fields(read) == _fields(orm) and _fields(read.bot) == _fields(orm.bot)
     assert read.tool_calls == [{"id": "c1"}]
     assert _reply_with_bot(plain.pk).bot is None
-    with pytest.raises(Message.DoesNotExist):
+    with pytest.raises(NotFound, match="The chat was deleted while its reply was being written."):
         _reply_with_bot(plain.pk + 1000)
