@@ -20,6 +20,19 @@ def sdk(stack: str, key: str, **kwargs) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{stack}/v1", api_key=key, max_retries=0, timeout=60, **kwargs)
 
 
+def completion_post(key: str, body: dict):
+    """``POST /v1/chat/completions`` in this process (Django's test client, no stack), with the
+    key as a bearer token: for what the view answers before or without a worker."""
+    from django.test import Client
+
+    return Client().post(
+        "/v1/chat/completions",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+
+
 def new_key(user, **fields):
     """(row, key text)."""
     return key_create(user=user, name=fields.pop("name", "editor"), **fields)

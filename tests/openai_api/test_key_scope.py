@@ -11,6 +11,7 @@ from openai_api.keys import key_create
 from openai_api.models import ApiSession
 from tests.factories import BotFactory, SessionFactory, message_add
 from tests.fakeopenai import Reply
+from tests.openai_api.conftest import completion_post
 
 
 def _bearer(raw: str) -> APIClient:
@@ -28,11 +29,8 @@ def test_a_read_key_cannot_post_a_chat_completion_and_nothing_is_stored(
         owner=owner, name="Writer", model="openai/fake-model", api_base=fake_openai.url
     )
     _key, raw = key_create(user=owner, name="reader", access="read")
-    response = Client().post(
-        "/v1/chat/completions",
-        {"model": bot.slug, "messages": [{"role": "user", "content": "Write to the log."}]},
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    response = completion_post(
+        raw, {"model": bot.slug, "messages": [{"role": "user", "content": "Write to the log."}]}
     )
     assert response.status_code == 403
     assert response.json() == {
@@ -245,11 +243,8 @@ def test_a_non_streaming_call_waits_on_threads_of_its_own(
     monkeypatch.setattr(views, "_wait", note_thread)
     fake_openai.script(Reply(text="Pooled."))
     _key, raw = key_create(user=owner, name="pool")
-    response = Client().post(
-        "/v1/chat/completions",
-        {"model": fake_bot.slug, "messages": [{"role": "user", "content": "Hello?"}]},
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    response = completion_post(
+        raw, {"model": fake_bot.slug, "messages": [{"role": "user", "content": "Hello?"}]}
     )
     assert response.status_code == 200, response.content
     assert response.json()["choices"][0]["message"]["content"] == "Pooled."

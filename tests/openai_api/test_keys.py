@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from openai_api.models import ApiKey
 from tests.factories import BotFactory
+from tests.openai_api.conftest import completion_post
 
 pytestmark = pytest.mark.django_db
 
@@ -255,7 +256,6 @@ def test_a_call_that_outwaits_its_reply_names_its_chat_and_asks_not_to_be_retrie
     """A 504 carried no X-Session-Id, and the SDK's automatic retry of a 5xx stored the
     question a second time (two pending replies). It names the chat the reply is still being
     written in, and says ``x-should-retry: false``, which the SDK honours."""
-    from django.test import Client
 
     from bots.models import ChatSession, Message
     from openai_api.keys import key_create
@@ -266,12 +266,7 @@ def test_a_call_that_outwaits_its_reply_names_its_chat_and_asks_not_to_be_retrie
     BotFactory(owner=owner, name="Slow", model="openai/fake-model")
     _, raw = key_create(user=owner, name="slow")
     body = {"model": "slow", "messages": [{"role": "user", "content": "Take your time."}]}
-    late = Client().post(
-        "/v1/chat/completions",
-        body,
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {raw}",
-    )
+    late = completion_post(raw, body)
     assert late.status_code == 504
     assert late["x-should-retry"] == "false"
     session = ChatSession.objects.get(user=owner)
@@ -284,7 +279,6 @@ def test_a_call_that_outwaits_its_reply_names_its_chat_and_asks_not_to_be_retrie
 def test_an_empty_reply_is_linked_and_its_conversation_goes_on(owner, fake_openai, eager_tasks):
     """A reply that completed with no text wrote no links (nor its question's), so the client's
     next call, resending it, started a chat of its own."""
-    from django.test import Client
 
     from bots.models import ChatSession
     from openai_api.keys import key_create
@@ -295,12 +289,7 @@ def test_an_empty_reply_is_linked_and_its_conversation_goes_on(owner, fake_opena
     fake_openai.script(Reply(text=""), Reply(text="Now I speak."))
 
     def call(messages):
-        return Client().post(
-            "/v1/chat/completions",
-            {"model": "quiet", "messages": messages},
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Bearer {raw}",
-        )
+        return completion_post(raw, {"model": "quiet", "messages": messages})
 
     question = {"role": "user", "content": "Say nothing."}
     first = call([question])

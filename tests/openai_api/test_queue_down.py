@@ -4,10 +4,10 @@ back, and the SDK's own retries (two by default) stored the question three times
 chats, each answered later (docs/openai-api.md)."""
 
 import pytest
-from django.test import Client
 
 from bots.models import ChatSession, Message
 from openai_api.keys import key_create
+from tests.openai_api.conftest import completion_post
 from turns import dispatch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -16,11 +16,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_call_stored_while_the_queue_is_down_says_not_to_retry(owner, fake_bot, monkeypatch):
     monkeypatch.setattr(dispatch, "turn_dispatch", lambda message_id, **kwargs: False)
     _, raw = key_create(user=owner, name="sdk")
-    response = Client().post(
-        "/v1/chat/completions",
-        {"model": fake_bot.slug, "messages": [{"role": "user", "content": "Hello there"}]},
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    response = completion_post(
+        raw, {"model": fake_bot.slug, "messages": [{"role": "user", "content": "Hello there"}]}
     )
     assert response.status_code == 503, response.content
     assert response.json()["error"]["code"] == "service_unavailable"

@@ -174,7 +174,6 @@ def bot_delete(*, user: AbstractBaseUser, bot_id: object) -> None:
 def bot_remove(bot: Bot, *, by: AbstractBaseUser) -> None:
     """``bot_delete`` for a bot ``by`` may change (the API's owner or staff; the admin's staff
     with the delete permission): deleted, or retired while other people's chats keep it."""
-    user = by
     left: list[int] = []  # rooms the retired bot left; empty when it was deleted
 
     def delete_or_retire() -> None:
@@ -193,6 +192,6 @@ def bot_remove(bot: Bot, *, by: AbstractBaseUser) -> None:
 
     chats_delete(lambda: bot_chats_deleted(bot), then=delete_or_retire)
     if not left:
-        log.info("bot_deleted", bot_id=bot.pk, by=user.pk)
+        log.info("bot_deleted", bot_id=bot.pk, by=by.pk)
     else:
-        log.info("bot_retired", bot_id=bot.pk, by=user.pk, rooms_left=left[0])
+        log.info("bot_retired", bot_id=bot.pk, by=by.pk, rooms_left=left[0])
