@@ -157,7 +157,9 @@ def messages_index_snapshots(*, session_id: int) -> int:
     )
 
 
-def messages_index_written(*, message_ids: list[int], here: bool = False) -> int:
+def messages_index_written(
+    *, message_ids: list[int], here: bool = False, embed: bool = True
+) -> int:
     """Make just-written messages searchable across the user's chats at once (the turn calls
     it when a reply ends, for the reply and the message it answers; an import, for everything it
     wrote). Compaction later takes them into its snapshot (``messages_index``). For a bot with
@@ -167,13 +169,16 @@ def messages_index_written(*, message_ids: list[int], here: bool = False) -> int
     ``here``: the caller is a turn, whose process may run the embedding itself. When it serves
     the embedding task's queue (a worker of the default fleet, an embedded server), the
     embedding is queued on this process's after-turns thread (``memory.embed_after_turns``),
-    where that task would put it anyway, without the task's round trip through the broker."""
+    where that task would put it anyway, without the task's round trip through the broker.
+
+    ``embed=False``: indexed only; the caller has their embedding dispatched otherwise (an
+    import job's child: its worker does, once the job is done)."""
     by_session: dict[int, list[int]] = {}
     done = messages_index_written_rows(
         Message, MessageIndex, message_ids=message_ids, to_embed=by_session
     )
-    if not done:
-        return 0
+    if not done or not embed:
+        return done
     if done < len(set(message_ids)):
         # Some were indexed before (or have nothing to index): any of them still without a
         # vector is embedded too. When every one was indexed now, the read above said which

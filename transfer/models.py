@@ -120,3 +120,18 @@ class ImportChunk(models.Model):
 
     def __str__(self) -> str:
         return f"import {self.job_id} chunk {self.position}"
+
+
+class ImportJobSession(models.Model):
+    """A chat an import job's run has made, while the job runs: the run writes in steps, each
+    its own transaction (docs/transfer.md, "Written in steps"), so a run stopped midway (a limit,
+    a crash, a lost worker) has committed chats that the worker or the sweep then deletes. The
+    row is written in the same transaction as its chat and deleted when the job ends."""
+
+    job = models.ForeignKey(ImportJob, on_delete=models.CASCADE, related_name="sessions_made")
+    session = models.OneToOneField(
+        "bots.ChatSession", on_delete=models.CASCADE, related_name="import_job_link"
+    )
+
+    def __str__(self) -> str:
+        return f"import {self.job_id} made chat {self.session_id}"

@@ -72,3 +72,24 @@ def test_the_sweep_is_on_the_beat_schedule(settings):
         "task": "transfer.tasks.sweep_jobs",
         "schedule": 300.0,
     }
+
+
+def test_the_chats_a_dead_jobs_child_had_written_are_deleted_and_a_live_ones_kept(
+    owner, bot, settings
+):
+    from bots.models import ChatSession
+    from transfer.services.common import ChatsMade
+
+    settings.IMPORT_RUN_SECONDS = 900
+    dead = _job(owner, bot, "running", started_at=900 + jobs.STALE_AFTER_SECONDS + 1)
+    working = _job(owner, bot, "running", started_at=900)
+    for job in (dead, working):
+        made = ChatsMade(job_id=job.pk)
+        made.session_new(user=owner, bot=bot, title=f"of {job.pk}", created_at=None)
+    ChatSession.objects.create(user=owner, bot=bot, title="mine")
+
+    assert jobs.import_jobs_sweep() == {"failed": 1, "deleted": 0}
+
+    assert sorted(ChatSession.objects.values_list("title", flat=True)) == sorted(
+        ["mine", f"of {working.pk}"]
+    )

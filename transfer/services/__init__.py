@@ -1,6 +1,6 @@
 """Import services, by subject (docs/transfer.md):
 
-- ``importing``: one file into chats (``chats_import``), in one transaction, read as a stream;
+- ``importing``: one file into chats (``chats_import``), written in steps, read as a stream;
 - ``chatgpt_import`` and ``lossless_import``: the two formats; ``common``: what they share;
 - ``jobs``: the import job of an upload (stored, run by a ``heavy`` task in a limited child
   process, ended ``done`` or ``failed``).

@@ -15,70 +15,91 @@ from memory.services import messages_index_copy, messages_index_written
 from transfer.chatgpt import Conversation, Turn, conversation_parse
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.services.common import (
+    ChatsMade,
     ImportResult,
     MessageWriter,
     digest_claim,
     digest_update,
     session_finish,
-    session_new,
     skipped_entry,
 )
 from transfer.streaming import refused
 from turns.services.branch import ImportedBranchMessages, do_branches_import
 
 
-def chatgpt_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportResult:
+def chatgpt_import(
+    *, user: AbstractBaseUser, bot: Bot, stream: Any, made: ChatsMade
+) -> ImportResult:
+    """Each conversation is read, checked and hashed, then written in a transaction of its own
+    (docs/transfer.md, "Written in steps"): SQLite's one write lock is held for the writing
+    alone."""
     result = ImportResult(format="chatgpt")
     any_item = False
     for item in stream:
         any_item = True
-        where = f"conversations[{item.index}]"
-        conversation = conversation_parse(item.value, where)
+        conversation = conversation_parse(item.value, f"conversations[{item.index}]")
         hasher = hashlib.sha256()
         digest_update(hasher, item.value)
-        digest = hasher.hexdigest()
-        done = ImportedConversation.objects.filter(user=user, digest=digest).select_related(
-            "session"
-        )
-        seen = done.first()
-        if seen is not None:
-            result.skipped.append(skipped_entry(conversation.title, seen))
-            continue
-        session = _chatgpt_session(user=user, bot=bot, conversation=conversation)
-        clash = digest_claim(
-            user=user,
-            session=session,
-            source=ImportedConversation.Source.CHATGPT,
-            digest=digest,
-            source_id=conversation.source_id,
-        )
-        if clash is not None:
-            session.delete()
-            result.skipped.append(skipped_entry(conversation.title, clash))
-            continue
-        _chatgpt_branches(session=session, bot=bot, conversation=conversation)
-        result.imported.append(
-            {
-                "session": session.pk,
-                "title": session.title,
-                "messages": len(conversation.transcript),
-                "branches": len(conversation.branches),
-                "skipped_nodes": conversation.skipped,
-            }
-        )
+        with made.step():
+            _conversation_write(
+                user=user,
+                bot=bot,
+                conversation=conversation,
+                digest=hasher.hexdigest(),
+                made=made,
+                result=result,
+            )
     if not any_item:
         raise refused("The file holds an empty list: no conversations to import.")
     return result
 
 
+def _conversation_write(
+    *,
+    user: AbstractBaseUser,
+    bot: Bot,
+    conversation: Conversation,
+    digest: str,
+    made: ChatsMade,
+    result: ImportResult,
+) -> None:
+    done = ImportedConversation.objects.filter(user=user, digest=digest).select_related("session")
+    seen = done.first()
+    if seen is not None:
+        result.skipped.append(skipped_entry(conversation.title, seen))
+        return
+    session = _chatgpt_session(user=user, bot=bot, conversation=conversation, made=made)
+    clash = digest_claim(
+        user=user,
+        session=session,
+        source=ImportedConversation.Source.CHATGPT,
+        digest=digest,
+        source_id=conversation.source_id,
+    )
+    if clash is not None:
+        session.delete()
+        result.skipped.append(skipped_entry(conversation.title, clash))
+        return
+    _chatgpt_branches(session=session, bot=bot, conversation=conversation, embed=made.embed)
+    result.imported.append(
+        {
+            "session": session.pk,
+            "title": session.title,
+            "messages": len(conversation.transcript),
+            "branches": len(conversation.branches),
+            "skipped_nodes": conversation.skipped,
+        }
+    )
+
+
 def _chatgpt_session(
-    *, user: AbstractBaseUser, bot: Bot, conversation: Conversation
+    *, user: AbstractBaseUser, bot: Bot, conversation: Conversation, made: ChatsMade
 ) -> ChatSession:
     first_time = conversation.created_at or (
         conversation.transcript[0].created_at if conversation.transcript else None
     )
-    session = session_new(user=user, bot=bot, title=conversation.title, created_at=first_time)
-    writer = MessageWriter(session)
+    session = made.session_new(user=user, bot=bot, title=conversation.title, created_at=first_time)
+    writer = MessageWriter(session, embed=made.embed)
     for message, reply_to in _chatgpt_messages(
         bot=bot,
         turns=conversation.transcript,
@@ -144,7 +165,9 @@ def _chatgpt_messages(
         previous_user_seq = seq if turn.role == "user" else None
 
 
-def _chatgpt_branches(*, session: ChatSession, bot: Bot, conversation: Conversation) -> None:
+def _chatgpt_branches(
+    *, session: ChatSession, bot: Bot, conversation: Conversation, embed: bool
+) -> None:
     """Each other branch of the tree as a branch chat of ``session`` (a version ‹ i/n › of the
     message where it leaves the transcript, flipped to and continued like an edit's), written in
     bulk (``do_branches_import``: the shared prefixes copied inside the database, the branches'
@@ -179,7 +202,7 @@ def _chatgpt_branches(*, session: ChatSession, bot: Bot, conversation: Conversat
             )
         )
     own = do_branches_import(session=session, branches=branches)
-    messages_index_written(message_ids=[m.pk for m in own])
+    messages_index_written(message_ids=[m.pk for m in own], embed=embed)
     starts: dict[int, int] = {}  # each branch chat's first own seq, where its copies end
     for message in own:
         starts[message.session_id] = min(message.seq, starts.get(message.session_id, message.seq))

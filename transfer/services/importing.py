@@ -1,10 +1,14 @@
 """Import: a file of chats (the lossless JSON of one chat, or ChatGPT's ``conversations.json``)
 becomes sessions of the signed-in user with one bot.
 
-Validate, then write, then notify — per file: the whole file is one transaction, so a file
-refused anywhere (bad JSON, a wrong type in its last message, nesting too deep) leaves nothing
-behind. The file is read as a stream (``transfer.streaming``), one conversation or one message
-at a time. Written history is token-counted with the bot's model, written through
+Read, then write, in steps: a conversation of a ChatGPT file, or a few hundred items of a
+lossless one, is read and checked, then written in a transaction of its own (docs/transfer.md,
+"Written in steps": in embedded mode SQLite has one write lock, which a file written as one
+transaction held for minutes). A file refused anywhere (bad JSON, a wrong type in its last
+message, nesting too deep) still leaves nothing behind: the chats its earlier steps wrote are
+deleted (``ChatsMade.undo``; under a job, the worker deletes what a stopped child could not).
+The file is read as a stream (``transfer.streaming``), one conversation or one message at a
+time. Written history is token-counted with the bot's model, written through
 ``bots.transitions.messages_import``, indexed for search at once
 (``memory.services.messages_index_written``). The import job (``transfer.services.jobs``) runs
 this in a limited child process and, once it has committed, gives each new session a soft
@@ -22,13 +26,12 @@ from typing import IO
 import structlog
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
 
 from bots.queries import bot_get_for_user
 from chat_platform.errors import NotFound, PayloadTooLarge
 from transfer.chatgpt import CONVERSATION_KEYS
 from transfer.services.chatgpt_import import chatgpt_import
-from transfer.services.common import ImportResult
+from transfer.services.common import ChatsMade, ImportResult
 from transfer.services.lossless_import import lossless_import
 from transfer.streaming import CountingReader, items, top_level_kind
 
@@ -52,23 +55,29 @@ def chats_import(
     raw: IO[bytes],
     size: int | None,
     on_progress: Callable[[int], None] | None = None,
+    job_id: int | None = None,
 ) -> ImportResult:
-    """Import one file for ``user`` into chats with the bot ``bot_id`` (one they may use)."""
+    """Import one file for ``user`` into chats with the bot ``bot_id`` (one they may use); the
+    chats are linked to the import job ``job_id`` while it runs (``ChatsMade``)."""
     check_import_size(size=size)
     bot = bot_get_for_user(user=user, bot_id=bot_id)
     if bot.owner_id != user.pk and not bot.is_shared:  # pragma: no cover - the selector's rule
         raise NotFound("Bot not found.")
     reader = CountingReader(raw, on_progress=on_progress)
-    with transaction.atomic():
+    made = ChatsMade(job_id=job_id)
+    try:
         kind, events = top_level_kind(reader)
         # A conversation's keys that the import does not read are skipped as they stream by,
         # never built (a conversation carrying a huge unused object costs no memory).
         keep = CONVERSATION_KEYS if kind == "array" else None
         stream = items(kind, events, reader, max_depth=settings.IMPORT_MAX_DEPTH, keep=keep)
         if kind == "array":
-            result = chatgpt_import(user=user, bot=bot, stream=stream)
+            result = chatgpt_import(user=user, bot=bot, stream=stream, made=made)
         else:
-            result = lossless_import(user=user, bot=bot, stream=stream)
+            result = lossless_import(user=user, bot=bot, stream=stream, made=made)
+    except BaseException:
+        made.undo()
+        raise
     log.info(
         "chats_imported",
         user_id=user.pk,

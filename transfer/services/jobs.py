@@ -6,12 +6,14 @@ is the one storage the web host and a worker host share) and hands the job to th
 queue. ``import_job_run`` (the task) runs ``chats_import`` in a child process bounded by
 ``IMPORT_RUN_SECONDS`` (wall clock, CPU one second more) and ``IMPORT_RUN_MEMORY_BYTES``
 (``chat_platform.sandbox``): the child sets Django up itself, reads the chunks from the database,
-writes the chats in one transaction and reports how far it has read, line by line; the worker
+writes the chats in steps (docs/transfer.md, "Written in steps"), each chat linked to the job
+as it is made (``ImportJobSession``), and reports how far it has read, line by line; the worker
 relays that to the ``progress`` cache (the job's status and the page's key), and waits
 without a database connection. A limit reached, a bad file or a crash ends the job ``failed``
-with an error in the API's shape, with nothing of the file written (the child's transaction
-commits whole or not at all); either way the chunks are deleted when the job ends. After a
-``done`` job each new chat gets its soft compaction.
+with an error in the API's shape, with nothing of the file kept: the child deletes what it
+wrote of a file it refused, and the worker what a stopped child had committed
+(``chats_made_delete``), before the job ends. Either way the chunks and the links are deleted
+when the job ends. After a ``done`` job each new chat gets its soft compaction.
 """
 
 from collections.abc import Iterator
@@ -39,7 +41,8 @@ from connections import usage
 from memory import embeddings
 from memory.models import MessageIndex
 from transfer import progress
-from transfer.models import ImportChunk, ImportJob
+from transfer.models import ImportChunk, ImportJob, ImportJobSession
+from transfer.services.common import chats_made_delete
 from transfer.services.importing import chats_import, check_import_size
 from turns.dispatch import compact_soft_dispatch
 
@@ -140,6 +143,8 @@ def import_job_run(*, job_id: int) -> str | None:
     job = _claim(job_id)
     if job is None:
         return None
+    # A run taken again (its worker was lost) starts from nothing.
+    chats_made_delete(job_id=job.pk)
     _progress(job, phase="reading", bytes_read=0)
     progress.job_progress_write(job_id=job.pk, bytes_read=0)
     connection_release()  # the child works; this thread only waits
@@ -176,6 +181,9 @@ def import_job_run(*, job_id: int) -> str | None:
             error = answer["error"]
         else:  # pragma: no cover - the child answers one of the two
             error = {"code": "internal_error", "message": "The import failed.", "details": {}}
+    if error is not None:
+        # What the child had committed before it was stopped (or before a crash).
+        chats_made_delete(job_id=job.pk)
     status = _finish(job.pk, result=result, error=error)
     if status == ImportJob.Status.DONE and result is not None:
         limits = usage.limits_from_pairs(job.quota)
@@ -190,9 +198,10 @@ def import_job_run(*, job_id: int) -> str | None:
 
 def _embed_dispatch(session_ids: list[int], quota: Any) -> None:
     """Embed what the import wrote (each new chat and its branches' own messages), from here:
-    the child's own dispatch after its commit ran in a process that ended with the import, so
-    nothing was embedded and a chat below its soft threshold was searched by words only until a
-    compaction (docs/memory.md, "Hybrid search"). A branch's copies of its chat's lines were
+    the child dispatches none (``ChatsMade.embed``): its steps commit as it goes, and what it
+    dispatched would run in a process that ends with the import (before, nothing was embedded
+    and a chat below its soft threshold was searched by words only until a compaction,
+    docs/memory.md, "Hybrid search"). A branch's copies of its chat's lines were
     indexed before any vector existed: they are not embedded a second time here, but by the
     branch's own compaction, as the other pending rows of a chat are (docs/transfer.md)."""
     if not session_ids:
@@ -267,7 +276,7 @@ def _finish(
     job_id: int, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
 ) -> str | None:
     """End the job (``done`` with ``result``, else ``failed`` with ``error``) and delete its
-    chunks, in one transaction."""
+    chunks and its links to the chats it made, in one transaction."""
     status = ImportJob.Status.FAILED if error is not None else ImportJob.Status.DONE
     values: dict[str, Any] = {"status": status, "finished_at": timezone.now()}
     if error is not None:
@@ -284,6 +293,7 @@ def _finish(
     with transaction.atomic():
         written = ImportJob.objects.filter(pk=job_id, status__in=ACTIVE).update(**values)
         ImportChunk.objects.filter(job_id=job_id).delete()
+        ImportJobSession.objects.filter(job_id=job_id).delete()
     job = ImportJob.objects.filter(pk=job_id).first()
     if job is not None:
         _progress(job, phase="done" if error is None else "failed", bytes_read=job.bytes_read)
@@ -313,7 +323,8 @@ def import_jobs_sweep(*, now: Any = None) -> dict[str, int]:
     """No job waits forever, and none is kept forever: a job still ``queued``
     ``IMPORT_JOB_LOST_AFTER_SECONDS`` after its upload, or ``running`` past its limit plus
     ``STALE_AFTER_SECONDS`` (its worker died and no redelivery took it), ends ``failed``
-    (``service_unavailable``, its chunks deleted); a job that ended more than
+    (``service_unavailable``, its chunks and the chats its run had written deleted); a job that
+    ended more than
     ``IMPORT_JOB_KEEP_DAYS`` ago is deleted. Counts of each."""
     now = now or timezone.now()
     lost_before = now - timedelta(seconds=settings.IMPORT_JOB_LOST_AFTER_SECONDS)
@@ -329,6 +340,7 @@ def import_jobs_sweep(*, now: Any = None) -> dict[str, int]:
     failed = 0
     for text, jobs in found.items():
         for job_id in jobs.values_list("pk", flat=True):
+            chats_made_delete(job_id=job_id)
             error = {"code": ServiceUnavailable.code, "message": text, "details": {}}
             failed += _finish(job_id, error=error) is not None
     ended = (ImportJob.Status.DONE, ImportJob.Status.FAILED)
@@ -376,7 +388,8 @@ def import_job_child_run(*, job_id: int, on_progress: Any) -> dict[str, Any]:
     if job is None:
         return {"error": {"code": "not_found", "message": "Import not found.", "details": {}}}
     try:
-        # What it writes is embedded after commit, charged to the key the POST came through.
+        # Whatever it sets off is charged to the key the POST came through (what it writes is
+        # embedded by the worker once the job is done, charged to that key too).
         with usage.quota_scope(extra=usage.limits_from_pairs(job.quota)):
             result = chats_import(
                 user=job.user,
@@ -384,13 +397,15 @@ def import_job_child_run(*, job_id: int, on_progress: Any) -> dict[str, Any]:
                 raw=ChunkReader(job.pk),  # type: ignore[arg-type]
                 size=job.bytes_total,
                 on_progress=on_progress,
+                job_id=job.pk,
             )
     except PlatformError as exc:
         return {"error": exc.as_dict()}
     except FILE_DATA_ERRORS as exc:
         # What the checks did not foresee in a file's data (two messages with one client_id or
         # one reply_to, a date past the year 9999 in a time zone, a NUL where no field check
-        # looked): the database or the clock refused it, the transaction was rolled back. The
+        # looked): the database or the clock refused it, the step was rolled back (and what the
+        # earlier steps wrote deleted, ``chats_import``). The
         # file's fault, said as such — it ended as a crash ("internal_error").
         log.warning("import_file_refused", job_id=job_id, error=str(exc)[:500])
         message = (

@@ -22,12 +22,14 @@ from transfer import fields as f
 from transfer.lossless import FORMAT, VERSION
 from transfer.models import ImportedBranch, ImportedConversation
 from transfer.services.common import (
+    STEP_ITEMS,
+    ChatsMade,
     ImportResult,
     MessageWriter,
     digest_claim,
     digest_update,
+    in_steps,
     session_finish,
-    session_new,
     skipped_entry,
     without_ids,
 )
@@ -47,8 +49,8 @@ LOSSLESS_KEYS = ("session", "summaries", "records", "compaction_events", "messag
 class _Lossless:
     """The state of one lossless import while its items stream by."""
 
-    def __init__(self, *, user: AbstractBaseUser, bot: Bot) -> None:
-        self.user, self.bot = user, bot
+    def __init__(self, *, user: AbstractBaseUser, bot: Bot, made: ChatsMade) -> None:
+        self.user, self.bot, self.made = user, bot, made
         self.hasher = hashlib.sha256()
         self.session: ChatSession | None = None
         self.summaries: dict[int, Summary] = {}
@@ -103,8 +105,10 @@ class _Lossless:
             raise refused("session: appears twice.")
         title = f.text(raw.get("title", ""), "session.title", max_bytes=200)
         created = f.when(raw.get("created_at"), "session.created_at", allow_null=True)
-        self.session = session_new(user=self.user, bot=self.bot, title=title, created_at=created)
-        self.writer = MessageWriter(self.session)
+        self.session = self.made.session_new(
+            user=self.user, bot=self.bot, title=title, created_at=created
+        )
+        self.writer = MessageWriter(self.session, embed=self.made.embed)
 
     def summary(self, raw: dict[str, Any], where: str) -> None:
         session = self.need_session(where)
@@ -374,9 +378,14 @@ def _summaries_of_nothing_undone(session: ChatSession) -> None:
     ).update(status=Summary.Status.REVERTED, reverted_at=timezone.now(), held=False)
 
 
-def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportResult:
+def lossless_import(
+    *, user: AbstractBaseUser, bot: Bot, stream: Any, made: ChatsMade
+) -> ImportResult:
+    """Written in steps (docs/transfer.md, "Written in steps"): ``STEP_ITEMS`` items read, then
+    written in one transaction; the chat's last messages, its coverage, its search rows and its
+    digest in a last one."""
     result = ImportResult(format="lossless")
-    state = _Lossless(user=user, bot=bot)
+    state = _Lossless(user=user, bot=bot, made=made)
     first = next(stream, None)
     if first is None or first.key != "format" or first.value != FORMAT:
         raise refused(
@@ -384,26 +393,30 @@ def lossless_import(*, user: AbstractBaseUser, bot: Bot, stream: Any) -> ImportR
             f'with "format": "{FORMAT}"; a ChatGPT export is conversations.json (a list).'
         )
     state.feed(first)
-    for item in stream:
-        state.feed(item)
+    for step in in_steps(stream, STEP_ITEMS):
+        with made.step():
+            for item in step:
+                state.feed(item)
     if "version" not in state.seen_keys:
         raise refused(f"version: missing (this importer reads version {VERSION}).")
     session = state.need_session("the file")
-    assert state.writer is not None
-    state.writer.flush()
-    _coverage_write(session, state.covering)
-    _summaries_of_nothing_undone(session)
-    # Written as live, the compacted messages are found in their snapshots, as in the original.
-    messages_index_snapshots(session_id=session.pk)
-    session_finish(session)
-    digest = state.hasher.hexdigest()
-    clash = digest_claim(
-        user=user, session=session, source=ImportedConversation.Source.LOSSLESS, digest=digest
-    )
-    if clash is not None:
-        session.delete()
-        result.skipped.append(skipped_entry(session.title, clash))
-        return result
+    with made.step():
+        assert state.writer is not None
+        state.writer.flush()
+        _coverage_write(session, state.covering)
+        _summaries_of_nothing_undone(session)
+        # Written as live, the compacted messages are found in their snapshots, as in the
+        # original.
+        messages_index_snapshots(session_id=session.pk)
+        session_finish(session)
+        digest = state.hasher.hexdigest()
+        clash = digest_claim(
+            user=user, session=session, source=ImportedConversation.Source.LOSSLESS, digest=digest
+        )
+        if clash is not None:
+            session.delete()
+            result.skipped.append(skipped_entry(session.title, clash))
+            return result
     result.imported.append(
         {
             "session": session.pk,
