@@ -39,9 +39,9 @@ worker-chat: ## Real mode, under load: workers for the chat queue only (pair wit
 worker-compaction: ## Real mode, under load: one worker process for the compaction and heavy queues
 	WORKER_QUEUES=$${WORKER_QUEUES:-compaction,heavy} WORKER_PROCESSES=$${WORKER_PROCESSES:-1} CELERY_WORKER_CONCURRENCY=$${CELERY_WORKER_CONCURRENCY:-4} bash scripts/worker.sh
 
-beat: ## Real mode: Celery beat (orphan sweep every minute)
+beat: ## Real mode: Celery beat and its upkeep lane (the turns watchdog, the sweeps), one process
 	mkdir -p $(dir $(BEAT_SCHEDULE))
-	.venv/bin/celery -A chat_platform -q beat -l INFO --schedule $(BEAT_SCHEDULE)
+	.venv/bin/celery -A chat_platform -q worker -B -Q upkeep -P threads -c 2 -n upkeep@%h -l INFO --schedule $(BEAT_SCHEDULE)
 
 fuzz: ## schemathesis over the API's OpenAPI schema, anonymous and signed in (FUZZ_MAX_EXAMPLES, default 10): no 5xx
 	FUZZ_ALL=1 FUZZ_MAX_EXAMPLES=$${FUZZ_MAX_EXAMPLES:-10} .venv/bin/pytest tests/test_fuzz_api.py -q -m fuzz --timeout 3600

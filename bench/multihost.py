@@ -177,7 +177,8 @@ def start_app(cluster: Cluster, env: dict[str, str]) -> None:
     celery = str(Path(sys.executable).parent / "celery")
     beat = _stack._start(
         "beat",
-        [celery, "-A", "chat_platform", "-q", "beat", "-l", "INFO"]
+        [celery, "-A", "chat_platform", "-q", "worker", "-B", "-Q", "upkeep"]
+        + ["-P", "threads", "-c", "2", "-n", "upkeep@%h", "-l", "INFO"]
         + ["--schedule", "/tmp/beat-schedule"],
         env,
         cluster.logdir,

@@ -108,7 +108,10 @@ def _warm_gateway_on_ready(**kwargs: Any) -> None:
     """The worker's first turn should not pay litellm's import (seconds): pay it at start, in the
     background. With the thread pool (the Makefile's ``-P threads``) the tasks run in this very
     process; prefork children are warmed by ``worker_process_init`` below. Its first turn's
-    token encoding too (``warm_worker_first_turn``)."""
+    token encoding too (``warm_worker_first_turn``). Not the beat's upkeep lane (``-Q upkeep``):
+    it runs no turn."""
+    if _consumed == frozenset({settings.UPKEEP_QUEUE}):
+        return
     warm_in_background("worker", then=warm_worker_first_turn)
 
 

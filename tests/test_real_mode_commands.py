@@ -38,7 +38,8 @@ def test_make_web_collects_static_then_listens_on_host_and_port():
 def test_make_beat_keeps_its_schedule_in_an_ignored_folder():
     assert _make_n("beat") == [
         "mkdir -p var/",
-        ".venv/bin/celery -A chat_platform -q beat -l INFO --schedule var/celerybeat-schedule",
+        ".venv/bin/celery -A chat_platform -q worker -B -Q upkeep -P threads -c 2 -n upkeep@%h "
+        "-l INFO --schedule var/celerybeat-schedule",
     ]
     ignored = subprocess.run(
         ["git", "check-ignore", "-q", "var/celerybeat-schedule.db"], cwd=ROOT, check=False

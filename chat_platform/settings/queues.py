@@ -48,7 +48,22 @@ CELERY_REDIS_MAX_CONNECTIONS = env.int(
     "CELERY_REDIS_MAX_CONNECTIONS", default=CELERY_WORKER_CONCURRENCY + 10
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The beat's upkeep (the turns watchdog, the sweeps) has a queue of its own, served by the beat
+# process itself (``make beat``: ``celery worker -B -Q upkeep``, two threads), never by the
+# fleet: on the chat queue the watchdog waited for a free thread, and when every thread held a
+# slow reply a dead worker's reply stayed ``streaming`` ~130 s instead of timeout + interval
+# (docs/operations.md, "The upkeep lane").
+UPKEEP_QUEUE = "upkeep"
+UPKEEP_TASKS = (
+    "bots.tasks.turns_watchdog",
+    "bots.tasks.sweep_orphans",
+    "attachments.tasks.sweep_unsent",
+    "transfer.tasks.sweep_jobs",
+    "compaction.tasks.context_records_sweep",
+)
 CELERY_TASK_ROUTES = {
+    # Exact names before patterns (Celery's map routes): these leave bots.tasks.* and the rest.
+    **{name: {"queue": UPKEEP_QUEUE} for name in UPKEEP_TASKS},
     "bots.tasks.*": {"queue": "chat"},
     "compaction.tasks.*": {"queue": "compaction"},
     # Parsing what users upload (a PDF's text, an import file): its own queue, so a slow or
@@ -62,13 +77,20 @@ CELERY_TASK_ROUTES = {
     "memory.tasks.*": {"queue": "compaction"},
 }
 CELERY_TASK_DEFAULT_QUEUE = "chat"
+
+
+def upkeep_entry(task: str, schedule: float) -> dict:
+    """A beat entry of the upkeep lane. A run not taken within its period expires (the next
+    one is on its way): while the lane was down its runs are dropped, not run back to back."""
+    return {"task": task, "schedule": schedule, "options": {"expires": schedule}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "sweep-orphans": {"task": "bots.tasks.sweep_orphans", "schedule": 60.0},
-    "sweep-unsent-attachments": {
-        "task": "attachments.tasks.sweep_unsent",
-        "schedule": ATTACHMENT_SWEEP_SECONDS,
-    },
-    "import-jobs-sweep": {"task": "transfer.tasks.sweep_jobs", "schedule": 300.0},
+    "sweep-orphans": upkeep_entry("bots.tasks.sweep_orphans", 60.0),
+    "sweep-unsent-attachments": upkeep_entry(
+        "attachments.tasks.sweep_unsent", ATTACHMENT_SWEEP_SECONDS
+    ),
+    "import-jobs-sweep": upkeep_entry("transfer.tasks.sweep_jobs", 300.0),
 }
 CELERY_TIMEZONE = TIME_ZONE
 

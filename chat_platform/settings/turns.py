@@ -5,7 +5,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from chat_platform import provider_policy
 from chat_platform.settings.core import env
-from chat_platform.settings.queues import CELERY_BEAT_SCHEDULE
+from chat_platform.settings.queues import CELERY_BEAT_SCHEDULE, upkeep_entry
 
 # --- Models and context ---------------------------------------------------------------------
 CONTEXT_ABSOLUTE_CAP_TOKENS = env.int("CONTEXT_ABSOLUTE_CAP_TOKENS", default=200_000)
@@ -56,10 +56,9 @@ if CHAT_HEARTBEAT_TIMEOUT_SECONDS < 3 * CHAT_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured(
         "CHAT_HEARTBEAT_TIMEOUT_SECONDS must be at least 3 x CHAT_HEARTBEAT_SECONDS"
     )
-CELERY_BEAT_SCHEDULE["turns-watchdog"] = {
-    "task": "bots.tasks.turns_watchdog",
-    "schedule": CHAT_WATCHDOG_SECONDS,
-}
+CELERY_BEAT_SCHEDULE["turns-watchdog"] = upkeep_entry(
+    "bots.tasks.turns_watchdog", CHAT_WATCHDOG_SECONDS
+)
 # How long POST .../messages/ with wait=true waits for the reply.
 CHAT_WAIT_TIMEOUT_SECONDS = env.float("CHAT_WAIT_TIMEOUT_SECONDS", default=120.0)
 # Heavy requests (compaction, re-summarise, undo, model discovery, wait=true sends) one user may
@@ -94,10 +93,9 @@ COMPACTION_SOFT_YIELD_MAX = env.int("COMPACTION_SOFT_YIELD_MAX", default=30)
 CONTEXT_RECORD_RETENTION_DAYS = env.int("CONTEXT_RECORD_RETENTION_DAYS", default=0)
 if CONTEXT_RECORD_RETENTION_DAYS < 0:
     raise ImproperlyConfigured("CONTEXT_RECORD_RETENTION_DAYS must be 0 (keep all) or more.")
-CELERY_BEAT_SCHEDULE["context-records-sweep"] = {
-    "task": "compaction.tasks.context_records_sweep",
-    "schedule": 3600.0,
-}
+CELERY_BEAT_SCHEDULE["context-records-sweep"] = upkeep_entry(
+    "compaction.tasks.context_records_sweep", 3600.0
+)
 
 
 # --- Tools from MCP servers (app ``tools``, docs/tools.md) -------------------------------------

@@ -462,5 +462,9 @@ def test_unsent_uploads_older_than_the_retention_are_swept(
 
 def test_the_sweep_is_on_the_beat_schedule(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["sweep-unsent-attachments"]
-    assert entry == {"task": "attachments.tasks.sweep_unsent", "schedule": 600.0}
+    assert entry == {
+        "task": "attachments.tasks.sweep_unsent",
+        "schedule": 600.0,
+        "options": {"expires": 600.0},
+    }
     assert settings.ATTACHMENT_UNSENT_RETENTION_SECONDS == 86400

@@ -430,6 +430,38 @@ def test_beat_runs_the_watchdog_often_enough_to_end_a_dead_turn_within_a_minute(
     assert settings.CHAT_HEARTBEAT_TIMEOUT_SECONDS + entry["schedule"] <= 60
 
 
+def test_the_watchdog_and_the_sweeps_run_on_the_beats_own_lane_never_behind_replies(settings):
+    """On the chat queue the watchdog waited for a worker thread: with every thread holding a
+    slow reply, a dead worker's reply stayed streaming ~130 s. Now every beat entry goes to the
+    ``upkeep`` queue, which the beat's process serves (make beat, compose) and no fleet does,
+    and a run not taken within its period expires."""
+    import yaml
+
+    from chat_platform.celery_app import app as celery_app
+    from tests.integration.processes import ROOT
+
+    entries = celery_app.conf.beat_schedule
+    assert sorted(e["task"] for e in entries.values()) == sorted(settings.UPKEEP_TASKS)
+    for entry in entries.values():
+        assert celery_app.amqp.router.route({}, entry["task"])["queue"].name == "upkeep"
+        assert entry["options"] == {"expires": entry["schedule"]}
+    # the replies and the rest keep their queues
+    route = celery_app.amqp.router.route
+    assert route({}, "bots.tasks.turn_run")["queue"].name == "chat"
+    assert route({}, "compaction.tasks.compact_soft")["queue"].name == "compaction"
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    beat = compose["beat"]["command"]
+    assert beat[beat.index("-Q") + 1] == "upkeep" and "-B" in beat and "worker" in beat
+    fleets = [
+        compose[name]["environment"]["WORKER_QUEUES"] for name in ("worker", "compaction-worker")
+    ]
+    assert fleets == ["chat", "compaction,heavy"]
+    assert (
+        'queues="${WORKER_QUEUES:-chat,compaction,heavy}"'
+        in (ROOT / "scripts" / "worker.sh").read_text()
+    )
+
+
 # --- item 5: the outbox ------------------------------------------------------------------------
 
 

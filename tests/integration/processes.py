@@ -97,8 +97,9 @@ def web_server_process(
             _stop(process)
 
 
-# The queues of CELERY_TASK_ROUTES (chat_platform/settings/queues.py): a worker consumes all three.
-QUEUES = ("chat", "compaction", "heavy")
+# The queues of CELERY_TASK_ROUTES (chat_platform/settings/queues.py): this worker consumes all
+# four (deployed, the beat's process serves "upkeep").
+QUEUES = ("chat", "compaction", "heavy", "upkeep")
 
 
 @contextmanager

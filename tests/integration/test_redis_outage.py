@@ -81,7 +81,9 @@ def worker_fleet(env: dict[str, str], log_path: Path, processes: int) -> Iterato
 def celery_beat(env: dict[str, str], log_path: Path, schedule: Path) -> Iterator[subprocess.Popen]:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "celery", "-A", "chat_platform", "-q", "beat"]
+            # As deployed (make beat): beat and its upkeep lane, which runs the watchdog.
+            [sys.executable, "-m", "celery", "-A", "chat_platform", "-q", "worker", "-B"]
+            + ["-Q", "upkeep", "-P", "threads", "-c", "2", "-n", "upkeep@%h"]
             + ["-s", str(schedule), "-l", "INFO"],
             cwd=ROOT,
             env=env,

@@ -202,3 +202,17 @@ def test_only_runserver_installs_daphne():
         "migrate False",
         "/venv/bin/uvicorn False",
     ]
+
+
+def test_a_worker_warms_the_gateway_and_the_beats_upkeep_lane_does_not(monkeypatch):
+    """The beat's process (``-Q upkeep``) runs no turn: it never imports litellm."""
+    import importlib
+
+    celery_app = importlib.import_module("chat_platform.celery_app")
+
+    warmed = []
+    monkeypatch.setattr(celery_app, "warm_in_background", lambda name, then: warmed.append(name))
+    for queues in ({"upkeep"}, {"chat", "compaction", "heavy"}, {"chat"}):
+        monkeypatch.setattr(celery_app, "_consumed", frozenset(queues))
+        celery_app._warm_gateway_on_ready()
+    assert warmed == ["worker", "worker"]

@@ -71,6 +71,7 @@ def test_the_sweep_is_on_the_beat_schedule(settings):
     assert settings.CELERY_BEAT_SCHEDULE["import-jobs-sweep"] == {
         "task": "transfer.tasks.sweep_jobs",
         "schedule": 300.0,
+        "options": {"expires": 300.0},
     }
 
 
