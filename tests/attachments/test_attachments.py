@@ -468,3 +468,33 @@ def test_the_sweep_is_on_the_beat_schedule(settings):
         "options": {"expires": 600.0},
     }
     assert settings.ATTACHMENT_UNSENT_RETENTION_SECONDS == 86400
+
+
+def test_a_files_text_is_counted_before_the_sends_transaction(
+    owner_client, fake_session, monkeypatch
+):
+    """A file's text can be megabytes, and its count took ~0.5 s of SQLite's one write lock
+    (embedded mode): it is made before the send's transaction, never inside it."""
+    from django.db import connection
+
+    from turns.services import send
+
+    text = "lorem ipsum dolor sit amet. " * 2_000
+    upload = _upload(owner_client, fake_session, "big.txt", text.encode())
+    assert upload.status_code == 201
+    counted = []
+    count = send.count_message_tokens
+
+    def watched(content, model):
+        counted.append((len(content) > len(text), connection.in_atomic_block))
+        return count(content, model=model)
+
+    monkeypatch.setattr(send, "count_message_tokens", watched)
+    sent = _send(
+        owner_client, fake_session, content="Read this.", attachments=[upload.json()["id"]]
+    )
+    assert sent.status_code == 202, sent.json()
+    # the message with the file's text, counted once, outside any transaction (before: inside)
+    assert [c for c in counted if c[0]] == [(True, False)]
+    stored = Message.objects.get(pk=sent.json()["user_message"]["id"])
+    assert stored.token_count == count_message_tokens(stored.content, model=fake_session.bot.model)

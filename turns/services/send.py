@@ -95,22 +95,30 @@ def _exchange_open(
     replies: int = 1,
     answers: Sequence[tuple[Bot, str]] = (),
     charged_to: str = "",
+    tokens: int | None = None,
 ) -> tuple[Message, list[Message]] | SendResult:
     """In the caller's transaction: the user's message at seq n, n+1 reserved for its answer,
     and the pending ``answers`` written with it (``transitions.exchange_open``); a repeated
-    client_id returns the first result instead. Its count holds the images it names
-    (``image_tokens_named``: those it sends, whether attached now or typed)."""
+    client_id returns the first result instead. ``tokens``: its count, made before the
+    transaction (``message_tokens``); counted here when not given."""
     return transitions.exchange_open(
         session=session,
         content=content,
         kind=kind,
         client_id=client_id,
-        tokens=count_message_tokens(content, model=session.chat_model)
-        + (image_tokens_named(content) if kind == Message.Kind.CHAT else 0),
+        tokens=message_tokens(session, content, kind=kind) if tokens is None else tokens,
         existing=partial(_existing_send, session=session, client_id=client_id or ""),
         replies=replies,
         answers=answers,
         charged_to=charged_to,
+    )
+
+
+def message_tokens(session: ChatSession, content: str, *, kind: str = Message.Kind.CHAT) -> int:
+    """A message's count: its text with the chat's model, and the images it names
+    (``image_tokens_named``: those it sends, whether attached now or typed)."""
+    return count_message_tokens(content, model=session.chat_model) + (
+        image_tokens_named(content) if kind == Message.Kind.CHAT else 0
     )
 
 
@@ -122,6 +130,7 @@ def do_message_pair_create(
     answering: list[Bot] | None = None,
     attachments: Sequence[Attachment] = (),
     charged_to: str = "",
+    prepared: tuple[str, int] | None = None,
 ) -> SendResult:
     """Write the user message and its pending reply in one transaction (seqs n, n+1); in a
     room, one pending reply per answering bot (seqs n+1…, the order they answer in). On
@@ -133,12 +142,18 @@ def do_message_pair_create(
 
     With a ``client_id`` a concurrent duplicate can fail the insert: a savepoint lets the caller
     recover and return the first result. Without one nothing can, and the savepoint's two round
-    trips are skipped."""
+    trips are skipped.
+
+    ``prepared``: the message's text with its files and that text's count, made before the
+    caller's transaction (``message_prepared``): a file's text can be megabytes, and counting
+    it took ~0.5 s of SQLite's one write lock (embedded mode)."""
     bots = answering or [session.bot]
+    text, tokens = prepared or message_prepared(session, content, attachments)
     with transaction.atomic(savepoint=bool(client_id)):
         opened = _exchange_open(
             session=session,
-            content=message_text_with(content, attachments) if attachments else content,
+            content=text,
+            tokens=tokens,
             kind=Message.Kind.CHAT,
             client_id=client_id,
             replies=len(bots),
@@ -158,6 +173,14 @@ def do_message_pair_create(
         created=True,
         replies=replies if answering else [],
     )
+
+
+def message_prepared(
+    session: ChatSession, content: str, attachments: Sequence[Attachment]
+) -> tuple[str, int]:
+    """The message as stored (what the user typed, then each file's text) and its count."""
+    text = message_text_with(content, attachments) if attachments else content
+    return text, message_tokens(session, text)
 
 
 def _answering(
@@ -290,6 +313,8 @@ def _send_write(
     # The fit check below reads the answering models' windows from litellm's model map: its
     # one-time import (seconds) runs here, before the transaction takes the session's locks.
     gateway.model_info_load([session.chat_model] + [bot.model for bot in answering or ()])
+    # So is the message's text with its files, and its count (megabytes for a big file).
+    prepared = message_prepared(session, text, files)
     with transaction.atomic():
         try:
             result = do_message_pair_create(
@@ -299,6 +324,7 @@ def _send_write(
                 answering=answering,
                 attachments=files,
                 charged_to=charged_to,
+                prepared=prepared,
             )
         except IntegrityError:
             # A concurrent request with the same client_id won the race.
