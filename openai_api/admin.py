@@ -31,15 +31,27 @@ class ApiKeyAdmin(OrdinaryAccountsOnly, APIKeyModelAdmin):
         return [*super().get_readonly_fields(request, obj), "user", "last_used_at"]
 
 
+class BookkeepingAdmin(admin.ModelAdmin):
+    """Which key a chat or a turn of the /v1 API belongs to, written by the API alone: viewed
+    and deleted here, never added or changed (moving a superuser's chat to one's own key hands
+    it over; docs/security.md, "The admin")."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(ApiSession)
-class ApiSessionAdmin(admin.ModelAdmin):
+class ApiSessionAdmin(BookkeepingAdmin):
     list_display = ["session", "key_name", "key", "forked_from", "created_at"]
     search_fields = ["key_name", "session__title", "session__user__username"]
     raw_id_fields = ["session", "key", "forked_from"]
 
 
 @admin.register(ApiTurn)
-class ApiTurnAdmin(admin.ModelAdmin):
+class ApiTurnAdmin(BookkeepingAdmin):
     list_display = ["reply", "session", "key", "created_at"]
     raw_id_fields = ["reply", "session", "key"]
     readonly_fields = ["options", "base_position", "base_hash", "pending"]

@@ -209,3 +209,31 @@ def test_the_admin_neither_deletes_a_message_nor_moves_a_bot_to_another_owner(
 def test_unstorable_text_in_an_admin_filter_is_a_400(root):
     answered = _signed_in(root).get("/admin/bots/message/?content=%00x")
     assert answered.status_code == 400
+
+
+def test_the_api_bookkeeping_is_never_edited_in_the_admin(django_user_model, root):
+    """Which key a chat and a turn of the /v1 API belong to: moving a superuser's chat to one's
+    own key would hand it over. Viewed and deleted, never added or changed, by anyone."""
+    from openai_api.models import ApiSession, ApiTurn
+
+    bot = BotFactory(owner=root)
+    chat = SessionFactory(user=root, bot=bot)
+    reply = message_add(chat, role="assistant", content="hi")
+    ApiSession.objects.create(session=chat, key_name="root's")
+    ApiTurn.objects.create(reply=reply, session=chat)
+    editor = _staff(
+        django_user_model,
+        "editor",
+        *[
+            f"{verb}_{model}"
+            for verb in ("view", "change", "add")
+            for model in ("apisession", "apiturn")
+        ],
+    )
+    for client in (_signed_in(editor), _signed_in(root)):
+        for path, pk in (("apisession", chat.pk), ("apiturn", reply.pk)):
+            assert client.get(f"/admin/openai_api/{path}/{pk}/change/").status_code == 200
+            changed = client.post(f"/admin/openai_api/{path}/{pk}/change/", {"key_name": "mine"})
+            assert changed.status_code == 403
+            assert client.get(f"/admin/openai_api/{path}/add/").status_code == 403
+    assert ApiSession.objects.get().key_name == "root's"
