@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -182,8 +183,7 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
 
     def failed(exc: BaseException | None = None) -> None:
         # The layer is best-effort: the database already holds the truth.
-        for frame in frames:
-            log.warning("realtime_send_failed", session_id=session_id, frame_type=frame.get("type"))
+        _failures.note(session_id=session_id, frames=frames)
 
     async def send_all() -> None:
         send_many = getattr(layer, "group_send_many", None)
@@ -212,6 +212,39 @@ def send_frames(session_id: int, frames: list[dict[str, Any]], *, wait: bool = T
             )
     except Exception:
         failed()
+
+
+class _FailureLog:
+    """``realtime_send_failed``, at most one line every ``EVERY_SECONDS`` per process, counting
+    the frames it stands for: while Redis was down a turn's every delta logged a line of its
+    own, ~40 a second, burying the outage's one useful line."""
+
+    EVERY_SECONDS = 5.0
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.next_at = float("-inf")
+        self.held = 0
+
+    def note(self, *, session_id: int, frames: list[dict[str, Any]]) -> None:
+        with self.lock:
+            now = self.clock()
+            self.held += len(frames)
+            if now < self.next_at:
+                return
+            self.next_at = now + self.EVERY_SECONDS
+            count, self.held = self.held, 0
+        log.warning(
+            "realtime_send_failed",
+            session_id=session_id,
+            frame_type=frames[0].get("type") if frames else None,
+            frames=count,
+            every_seconds=self.EVERY_SECONDS,
+        )
+
+
+_failures = _FailureLog(time.monotonic)
 
 
 def _sent_now(layer: Any, group: str, messages: list[dict], *, order: Any) -> bool:
