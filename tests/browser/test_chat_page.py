@@ -234,3 +234,52 @@ def test_a_new_chat_stays_open_when_the_chat_list_answers_after_it(server_url, d
     page.wait_for_selector("#connection-status[data-state=live]", state="attached")
     assert page.locator("#composer").is_enabled()
     assert page.js_errors == []
+
+
+def test_a_send_saved_while_the_task_queue_is_down_says_the_reply_will_start(server_url, desktop):
+    """The send's 503 that carries the stored exchange (the queue did not take the turn: real
+    mode with Redis down) shows the message and the waiting reply, and says in words that the
+    reply starts by itself; before, the page drew a pending reply and said nothing. Embedded
+    mode's queue never refuses, so the socket is closed as in an outage (4503) and the POST's
+    answer is the outage's, built from the real one."""
+    import json
+
+    from tests.browser.support import create_bot
+
+    page = desktop
+    headers = api_headers(server_url)
+    bot = create_bot(server_url, headers, name="Queue down", model="builtin/recall")
+    log_in(page, server_url)
+    open_new_chat(page, bot)
+    page.route_web_socket(
+        re.compile(r".*/ws/.*"), lambda ws: ws.close(code=4503, reason="service unavailable")
+    )
+    page.reload()
+    page.wait_for_selector("#composer:enabled")
+
+    def queue_down(route):
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        real = route.fetch().json()
+        body = {
+            "error": {
+                "code": "service_unavailable",
+                "message": "Your message is saved, but the task queue is unavailable, so the "
+                "reply has not started.",
+                "details": {
+                    "user_message": real["user_message"],
+                    "assistant_message": {**real["assistant_message"], "status": "pending"},
+                },
+            }
+        }
+        route.fulfill(status=503, content_type="application/json", body=json.dumps(body))
+
+    page.route(re.compile(r".*/api/v1/sessions/\d+/messages/$"), queue_down)
+    send(page, "Are you there?")
+    page.wait_for_selector("#error-banner:not([hidden])")
+    assert page.locator("#error-banner-text").inner_text() == (
+        "Your message is saved. The task queue is not answering, so the reply has not started "
+        "yet: it starts by itself when the service is back."
+    )
+    assert page.locator('#transcript article.msg[data-role="user"]').count() == 1

@@ -224,6 +224,11 @@ function sendOverHttp(clientId, wait) {
         });
         scheduleContextRefresh(300);
         hooks.maybeRefreshTitle();
+        var reply = stored.assistant_message;
+        if (err.code === "service_unavailable" && (reply.status === "pending" || reply.status === "streaming")) {
+          // Stored, but the task queue is down: the reply is waiting, not failed; say so.
+          showError("Your message is saved. The task queue is not answering, so the reply has not started yet: it starts by itself when the service is back.");
+        }
         return;
       }
       // Some errors (context_too_large, model_unavailable) come after the user message was
