@@ -66,14 +66,11 @@ RECALL_NAMES = frozenset(t["function"]["name"] for t in RECALL_TOOLS)
 
 
 def _stop_asked(reply: Message, handle: TurnHandle) -> bool:
-    """Between and during tool calls: the user stopped the reply (the watcher's flag, or the
-    row's, read again)."""
-    if handle.stopped.is_set():
-        return True
-    if Message.objects.filter(pk=reply.pk, stop_requested=True).exists():
-        handle.stop()
-        return True
-    return False
+    """During tool calls: the user stopped the reply. The watcher's flag, which it sets within
+    ``CHECKPOINT_SECONDS`` of the stop request (turns/liveness.py, one query for every turn of
+    the process); a read of the reply's row each time asked four statements a second of every
+    waiting reply and kept a pooled connection borrowed through the wait."""
+    return handle.stopped.is_set()
 
 
 def calls_until_answer(

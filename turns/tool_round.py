@@ -32,6 +32,7 @@ from django.db import transaction
 from bots import realtime
 from bots.exchanges import recall_exchange_store
 from bots.models import Bot, Message
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import ValidationFailed
 from chat_platform.llm.recall_protocol import MEMORY_TOOLS
 from chat_platform.llm.tokens import (
@@ -285,7 +286,12 @@ def tool_round_run(
             model=model,
             limit=limit,
         )
+        connection_release()  # the other calls may wait long yet
 
+    # The calls wait on their servers (a minute each at most, ``TOOL_CALL_TIMEOUT_SECONDS``)
+    # holding no pooled connection: ten replies waiting on one slow server held all ten of a
+    # worker's, and its other replies' queries failed (docs/security.md, "Heavy work").
+    connection_release()
     with ToolSessions() if sessions is None else nullcontext(sessions) as runner:
         runner.run(
             [call for _, call in runnable],

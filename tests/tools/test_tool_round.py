@@ -3,13 +3,18 @@ server: parallel calls, failures as results, big results as records, frames, the
 exchange (docs/tools.md)."""
 
 import json
+from functools import partial
 
 import pytest
+from django.db import connection
 
 from bots.models import Message
 from memory.models import MemoryRecord
 from tests.factories import BotFactory, SessionFactory, message_add
 from tools import realtime as tool_realtime
+from tools.mcp_sessions import ToolSessions
+from turns.liveness import TurnHandle
+from turns.recall_loop import _stop_asked
 from turns.tool_round import tool_round_run, tool_round_store, turn_tools
 
 pytestmark = pytest.mark.django_db
@@ -359,3 +364,64 @@ def turn_tools_all(bot):
 
     servers = tool_servers_usable_named(user=bot.owner, names=entry_servers(bot.tools))
     return tools_offered(bot.tools, servers)
+
+
+# --- waiting without a database connection (docs/security.md, "Heavy work") --------------------
+# A round borrowed a pooled connection for its whole wait and asked the database whether the
+# reply was stopped every 0.25 s: ten replies waiting on one slow server took all ten of a
+# worker's pooled connections, and its other replies' queries failed after the pool's 10 s.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_round_holds_no_connection_and_runs_no_statement_while_its_calls_wait(
+    reply, mcp_server, frames, monkeypatch, settings
+):
+    if not settings.DATABASES["default"].get("OPTIONS", {}).get("pool"):
+        pytest.skip("the pool lends and takes back connections: PostgreSQL with its pool")
+    held, statements = [], []
+    run = ToolSessions.run
+
+    def watched(self, calls, **kwargs):
+        held.append(connection.connection is not None)
+
+        def note(execute, sql, params, many, context):
+            statements.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(note):
+            return run(self, calls, **kwargs)
+
+    monkeypatch.setattr(ToolSessions, "run", watched)
+    handle = TurnHandle(reply.pk)
+    outcomes = tool_round_run(
+        reply=reply,
+        calls=[
+            _call("calc__slow", {"seconds": 1.5}, "s"),
+            _call("calc__slow", {"seconds": 1}, "t"),
+        ],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+        should_stop=partial(_stop_asked, reply, handle),
+    )
+    assert [(o.ok, o.content) for o in outcomes] == [(True, "slept"), (True, "slept")]
+    # Before: [True] and ~10 reads of the reply's stop flag during the 1.5 s.
+    assert held == [False]
+    stop_reads = [s for s in statements if "stop_requested" in s]
+    assert stop_reads == []
+
+
+def test_a_stop_the_watcher_saw_ends_the_calls(reply, mcp_server, frames):
+    """The watcher (one per process, turns/liveness.py) reads stop requests for every turn it
+    runs and sets the handle's flag: the round asks the flag, not the database."""
+    handle = TurnHandle(reply.pk)
+    handle.stopped.set()
+    outcomes = tool_round_run(
+        reply=reply,
+        calls=[_call("calc__slow", {"seconds": 30}, "s")],
+        offered=turn_tools(reply.session.bot),
+        model=MODEL,
+        tool_round=1,
+        should_stop=partial(_stop_asked, reply, handle),
+    )
+    assert [(o.ok, o.content) for o in outcomes] == [(False, "[tool failed: stopped by the user]")]
