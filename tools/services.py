@@ -269,20 +269,33 @@ def _not_listed(server: ToolServer, reason: str) -> ValidationFailed:
 # What a server's list may hold (as a /v1 client's tools may): every signed-in user may read it,
 # and every turn of a bot that uses the server offers from it.
 LISTED_TOOLS_MAX = 128
+LISTED_NAME_MAX_CHARS = 128  # as the MCP specification advises
 LISTED_DESCRIPTION_MAX_CHARS = 4_000
 LISTED_SCHEMA_MAX_BYTES = 64_000
+# Cut from descriptions: control characters a terminal or a reader acts on (ESC, BEL, …) and the
+# bidirectional overrides that make text read otherwise than it is; lines and tabs stay.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
 
 
 def _within_limits(server: ToolServer, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The list, each description cut to ``LISTED_DESCRIPTION_MAX_CHARS``; a list of more than
-    ``LISTED_TOOLS_MAX`` tools, or a tool whose input schema is over
-    ``LISTED_SCHEMA_MAX_BYTES``, is refused (the last good list stays)."""
+    """The list, each description cut to ``LISTED_DESCRIPTION_MAX_CHARS`` without control
+    characters; a list of more than ``LISTED_TOOLS_MAX`` tools, or a tool whose name is over
+    ``LISTED_NAME_MAX_CHARS`` or whose input schema is over ``LISTED_SCHEMA_MAX_BYTES``, is
+    refused (the last good list stays)."""
     if len(found) > LISTED_TOOLS_MAX:
         raise _not_listed(
             server, f"it lists {len(found)} tools, more than the {LISTED_TOOLS_MAX} kept"
         )
     for tool in found:
-        tool["description"] = str(tool.get("description") or "")[:LISTED_DESCRIPTION_MAX_CHARS]
+        name = str(tool.get("name") or "")
+        if len(name) > LISTED_NAME_MAX_CHARS:
+            raise _not_listed(
+                server,
+                f"the name {name[:100]}… is {len(name):,} characters, more than the "
+                f"{LISTED_NAME_MAX_CHARS} kept",
+            )
+        description = str(tool.get("description") or "")[: 2 * LISTED_DESCRIPTION_MAX_CHARS]
+        tool["description"] = _CONTROLS.sub("", description)[:LISTED_DESCRIPTION_MAX_CHARS]
         size = len(json.dumps(tool.get("input_schema")).encode())
         if size > LISTED_SCHEMA_MAX_BYTES:
             raise _not_listed(

@@ -444,6 +444,39 @@ def test_a_listing_past_the_limits_is_refused_and_a_long_description_cut(
     assert stored.refresh_error.startswith("Could not list the tools of calc: the input schema")
 
 
+def test_a_tool_name_past_128_characters_is_refused_and_control_characters_are_cut(
+    staff_client, mcp_server, monkeypatch
+):
+    """Names had no limit: five tools of 2 MB names were kept (10 MB on every user's GET, 142 ms
+    of every turn of its bots; audit). A name holds 128 characters at most (as the MCP
+    specification advises); a description loses the control characters a terminal or a reader
+    would act on (ESC, BEL, right-to-left overrides), keeping lines and tabs."""
+    from tools import services
+
+    created = staff_client.post(URL, {"name": "calc", "url": mcp_server.url}, format="json").json()
+
+    def long_name(endpoint, *, timeout):
+        return [{"name": "n" * 129, "description": "", "input_schema": {"type": "object"}}]
+
+    monkeypatch.setattr(services, "tools_list", long_name)
+    refused = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {
+        "url": [f"the name {'n' * 100}… is 129 characters, more than the 128 kept"]
+    }
+
+    def controls(endpoint, *, timeout):
+        text = "Adds.\x1b[2J Ring\x07 and\u202e back.\nLine two\tend."
+        return [{"name": "n" * 128, "description": text, "input_schema": {"type": "object"}}]
+
+    monkeypatch.setattr(services, "tools_list", controls)
+    kept = staff_client.post(f"{URL}{created['id']}/refresh-tools/")
+    assert kept.status_code == 200
+    assert [(t["name"], t["description"]) for t in kept.json()["tools"]] == [
+        ("n" * 128, "Adds.[2J Ring and back.\nLine two\tend.")
+    ]
+
+
 def test_the_admin_asks_for_the_headers_again_when_the_address_moves(staff, tool_server):
     """As the API does (and the connections' admin): the admin's form checked the fields but
     not the move, so a new URL with the headers left blank kept them for the new server."""
