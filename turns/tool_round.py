@@ -212,8 +212,13 @@ def _refusal(
     endpoint: Endpoint | str | None,
     *,
     alone: frozenset[str],
+    runnable: int = 0,
 ) -> str:
-    """Why a call is answered without being run ("" when it runs)."""
+    """Why a call is answered without being run ("" when it runs). ``runnable``: how many calls
+    of the round run already (a round runs ``TOOL_CALLS_PER_ROUND`` at most: 500 at once ran)."""
+    if runnable >= settings.TOOL_CALLS_PER_ROUND:
+        most = settings.TOOL_CALLS_PER_ROUND
+        return f"a round runs {most} calls at most: call it again in the next round"
     if name in alone:
         return f"{name} runs on its own: call it again without other tools"
     if tool is None:
@@ -266,7 +271,7 @@ def tool_round_run(
         )
         tool = by_function.get(name)
         endpoint = endpoints.get(tool.server) if tool is not None else None
-        refused = _refusal(name, tool, arguments, endpoint, alone=alone)
+        refused = _refusal(name, tool, arguments, endpoint, alone=alone, runnable=len(runnable))
         if refused:
             outcome.content = tool_failed(refused)
         else:

@@ -105,6 +105,8 @@ CELERY_BEAT_SCHEDULE["context-records-sweep"] = upkeep_entry(
 # tool schemas may take (refused at save).
 TOOL_CALL_TIMEOUT_SECONDS = env.float("TOOL_CALL_TIMEOUT_SECONDS", default=60.0)
 TOOL_MAX_ROUNDS = env.int("TOOL_MAX_ROUNDS", default=25)
+# The calls one round runs (at once); the model's further calls of that round are answered unrun.
+TOOL_CALLS_PER_ROUND = env.int("TOOL_CALLS_PER_ROUND", default=16)
 TOOL_RESULT_MAX_TOKENS = env.int("TOOL_RESULT_MAX_TOKENS", default=4000)
 TOOL_LIST_TIMEOUT_SECONDS = env.float("TOOL_LIST_TIMEOUT_SECONDS", default=15.0)
 TOOL_SCHEMAS_MAX_PERCENT = env.int("TOOL_SCHEMAS_MAX_PERCENT", default=25)
@@ -114,5 +116,7 @@ if TOOL_CALL_TIMEOUT_SECONDS <= 0 or TOOL_LIST_TIMEOUT_SECONDS <= 0:
     )
 if TOOL_MAX_ROUNDS < 1 or TOOL_RESULT_MAX_TOKENS < 100:
     raise ImproperlyConfigured("TOOL_MAX_ROUNDS must be >= 1 and TOOL_RESULT_MAX_TOKENS >= 100")
+if TOOL_CALLS_PER_ROUND < 1:
+    raise ImproperlyConfigured("TOOL_CALLS_PER_ROUND must be >= 1")
 if not 1 <= TOOL_SCHEMAS_MAX_PERCENT <= 90:
     raise ImproperlyConfigured("TOOL_SCHEMAS_MAX_PERCENT must be 1-90")

@@ -425,3 +425,24 @@ def test_a_stop_the_watcher_saw_ends_the_calls(reply, mcp_server, frames):
         should_stop=partial(_stop_asked, reply, handle),
     )
     assert [(o.ok, o.content) for o in outcomes] == [(False, "[tool failed: stopped by the user]")]
+
+
+def test_a_round_runs_the_first_calls_and_answers_the_rest_unrun(
+    reply, mcp_server, frames, settings
+):
+    """A round of 500 calls ran them all at once (audit: 4.9 s, 1,000 frames, 501 stored
+    messages): a round runs ``TOOL_CALLS_PER_ROUND`` calls at most; the model is told of the
+    rest, which never reach the server."""
+    settings.TOOL_CALLS_PER_ROUND = 2
+    calls = [_call("calc__add", {"a": i, "b": 1}, f"c{i}") for i in range(4)]
+    outcomes = tool_round_run(
+        reply=reply, calls=calls, offered=turn_tools(reply.session.bot), model=MODEL, tool_round=1
+    )
+    too_many = "[tool failed: a round runs 2 calls at most: call it again in the next round]"
+    assert [(o.call_id, o.ok, o.content) for o in outcomes] == [
+        ("c0", True, "1"),
+        ("c1", True, "2"),
+        ("c2", False, too_many),
+        ("c3", False, too_many),
+    ]
+    assert sorted(args["a"] for name, args in mcp_server.calls) == [0, 1]
