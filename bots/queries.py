@@ -92,7 +92,14 @@ def bot_get_for_edit(*, user: AbstractBaseUser, bot_id: object) -> Bot:
 def session_list_for_user(
     *, user: AbstractBaseUser, bot_id: object | None = None
 ) -> QuerySet[ChatSession]:
-    sessions = _scoped(ChatSession.objects.filter(user=user).select_related("bot"), user, "bot_id")
+    # A chat an import job is still writing (linked to it: ``import_job_link``, the transfer
+    # app's row, read by relation, so no import of it) is listed once the job is done: acted on
+    # before, a send or an edit in it was lost with the import if the file then failed.
+    sessions = _scoped(
+        ChatSession.objects.filter(user=user, import_job_link__isnull=True).select_related("bot"),
+        user,
+        "bot_id",
+    )
     if bot_id not in (None, ""):
         try:
             sessions = sessions.filter(bot_id=_as_id(bot_id))

@@ -179,3 +179,61 @@ def test_the_steps_let_go_of_the_lock_after_each_hold_on_a_paced_database(owner,
     raw = json.dumps(_conversations(5)[3:]).encode()
     chats_import(user=owner, bot_id=bot.pk, raw=io.BytesIO(raw), size=len(raw))
     assert slept == [0.1, 0.1]
+
+
+def _at_conversation(monkeypatch, index, act):
+    """Run ``act()`` as the import reads conversation ``index`` (its earlier ones committed),
+    the job's child running in this process."""
+    from tests.transfer.test_import_jobs import _run_in_process
+    from transfer.services import chatgpt_import as module
+
+    parse = module.conversation_parse
+
+    def watched(value, where):
+        if where == f"conversations[{index}]":
+            act()
+        return parse(value, where)
+
+    monkeypatch.setattr(module, "conversation_parse", watched)
+    monkeypatch.setattr(jobs.sandbox, "run_limited", _run_in_process)
+
+
+def test_a_running_imports_chats_are_listed_once_it_is_done(owner, owner_client, bot, monkeypatch):
+    """Listed as they were written, a chat could be acted on (a send, an edit) and the work was
+    lost with the import if the file then failed (audit). A chat still linked to its running job
+    is not listed."""
+    listed = []
+
+    def look():
+        listed.append(len(owner_client.get("/api/v1/sessions/").json()))
+
+    _at_conversation(monkeypatch, 2, look)
+    job = imported(owner_client, bot, json.dumps(_conversations(3)).encode())
+    assert job["status"] == "done"
+    # Before: [6] (the two conversations committed, and their branch chats, shown meanwhile).
+    assert listed == [0]
+    assert len(owner_client.get("/api/v1/sessions/").json()) == 3 * 3  # each has two branches
+    assert ImportJobSession.objects.count() == 0
+
+
+def test_a_failed_file_leaves_no_branch_chat_of_a_chat_deleted_meanwhile(
+    owner, owner_client, bot, monkeypatch
+):
+    """The import's branch chats are its own (linked to the job): found through their chat
+    (``branch_of``), they were left behind once that chat was deleted during the import."""
+    from turns.services.session import chats_delete
+
+    conversations = _conversations(3)
+    conversations[2]["current_node"] = "nope"
+    before = _stored_counts()
+
+    def delete_the_first():
+        first = ChatSession.objects.filter(user=owner, branch_of=None).order_by("pk").first()
+        chats_delete(lambda: ChatSession.objects.filter(pk=first.pk))
+
+    _at_conversation(monkeypatch, 2, delete_the_first)
+    job = imported(owner_client, bot, json.dumps(conversations).encode())
+    assert job["error"]["message"] == "conversations[2].current_node: names no node of the mapping."
+    # Before: two branch chats with their messages and search rows were left.
+    assert _stored_counts() == before
+    assert ImportJobSession.objects.count() == 0

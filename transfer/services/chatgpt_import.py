@@ -80,7 +80,7 @@ def _conversation_write(
         session.delete()
         result.skipped.append(skipped_entry(conversation.title, clash))
         return
-    _chatgpt_branches(session=session, bot=bot, conversation=conversation, embed=made.embed)
+    _chatgpt_branches(session=session, bot=bot, conversation=conversation, made=made)
     result.imported.append(
         {
             "session": session.pk,
@@ -166,7 +166,7 @@ def _chatgpt_messages(
 
 
 def _chatgpt_branches(
-    *, session: ChatSession, bot: Bot, conversation: Conversation, embed: bool
+    *, session: ChatSession, bot: Bot, conversation: Conversation, made: ChatsMade
 ) -> None:
     """Each other branch of the tree as a branch chat of ``session`` (a version ‹ i/n › of the
     message where it leaves the transcript, flipped to and continued like an edit's), written in
@@ -202,8 +202,9 @@ def _chatgpt_branches(
             )
         )
     own = do_branches_import(session=session, branches=branches)
-    messages_index_written(message_ids=[m.pk for m in own], embed=embed)
+    messages_index_written(message_ids=[m.pk for m in own], embed=made.embed)
     starts: dict[int, int] = {}  # each branch chat's first own seq, where its copies end
     for message in own:
         starts[message.session_id] = min(message.seq, starts.get(message.session_id, message.seq))
+    made.adopt(list(ChatSession.objects.filter(branch_of=session).values_list("pk", flat=True)))
     messages_index_copy(source_id=session.pk, targets=list(starts.items()))

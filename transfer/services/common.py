@@ -13,7 +13,6 @@ from typing import Any
 import structlog
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import Q
 
 from bots.bulk import messages_import
 from bots.models import Bot, ChatSession, Message
@@ -105,6 +104,15 @@ class ChatsMade:
         self.ids.append(session.pk)
         return session
 
+    def adopt(self, session_ids: list[int]) -> None:
+        """Chats made for this run by others (an imported conversation's branch chats), in the
+        current step: linked and undone like its own."""
+        if self.job_id is not None:
+            ImportJobSession.objects.bulk_create(
+                [ImportJobSession(job_id=self.job_id, session_id=pk) for pk in session_ids]
+            )
+        self.ids.extend(session_ids)
+
     def undo(self) -> None:
         """Delete every chat this run made (committed or not: one rolled back is no longer
         there). Never raises: the error that called it is the one to report, and under a job
@@ -130,14 +138,12 @@ def chats_made_delete(*, job_id: int) -> int:
 
 
 def _chats_and_branches_delete(ids: list[int]) -> None:
-    # A branch chat outlives the chat it branched from (``branch_of`` is set null): an import's
-    # branch chats go with its chats. A few hundred chats per transaction: a file of thousands
-    # of conversations is taken back in steps too, each a bounded statement.
+    # By id: the import's branch chats are its own (``adopt``); found through ``branch_of``
+    # they were missed once their chat was deleted first (the field is set null). A few hundred
+    # chats per transaction: a file of thousands of conversations is taken back in steps too.
     for start in range(0, len(ids), BATCH):
         part = ids[start : start + BATCH]
-        chats_delete(
-            lambda part=part: ChatSession.objects.filter(Q(pk__in=part) | Q(branch_of_id__in=part))
-        )
+        chats_delete(lambda part=part: ChatSession.objects.filter(pk__in=part))
 
 
 def in_steps(stream: Iterable[Any], size: int) -> Iterator[list[Any]]:
