@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from bots.models import ChatSession, Message
 from tests.memory.test_message_search_sqlite import _sqlite
@@ -237,3 +238,27 @@ def test_a_failed_file_leaves_no_branch_chat_of_a_chat_deleted_meanwhile(
     # Before: two branch chats with their messages and search rows were left.
     assert _stored_counts() == before
     assert ImportJobSession.objects.count() == 0
+
+
+def test_a_users_imports_run_one_at_a_time(owner, owner_client, bot, monkeypatch):
+    """The same file imported twice at once (audit): the second run skipped the conversations
+    the first had committed as imported before, then the first failed and took them back; the
+    second said done, and two of four conversations were gone. A job whose user has another
+    import running is not taken: it is handed to the queue again a few seconds later."""
+    from transfer.services import importing
+
+    dispatched = []
+    monkeypatch.setattr(
+        jobs,
+        "import_job_dispatch",
+        lambda job_id, user_id=None, countdown=None: not dispatched.append((job_id, countdown)),
+    )
+    first = jobs.import_job_create(user=owner, bot_id=bot.pk, upload=io.BytesIO(b"[]"), size=2)
+    second = jobs.import_job_create(user=owner, bot_id=bot.pk, upload=io.BytesIO(b"[]"), size=2)
+    ImportJob.objects.filter(pk=first.pk).update(status="running", started_at=timezone.now())
+    monkeypatch.setattr(importing, "chats_import", lambda **kw: pytest.fail("ran beside another"))
+    dispatched.clear()
+
+    assert jobs.import_job_run(job_id=second.pk) is None
+    assert ImportJob.objects.get(pk=second.pk).status == "queued"
+    assert dispatched == [(second.pk, jobs.WAIT_FOR_OTHER_SECONDS)]

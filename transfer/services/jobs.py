@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import structlog
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import F, Q
@@ -54,6 +55,8 @@ CHUNK_BYTES = 1024 * 1024
 # task may take it again).
 STALE_AFTER_SECONDS = 60
 ACTIVE = (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
+# A job whose user has another import running is handed to the queue again this much later.
+WAIT_FOR_OTHER_SECONDS = 5.0
 
 
 # --- the POST -----------------------------------------------------------------------------------
@@ -121,12 +124,15 @@ def _pieces(upload: IO[bytes]) -> Iterator[bytes]:
         yield pending
 
 
-def import_job_dispatch(job_id: int, *, user_id: int | None = None) -> bool:
+def import_job_dispatch(
+    job_id: int, *, user_id: int | None = None, countdown: float | None = None
+) -> bool:
     """Hand the job to the ``heavy`` queue by task name (the domain never imports its task
     module); in embedded mode, to a task thread in the lane of the user importing
-    (``user_id``): their imports take turns with their own replies, never every thread."""
+    (``user_id``): their imports take turns with their own replies, never every thread.
+    ``countdown``: seconds from now (a job waiting for its user's other import)."""
     try:
-        task_named(RUN_TASK).apply_async((job_id,), fair_key=user_id)
+        task_named(RUN_TASK).apply_async((job_id,), fair_key=user_id, countdown=countdown)
     except BROKER_ERRORS:
         log.exception("import_job_dispatch_failed", job_id=job_id)
         return False
@@ -142,6 +148,11 @@ def import_job_run(*, job_id: int) -> str | None:
     worker was lost). Returns the status written (None: nothing to do)."""
     job = _claim(job_id)
     if job is None:
+        return None
+    if job.status == ImportJob.Status.QUEUED:
+        # Another import of its user runs: one at a time, or the second skips as "imported
+        # before" what the first then takes back when its file fails (docs/transfer.md).
+        import_job_dispatch(job.pk, user_id=job.user_id, countdown=WAIT_FOR_OTHER_SECONDS)
         return None
     # A run taken again (its worker was lost) starts from nothing.
     chats_made_delete(job_id=job.pk)
@@ -220,15 +231,32 @@ def _embed_dispatch(session_ids: list[int], quota: Any) -> None:
 
 
 def _claim(job_id: int) -> ImportJob | None:
+    """Take the job (``running``): the job; still ``queued`` when another import of its user
+    runs (taken under a lock on the user's row, so two claims at once take one); None: nothing
+    to do."""
     now = timezone.now()
     stale = now - timedelta(seconds=settings.IMPORT_RUN_SECONDS + STALE_AFTER_SECONDS)
-    taken = ImportJob.objects.filter(
-        Q(status=ImportJob.Status.QUEUED)
-        | Q(status=ImportJob.Status.RUNNING, started_at__lt=stale),
-        pk=job_id,
-    ).update(status=ImportJob.Status.RUNNING, started_at=now, bytes_read=0)
-    if not taken:
+    job = ImportJob.objects.filter(pk=job_id).only("user_id").first()
+    if job is None:
         return None
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=job.user_id).first()
+        other = (
+            ImportJob.objects.filter(
+                user_id=job.user_id, status=ImportJob.Status.RUNNING, started_at__gte=stale
+            )
+            .exclude(pk=job_id)
+            .exists()
+        )
+        taken = ImportJob.objects.filter(
+            Q(status=ImportJob.Status.QUEUED)
+            | Q(status=ImportJob.Status.RUNNING, started_at__lt=stale),
+            pk=job_id,
+        )
+        if other:
+            return taken.filter(status=ImportJob.Status.QUEUED).first()
+        if not taken.update(status=ImportJob.Status.RUNNING, started_at=now, bytes_read=0):
+            return None
     return ImportJob.objects.filter(pk=job_id).first()
 
 
