@@ -72,7 +72,53 @@ def _origin(url: httpx2.URL) -> tuple[str, str, int | None]:
     return (url.scheme, url.host, url.port)
 
 
-def _http_client(endpoint: Endpoint, timeout: float | None) -> httpx2.AsyncClient:
+# The most one answer of a tool server may carry (a call's result, a listing, a stream of
+# notifications): a 30 MB result was read and parsed whole before any check (457 MB of the
+# worker's memory, 6 s; audit). Past it the answer is cut off and the call fails.
+RESPONSE_MAX_BYTES = 8 * 1024 * 1024
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that ends in an error past ``RESPONSE_MAX_BYTES``."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self.stream, self.name = stream, name
+
+    async def __aiter__(self) -> Any:
+        seen = 0
+        async for chunk in self.stream:
+            seen += len(chunk)
+            if seen > RESPONSE_MAX_BYTES:
+                # The SDK reports the cut as a closed connection; the log says why.
+                log.warning(
+                    "tool_server_answer_too_large", server=self.name, limit=seen - len(chunk)
+                )
+                raise ToolServerError(
+                    f"the tool server {self.name} sent more than {RESPONSE_MAX_BYTES:,} bytes "
+                    "in one answer"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class _CappedTransport(httpx2.AsyncHTTPTransport):
+    def __init__(self, name: str) -> None:
+        super().__init__(trust_env=False)
+        self.name = name
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        response.stream = _CappedStream(response.stream, self.name)
+        return response
+
+
+def _http_client(
+    endpoint: Endpoint, timeout: float | None, *, capped: bool = True
+) -> httpx2.AsyncClient:
+    """``capped``: each answer within ``RESPONSE_MAX_BYTES`` (streamable HTTP, where each request
+    has its own; not the SSE transport, whose one stream carries every answer of a session)."""
     allowed = _origin(httpx2.URL(endpoint.url))
 
     async def on_request(request: httpx2.Request) -> None:
@@ -100,6 +146,7 @@ def _http_client(endpoint: Endpoint, timeout: float | None) -> httpx2.AsyncClien
         follow_redirects=False,
         trust_env=False,
         event_hooks={"request": [on_request], "response": [on_response]},
+        transport=_CappedTransport(endpoint.name) if capped else None,
     )
 
 
@@ -122,7 +169,7 @@ def mcp_client(
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            return _http_client(endpoint, limit)
+            return _http_client(endpoint, limit, capped=False)
 
         limit = timeout
         transport: Any = sse_client(endpoint.url, httpx_client_factory=factory)

@@ -446,3 +446,34 @@ def test_a_round_runs_the_first_calls_and_answers_the_rest_unrun(
         ("c3", False, too_many),
     ]
     assert sorted(args["a"] for name, args in mcp_server.calls) == [0, 1]
+
+
+def test_an_answer_past_the_size_cap_fails_its_call_unread(
+    reply, mcp_server, frames, settings, monkeypatch
+):
+    """A tool's answer had no size limit: a 30 MB result was read and parsed whole (457 MB of
+    the worker's memory, 6 s; audit). Past ``RESPONSE_MAX_BYTES`` it is cut off and the call
+    fails; the server's other calls go on."""
+    from structlog.testing import capture_logs
+
+    from tools import mcp_client
+
+    monkeypatch.setattr(mcp_client, "RESPONSE_MAX_BYTES", 100_000, raising=False)
+    settings.TOOL_CALL_TIMEOUT_SECONDS = 20
+    with capture_logs() as logs:
+        outcomes = tool_round_run(
+            reply=reply,
+            calls=[
+                _call("calc__big", {"words": 50_000}, "b"),
+                _call("calc__add", {"a": 1, "b": 2}, "a"),
+            ],
+            offered=turn_tools(reply.session.bot),
+            model=MODEL,
+            tool_round=1,
+        )
+    # The SDK words the cut as a closed connection; the log names the cause.
+    assert [(o.ok, o.content) for o in outcomes] == [
+        (False, "[tool failed: the tool server calc refused: Connection closed]"),
+        (True, "3"),
+    ]
+    assert [e["server"] for e in logs if e["event"] == "tool_server_answer_too_large"] == ["calc"]
