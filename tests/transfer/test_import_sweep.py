@@ -24,11 +24,12 @@ def _job(owner, bot, status, **ages):
     return job
 
 
-def test_lost_and_dead_jobs_end_failed_and_old_ended_ones_go(owner, bot, settings):
+def test_lost_and_dead_jobs_end_failed_and_old_ended_ones_go(owner, other_user, bot, settings):
     settings.IMPORT_JOB_LOST_AFTER_SECONDS = 3600
     settings.IMPORT_RUN_SECONDS = 900
     settings.IMPORT_JOB_KEEP_DAYS = 7
-    lost = _job(owner, bot, "queued", created_at=3601)
+    # another user's: the owner's job below is running (a job waiting behind one is not lost)
+    lost = _job(other_user, bot, "queued", created_at=3601)
     waiting = _job(owner, bot, "queued", created_at=3599)
     dead = _job(
         owner, bot, "running", created_at=5000, started_at=900 + jobs.STALE_AFTER_SECONDS + 1
@@ -94,3 +95,17 @@ def test_the_chats_a_dead_jobs_child_had_written_are_deleted_and_a_live_ones_kep
     assert sorted(ChatSession.objects.values_list("title", flat=True)) == sorted(
         ["mine", f"of {working.pk}"]
     )
+
+
+def test_a_job_waiting_for_its_users_running_import_is_not_lost(owner, other_user, bot, settings):
+    """Imports of one user run one at a time: a job queued behind a long import is not lost."""
+    settings.IMPORT_JOB_LOST_AFTER_SECONDS = 3600
+    settings.IMPORT_RUN_SECONDS = 900
+    _job(owner, bot, "running", started_at=600)
+    waiting = _job(owner, bot, "queued", created_at=3601)
+    lost = _job(other_user, bot, "queued", created_at=3601)
+
+    assert jobs.import_jobs_sweep() == {"failed": 1, "deleted": 0}
+
+    statuses = dict(ImportJob.objects.values_list("pk", "status"))
+    assert (statuses[waiting.pk], statuses[lost.pk]) == ("queued", "failed")

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from bots.models import ChatSession
@@ -357,10 +357,15 @@ def import_jobs_sweep(*, now: Any = None) -> dict[str, int]:
     now = now or timezone.now()
     lost_before = now - timedelta(seconds=settings.IMPORT_JOB_LOST_AFTER_SECONDS)
     dead_before = now - timedelta(seconds=settings.IMPORT_RUN_SECONDS + STALE_AFTER_SECONDS)
+    # A job waiting for its user's running import (one at a time) is not lost: its task comes
+    # back every WAIT_FOR_OTHER_SECONDS.
+    running = ImportJob.objects.filter(
+        user_id=OuterRef("user_id"), status=ImportJob.Status.RUNNING, started_at__gte=dead_before
+    )
     found = {
         LOST_TEXT: ImportJob.objects.filter(
             status=ImportJob.Status.QUEUED, created_at__lt=lost_before
-        ),
+        ).exclude(Exists(running)),
         INTERRUPTED_TEXT: ImportJob.objects.filter(
             status=ImportJob.Status.RUNNING, started_at__lt=dead_before
         ),
