@@ -349,11 +349,11 @@ INTERRUPTED_TEXT = (
 
 def import_jobs_sweep(*, now: Any = None) -> dict[str, int]:
     """No job waits forever, and none is kept forever: a job still ``queued``
-    ``IMPORT_JOB_LOST_AFTER_SECONDS`` after its upload, or ``running`` past its limit plus
-    ``STALE_AFTER_SECONDS`` (its worker died and no redelivery took it), ends ``failed``
-    (``service_unavailable``, its chunks and the chats its run had written deleted); a job that
-    ended more than
-    ``IMPORT_JOB_KEEP_DAYS`` ago is deleted. Counts of each."""
+    ``IMPORT_JOB_LOST_AFTER_SECONDS`` after its upload (and not waiting for its user's running
+    import), or ``running`` past its limit plus ``STALE_AFTER_SECONDS`` (its worker died and no
+    redelivery took it), ends ``failed`` (``service_unavailable``, its chunks and the chats its
+    run had written deleted); a job that ended more than ``IMPORT_JOB_KEEP_DAYS`` ago is
+    deleted. Counts of each."""
     now = now or timezone.now()
     lost_before = now - timedelta(seconds=settings.IMPORT_JOB_LOST_AFTER_SECONDS)
     dead_before = now - timedelta(seconds=settings.IMPORT_RUN_SECONDS + STALE_AFTER_SECONDS)
@@ -438,8 +438,8 @@ def import_job_child_run(*, job_id: int, on_progress: Any) -> dict[str, Any]:
         # What the checks did not foresee in a file's data (two messages with one client_id or
         # one reply_to, a date past the year 9999 in a time zone, a NUL where no field check
         # looked): the database or the clock refused it, the step was rolled back (and what the
-        # earlier steps wrote deleted, ``chats_import``). The
-        # file's fault, said as such — it ended as a crash ("internal_error").
+        # earlier steps wrote deleted, ``chats_import``). The file's fault, said as such — it
+        # ended as a crash ("internal_error").
         log.warning("import_file_refused", job_id=job_id, error=str(exc)[:500])
         message = (
             "The file could not be imported: its data breaks a rule of the chats it would "
