@@ -93,7 +93,8 @@ def session_list_for_user(
     *, user: AbstractBaseUser, bot_id: object | None = None
 ) -> QuerySet[ChatSession]:
     # A chat an import job is still writing (linked to it: ``import_job_link``, the transfer
-    # app's row, read by relation, so no import of it) is listed once the job is done: acted on
+    # app's row, read by relation, so no import of it) is listed, and found by its id
+    # (``session_get_for_user``, ``message_get_for_user``), once the job is done: acted on
     # before, a send or an edit in it was lost with the import if the file then failed.
     sessions = _scoped(
         ChatSession.objects.filter(user=user, import_job_link__isnull=True).select_related("bot"),
@@ -118,7 +119,9 @@ def session_get_for_user(*, user: AbstractBaseUser, session_id: object) -> ChatS
         session, bot = instances_from(rows[0], ChatSession, Bot)
         session.bot = bot
         return session
-    sessions = ChatSession.objects.select_related("bot").filter(pk=pk, user=user)
+    sessions = ChatSession.objects.select_related("bot").filter(
+        pk=pk, user=user, import_job_link__isnull=True
+    )
     session = _scoped(sessions, user, "bot_id").first()
     if session is None:
         raise NotFound("Session not found.")
@@ -126,8 +129,9 @@ def session_get_for_user(*, user: AbstractBaseUser, session_id: object) -> ChatS
 
 
 _SESSION_WITH_BOT = CompiledValues(
+    # Not a chat an import job is still writing (``session_list_for_user``).
     lambda session_id, user_id: ChatSession.objects.filter(
-        pk=session_id, user_id=user_id
+        pk=session_id, user_id=user_id, import_job_link__isnull=True
     ).values_list(*model_fields(ChatSession), *model_fields(Bot, "bot__"))[:1],
     name="session_with_bot",
 )
@@ -196,7 +200,7 @@ def message_list(*, session: ChatSession, after_seq: int | None = None) -> Query
 
 def message_get_for_user(*, user: AbstractBaseUser, message_id: object) -> Message:
     messages = Message.objects.select_related("session").filter(
-        pk=_as_id(message_id), session__user=user
+        pk=_as_id(message_id), session__user=user, session__import_job_link__isnull=True
     )
     message = _scoped(messages, user, "session__bot_id").first()
     if message is None:

@@ -262,3 +262,30 @@ def test_a_users_imports_run_one_at_a_time(owner, owner_client, bot, monkeypatch
     assert jobs.import_job_run(job_id=second.pk) is None
     assert ImportJob.objects.get(pk=second.pk).status == "queued"
     assert dispatched == [(second.pk, jobs.WAIT_FOR_OTHER_SECONDS)]
+
+
+def test_a_chat_an_import_still_writes_is_not_found_by_its_id(owner, owner_client, bot):
+    """Opened by its id (a search hit finds its messages at once), a chat being imported took
+    sends and edits that were lost with the import when the file failed (audit). Until its job
+    ends it is not found: reads, sends and edits answer 404, as for a chat that is not there."""
+    from transfer.services.common import ChatsMade
+
+    job = jobs.import_job_create(user=owner, bot_id=bot.pk, upload=io.BytesIO(b"[]"), size=2)
+    chat = ChatsMade(job_id=job.pk).session_new(user=owner, bot=bot, title="T", created_at=None)
+    message = Message.objects.create(session=chat, seq=1, role="user", content="hi")
+    paths = [
+        ("get", f"/api/v1/sessions/{chat.pk}/"),
+        ("get", f"/api/v1/sessions/{chat.pk}/messages/"),
+        ("post", f"/api/v1/sessions/{chat.pk}/messages/"),
+        ("post", f"/api/v1/messages/{message.pk}/edit/"),
+    ]
+
+    def answers():
+        return [
+            getattr(owner_client, verb)(path, {"content": "mine"}, format="json").status_code
+            for verb, path in paths
+        ]
+
+    assert answers() == [404, 404, 404, 404]
+    ImportJobSession.objects.filter(session=chat).delete()  # the job ended
+    assert answers()[:2] == [200, 200]
