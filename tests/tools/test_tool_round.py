@@ -26,6 +26,14 @@ def _call(name, arguments, call_id):
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
 
 
+def _round(reply, calls, **options):
+    """One round of ``calls`` to the reply's bot's tools."""
+    offered = turn_tools(reply.session.bot)
+    return tool_round_run(
+        reply=reply, calls=calls, offered=offered, model=MODEL, tool_round=1, **options
+    )
+
+
 @pytest.fixture
 def frames(monkeypatch):
     sent = []
@@ -175,15 +183,9 @@ def test_a_stop_ends_the_calls_still_running(reply, mcp_server, frames):
         asked.append(1)
         return len(asked) >= 2
 
-    outcomes = tool_round_run(
-        reply=reply,
-        calls=[
-            _call("calc__slow", {"seconds": 30}, "s"),
-            _call("calc__add", {"a": 1, "b": 1}, "t"),
-        ],
-        offered=turn_tools(reply.session.bot),
-        model=MODEL,
-        tool_round=1,
+    outcomes = _round(
+        reply,
+        [_call("calc__slow", {"seconds": 30}, "s"), _call("calc__add", {"a": 1, "b": 1}, "t")],
         should_stop=should_stop,
     )
     assert [(o.ok, o.content) for o in outcomes] == [
@@ -393,15 +395,9 @@ def test_a_round_holds_no_connection_and_runs_no_statement_while_its_calls_wait(
 
     monkeypatch.setattr(ToolSessions, "run", watched)
     handle = TurnHandle(reply.pk)
-    outcomes = tool_round_run(
-        reply=reply,
-        calls=[
-            _call("calc__slow", {"seconds": 1.5}, "s"),
-            _call("calc__slow", {"seconds": 1}, "t"),
-        ],
-        offered=turn_tools(reply.session.bot),
-        model=MODEL,
-        tool_round=1,
+    outcomes = _round(
+        reply,
+        [_call("calc__slow", {"seconds": 1.5}, "s"), _call("calc__slow", {"seconds": 1}, "t")],
         should_stop=partial(_stop_asked, reply, handle),
     )
     assert [(o.ok, o.content) for o in outcomes] == [(True, "slept"), (True, "slept")]
@@ -416,12 +412,9 @@ def test_a_stop_the_watcher_saw_ends_the_calls(reply, mcp_server, frames):
     runs and sets the handle's flag: the round asks the flag, not the database."""
     handle = TurnHandle(reply.pk)
     handle.stopped.set()
-    outcomes = tool_round_run(
-        reply=reply,
-        calls=[_call("calc__slow", {"seconds": 30}, "s")],
-        offered=turn_tools(reply.session.bot),
-        model=MODEL,
-        tool_round=1,
+    outcomes = _round(
+        reply,
+        [_call("calc__slow", {"seconds": 30}, "s")],
         should_stop=partial(_stop_asked, reply, handle),
     )
     assert [(o.ok, o.content) for o in outcomes] == [(False, "[tool failed: stopped by the user]")]
@@ -434,10 +427,7 @@ def test_a_round_runs_the_first_calls_and_answers_the_rest_unrun(
     messages): a round runs ``TOOL_CALLS_PER_ROUND`` calls at most; the model is told of the
     rest, which never reach the server."""
     settings.TOOL_CALLS_PER_ROUND = 2
-    calls = [_call("calc__add", {"a": i, "b": 1}, f"c{i}") for i in range(4)]
-    outcomes = tool_round_run(
-        reply=reply, calls=calls, offered=turn_tools(reply.session.bot), model=MODEL, tool_round=1
-    )
+    outcomes = _round(reply, [_call("calc__add", {"a": i, "b": 1}, f"c{i}") for i in range(4)])
     too_many = "[tool failed: a round runs 2 calls at most: call it again in the next round]"
     assert [(o.call_id, o.ok, o.content) for o in outcomes] == [
         ("c0", True, "1"),
@@ -461,15 +451,9 @@ def test_an_answer_past_the_size_cap_fails_its_call_unread(
     monkeypatch.setattr(mcp_client, "RESPONSE_MAX_BYTES", 100_000, raising=False)
     settings.TOOL_CALL_TIMEOUT_SECONDS = 20
     with capture_logs() as logs:
-        outcomes = tool_round_run(
-            reply=reply,
-            calls=[
-                _call("calc__big", {"words": 50_000}, "b"),
-                _call("calc__add", {"a": 1, "b": 2}, "a"),
-            ],
-            offered=turn_tools(reply.session.bot),
-            model=MODEL,
-            tool_round=1,
+        outcomes = _round(
+            reply,
+            [_call("calc__big", {"words": 50_000}, "b"), _call("calc__add", {"a": 1, "b": 2}, "a")],
         )
     # The SDK words the cut as a closed connection; the log names the cause.
     assert [(o.ok, o.content) for o in outcomes] == [
