@@ -4,6 +4,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -20,10 +21,27 @@ import redis
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Ports for the servers tests start: below Linux's ephemeral range (32768-60999), which the
+# tests' own outgoing connections draw from (a port the kernel handed out as free was taken by
+# such a connection before uvicorn bound it: "address already in use", and the readiness probe
+# reached the other end), and a block of its own for each xdist worker, so two never collide.
+PORT_BLOCK = 2_000
+PORTS_FROM = 20_000
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = PORTS_FROM + PORT_BLOCK * (int(worker) % 6 if worker.isdigit() else 0)
+    start = random.randrange(PORT_BLOCK)
+    for offset in range(PORT_BLOCK):
+        port = first + (start + offset) % PORT_BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
 def _stop(process: subprocess.Popen) -> None:
