@@ -8,7 +8,7 @@
 # a time. Several processes each with a thread pool use every core and serve
 # processes x threads turns at once.
 #
-#   WORKER_QUEUES=chat,compaction,heavy (default) | chat | compaction | heavy   (separate fleets
+#   WORKER_QUEUES=chat,compaction,heavy,upkeep (default) | chat | compaction | heavy   (separate fleets
 #   under load). "heavy": parsing uploads (a PDF's text, later imports), each in a limited child
 #   process (chat_platform/sandbox.py), so a hostile file ends only that child.
 #   DATABASE_POOL_MAX_SIZE defaults to 2 x threads + 2 per process: a streaming turn may hold a
@@ -28,7 +28,10 @@ cd "$(dirname "$0")/.."
 
 processes="${WORKER_PROCESSES:-$(nproc 2>/dev/null || echo 1)}"
 threads="${CELERY_WORKER_CONCURRENCY:-16}"
-queues="${WORKER_QUEUES:-chat,compaction,heavy}"
+# "upkeep" (the watchdog, the sweeps) is the beat process's own lane (make beat); a fleet that
+# serves every queue takes it too when a thread is free, so a beat started without its lane
+# (`celery beat` alone) still has its watchdog run.
+queues="${WORKER_QUEUES:-chat,compaction,heavy,upkeep}"
 max_delay="${WORKER_RESTART_MAX_DELAY:-30}"
 stop_timeout="${WORKER_STOP_TIMEOUT_SECONDS:-120}"
 export CELERY_WORKER_CONCURRENCY="$threads"

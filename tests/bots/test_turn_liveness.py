@@ -457,7 +457,7 @@ def test_the_watchdog_and_the_sweeps_run_on_the_beats_own_lane_never_behind_repl
     ]
     assert fleets == ["chat", "compaction,heavy"]
     assert (
-        'queues="${WORKER_QUEUES:-chat,compaction,heavy}"'
+        'queues="${WORKER_QUEUES:-chat,compaction,heavy,upkeep}"'
         in (ROOT / "scripts" / "worker.sh").read_text()
     )
 
