@@ -91,7 +91,7 @@ class _CappedStream(httpx2.AsyncByteStream):
             if seen > RESPONSE_MAX_BYTES:
                 # The SDK reports the cut as a closed connection; the log says why.
                 log.warning(
-                    "tool_server_answer_too_large", server=self.name, limit=seen - len(chunk)
+                    "tool_server_answer_too_large", server=self.name, limit=RESPONSE_MAX_BYTES
                 )
                 raise ToolServerError(
                     f"the tool server {self.name} sent more than {RESPONSE_MAX_BYTES:,} bytes "
