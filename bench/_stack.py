@@ -10,6 +10,7 @@ The fake provider streams ``WORDS`` words, one per chunk, ``CHUNK_DELAY`` second
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from _logdigest import log_digest
 from _ports import free_port
 from _procfs import cpu_seconds, descendants, rss_bytes
 
@@ -269,6 +271,12 @@ def running_stack(
     finally:
         for proc in reversed(procs):
             _stop(proc)
+        # In the printout, which is all a CI run keeps: why turns were refused or failed.
+        # Printed when the bench exits, below its figures (and a smoke run's failure).
+        loud = log_digest([proc.log for proc in procs])
+        atexit.register(
+            print, "  servers' log: " + (" | ".join(loud) if loud else "no warnings or errors")
+        )
 
 
 # --- rows ------------------------------------------------------------------------------------

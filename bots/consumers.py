@@ -26,7 +26,7 @@ from chat_platform.errors import (
 )
 from chat_platform.jsontext import JSONTooDeep, json_loads
 from chat_platform.outage import OUTAGE_ERRORS
-from chat_platform.realtime_auth import credential_valid
+from chat_platform.realtime_auth import AUTH_UNAVAILABLE, credential_valid
 from turns.services import message as message_services
 from turns.services import send as send_services
 
@@ -203,6 +203,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.sends_waiting_bytes = 0
         self.sends_stored = asyncio.Event()
         self.drain: asyncio.Task | None = None
+        if self.scope.get(AUTH_UNAVAILABLE):  # the credential could not be read (logged)
+            await self._refuse(CLOSE_UNAVAILABLE, UNAVAILABLE_REASON)
+            return
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self._refuse(CLOSE_NOT_AUTHENTICATED)

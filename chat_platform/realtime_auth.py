@@ -5,6 +5,7 @@ from importlib import import_module
 from typing import Any
 from urllib.parse import urlsplit
 
+import structlog
 from channels.auth import AuthMiddleware
 from channels.db import database_sync_to_async
 from channels.security.websocket import WebsocketDenier
@@ -15,6 +16,20 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 
 from chat_platform.account_gate import account_refusal, token_user
+from chat_platform.outage import OUTAGE_ERRORS
+
+log = structlog.get_logger(__name__)
+
+# Set in a handshake's scope when its credential could not be read (PostgreSQL saturated or
+# down, Redis down for a cached session): the consumer accepts and closes with 4503, as for any
+# outage it meets itself. Uncaught, the error became an HTTP 500 the client cannot read.
+AUTH_UNAVAILABLE = "auth_unavailable"
+
+
+def _unavailable(scope: dict) -> Any:
+    log.exception("ws_auth_unavailable", path=scope.get("path", ""))
+    scope[AUTH_UNAVAILABLE] = True
+    return AnonymousUser()
 
 
 @database_sync_to_async
@@ -49,7 +64,10 @@ class _SessionAuthMiddleware(AuthMiddleware):
 
     async def resolve_scope(self, scope: dict) -> None:
         if _token_key(scope) is None:
-            await super().resolve_scope(scope)
+            try:
+                await super().resolve_scope(scope)
+            except OUTAGE_ERRORS:
+                scope["user"]._wrapped = _unavailable(scope)
         else:  # replaced by the token's user next
             scope["user"]._wrapped = AnonymousUser()
 
@@ -90,12 +108,16 @@ class _TokenAuthMiddleware:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
         key = _token_key(scope)
-        if key is not None:
-            scope = dict(scope, user=await _user_for_token(key), auth_token=key)
-        elif settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory" and "user" in scope:
-            # A session's user is active (Django's session auth checks that); under mandatory
-            # verification the address is asked for as well.
-            scope = dict(scope, user=await _gated(scope["user"]))
+        try:
+            if key is not None:
+                scope = dict(scope, user=await _user_for_token(key), auth_token=key)
+            elif settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory" and "user" in scope:
+                # A session's user is active (Django's session auth checks that); under
+                # mandatory verification the address is asked for as well.
+                scope = dict(scope, user=await _gated(scope["user"]))
+        except OUTAGE_ERRORS:
+            scope = dict(scope)
+            scope["user"] = _unavailable(scope)
         return await self.inner(scope, receive, send)
 
 

@@ -5,12 +5,16 @@ tests/integration/test_redis_outage.py; these run in-process with a layer that r
 import asyncio
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.contrib.sessions.backends.db import SessionStore
+from django.db import OperationalError
+from django.test import Client
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.authtoken.models import Token
 
-from chat_platform import realtime
+from chat_platform import realtime, realtime_auth
 from chat_platform.asgi import application
 
 pytestmark = [
@@ -77,3 +81,51 @@ async def test_an_open_socket_whose_layer_receive_fails_is_closed_with_4503(
     # the consumer did not crash: it answers the client's close and ends cleanly
     await communicator.disconnect()
     await communicator.wait(timeout=5)
+
+
+def _pool_timeout(*args, **kwargs):
+    raise OperationalError("couldn't get a connection after 10.00 sec")
+
+
+async def _handshake_answer(communicator: WebsocketCommunicator) -> list[dict]:
+    connected, code = await communicator.connect(timeout=5)
+    assert connected, code  # accepted, so the client can read the close code
+    closed = await communicator.receive_output(timeout=5)
+    await communicator.wait(timeout=5)
+    return [closed]
+
+
+async def test_a_handshake_whose_token_cannot_be_read_is_closed_with_4503(
+    chat_session, token, monkeypatch, caplog
+):
+    """PostgreSQL saturated (the pool's timeout) while the handshake reads its token: the client
+    hears 4503 and retries, as for any outage; it was an HTTP 500 the client could not read
+    (a CI run's burst: ``InvalidStatus: server rejected WebSocket connection: HTTP 500``)."""
+    monkeypatch.setattr(realtime_auth, "token_user", _pool_timeout)
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{chat_session.pk}/",
+        headers=[(b"authorization", f"Token {token}".encode())],
+    )
+    assert await _handshake_answer(communicator) == [
+        {"type": "websocket.close", "code": 4503, "reason": "service unavailable"}
+    ]
+    events = [getattr(r, "msg", None) for r in caplog.records]
+    assert any("ws_auth_unavailable" in str(event) for event in events)
+
+
+async def test_a_handshake_whose_session_cannot_be_read_is_closed_with_4503(
+    chat_session, owner, monkeypatch
+):
+    client = Client()
+    await sync_to_async(client.force_login)(owner)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    monkeypatch.setattr(SessionStore, "load", _pool_timeout)
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{chat_session.pk}/",
+        headers=[(b"cookie", cookie), (b"origin", b"http://localhost"), (b"host", b"localhost")],
+    )
+    assert await _handshake_answer(communicator) == [
+        {"type": "websocket.close", "code": 4503, "reason": "service unavailable"}
+    ]
