@@ -10,7 +10,6 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
   exit 0
 fi
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e .
+bash "$(dirname "$0")/install.sh" "$venv"
 echo "$want" > "$stamp"
 echo "installed the package (pyproject.toml changed)"

@@ -69,8 +69,7 @@ bash scripts/services.sh
 if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]'
+bash scripts/install.sh .venv dev
 
 # The static checks run beside the first pytest phase (they are a minute of one core; the
 # suite waits on its servers, Chromium and the fake provider much of the time), the bench smoke

@@ -156,14 +156,21 @@ def test_createsuperuser_runs_as_the_readme_writes_it_with_the_written_key(tmp_p
 INSTALL = ROOT / "scripts" / "install_if_changed.sh"
 
 
+def _fake_venv(tmp_path: Path, log: Path, *, uv: bool) -> None:
+    """A venv whose python (and uv, if ``uv``) only record their arguments in ``log``."""
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "uv") if uv else ("python",):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n')
+        (bin_dir / name).chmod(0o755)
+
+
 def test_the_package_is_installed_again_only_when_pyproject_changed(tmp_path):
-    """`make run` skips pip on a restart with nothing changed (issue 32): a fake venv python
-    records each pip call; the stamp holds the hash of the pyproject.toml last installed."""
-    log = tmp_path / "pip.log"
-    python = tmp_path / ".venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
-    python.chmod(0o755)
+    """`make run` skips the install on a restart with nothing changed (issue 32): a fake venv
+    records each call; the stamp holds the hash of the pyproject.toml last installed. uv
+    installs, once pip has fetched it (scripts/install.sh)."""
+    log = tmp_path / "install.log"
+    _fake_venv(tmp_path, log, uv=True)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
 
     def start() -> str:
@@ -173,8 +180,8 @@ def test_the_package_is_installed_again_only_when_pyproject_changed(tmp_path):
 
     assert start() == "installed the package (pyproject.toml changed)\n"
     assert log.read_text().splitlines() == [
-        "-m pip install -q --upgrade pip",
-        "-m pip install -q -e .",
+        "python -m pip install -q uv",
+        "uv pip install -q --python .venv/bin/python -e .",
     ]
     assert start() == ""
     assert len(log.read_text().splitlines()) == 2
@@ -182,6 +189,19 @@ def test_the_package_is_installed_again_only_when_pyproject_changed(tmp_path):
     assert start() == "installed the package (pyproject.toml changed)\n"
     assert len(log.read_text().splitlines()) == 4
     assert start() == ""
+
+
+def test_without_uv_the_install_is_pip_s_with_the_extras_asked_for(tmp_path):
+    """uv could not be had (its package unreachable): pip installs, as before."""
+    log = tmp_path / "install.log"
+    _fake_venv(tmp_path, log, uv=False)
+    command = ["bash", str(ROOT / "scripts" / "install.sh"), ".venv", "dev"]
+    subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert log.read_text().splitlines() == [
+        "python -m pip install -q uv",
+        "python -m pip install -q --upgrade pip",
+        "python -m pip install -q -e .[dev]",
+    ]
 
 
 def test_a_failed_install_is_tried_again_on_the_next_start(tmp_path):
