@@ -14,10 +14,20 @@ _lock = threading.Lock()
 
 
 def get() -> Any:
-    """Import and configure litellm once per process (thread-safe)."""
+    """Import and configure litellm once per process (thread-safe).
+
+    Until it is loaded, a caller first gives its thread's pooled database connection back
+    (``chat_platform.dbconn``; not inside a transaction): the import is seconds of CPU, tens on a
+    busy machine, and so is the wait of a caller queued behind the warm-up thread's import.
+    Held through it, a web process's first sends emptied its pool, and every other request
+    waited DATABASE_POOL_TIMEOUT and failed as ``service_unavailable``.
+    """
     global _module
     if _module is not None:
         return _module
+    from chat_platform.dbconn import connection_release
+
+    connection_release()
     with _lock:
         if _module is None:
             from chat_platform.offline import ensure_offline_environment
