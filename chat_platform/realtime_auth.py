@@ -21,8 +21,8 @@ from chat_platform.outage import OUTAGE_ERRORS
 log = structlog.get_logger(__name__)
 
 # Set in a handshake's scope when its credential could not be read (PostgreSQL saturated or
-# down, Redis down for a cached session): the consumer accepts and closes with 4503, as for any
-# outage it meets itself. Uncaught, the error became an HTTP 500 the client cannot read.
+# down): the consumer accepts and closes with 4503, as for any outage it meets itself.
+# Uncaught, the error became an HTTP 500 the client cannot read.
 AUTH_UNAVAILABLE = "auth_unavailable"
 
 

@@ -25,9 +25,12 @@ def get() -> Any:
     global _module
     if _module is not None:
         return _module
-    from chat_platform.dbconn import connection_release
+    from django.conf import settings
 
-    connection_release()
+    if settings.configured:  # a script may call a model with no Django at all
+        from chat_platform.dbconn import connection_release
+
+        connection_release()
     with _lock:
         if _module is None:
             from chat_platform.offline import ensure_offline_environment
