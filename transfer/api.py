@@ -33,6 +33,7 @@ from rest_framework.views import APIView
 
 from bots.queries import session_get_for_user
 from chat_platform.api import api_errors
+from chat_platform.dbconn import connection_release
 from chat_platform.errors import ValidationFailed
 from chat_platform.heavy import heavy_request
 from connections import usage
@@ -62,6 +63,9 @@ def _batch(chunks: Iterator[Any]) -> Any:
         size += len(chunk)
         if size >= BATCH_BYTES:
             break
+    # The client reads the batch at its own pace: the pool has the connection back meanwhile
+    # (the exports read in pages, no cursor spans a batch: ``transfer.lossless.in_pages``).
+    connection_release()
     return parts[0][:0].join(parts) if parts else _END
 
 

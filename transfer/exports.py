@@ -12,7 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from bots.models import ChatSession, Message
 from bots.queries import participants_of, session_list_for_user
 from chat_platform.isotime import iso_utc
-from transfer.lossless import EXPORT_CHUNK, messages_with_cover, session_json_chunks
+from transfer.lossless import in_pages, messages_with_cover, session_json_chunks
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 _UNSAFE = re.compile(r"[^a-z0-9]+")
@@ -36,8 +36,7 @@ def session_markdown_chunks(session: ChatSession) -> Iterator[str]:
         yield f"Bots: {', '.join(f'{b.name} ({b.model})' for b in bots)} · started {started}\n"
     else:
         yield f"Bot: {session.bot.name} ({session.bot.model}) · started {started}\n"
-    messages = messages_with_cover(session)
-    for m in messages.iterator(chunk_size=EXPORT_CHUNK):
+    for m in in_pages(messages_with_cover(session), key="seq"):
         who = ROLE_NAMES.get(m.role, m.role)
         if names and m.role == Message.Role.ASSISTANT:
             # (a reply from before the chat became a room carries no bot: the session's)
@@ -122,7 +121,7 @@ def user_zip_chunks(*, user: AbstractBaseUser) -> Iterator[bytes]:
     (an unseekable stream: zipfile writes data descriptors)."""
     sink = _Sink()
     with zipfile.ZipFile(sink, "w") as archive:  # type: ignore[arg-type]
-        for session in session_list_for_user(user=user).order_by("pk").iterator(chunk_size=100):
+        for session in in_pages(session_list_for_user(user=user), key="pk", size=100):
             yield from _write_entry(
                 archive, sink, session_filename(session, "json"), session_json_chunks(session)
             )

@@ -144,6 +144,22 @@ def events_export(session: ChatSession, refs: dict[int, int]) -> Iterator[dict[s
         }
 
 
+def in_pages(rows: QuerySet[Any], *, key: str, size: int = EXPORT_CHUNK) -> Iterator[Any]:
+    """``rows`` in ``key`` order (a unique column), read a page of ``size`` at a time, each page
+    a query of its own: no cursor stays open between pages, so a download may give its
+    database connection back between them (``transfer/api.py``) and take one again for the
+    next page. A server-side cursor held it for the whole download, a client reading slowly
+    included."""
+    last = None
+    while True:
+        page = rows if last is None else rows.filter(**{f"{key}__gt": last})
+        found = list(page.order_by(key)[:size])
+        yield from found
+        if len(found) < size:
+            return
+        last = getattr(found[-1], key)
+
+
 def messages_with_cover(session: ChatSession) -> QuerySet[Message]:
     """The chat's messages in seq order, each with the summary of the chat's bot that covers it
     (``covering``, None: none), read from its seat's coverage as the rows stream. A room's stay
@@ -157,8 +173,7 @@ def messages_with_cover(session: ChatSession) -> QuerySet[Message]:
 
 def messages_export(session: ChatSession, refs: dict[int, int]) -> Iterator[dict[str, Any]]:
     seqs: dict[int, int] = {}
-    messages = messages_with_cover(session)
-    for message in messages.iterator(chunk_size=EXPORT_CHUNK):
+    for message in in_pages(messages_with_cover(session), key="seq"):
         seqs[message.pk] = message.seq
         yield {
             "id": message.pk,

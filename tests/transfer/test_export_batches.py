@@ -4,9 +4,11 @@ thousands of hops and ASGI sends, 104-246 s on a loaded machine. Counts, never t
 
 import asyncio
 import json
+import secrets
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.test import AsyncClient
 from rest_framework.authtoken.models import Token
 
@@ -29,7 +31,8 @@ def long_chat(owner):
                 session=session,
                 seq=seq,
                 role="user" if seq % 2 else "assistant",
-                content=f"message {seq}: " + "words of a long chat " * 4,
+                # a token each: the zip cannot squeeze the chat into one batch
+                content=f"message {seq}: {secrets.token_hex(24)} " + "words of a long chat " * 3,
                 token_count=24,
                 status="complete",
             )
@@ -81,3 +84,31 @@ def test_the_zip_of_every_chat_is_served_in_batches(owner, long_chat, monkeypatc
     assert all(len(piece) >= BATCH for piece in pieces[:-1])
     assert hops == len(pieces) + 1
     assert b"".join(pieces)[:2] == b"PK"
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql" or "pool" not in connection.settings_dict["OPTIONS"],
+    reason="the PostgreSQL connection pool",
+)
+@pytest.mark.parametrize("path", ["sessions/{pk}/export/?format=json", "export/"])
+def test_the_download_holds_no_connection_while_the_client_reads_a_batch(
+    owner, long_chat, path, monkeypatch
+):
+    """Between batches the client reads at its own pace (a slow one for minutes): the request's
+    pooled connection is back in the pool then, or a few slow downloads emptied the web
+    process's pool for everyone. The exports read in pages (``in_pages``), so no cursor spans a
+    batch."""
+    held_after = []
+    batch = api._batch
+
+    def recording(chunks):
+        out = batch(chunks)
+        held_after.append(connection.connection is not None)
+        return out
+
+    monkeypatch.setattr(api, "_batch", recording)
+    pieces, _ = _asgi_download(owner, "/api/v1/" + path.format(pk=long_chat.pk), monkeypatch)
+    assert len(held_after) == len(pieces) + 1 > 2
+    assert held_after == [False] * len(held_after)
+    if path.endswith("json"):
+        assert len(json.loads(b"".join(pieces))["messages"]) == MESSAGES
