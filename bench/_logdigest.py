@@ -18,7 +18,7 @@ QUIET_LOGGERS = {"py.warnings", "django.request"}
 EXAMPLE_CHARS = 240
 
 
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1].strip()[:EXAMPLE_CHARS] if lines else ""
 
@@ -44,7 +44,7 @@ def log_digest(logs: list[Path], *, limit: int = 12) -> list[str]:
                 if level not in LOUD or quiet:
                     continue
                 key = (path.stem, level, str(record.get("event", ""))[:120])
-                detail = _first_line(str(record.get("exception") or record.get("error") or ""))
+                detail = _last_line(str(record.get("exception") or record.get("error") or ""))
             elif "Error" in line or "Traceback" in line:
                 key = (path.stem, "raw", line.strip()[:120])
                 detail = ""

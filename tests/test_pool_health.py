@@ -7,12 +7,11 @@ import psycopg
 import pytest
 from django.db import connection
 
+from tests.pooled import pooled_only
+
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor != "postgresql" or "pool" not in connection.settings_dict["OPTIONS"],
-        reason="the PostgreSQL connection pool",
-    ),
+    pooled_only,
 ]
 
 

@@ -7,13 +7,11 @@ import pytest
 from django.db import connection, transaction
 
 from chat_platform.llm.gateway import lazy_litellm, model_info
+from tests.pooled import pooled_only
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor != "postgresql" or "pool" not in connection.settings_dict["OPTIONS"],
-        reason="the PostgreSQL connection pool",
-    ),
+    pooled_only,
 ]
 
 

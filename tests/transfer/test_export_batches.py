@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import Token
 
 from bots.models import Message
 from tests.factories import SessionFactory
+from tests.pooled import pooled_only
 from transfer import api
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,10 +87,7 @@ def test_the_zip_of_every_chat_is_served_in_batches(owner, long_chat, monkeypatc
     assert b"".join(pieces)[:2] == b"PK"
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql" or "pool" not in connection.settings_dict["OPTIONS"],
-    reason="the PostgreSQL connection pool",
-)
+@pooled_only
 @pytest.mark.parametrize("path", ["sessions/{pk}/export/?format=json", "export/"])
 def test_the_download_holds_no_connection_while_the_client_reads_a_batch(
     owner, long_chat, path, monkeypatch
