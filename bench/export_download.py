@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _django  # noqa: E402
+import _stack  # noqa: E402
 
 
 def _per_piece(chunks):  # noqa: ANN001, ANN202 - the road before batching: one piece per hop
@@ -39,7 +40,7 @@ def main() -> None:
     from django.test import AsyncClient
     from rest_framework.authtoken.models import Token
 
-    from bots.models import Bot, ChatSession, Message
+    from bots.models import Bot, ChatSession
     from transfer import api
     from transfer.exports import session_markdown_chunks
     from transfer.lossless import session_json_chunks
@@ -48,23 +49,11 @@ def main() -> None:
     token = Token.objects.get_or_create(user=user)[0].key
     Bot.objects.filter(owner=user).delete()
     bot = Bot.objects.create(owner=user, name="export", model="builtin/recall")
-    session = ChatSession.objects.create(user=user, bot=bot, title="long")
-    Message.objects.bulk_create(
-        [
-            Message(
-                session=session,
-                seq=seq,
-                role="user" if seq % 2 else "assistant",
-                content=f"message {seq}: the plan for item {seq} is ready, with notes on it.",
-                token_count=20,
-                status="complete",
-            )
-            for seq in range(1, args.messages + 1)
-        ],
-        batch_size=2000,
+    # the history-size runs' stored conversation (bench/_stack.py), one chat of it
+    [session_id] = _stack.sessions_with_history(
+        _stack.Fixture(user.pk, token, bot.pk), 1, args.messages
     )
-    session.last_seq = args.messages
-    session.save(update_fields=["last_seq"])
+    session = ChatSession.objects.get(pk=session_id)
     batched = api._batch
 
     async def download(path: str) -> int:
